@@ -1,0 +1,188 @@
+import { z } from 'zod';
+import { DEFAULT_SLO_CLASSES } from './domain.ts';
+import { parseWith, readStructuredFile } from './validate.ts';
+
+const id = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/, 'must be 1-64 letters, digits, ".", "_", ":" or "-"');
+const positive = z.number().positive();
+const nonNegInt = z.number().int().nonnegative();
+
+/** Per-tenant (or per-user / per-app) limits. RPM/TPM are exact across dispatchers. */
+export const limitsSchema = z
+  .object({
+    /** Requests per minute (sliding 60 s window). */
+    rpm: nonNegInt.optional(),
+    /** Tokens per minute: prompt + predicted output reserved at admission, settled at completion. */
+    tpm: nonNegInt.optional(),
+    /** Requests this tenant may have queued at the gateway at once. */
+    maxQueued: nonNegInt.optional(),
+  })
+  .strict();
+
+/** An API key (stored as a SHA-256 hash) that authenticates as a tenant. */
+export const apiKeySchema = z
+  .object({
+    /** `sha256:<hex>` of the key; plain keys are accepted only via `key` for demos. */
+    hash: z
+      .string()
+      .regex(/^sha256:[0-9a-f]{64}$/, 'must be "sha256:" followed by 64 hex digits')
+      .optional(),
+    /** Plain key (demo configs only); hashed at load time and never kept. */
+    key: z.string().min(8, 'must be at least 8 characters').optional(),
+    app: id.optional(),
+    sloClass: id.optional(),
+  })
+  .strict()
+  .refine((k) => (k.hash === undefined) !== (k.key === undefined), {
+    message: 'give exactly one of "hash" or "key"',
+  });
+
+export const tenantSchema = z
+  .object({
+    id,
+    weight: positive.default(1),
+    limits: limitsSchema.default({}),
+    keys: z.array(apiKeySchema).default([]),
+    /** Default SLO class for this tenant's requests. */
+    sloClass: id.optional(),
+  })
+  .strict();
+
+const stageSchema = z.object({ input: nonNegInt, system: nonNegInt.default(0), output: nonNegInt }).strict();
+
+export const appSchema = z
+  .object({
+    id,
+    /** Expected tokens per interaction stage (FairServe WSC normalisation). */
+    stages: z.array(stageSchema).min(1, 'an app needs at least one stage'),
+    limits: limitsSchema.default({}),
+  })
+  .strict();
+
+export const sloClassSchema = z
+  .object({
+    name: id,
+    ttftS: positive,
+    atgtS: positive.optional(),
+    band: nonNegInt,
+    sheddable: z.boolean().default(false),
+  })
+  .strict();
+
+export const engineSchema = z
+  .object({
+    id,
+    url: z.url({ message: 'must be an http(s) URL' }),
+    pool: id,
+    gpu: z.string().optional(),
+    tp: z.number().int().positive().default(1),
+  })
+  .strict();
+
+export const poolSchema = z
+  .object({
+    id,
+    model: z.string().min(1),
+    /** Requests that may wait at the gateway for this pool before new ones get 429. */
+    maxQueued: nonNegInt.default(10_000),
+  })
+  .strict();
+
+export const policyConfigSchema = z
+  .object({
+    ordering: z
+      .enum(['fcfs', 'rpm', 'lcf', 'vtc', 'vtc-predict', 'vtc-oracle', 'wsc', 'edf', 'qlm'])
+      .default('vtc'),
+    placement: z.enum(['round-robin', 'jsq', 'least-kv', 'power-of-two', 'aladdin']).default('least-kv'),
+    cost: z
+      .object({
+        fn: z.enum(['linear', 'profiled']).default('linear'),
+        wIn: positive.default(1),
+        wOut: positive.default(2),
+      })
+      .strict()
+      .default({ fn: 'linear', wIn: 1, wOut: 2 }),
+    /** Overload- and interaction-driven throttling (FairServe OIT). */
+    oit: z.boolean().default(false),
+    /** KV usage (0–1) above which a pool counts as overloaded for OIT. @default 0.9 */
+    overloadKv: z.number().min(0).max(1).default(0.9),
+    /** How often streamed output tokens are charged to the store, ms. @default 50 */
+    chargeFlushMs: positive.default(50),
+    /** Gateway queue timeout, seconds. @default 300 */
+    queueTimeoutS: positive.default(300),
+  })
+  .strict();
+
+/** The fairway config file: tenants, apps, SLO classes, pools, engines, policies and limits. */
+export const fairwayConfigSchema = z
+  .object({
+    tenants: z.array(tenantSchema).default([]),
+    apps: z.array(appSchema).default([]),
+    sloClasses: z.array(sloClassSchema).default(DEFAULT_SLO_CLASSES.map((c) => ({ ...c }))),
+    pools: z.array(poolSchema).default([]),
+    engines: z.array(engineSchema).default([]),
+    policy: policyConfigSchema.default(policyConfigSchema.parse({})),
+    /** Limits applied to every tenant that sets none of its own. */
+    defaultLimits: limitsSchema.default({}),
+  })
+  .strict()
+  .superRefine((cfg, ctx) => {
+    const dup = (items: readonly { id?: string; name?: string }[], key: string) => {
+      const seen = new Set<string>();
+      items.forEach((it, i) => {
+        const v = it.id ?? it.name ?? '';
+        if (seen.has(v)) ctx.addIssue({ code: 'custom', path: [key, i], message: `duplicate "${v}"` });
+        seen.add(v);
+      });
+    };
+    dup(cfg.tenants, 'tenants');
+    dup(cfg.apps, 'apps');
+    dup(cfg.sloClasses, 'sloClasses');
+    dup(cfg.pools, 'pools');
+    dup(cfg.engines, 'engines');
+    const pools = new Set(cfg.pools.map((p) => p.id));
+    cfg.engines.forEach((e, i) => {
+      if (!pools.has(e.pool))
+        ctx.addIssue({ code: 'custom', path: ['engines', i, 'pool'], message: `unknown pool "${e.pool}"` });
+    });
+    const classes = new Set(cfg.sloClasses.map((c) => c.name));
+    const apps = new Set(cfg.apps.map((a) => a.id));
+    cfg.tenants.forEach((t, i) => {
+      if (t.sloClass && !classes.has(t.sloClass))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tenants', i, 'sloClass'],
+          message: `unknown SLO class "${t.sloClass}"`,
+        });
+      t.keys.forEach((k, j) => {
+        if (k.sloClass && !classes.has(k.sloClass))
+          ctx.addIssue({
+            code: 'custom',
+            path: ['tenants', i, 'keys', j, 'sloClass'],
+            message: `unknown SLO class "${k.sloClass}"`,
+          });
+        if (k.app && !apps.has(k.app))
+          ctx.addIssue({
+            code: 'custom',
+            path: ['tenants', i, 'keys', j, 'app'],
+            message: `unknown app "${k.app}"`,
+          });
+      });
+    });
+  });
+
+export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
+export type TenantConfig = z.infer<typeof tenantSchema>;
+export type LimitsConfig = z.infer<typeof limitsSchema>;
+export type PolicyConfig = z.infer<typeof policyConfigSchema>;
+
+/** Validates config data (already parsed from YAML/JSON). */
+export function parseConfig(data: unknown, source?: string): FairwayConfig {
+  return parseWith(fairwayConfigSchema, data, source);
+}
+
+/** Reads and validates a fairway config file (YAML or JSON). */
+export function loadConfig(path: string): FairwayConfig {
+  return parseConfig(readStructuredFile(path), path);
+}

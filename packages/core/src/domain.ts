@@ -1,0 +1,106 @@
+/**
+ * fairway's domain model: who sends requests (tenants, apps, users), what a request is, which
+ * service it must get (SLO class) and where it can run (pools of replicas of one model).
+ */
+
+/** A tenant: the default unit of fairness and of limits. */
+export interface Tenant {
+  readonly id: string;
+  /** Share of the fleet relative to other tenants (weighted VTC). @default 1 */
+  readonly weight: number;
+}
+
+/**
+ * An application as FairServe sees it: its expected token profile per interaction stage, used to
+ * normalise service (WSC, FairServe section 4.1).
+ */
+export interface AppProfile {
+  readonly id: string;
+  /** Expected tokens per stage of an interaction; stage i uses entry min(i, length-1). */
+  readonly stages: readonly { readonly input: number; readonly system: number; readonly output: number }[];
+}
+
+/** Service-level class: a TTFT target, an optional decode target, a priority band (0 runs first). */
+export interface SloClass {
+  readonly name: string;
+  /** Time-to-first-token target, seconds. */
+  readonly ttftS: number;
+  /** Average token generation time target (Aladdin's ATGT), seconds per output token. */
+  readonly atgtS?: number | undefined;
+  /** Strict priority band; lower bands are served first. */
+  readonly band: number;
+  /** Whether requests of this class may be evicted or shed under pressure. */
+  readonly sheddable: boolean;
+}
+
+/** QLM's default SLO classes (QLM section 2): interactive 20 s, batch-1 60 s, batch-2 1 h. */
+export const DEFAULT_SLO_CLASSES: readonly SloClass[] = [
+  { name: 'interactive', ttftS: 20, band: 0, sheddable: false },
+  { name: 'batch-1', ttftS: 60, band: 1, sheddable: true },
+  { name: 'batch-2', ttftS: 3600, band: 2, sheddable: true },
+];
+
+/**
+ * What the scheduler knows about one request. Token counts are what admission saw: the prompt
+ * length and the cap on output; `outputTokens` is the true length, known only to the engine (and to
+ * the simulator and oracle policies).
+ */
+export interface RequestDescriptor {
+  readonly id: string;
+  readonly tenant: string;
+  readonly app?: string | undefined;
+  readonly user?: string | undefined;
+  /** Model name; requests are served only by replicas of a pool that serves this model. */
+  readonly model: string;
+  readonly sloClass: string;
+  /** Prompt tokens. */
+  readonly inputTokens: number;
+  /** System-prompt tokens included in `inputTokens` (FairServe's n_sys). @default 0 */
+  readonly systemTokens?: number | undefined;
+  /** Upper bound on output tokens (`max_tokens`). */
+  readonly maxTokens: number;
+  /** True output length, when known ahead (simulation, `ignore_eos` tests, oracle). */
+  readonly outputTokens?: number | undefined;
+  /** Arrival time, ms on the injected clock. */
+  readonly arrivalMs: number;
+  /** Multi-call interaction this request belongs to (`x-fairway-interaction`). */
+  readonly interactionId?: string | undefined;
+  /** 0-based position of this call in its interaction. */
+  readonly interactionStage?: number | undefined;
+  /** Number of calls in the interaction, when known (simulation). */
+  readonly interactionSize?: number | undefined;
+  /** vLLM `priority` (lower runs first) under `--scheduling-policy priority`. */
+  readonly priority?: number | undefined;
+}
+
+/** Tokens a request consumed. */
+export interface Usage {
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+}
+
+/** A GPU type. */
+export interface GpuSpec {
+  readonly name: string;
+  /** Device memory, GiB. */
+  readonly memoryGiB: number;
+}
+
+/** A model architecture, as far as memory and KV cache are concerned. */
+export interface ModelSpec {
+  readonly name: string;
+  /** Parameter count, billions. */
+  readonly paramsB: number;
+  /** Weight bytes per parameter (2 for fp16/bf16). */
+  readonly bytesPerParam: number;
+  /** KV-cache bytes per token across all layers, whole model (fp16). */
+  readonly kvBytesPerToken: number;
+  /** Context window, tokens. */
+  readonly maxModelLen: number;
+}
+
+/** A pool: the replicas that serve one model. Requests for that model are scheduled within it. */
+export interface PoolSpec {
+  readonly id: string;
+  readonly model: string;
+}

@@ -1,0 +1,35 @@
+export { type Clock, ManualClock, systemClock } from './clock.ts';
+export {
+  type FairwayConfig,
+  fairwayConfigSchema,
+  type LimitsConfig,
+  limitsSchema,
+  loadConfig,
+  type PolicyConfig,
+  parseConfig,
+  policyConfigSchema,
+  type TenantConfig,
+} from './config.ts';
+export {
+  type CostFunction,
+  type CostFunctionName,
+  costFunctionByName,
+  linearCost,
+  profiledCost,
+} from './cost.ts';
+export {
+  type AppProfile,
+  DEFAULT_SLO_CLASSES,
+  type GpuSpec,
+  type ModelSpec,
+  type PoolSpec,
+  type RequestDescriptor,
+  type SloClass,
+  type Tenant,
+  type Usage,
+} from './domain.ts';
+export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
+export { createLogger, type Logger, type LoggerOptions, silentLogger } from './logger.ts';
+export { createRng, type Rng } from './rng.ts';
+export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
+export { formatPath, parseWith, readStructuredFile } from './validate.ts';

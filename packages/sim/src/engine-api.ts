@@ -1,0 +1,135 @@
+/**
+ * The contract of one simulated vLLM replica. The discrete-event simulator drives it in virtual time;
+ * `fairway engine-sim` drives the same model in real time behind vLLM's HTTP API. The model never
+ * reads a clock: `step()` says how long the step takes and the caller advances time.
+ */
+
+/** How the engine forms a batch (InferMax section 3, unified algorithm). */
+export type BatchPolicy =
+  /** vLLM default: a step runs either new prefills (priority) or the running decodes. */
+  | 'prefill-priority'
+  /** Sarathi-style hybrid batching: decodes first, chunked prefills fill the token budget. */
+  | 'decode-priority';
+
+/** What happens when KV blocks run out. */
+export type PreemptionMode =
+  /** vLLM: preempt the newest running request, free its blocks, recompute it later. */
+  | 'recompute'
+  /** Admit a request only if its worst case (input + max output) fits: never preempts. */
+  | 'eviction-free';
+
+/** Configuration of one engine (one replica, possibly tensor-parallel over several GPUs). */
+export interface EngineConfig {
+  /** GPU preset name, e.g. `A100-80GB`. */
+  readonly gpu: string;
+  /** Model preset name, e.g. `llama-2-7b`. */
+  readonly model: string;
+  /** Tensor-parallel degree (GPUs per replica). @default 1 */
+  readonly tp?: number;
+  /** KV capacity in tokens; overrides the value computed from GPU memory (e.g. VTC's 10,000). */
+  readonly kvCapacityTokens?: number;
+  /** Tokens per KV block. @default 16 */
+  readonly blockSize?: number;
+  /** Fraction of blocks kept free before admitting new prefills (vLLM's watermark). @default 0.01 */
+  readonly watermark?: number;
+  /** Most sequences in one batch. @default 256 */
+  readonly maxNumSeqs?: number;
+  /** Most tokens processed in one step. @default 8192 (2048 with chunked prefill) */
+  readonly maxNumBatchedTokens?: number;
+  /** @default 'prefill-priority' */
+  readonly batchPolicy?: BatchPolicy;
+  /** Split long prompts over several steps (Sarathi). @default false (true under decode-priority) */
+  readonly chunkedPrefill?: boolean;
+  /** @default 'recompute' */
+  readonly preemption?: PreemptionMode;
+  /** Order the waiting queue by `priority` (lower first), as `--scheduling-policy priority`. @default false */
+  readonly priorityScheduling?: boolean;
+  /** Cost-model override; defaults to the preset for (model, gpu, tp). */
+  readonly costModel?: StepCostModel;
+}
+
+/** Time of one engine step, from the batch's shape (DESIGN.md "Performance models"). */
+export interface StepCostModel {
+  readonly name: string;
+  /** Milliseconds for a step. */
+  stepMs(shape: BatchShape): number;
+}
+
+/** What the cost model sees of a batch. */
+export interface BatchShape {
+  /** Sequences decoding one token this step. */
+  readonly decodeSeqs: number;
+  /** Prompt tokens prefilled this step (sum over chunks). */
+  readonly prefillTokens: number;
+  /** Sum over prefill chunks of chunk length squared (attention cost of prefill). */
+  readonly prefillChunkSq: number;
+  /** KV tokens read by the batch's attention (context of every sequence in the step). */
+  readonly kvTokensRead: number;
+}
+
+/** A sequence handed to the engine. */
+export interface EngineSeqInput {
+  readonly id: string;
+  readonly inputTokens: number;
+  /** How many tokens the sequence will generate before it stops (EOS or `max_tokens`). */
+  readonly outputTokens: number;
+  /** `max_tokens`: the worst case the eviction-free variant reserves. */
+  readonly maxTokens: number;
+  /** vLLM priority, lower first (only with `priorityScheduling`). */
+  readonly priority?: number;
+  /** LoRA adapter / model name this sequence needs, if any. */
+  readonly adapter?: string;
+}
+
+/** Something that happened to a sequence during a step; applied at the end of the step. */
+export type EngineEvent =
+  | { readonly kind: 'scheduled'; readonly id: string }
+  | { readonly kind: 'first-token'; readonly id: string }
+  | { readonly kind: 'token'; readonly id: string; readonly generated: number }
+  | { readonly kind: 'finished'; readonly id: string; readonly generated: number }
+  | { readonly kind: 'preempted'; readonly id: string };
+
+/** Result of one step. */
+export interface StepResult {
+  /** Duration of the step, ms. Zero when the engine had nothing to run. */
+  readonly durationMs: number;
+  readonly shape: BatchShape;
+  /** Events in the order they happened. A `token` event is emitted for every generated token. */
+  readonly events: readonly EngineEvent[];
+}
+
+/** Live counters and gauges, the numbers vLLM exports on `/metrics`. */
+export interface EngineStats {
+  readonly running: number;
+  readonly waiting: number;
+  /** KV tokens in use (allocated blocks × block size). */
+  readonly kvUsedTokens: number;
+  readonly kvCapacityTokens: number;
+  /** Used / total blocks, 0–1 (`vllm:kv_cache_usage_perc`). */
+  readonly kvUsage: number;
+  readonly blockSize: number;
+  readonly numGpuBlocks: number;
+  readonly maxNumSeqs: number;
+  readonly preemptionsTotal: number;
+  readonly promptTokensTotal: number;
+  readonly generationTokensTotal: number;
+  readonly requestsFinishedTotal: number;
+  readonly stepsTotal: number;
+}
+
+/** One replica's engine model. Implemented by `EngineModel` in `engine-model.ts`. */
+export interface EngineModelApi {
+  readonly config: Readonly<Required<Omit<EngineConfig, 'costModel' | 'kvCapacityTokens'>>> & {
+    readonly kvCapacityTokens: number;
+    readonly costModel: StepCostModel;
+  };
+  /** Adds a sequence to the waiting queue. Throws if the id is already present. */
+  add(seq: EngineSeqInput): void;
+  /** Removes a sequence wherever it is and frees its KV blocks; false if unknown. */
+  abort(id: string): boolean;
+  /** True when a step would do something. */
+  hasWork(): boolean;
+  /** Runs one step: forms the batch, returns its duration and the events it produces. */
+  step(): StepResult;
+  stats(): EngineStats;
+}

@@ -1,0 +1,171 @@
+/**
+ * The shared scheduling state and its atomic operations (DESIGN.md principle 2). Two backends
+ * implement this interface — in-memory (simulator, embedded mode, unit tests) and Redis + Lua
+ * (production) — and one conformance suite holds them to identical behaviour.
+ *
+ * Vocabulary:
+ * - a *queue* is one fairness domain: a (pool, band) pair. Counters, the backlogged set and lifts
+ *   are per queue;
+ * - a *flow* is the unit of fairness inside a queue (a tenant, or a (user, app) pair under WSC);
+ * - a *replica* is one engine of a pool; the store tracks the tokens and sequences reserved on it;
+ * - an *owner* is the dispatcher holding a request's client connection; its lease keeps its queued
+ *   and in-flight requests alive.
+ *
+ * All times are milliseconds on the caller's injected clock, passed in explicitly: the store never
+ * reads a clock, so memory and Redis backends replay identically.
+ */
+
+/** How the next request is chosen inside a queue. */
+export type OrderingMode =
+  /** Backlogged flow with the least virtual counter, then its oldest request (VTC, LCF, WSC). */
+  | 'fair'
+  /** Request with the least `score` across all flows (FCFS with score = arrival, EDF with deadline). */
+  | 'score';
+
+/** Counter lift when a flow becomes backlogged (VTC Algorithm 2, lines 8–13). */
+export type LiftMode =
+  /** `c = max(c, min counter of backlogged flows)`, or the last-left counter when none is backlogged. */
+  | 'vtc'
+  /** No lift (LCF). */
+  | 'none';
+
+/** A sliding-window limit checked (and consumed) at admission. Exact across dispatchers. */
+export interface WindowLimit {
+  /** Window key, e.g. `rpm:tenant:acme`; built by the caller from `keys.ts` helpers. */
+  readonly key: string;
+  /** Largest total `amount` admitted within any window of `windowMs`. */
+  readonly limit: number;
+  /** What this request consumes: 1 for RPM, reserved tokens for TPM. */
+  readonly amount: number;
+  readonly windowMs: number;
+  /** Checked only when the pool is overloaded and the request opens no exempt interaction (OIT). */
+  readonly onlyWhenOverloaded?: boolean;
+  /** Error code reported when this limit rejects. */
+  readonly code: 'rpm_limited' | 'tpm_limited' | 'throttled';
+}
+
+/** A request waiting in a queue. */
+export interface QueuedRequest {
+  readonly id: string;
+  readonly pool: string;
+  readonly band: number;
+  readonly flow: string;
+  /** Ordering key under `score` ordering (arrival for FCFS, deadline for EDF). */
+  readonly score: number;
+  readonly arrivalMs: number;
+  /** Tokens reserved on a replica while the request runs: input + predicted output. */
+  readonly reserveTokens: number;
+  /** Cost charged to the flow's counter at dispatch, already divided by the flow's weight. */
+  readonly dispatchCost: number;
+  /** Dispatcher holding the client connection. */
+  readonly owner: string;
+  /** Opaque data the owner needs to serve the request (e.g. a serialised descriptor). */
+  readonly payload: string;
+}
+
+/** Everything admission needs, checked and applied in one atomic step (one Redis round trip). */
+export interface AdmitInput {
+  readonly req: QueuedRequest;
+  readonly nowMs: number;
+  readonly lift: LiftMode;
+  readonly limits: readonly WindowLimit[];
+  /** Whether the pool is overloaded now (FairServe OIT); throttle windows apply only then. */
+  readonly overloaded: boolean;
+  /** Interaction this request continues; if it is open, throttle windows do not apply. */
+  readonly interaction?: { readonly key: string; readonly ttlMs: number };
+  /** Most requests the flow may have queued in this queue. */
+  readonly maxQueuedFlow?: number;
+  /** Most requests the pool may have queued (all bands). */
+  readonly maxQueuedPool?: number;
+}
+
+export type AdmitRejectCode = 'rpm_limited' | 'tpm_limited' | 'throttled' | 'queue_full' | 'duplicate';
+
+export type AdmitResult =
+  | { readonly ok: true; readonly queued: number }
+  | {
+      readonly ok: false;
+      readonly code: AdmitRejectCode;
+      readonly retryAfterMs: number;
+      readonly key: string;
+    };
+
+/** A replica a request may be placed on, with the capacity the caller last saw for it. */
+export interface ReplicaCandidate {
+  readonly id: string;
+  /** KV tokens the gateway may reserve on it in total (capacity minus headroom). */
+  readonly tokenCapacity: number;
+  /** Sequences it may run at once (max_num_seqs minus headroom). */
+  readonly seqCapacity: number;
+}
+
+export interface DispatchInput {
+  readonly pool: string;
+  /** Bands to consider, in priority order (first = served first). */
+  readonly bands: readonly number[];
+  readonly ordering: OrderingMode;
+  readonly nowMs: number;
+  /** Dispatcher that performs the pick (may differ from the request's owner). */
+  readonly picker: string;
+  /** Candidate replicas in the caller's order of preference. */
+  readonly replicas: readonly ReplicaCandidate[];
+  /** `first`: first candidate with room; `best`: the one left with the least room (best fit). */
+  readonly fit: 'first' | 'best';
+}
+
+export type DispatchResult =
+  | { readonly kind: 'empty' }
+  /** The next request does not fit on any candidate; nothing changed. */
+  | { readonly kind: 'blocked'; readonly id: string; readonly reserveTokens: number }
+  | { readonly kind: 'dispatched'; readonly req: QueuedRequest; readonly replica: string };
+
+/** Output-cost increments coalesced by a dispatcher and flushed in one call. */
+export interface ChargeItem {
+  readonly id: string;
+  /** Cost to add to the request's flow counter (already divided by weight). */
+  readonly amount: number;
+}
+
+export interface SettleInput {
+  readonly id: string;
+  readonly nowMs: number;
+  /** Total weighted cost the request should have been charged; the counter is corrected to it. */
+  readonly finalCost: number;
+  /** True tokens, to true-up TPM windows reserved at admission. */
+  readonly actualTokens: number;
+  /** True output length, appended to the flow's length history (VTC(predict)). */
+  readonly outputTokens: number;
+}
+
+/** A read-only view of one queue, for metrics, tests and the conformance suite. */
+export interface QueueSnapshot {
+  readonly counters: Readonly<Record<string, number>>;
+  readonly backlogged: readonly string[];
+  readonly queued: Readonly<Record<string, number>>;
+}
+
+/** The scheduling store. Every method is atomic. */
+export interface SchedulingStore {
+  /** Checks limits and queue bounds, records window usage, lifts the flow's counter and enqueues. */
+  admit(input: AdmitInput): Promise<AdmitResult>;
+  /** Picks the next request by the ordering, reserves it on a replica and charges its dispatch cost. */
+  dispatch(input: DispatchInput): Promise<DispatchResult>;
+  /** Adds streamed-output costs to counters (coalesced per dispatcher). Unknown ids are ignored. */
+  charge(items: readonly ChargeItem[]): Promise<void>;
+  /** Ends a request: corrects its charge, releases its reservation, trues up windows. */
+  settle(input: SettleInput): Promise<boolean>;
+  /** Removes a queued request (client gone, queue timeout). Returns false if it was not queued. */
+  cancel(id: string, nowMs: number): Promise<boolean>;
+  /** Renews the owner's lease; everything it holds stays alive until `nowMs + leaseMs`. */
+  renewOwner(owner: string, nowMs: number, leaseMs: number): Promise<void>;
+  /** Reclaims everything held by owners whose lease expired: drops queued entries, frees reservations. */
+  reclaim(
+    nowMs: number,
+  ): Promise<{ readonly dropped: readonly string[]; readonly released: readonly string[] }>;
+  /** Mean of the flow's last five output lengths, or undefined with no history (VTC(predict)). */
+  predictedOutput(flow: string): Promise<number | undefined>;
+  /** Tokens and sequences currently reserved on a replica. */
+  reserved(replica: string): Promise<{ readonly tokens: number; readonly seqs: number }>;
+  snapshot(pool: string, band: number): Promise<QueueSnapshot>;
+  close(): Promise<void>;
+}
