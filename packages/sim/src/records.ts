@@ -1,0 +1,49 @@
+import type { RequestDescriptor } from '@fairway/core';
+
+/**
+ * What the simulator records about every request: the boundary between the runner (which drives
+ * engines and the gateway) and the metrics (which compute fairness, latency and throughput the way
+ * the VTC artifact does). All times are seconds of simulated time from the start of the run.
+ */
+export interface RequestRecord {
+  readonly req: RequestDescriptor;
+  readonly arrivalS: number;
+  /** Rejected at admission (limit, throttle, queue full): never ran. */
+  readonly rejected?: { readonly code: string; readonly atS: number } | undefined;
+  /** When the gateway dispatched it to an engine (last dispatch, if it was re-queued). */
+  readonly dispatchS?: number | undefined;
+  readonly replica?: string | undefined;
+  /** When its first output token was produced. */
+  readonly firstTokenS?: number | undefined;
+  /** When it finished (last token), if it did within the run. */
+  readonly finishS?: number | undefined;
+  /** Output tokens generated within the run. */
+  readonly generated: number;
+  /** Times the engine preempted it (recompute). */
+  readonly preemptions: number;
+}
+
+/** A sample of one engine's state, taken after each step (thinned by the runner). */
+export interface EngineSample {
+  readonly replica: string;
+  readonly timeS: number;
+  readonly running: number;
+  readonly waiting: number;
+  readonly kvUsage: number;
+}
+
+/** What one simulation run produces, before metrics. */
+export interface SimRun {
+  readonly scenario: string;
+  readonly policy: string;
+  readonly placement: string;
+  readonly seed: number;
+  /** Simulated duration, seconds (the scenario's duration; work still running at the end is cut). */
+  readonly durationS: number;
+  readonly records: readonly RequestRecord[];
+  readonly samples: readonly EngineSample[];
+  readonly engineSteps: number;
+  readonly preemptions: number;
+  /** Tenant id → weight, for weighted fairness metrics. */
+  readonly tenantWeights: Readonly<Record<string, number>>;
+}
