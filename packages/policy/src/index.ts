@@ -1,1 +1,1 @@
-export {};
+export type { LiftMode, OrderingMode, OrderingPolicy } from './ordering.ts';

@@ -15,19 +15,9 @@
  * reads a clock, so memory and Redis backends replay identically.
  */
 
-/** How the next request is chosen inside a queue. */
-export type OrderingMode =
-  /** Backlogged flow with the least virtual counter, then its oldest request (VTC, LCF, WSC). */
-  | 'fair'
-  /** Request with the least `score` across all flows (FCFS with score = arrival, EDF with deadline). */
-  | 'score';
+import type { LiftMode, OrderingMode } from '@fairway/policy';
 
-/** Counter lift when a flow becomes backlogged (VTC Algorithm 2, lines 8–13). */
-export type LiftMode =
-  /** `c = max(c, min counter of backlogged flows)`, or the last-left counter when none is backlogged. */
-  | 'vtc'
-  /** No lift (LCF). */
-  | 'none';
+export type { LiftMode, OrderingMode };
 
 /** A sliding-window limit checked (and consumed) at admission. Exact across dispatchers. */
 export interface WindowLimit {
