@@ -32,4 +32,5 @@ export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
 export { createLogger, type Logger, type LoggerOptions, silentLogger } from './logger.ts';
 export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
+export { CHARS_PER_TOKEN, estimateChatTokens, estimateTextTokens, TOKENS_PER_MESSAGE } from './tokens.ts';
 export { formatPath, parseWith, readStructuredFile } from './validate.ts';

@@ -1,0 +1,63 @@
+/**
+ * The dispatcher's error catalogue: every error a client can see, with a stable code, its HTTP
+ * status and OpenAI's error `type`. Bodies follow OpenAI's shape
+ * `{ error: { message, type, param, code } }`; no stack trace ever reaches a client.
+ */
+export const ApiErrors = {
+  INVALID_REQUEST: { status: 400, type: 'invalid_request_error', code: 'invalid_request' },
+  INVALID_JSON: { status: 400, type: 'invalid_request_error', code: 'invalid_json' },
+  INVALID_HEADER: { status: 400, type: 'invalid_request_error', code: 'invalid_header' },
+  CONTEXT_TOO_LONG: { status: 400, type: 'invalid_request_error', code: 'context_length_exceeded' },
+  MISSING_API_KEY: { status: 401, type: 'authentication_error', code: 'missing_api_key' },
+  INVALID_API_KEY: { status: 401, type: 'authentication_error', code: 'invalid_api_key' },
+  FORBIDDEN: { status: 403, type: 'permission_error', code: 'forbidden' },
+  MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error', code: 'model_not_found' },
+  ROUTE_NOT_FOUND: { status: 404, type: 'invalid_request_error', code: 'not_found' },
+  METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error', code: 'method_not_allowed' },
+  BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error', code: 'request_too_large' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error', code: 'unsupported_media_type' },
+  RPM_LIMITED: { status: 429, type: 'requests', code: 'rate_limit_exceeded' },
+  TPM_LIMITED: { status: 429, type: 'tokens', code: 'rate_limit_exceeded' },
+  THROTTLED: { status: 429, type: 'requests', code: 'throttled_overloaded' },
+  QUEUE_FULL: { status: 429, type: 'requests', code: 'queue_full' },
+  NO_REPLICA: { status: 503, type: 'service_unavailable', code: 'no_replica' },
+  NOT_READY: { status: 503, type: 'service_unavailable', code: 'not_ready' },
+  ENGINE_ERROR: { status: 502, type: 'server_error', code: 'engine_error' },
+  QUEUE_TIMEOUT: { status: 504, type: 'timeout', code: 'queue_timeout' },
+  ENGINE_TIMEOUT: { status: 504, type: 'timeout', code: 'engine_timeout' },
+  INTERNAL: { status: 500, type: 'server_error', code: 'internal_error' },
+} as const;
+export type ApiErrorName = keyof typeof ApiErrors;
+
+/** The JSON body of every error response. */
+export interface OpenAIErrorBody {
+  error: { message: string; type: string; param: string | null; code: string };
+}
+
+/** An error meant for the client: catalogue entry, message, the offending parameter, retry hint. */
+export class ApiError extends Error {
+  override readonly name = 'ApiError';
+  readonly kind: ApiErrorName;
+  readonly status: number;
+  readonly param: string | null;
+  /** Seconds until a retry may succeed; sent as `Retry-After` (429, 503). */
+  readonly retryAfterS: number | undefined;
+
+  constructor(
+    kind: ApiErrorName,
+    message: string,
+    options: { param?: string; retryAfterS?: number; cause?: unknown } = {},
+  ) {
+    super(message, { cause: options.cause });
+    this.kind = kind;
+    this.status = ApiErrors[kind].status;
+    this.param = options.param ?? null;
+    this.retryAfterS = options.retryAfterS;
+  }
+
+  /** The OpenAI-shaped body for this error. */
+  body(): OpenAIErrorBody {
+    const entry = ApiErrors[this.kind];
+    return { error: { message: this.message, type: entry.type, param: this.param, code: entry.code } };
+  }
+}
