@@ -1,0 +1,81 @@
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+/** Outcome of a request at the gateway, a bounded label. */
+export type RequestOutcome =
+  | 'admitted'
+  | 'throttled'
+  | 'rate_limited'
+  | 'rejected'
+  | 'completed'
+  | 'failed'
+  | 'cancelled';
+
+/**
+ * The gateway's Prometheus metrics. Label cardinality is bounded: tenants are the configured ones
+ * (anything else is reported as `other`), pools and SLO classes come from config, store operations
+ * from a fixed list.
+ */
+export class GatewayMetrics {
+  readonly registry = new Registry();
+  readonly #tenants: Set<string>;
+  readonly service: Counter<'tenant'>;
+  readonly requests: Counter<'tenant' | 'outcome'>;
+  readonly queueDepth: Gauge<'pool'>;
+  readonly ttft: Histogram<'slo_class'>;
+  readonly overhead: Histogram<'stream'>;
+  readonly storeLatency: Histogram<'op'>;
+
+  constructor(tenants: Iterable<string>) {
+    this.#tenants = new Set(tenants);
+    const registers = [this.registry];
+    this.service = new Counter({
+      name: 'fairway_tenant_service_total',
+      help: 'Weighted service (cost units: input + 2x output by default) delivered per tenant',
+      labelNames: ['tenant'],
+      registers,
+    });
+    this.requests = new Counter({
+      name: 'fairway_requests_total',
+      help: 'Requests by tenant and outcome',
+      labelNames: ['tenant', 'outcome'],
+      registers,
+    });
+    this.queueDepth = new Gauge({
+      name: 'fairway_queue_depth',
+      help: 'Requests waiting at the gateway per pool, as last seen by this dispatcher',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.ttft = new Histogram({
+      name: 'fairway_time_to_first_token_seconds',
+      help: 'Time from arrival at the gateway to the first token sent to the client',
+      labelNames: ['slo_class'],
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 60, 300],
+      registers,
+    });
+    this.overhead = new Histogram({
+      name: 'fairway_overhead_seconds',
+      help: 'Time the gateway itself added to a request (auth, admission, dispatch, proxy setup)',
+      labelNames: ['stream'],
+      buckets: [0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1],
+      registers,
+    });
+    this.storeLatency = new Histogram({
+      name: 'fairway_store_latency_seconds',
+      help: 'Latency of scheduling-store operations',
+      labelNames: ['op'],
+      buckets: [0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05],
+      registers,
+    });
+  }
+
+  /** The tenant label: the tenant itself if configured, `other` otherwise. */
+  tenantLabel(tenant: string): string {
+    return this.#tenants.has(tenant) ? tenant : 'other';
+  }
+
+  /** Adds a tenant to the bounded label set (admin events). */
+  addTenant(tenant: string): void {
+    this.#tenants.add(tenant);
+  }
+}
