@@ -32,6 +32,12 @@ export interface WindowLimit {
   readonly onlyWhenOverloaded?: boolean;
   /** Error code reported when this limit rejects. */
   readonly code: 'rpm_limited' | 'tpm_limited' | 'throttled';
+  /**
+   * Whether `settle` replaces the reserved `amount` with the request's true tokens (and `cancel`
+   * with 0), so a TPM window counts what was really served.
+   * @default true for `tpm_limited`, false otherwise
+   */
+  readonly trueUp?: boolean;
 }
 
 /** A request waiting in a queue. */
@@ -51,6 +57,13 @@ export interface QueuedRequest {
   readonly owner: string;
   /** Opaque data the owner needs to serve the request (e.g. a serialised descriptor). */
   readonly payload: string;
+  /**
+   * Continues an ongoing interaction. Under `fair` ordering such requests are served before the
+   * others of their queue, least-counter flow first (FairServe Algorithm 1, lines 31–35); counters
+   * stay shared with the flow's other requests. Ignored under `score` ordering.
+   * @default false
+   */
+  readonly continuation?: boolean;
 }
 
 /** Everything admission needs, checked and applied in one atomic step (one Redis round trip). */
@@ -71,6 +84,7 @@ export interface AdmitInput {
 
 export type AdmitRejectCode = 'rpm_limited' | 'tpm_limited' | 'throttled' | 'queue_full' | 'duplicate';
 
+/** `queued` is the number of requests waiting in the (pool, band) queue after this admission. */
 export type AdmitResult =
   | { readonly ok: true; readonly queued: number }
   | {

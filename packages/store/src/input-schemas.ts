@@ -1,0 +1,92 @@
+import { z } from 'zod';
+
+/**
+ * zod schemas for every store operation's input, shared by both backends so they reject exactly
+ * the same inputs with the same field paths.
+ */
+
+const finite = z.number().finite();
+const nonNegative = finite.min(0);
+const id = z.string().min(1);
+
+/** {@link WindowLimit} */
+export const windowLimitSchema = z.object({
+  key: id,
+  limit: nonNegative,
+  amount: nonNegative,
+  windowMs: finite.positive(),
+  onlyWhenOverloaded: z.boolean().optional(),
+  code: z.enum(['rpm_limited', 'tpm_limited', 'throttled']),
+  trueUp: z.boolean().optional(),
+});
+
+/** {@link QueuedRequest} */
+export const queuedRequestSchema = z.object({
+  id,
+  pool: id,
+  band: z.number().int().min(0),
+  flow: id,
+  score: finite,
+  arrivalMs: finite,
+  reserveTokens: nonNegative,
+  dispatchCost: finite,
+  owner: id,
+  payload: z.string(),
+  continuation: z.boolean().optional(),
+});
+
+/** {@link AdmitInput} */
+export const admitInputSchema = z.object({
+  req: queuedRequestSchema,
+  nowMs: finite,
+  lift: z.enum(['vtc', 'none']),
+  limits: z.array(windowLimitSchema).refine((ls) => new Set(ls.map((l) => l.key)).size === ls.length, {
+    message: 'window keys must be distinct',
+  }),
+  overloaded: z.boolean(),
+  interaction: z.object({ key: id, ttlMs: finite.positive() }).optional(),
+  maxQueuedFlow: z.number().int().min(0).optional(),
+  maxQueuedPool: z.number().int().min(0).optional(),
+});
+
+/** {@link ReplicaCandidate} */
+export const replicaCandidateSchema = z.object({
+  id,
+  tokenCapacity: nonNegative,
+  seqCapacity: nonNegative,
+});
+
+/** {@link DispatchInput} */
+export const dispatchInputSchema = z.object({
+  pool: id,
+  bands: z.array(z.number().int().min(0)),
+  ordering: z.enum(['fair', 'score']),
+  nowMs: finite,
+  picker: id,
+  replicas: z.array(replicaCandidateSchema),
+  fit: z.enum(['first', 'best']),
+});
+
+/** {@link ChargeItem}[] */
+export const chargeItemsSchema = z.array(z.object({ id, amount: finite }));
+
+/** {@link SettleInput} */
+export const settleInputSchema = z.object({
+  id,
+  nowMs: finite,
+  finalCost: finite,
+  actualTokens: nonNegative,
+  outputTokens: nonNegative,
+});
+
+/** Arguments of `cancel`. */
+export const cancelInputSchema = z.object({ id, nowMs: finite });
+
+/** Arguments of `renewOwner`. */
+export const renewInputSchema = z.object({ owner: id, nowMs: finite, leaseMs: finite.positive() });
+
+/** Arguments of `snapshot`. */
+export const snapshotInputSchema = z.object({ pool: id, band: z.number().int().min(0) });
+
+/** A bare identifier argument (`reserved`, `predictedOutput`). */
+export const idSchema = id;

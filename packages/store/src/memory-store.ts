@@ -1,0 +1,526 @@
+import { parseInput, StoreError, StoreErrorCode } from './errors.ts';
+import { IndexedHeap } from './indexed-heap.ts';
+import {
+  admitInputSchema,
+  cancelInputSchema,
+  chargeItemsSchema,
+  dispatchInputSchema,
+  idSchema,
+  renewInputSchema,
+  settleInputSchema,
+  snapshotInputSchema,
+} from './input-schemas.ts';
+import type {
+  AdmitInput,
+  AdmitResult,
+  ChargeItem,
+  DispatchInput,
+  DispatchResult,
+  QueuedRequest,
+  QueueSnapshot,
+  ReplicaCandidate,
+  SchedulingStore,
+  SettleInput,
+} from './store.ts';
+import {
+  fairBefore,
+  HISTORY_LENGTH,
+  meanOfHistory,
+  type ResolvedStoreOptions,
+  resolveStoreOptions,
+  type StoreOptions,
+} from './store-options.ts';
+import { WindowLog } from './window-log.ts';
+
+/** A request the store knows: queued in a flow's FIFO, or running on a replica until settled. */
+interface RequestState {
+  readonly req: QueuedRequest;
+  readonly continuation: boolean;
+  state: 'queued' | 'running';
+  replica: string;
+  /** Cost charged to the flow's counter so far (dispatch cost plus streamed charges). */
+  charged: number;
+  /** Windows this request consumed, for true-up at settle or cancel. */
+  readonly windows: readonly { readonly key: string; readonly trueUp: boolean }[];
+  readonly interaction: { readonly key: string; readonly ttlMs: number } | undefined;
+}
+
+/** A FIFO of requests with O(1) head and lazy removal from the middle (cancel, EDF picks). */
+class Fifo {
+  #items: RequestState[] = [];
+  #head = 0;
+  readonly #removed = new Set<RequestState>();
+  count = 0;
+
+  push(rs: RequestState): void {
+    this.#items.push(rs);
+    this.count++;
+  }
+
+  head(): RequestState | undefined {
+    return this.#items[this.#head];
+  }
+
+  remove(rs: RequestState): void {
+    this.count--;
+    if (this.#items[this.#head] === rs) this.#head++;
+    else this.#removed.add(rs);
+    // Skip entries removed while they were behind the head, so head() stays O(1).
+    for (;;) {
+      const h = this.#items[this.#head];
+      if (h === undefined || !this.#removed.has(h)) break;
+      this.#removed.delete(h);
+      this.#head++;
+    }
+    if (this.#head > 64 && this.#head * 2 > this.#items.length) {
+      this.#items = this.#items.slice(this.#head);
+      this.#head = 0;
+    }
+  }
+}
+
+/** A backlogged flow of one queue: its FIFO and the FIFO of its interaction continuations. */
+class FlowState {
+  readonly all = new Fifo();
+  readonly cont = new Fifo();
+  constructor(readonly flow: string) {}
+}
+
+/** One fairness domain: a (pool, band) pair. */
+class QueueState {
+  readonly counters = new Map<string, number>();
+  /** Backlogged flows only. */
+  readonly flows = new Map<string, FlowState>();
+  readonly fair: IndexedHeap<FlowState>;
+  readonly continuing: IndexedHeap<FlowState>;
+  readonly byScore = new IndexedHeap<RequestState>(
+    (a, b) => a.req.score < b.req.score || (a.req.score === b.req.score && a.req.id < b.req.id),
+  );
+  lastLeft: string | undefined;
+  size = 0;
+
+  constructor() {
+    const counter = (f: FlowState): number => this.counters.get(f.flow) ?? 0;
+    this.fair = new IndexedHeap<FlowState>((a, b) =>
+      fairBefore(
+        counter(a),
+        a.all.head()?.req.arrivalMs ?? 0,
+        a.flow,
+        counter(b),
+        b.all.head()?.req.arrivalMs ?? 0,
+        b.flow,
+      ),
+    );
+    this.continuing = new IndexedHeap<FlowState>((a, b) =>
+      fairBefore(
+        counter(a),
+        a.cont.head()?.req.arrivalMs ?? 0,
+        a.flow,
+        counter(b),
+        b.cont.head()?.req.arrivalMs ?? 0,
+        b.flow,
+      ),
+    );
+  }
+}
+
+/**
+ * The in-memory {@link SchedulingStore}: the simulator's store, the embedded mode's store and the
+ * reference the Redis backend is held to by the conformance suite. Every operation is O(log n) in
+ * the number of queued requests or backlogged flows (heaps, not scans).
+ */
+export class MemoryStore implements SchedulingStore {
+  readonly #opts: ResolvedStoreOptions;
+  readonly #queues = new Map<string, Map<number, QueueState>>();
+  readonly #poolQueued = new Map<string, number>();
+  readonly #requests = new Map<string, RequestState>();
+  readonly #replicas = new Map<string, { tokens: number; seqs: number }>();
+  readonly #leases = new Map<string, number>();
+  readonly #ownerRequests = new Map<string, Set<string>>();
+  readonly #windows = new Map<string, WindowLog>();
+  readonly #interactions = new Map<string, number>();
+  #interactionsSweepAt = 1024;
+  readonly #history = new Map<string, number[]>();
+  #closed = false;
+
+  constructor(options: StoreOptions = {}) {
+    this.#opts = resolveStoreOptions(options);
+  }
+
+  async admit(input: AdmitInput): Promise<AdmitResult> {
+    this.#open('admit');
+    if (this.#opts.validate) parseInput('admit', admitInputSchema, input);
+    const { req, nowMs } = input;
+    if (this.#requests.has(req.id)) return { ok: false, code: 'duplicate', retryAfterMs: 0, key: req.id };
+
+    const interactionOpen =
+      input.interaction !== undefined && nowMs < (this.#interactions.get(input.interaction.key) ?? -Infinity);
+    const throttleApplies = input.overloaded && !interactionOpen;
+    for (const limit of input.limits) {
+      if (limit.onlyWhenOverloaded && !throttleApplies) continue;
+      const log = this.#windows.get(limit.key);
+      if (log === undefined) {
+        if (limit.amount > limit.limit) {
+          return { ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key };
+        }
+        continue;
+      }
+      log.purge(nowMs - limit.windowMs);
+      if (log.isEmpty()) {
+        this.#windows.delete(limit.key);
+        if (limit.amount > limit.limit) {
+          return { ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key };
+        }
+        continue;
+      }
+      const retryAfterMs = log.retryAfter(limit.amount, limit.limit, limit.windowMs, nowMs);
+      if (retryAfterMs !== undefined) return { ok: false, code: limit.code, retryAfterMs, key: limit.key };
+    }
+
+    const queue = this.#queue(req.pool, req.band, false);
+    const flowState = queue?.flows.get(req.flow);
+    if (input.maxQueuedFlow !== undefined && (flowState?.all.count ?? 0) >= input.maxQueuedFlow) {
+      return {
+        ok: false,
+        code: 'queue_full',
+        retryAfterMs: this.#opts.queueFullRetryMs,
+        key: `flow:${req.pool}:${req.band}:${req.flow}`,
+      };
+    }
+    if (input.maxQueuedPool !== undefined && (this.#poolQueued.get(req.pool) ?? 0) >= input.maxQueuedPool) {
+      return {
+        ok: false,
+        code: 'queue_full',
+        retryAfterMs: this.#opts.queueFullRetryMs,
+        key: `pool:${req.pool}`,
+      };
+    }
+
+    // Every window records the request, throttle windows included (FairServe Algorithm 1 line 19:
+    // arrivals are counted whether or not the limit is being enforced right now).
+    const windows: { key: string; trueUp: boolean }[] = [];
+    for (const limit of input.limits) {
+      let log = this.#windows.get(limit.key);
+      if (log === undefined) {
+        log = new WindowLog();
+        this.#windows.set(limit.key, log);
+      }
+      log.add(req.id, nowMs, limit.amount);
+      windows.push({ key: limit.key, trueUp: limit.trueUp ?? limit.code === 'tpm_limited' });
+    }
+    if (input.interaction !== undefined)
+      this.#openInteraction(input.interaction.key, nowMs, input.interaction.ttlMs);
+    if (!this.#leases.has(req.owner)) this.#leases.set(req.owner, nowMs + this.#opts.defaultLeaseMs);
+    let owned = this.#ownerRequests.get(req.owner);
+    if (owned === undefined) {
+      owned = new Set();
+      this.#ownerRequests.set(req.owner, owned);
+    }
+    owned.add(req.id);
+
+    const rs: RequestState = {
+      req,
+      continuation: req.continuation === true,
+      state: 'queued',
+      replica: '',
+      charged: 0,
+      windows,
+      interaction: input.interaction,
+    };
+    this.#requests.set(req.id, rs);
+    const q = queue ?? (this.#queue(req.pool, req.band, true) as QueueState);
+    this.#enqueue(q, rs, input.lift);
+    this.#poolQueued.set(req.pool, (this.#poolQueued.get(req.pool) ?? 0) + 1);
+    return { ok: true, queued: q.size };
+  }
+
+  async dispatch(input: DispatchInput): Promise<DispatchResult> {
+    this.#open('dispatch');
+    if (this.#opts.validate) parseInput('dispatch', dispatchInputSchema, input);
+    for (const band of input.bands) {
+      const q = this.#queue(input.pool, band, false);
+      if (q === undefined || q.size === 0) continue;
+      const rs = input.ordering === 'score' ? q.byScore.peek() : this.#fairPick(q);
+      if (rs === undefined) continue;
+      const replica = this.#fit(rs.req.reserveTokens, input.replicas, input.fit);
+      if (replica === undefined)
+        return { kind: 'blocked', id: rs.req.id, reserveTokens: rs.req.reserveTokens };
+      this.#unqueue(q, rs);
+      const r = this.#replicas.get(replica);
+      if (r === undefined) this.#replicas.set(replica, { tokens: rs.req.reserveTokens, seqs: 1 });
+      else {
+        r.tokens += rs.req.reserveTokens;
+        r.seqs += 1;
+      }
+      rs.state = 'running';
+      rs.replica = replica;
+      rs.charged = rs.req.dispatchCost;
+      this.#addToCounter(q, rs.req.flow, rs.req.dispatchCost);
+      return { kind: 'dispatched', req: rs.req, replica };
+    }
+    return { kind: 'empty' };
+  }
+
+  async charge(items: readonly ChargeItem[]): Promise<void> {
+    this.#open('charge');
+    if (this.#opts.validate) parseInput('charge', chargeItemsSchema, items);
+    for (const item of items) {
+      const rs = this.#requests.get(item.id);
+      if (rs === undefined || rs.state !== 'running') continue;
+      rs.charged += item.amount;
+      this.#addToCounter(this.#queue(rs.req.pool, rs.req.band, true) as QueueState, rs.req.flow, item.amount);
+    }
+  }
+
+  async settle(input: SettleInput): Promise<boolean> {
+    this.#open('settle');
+    if (this.#opts.validate) parseInput('settle', settleInputSchema, input);
+    const rs = this.#requests.get(input.id);
+    if (rs === undefined || rs.state !== 'running') return false;
+    const q = this.#queue(rs.req.pool, rs.req.band, true) as QueueState;
+    this.#addToCounter(q, rs.req.flow, input.finalCost - rs.charged);
+    this.#release(rs);
+    this.#trueUp(rs, input.actualTokens);
+    let hist = this.#history.get(rs.req.flow);
+    if (hist === undefined) {
+      hist = [];
+      this.#history.set(rs.req.flow, hist);
+    }
+    hist.push(input.outputTokens);
+    if (hist.length > HISTORY_LENGTH) hist.shift();
+    if (rs.interaction !== undefined)
+      this.#openInteraction(rs.interaction.key, input.nowMs, rs.interaction.ttlMs);
+    this.#forget(rs);
+    return true;
+  }
+
+  async cancel(id: string, nowMs: number): Promise<boolean> {
+    this.#open('cancel');
+    if (this.#opts.validate) parseInput('cancel', cancelInputSchema, { id, nowMs });
+    const rs = this.#requests.get(id);
+    if (rs === undefined || rs.state !== 'queued') return false;
+    this.#drop(rs);
+    return true;
+  }
+
+  async renewOwner(owner: string, nowMs: number, leaseMs: number): Promise<void> {
+    this.#open('renewOwner');
+    if (this.#opts.validate) parseInput('renewOwner', renewInputSchema, { owner, nowMs, leaseMs });
+    this.#leases.set(owner, nowMs + leaseMs);
+  }
+
+  async reclaim(
+    nowMs: number,
+  ): Promise<{ readonly dropped: readonly string[]; readonly released: readonly string[] }> {
+    this.#open('reclaim');
+    if (this.#opts.validate) parseInput('reclaim', cancelInputSchema.shape.nowMs, nowMs);
+    const expired = [...this.#leases]
+      .filter(([, until]) => until <= nowMs)
+      .sort(([oa, ua], [ob, ub]) => (ua !== ub ? ua - ub : oa < ob ? -1 : oa > ob ? 1 : 0));
+    const dropped: string[] = [];
+    const released: string[] = [];
+    for (const [owner] of expired) {
+      const ids = [...(this.#ownerRequests.get(owner) ?? [])].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+      for (const id of ids) {
+        const rs = this.#requests.get(id);
+        if (rs === undefined) continue;
+        if (rs.state === 'queued') {
+          this.#drop(rs);
+          dropped.push(id);
+        } else {
+          this.#release(rs);
+          this.#forget(rs);
+          released.push(id);
+        }
+      }
+      this.#leases.delete(owner);
+      this.#ownerRequests.delete(owner);
+    }
+    return { dropped, released };
+  }
+
+  async predictedOutput(flow: string): Promise<number | undefined> {
+    this.#open('predictedOutput');
+    if (this.#opts.validate) parseInput('predictedOutput', idSchema, flow);
+    return meanOfHistory(this.#history.get(flow) ?? []);
+  }
+
+  async reserved(replica: string): Promise<{ readonly tokens: number; readonly seqs: number }> {
+    this.#open('reserved');
+    if (this.#opts.validate) parseInput('reserved', idSchema, replica);
+    const r = this.#replicas.get(replica);
+    return { tokens: r?.tokens ?? 0, seqs: r?.seqs ?? 0 };
+  }
+
+  async snapshot(pool: string, band: number): Promise<QueueSnapshot> {
+    this.#open('snapshot');
+    if (this.#opts.validate) parseInput('snapshot', snapshotInputSchema, { pool, band });
+    const q = this.#queue(pool, band, false);
+    if (q === undefined) return { counters: {}, backlogged: [], queued: {} };
+    const flows = [...q.flows.values()].sort((a, b) => (lessFair(q, a, b) ? -1 : lessFair(q, b, a) ? 1 : 0));
+    return {
+      counters: Object.fromEntries(q.counters),
+      backlogged: flows.map((f) => f.flow),
+      queued: Object.fromEntries(flows.map((f) => [f.flow, f.all.count])),
+    };
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+  }
+
+  #open(operation: string): void {
+    if (this.#closed) throw new StoreError(StoreErrorCode.CLOSED, operation, 'the store is closed');
+  }
+
+  #queue(pool: string, band: number, create: boolean): QueueState | undefined {
+    let bands = this.#queues.get(pool);
+    if (bands === undefined) {
+      if (!create) return undefined;
+      bands = new Map();
+      this.#queues.set(pool, bands);
+    }
+    let q = bands.get(band);
+    if (q === undefined && create) {
+      q = new QueueState();
+      bands.set(band, q);
+    }
+    return q;
+  }
+
+  /** Appends to the flow's FIFO, lifting its counter first if it was not backlogged (VTC Alg. 2 l. 8–14). */
+  #enqueue(q: QueueState, rs: RequestState, lift: AdmitInput['lift']): void {
+    const flow = rs.req.flow;
+    let fs = q.flows.get(flow);
+    if (fs === undefined) {
+      let c = q.counters.get(flow) ?? 0;
+      if (lift === 'vtc') {
+        const top = q.fair.peek();
+        const floor =
+          top !== undefined
+            ? q.counters.get(top.flow)
+            : q.lastLeft !== undefined
+              ? q.counters.get(q.lastLeft)
+              : undefined;
+        if (floor !== undefined && floor > c) c = floor;
+      }
+      q.counters.set(flow, c);
+      fs = new FlowState(flow);
+      q.flows.set(flow, fs);
+      fs.all.push(rs);
+      q.fair.push(fs);
+    } else {
+      fs.all.push(rs);
+    }
+    if (rs.continuation) {
+      fs.cont.push(rs);
+      if (fs.cont.count === 1) q.continuing.push(fs);
+    }
+    q.byScore.push(rs);
+    q.size++;
+  }
+
+  #fairPick(q: QueueState): RequestState | undefined {
+    const cont = q.continuing.peek();
+    if (cont !== undefined) return cont.cont.head();
+    return q.fair.peek()?.all.head();
+  }
+
+  #fit(tokens: number, replicas: readonly ReplicaCandidate[], fit: DispatchInput['fit']): string | undefined {
+    let chosen: string | undefined;
+    let bestLeft = 0;
+    for (const c of replicas) {
+      const r = this.#replicas.get(c.id);
+      const after = (r?.tokens ?? 0) + tokens;
+      if (after > c.tokenCapacity || (r?.seqs ?? 0) + 1 > c.seqCapacity) continue;
+      if (fit === 'first') return c.id;
+      const left = c.tokenCapacity - after;
+      if (chosen === undefined || left < bestLeft) {
+        chosen = c.id;
+        bestLeft = left;
+      }
+    }
+    return chosen;
+  }
+
+  /** Takes a queued request out of its queue; the flow leaves the backlog if it was its last. */
+  #unqueue(q: QueueState, rs: RequestState): void {
+    const flow = rs.req.flow;
+    const fs = q.flows.get(flow) as FlowState;
+    fs.all.remove(rs);
+    if (rs.continuation) {
+      fs.cont.remove(rs);
+      if (fs.cont.count === 0) q.continuing.remove(fs);
+      else q.continuing.update(fs);
+    }
+    q.byScore.remove(rs);
+    q.size--;
+    const pool = rs.req.pool;
+    this.#poolQueued.set(pool, (this.#poolQueued.get(pool) ?? 1) - 1);
+    if (fs.all.count === 0) {
+      q.flows.delete(flow);
+      q.fair.remove(fs);
+      q.lastLeft = flow;
+    } else {
+      q.fair.update(fs);
+    }
+  }
+
+  #addToCounter(q: QueueState, flow: string, amount: number): void {
+    q.counters.set(flow, (q.counters.get(flow) ?? 0) + amount);
+    const fs = q.flows.get(flow);
+    if (fs !== undefined) {
+      q.fair.update(fs);
+      q.continuing.update(fs);
+    }
+  }
+
+  #release(rs: RequestState): void {
+    const r = this.#replicas.get(rs.replica);
+    if (r === undefined) return;
+    r.tokens -= rs.req.reserveTokens;
+    r.seqs -= 1;
+    if (r.seqs <= 0) this.#replicas.delete(rs.replica);
+  }
+
+  #trueUp(rs: RequestState, tokens: number): void {
+    for (const w of rs.windows) {
+      if (!w.trueUp) continue;
+      const log = this.#windows.get(w.key);
+      log?.set(rs.req.id, tokens);
+    }
+  }
+
+  /** Removes a queued request for good (cancel, reclaim): nothing was served, so TPM gets it back. */
+  #drop(rs: RequestState): void {
+    this.#unqueue(this.#queue(rs.req.pool, rs.req.band, true) as QueueState, rs);
+    this.#trueUp(rs, 0);
+    this.#forget(rs);
+  }
+
+  #forget(rs: RequestState): void {
+    this.#requests.delete(rs.req.id);
+    this.#ownerRequests.get(rs.req.owner)?.delete(rs.req.id);
+  }
+
+  #openInteraction(key: string, nowMs: number, ttlMs: number): void {
+    const until = nowMs + ttlMs;
+    const current = this.#interactions.get(key);
+    if (current === undefined || until > current) this.#interactions.set(key, until);
+    if (this.#interactions.size > this.#interactionsSweepAt) {
+      for (const [k, v] of this.#interactions) if (v <= nowMs) this.#interactions.delete(k);
+      this.#interactionsSweepAt = Math.max(1024, this.#interactions.size * 2);
+    }
+  }
+}
+
+function lessFair(q: QueueState, a: FlowState, b: FlowState): boolean {
+  return fairBefore(
+    q.counters.get(a.flow) ?? 0,
+    a.all.head()?.req.arrivalMs ?? 0,
+    a.flow,
+    q.counters.get(b.flow) ?? 0,
+    b.all.head()?.req.arrivalMs ?? 0,
+    b.flow,
+  );
+}

@@ -1,0 +1,487 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type {
+  AdmitInput,
+  DispatchInput,
+  QueuedRequest,
+  ReplicaCandidate,
+  SchedulingStore,
+  WindowLimit,
+} from '../src/index.ts';
+
+/** Builds a queued request with sensible defaults for tests. */
+export function makeReq(id: string, over: Partial<QueuedRequest> = {}): QueuedRequest {
+  return {
+    id,
+    pool: 'p',
+    band: 0,
+    flow: 'a',
+    score: 0,
+    arrivalMs: 0,
+    reserveTokens: 10,
+    dispatchCost: 10,
+    owner: 'd1',
+    payload: `payload-${id}`,
+    ...over,
+  };
+}
+
+/** An admission with no limits and VTC lift, for tests. */
+export function admitOf(req: QueuedRequest, over: Partial<AdmitInput> = {}): AdmitInput {
+  return { req, nowMs: req.arrivalMs, lift: 'vtc', limits: [], overloaded: false, ...over };
+}
+
+const BIG: ReplicaCandidate = { id: 'r1', tokenCapacity: 1_000_000, seqCapacity: 1_000 };
+
+/** A dispatch of pool `p`, band 0, fair ordering, onto one big replica. */
+export function dispatchOf(over: Partial<DispatchInput> = {}): DispatchInput {
+  return {
+    pool: 'p',
+    bands: [0],
+    ordering: 'fair',
+    nowMs: 0,
+    picker: 'd1',
+    replicas: [BIG],
+    fit: 'first',
+    ...over,
+  };
+}
+
+/** A store backend under test and how to dispose of it. */
+export interface StoreHarness {
+  readonly store: SchedulingStore;
+  dispose(): Promise<void>;
+}
+
+/**
+ * The conformance suite: the observable semantics every {@link SchedulingStore} backend must have.
+ * Each backend's test file calls this with a factory; the suite never looks inside a backend.
+ */
+export function describeStoreConformance(backend: string, create: () => Promise<StoreHarness>): void {
+  describe(`SchedulingStore conformance (${backend})`, () => {
+    let h: StoreHarness;
+    let s: SchedulingStore;
+    beforeEach(async () => {
+      h = await create();
+      s = h.store;
+    });
+    afterEach(async () => {
+      await h.dispose();
+    });
+
+    async function dispatchedId(over: Partial<DispatchInput> = {}): Promise<string> {
+      const r = await s.dispatch(dispatchOf(over));
+      if (r.kind !== 'dispatched') throw new Error(`expected a dispatch, got ${r.kind}`);
+      return r.req.id;
+    }
+
+    describe('admission and counter lift', () => {
+      it('lifts a returning flow to the least backlogged counter', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', dispatchCost: 30 })));
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', dispatchCost: 30 })));
+        await s.admit(admitOf(makeReq('c1', { flow: 'c', dispatchCost: 50 })));
+        expect(await dispatchedId()).toBe('a1'); // a=30, c=0
+        expect(await dispatchedId()).toBe('c1'); // c=50, c leaves
+        await s.admit(admitOf(makeReq('b1', { flow: 'b' })));
+        const snap = await s.snapshot('p', 0);
+        expect(snap.counters).toEqual({ a: 30, b: 30, c: 50 });
+        expect(snap.backlogged).toEqual(['a', 'b']);
+      });
+
+      it('lifts to the counter of the last flow to leave when nothing is backlogged', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', dispatchCost: 50 })));
+        await dispatchedId();
+        await s.charge([{ id: 'a1', amount: 30 }]);
+        await s.admit(admitOf(makeReq('b1', { flow: 'b' })));
+        expect((await s.snapshot('p', 0)).counters.b).toBe(80);
+      });
+
+      it('never lowers a counter that is already above the floor', async () => {
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', dispatchCost: 500 })));
+        await dispatchedId();
+        await s.admit(admitOf(makeReq('a1', { flow: 'a' }), { lift: 'none' }));
+        await s.admit(admitOf(makeReq('a2', { flow: 'a' }), { lift: 'none' }));
+        await dispatchedId();
+        await s.admit(admitOf(makeReq('b2', { flow: 'b' })));
+        expect((await s.snapshot('p', 0)).counters).toEqual({ a: 10, b: 500 });
+      });
+
+      it('does not lift under LCF', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', dispatchCost: 50 })));
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', dispatchCost: 50 })));
+        await dispatchedId();
+        await s.admit(admitOf(makeReq('b1', { flow: 'b' }), { lift: 'none' }));
+        expect((await s.snapshot('p', 0)).counters).toEqual({ a: 50, b: 0 });
+      });
+
+      it('keeps counters per (pool, band) queue', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', dispatchCost: 40 })));
+        await dispatchedId();
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', band: 1 })));
+        await s.admit(admitOf(makeReq('a3', { flow: 'a', pool: 'q' })));
+        expect((await s.snapshot('p', 1)).counters).toEqual({ a: 0 });
+        expect((await s.snapshot('q', 0)).counters).toEqual({ a: 0 });
+        expect((await s.snapshot('p', 0)).counters).toEqual({ a: 40 });
+      });
+
+      it('reports the queue length and rejects duplicate ids', async () => {
+        expect(await s.admit(admitOf(makeReq('x1')))).toEqual({ ok: true, queued: 1 });
+        expect(await s.admit(admitOf(makeReq('x2', { flow: 'b' })))).toEqual({ ok: true, queued: 2 });
+        expect(await s.admit(admitOf(makeReq('x1')))).toEqual({
+          ok: false,
+          code: 'duplicate',
+          retryAfterMs: 0,
+          key: 'x1',
+        });
+        await dispatchedId();
+        expect((await s.admit(admitOf(makeReq('x1')))).ok).toBe(false);
+      });
+    });
+
+    describe('ordering', () => {
+      it('serves the backlogged flow with the least counter, oldest request first', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1, dispatchCost: 100 })));
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', arrivalMs: 2, dispatchCost: 100 })));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', arrivalMs: 3, dispatchCost: 30 })));
+        await s.admit(admitOf(makeReq('b2', { flow: 'b', arrivalMs: 4, dispatchCost: 30 })));
+        await s.admit(admitOf(makeReq('b3', { flow: 'b', arrivalMs: 5, dispatchCost: 30 })));
+        const order: string[] = [];
+        for (let i = 0; i < 5; i++) order.push(await dispatchedId());
+        // a1 (tie at 0, older head), then b until b passes a's 100, then a2.
+        expect(order).toEqual(['a1', 'b1', 'b2', 'b3', 'a2']);
+      });
+
+      it('breaks counter ties by oldest head arrival, then by flow id', async () => {
+        await s.admit(admitOf(makeReq('c1', { flow: 'c', arrivalMs: 5, dispatchCost: 0 })));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', arrivalMs: 7, dispatchCost: 0 })));
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 7, dispatchCost: 0 })));
+        expect(await dispatchedId()).toBe('c1');
+        expect(await dispatchedId()).toBe('a1');
+        expect(await dispatchedId()).toBe('b1');
+      });
+
+      it('orders by least score across flows under score ordering, ties by id', async () => {
+        await s.admit(admitOf(makeReq('r3', { flow: 'a', score: 30 })));
+        await s.admit(admitOf(makeReq('r1', { flow: 'a', score: 10 })));
+        await s.admit(admitOf(makeReq('r2b', { flow: 'b', score: 20 })));
+        await s.admit(admitOf(makeReq('r2a', { flow: 'c', score: 20 })));
+        const order: string[] = [];
+        for (let i = 0; i < 4; i++) order.push(await dispatchedId({ ordering: 'score' }));
+        expect(order).toEqual(['r1', 'r2a', 'r2b', 'r3']);
+      });
+
+      it('serves interaction continuations first under fair ordering, least counter first', async () => {
+        const none = { lift: 'none' } as const;
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1 }), none));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', arrivalMs: 2, dispatchCost: 500 }), none));
+        await dispatchedId(); // a1: a=10
+        await dispatchedId(); // b1: b=500
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', arrivalMs: 3 }), none));
+        await s.admit(admitOf(makeReq('b2', { flow: 'b', arrivalMs: 4, continuation: true }), none));
+        await s.admit(admitOf(makeReq('c1', { flow: 'c', arrivalMs: 5, continuation: true }), none));
+        await s.admit(admitOf(makeReq('c2', { flow: 'c', arrivalMs: 6 }), none));
+        // Continuations first, least counter first (c=0 < b=500); then a2 (a=10, older) and c2 (c=10).
+        const order: string[] = [];
+        for (let i = 0; i < 4; i++) order.push(await dispatchedId());
+        expect(order).toEqual(['c1', 'b2', 'a2', 'c2']);
+      });
+
+      it('ignores continuation marks under score ordering', async () => {
+        await s.admit(admitOf(makeReq('x1', { score: 1 })));
+        await s.admit(admitOf(makeReq('x2', { score: 2, continuation: true })));
+        expect(await dispatchedId({ ordering: 'score' })).toBe('x1');
+      });
+
+      it('serves bands in the given priority order and skips empty ones', async () => {
+        await s.admit(admitOf(makeReq('low', { band: 2 })));
+        await s.admit(admitOf(makeReq('high', { band: 1 })));
+        expect(await dispatchedId({ bands: [0, 1, 2] })).toBe('high');
+        expect(await dispatchedId({ bands: [0, 1, 2] })).toBe('low');
+        expect(await s.dispatch(dispatchOf({ bands: [0, 1, 2] }))).toEqual({ kind: 'empty' });
+      });
+    });
+
+    describe('reservations', () => {
+      const small = (id: string, tokenCapacity: number, seqCapacity = 10): ReplicaCandidate => ({
+        id,
+        tokenCapacity,
+        seqCapacity,
+      });
+
+      it('reserves on the first candidate with room under first fit', async () => {
+        await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+        const r = await s.dispatch(
+          dispatchOf({ replicas: [small('r1', 50), small('r2', 100), small('r3', 60)] }),
+        );
+        expect(r).toMatchObject({ kind: 'dispatched', replica: 'r2' });
+        expect(await s.reserved('r2')).toEqual({ tokens: 60, seqs: 1 });
+      });
+
+      it('reserves on the candidate left with the least room under best fit', async () => {
+        await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+        const r = await s.dispatch(
+          dispatchOf({
+            fit: 'best',
+            replicas: [small('r1', 50), small('r2', 100), small('r3', 60), small('r4', 60)],
+          }),
+        );
+        expect(r).toMatchObject({ kind: 'dispatched', replica: 'r3' });
+      });
+
+      it('respects sequence capacity', async () => {
+        await s.admit(admitOf(makeReq('x1', { reserveTokens: 1 })));
+        await s.admit(admitOf(makeReq('x2', { reserveTokens: 1 })));
+        const replicas = [small('r1', 100, 1), small('r2', 100, 1)];
+        expect(await s.dispatch(dispatchOf({ replicas }))).toMatchObject({ replica: 'r1' });
+        expect(await s.dispatch(dispatchOf({ replicas }))).toMatchObject({ replica: 'r2' });
+      });
+
+      it('reports a blocked head and changes nothing', async () => {
+        await s.admit(admitOf(makeReq('big', { flow: 'a', reserveTokens: 80, arrivalMs: 1 })));
+        await s.admit(admitOf(makeReq('tiny', { flow: 'b', reserveTokens: 1, arrivalMs: 2 })));
+        await s.admit(admitOf(makeReq('other', { band: 1, reserveTokens: 1 })));
+        const before = await s.snapshot('p', 0);
+        const r = await s.dispatch(dispatchOf({ bands: [0, 1], replicas: [small('r1', 50)] }));
+        expect(r).toEqual({ kind: 'blocked', id: 'big', reserveTokens: 80 });
+        expect(await s.snapshot('p', 0)).toEqual(before);
+        expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+      });
+
+      it('releases the reservation when the request settles', async () => {
+        await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+        await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+        await s.admit(admitOf(makeReq('y', { reserveTokens: 60 })));
+        expect((await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }))).kind).toBe('blocked');
+        expect(await s.settle({ id: 'x', nowMs: 5, finalCost: 10, actualTokens: 60, outputTokens: 0 })).toBe(
+          true,
+        );
+        expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+        expect((await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }))).kind).toBe('dispatched');
+      });
+    });
+
+    describe('window limits', () => {
+      const rpm = (limit: number, windowMs = 1000): WindowLimit => ({
+        key: 'rpm:tenant:a',
+        limit,
+        amount: 1,
+        windowMs,
+        code: 'rpm_limited',
+      });
+
+      it('admits exactly the limit within any window and says when to retry', async () => {
+        for (let i = 0; i < 3; i++) {
+          expect((await s.admit(admitOf(makeReq(`x${i}`), { nowMs: 100 * i, limits: [rpm(3)] }))).ok).toBe(
+            true,
+          );
+        }
+        expect(await s.admit(admitOf(makeReq('x3'), { nowMs: 999, limits: [rpm(3)] }))).toEqual({
+          ok: false,
+          code: 'rpm_limited',
+          retryAfterMs: 1,
+          key: 'rpm:tenant:a',
+        });
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1000, limits: [rpm(3)] }))).ok).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1099, limits: [rpm(3)] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1100, limits: [rpm(3)] }))).ok).toBe(true);
+      });
+
+      it('consumes nothing when any limit or bound rejects', async () => {
+        const tight: WindowLimit = { ...rpm(1), key: 'rpm:app:z' };
+        await s.admit(admitOf(makeReq('x0'), { limits: [tight] }));
+        expect((await s.admit(admitOf(makeReq('x1'), { limits: [rpm(1), tight] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x2'), { limits: [rpm(1)] }))).ok).toBe(true);
+      });
+
+      it('reserves tokens at admission and trues them up at settle (TPM)', async () => {
+        const tpm = (amount: number): WindowLimit => ({
+          key: 'tpm:tenant:a',
+          limit: 1000,
+          amount,
+          windowMs: 60_000,
+          code: 'tpm_limited',
+        });
+        await s.admit(admitOf(makeReq('x1'), { nowMs: 0, limits: [tpm(800)] }));
+        expect(await s.admit(admitOf(makeReq('x2'), { nowMs: 10, limits: [tpm(300)] }))).toMatchObject({
+          ok: false,
+          code: 'tpm_limited',
+          retryAfterMs: 59_990,
+        });
+        await dispatchedId();
+        await s.settle({ id: 'x1', nowMs: 20, finalCost: 10, actualTokens: 500, outputTokens: 100 });
+        expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 30, limits: [tpm(500)] }))).ok).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 40, limits: [tpm(1)] }))).ok).toBe(false);
+        expect(await s.cancel('x2', 50)).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 60, limits: [tpm(500)] }))).ok).toBe(true);
+      });
+
+      it('rejects an amount larger than the limit with the whole window as retry', async () => {
+        expect(
+          await s.admit(admitOf(makeReq('x'), { limits: [{ ...rpm(0), windowMs: 5000 }] })),
+        ).toMatchObject({
+          ok: false,
+          retryAfterMs: 5000,
+        });
+      });
+
+      it('throttles only while overloaded, but counts every admission', async () => {
+        const user: WindowLimit = {
+          ...rpm(2),
+          key: 'oit:user:u',
+          code: 'throttled',
+          onlyWhenOverloaded: true,
+        };
+        for (let i = 0; i < 3; i++) {
+          expect((await s.admit(admitOf(makeReq(`x${i}`), { nowMs: i, limits: [user] }))).ok).toBe(true);
+        }
+        expect(
+          await s.admit(admitOf(makeReq('x3'), { nowMs: 3, limits: [user], overloaded: true })),
+        ).toMatchObject({
+          ok: false,
+          code: 'throttled',
+          retryAfterMs: 1000 - 3 + 1,
+          key: 'oit:user:u',
+        });
+      });
+
+      it('never throttles a request that continues an open interaction', async () => {
+        const user: WindowLimit = {
+          ...rpm(1),
+          key: 'oit:user:u',
+          code: 'throttled',
+          onlyWhenOverloaded: true,
+        };
+        const interaction = { key: 'i1', ttlMs: 500 };
+        const over = { limits: [user], overloaded: true, interaction };
+        expect((await s.admit(admitOf(makeReq('x0'), { nowMs: 0, ...over }))).ok).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x1'), { nowMs: 100, ...over }))).ok).toBe(true);
+        // Another interaction of the same user is not exempt.
+        const other = { ...over, interaction: { key: 'i2', ttlMs: 500 } };
+        expect(await s.admit(admitOf(makeReq('x2'), { nowMs: 110, ...other }))).toMatchObject({
+          code: 'throttled',
+        });
+        // The interaction closes after its ttl without calls or completions…
+        expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 700, ...over }))).ok).toBe(false);
+        // …and a completion keeps it open for another ttl.
+        await dispatchedId();
+        await s.settle({ id: 'x0', nowMs: 650, finalCost: 1, actualTokens: 1, outputTokens: 1 });
+        expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 1100, ...over }))).ok).toBe(true);
+      });
+    });
+
+    describe('queue bounds', () => {
+      it('rejects when the flow or the pool has too many queued requests', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a' })));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', band: 1 })));
+        expect(await s.admit(admitOf(makeReq('a2', { flow: 'a' }), { maxQueuedFlow: 1 }))).toMatchObject({
+          ok: false,
+          code: 'queue_full',
+          key: 'flow:p:0:a',
+        });
+        expect((await s.admit(admitOf(makeReq('c1', { flow: 'c' }), { maxQueuedFlow: 1 }))).ok).toBe(true);
+        expect(await s.admit(admitOf(makeReq('d1', { flow: 'd' }), { maxQueuedPool: 3 }))).toMatchObject({
+          ok: false,
+          code: 'queue_full',
+          key: 'pool:p',
+        });
+        await dispatchedId();
+        expect((await s.admit(admitOf(makeReq('d1', { flow: 'd' }), { maxQueuedPool: 3 }))).ok).toBe(true);
+      });
+    });
+
+    describe('leases', () => {
+      it('reclaims queued and running requests of an owner whose lease expired', async () => {
+        await s.renewOwner('d1', 0, 1000);
+        await s.renewOwner('d2', 0, 5000);
+        await s.admit(admitOf(makeReq('q2', { owner: 'd1', flow: 'b' })));
+        await s.admit(admitOf(makeReq('run', { owner: 'd1', reserveTokens: 70, arrivalMs: -1 })));
+        await s.admit(admitOf(makeReq('q1', { owner: 'd1', flow: 'c' })));
+        await s.admit(admitOf(makeReq('keep', { owner: 'd2', flow: 'k' })));
+        expect(await dispatchedId()).toBe('run');
+        expect(await s.reclaim(999)).toEqual({ dropped: [], released: [] });
+        expect(await s.reclaim(1000)).toEqual({ dropped: ['q1', 'q2'], released: ['run'] });
+        expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+        expect((await s.snapshot('p', 0)).backlogged).toEqual(['k']);
+        expect(
+          await s.settle({ id: 'run', nowMs: 1001, finalCost: 0, actualTokens: 0, outputTokens: 0 }),
+        ).toBe(false);
+      });
+
+      it('keeps an owner that renews', async () => {
+        await s.renewOwner('d1', 0, 1000);
+        await s.admit(admitOf(makeReq('x')));
+        await s.renewOwner('d1', 900, 1000);
+        expect(await s.reclaim(1500)).toEqual({ dropped: [], released: [] });
+        expect(await s.reclaim(1900)).toEqual({ dropped: ['x'], released: [] });
+      });
+
+      it('gives an owner that never renewed the default lease', async () => {
+        await s.admit(admitOf(makeReq('x', { owner: 'silent' }), { nowMs: 100 }));
+        expect((await s.reclaim(100 + 29_999)).dropped).toEqual([]);
+        expect((await s.reclaim(100 + 30_000)).dropped).toEqual(['x']);
+      });
+    });
+
+    describe('charging and settling', () => {
+      it('adds streamed charges and corrects the total at settle', async () => {
+        await s.admit(admitOf(makeReq('x', { dispatchCost: 100 })));
+        await dispatchedId();
+        await s.charge([
+          { id: 'x', amount: 2 },
+          { id: 'unknown', amount: 5 },
+          { id: 'x', amount: 4 },
+        ]);
+        expect((await s.snapshot('p', 0)).counters.a).toBe(106);
+        expect(await s.settle({ id: 'x', nowMs: 1, finalCost: 60, actualTokens: 30, outputTokens: 20 })).toBe(
+          true,
+        );
+        expect((await s.snapshot('p', 0)).counters.a).toBe(60);
+        expect(await s.settle({ id: 'x', nowMs: 2, finalCost: 60, actualTokens: 30, outputTokens: 20 })).toBe(
+          false,
+        );
+      });
+
+      it('ignores charges for requests still queued', async () => {
+        await s.admit(admitOf(makeReq('x')));
+        await s.charge([{ id: 'x', amount: 7 }]);
+        expect((await s.snapshot('p', 0)).counters.a).toBe(0);
+        expect(await s.settle({ id: 'x', nowMs: 1, finalCost: 1, actualTokens: 1, outputTokens: 1 })).toBe(
+          false,
+        );
+      });
+
+      it('predicts output as the mean of the flow’s last five outputs', async () => {
+        expect(await s.predictedOutput('a')).toBeUndefined();
+        const outs = [100, 1, 2, 3, 4, 5];
+        for (const [i, out] of outs.entries()) {
+          await s.admit(admitOf(makeReq(`x${i}`)));
+          await dispatchedId();
+          await s.settle({ id: `x${i}`, nowMs: i, finalCost: 0, actualTokens: 0, outputTokens: out });
+          if (i === 0) expect(await s.predictedOutput('a')).toBe(100);
+        }
+        expect(await s.predictedOutput('a')).toBe(3);
+        expect(await s.predictedOutput('b')).toBeUndefined();
+      });
+
+      it('cancels only queued requests and lets the flow leave the backlog', async () => {
+        await s.admit(admitOf(makeReq('x1')));
+        await s.admit(admitOf(makeReq('x2')));
+        await dispatchedId();
+        expect(await s.cancel('x1', 1)).toBe(false);
+        expect(await s.cancel('x2', 1)).toBe(true);
+        expect(await s.cancel('x2', 1)).toBe(false);
+        expect(await s.snapshot('p', 0)).toMatchObject({ backlogged: [], queued: {} });
+        expect(await s.dispatch(dispatchOf())).toEqual({ kind: 'empty' });
+      });
+    });
+
+    describe('validation', () => {
+      it('rejects malformed input naming the field', async () => {
+        await expect(s.admit(admitOf(makeReq('x', { reserveTokens: -1 })))).rejects.toThrow(
+          /req\.reserveTokens/,
+        );
+        await expect(s.dispatch(dispatchOf({ bands: [0.5] }))).rejects.toThrow(/bands\[0\]/);
+        await expect(s.renewOwner('d', 0, 0)).rejects.toThrow(/leaseMs/);
+      });
+    });
+  });
+}
