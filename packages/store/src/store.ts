@@ -148,21 +148,49 @@ export interface QueueSnapshot {
   readonly queued: Readonly<Record<string, number>>;
 }
 
-/** The scheduling store. Every method is atomic. */
+/**
+ * The scheduling store. Every method is atomic. Semantics both backends share (the conformance
+ * suite in `packages/store/test/conformance.ts` is the executable specification):
+ * - ids compare by code unit (byte order for ASCII), the order Redis uses;
+ * - `fair` picks the backlogged flow with the least counter, ties by oldest head arrival then flow
+ *   id, and takes its oldest request (FIFO by admission); flows holding `continuation` requests are
+ *   served first, among themselves in the same order. `score` picks the least (score, id);
+ * - bands are tried in the given order; the first non-empty band decides: if its pick fits no
+ *   candidate replica the result is `blocked` (no lower band overtakes, as VTC Alg. 2 line 23);
+ * - a window entry leaves the window `windowMs` after its admission time.
+ */
 export interface SchedulingStore {
-  /** Checks limits and queue bounds, records window usage, lifts the flow's counter and enqueues. */
+  /**
+   * Rejects a known id (`duplicate`), then checks `limits` in order (throttle limits only when
+   * `overloaded` and the interaction is not open), then `maxQueuedFlow` and `maxQueuedPool`. On
+   * success records the request in every window (throttle windows included), opens or extends the
+   * interaction to `nowMs + ttlMs`, grants the owner a default lease if it has none, lifts the
+   * flow's counter if it was not backlogged, and enqueues. A rejection changes nothing.
+   */
   admit(input: AdmitInput): Promise<AdmitResult>;
   /** Picks the next request by the ordering, reserves it on a replica and charges its dispatch cost. */
   dispatch(input: DispatchInput): Promise<DispatchResult>;
-  /** Adds streamed-output costs to counters (coalesced per dispatcher). Unknown ids are ignored. */
+  /** Adds streamed-output costs to counters (coalesced per dispatcher). Unknown or queued ids are ignored. */
   charge(items: readonly ChargeItem[]): Promise<void>;
-  /** Ends a request: corrects its charge, releases its reservation, trues up windows. */
+  /**
+   * Ends a running request: corrects its flow's counter so the request was charged `finalCost` in
+   * total, releases its reservation, replaces its true-up windows' amounts by `actualTokens`,
+   * records `outputTokens` in the flow's history and keeps its interaction open for another ttl.
+   * Returns false if the request was not running.
+   */
   settle(input: SettleInput): Promise<boolean>;
-  /** Removes a queued request (client gone, queue timeout). Returns false if it was not queued. */
+  /**
+   * Removes a queued request (client gone, queue timeout); its true-up windows get their amount
+   * back. Returns false if it was not queued (running requests end with `settle`).
+   */
   cancel(id: string, nowMs: number): Promise<boolean>;
   /** Renews the owner's lease; everything it holds stays alive until `nowMs + leaseMs`. */
   renewOwner(owner: string, nowMs: number, leaseMs: number): Promise<void>;
-  /** Reclaims everything held by owners whose lease expired: drops queued entries, frees reservations. */
+  /**
+   * Reclaims everything held by owners whose lease ended (`until <= nowMs`), owners in order of
+   * expiry then id, each owner's requests by id: queued ones are dropped as by `cancel`, running
+   * ones have their reservation released (their charges stay).
+   */
   reclaim(
     nowMs: number,
   ): Promise<{ readonly dropped: readonly string[]; readonly released: readonly string[] }>;
@@ -170,6 +198,7 @@ export interface SchedulingStore {
   predictedOutput(flow: string): Promise<number | undefined>;
   /** Tokens and sequences currently reserved on a replica. */
   reserved(replica: string): Promise<{ readonly tokens: number; readonly seqs: number }>;
+  /** Counters of every flow seen in the queue; backlogged flows in `fair` order with their queue lengths. */
   snapshot(pool: string, band: number): Promise<QueueSnapshot>;
   close(): Promise<void>;
 }
