@@ -1,0 +1,239 @@
+/**
+ * The scenario file format (JSON or YAML): how long to simulate, the cluster, the tenants, and
+ * either synthetic request streams or a trace with a tenant split. Validated with zod; every error
+ * names the offending field by path (e.g. `streams[1].arrival.rate`).
+ */
+import { GPUS, MODELS } from '@fairway/core';
+import { z } from 'zod';
+
+const id = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$/, 'must be 1-64 letters, digits, ".", "_", ":", "/" or "-"');
+const pos = z.number().positive();
+const posInt = z.number().int().positive();
+const nonNeg = z.number().nonnegative();
+
+/** A token-length distribution; a bare number means that many tokens, always. */
+export const lengthSpecSchema = z.union([
+  posInt.transform((value) => ({ kind: 'fixed' as const, value })),
+  z.discriminatedUnion('kind', [
+    z.object({ kind: z.literal('fixed'), value: posInt }).strict(),
+    z
+      .object({ kind: z.literal('uniform'), min: posInt, max: posInt })
+      .strict()
+      .refine((u) => u.max >= u.min, { message: 'max must be ≥ min', path: ['max'] }),
+    z
+      .object({
+        kind: z.literal('lognormal'),
+        mean: pos.optional(),
+        sigma: pos.optional(),
+        median: pos.optional(),
+        p90: pos.optional(),
+        min: posInt.optional(),
+        max: posInt.optional(),
+      })
+      .strict()
+      .superRefine((l, ctx) => {
+        const byMean = l.mean !== undefined && l.sigma !== undefined;
+        const byMedian = l.median !== undefined && l.p90 !== undefined;
+        if (byMean === byMedian)
+          ctx.addIssue({ code: 'custom', message: 'give either mean and sigma, or median and p90' });
+        if (byMedian && l.p90! <= l.median!)
+          ctx.addIssue({ code: 'custom', path: ['p90'], message: 'p90 must be greater than median' });
+        if (l.min !== undefined && l.max !== undefined && l.max < l.min)
+          ctx.addIssue({ code: 'custom', path: ['max'], message: 'max must be ≥ min' });
+      }),
+    z
+      .object({ kind: z.literal('zipf'), min: posInt.optional(), max: posInt, s: pos })
+      .strict()
+      .refine((l) => l.max >= (l.min ?? 1), { message: 'max must be ≥ min', path: ['max'] }),
+    z
+      .object({ kind: z.literal('empirical'), values: z.array(posInt).min(1, 'needs at least one value') })
+      .strict(),
+  ]),
+]);
+
+const durationSpecSchema = z.union([
+  nonNeg.transform((value) => ({ kind: 'fixed' as const, value })),
+  z.discriminatedUnion('kind', [
+    z.object({ kind: z.literal('fixed'), value: nonNeg }).strict(),
+    z
+      .object({ kind: z.literal('uniform'), min: nonNeg, max: nonNeg })
+      .strict()
+      .refine((u) => u.max >= u.min, { message: 'max must be ≥ min', path: ['max'] }),
+    z.object({ kind: z.literal('exponential'), mean: pos }).strict(),
+  ]),
+]);
+
+const phaseSchema = z
+  .object({ durationS: pos, rate: nonNeg.optional(), from: nonNeg.optional(), to: nonNeg.optional() })
+  .strict()
+  .refine((p) => (p.rate !== undefined) !== (p.from !== undefined && p.to !== undefined), {
+    message: 'give either rate, or from and to',
+  });
+
+/** Arrival process and rate shape of a stream. */
+export const arrivalSchema = z
+  .object({
+    process: z.enum(['uniform', 'poisson', 'gamma'], {
+      message: 'must be one of "uniform", "poisson", "gamma"',
+    }),
+    rate: pos.optional(),
+    cv: pos.optional(),
+    ramp: z.object({ from: nonNeg, to: nonNeg }).strict().optional(),
+    phases: z.array(phaseSchema).min(1, 'needs at least one phase').optional(),
+    onOff: z.object({ onS: pos, offS: pos, offFirst: z.boolean().optional() }).strict().optional(),
+  })
+  .strict()
+  .superRefine((a, ctx) => {
+    const shapes = [a.rate, a.ramp, a.phases].filter((x) => x !== undefined).length;
+    if (shapes !== 1) ctx.addIssue({ code: 'custom', message: 'give exactly one of rate, ramp or phases' });
+    if (a.cv !== undefined && a.process !== 'gamma')
+      ctx.addIssue({ code: 'custom', path: ['cv'], message: 'cv applies only to process "gamma"' });
+  });
+
+const interactionSchema = z
+  .object({
+    size: z.union([
+      z.literal('fairserve').transform(() => ({ kind: 'fairserve' as const })),
+      lengthSpecSchema,
+    ]),
+    followUp: z
+      .discriminatedUnion('mode', [
+        z
+          .object({
+            mode: z.literal('after-expected-completion'),
+            thinkS: durationSpecSchema.optional(),
+            ttftS: nonNeg.optional(),
+            tpotS: nonNeg.optional(),
+          })
+          .strict(),
+        z.object({ mode: z.literal('fixed-gap'), gapS: nonNeg }).strict(),
+      ])
+      .optional(),
+  })
+  .strict();
+
+/** One synthetic request stream. */
+export const streamSchema = z
+  .object({
+    tenant: id,
+    name: id.optional(),
+    app: id.optional(),
+    users: posInt.optional(),
+    sloClass: id.optional(),
+    model: z.string().min(1).optional(),
+    arrival: arrivalSchema,
+    input: lengthSpecSchema,
+    output: lengthSpecSchema,
+    maxTokens: posInt.optional(),
+    systemTokens: z.number().int().nonnegative().optional(),
+    startS: nonNeg.optional(),
+    endS: pos.optional(),
+    interaction: interactionSchema.optional(),
+  })
+  .strict()
+  .refine((s) => s.endS === undefined || s.endS > (s.startS ?? 0), {
+    message: 'endS must be after startS',
+    path: ['endS'],
+  });
+
+const gpuNames = Object.keys(GPUS);
+const modelNames = Object.keys(MODELS);
+
+/** Engine options a scenario may set (see `EngineConfig`). */
+export const engineOptionsSchema = z
+  .object({
+    blockSize: posInt.optional(),
+    watermark: z.number().min(0).max(1).optional(),
+    maxNumSeqs: posInt.optional(),
+    maxNumBatchedTokens: posInt.optional(),
+    batchPolicy: z.enum(['prefill-priority', 'decode-priority']).optional(),
+    chunkedPrefill: z.boolean().optional(),
+    preemption: z.enum(['recompute', 'eviction-free']).optional(),
+    priorityScheduling: z.boolean().optional(),
+  })
+  .strict();
+
+/** A group of identical engines. */
+export const engineGroupSchema = z
+  .object({
+    gpu: z.string().refine((g) => gpuNames.includes(g), { message: `must be one of ${gpuNames.join(', ')}` }),
+    model: z
+      .string()
+      .refine((m) => modelNames.includes(m), { message: `must be one of ${modelNames.join(', ')}` }),
+    tp: posInt.default(1),
+    count: posInt.default(1),
+    kvCapacityTokens: posInt.optional(),
+    options: engineOptionsSchema.optional(),
+  })
+  .strict();
+
+const tenantSchema = z.object({ id, weight: pos.default(1), app: id.optional() }).strict();
+
+/** A trace-driven workload. */
+export const traceSourceSchema = z
+  .object({
+    /** `azure-conv`, `azure-code`, or a CSV path (relative to the scenario file). */
+    name: z.string().min(1),
+    split: z
+      .object({ tenants: posInt.max(1000), zipfS: nonNeg.default(1), seed: z.number().int().optional() })
+      .strict(),
+    rateScale: pos.default(1),
+    startS: nonNeg.default(0),
+    sloClass: id.optional(),
+  })
+  .strict();
+
+/** A whole scenario file. */
+export const scenarioSchema = z
+  .object({
+    name: id.optional(),
+    description: z.string().optional(),
+    durationS: pos,
+    seed: z.number().int().default(1),
+    cluster: z.object({ engines: z.array(engineGroupSchema).min(1, 'needs at least one engine') }).strict(),
+    tenants: z.array(tenantSchema).optional(),
+    streams: z.array(streamSchema).min(1, 'needs at least one stream').optional(),
+    trace: traceSourceSchema.optional(),
+  })
+  .strict()
+  .superRefine((s, ctx) => {
+    if ((s.streams === undefined) === (s.trace === undefined))
+      ctx.addIssue({ code: 'custom', message: 'give exactly one of "streams" or "trace"' });
+    const seen = new Set<string>();
+    (s.tenants ?? []).forEach((t, i) => {
+      if (seen.has(t.id))
+        ctx.addIssue({ code: 'custom', path: ['tenants', i, 'id'], message: `duplicate tenant "${t.id}"` });
+      seen.add(t.id);
+    });
+    if (s.tenants && s.streams)
+      s.streams.forEach((st, i) => {
+        if (!seen.has(st.tenant))
+          ctx.addIssue({
+            code: 'custom',
+            path: ['streams', i, 'tenant'],
+            message: `unknown tenant "${st.tenant}" (not in "tenants")`,
+          });
+      });
+    const models = new Set(s.cluster.engines.map((e) => e.model));
+    s.streams?.forEach((st, i) => {
+      if (st.model !== undefined && !models.has(st.model))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['streams', i, 'model'],
+          message: `no engine in the cluster serves "${st.model}"`,
+        });
+      if (st.startS !== undefined && st.startS >= s.durationS)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['streams', i, 'startS'],
+          message: `starts at or after the end of the run (${s.durationS} s)`,
+        });
+    });
+  });
+
+/** A scenario as written (input to the schema). */
+export type ScenarioInput = z.input<typeof scenarioSchema>;
+/** A validated scenario with defaults applied. */
+export type Scenario = z.infer<typeof scenarioSchema>;

@@ -1,0 +1,143 @@
+/**
+ * Scenarios: built-in ones by name, user files (JSON or YAML) by path, and their compilation into
+ * the runner's input (engines, tenants and the arrival list), minus the policies.
+ */
+import { dirname, isAbsolute, resolve } from 'node:path';
+import type { RequestDescriptor, Tenant } from '@fairway/core';
+import { ConfigError, ErrorCode, parseWith, readStructuredFile } from '@fairway/core';
+import type { EngineConfig } from './engine-api.ts';
+import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
+import { AZURE_SCENARIOS } from './scenarios/azure.ts';
+import { VTC_SCENARIOS } from './scenarios/vtc.ts';
+import { splitTenantIds, TRACE_FILES, traceWorkload } from './trace.ts';
+import { generateWorkload } from './workload.ts';
+
+const BUILTIN: Readonly<Record<string, ScenarioInput>> = { ...VTC_SCENARIOS, ...AZURE_SCENARIOS };
+
+/** A scenario ready to run: validated, named, and where relative trace paths resolve from. */
+export interface LoadedScenario {
+  readonly name: string;
+  readonly scenario: Scenario;
+  /** Directory relative trace paths resolve against (the file's directory; cwd for built-ins). */
+  readonly baseDir: string;
+}
+
+/** Names and one-line descriptions of the built-in scenarios. */
+export function listScenarios(): { name: string; description: string }[] {
+  return Object.entries(BUILTIN).map(([name, s]) => ({ name, description: s.description ?? '' }));
+}
+
+/** Validates scenario data (already parsed from YAML/JSON); errors name each bad field. */
+export function parseScenario(data: unknown, source?: string): Scenario {
+  return parseWith(scenarioSchema, data, source, ErrorCode.SCENARIO_INVALID);
+}
+
+/**
+ * Loads a built-in scenario by name, or a scenario file by path (anything containing a path
+ * separator or ending in .json/.yaml/.yml). Throws a `ConfigError` with code `SCENARIO_INVALID`
+ * (or `CONFIG_UNREADABLE`) that names the problem.
+ */
+export function loadScenario(nameOrPath: string): LoadedScenario {
+  const builtin = BUILTIN[nameOrPath];
+  if (builtin) {
+    return {
+      name: nameOrPath,
+      scenario: parseScenario(builtin, nameOrPath),
+      baseDir: process.cwd(),
+    };
+  }
+  if (!/[\\/]|\.(json|ya?ml)$/i.test(nameOrPath))
+    throw new ConfigError(ErrorCode.SCENARIO_INVALID, undefined, [
+      {
+        path: 'scenario',
+        message: `unknown scenario "${nameOrPath}"; built-in: ${Object.keys(BUILTIN).join(', ')} (or give a .json/.yaml file)`,
+      },
+    ]);
+  const path = isAbsolute(nameOrPath) ? nameOrPath : resolve(nameOrPath);
+  const scenario = parseScenario(readStructuredFile(path), path);
+  const base = path.replace(/^.*[\\/]/, '').replace(/\.(json|ya?ml)$/i, '');
+  return { name: scenario.name ?? base, scenario, baseDir: dirname(path) };
+}
+
+/** What a scenario compiles to: everything the runner needs except the policies. */
+export interface ScenarioRunInput {
+  readonly scenario: string;
+  readonly seed: number;
+  readonly durationS: number;
+  readonly engines: readonly { readonly id: string; readonly config: EngineConfig }[];
+  readonly tenants: readonly Tenant[];
+  /** Tenant id → weight. */
+  readonly tenantWeights: Readonly<Record<string, number>>;
+  /** Sorted by `arrivalMs`, `outputTokens` set. */
+  readonly arrivals: readonly RequestDescriptor[];
+}
+
+/** Run-time overrides of a scenario's settings. */
+export interface ScenarioOverrides {
+  readonly seed?: number | undefined;
+  /** Simulated seconds; shortens or extends the workload too. */
+  readonly durationS?: number | undefined;
+}
+
+/** Compiles a loaded scenario into the runner's input (engines, tenants, arrivals). */
+export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrides = {}): ScenarioRunInput {
+  const s = loaded.scenario;
+  const seed = overrides.seed ?? s.seed;
+  const durationS = overrides.durationS ?? s.durationS;
+  const engines: { id: string; config: EngineConfig }[] = [];
+  for (const g of s.cluster.engines) {
+    for (let k = 0; k < g.count; k++) {
+      engines.push({
+        id: `replica-${engines.length}`,
+        config: {
+          gpu: g.gpu,
+          model: g.model,
+          tp: g.tp,
+          ...(g.kvCapacityTokens !== undefined ? { kvCapacityTokens: g.kvCapacityTokens } : {}),
+          ...g.options,
+        },
+      });
+    }
+  }
+  const model = s.cluster.engines[0]!.model;
+  const declared = new Map((s.tenants ?? []).map((t) => [t.id, t]));
+  let arrivals: RequestDescriptor[];
+  let tenantIds: string[];
+  if (s.trace) {
+    const t = s.trace;
+    tenantIds = splitTenantIds(t.split.tenants);
+    for (const id of declared.keys())
+      if (!tenantIds.includes(id))
+        throw new ConfigError(ErrorCode.SCENARIO_INVALID, loaded.name, [
+          {
+            path: 'tenants',
+            message: `tenant "${id}" is not one of the trace split's tenants (${tenantIds[0]}…${tenantIds.at(-1)})`,
+          },
+        ]);
+    const trace = t.name in TRACE_FILES || isAbsolute(t.name) ? t.name : resolve(loaded.baseDir, t.name);
+    const apps: Record<string, string> = {};
+    for (const [id, d] of declared) if (d.app) apps[id] = d.app;
+    arrivals = traceWorkload({
+      trace,
+      split: t.split,
+      seed,
+      model,
+      rateScale: t.rateScale,
+      startS: t.startS,
+      durationS,
+      sloClass: t.sloClass,
+      apps,
+    });
+  } else {
+    const streams = (s.streams ?? []).map((st) => ({
+      ...st,
+      app: st.app ?? declared.get(st.tenant)?.app,
+    }));
+    tenantIds = [...new Set([...declared.keys(), ...streams.map((st) => st.tenant)])];
+    arrivals = generateWorkload({ streams, durationS, seed, model });
+  }
+  const tenants: Tenant[] = tenantIds.map((id) => ({ id, weight: declared.get(id)?.weight ?? 1 }));
+  const tenantWeights: Record<string, number> = {};
+  for (const t of tenants) tenantWeights[t.id] = t.weight;
+  return { scenario: loaded.name, seed, durationS, engines, tenants, tenantWeights, arrivals };
+}
