@@ -1,1 +1,66 @@
-export {};
+export type {
+  AdminSubscribeOptions,
+  Bus,
+  Handler,
+  MessageMeta,
+  RequestOptions,
+  SubscribeOptions,
+  Unsubscribe,
+} from './bus.ts';
+export {
+  BusError,
+  BusErrorCode,
+  BusMessageError,
+  BusNoRespondersError,
+  BusTimeoutError,
+} from './errors.ts';
+export { MemoryBus, type MemoryBusOptions } from './memory-bus.ts';
+export {
+  type AdminEvent,
+  type AdminEventInput,
+  type AdminEventRecord,
+  type Assignment,
+  adminEventSchema,
+  assignmentSchema,
+  type CommandReply,
+  commandReplySchema,
+  type DesiredReplicas,
+  type Discover,
+  desiredReplicasSchema,
+  discoverSchema,
+  type Evict,
+  evictSchema,
+  type Heartbeat,
+  heartbeatSchema,
+  type MessageInput,
+  type MessageKind,
+  type MessageOf,
+  messageSchemas,
+  type NodeCommand,
+  type NodeCommandInput,
+  nodeCommandSchema,
+  type Registration,
+  type ReplicaState,
+  type ReplyInput,
+  type ReplyOf,
+  type RequestInput,
+  type RequestKind,
+  type RequestOf,
+  registrationSchema,
+  replicaStateSchema,
+  requestSchemas,
+} from './messages.ts';
+export {
+  type AdminStreamOptions,
+  NatsBus,
+  type NatsBusConnectionOptions,
+  type NatsBusOptions,
+} from './nats-bus.ts';
+export {
+  type ReplicaCapacity,
+  type ReplicaChange,
+  ReplicaRegistry,
+  type ReplicaRegistryOptions,
+  type ReplicaView,
+} from './replica-registry.ts';
+export { DEFAULT_PREFIX, Subjects, subjectMatches, subjectToken, validatePrefix } from './subjects.ts';

@@ -1,0 +1,95 @@
+/**
+ * The bus boundary: messages travel as JSON and are checked against their schema both when sent
+ * (a bug in the sender fails loudly at the sender) and when received (a bad or foreign message is
+ * dropped with a logged reason and never reaches a handler).
+ */
+import { formatPath, type Logger } from '@fairway/core';
+import type { z } from 'zod';
+import { BusMessageError } from './errors.ts';
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder('utf-8', { fatal: true });
+
+/** Validates an outgoing message against its schema; throws {@link BusMessageError} naming the fields. */
+export function parseOutgoing<S extends z.ZodType>(
+  kind: string,
+  schema: S,
+  msg: unknown,
+  subject?: string,
+): z.infer<S> {
+  const result = schema.safeParse(msg);
+  if (!result.success) {
+    throw new BusMessageError(kind, issuesOf(result.error), subject === undefined ? {} : { subject });
+  }
+  return result.data;
+}
+
+/** JSON bytes of an already validated message. */
+export function toBytes(value: unknown): Uint8Array {
+  return encoder.encode(JSON.stringify(value));
+}
+
+/** Validates `msg` against `schema` and encodes it as JSON bytes; throws {@link BusMessageError}. */
+export function encodeMessage<S extends z.ZodType>(
+  kind: string,
+  schema: S,
+  msg: unknown,
+  subject?: string,
+): Uint8Array {
+  return toBytes(parseOutgoing(kind, schema, msg, subject));
+}
+
+/** The outcome of decoding a received message. */
+export type Decoded<T> = { ok: true; value: T } | { ok: false; reason: string };
+
+/** Decodes and validates received bytes; never throws. */
+export function decodeMessage<S extends z.ZodType>(schema: S, data: Uint8Array): Decoded<z.infer<S>> {
+  let text: string;
+  try {
+    text = decoder.decode(data);
+  } catch {
+    return { ok: false, reason: 'payload is not UTF-8' };
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return { ok: false, reason: 'payload is not JSON' };
+  }
+  const result = schema.safeParse(json);
+  if (!result.success) {
+    const lines = issuesOf(result.error).map((i) => `${i.path || '(root)'}: ${i.message}`);
+    return { ok: false, reason: lines.join('; ') };
+  }
+  return { ok: true, value: result.data };
+}
+
+function issuesOf(error: z.ZodError): { path: string; message: string }[] {
+  return error.issues.map((i) => ({ path: formatPath(i.path), message: i.message }));
+}
+
+/** Logs a received message that failed validation. */
+export function logRejected(logger: Logger, kind: string, subject: string, reason: string): void {
+  logger.warn({ kind, subject, reason }, 'bus: rejected invalid message');
+}
+
+/**
+ * Runs a handler so that neither a throw nor a rejected promise escapes: a failing handler is
+ * logged and its subscription keeps delivering.
+ */
+export function runHandler(logger: Logger, kind: string, subject: string, fn: () => unknown): void {
+  const fail = (err: unknown): void => {
+    logger.error({ kind, subject, err: errorText(err) }, 'bus: handler failed');
+  };
+  try {
+    const out = fn();
+    if (out instanceof Promise) out.catch(fail);
+  } catch (err) {
+    fail(err);
+  }
+}
+
+/** A short text for an unknown thrown value. */
+export function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,254 @@
+/**
+ * The zod schemas of every message on the bus: the source of truth for their TypeScript types and
+ * the check every received message passes before a handler sees it. Objects strip unknown fields
+ * rather than reject them, so a newer agent can add a field without breaking older dispatchers
+ * during a rolling upgrade; unknown message *types* are rejected.
+ */
+import { limitsSchema } from '@fairway/core';
+import { z } from 'zod';
+
+const id = z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters');
+const nonNegInt = z.number().int().nonnegative();
+const posInt = z.number().int().positive();
+/** Milliseconds on the sender's clock (informational: receivers time freshness on their own clock). */
+const timestampMs = z.number().nonnegative();
+
+/** Lifecycle state a replica reports: only `ready` replicas take new work; `gone` leaves the pool. */
+export const replicaStateSchema = z.enum(['ready', 'draining', 'sleeping', 'gone']);
+/** Lifecycle state a replica reports. */
+export type ReplicaState = z.infer<typeof replicaStateSchema>;
+
+/**
+ * A replica announcing itself (on start, after a model swap, and whenever a consumer asks with a
+ * `discover`). `epoch` changes on every agent start, so a restarted replica is told apart from the
+ * one it replaces.
+ */
+export const registrationSchema = z.object({
+  replicaId: id,
+  epoch: id,
+  /** Base URL of the engine's OpenAI-compatible server. */
+  url: z.url({ message: 'must be an http(s) URL' }),
+  pool: id,
+  model: z.string().min(1, 'must not be empty'),
+  gpu: z.string().min(1).optional(),
+  /** Tensor-parallel degree. */
+  tp: posInt,
+  /** KV-cache capacity in tokens: `num_gpu_blocks × block_size` from `vllm:cache_config_info`. */
+  kvCapacityTokens: nonNegInt,
+  /** Tokens per KV block. */
+  blockSize: posInt,
+  /** Sequences the engine batches at most (`--max-num-seqs`). */
+  maxNumSeqs: posInt,
+  /** LoRA adapters loaded at registration time. */
+  adapters: z.array(z.string().min(1)).default([]),
+  at: timestampMs,
+});
+/** A replica registration. */
+export type Registration = z.infer<typeof registrationSchema>;
+
+/** Load and capacity a replica reports every 100–250 ms, scraped from the engine's `/metrics`. */
+export const heartbeatSchema = z.object({
+  replicaId: id,
+  epoch: id,
+  /** Increases by one per heartbeat within an epoch, so reordered heartbeats are ignored. */
+  seq: nonNegInt,
+  ts: timestampMs,
+  state: replicaStateSchema,
+  /** `vllm:num_requests_running`. */
+  running: nonNegInt,
+  /** `vllm:num_requests_waiting`. */
+  waiting: nonNegInt,
+  /** `vllm:kv_cache_usage_perc`, 0–1. */
+  kvUsage: z.number().min(0).max(1),
+  /** KV tokens in use: `kvUsage × kvCapacityTokens`, rounded. */
+  kvUsedTokens: nonNegInt,
+  promptTokensTotal: nonNegInt,
+  generationTokensTotal: nonNegInt,
+  preemptionsTotal: nonNegInt,
+  /** LoRA adapters loaded now. */
+  adapters: z.array(z.string().min(1)).default([]),
+});
+/** A replica heartbeat. */
+export type Heartbeat = z.infer<typeof heartbeatSchema>;
+
+/** Asks every agent to publish its registration again (a consumer that starts late sends it). */
+export const discoverSchema = z.object({
+  /** Who asks, for logs. */
+  requester: z.string().optional(),
+});
+/** A discover request. */
+export type Discover = z.infer<typeof discoverSchema>;
+
+/**
+ * A request picked by one dispatcher whose client connection another dispatcher holds
+ * (DESIGN.md, request path step 4): the owner must proxy it to `replicaId`, whose capacity the
+ * picker already reserved.
+ */
+export const assignmentSchema = z.object({
+  requestId: id,
+  /** The dispatcher that holds the client connection and must serve the request. */
+  dispatcherId: id,
+  /** The dispatcher that picked it. */
+  pickedBy: id,
+  replicaId: id,
+  /** Tokens reserved on the replica (input + predicted output). */
+  reserveTokens: nonNegInt,
+  at: timestampMs,
+});
+/** An assignment to a dispatcher. */
+export type Assignment = z.infer<typeof assignmentSchema>;
+
+/**
+ * Evict named requests from a replica. vLLM aborts a request only when its HTTP connection closes,
+ * so the dispatcher holding the connection acts on this by closing it.
+ */
+export const evictSchema = z.object({
+  replicaId: id,
+  requestIds: z.array(id).min(1, 'must name at least one request'),
+  reason: z.string().optional(),
+  at: timestampMs,
+});
+/** An eviction event. */
+export type Evict = z.infer<typeof evictSchema>;
+
+/** How many replicas a pool should have (scaling advice; consumed by autoscalers later). */
+export const desiredReplicasSchema = z.object({
+  pool: id,
+  desired: nonNegInt,
+  current: nonNegInt.optional(),
+  reason: z.string(),
+  at: timestampMs,
+});
+/** A desired-replicas signal. */
+export type DesiredReplicas = z.infer<typeof desiredReplicasSchema>;
+
+const commandBase = { replicaId: id };
+
+/** A command to one replica's agent (QLM section 5 serving operations, plus lifecycle). */
+export const nodeCommandSchema = z.discriminatedUnion('type', [
+  /** Stop taking new work; running requests finish. */
+  z.object({ ...commandBase, type: z.literal('drain') }),
+  /** Take new work again after a drain. */
+  z.object({ ...commandBase, type: z.literal('resume') }),
+  /** Abort the named running requests, freeing their KV cache. */
+  z.object({
+    ...commandBase,
+    type: z.literal('evict'),
+    requestIds: z.array(id).min(1, 'must name at least one request'),
+  }),
+  /** vLLM sleep mode: level 1 offloads weights to CPU, level 2 discards them. */
+  z.object({ ...commandBase, type: z.literal('sleep'), level: z.union([z.literal(1), z.literal(2)]) }),
+  z.object({ ...commandBase, type: z.literal('wake') }),
+  z.object({ ...commandBase, type: z.literal('loadLora'), name: id, path: z.string().min(1) }),
+  z.object({ ...commandBase, type: z.literal('unloadLora'), name: id }),
+  /** Serve another model; the agent restarts the engine when sleep/wake or LoRA cannot do it. */
+  z.object({
+    ...commandBase,
+    type: z.literal('swapModel'),
+    model: z.string().min(1),
+    args: z.array(z.string()).default([]),
+  }),
+]);
+/** A node command. */
+export type NodeCommand = z.infer<typeof nodeCommandSchema>;
+/** A node command as a sender writes it (defaults not yet applied). */
+export type NodeCommandInput = z.input<typeof nodeCommandSchema>;
+
+/** The agent's answer to a command. */
+export const commandReplySchema = z.object({
+  ok: z.boolean(),
+  error: z.string().optional(),
+  /** The replica's state after the command. */
+  state: replicaStateSchema.optional(),
+});
+/** A command reply. */
+export type CommandReply = z.infer<typeof commandReplySchema>;
+
+const keyHash = z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be "sha256:" followed by 64 hex digits');
+const adminBase = { at: timestampMs, by: z.string().optional() };
+
+/**
+ * Operator changes every dispatcher must apply, in order and without loss: they live in a
+ * JetStream stream whose sequence numbers order them and let a restarted dispatcher replay.
+ */
+export const adminEventSchema = z.discriminatedUnion('type', [
+  z.object({
+    ...adminBase,
+    type: z.literal('tenantUpsert'),
+    tenant: z.object({
+      id,
+      weight: z.number().positive().default(1),
+      sloClass: z.string().min(1).optional(),
+      limits: limitsSchema.default({}),
+    }),
+  }),
+  z.object({ ...adminBase, type: z.literal('tenantDelete'), tenantId: id }),
+  z.object({
+    ...adminBase,
+    type: z.literal('keyAdd'),
+    tenantId: id,
+    keyHash,
+    app: id.optional(),
+    sloClass: id.optional(),
+  }),
+  z.object({ ...adminBase, type: z.literal('keyRevoke'), keyHash }),
+  z
+    .object({
+      ...adminBase,
+      type: z.literal('limitsSet'),
+      scope: z.enum(['tenant', 'app', 'user', 'default']),
+      /** The tenant, app or user; absent for `default`. */
+      id: id.optional(),
+      limits: limitsSchema,
+    })
+    .refine((e) => (e.scope === 'default') === (e.id === undefined), {
+      message: 'give "id" for scope tenant, app or user, and none for scope default',
+      path: ['id'],
+    }),
+]);
+/** An admin event. */
+export type AdminEvent = z.infer<typeof adminEventSchema>;
+/** An admin event as a sender writes it. */
+export type AdminEventInput = z.input<typeof adminEventSchema>;
+
+/** An admin event with its position in the stream. */
+export interface AdminEventRecord {
+  /** Stream sequence number: 1, 2, 3, … in publication order. */
+  readonly seq: number;
+  readonly event: AdminEvent;
+}
+
+/** Schemas of the publish/subscribe message kinds. */
+export const messageSchemas = {
+  registration: registrationSchema,
+  heartbeat: heartbeatSchema,
+  discover: discoverSchema,
+  assignment: assignmentSchema,
+  evict: evictSchema,
+  desiredReplicas: desiredReplicasSchema,
+} as const;
+/** A publish/subscribe message kind. */
+export type MessageKind = keyof typeof messageSchemas;
+/** The message type of a kind, as handlers receive it. */
+export type MessageOf<K extends MessageKind> = z.infer<(typeof messageSchemas)[K]>;
+/** The message type of a kind, as publishers write it (defaults optional). */
+export type MessageInput<K extends MessageKind> = z.input<(typeof messageSchemas)[K]>;
+
+/** Request and reply schemas of the request/reply kinds, and the reply sent when a handler fails. */
+export const requestSchemas = {
+  command: {
+    request: nodeCommandSchema,
+    reply: commandReplySchema,
+    failure: (error: string): z.input<typeof commandReplySchema> => ({ ok: false, error }),
+  },
+} as const;
+/** A request/reply kind. */
+export type RequestKind = keyof typeof requestSchemas;
+/** The request type of a kind, as servers receive it. */
+export type RequestOf<K extends RequestKind> = z.infer<(typeof requestSchemas)[K]['request']>;
+/** The request type of a kind, as requesters write it. */
+export type RequestInput<K extends RequestKind> = z.input<(typeof requestSchemas)[K]['request']>;
+/** The reply type of a kind, as requesters receive it. */
+export type ReplyOf<K extends RequestKind> = z.infer<(typeof requestSchemas)[K]['reply']>;
+/** The reply type of a kind, as servers write it. */
+export type ReplyInput<K extends RequestKind> = z.input<(typeof requestSchemas)[K]['reply']>;

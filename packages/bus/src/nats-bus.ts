@@ -1,0 +1,462 @@
+import { type Logger, silentLogger } from '@fairway/core';
+import {
+  DeliverPolicy,
+  JetStreamApiError,
+  type JetStreamClient,
+  type JetStreamManager,
+  jetstream,
+  jetstreamManager,
+  StorageType,
+} from '@nats-io/jetstream';
+import {
+  connect,
+  type Msg,
+  type NatsConnection,
+  NoRespondersError,
+  RequestError,
+  type Subscription,
+  TimeoutError,
+} from '@nats-io/transport-node';
+import type {
+  AdminSubscribeOptions,
+  Bus,
+  Handler,
+  MessageMeta,
+  RequestOptions,
+  SubscribeOptions,
+  Unsubscribe,
+} from './bus.ts';
+import {
+  decodeMessage,
+  encodeMessage,
+  errorText,
+  logRejected,
+  parseOutgoing,
+  runHandler,
+  toBytes,
+} from './codec.ts';
+import { BusError, BusErrorCode, BusMessageError, BusNoRespondersError, BusTimeoutError } from './errors.ts';
+import {
+  type AdminEventInput,
+  type AdminEventRecord,
+  adminEventSchema,
+  type MessageInput,
+  type MessageKind,
+  type MessageOf,
+  messageSchemas,
+  type ReplyInput,
+  type ReplyOf,
+  type RequestInput,
+  type RequestKind,
+  type RequestOf,
+  requestSchemas,
+} from './messages.ts';
+import { DEFAULT_PREFIX, requestRouteKeyOf, routeKeyOf, Subjects } from './subjects.ts';
+
+/** JetStream's API error code for "stream not found". */
+const STREAM_NOT_FOUND = 10059;
+/** JetStream's API error code for "stream name already in use" (a concurrent create won). */
+const STREAM_NAME_IN_USE = 10058;
+
+/** Limits of the admin-event stream. */
+export interface AdminStreamOptions {
+  /** Events older than this are dropped, ms; 0 keeps them forever. @default 0 */
+  readonly maxAgeMs?: number;
+  /** Events kept at most; -1 for no limit. @default -1 */
+  readonly maxMsgs?: number;
+}
+
+/** Options of {@link NatsBus.connect}. */
+export interface NatsBusOptions {
+  /** NATS server URL(s). @default 'nats://127.0.0.1:4222' */
+  readonly servers?: string | readonly string[];
+  /** Subject prefix; the admin stream is named after it. @default 'fairway' */
+  readonly prefix?: string;
+  /** Where rejected messages, failing handlers and connection changes are reported. @default silentLogger */
+  readonly logger?: Logger;
+  /** Connection name shown by the NATS server's monitoring. */
+  readonly name?: string;
+  /** Time allowed for the first connection, ms. @default 5000 */
+  readonly connectTimeoutMs?: number;
+  /** Limits of the admin-event stream, applied when this bus creates it. */
+  readonly adminStream?: AdminStreamOptions;
+}
+
+/** Options of the {@link NatsBus} constructor (an existing connection). */
+export interface NatsBusConnectionOptions {
+  readonly prefix?: string;
+  readonly logger?: Logger;
+  readonly adminStream?: AdminStreamOptions;
+  /** Whether {@link NatsBus.close} drains and closes the connection. @default false */
+  readonly ownsConnection?: boolean;
+}
+
+/**
+ * The bus over NATS: core subjects for registrations, heartbeats, assignments, evictions and
+ * commands (request/reply), and a JetStream stream for admin events so none is lost and a
+ * restarted dispatcher can replay them from any sequence number. The stream is created on first
+ * use, idempotently, so agents work against a server without JetStream.
+ */
+export class NatsBus implements Bus {
+  readonly prefix: string;
+  readonly #nc: NatsConnection;
+  readonly #subjects: Subjects;
+  readonly #logger: Logger;
+  readonly #adminOptions: AdminStreamOptions;
+  readonly #owns: boolean;
+  readonly #subs = new Set<Subscription>();
+  readonly #consumers = new Set<{ stop(): void }>();
+  #stream: Promise<JetStreamManager> | undefined;
+  #js: JetStreamClient | undefined;
+  #closed = false;
+
+  constructor(nc: NatsConnection, options: NatsBusConnectionOptions = {}) {
+    this.#nc = nc;
+    this.#subjects = new Subjects(options.prefix ?? DEFAULT_PREFIX);
+    this.prefix = this.#subjects.prefix;
+    this.#logger = options.logger ?? silentLogger;
+    this.#adminOptions = options.adminStream ?? {};
+    this.#owns = options.ownsConnection ?? false;
+  }
+
+  /** Connects to NATS (reconnecting forever after the first success) and returns a bus that owns the connection. */
+  static async connect(options: NatsBusOptions = {}): Promise<NatsBus> {
+    const servers = options.servers ?? 'nats://127.0.0.1:4222';
+    const logger = options.logger ?? silentLogger;
+    let nc: NatsConnection;
+    try {
+      nc = await connect({
+        servers: typeof servers === 'string' ? servers : [...servers],
+        timeout: options.connectTimeoutMs ?? 5000,
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: 250,
+        ...(options.name === undefined ? {} : { name: options.name }),
+      });
+    } catch (cause) {
+      throw new BusError(
+        BusErrorCode.SETUP_FAILED,
+        `cannot connect to NATS at ${String(servers)}: ${errorText(cause)}`,
+        {
+          cause,
+        },
+      );
+    }
+    void watchStatus(nc, logger);
+    return new NatsBus(nc, {
+      ownsConnection: true,
+      logger,
+      ...(options.prefix === undefined ? {} : { prefix: options.prefix }),
+      ...(options.adminStream === undefined ? {} : { adminStream: options.adminStream }),
+    });
+  }
+
+  publish<K extends MessageKind>(kind: K, msg: MessageInput<K>): void {
+    this.#open();
+    const value = parseOutgoing(kind, messageSchemas[kind], msg) as MessageOf<K>;
+    const subject = this.#subjects.of(kind, routeKeyOf(kind, value));
+    try {
+      this.#nc.publish(subject, toBytes(value));
+    } catch (cause) {
+      throw transportError(`publish on ${subject}`, subject, cause);
+    }
+  }
+
+  subscribe<K extends MessageKind>(
+    kind: K,
+    handler: Handler<MessageOf<K>>,
+    options: SubscribeOptions = {},
+  ): Unsubscribe {
+    this.#open();
+    const schema = messageSchemas[kind];
+    return this.#listen(this.#subjects.of(kind, options.key), kind, (m) => {
+      const decoded = decodeMessage(schema, m.data);
+      if (!decoded.ok) {
+        logRejected(this.#logger, kind, m.subject, decoded.reason);
+        return;
+      }
+      const meta: MessageMeta = { subject: m.subject };
+      runHandler(this.#logger, kind, m.subject, () => handler(decoded.value as MessageOf<K>, meta));
+    });
+  }
+
+  async request<K extends RequestKind>(
+    kind: K,
+    msg: RequestInput<K>,
+    options: RequestOptions = {},
+  ): Promise<ReplyOf<K>> {
+    this.#open();
+    const spec = requestSchemas[kind];
+    const timeoutMs = options.timeoutMs ?? 2000;
+    const value = parseOutgoing(kind, spec.request, msg) as RequestOf<K>;
+    const subject = this.#subjects.of(kind, requestRouteKeyOf(kind, value));
+    let reply: Msg;
+    try {
+      reply = await this.#nc.request(subject, toBytes(value), { timeout: timeoutMs });
+    } catch (cause) {
+      if (isNoResponders(cause)) throw new BusNoRespondersError(subject, { cause });
+      if (isTimeout(cause)) throw new BusTimeoutError(subject, timeoutMs, { cause });
+      throw transportError(`request on ${subject}`, subject, cause);
+    }
+    const decoded = decodeMessage(spec.reply, reply.data);
+    if (!decoded.ok) {
+      throw new BusMessageError(`${kind} reply`, [{ path: '', message: decoded.reason }], { subject });
+    }
+    return decoded.value as ReplyOf<K>;
+  }
+
+  serve<K extends RequestKind>(
+    kind: K,
+    handler: (msg: RequestOf<K>, meta: MessageMeta) => ReplyInput<K> | Promise<ReplyInput<K>>,
+    options: SubscribeOptions = {},
+  ): Unsubscribe {
+    this.#open();
+    const spec = requestSchemas[kind];
+    return this.#listen(this.#subjects.of(kind, options.key), kind, (m) => {
+      const respond = (out: unknown): void => {
+        if (!m.reply) return;
+        let data: Uint8Array;
+        try {
+          data = encodeMessage(`${kind} reply`, spec.reply, out, m.subject);
+        } catch (err) {
+          this.#logger.error(
+            { kind, subject: m.subject, err: errorText(err) },
+            'bus: handler returned an invalid reply',
+          );
+          data = encodeMessage(`${kind} reply`, spec.reply, spec.failure(errorText(err)), m.subject);
+        }
+        if (!this.#nc.isClosed()) m.respond(data);
+      };
+      const decoded = decodeMessage(spec.request, m.data);
+      if (!decoded.ok) {
+        logRejected(this.#logger, kind, m.subject, decoded.reason);
+        respond(spec.failure(`invalid ${kind}: ${decoded.reason}`));
+        return;
+      }
+      const fail = (err: unknown): void => {
+        this.#logger.error({ kind, subject: m.subject, err: errorText(err) }, 'bus: handler failed');
+        respond(spec.failure(errorText(err)));
+      };
+      try {
+        Promise.resolve(handler(decoded.value as RequestOf<K>, { subject: m.subject })).then(respond, fail);
+      } catch (err) {
+        fail(err);
+      }
+    });
+  }
+
+  async publishAdminEvent(event: AdminEventInput): Promise<number> {
+    this.#open();
+    const value = parseOutgoing('admin', adminEventSchema, event);
+    const subject = this.#subjects.admin(value.type);
+    await this.#ensureStream();
+    try {
+      const ack = await this.#jetstream().publish(subject, toBytes(value), {
+        expect: { streamName: this.#subjects.adminStream },
+      });
+      return ack.seq;
+    } catch (cause) {
+      throw transportError(`publish admin event on ${subject}`, subject, cause);
+    }
+  }
+
+  async replayAdminEvents(fromSeq = 1): Promise<AdminEventRecord[]> {
+    this.#open();
+    const jsm = await this.#ensureStream();
+    const stream = this.#subjects.adminStream;
+    const info = await jsm.streams.info(stream);
+    const last = info.state.last_seq;
+    const start = Math.max(1, fromSeq);
+    if (info.state.messages === 0 || last < start) return [];
+    const out: AdminEventRecord[] = [];
+    const consumer = await this.#jetstream().consumers.get(stream, startAt(start));
+    const messages = await consumer.consume();
+    try {
+      for await (const m of messages) {
+        const rec = this.#decodeAdmin(m.subject, m.seq, m.data);
+        if (rec) out.push(rec);
+        if (m.seq >= last) break;
+      }
+    } finally {
+      messages.stop();
+    }
+    return out;
+  }
+
+  async subscribeAdminEvents(
+    handler: Handler<AdminEventRecord>,
+    options: AdminSubscribeOptions = {},
+  ): Promise<Unsubscribe> {
+    this.#open();
+    await this.#ensureStream();
+    const consumer = await this.#jetstream().consumers.get(
+      this.#subjects.adminStream,
+      startAt(Math.max(1, options.fromSeq ?? 1)),
+    );
+    const messages = await consumer.consume();
+    const handle = { stop: () => messages.stop() };
+    this.#consumers.add(handle);
+    void (async () => {
+      try {
+        for await (const m of messages) {
+          const rec = this.#decodeAdmin(m.subject, m.seq, m.data);
+          if (!rec) continue;
+          // Awaited on purpose: admin events must be applied one at a time, in order.
+          try {
+            await handler(rec, { subject: m.subject });
+          } catch (err) {
+            this.#logger.error(
+              { kind: 'admin', subject: m.subject, err: errorText(err) },
+              'bus: handler failed',
+            );
+          }
+        }
+      } catch (err) {
+        if (!this.#closed) this.#logger.error({ err: errorText(err) }, 'bus: admin subscription ended');
+      }
+    })();
+    return () => {
+      this.#consumers.delete(handle);
+      messages.stop();
+    };
+  }
+
+  async flush(): Promise<void> {
+    this.#open();
+    await this.#nc.flush();
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const c of this.#consumers) c.stop();
+    this.#consumers.clear();
+    if (this.#owns) {
+      if (!this.#nc.isClosed()) await this.#nc.drain();
+    } else {
+      for (const s of this.#subs) s.unsubscribe();
+    }
+    this.#subs.clear();
+  }
+
+  #listen(subject: string, kind: string, onMsg: (m: Msg) => void): Unsubscribe {
+    let sub: Subscription;
+    try {
+      sub = this.#nc.subscribe(subject, {
+        callback: (err, m) => {
+          if (err) {
+            this.#logger.error({ kind, subject, err: errorText(err) }, 'bus: subscription error');
+            return;
+          }
+          onMsg(m);
+        },
+      });
+    } catch (cause) {
+      throw transportError(`subscribe to ${subject}`, subject, cause);
+    }
+    this.#subs.add(sub);
+    return () => {
+      if (!this.#subs.delete(sub)) return;
+      if (!this.#nc.isClosed() && !sub.isClosed()) sub.unsubscribe();
+    };
+  }
+
+  #decodeAdmin(subject: string, seq: number, data: Uint8Array): AdminEventRecord | undefined {
+    const decoded = decodeMessage(adminEventSchema, data);
+    if (!decoded.ok) {
+      logRejected(this.#logger, 'admin', subject, decoded.reason);
+      return undefined;
+    }
+    return { seq, event: decoded.value };
+  }
+
+  #jetstream(): JetStreamClient {
+    this.#js ??= jetstream(this.#nc);
+    return this.#js;
+  }
+
+  #ensureStream(): Promise<JetStreamManager> {
+    this.#stream ??= this.#createStream().catch((err: unknown) => {
+      this.#stream = undefined;
+      throw err;
+    });
+    return this.#stream;
+  }
+
+  async #createStream(): Promise<JetStreamManager> {
+    const name = this.#subjects.adminStream;
+    const pattern = this.#subjects.adminPattern;
+    try {
+      const jsm = await jetstreamManager(this.#nc);
+      const existing = await streamSubjects(jsm, name);
+      if (existing === undefined) {
+        try {
+          await jsm.streams.add({
+            name,
+            subjects: [pattern],
+            storage: StorageType.File,
+            max_age: (this.#adminOptions.maxAgeMs ?? 0) * 1_000_000,
+            max_msgs: this.#adminOptions.maxMsgs ?? -1,
+          });
+        } catch (err) {
+          if (!(err instanceof JetStreamApiError && err.code === STREAM_NAME_IN_USE)) throw err;
+        }
+      } else if (!existing.includes(pattern)) {
+        throw new BusError(
+          BusErrorCode.SETUP_FAILED,
+          `stream ${name} exists but does not capture ${pattern} (it captures ${existing.join(', ')})`,
+        );
+      }
+      return jsm;
+    } catch (cause) {
+      if (cause instanceof BusError) throw cause;
+      throw new BusError(
+        BusErrorCode.SETUP_FAILED,
+        `cannot set up admin stream ${name}: ${errorText(cause)}`,
+        {
+          cause,
+        },
+      );
+    }
+  }
+
+  #open(): void {
+    if (this.#closed) throw new BusError(BusErrorCode.CLOSED, 'the bus is closed');
+  }
+}
+
+async function streamSubjects(jsm: JetStreamManager, name: string): Promise<string[] | undefined> {
+  try {
+    const info = await jsm.streams.info(name);
+    return info.config.subjects ?? [];
+  } catch (err) {
+    if (err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND) return undefined;
+    throw err;
+  }
+}
+
+function startAt(seq: number): { deliver_policy: DeliverPolicy; opt_start_seq?: number } {
+  return seq <= 1
+    ? { deliver_policy: DeliverPolicy.All }
+    : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: seq };
+}
+
+function isNoResponders(err: unknown): boolean {
+  if (err instanceof NoRespondersError) return true;
+  if (err instanceof RequestError) return err.isNoResponders();
+  return false;
+}
+
+function isTimeout(err: unknown): boolean {
+  return err instanceof TimeoutError || (err instanceof Error && err.cause instanceof TimeoutError);
+}
+
+function transportError(what: string, subject: string, cause: unknown): BusError {
+  return new BusError(BusErrorCode.TRANSPORT, `${what} failed: ${errorText(cause)}`, { subject, cause });
+}
+
+async function watchStatus(nc: NatsConnection, logger: Logger): Promise<void> {
+  for await (const s of nc.status()) {
+    if (s.type === 'disconnect') logger.warn({ server: s.server }, 'bus: disconnected from NATS');
+    else if (s.type === 'reconnect') logger.info({ server: s.server }, 'bus: reconnected to NATS');
+  }
+}

@@ -1,0 +1,244 @@
+import { type Clock, type Logger, silentLogger } from '@fairway/core';
+import type { Bus, Unsubscribe } from './bus.ts';
+import type { Heartbeat, Registration, ReplicaState } from './messages.ts';
+
+/** Options of {@link ReplicaRegistry}. */
+export interface ReplicaRegistryOptions {
+  readonly bus: Bus;
+  /** Times heartbeats on receipt; senders' clocks are not trusted across machines. */
+  readonly clock: Clock;
+  readonly logger?: Logger;
+  /**
+   * A replica whose last heartbeat is older than this is treated as saturated, ms (the llm-d
+   * router uses 200 ms; agents heartbeat every 100–250 ms). @default 1000
+   */
+  readonly staleAfterMs?: number;
+  /** A replica silent for this long is dropped from the registry, ms. @default 60000 */
+  readonly forgetAfterMs?: number;
+  /** Minimum spacing of `discover` requests sent for unknown replicas, ms. @default 500 */
+  readonly discoverIntervalMs?: number;
+  /** Name sent with `discover` requests, for logs. @default 'registry' */
+  readonly name?: string;
+}
+
+/** What a consumer may place on a replica now. A stale, draining or sleeping replica has no room. */
+export interface ReplicaCapacity {
+  readonly kvCapacityTokens: number;
+  /** KV tokens in use at the last heartbeat. */
+  readonly kvUsedTokens: number;
+  /** KV tokens free; 0 unless the replica accepts work. */
+  readonly kvFreeTokens: number;
+  readonly maxNumSeqs: number;
+  readonly running: number;
+  readonly waiting: number;
+  /** Sequence slots free (`maxNumSeqs − running − waiting`); 0 unless the replica accepts work. */
+  readonly freeSeqs: number;
+  /** True when nothing should be placed here: no KV tokens or no sequence slots free. */
+  readonly saturated: boolean;
+}
+
+/** One replica as the registry sees it. */
+export interface ReplicaView {
+  readonly id: string;
+  readonly registration: Registration;
+  /** The last heartbeat, if any arrived since the registration. */
+  readonly heartbeat: Heartbeat | undefined;
+  /** When the last heartbeat arrived, on the registry's clock (ms); undefined before the first. */
+  readonly lastHeartbeatMs: number | undefined;
+  /** The state the replica last reported, `undefined` before its first heartbeat. */
+  readonly reportedState: ReplicaState | undefined;
+  /** No heartbeat yet, or the last one is older than the staleness limit. */
+  readonly stale: boolean;
+  /** Fresh and `ready`: the only case in which capacity is reported as free. */
+  readonly acceptsWork: boolean;
+  readonly capacity: ReplicaCapacity;
+}
+
+/** What changed in the registry. */
+export interface ReplicaChange {
+  readonly type: 'registered' | 'heartbeat' | 'removed';
+  readonly replicaId: string;
+}
+
+interface Entry {
+  registration: Registration;
+  heartbeat: Heartbeat | undefined;
+  lastHeartbeatMs: number | undefined;
+  lastSeenMs: number;
+}
+
+/**
+ * The fleet as consumers (dispatchers, planners) see it: registrations and heartbeats from the
+ * bus, folded into each replica's capacity. A replica whose heartbeat is late is reported as
+ * saturated, never as free, so a dead or partitioned replica gets no new work; a `gone`
+ * heartbeat removes it at once. Heartbeats from an unknown replica or epoch trigger a `discover`
+ * so a registry that starts late learns the fleet within one heartbeat.
+ */
+export class ReplicaRegistry {
+  readonly #bus: Bus;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #staleAfterMs: number;
+  readonly #forgetAfterMs: number;
+  readonly #discoverIntervalMs: number;
+  readonly #name: string;
+  readonly #entries = new Map<string, Entry>();
+  readonly #listeners = new Set<(change: ReplicaChange) => void>();
+  readonly #unsubs: Unsubscribe[] = [];
+  #lastDiscoverMs = Number.NEGATIVE_INFINITY;
+
+  constructor(options: ReplicaRegistryOptions) {
+    this.#bus = options.bus;
+    this.#clock = options.clock;
+    this.#logger = options.logger ?? silentLogger;
+    this.#staleAfterMs = options.staleAfterMs ?? 1000;
+    this.#forgetAfterMs = options.forgetAfterMs ?? 60_000;
+    this.#discoverIntervalMs = options.discoverIntervalMs ?? 500;
+    this.#name = options.name ?? 'registry';
+  }
+
+  /** Subscribes to registrations and heartbeats and asks running agents to announce themselves. */
+  start(): void {
+    if (this.#unsubs.length > 0) return;
+    this.#unsubs.push(this.#bus.subscribe('registration', (r) => this.#onRegistration(r)));
+    this.#unsubs.push(this.#bus.subscribe('heartbeat', (h) => this.#onHeartbeat(h)));
+    this.#discover(true);
+  }
+
+  /** Stops listening; the last known views stay readable. */
+  stop(): void {
+    for (const u of this.#unsubs.splice(0)) u();
+  }
+
+  /** Calls `listener` on every registration, accepted heartbeat and removal. */
+  onChange(listener: (change: ReplicaChange) => void): Unsubscribe {
+    this.#listeners.add(listener);
+    return () => {
+      this.#listeners.delete(listener);
+    };
+  }
+
+  /** One replica's view, or undefined if unknown (never registered, gone, or forgotten). */
+  get(replicaId: string): ReplicaView | undefined {
+    this.#sweep();
+    const e = this.#entries.get(replicaId);
+    return e ? this.#view(replicaId, e) : undefined;
+  }
+
+  /** Every known replica, optionally of one pool or model, in id order. */
+  list(filter: { pool?: string; model?: string } = {}): ReplicaView[] {
+    this.#sweep();
+    const out: ReplicaView[] = [];
+    for (const [id, e] of this.#entries) {
+      if (filter.pool !== undefined && e.registration.pool !== filter.pool) continue;
+      if (filter.model !== undefined && e.registration.model !== filter.model) continue;
+      out.push(this.#view(id, e));
+    }
+    return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+
+  #onRegistration(r: Registration): void {
+    const now = this.#clock.now();
+    const e = this.#entries.get(r.replicaId);
+    if (e && e.registration.epoch === r.epoch) {
+      e.registration = r;
+      e.lastSeenMs = now;
+    } else {
+      // A new epoch is a restarted agent: its heartbeat sequence starts over.
+      this.#entries.set(r.replicaId, {
+        registration: r,
+        heartbeat: undefined,
+        lastHeartbeatMs: undefined,
+        lastSeenMs: now,
+      });
+      this.#logger.info(
+        { replicaId: r.replicaId, pool: r.pool, model: r.model, epoch: r.epoch },
+        'registry: replica registered',
+      );
+    }
+    this.#emit({ type: 'registered', replicaId: r.replicaId });
+  }
+
+  #onHeartbeat(h: Heartbeat): void {
+    const e = this.#entries.get(h.replicaId);
+    if (!e || e.registration.epoch !== h.epoch) {
+      if (h.state !== 'gone') this.#discover(false);
+      return;
+    }
+    if (h.state === 'gone') {
+      this.#entries.delete(h.replicaId);
+      this.#logger.info({ replicaId: h.replicaId }, 'registry: replica gone');
+      this.#emit({ type: 'removed', replicaId: h.replicaId });
+      return;
+    }
+    if (e.heartbeat && h.seq <= e.heartbeat.seq) return;
+    const now = this.#clock.now();
+    e.heartbeat = h;
+    e.lastHeartbeatMs = now;
+    e.lastSeenMs = now;
+    this.#emit({ type: 'heartbeat', replicaId: h.replicaId });
+  }
+
+  #view(id: string, e: Entry): ReplicaView {
+    const now = this.#clock.now();
+    const h = e.heartbeat;
+    const stale = e.lastHeartbeatMs === undefined || now - e.lastHeartbeatMs > this.#staleAfterMs;
+    const acceptsWork = !stale && h?.state === 'ready';
+    const cap = e.registration.kvCapacityTokens;
+    const used = h?.kvUsedTokens ?? 0;
+    const running = h?.running ?? 0;
+    const waiting = h?.waiting ?? 0;
+    const kvFreeTokens = acceptsWork ? Math.max(0, cap - used) : 0;
+    const freeSeqs = acceptsWork ? Math.max(0, e.registration.maxNumSeqs - running - waiting) : 0;
+    return {
+      id,
+      registration: e.registration,
+      heartbeat: h,
+      lastHeartbeatMs: e.lastHeartbeatMs,
+      reportedState: h?.state,
+      stale,
+      acceptsWork,
+      capacity: {
+        kvCapacityTokens: cap,
+        kvUsedTokens: used,
+        kvFreeTokens,
+        maxNumSeqs: e.registration.maxNumSeqs,
+        running,
+        waiting,
+        freeSeqs,
+        saturated: kvFreeTokens === 0 || freeSeqs === 0,
+      },
+    };
+  }
+
+  #sweep(): void {
+    const now = this.#clock.now();
+    for (const [id, e] of this.#entries) {
+      if (now - e.lastSeenMs > this.#forgetAfterMs) {
+        this.#entries.delete(id);
+        this.#logger.warn({ replicaId: id }, 'registry: replica forgotten after silence');
+        this.#emit({ type: 'removed', replicaId: id });
+      }
+    }
+  }
+
+  #discover(force: boolean): void {
+    const now = this.#clock.now();
+    if (!force && now - this.#lastDiscoverMs < this.#discoverIntervalMs) return;
+    this.#lastDiscoverMs = now;
+    this.#bus.publish('discover', { requester: this.#name });
+  }
+
+  #emit(change: ReplicaChange): void {
+    for (const l of this.#listeners) {
+      try {
+        l(change);
+      } catch (err) {
+        this.#logger.error(
+          { err: err instanceof Error ? err.message : String(err) },
+          'registry: listener failed',
+        );
+      }
+    }
+  }
+}

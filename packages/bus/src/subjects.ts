@@ -1,0 +1,141 @@
+/**
+ * Every NATS subject fairway uses, built in one place under a configurable prefix:
+ *
+ * | kind | subject | routed by |
+ * |---|---|---|
+ * | registration | `<p>.replica.<replicaId>.register` | replica |
+ * | heartbeat | `<p>.replica.<replicaId>.heartbeat` | replica |
+ * | discover | `<p>.replica.discover` | — |
+ * | assignment | `<p>.dispatcher.<dispatcherId>.assign` | dispatcher that holds the connection |
+ * | evict | `<p>.request.evict` | — (every dispatcher) |
+ * | desiredReplicas | `<p>.pool.<pool>.desired` | pool |
+ * | command (request/reply) | `<p>.node.<replicaId>.command` | replica |
+ * | admin (JetStream) | `<p>.admin.<type>` in stream `<p>_admin` | — |
+ */
+import { BusError, BusErrorCode } from './errors.ts';
+import type { MessageKind, MessageOf, RequestKind, RequestOf } from './messages.ts';
+
+/** The default subject prefix. */
+export const DEFAULT_PREFIX = 'fairway';
+
+const PREFIX_RE = /^[^\s.*>]+(\.[^\s.*>]+)*$/;
+
+/**
+ * Encodes an id as one subject token: ids may hold `.` (a token separator) or other characters
+ * NATS gives meaning to, so everything but letters, digits, `_`, `-` and `:` is percent-encoded.
+ */
+export function subjectToken(value: string): string {
+  if (value.length === 0) {
+    throw new BusError(BusErrorCode.INVALID_SUBJECT, 'a subject token must not be empty');
+  }
+  return value.replace(/[^A-Za-z0-9_:-]/gu, (ch) =>
+    Array.from(new TextEncoder().encode(ch), (b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join(
+      '',
+    ),
+  );
+}
+
+/** Checks a subject prefix (`fairway`, `t-1a2b.fleet`): dot-separated tokens, no wildcards or spaces. */
+export function validatePrefix(prefix: string): string {
+  if (!PREFIX_RE.test(prefix)) {
+    throw new BusError(
+      BusErrorCode.INVALID_SUBJECT,
+      `prefix "${prefix}" is not a valid NATS subject prefix: use dot-separated tokens without spaces, "*" or ">"`,
+    );
+  }
+  return prefix;
+}
+
+/** The route key of a message: the id its subject is addressed to, or `undefined` for broadcasts. */
+export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): string | undefined {
+  switch (kind) {
+    case 'registration':
+    case 'heartbeat':
+      return (msg as MessageOf<'registration' | 'heartbeat'>).replicaId;
+    case 'assignment':
+      return (msg as MessageOf<'assignment'>).dispatcherId;
+    case 'desiredReplicas':
+      return (msg as MessageOf<'desiredReplicas'>).pool;
+    case 'discover':
+    case 'evict':
+      return undefined;
+    default:
+      return assertNever(kind);
+  }
+}
+
+/** The route key of a request: the replica a node command is for. */
+export function requestRouteKeyOf<K extends RequestKind>(_kind: K, msg: RequestOf<K>): string {
+  return msg.replicaId;
+}
+
+function assertNever(x: never): never {
+  throw new BusError(BusErrorCode.INVALID_SUBJECT, `unknown message kind ${String(x)}`);
+}
+
+/** Builds the subjects of one prefix. */
+export class Subjects {
+  readonly prefix: string;
+
+  constructor(prefix: string = DEFAULT_PREFIX) {
+    this.prefix = validatePrefix(prefix);
+  }
+
+  /**
+   * The subject of a message of `kind` routed to `key`; with `key` undefined, the pattern matching
+   * every key of that kind (`*`).
+   */
+  of(kind: MessageKind | RequestKind, key?: string): string {
+    const p = this.prefix;
+    const k = key === undefined ? '*' : subjectToken(key);
+    switch (kind) {
+      case 'registration':
+        return `${p}.replica.${k}.register`;
+      case 'heartbeat':
+        return `${p}.replica.${k}.heartbeat`;
+      case 'discover':
+        return `${p}.replica.discover`;
+      case 'assignment':
+        return `${p}.dispatcher.${k}.assign`;
+      case 'evict':
+        return `${p}.request.evict`;
+      case 'desiredReplicas':
+        return `${p}.pool.${k}.desired`;
+      case 'command':
+        return `${p}.node.${k}.command`;
+      default:
+        return assertNever(kind);
+    }
+  }
+
+  /** The subject an admin event of `type` is published on. */
+  admin(type: string): string {
+    return `${this.prefix}.admin.${subjectToken(type)}`;
+  }
+
+  /** The pattern the admin stream captures. */
+  get adminPattern(): string {
+    return `${this.prefix}.admin.>`;
+  }
+
+  /** The JetStream stream holding admin events (stream names cannot contain dots). */
+  get adminStream(): string {
+    return `${this.prefix.replace(/[^A-Za-z0-9_-]/gu, '_')}_admin`;
+  }
+}
+
+/**
+ * Whether a NATS subject matches a pattern with `*` (one token) and `>` (one or more trailing
+ * tokens) wildcards; the in-process bus routes with it exactly as NATS does.
+ */
+export function subjectMatches(pattern: string, subject: string): boolean {
+  const p = pattern.split('.');
+  const s = subject.split('.');
+  for (let i = 0; i < p.length; i++) {
+    const tok = p[i];
+    if (tok === '>') return s.length > i;
+    if (i >= s.length) return false;
+    if (tok !== '*' && tok !== s[i]) return false;
+  }
+  return p.length === s.length;
+}

@@ -1,0 +1,206 @@
+import { ManualClock } from '@fairway/core';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  type Heartbeat,
+  MemoryBus,
+  type MessageInput,
+  type Registration,
+  type ReplicaChange,
+  ReplicaRegistry,
+} from '../src/index.ts';
+
+function registration(
+  replicaId: string,
+  epoch = 'e1',
+  extra: Partial<Registration> = {},
+): MessageInput<'registration'> {
+  return {
+    replicaId,
+    epoch,
+    url: 'http://127.0.0.1:8000',
+    pool: 'llama',
+    model: 'llama-2-7b',
+    tp: 1,
+    kvCapacityTokens: 10_000,
+    blockSize: 16,
+    maxNumSeqs: 8,
+    at: 0,
+    ...extra,
+  };
+}
+
+function heartbeat(
+  replicaId: string,
+  seq: number,
+  extra: Partial<Heartbeat> = {},
+): MessageInput<'heartbeat'> {
+  return {
+    replicaId,
+    epoch: 'e1',
+    seq,
+    ts: 0,
+    state: 'ready',
+    running: 3,
+    waiting: 1,
+    kvUsage: 0.4,
+    kvUsedTokens: 4000,
+    promptTokensTotal: 0,
+    generationTokensTotal: 0,
+    preemptionsTotal: 0,
+    ...extra,
+  };
+}
+
+describe('ReplicaRegistry', () => {
+  let bus: MemoryBus;
+  let clock: ManualClock;
+  let registry: ReplicaRegistry;
+  let discovers: number;
+
+  beforeEach(() => {
+    bus = new MemoryBus();
+    clock = new ManualClock(1_000_000);
+    discovers = 0;
+    bus.subscribe('discover', () => {
+      discovers++;
+    });
+    registry = new ReplicaRegistry({ bus, clock });
+    registry.start();
+  });
+  afterEach(async () => {
+    registry.stop();
+    await bus.close();
+  });
+
+  async function send(fn: () => void): Promise<void> {
+    fn();
+    await bus.flush();
+  }
+
+  it('asks running agents to announce themselves when it starts', async () => {
+    await bus.flush();
+    expect(discovers).toBe(1);
+  });
+
+  it('reports free KV tokens and sequence slots from the registration and the last heartbeat', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1)));
+    const view = registry.get('r1');
+    expect(view?.acceptsWork).toBe(true);
+    expect(view?.capacity).toEqual({
+      kvCapacityTokens: 10_000,
+      kvUsedTokens: 4000,
+      kvFreeTokens: 6000,
+      maxNumSeqs: 8,
+      running: 3,
+      waiting: 1,
+      freeSeqs: 4,
+      saturated: false,
+    });
+  });
+
+  it('treats a registered replica with no heartbeat yet as saturated', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    const view = registry.get('r1');
+    expect(view?.stale).toBe(true);
+    expect(view?.capacity.saturated).toBe(true);
+    expect(view?.capacity.kvFreeTokens).toBe(0);
+  });
+
+  it('treats a replica whose heartbeat is older than the staleness limit as saturated, never free', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() =>
+      bus.publish('heartbeat', heartbeat('r1', 1, { kvUsedTokens: 0, running: 0, waiting: 0 })),
+    );
+    clock.advance(1000);
+    expect(registry.get('r1')?.capacity.saturated).toBe(false);
+    clock.advance(1);
+    const stale = registry.get('r1');
+    expect(stale?.stale).toBe(true);
+    expect(stale?.acceptsWork).toBe(false);
+    expect(stale?.capacity).toMatchObject({ kvFreeTokens: 0, freeSeqs: 0, saturated: true });
+    await send(() =>
+      bus.publish('heartbeat', heartbeat('r1', 2, { kvUsedTokens: 0, running: 0, waiting: 0 })),
+    );
+    expect(registry.get('r1')?.capacity).toMatchObject({ kvFreeTokens: 10_000, saturated: false });
+  });
+
+  it('gives no room on a draining or sleeping replica', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1, { state: 'draining' })));
+    expect(registry.get('r1')).toMatchObject({ reportedState: 'draining', acceptsWork: false });
+    expect(registry.get('r1')?.capacity.saturated).toBe(true);
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 2, { state: 'sleeping' })));
+    expect(registry.get('r1')?.capacity.saturated).toBe(true);
+  });
+
+  it('is saturated when sequence slots run out even with KV tokens free', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() =>
+      bus.publish('heartbeat', heartbeat('r1', 1, { running: 6, waiting: 2, kvUsedTokens: 100 })),
+    );
+    expect(registry.get('r1')?.capacity).toMatchObject({ freeSeqs: 0, kvFreeTokens: 9900, saturated: true });
+  });
+
+  it('ignores heartbeats that arrive out of order', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 5, { running: 5 })));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 4, { running: 1 })));
+    expect(registry.get('r1')?.heartbeat?.seq).toBe(5);
+    expect(registry.get('r1')?.capacity.running).toBe(5);
+  });
+
+  it('removes a replica that reports gone', async () => {
+    const changes: ReplicaChange[] = [];
+    registry.onChange((c) => changes.push(c));
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1)));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 2, { state: 'gone' })));
+    expect(registry.get('r1')).toBeUndefined();
+    expect(registry.list()).toEqual([]);
+    expect(changes.map((c) => c.type)).toEqual(['registered', 'heartbeat', 'removed']);
+  });
+
+  it('starts a restarted agent (new epoch) fresh, and ignores the old epoch', async () => {
+    await send(() => bus.publish('registration', registration('r1', 'old')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 50, { epoch: 'old' })));
+    await send(() => bus.publish('registration', registration('r1', 'new', { kvCapacityTokens: 20_000 })));
+    expect(registry.get('r1')?.stale).toBe(true);
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1, { epoch: 'new', kvUsedTokens: 0 })));
+    expect(registry.get('r1')?.capacity.kvFreeTokens).toBe(20_000);
+    // A late `gone` from the old agent must not remove the new one.
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 51, { epoch: 'old', state: 'gone' })));
+    expect(registry.get('r1')?.registration.epoch).toBe('new');
+  });
+
+  it('asks for registrations when it hears an unknown replica, at most once per interval', async () => {
+    await bus.flush();
+    const before = discovers;
+    await send(() => bus.publish('heartbeat', heartbeat('ghost', 1)));
+    await send(() => bus.publish('heartbeat', heartbeat('ghost', 2)));
+    expect(discovers).toBe(before);
+    clock.advance(500);
+    await send(() => bus.publish('heartbeat', heartbeat('ghost', 3)));
+    await bus.flush();
+    expect(discovers).toBe(before + 1);
+    expect(registry.get('ghost')).toBeUndefined();
+  });
+
+  it('forgets a replica silent for longer than forgetAfterMs', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1)));
+    clock.advance(60_001);
+    expect(registry.get('r1')).toBeUndefined();
+  });
+
+  it('lists replicas of one pool or model in id order', async () => {
+    await send(() => bus.publish('registration', registration('b')));
+    await send(() => bus.publish('registration', registration('a')));
+    await send(() =>
+      bus.publish('registration', registration('c', 'e1', { pool: 'mistral', model: 'mistral-7b' })),
+    );
+    expect(registry.list().map((v) => v.id)).toEqual(['a', 'b', 'c']);
+    expect(registry.list({ pool: 'llama' }).map((v) => v.id)).toEqual(['a', 'b']);
+    expect(registry.list({ model: 'mistral-7b' }).map((v) => v.id)).toEqual(['c']);
+  });
+});
