@@ -86,7 +86,13 @@ export type EngineEvent =
   | { readonly kind: 'scheduled'; readonly id: string }
   | { readonly kind: 'first-token'; readonly id: string }
   | { readonly kind: 'token'; readonly id: string; readonly generated: number }
-  | { readonly kind: 'finished'; readonly id: string; readonly generated: number }
+  | {
+      readonly kind: 'finished';
+      readonly id: string;
+      readonly generated: number;
+      /** True when the engine dropped the sequence because its prompt can never fit in the cache. */
+      readonly ignored?: boolean;
+    }
   | { readonly kind: 'preempted'; readonly id: string };
 
 /** Result of one step. */

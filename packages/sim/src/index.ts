@@ -1,4 +1,12 @@
 export {
+  COST_MODEL_REFERENCES,
+  type CostModelReference,
+  costCoefficients,
+  costModelPreset,
+  LinearStepCostModel,
+  type StepCostCoefficients,
+} from './cost-models.ts';
+export {
   type LengthSampler,
   type LengthSpec,
   lengthSampler,
@@ -6,6 +14,34 @@ export {
   searchCdf,
   zipfCdf,
 } from './distributions.ts';
+export type {
+  BatchPolicy,
+  BatchShape,
+  EngineConfig,
+  EngineEvent,
+  EngineModelApi,
+  EngineSeqInput,
+  EngineStats,
+  PreemptionMode,
+  StepCostModel,
+  StepResult,
+} from './engine-api.ts';
+export { engineConfigSchema, type ResolvedEngineConfig, resolveEngineConfig } from './engine-config.ts';
+export { EngineModel } from './engine-model.ts';
+export { SimError, SimErrorCode } from './errors.ts';
+export {
+  GPU_HARDWARE,
+  type GpuHardware,
+  MODEL_ARCHITECTURES,
+  type ModelArchitecture,
+} from './hardware-specs.ts';
+export {
+  FIXED_RESERVE_GIB,
+  type KvCapacityBreakdown,
+  type KvCapacityInput,
+  kvCapacityBreakdown,
+  kvCapacityTokens,
+} from './kv-capacity.ts';
 export {
   computeMetrics,
   type Distribution,
@@ -21,6 +57,7 @@ export {
   windowServiceDifference,
 } from './metrics.ts';
 export { ServiceCurve, type ServiceSpan } from './metrics-curve.ts';
+export type { EngineSample, RequestRecord, SimRun } from './records.ts';
 export {
   buildRunInput,
   type LoadedScenario,
