@@ -57,7 +57,16 @@ export {
   windowServiceDifference,
 } from './metrics.ts';
 export { ServiceCurve, type ServiceSpan } from './metrics-curve.ts';
+export { type Plot, renderPlots, renderSvg } from './plots.ts';
 export type { EngineSample, RequestRecord, SimRun } from './records.ts';
+export {
+  buildReport,
+  formatReport,
+  reportJson,
+  round,
+  type SimReport,
+  type TenantReport,
+} from './report.ts';
 export {
   buildRunInput,
   type LoadedScenario,
