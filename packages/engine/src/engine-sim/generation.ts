@@ -1,0 +1,182 @@
+import type { ServerResponse } from 'node:http';
+import type { EngineEvent, EngineSeqInput } from '@fairway/sim';
+import type { FaultPlan } from './faults.ts';
+import type { EngineSimMetrics, FinishedReason } from './metrics.ts';
+import type { RealtimeDriver } from './realtime-driver.ts';
+import { ChunkWriter, completionBody, type ResponseIdentity, tokenText } from './response-format.ts';
+
+/** Everything one generation request needs to run and answer. */
+export interface GenerationInit {
+  readonly identity: ResponseIdentity;
+  readonly seq: EngineSeqInput;
+  /** `stop` when the request ends by itself, `length` when `max_tokens` cuts it. */
+  readonly finishReason: 'stop' | 'length';
+  readonly stream: boolean;
+  /** `stream_options.include_usage`. */
+  readonly includeUsage: boolean;
+  /** `stream_options.continuous_usage_stats`. */
+  readonly continuousUsage: boolean;
+  readonly fault: FaultPlan;
+  readonly res: ServerResponse;
+  readonly driver: RealtimeDriver;
+  readonly metrics: EngineSimMetrics;
+  /** Called once the request no longer needs the server (finished, aborted or its connection closed). */
+  readonly onSettled: (g: Generation) => void;
+}
+
+type State = 'waiting' | 'running' | 'finished' | 'aborted';
+
+/**
+ * One request inside the simulated engine: submits its sequence to the real-time driver, turns the
+ * model's events into vLLM-shaped SSE chunks (or one JSON body), applies its injected fault, and
+ * aborts the sequence, freeing its KV blocks, when the client disconnects.
+ */
+export class Generation {
+  readonly id: string;
+  readonly #init: GenerationInit;
+  readonly #chunks: ChunkWriter | undefined;
+  readonly #arrivalMs: number;
+  #state: State = 'waiting';
+  #generated = 0;
+  #lastTokenMs = 0;
+  #silent = false;
+  #settled = false;
+
+  constructor(init: GenerationInit) {
+    this.#init = init;
+    this.id = init.seq.id;
+    this.#chunks = init.stream ? new ChunkWriter(init.identity, init.seq.inputTokens) : undefined;
+    this.#arrivalMs = init.driver.modelNowMs();
+  }
+
+  /** Sends the response headers (streaming) and hands the sequence to the engine. */
+  start(): void {
+    const { res, stream } = this.#init;
+    res.on('close', this.#onClose);
+    if (stream) {
+      res.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache',
+        'x-request-id': this.id,
+      });
+      // Headers go out now, as vLLM's StreamingResponse does, before the first token exists.
+      res.flushHeaders();
+    }
+    this.#init.driver.submit(this.#init.seq, this.#onEvent);
+  }
+
+  /** Ends the request from the server side (sleep, shutdown): aborts it and closes its connection. */
+  abort(): void {
+    this.#abortSequence();
+    this.#init.res.destroy();
+  }
+
+  readonly #onEvent = (ev: EngineEvent): void => {
+    const { metrics, driver } = this.#init;
+    switch (ev.kind) {
+      case 'scheduled':
+        if (this.#state === 'waiting') {
+          this.#state = 'running';
+          metrics.observeQueueTime((driver.modelNowMs() - this.#arrivalMs) / 1000);
+        }
+        return;
+      case 'first-token':
+        return;
+      case 'preempted':
+        return;
+      case 'token':
+        this.#onToken(ev.generated);
+        return;
+      case 'finished':
+        // An ignored sequence (its prompt can never fit in the KV cache) ends at once, as vLLM's
+        // scheduler does with a `length` finish.
+        this.#onFinished(ev.generated, ev.ignored === true);
+        return;
+    }
+  };
+
+  #onToken(generated: number): void {
+    if (generated <= this.#generated || this.#state === 'finished' || this.#state === 'aborted') return;
+    const { metrics, driver, fault, res, seq } = this.#init;
+    const now = driver.modelNowMs();
+    if (this.#generated === 0) metrics.observeTtft((now - this.#arrivalMs) / 1000);
+    else metrics.observeInterToken((now - this.#lastTokenMs) / 1000);
+    this.#lastTokenMs = now;
+    const previous = this.#generated;
+    this.#generated = generated;
+    this.#state = 'running';
+    if (fault.kind === 'drop' && generated > fault.afterTokens) {
+      res.destroy();
+      return;
+    }
+    if (fault.kind === 'hang' && generated > fault.afterTokens) this.#silent = true;
+    if (this.#chunks && !this.#silent) {
+      const c = this.#chunks;
+      const usage = this.#init.continuousUsage;
+      let out = previous === 0 && this.#init.identity.kind === 'chat' ? c.roleChunk(usage) : '';
+      for (let n = previous + 1; n <= generated; n++) {
+        const last = n === seq.outputTokens ? this.#init.finishReason : null;
+        out += c.tokenChunk(tokenText(n - 1), last, usage, n);
+      }
+      res.write(out);
+    }
+    if (fault.kind === 'drop' && generated === fault.afterTokens) res.destroy();
+  }
+
+  #onFinished(generated: number, ignored: boolean): void {
+    if (this.#state === 'finished' || this.#state === 'aborted') return;
+    if (generated > this.#generated) this.#onToken(generated);
+    if ((this.#state as State) === 'aborted' || this.#init.res.destroyed) return;
+    this.#state = 'finished';
+    const finishReason = ignored ? 'length' : this.#init.finishReason;
+    const { metrics, driver, res, identity, seq } = this.#init;
+    metrics.observeFinished((driver.modelNowMs() - this.#arrivalMs) / 1000, finishReason);
+    // A hanging response stays open until the client gives up; the engine is done with it.
+    if (
+      this.#silent ||
+      (this.#init.fault.kind === 'hang' && this.#generated >= this.#init.fault.afterTokens)
+    ) {
+      return;
+    }
+    const c = this.#chunks;
+    if (c) {
+      let out = '';
+      // The model stopped short of the planned length (it should not): still close the choice.
+      if (this.#generated < seq.outputTokens) {
+        out += c.tokenChunk('', finishReason, this.#init.continuousUsage, this.#generated);
+      }
+      if (this.#init.includeUsage) out += c.usageChunk(this.#generated);
+      out += ChunkWriter.DONE;
+      res.end(out);
+    } else {
+      const body = completionBody(identity, seq.inputTokens, this.#generated, finishReason);
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+        'x-request-id': this.id,
+      });
+      res.end(body);
+    }
+  }
+
+  readonly #onClose = (): void => {
+    // 'close' also follows a normal end; only an unfinished request is aborted.
+    if (this.#state !== 'finished') this.#abortSequence();
+    this.#settle();
+  };
+
+  #abortSequence(): void {
+    if (this.#state === 'finished' || this.#state === 'aborted') return;
+    this.#state = 'aborted';
+    const { driver, metrics } = this.#init;
+    driver.abort(this.id);
+    metrics.observeFinished((driver.modelNowMs() - this.#arrivalMs) / 1000, 'abort' satisfies FinishedReason);
+    this.#settle();
+  }
+
+  #settle(): void {
+    if (this.#settled) return;
+    this.#settled = true;
+    this.#init.onSettled(this);
+  }
+}

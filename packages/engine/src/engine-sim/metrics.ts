@@ -1,0 +1,164 @@
+import type { EngineStats } from '@fairway/sim';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+/** vLLM's buckets for `time_to_first_token_seconds`. */
+const TTFT_BUCKETS = [
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640,
+  2560,
+];
+/** vLLM's buckets for `inter_token_latency_seconds`. */
+const ITL_BUCKETS = [
+  0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
+];
+/** vLLM's buckets for request-level latencies (`e2e_request_latency_seconds`, queue time). */
+const REQUEST_BUCKETS = [
+  0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680,
+];
+
+/** Why a request finished, as vLLM labels `request_success_total`. */
+export type FinishedReason = 'stop' | 'length' | 'abort';
+
+/**
+ * The simulated engine's `/metrics`, with vLLM's names and labels. Gauges and token counters are
+ * read from the engine model at scrape time; latency histograms are observed by the server in
+ * model seconds (real seconds × speed factor), so they read as the simulated GPU would report.
+ */
+export class EngineSimMetrics {
+  readonly registry = new Registry();
+  readonly #ttft: Histogram<'model_name'>;
+  readonly #itl: Histogram<'model_name'>;
+  readonly #e2e: Histogram<'model_name'>;
+  readonly #queue: Histogram<'model_name'>;
+  readonly #success: Counter<'model_name' | 'finished_reason'>;
+  readonly #labels: { model_name: string };
+
+  constructor(modelName: string, stats: () => EngineStats) {
+    const registers = [this.registry];
+    const labels = { model_name: modelName };
+    this.#labels = labels;
+    const gauge = (name: string, help: string, read: (s: EngineStats) => number): void => {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['model_name'],
+        registers,
+        collect() {
+          this.set(labels, read(stats()));
+        },
+      });
+    };
+    // Counters mirror the model's totals: each scrape adds what accumulated since the last one.
+    const counter = (name: string, help: string, read: (s: EngineStats) => number): void => {
+      let last = 0;
+      new Counter({
+        name,
+        help,
+        labelNames: ['model_name'],
+        registers,
+        collect() {
+          const now = read(stats());
+          if (now > last) this.inc(labels, now - last);
+          else if (last === 0) this.inc(labels, 0);
+          last = Math.max(last, now);
+        },
+      });
+    };
+    gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', (s) => s.running);
+    gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', (s) => s.waiting);
+    gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', (s) => s.kvUsage);
+    new Gauge({
+      name: 'vllm:cache_config_info',
+      help: 'Information of the LLMEngine CacheConfig.',
+      labelNames: ['block_size', 'num_gpu_blocks', 'cache_dtype', 'enable_prefix_caching'],
+      registers,
+      collect() {
+        const s = stats();
+        this.set(
+          {
+            block_size: String(s.blockSize),
+            num_gpu_blocks: String(s.numGpuBlocks),
+            cache_dtype: 'auto',
+            enable_prefix_caching: 'False',
+          },
+          1,
+        );
+      },
+    });
+    counter('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', (s) => s.promptTokensTotal);
+    counter(
+      'vllm:generation_tokens_total',
+      'Number of generation tokens processed.',
+      (s) => s.generationTokensTotal,
+    );
+    counter(
+      'vllm:num_preemptions_total',
+      'Cumulative number of preemption from the engine.',
+      (s) => s.preemptionsTotal,
+    );
+    this.#success = new Counter({
+      name: 'vllm:request_success_total',
+      help: 'Count of successfully processed requests.',
+      labelNames: ['model_name', 'finished_reason'],
+      registers,
+    });
+    for (const reason of ['stop', 'length', 'abort'] as const) {
+      this.#success.inc({ ...labels, finished_reason: reason }, 0);
+    }
+    const histogram = (name: string, help: string, buckets: number[]): Histogram<'model_name'> => {
+      const h = new Histogram({ name, help, labelNames: ['model_name'], buckets, registers });
+      h.zero(labels);
+      return h;
+    };
+    this.#ttft = histogram(
+      'vllm:time_to_first_token_seconds',
+      'Histogram of time to first token in seconds.',
+      TTFT_BUCKETS,
+    );
+    this.#itl = histogram(
+      'vllm:inter_token_latency_seconds',
+      'Histogram of inter-token latency in seconds.',
+      ITL_BUCKETS,
+    );
+    this.#e2e = histogram(
+      'vllm:e2e_request_latency_seconds',
+      'Histogram of e2e request latency in seconds.',
+      REQUEST_BUCKETS,
+    );
+    this.#queue = histogram(
+      'vllm:request_queue_time_seconds',
+      'Histogram of time spent in WAITING phase for request.',
+      REQUEST_BUCKETS,
+    );
+  }
+
+  /** Records a time to first token, model seconds. */
+  observeTtft(seconds: number): void {
+    this.#ttft.observe(this.#labels, seconds);
+  }
+
+  /** Records the gap between two output tokens of a request, model seconds. */
+  observeInterToken(seconds: number): void {
+    this.#itl.observe(this.#labels, seconds);
+  }
+
+  /** Records a request's time from arrival to first scheduling, model seconds. */
+  observeQueueTime(seconds: number): void {
+    this.#queue.observe(this.#labels, seconds);
+  }
+
+  /** Records a finished request: its end-to-end latency (model seconds) and why it finished. */
+  observeFinished(seconds: number, reason: FinishedReason): void {
+    this.#e2e.observe(this.#labels, seconds);
+    this.#success.inc({ ...this.#labels, finished_reason: reason });
+  }
+
+  /** The Prometheus text exposition. */
+  render(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** The `Content-Type` of {@link render}'s output. */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}

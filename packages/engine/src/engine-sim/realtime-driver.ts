@@ -1,0 +1,175 @@
+import type { Clock } from '@fairway/core';
+import type { EngineEvent, EngineModelApi, EngineSeqInput, EngineStats, StepResult } from '@fairway/sim';
+
+/** A monotonic millisecond clock (`performance.now()`), immune to wall-clock jumps. */
+export const monotonicClock: Clock = { now: () => performance.now() };
+
+/** Receives the events of one sequence, at the real time its step ends. */
+export type SeqListener = (event: EngineEvent) => void;
+
+/** Options of {@link RealtimeDriver}. */
+export interface RealtimeDriverOptions {
+  /** Model milliseconds per real millisecond: 10 runs the engine ten times faster. @default 1 */
+  readonly speed?: number;
+  /** Real-time source. @default monotonicClock */
+  readonly clock?: Clock;
+  /**
+   * How far (real ms) the loop may fall behind the model's schedule before it stops catching up
+   * and resets the schedule to now, so a stall is not followed by a burst of instant steps.
+   * @default 50
+   */
+  readonly maxLagMs?: number;
+  /** Called after each step's events were delivered, with the step and its real start time. */
+  readonly onStep?: (step: StepResult, startedAtMs: number) => void;
+  /** Called when a listener throws; the loop carries on with the other sequences. */
+  readonly onListenerError?: (error: unknown, event: EngineEvent) => void;
+}
+
+/**
+ * Runs an engine model in real time: while the model has work it takes a step, waits the step's
+ * duration divided by the speed factor on real timers, then delivers the step's events to the
+ * sequences' listeners. A request that arrives mid-step waits for the next step, as in vLLM's
+ * engine loop. Steps are scheduled against absolute deadlines, so timer overshoot does not
+ * accumulate over a long generation.
+ */
+export class RealtimeDriver {
+  readonly #model: EngineModelApi;
+  readonly #speed: number;
+  readonly #clock: Clock;
+  readonly #maxLagMs: number;
+  readonly #onStep: ((step: StepResult, startedAtMs: number) => void) | undefined;
+  readonly #onListenerError: ((error: unknown, event: EngineEvent) => void) | undefined;
+  readonly #listeners = new Map<string, SeqListener>();
+  readonly #startMs: number;
+  #looping = false;
+  #closed = false;
+  /** Real time at which the step in flight ends. */
+  #deadline = 0;
+  #inFlight: { readonly step: StepResult; readonly startedAt: number } | undefined;
+  #timeout: NodeJS.Timeout | undefined;
+  #immediate: NodeJS.Immediate | undefined;
+
+  constructor(model: EngineModelApi, options: RealtimeDriverOptions = {}) {
+    this.#model = model;
+    this.#speed = options.speed ?? 1;
+    if (!(this.#speed > 0)) throw new RangeError(`speed must be > 0 (got ${this.#speed})`);
+    this.#clock = options.clock ?? monotonicClock;
+    this.#maxLagMs = options.maxLagMs ?? 50;
+    this.#onStep = options.onStep;
+    this.#onListenerError = options.onListenerError;
+    this.#startMs = this.#clock.now();
+  }
+
+  /** The model being driven. */
+  get model(): EngineModelApi {
+    return this.#model;
+  }
+
+  /** Model milliseconds elapsed since the driver started (real elapsed × speed). */
+  modelNowMs(): number {
+    return (this.#clock.now() - this.#startMs) * this.#speed;
+  }
+
+  /** Model milliseconds per real millisecond. */
+  get speed(): number {
+    return this.#speed;
+  }
+
+  /** Sequences submitted and not yet finished or aborted. */
+  get active(): number {
+    return this.#listeners.size;
+  }
+
+  /** The model's live counters. */
+  stats(): EngineStats {
+    return this.#model.stats();
+  }
+
+  /** Adds a sequence to the model; `listener` gets its events until it finishes or is aborted. */
+  submit(seq: EngineSeqInput, listener: SeqListener): void {
+    if (this.#closed) throw new Error('the engine driver is closed');
+    this.#model.add(seq);
+    this.#listeners.set(seq.id, listener);
+    this.#wake();
+  }
+
+  /** Removes a sequence from the model (its KV blocks are freed at once); false if unknown. */
+  abort(id: string): boolean {
+    this.#listeners.delete(id);
+    const known = this.#model.abort(id);
+    // Freed blocks may let a waiting sequence run.
+    if (known) this.#wake();
+    return known;
+  }
+
+  /** Ids of the sequences submitted and not yet finished or aborted. */
+  activeIds(): string[] {
+    return [...this.#listeners.keys()];
+  }
+
+  /** Stops the loop; events of the step in flight are dropped. */
+  close(): void {
+    this.#closed = true;
+    this.#inFlight = undefined;
+    if (this.#timeout !== undefined) clearTimeout(this.#timeout);
+    if (this.#immediate !== undefined) clearImmediate(this.#immediate);
+    this.#timeout = undefined;
+    this.#immediate = undefined;
+    this.#listeners.clear();
+  }
+
+  #wake(): void {
+    if (this.#looping || this.#closed) return;
+    this.#looping = true;
+    this.#deadline = this.#clock.now();
+    this.#schedule(0);
+  }
+
+  #schedule(delayMs: number): void {
+    // Events are never delivered before their step ends. A timer cannot wait less than ~1 ms, so
+    // short steps overshoot a little; the absolute deadline lets the next step catch up.
+    if (delayMs > 0) this.#timeout = setTimeout(this.#tick, delayMs);
+    else this.#immediate = setImmediate(this.#tick);
+  }
+
+  readonly #tick = (): void => {
+    this.#timeout = undefined;
+    this.#immediate = undefined;
+    if (this.#closed) return;
+    const flight = this.#inFlight;
+    this.#inFlight = undefined;
+    if (flight) this.#deliver(flight.step, flight.startedAt);
+    if (this.#closed) return;
+    if (!this.#model.hasWork()) {
+      this.#looping = false;
+      return;
+    }
+    const now = this.#clock.now();
+    if (now - this.#deadline > this.#maxLagMs) this.#deadline = now;
+    const startedAt = this.#deadline;
+    const step = this.#model.step();
+    if (step.durationMs <= 0 && step.events.length === 0) {
+      // The model has work it cannot start (e.g. a sequence waiting for blocks); sleep until an
+      // arrival or an abort changes that.
+      this.#looping = false;
+      return;
+    }
+    this.#inFlight = { step, startedAt };
+    this.#deadline = startedAt + step.durationMs / this.#speed;
+    this.#schedule(this.#deadline - this.#clock.now());
+  };
+
+  #deliver(step: StepResult, startedAt: number): void {
+    for (const ev of step.events) {
+      const listener = this.#listeners.get(ev.id);
+      if (!listener) continue;
+      if (ev.kind === 'finished') this.#listeners.delete(ev.id);
+      try {
+        listener(ev);
+      } catch (error) {
+        this.#onListenerError?.(error, ev);
+      }
+    }
+    this.#onStep?.(step, startedAt);
+  }
+}

@@ -1,0 +1,74 @@
+import { estimateChatTokens, estimateTextTokens } from '@fairway/core';
+import { z } from 'zod';
+
+const streamOptionsSchema = z
+  .looseObject({
+    include_usage: z.boolean().nullish(),
+    continuous_usage_stats: z.boolean().nullish(),
+  })
+  .nullish();
+
+/** Fields both endpoints share; unknown fields (temperature, top_p, …) are accepted and ignored. */
+const common = {
+  model: z.string().min(1).nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: streamOptionsSchema,
+  max_tokens: z.number().int().positive().nullish(),
+  ignore_eos: z.boolean().nullish(),
+  priority: z.number().int().nullish(),
+  n: z.literal(1, { message: 'engine-sim serves one choice per request (n = 1)' }).nullish(),
+  /** Test hook: the request's natural output length, tokens. */
+  fairway_output_tokens: z.number().int().nonnegative().nullish(),
+};
+
+const contentPartSchema = z.looseObject({ type: z.string(), text: z.string().optional() });
+
+/** `POST /v1/chat/completions` as the simulated engine reads it. */
+export const chatRequestSchema = z.looseObject({
+  ...common,
+  messages: z
+    .array(
+      z.looseObject({
+        role: z.string(),
+        content: z.union([z.string(), z.array(contentPartSchema), z.null()]).optional(),
+      }),
+    )
+    .min(1, 'must contain at least one message'),
+  max_completion_tokens: z.number().int().positive().nullish(),
+});
+
+/** `POST /v1/completions` as the simulated engine reads it. */
+export const completionRequestSchema = z.looseObject({
+  ...common,
+  prompt: z.union([
+    z.string(),
+    z.array(z.string()).length(1, 'engine-sim serves one prompt per request'),
+    z.array(z.number().int()).min(1),
+    z.array(z.array(z.number().int()).min(1)).length(1, 'engine-sim serves one prompt per request'),
+  ]),
+});
+
+/** A chat request after validation. */
+export type ChatRequest = z.infer<typeof chatRequestSchema>;
+/** A text-completion request after validation. */
+export type CompletionRequest = z.infer<typeof completionRequestSchema>;
+
+/** Prompt tokens of a chat request, estimated like the gateway does (about 4 characters per token). */
+export function chatPromptTokens(req: ChatRequest): number {
+  const contents = req.messages.map((m) => {
+    if (typeof m.content === 'string') return m.content;
+    if (Array.isArray(m.content)) return m.content.map((p) => p.text ?? '').join('');
+    return '';
+  });
+  return Math.max(1, estimateChatTokens(contents));
+}
+
+/** Prompt tokens of a completion request: the token ids' count, or the text's estimate. */
+export function completionPromptTokens(req: CompletionRequest): number {
+  const p = req.prompt;
+  if (typeof p === 'string') return Math.max(1, estimateTextTokens(p));
+  const first = p[0];
+  if (typeof first === 'string') return Math.max(1, estimateTextTokens(first));
+  if (Array.isArray(first)) return first.length;
+  return p.length;
+}

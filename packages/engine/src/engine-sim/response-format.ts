@@ -1,0 +1,174 @@
+/**
+ * vLLM's OpenAI response shapes, built as strings from per-request prefixes so that streaming one
+ * token costs a string concatenation, not a `JSON.stringify` of a chunk object.
+ */
+
+/** Which endpoint a response belongs to. */
+export type ResponseKind = 'chat' | 'completions';
+
+/** Synthetic vocabulary: the text is filler, the token count is what the engine model says. */
+const WORDS = [
+  ' the',
+  ' of',
+  ' and',
+  ' to',
+  ' in',
+  ' a',
+  ' is',
+  ' that',
+  ' for',
+  ' it',
+  ' as',
+  ' was',
+  ' with',
+  ' be',
+  ' by',
+  ' on',
+  ' not',
+  ' he',
+  ' this',
+  ' are',
+  ' or',
+  ' his',
+  ' from',
+  ' at',
+  ' which',
+  ' but',
+  ' have',
+  ' an',
+  ' had',
+  ' they',
+  ' you',
+  ' were',
+  ' their',
+  ' one',
+  ' all',
+  ' we',
+  ' can',
+  ' her',
+  ' has',
+  ' there',
+  ' been',
+  ' if',
+  ' more',
+  ' when',
+  ' will',
+  ' would',
+  ' who',
+  ' so',
+  ' no',
+  ' out',
+  ' up',
+  ' into',
+  ' than',
+  ' them',
+  ' some',
+  ' time',
+  ' only',
+  ' new',
+  ' about',
+  ' then',
+  ' also',
+  ' its',
+  ' other',
+  ' two',
+];
+
+/** The text of output token `index` (0-based); JSON-safe, so it needs no escaping. */
+export function tokenText(index: number): string {
+  return WORDS[index % WORDS.length]!;
+}
+
+/** The text of `count` output tokens. */
+export function syntheticText(count: number): string {
+  let s = '';
+  for (let i = 0; i < count; i++) s += tokenText(i);
+  return s;
+}
+
+/** `usage` as vLLM serialises it. */
+export function usageJson(promptTokens: number, completionTokens: number): string {
+  return `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completionTokens},"completion_tokens":${completionTokens}}`;
+}
+
+/** Identity of one response. */
+export interface ResponseIdentity {
+  readonly kind: ResponseKind;
+  readonly id: string;
+  /** Unix seconds. */
+  readonly created: number;
+  readonly model: string;
+}
+
+/** Builds the SSE events of one streamed response. */
+export class ChunkWriter {
+  readonly #head: string;
+  readonly #contentOpen: string;
+  readonly #kind: ResponseKind;
+  readonly #promptTokens: number;
+
+  constructor(identity: ResponseIdentity, promptTokens: number) {
+    const object = identity.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
+    this.#kind = identity.kind;
+    this.#head = `data: {"id":${JSON.stringify(identity.id)},"object":"${object}","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":[`;
+    this.#contentOpen =
+      identity.kind === 'chat'
+        ? `${this.#head}{"index":0,"delta":{"content":"`
+        : `${this.#head}{"index":0,"text":"`;
+    this.#promptTokens = promptTokens;
+  }
+
+  /** The chunk vLLM sends before the first chat token: the assistant role with empty content. */
+  roleChunk(continuousUsage: boolean): string {
+    const usage = continuousUsage ? `,"usage":${usageJson(this.#promptTokens, 0)}` : '';
+    return `${this.#head}{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${usage}}\n\n`;
+  }
+
+  /**
+   * One token's chunk. `finishReason` is set on the last token, as vLLM does; `completionTokens`
+   * is the count including this token, reported when `continuousUsage` is on.
+   */
+  tokenChunk(
+    text: string,
+    finishReason: string | null,
+    continuousUsage: boolean,
+    completionTokens: number,
+  ): string {
+    const finish = finishReason === null ? 'null' : `"${finishReason}"`;
+    const tail =
+      this.#kind === 'chat'
+        ? `"},"logprobs":null,"finish_reason":${finish}}]`
+        : `","logprobs":null,"finish_reason":${finish},"stop_reason":null}]`;
+    const usage = continuousUsage ? `,"usage":${usageJson(this.#promptTokens, completionTokens)}` : '';
+    return `${this.#contentOpen}${text}${tail}${usage}}\n\n`;
+  }
+
+  /** The final chunk with `usage` and no choices (`stream_options.include_usage`). */
+  usageChunk(completionTokens: number): string {
+    return `${this.#head}],"usage":${usageJson(this.#promptTokens, completionTokens)}}\n\n`;
+  }
+
+  /** The terminating event. */
+  static readonly DONE = 'data: [DONE]\n\n';
+}
+
+/** The body of a non-streamed completion. */
+export function completionBody(
+  identity: ResponseIdentity,
+  promptTokens: number,
+  completionTokens: number,
+  finishReason: string,
+): string {
+  const text = JSON.stringify(syntheticText(completionTokens));
+  const head = `{"id":${JSON.stringify(identity.id)},"object":"${identity.kind === 'chat' ? 'chat.completion' : 'text_completion'}","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":[`;
+  const choice =
+    identity.kind === 'chat'
+      ? `{"index":0,"message":{"role":"assistant","content":${text},"tool_calls":[]},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null}`
+      : `{"index":0,"text":${text},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null,"prompt_logprobs":null}`;
+  return `${head}${choice}],"usage":${usageJson(promptTokens, completionTokens)},"prompt_logprobs":null}`;
+}
+
+/** vLLM's error body (the OpenAI shape vLLM uses since 0.10). */
+export function errorBody(status: number, type: string, message: string): string {
+  return JSON.stringify({ error: { message, type, param: null, code: status } });
+}
