@@ -1,0 +1,12 @@
+--[[
+  Open interactions (FairServe OIT): ZSET key_interactions() of interaction key -> end of its open
+  period. An interaction is open while now < end.
+]]
+--- @include "numbers"
+local function openInteraction(ikey, now, ttl)
+  local untilMs = now + ttl
+  local cur = redis.call('ZSCORE', key_interactions(), ikey)
+  if not cur or untilMs > tonumber(cur) then
+    redis.call('ZADD', key_interactions(), fmt(untilMs), ikey)
+  end
+end

@@ -1,0 +1,23 @@
+--[[
+  Number and string helpers shared by every script.
+  Redis converts Lua numbers to strings with 14 significant digits; fmt keeps all 17 so a double
+  survives storage exactly and the Redis backend matches the memory backend bit for bit.
+]]
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local function num(s)
+  if s == false or s == nil or s == '' then return 0 end
+  return tonumber(s)
+end
+
+-- Byte-wise string order (Lua's < uses strcoll, which follows the server's locale).
+local function bless(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end

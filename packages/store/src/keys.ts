@@ -1,0 +1,104 @@
+import { Buffer } from 'node:buffer';
+
+/**
+ * Every Redis key of the store, defined once. TypeScript builds keys with {@link StoreKeys}; the Lua
+ * scripts get the same builders generated from {@link KEY_LAYOUT} by {@link luaKeyFunctions}, so
+ * the two can never disagree.
+ *
+ * All keys of one store share the hash tag `{<prefix>}`, so every script runs in one Redis Cluster
+ * slot: a pool's keys always share a slot, and so do the owner leases, request records and windows
+ * that operations on a pool touch atomically. To spread pools over a cluster, give each group of
+ * pools its own store (its own prefix).
+ *
+ * Parameters before the last are length-prefixed (`<bytes>.<value>:`) so no pool, band or flow
+ * name can make two keys collide, whatever characters it contains.
+ */
+export const KEY_LAYOUT = {
+  /** STRING: admission sequence number (FIFO order of flows' requests). */
+  seq: [],
+  /** ZSET owner → lease end (ms). */
+  leases: [],
+  /** ZSET interaction key → end of its open period (ms). */
+  interactions: [],
+  /** HASH: one request's record (see `includes/request.lua`). */
+  req: ['id'],
+  /** SET: ids of the requests an owner holds (queued or running). */
+  owner: ['owner'],
+  /** HASH tokens, seqs: what is reserved on a replica. */
+  replica: ['replica'],
+  /** LIST: a flow's last output lengths, oldest first. */
+  history: ['flow'],
+  /** STRING: requests queued in a pool, all bands. */
+  poolQueued: ['pool'],
+  /** HASH flow → virtual counter (%.17g). */
+  counters: ['pool', 'band'],
+  /** ZSET backlogged flow → counter. */
+  backlog: ['pool', 'band'],
+  /** ZSET flow with queued continuations → counter. */
+  contBacklog: ['pool', 'band'],
+  /** ZSET queued request id → score. */
+  byScore: ['pool', 'band'],
+  /** HASH size, lastLeft. */
+  queueMeta: ['pool', 'band'],
+  /** ZSET a flow's queued request ids → admission sequence. */
+  fifo: ['pool', 'band', 'flow'],
+  /** ZSET a flow's queued continuation ids → admission sequence. */
+  contFifo: ['pool', 'band', 'flow'],
+  /** ZSET request id → admission time (ms) in a window. */
+  windowLog: ['key'],
+  /** HASH request id → amount in a window. */
+  windowAmounts: ['key'],
+  /** STRING: sum of a window's amounts (%.17g). */
+  windowTotal: ['key'],
+} as const satisfies Record<string, readonly string[]>;
+
+/** Name of a key kind in {@link KEY_LAYOUT}. */
+export type KeyKind = keyof typeof KEY_LAYOUT;
+
+function part(value: string | number, last: boolean): string {
+  const s = String(value);
+  return last ? s : `${Buffer.byteLength(s)}.${s}:`;
+}
+
+/** Builds the keys of one store (one prefix). */
+export class StoreKeys {
+  /** Common beginning of every key, including the hash tag: `{<prefix>}:`. */
+  readonly base: string;
+
+  /** @param prefix key prefix of this store; must not contain `{` or `}`. */
+  constructor(prefix: string) {
+    this.base = `{${prefix}}:`;
+  }
+
+  /** The key of `kind` for the given parameters (in {@link KEY_LAYOUT} order). */
+  key(kind: KeyKind, ...params: (string | number)[]): string {
+    const names = KEY_LAYOUT[kind];
+    let out = `${this.base}${kind}:`;
+    for (let i = 0; i < names.length; i++) out += part(params[i] ?? '', i === names.length - 1);
+    return out;
+  }
+
+  /** Pattern matching every key of this store (for cleanup in tests and admin tools). */
+  pattern(): string {
+    return `${this.base}*`;
+  }
+}
+
+/**
+ * Lua source defining `key_<kind>(...)` for every kind, prepended to every script. `BASE` is the
+ * script's `ARGV[1]` (the store's {@link StoreKeys.base}).
+ */
+export function luaKeyFunctions(): string {
+  const lines = [
+    'local BASE = ARGV[1]',
+    "local function lp(s) s = tostring(s) return #s .. '.' .. s .. ':' end",
+  ];
+  for (const [kind, names] of Object.entries(KEY_LAYOUT) as [KeyKind, readonly string[]][]) {
+    const args = names.join(', ');
+    const body = names.map((n, i) => (i === names.length - 1 ? `tostring(${n})` : `lp(${n})`));
+    lines.push(
+      `local function key_${kind}(${args}) return ${[`BASE .. '${kind}:'`, ...body].join(' .. ')} end`,
+    );
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,322 @@
+import { Redis } from 'ioredis';
+import { z } from 'zod';
+import { parseInput, StoreError, StoreErrorCode, scriptErrorFromCode } from './errors.ts';
+import {
+  admitInputSchema,
+  cancelInputSchema,
+  chargeItemsSchema,
+  dispatchInputSchema,
+  idSchema,
+  renewInputSchema,
+  settleInputSchema,
+  snapshotInputSchema,
+} from './input-schemas.ts';
+import { StoreKeys } from './keys.ts';
+import { defineCommands, type LuaCommand, loadCommands } from './script-loader.ts';
+import type {
+  AdmitInput,
+  AdmitRejectCode,
+  AdmitResult,
+  ChargeItem,
+  DispatchInput,
+  DispatchResult,
+  QueuedRequest,
+  QueueSnapshot,
+  SchedulingStore,
+  SettleInput,
+} from './store.ts';
+import {
+  fairBefore,
+  HISTORY_LENGTH,
+  meanOfHistory,
+  type ResolvedStoreOptions,
+  resolveStoreOptions,
+  type StoreOptions,
+} from './store-options.ts';
+
+/** Options of {@link RedisStore}. */
+export interface RedisStoreOptions extends StoreOptions {
+  /**
+   * A connected ioredis client (the store does not close it) or a Redis URL (the store opens its
+   * own connection and closes it on `close()`).
+   */
+  readonly redis: Redis | string;
+  /** Prefix of every key; each prefix is an independent store in one hash slot. Must not contain `{}`. */
+  readonly prefix: string;
+}
+
+type Reply = string | number | null | Reply[];
+type Invoke = (...args: (string | number)[]) => Promise<Reply>;
+
+const optionsSchema = z.object({
+  prefix: z
+    .string()
+    .min(1)
+    .regex(/^[^{}]+$/, 'must not contain { or }'),
+});
+
+let cachedCommands: readonly LuaCommand[] | undefined;
+
+function str(n: number): string {
+  return String(n);
+}
+
+function expectArray(script: string, reply: Reply): Reply[] {
+  if (Array.isArray(reply)) return reply;
+  if (typeof reply === 'number' && reply < 0) throw scriptErrorFromCode(script, reply);
+  throw new StoreError(StoreErrorCode.REPLY_INVALID, script, `unexpected reply ${JSON.stringify(reply)}`);
+}
+
+function asString(reply: Reply | undefined): string {
+  if (typeof reply === 'string') return reply;
+  if (typeof reply === 'number') return String(reply);
+  throw new StoreError(
+    StoreErrorCode.REPLY_INVALID,
+    'decode',
+    `expected a string, got ${JSON.stringify(reply)}`,
+  );
+}
+
+/**
+ * The Redis {@link SchedulingStore}: every multi-step operation is one Lua script (`commands/`),
+ * so admission, dispatch and a batch of charges are each one round trip and exact across any
+ * number of dispatchers. Scripts get times from their arguments and never read a clock, and store
+ * numbers with 17 significant digits, so results match {@link MemoryStore} exactly.
+ */
+export class RedisStore implements SchedulingStore {
+  readonly #redis: Redis;
+  readonly #ownsClient: boolean;
+  readonly #keys: StoreKeys;
+  readonly #opts: ResolvedStoreOptions;
+  readonly #cmd: (name: string) => { readonly script: string; readonly invoke: Invoke };
+  #closed = false;
+
+  constructor(options: RedisStoreOptions) {
+    parseInput('options', optionsSchema, { prefix: options.prefix });
+    this.#opts = resolveStoreOptions({
+      defaultLeaseMs: options.defaultLeaseMs,
+      queueFullRetryMs: options.queueFullRetryMs,
+      validate: options.validate,
+    });
+    this.#ownsClient = typeof options.redis === 'string';
+    this.#redis = typeof options.redis === 'string' ? new Redis(options.redis) : options.redis;
+    this.#keys = new StoreKeys(options.prefix);
+    cachedCommands ??= loadCommands();
+    const commands = defineCommands(this.#redis, cachedCommands);
+    const client = this.#redis as unknown as Record<string, Invoke>;
+    this.#cmd = (name) => {
+      const c = commands.get(name);
+      const invoke = c === undefined ? undefined : client[c.versionedName];
+      if (c === undefined || invoke === undefined) {
+        throw new StoreError(StoreErrorCode.SCRIPT_ARGS, name, 'no such script');
+      }
+      return { script: c.versionedName, invoke: invoke.bind(this.#redis) };
+    };
+  }
+
+  /** The key builder of this store (tests and admin tools use it to find or clean up keys). */
+  get keys(): StoreKeys {
+    return this.#keys;
+  }
+
+  async admit(input: AdmitInput): Promise<AdmitResult> {
+    this.#open('admit');
+    if (this.#opts.validate) parseInput('admit', admitInputSchema, input);
+    const { req } = input;
+    const k = this.#keys;
+    const args: (string | number)[] = [
+      k.key('req', req.id),
+      k.key('leases'),
+      k.key('seq'),
+      k.key('interactions'),
+      k.base,
+      req.id,
+      req.pool,
+      str(req.band),
+      req.flow,
+      str(req.score),
+      str(req.arrivalMs),
+      str(req.reserveTokens),
+      str(req.dispatchCost),
+      req.owner,
+      req.payload,
+      req.continuation === undefined ? '' : req.continuation ? '1' : '0',
+      str(input.nowMs),
+      input.lift,
+      input.overloaded ? '1' : '0',
+      input.interaction?.key ?? '',
+      input.interaction === undefined ? '0' : str(input.interaction.ttlMs),
+      input.maxQueuedFlow === undefined ? '' : str(input.maxQueuedFlow),
+      input.maxQueuedPool === undefined ? '' : str(input.maxQueuedPool),
+      str(this.#opts.defaultLeaseMs),
+      str(this.#opts.queueFullRetryMs),
+      str(input.limits.length),
+    ];
+    for (const l of input.limits) {
+      args.push(
+        l.key,
+        str(l.limit),
+        str(l.amount),
+        str(l.windowMs),
+        l.onlyWhenOverloaded ? '1' : '0',
+        l.code,
+        (l.trueUp ?? l.code === 'tpm_limited') ? '1' : '0',
+      );
+    }
+    const { script, invoke } = this.#cmd('admit');
+    const reply = expectArray(script, await invoke(...args));
+    if (reply[0] === 1) return { ok: true, queued: Number(reply[1]) };
+    return {
+      ok: false,
+      code: asString(reply[1]) as AdmitRejectCode,
+      retryAfterMs: Number(asString(reply[2])),
+      key: asString(reply[3]),
+    };
+  }
+
+  async dispatch(input: DispatchInput): Promise<DispatchResult> {
+    this.#open('dispatch');
+    if (this.#opts.validate) parseInput('dispatch', dispatchInputSchema, input);
+    const args: (string | number)[] = [
+      this.#keys.key('poolQueued', input.pool),
+      this.#keys.base,
+      input.pool,
+      input.ordering,
+      input.fit,
+      str(input.bands.length),
+      ...input.bands.map(str),
+      str(input.replicas.length),
+    ];
+    for (const r of input.replicas) args.push(r.id, str(r.tokenCapacity), str(r.seqCapacity));
+    const { script, invoke } = this.#cmd('dispatch');
+    const reply = expectArray(script, await invoke(...args));
+    const kind = asString(reply[0]);
+    if (kind === 'empty') return { kind: 'empty' };
+    if (kind === 'blocked') {
+      return { kind: 'blocked', id: asString(reply[1]), reserveTokens: Number(asString(reply[2])) };
+    }
+    return { kind: 'dispatched', replica: asString(reply[1]), req: decodeRequest(reply.slice(2)) };
+  }
+
+  async charge(items: readonly ChargeItem[]): Promise<void> {
+    this.#open('charge');
+    if (this.#opts.validate) parseInput('charge', chargeItemsSchema, items);
+    if (items.length === 0) return;
+    const args: (string | number)[] = [this.#keys.key('seq'), this.#keys.base, str(items.length)];
+    for (const item of items) args.push(item.id, str(item.amount));
+    const { script, invoke } = this.#cmd('charge');
+    const reply = await invoke(...args);
+    if (typeof reply !== 'number' || reply < 0) throw scriptErrorFromCode(script, Number(reply));
+  }
+
+  async settle(input: SettleInput): Promise<boolean> {
+    this.#open('settle');
+    if (this.#opts.validate) parseInput('settle', settleInputSchema, input);
+    const { invoke } = this.#cmd('settle');
+    const reply = await invoke(
+      this.#keys.key('req', input.id),
+      this.#keys.base,
+      input.id,
+      str(input.nowMs),
+      str(input.finalCost),
+      str(input.actualTokens),
+      str(input.outputTokens),
+      str(HISTORY_LENGTH),
+    );
+    return reply === 1;
+  }
+
+  async cancel(id: string, nowMs: number): Promise<boolean> {
+    this.#open('cancel');
+    if (this.#opts.validate) parseInput('cancel', cancelInputSchema, { id, nowMs });
+    const { invoke } = this.#cmd('cancel');
+    return (await invoke(this.#keys.key('req', id), this.#keys.base, id, str(nowMs))) === 1;
+  }
+
+  async renewOwner(owner: string, nowMs: number, leaseMs: number): Promise<void> {
+    this.#open('renewOwner');
+    if (this.#opts.validate) parseInput('renewOwner', renewInputSchema, { owner, nowMs, leaseMs });
+    await this.#redis.zadd(this.#keys.key('leases'), str(nowMs + leaseMs), owner);
+  }
+
+  async reclaim(
+    nowMs: number,
+  ): Promise<{ readonly dropped: readonly string[]; readonly released: readonly string[] }> {
+    this.#open('reclaim');
+    if (this.#opts.validate) parseInput('reclaim', cancelInputSchema.shape.nowMs, nowMs);
+    const { script, invoke } = this.#cmd('reclaim');
+    const reply = expectArray(script, await invoke(this.#keys.key('leases'), this.#keys.base, str(nowMs)));
+    return {
+      dropped: expectArray(script, reply[0] ?? null).map(asString),
+      released: expectArray(script, reply[1] ?? null).map(asString),
+    };
+  }
+
+  async predictedOutput(flow: string): Promise<number | undefined> {
+    this.#open('predictedOutput');
+    if (this.#opts.validate) parseInput('predictedOutput', idSchema, flow);
+    const list = await this.#redis.lrange(this.#keys.key('history', flow), 0, -1);
+    return meanOfHistory(list.map(Number));
+  }
+
+  async reserved(replica: string): Promise<{ readonly tokens: number; readonly seqs: number }> {
+    this.#open('reserved');
+    if (this.#opts.validate) parseInput('reserved', idSchema, replica);
+    const [tokens, seqs] = await this.#redis.hmget(this.#keys.key('replica', replica), 'tokens', 'seqs');
+    return { tokens: tokens ? Number(tokens) : 0, seqs: seqs ? Number(seqs) : 0 };
+  }
+
+  async snapshot(pool: string, band: number): Promise<QueueSnapshot> {
+    this.#open('snapshot');
+    if (this.#opts.validate) parseInput('snapshot', snapshotInputSchema, { pool, band });
+    const { script, invoke } = this.#cmd('snapshot');
+    const reply = expectArray(
+      script,
+      await invoke(this.#keys.key('counters', pool, band), this.#keys.base, pool, str(band)),
+    );
+    const flat = expectArray(script, reply[0] ?? null).map(asString);
+    const counters: Record<string, number> = {};
+    for (let i = 0; i < flat.length; i += 2) counters[flat[i] as string] = Number(flat[i + 1]);
+    const bl = expectArray(script, reply[1] ?? null).map(asString);
+    const flows: { flow: string; queued: number; head: number }[] = [];
+    for (let i = 0; i < bl.length; i += 3) {
+      flows.push({ flow: bl[i] as string, queued: Number(bl[i + 1]), head: Number(bl[i + 2]) });
+    }
+    const before = (a: { flow: string; head: number }, b: { flow: string; head: number }): boolean =>
+      fairBefore(counters[a.flow] ?? 0, a.head, a.flow, counters[b.flow] ?? 0, b.head, b.flow);
+    flows.sort((a, b) => (before(a, b) ? -1 : before(b, a) ? 1 : 0));
+    return {
+      counters,
+      backlogged: flows.map((f) => f.flow),
+      queued: Object.fromEntries(flows.map((f) => [f.flow, f.queued])),
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#ownsClient) await this.#redis.quit();
+  }
+
+  #open(operation: string): void {
+    if (this.#closed) throw new StoreError(StoreErrorCode.CLOSED, operation, 'the store is closed');
+  }
+}
+
+function decodeRequest(f: Reply[]): QueuedRequest {
+  const s = f.map(asString);
+  const cont = s[10];
+  const req: QueuedRequest = {
+    id: s[0] as string,
+    pool: s[1] as string,
+    band: Number(s[2]),
+    flow: s[3] as string,
+    score: Number(s[4]),
+    arrivalMs: Number(s[5]),
+    reserveTokens: Number(s[6]),
+    dispatchCost: Number(s[7]),
+    owner: s[8] as string,
+    payload: s[9] as string,
+  };
+  return cont === '' || cont === undefined ? req : { ...req, continuation: cont === '1' };
+}

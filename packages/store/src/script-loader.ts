@@ -1,0 +1,67 @@
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Redis } from 'ioredis';
+import { luaKeyFunctions } from './keys.ts';
+
+/** A compiled Lua command: its file's name and key count, and the full source sent to Redis. */
+export interface LuaCommand {
+  /** camelName from `<camelName>-<numKeys>.lua`. */
+  readonly name: string;
+  readonly numberOfKeys: number;
+  /** Source with the generated key functions and every `--- @include` inlined once. */
+  readonly lua: string;
+  /** Name registered on the client: `<name>:<version>`, version = hash of `lua`. */
+  readonly versionedName: string;
+}
+
+const COMMANDS_DIR = join(dirname(fileURLToPath(import.meta.url)), 'commands');
+const INCLUDE = /^--- @include "([^"]+)"\s*$/;
+
+function inline(file: string, seen: Set<string>, out: string[]): void {
+  for (const line of readFileSync(file, 'utf8').split('\n')) {
+    const m = INCLUDE.exec(line);
+    if (m === null) {
+      out.push(line);
+      continue;
+    }
+    const target = join(dirname(file), `${m[1]}.lua`);
+    if (seen.has(target)) continue;
+    seen.add(target);
+    inline(target, seen, out);
+  }
+}
+
+/**
+ * Reads every `commands/<camelName>-<numKeys>.lua`, inlines its includes (each once, dependencies
+ * first) after the generated key functions, and names it with a content-hash version so that two
+ * deployments with different scripts never run each other's code.
+ */
+export function loadCommands(dir: string = COMMANDS_DIR): readonly LuaCommand[] {
+  const commands: LuaCommand[] = [];
+  for (const file of readdirSync(dir).sort()) {
+    const m = /^([a-z][A-Za-z0-9]*)-(\d+)\.lua$/.exec(file);
+    if (m === null) continue;
+    const out: string[] = [luaKeyFunctions()];
+    inline(join(dir, file), new Set(), out);
+    const lua = out.join('\n');
+    const version = createHash('sha1').update(lua).digest('hex').slice(0, 10);
+    const name = m[1] as string;
+    commands.push({ name, numberOfKeys: Number(m[2]), lua, versionedName: `${name}:${version}` });
+  }
+  return commands;
+}
+
+/** Registers every command on a client (idempotent per client); returns them by camelName. */
+export function defineCommands(
+  redis: Redis,
+  commands: readonly LuaCommand[],
+): ReadonlyMap<string, LuaCommand> {
+  const byName = new Map<string, LuaCommand>();
+  for (const c of commands) {
+    redis.defineCommand(c.versionedName, { numberOfKeys: c.numberOfKeys, lua: c.lua });
+    byName.set(c.name, c);
+  }
+  return byName;
+}
