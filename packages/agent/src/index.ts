@@ -1,1 +1,8 @@
-export {};
+export { type AgentStopOptions, NodeAgent, type NodeAgentOptions } from './agent.ts';
+export {
+  argsWithModel,
+  EngineProcess,
+  type EngineProcessEvent,
+  type EngineProcessOptions,
+} from './engine-process.ts';
+export { AgentError, AgentErrorCode, EngineStartError } from './errors.ts';
