@@ -1,0 +1,89 @@
+/**
+ * Placement: which replica a dispatched request should run on. The gateway hands a policy the
+ * replicas of a pool as it last saw them; the policy returns them in order of preference, and the
+ * store reserves the request on the first (or best-fitting) one that has room. Policies are pure
+ * apart from their own cursor or seeded RNG, so the simulator and the live dispatcher run the same code.
+ */
+
+/** What placement knows about one replica: capacity, what the gateway reserved on it, engine load. */
+export interface ReplicaState {
+  readonly id: string;
+  /** KV tokens the gateway may reserve on it in total (capacity minus headroom). */
+  readonly tokenCapacity: number;
+  /** Sequences it may run at once (`max_num_seqs` minus headroom). */
+  readonly seqCapacity: number;
+  /** Tokens reserved on it by all dispatchers (the store's count). */
+  readonly reservedTokens: number;
+  /** Requests reserved on it by all dispatchers. */
+  readonly reservedSeqs: number;
+  /** Sequences the engine reports running (`vllm:num_requests_running`). */
+  readonly running: number;
+  /** Sequences the engine reports waiting (`vllm:num_requests_waiting`). */
+  readonly waiting: number;
+  /** KV-cache usage the engine reports, 0–1 (`vllm:kv_cache_usage_perc`). */
+  readonly kvUsage: number;
+  /**
+   * The last report is too old to trust. A stale replica counts as saturated — never as free —
+   * so it is ordered after every fresh one and the gateway gives it no room.
+   */
+  readonly stale: boolean;
+}
+
+/** A placement policy: orders replicas, best first. */
+export interface PlacementPolicy {
+  readonly name: string;
+  /**
+   * Returns the replicas in order of preference. Must return every fresh replica (so dispatch is
+   * work-conserving: the store takes the first with room) and put stale ones last.
+   */
+  order(replicas: readonly ReplicaState[]): readonly ReplicaState[];
+  /**
+   * The policy for one more dispatcher: stateful policies (a round-robin cursor, a seeded RNG)
+   * give each dispatcher its own state; stateless ones return themselves.
+   */
+  forDispatcher(id: string): PlacementPolicy;
+}
+
+/** Requests on a replica as far as anyone knows: the larger of the store's and the engine's count. */
+export function queueLength(r: ReplicaState): number {
+  return Math.max(r.reservedSeqs, r.running + r.waiting);
+}
+
+/** Fraction of a replica's KV the gateway has reserved or the engine reports used, whichever is larger. */
+export function kvLoad(r: ReplicaState): number {
+  const reserved = r.tokenCapacity > 0 ? r.reservedTokens / r.tokenCapacity : 1;
+  return Math.max(reserved, r.kvUsage);
+}
+
+/** Deterministic tie-break on replica id (code-unit order). */
+export function byId(a: ReplicaState, b: ReplicaState): number {
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+/**
+ * Sorts fresh replicas by `key` — a tuple compared lexicographically, ascending, ties by id — and
+ * appends the stale ones, by id.
+ */
+export function orderBy(
+  replicas: readonly ReplicaState[],
+  key: (r: ReplicaState) => readonly number[],
+): readonly ReplicaState[] {
+  const fresh: { r: ReplicaState; k: readonly number[] }[] = [];
+  const stale: ReplicaState[] = [];
+  for (const r of replicas) {
+    if (r.stale) stale.push(r);
+    else fresh.push({ r, k: key(r) });
+  }
+  fresh.sort((a, b) => compareKeys(a.k, b.k) || byId(a.r, b.r));
+  stale.sort(byId);
+  return [...fresh.map((f) => f.r), ...stale];
+}
+
+/** Lexicographic comparison of two load tuples. */
+export function compareKeys(a: readonly number[], b: readonly number[]): number {
+  for (let i = 0; i < a.length; i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
