@@ -1,0 +1,182 @@
+import { createRng, type Rng } from '@fairway/core';
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryStore, type SchedulingStore, type WindowLimit } from '../src/index.ts';
+import { connect, deletePrefix, freshRedisStore } from './redis-harness.ts';
+
+let redis: Redis;
+beforeAll(() => {
+  redis = connect();
+});
+afterAll(async () => {
+  await redis.quit();
+});
+
+const pick = <T>(rng: Rng, xs: readonly T[]): T => xs[rng.int(0, xs.length - 1)] as T;
+/** Costs with fractional parts, so float formatting differences would show. */
+const fractional = (rng: Rng, max: number): number => rng.next() * max;
+
+interface Op {
+  readonly name: string;
+  run(s: SchedulingStore): Promise<unknown>;
+}
+
+/** Generates one random operation against the current simulated time and id space. */
+function randomOps(seed: number, count: number): Op[] {
+  const rng = createRng(seed);
+  const ops: Op[] = [];
+  let now = 0;
+  let nextId = 0;
+  const ids: string[] = [];
+  const pools = ['p', 'q'];
+  const flows = ['a', 'b', 'c', 'd', 'e'];
+  const owners = ['d1', 'd2', 'd3'];
+  const replicas = ['r1', 'r2', 'r3'];
+  const limitsFor = (flow: string, reserve: number): WindowLimit[] => {
+    const out: WindowLimit[] = [];
+    if (rng.next() < 0.5)
+      out.push({ key: `rpm:${flow}`, limit: 2, amount: 1, windowMs: 1000, code: 'rpm_limited' });
+    if (rng.next() < 0.4)
+      out.push({ key: `tpm:${flow}`, limit: 200, amount: reserve, windowMs: 1000, code: 'tpm_limited' });
+    if (rng.next() < 0.3)
+      out.push({
+        key: `oit:${flow}`,
+        limit: 1,
+        amount: 1,
+        windowMs: 1000,
+        code: 'throttled',
+        onlyWhenOverloaded: true,
+      });
+    return out;
+  };
+  for (let i = 0; i < count; i++) {
+    now += rng.int(0, 40);
+    const t = now;
+    const r = rng.next();
+    if (r < 0.35) {
+      const id = `r${nextId++}`;
+      ids.push(id);
+      const flow = pick(rng, flows);
+      const reserve = rng.int(1, 120);
+      const cont = rng.next();
+      const req = {
+        id,
+        pool: pick(rng, pools),
+        band: rng.int(0, 1),
+        flow,
+        score: rng.int(0, 20) + (rng.next() < 0.5 ? 0.25 : 0),
+        arrivalMs: t - rng.int(0, 5),
+        reserveTokens: reserve,
+        dispatchCost: fractional(rng, 50),
+        owner: pick(rng, owners),
+        payload: `{"n":${i}}`,
+        ...(cont < 0.2 ? { continuation: true } : cont < 0.3 ? { continuation: false } : {}),
+      };
+      const limits = limitsFor(flow, reserve);
+      const interaction =
+        rng.next() < 0.3 ? { key: `i${rng.int(0, 4)}`, ttlMs: rng.int(50, 400) } : undefined;
+      const input = {
+        req,
+        nowMs: t,
+        lift: rng.next() < 0.8 ? ('vtc' as const) : ('none' as const),
+        limits,
+        overloaded: rng.next() < 0.5,
+        ...(interaction ? { interaction } : {}),
+        ...(rng.next() < 0.2 ? { maxQueuedFlow: rng.int(1, 4) } : {}),
+        ...(rng.next() < 0.2 ? { maxQueuedPool: rng.int(3, 12) } : {}),
+      };
+      ops.push({ name: `admit ${id}`, run: (s) => s.admit(input) });
+    } else if (r < 0.6) {
+      const n = rng.int(0, 3);
+      const input = {
+        pool: pick(rng, pools),
+        bands: rng.next() < 0.5 ? [0, 1] : [1, 0],
+        ordering: rng.next() < 0.7 ? ('fair' as const) : ('score' as const),
+        nowMs: t,
+        picker: pick(rng, owners),
+        replicas: replicas.slice(0, n).map((id) => ({
+          id,
+          tokenCapacity: rng.int(50, 400),
+          seqCapacity: rng.int(1, 6),
+        })),
+        fit: rng.next() < 0.5 ? ('first' as const) : ('best' as const),
+      };
+      ops.push({ name: 'dispatch', run: (s) => s.dispatch(input) });
+    } else if (r < 0.72) {
+      const items = Array.from({ length: rng.int(1, 5) }, () => ({
+        id: ids.length > 0 && rng.next() < 0.9 ? pick(rng, ids) : 'nope',
+        amount: fractional(rng, 8),
+      }));
+      ops.push({ name: 'charge', run: (s) => s.charge(items) });
+    } else if (r < 0.84) {
+      const id = ids.length > 0 ? pick(rng, ids) : 'nope';
+      const input = {
+        id,
+        nowMs: t,
+        finalCost: fractional(rng, 200),
+        actualTokens: rng.int(0, 150),
+        outputTokens: rng.int(0, 100),
+      };
+      ops.push({ name: `settle ${id}`, run: (s) => s.settle(input) });
+    } else if (r < 0.89) {
+      const id = ids.length > 0 ? pick(rng, ids) : 'nope';
+      ops.push({ name: `cancel ${id}`, run: (s) => s.cancel(id, t) });
+    } else if (r < 0.93) {
+      const owner = pick(rng, owners);
+      const lease = rng.int(100, 2000);
+      ops.push({ name: `renew ${owner}`, run: (s) => s.renewOwner(owner, t, lease) });
+    } else if (r < 0.95) {
+      ops.push({ name: 'reclaim', run: (s) => s.reclaim(t) });
+    } else {
+      const pool = pick(rng, pools);
+      const band = rng.int(0, 1);
+      const flow = pick(rng, flows);
+      const replica = pick(rng, replicas);
+      ops.push({
+        name: `read ${pool}/${band}`,
+        run: async (s) => ({
+          snapshot: await s.snapshot(pool, band),
+          predicted: await s.predictedOutput(flow),
+          reserved: await s.reserved(replica),
+        }),
+      });
+    }
+  }
+  return ops;
+}
+
+describe('MemoryStore and RedisStore', () => {
+  for (const seed of [1, 2, 3, 4]) {
+    it(`return identical results for a random operation sequence (seed ${seed})`, async () => {
+      const memory = new MemoryStore({ defaultLeaseMs: 1500 });
+      const red = freshRedisStore(redis, { defaultLeaseMs: 1500 });
+      try {
+        const ops = randomOps(seed, 700);
+        const outcomes = new Set<string>();
+        for (const [i, op] of ops.entries()) {
+          const a = await op.run(memory);
+          const b = await op.run(red);
+          expect(b, `op ${i}: ${op.name}`).toEqual(a);
+          if (typeof a === 'object' && a !== null) {
+            if ('kind' in a) outcomes.add(String(a.kind));
+            if ('code' in a) outcomes.add(String(a.code));
+            if ('dropped' in a && Array.isArray(a.dropped) && a.dropped.length > 0) outcomes.add('reclaimed');
+          }
+        }
+        // The sequence must exercise the interesting outcomes, not only no-ops.
+        for (const outcome of ['dispatched', 'blocked', 'rpm_limited', 'tpm_limited', 'throttled']) {
+          expect(outcomes, outcome).toContain(outcome);
+        }
+        expect(outcomes).toContain('reclaimed');
+        expect(outcomes).toContain('queue_full');
+        for (const pool of ['p', 'q']) {
+          for (const band of [0, 1])
+            expect(await red.snapshot(pool, band)).toEqual(await memory.snapshot(pool, band));
+        }
+      } finally {
+        await deletePrefix(redis, red);
+        await red.close();
+      }
+    });
+  }
+});
