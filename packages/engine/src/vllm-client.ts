@@ -52,7 +52,8 @@ export interface VllmClientOptions {
   /** TCP connect timeout, ms. @default 2000 */
   readonly connectTimeoutMs?: number;
   /**
-   * Time to wait for response headers of a generation, ms. vLLM sends streaming headers at once
+   * Time to wait for response headers of a generation, ms (undici enforces its headers and body
+   * timeouts with about one second of granularity). vLLM sends streaming headers at once
    * but non-streamed headers only when the whole completion is done. @default 600000
    */
   readonly headersTimeoutMs?: number;

@@ -52,6 +52,12 @@ export class Generation {
   /** Sends the response headers (streaming) and hands the sequence to the engine. */
   start(): void {
     const { res, stream } = this.#init;
+    if (res.destroyed) {
+      // The client left while the request waited (e.g. an injected headers delay).
+      this.#state = 'aborted';
+      this.#settle();
+      return;
+    }
     res.on('close', this.#onClose);
     if (stream) {
       res.writeHead(200, {
@@ -118,9 +124,10 @@ export class Generation {
         const last = n === seq.outputTokens ? this.#init.finishReason : null;
         out += c.tokenChunk(tokenText(n - 1), last, usage, n);
       }
-      res.write(out);
-    }
-    if (fault.kind === 'drop' && generated === fault.afterTokens) res.destroy();
+      // A dropped connection loses nothing already sent: destroy once the last token is flushed.
+      if (fault.kind === 'drop' && generated === fault.afterTokens) res.write(out, () => res.destroy());
+      else res.write(out);
+    } else if (fault.kind === 'drop' && generated === fault.afterTokens) res.destroy();
   }
 
   #onFinished(generated: number, ignored: boolean): void {
