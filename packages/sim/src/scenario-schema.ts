@@ -50,6 +50,10 @@ export const lengthSpecSchema = z.union([
     z
       .object({ kind: z.literal('empirical'), values: z.array(posInt).min(1, 'needs at least one value') })
       .strict(),
+    /** Resample a column of a trace (built-in name or CSV path): empirical lengths from real traffic. */
+    z
+      .object({ kind: z.literal('trace'), trace: z.string().min(1), column: z.enum(['input', 'output']) })
+      .strict(),
   ]),
 ]);
 

@@ -5,11 +5,12 @@
 import { dirname, isAbsolute, resolve } from 'node:path';
 import type { RequestDescriptor, Tenant } from '@fairway/core';
 import { ConfigError, ErrorCode, parseWith, readStructuredFile } from '@fairway/core';
+import type { LengthSpec } from './distributions.ts';
 import type { EngineConfig } from './engine-api.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';
 import { VTC_SCENARIOS } from './scenarios/vtc.ts';
-import { splitTenantIds, TRACE_FILES, traceWorkload } from './trace.ts';
+import { loadTrace, splitTenantIds, TRACE_FILES, type TraceRow, traceWorkload } from './trace.ts';
 import { generateWorkload } from './workload.ts';
 
 const BUILTIN: Readonly<Record<string, ScenarioInput>> = { ...VTC_SCENARIOS, ...AZURE_SCENARIOS };
@@ -79,6 +80,38 @@ export interface ScenarioOverrides {
   readonly durationS?: number | undefined;
 }
 
+type ScenarioLength = NonNullable<Scenario['streams']>[number]['input'];
+
+/** Turns a `trace` length spec into the empirical distribution of that trace column. */
+function resolveLengths(spec: ScenarioLength, loaded: LoadedScenario, field: string): LengthSpec {
+  if (spec.kind !== 'trace') return spec;
+  const name =
+    spec.trace in TRACE_FILES || isAbsolute(spec.trace) ? spec.trace : resolve(loaded.baseDir, spec.trace);
+  let rows: readonly TraceRow[];
+  try {
+    rows = loadTrace(name);
+  } catch (cause) {
+    throw new ConfigError(
+      ErrorCode.SCENARIO_INVALID,
+      loaded.name,
+      [
+        {
+          path: `${field}.trace`,
+          message:
+            cause instanceof ConfigError
+              ? `${cause.source ?? name}: ${cause.issues.map((i) => i.message).join('; ')}`
+              : String(cause),
+        },
+      ],
+      { cause },
+    );
+  }
+  return {
+    kind: 'empirical',
+    values: rows.map((r) => Math.max(1, spec.column === 'input' ? r.inputTokens : r.outputTokens)),
+  };
+}
+
 /** Compiles a loaded scenario into the runner's input (engines, tenants, arrivals). */
 export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrides = {}): ScenarioRunInput {
   const s = loaded.scenario;
@@ -129,9 +162,18 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
       apps,
     });
   } else {
-    const streams = (s.streams ?? []).map((st) => ({
+    const streams = (s.streams ?? []).map((st, i) => ({
       ...st,
       app: st.app ?? declared.get(st.tenant)?.app,
+      input: resolveLengths(st.input, loaded, `streams[${i}].input`),
+      output: resolveLengths(st.output, loaded, `streams[${i}].output`),
+      interaction: st.interaction && {
+        ...st.interaction,
+        size:
+          st.interaction.size.kind === 'fairserve'
+            ? st.interaction.size
+            : resolveLengths(st.interaction.size, loaded, `streams[${i}].interaction.size`),
+      },
     }));
     tenantIds = [...new Set([...declared.keys(), ...streams.map((st) => st.tenant)])];
     arrivals = generateWorkload({ streams, durationS, seed, model });

@@ -94,6 +94,59 @@ describe('scenario validation', () => {
   });
 });
 
+describe('scenario files', () => {
+  it('loads a YAML scenario with trace-resampled lengths, interactions and a ramp', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-scn-'));
+    const file = join(dir, 'mixed.yaml');
+    writeFileSync(
+      file,
+      [
+        'durationS: 300',
+        'seed: 9',
+        'cluster:',
+        '  engines:',
+        '    - { gpu: A100-80GB, model: llama-2-7b, count: 2, options: { maxNumSeqs: 128 } }',
+        'tenants:',
+        '  - { id: chat, weight: 2, app: assistant }',
+        '  - { id: batch }',
+        'streams:',
+        '  - tenant: chat',
+        '    arrival: { process: gamma, rate: 2, cv: 2 }',
+        '    input: { kind: trace, trace: azure-conv, column: input }',
+        '    output: { kind: trace, trace: azure-conv, column: output }',
+        '    interaction: { size: fairserve }',
+        '  - tenant: batch',
+        '    sloClass: batch-1',
+        '    arrival: { process: uniform, ramp: { from: 0.5, to: 3 } }',
+        '    input: { kind: lognormal, median: 500, p90: 1500 }',
+        '    output: { kind: zipf, max: 400, s: 0.8 }',
+        '    startS: 60',
+      ].join('\n'),
+    );
+    const loaded = loadScenario(file);
+    expect(loaded.name).toBe('mixed');
+    const run = buildRunInput(loaded);
+    expect(run.engines.map((e) => e.config.maxNumSeqs)).toEqual([128, 128]);
+    expect(run.tenantWeights).toEqual({ chat: 2, batch: 1 });
+    const chat = run.arrivals.filter((r) => r.tenant === 'chat');
+    expect(chat.every((r) => r.app === 'assistant' && r.interactionId !== undefined)).toBe(true);
+    const batch = run.arrivals.filter((r) => r.tenant === 'batch');
+    expect(batch.every((r) => r.sloClass === 'batch-1' && r.arrivalMs >= 60_000)).toBe(true);
+    // ∫ ramp over [60, 300): 240 · (0.5 + 3) / 2 = 420
+    expect(Math.abs(batch.length - 420)).toBeLessThanOrEqual(1);
+  });
+
+  it('names a stream whose trace lengths cannot be read', () => {
+    const bad = {
+      ...base,
+      streams: [{ ...base.streams[0], input: { kind: 'trace', trace: '/nope.csv', column: 'input' } }],
+    };
+    expect(() => buildRunInput({ name: 'x', scenario: parseScenario(bad), baseDir: '/' })).toThrow(
+      /streams\[0\]\.input\.trace/,
+    );
+  });
+});
+
 describe('built-in scenarios', () => {
   it('all validate and compile', () => {
     const names = listScenarios().map((s) => s.name);
