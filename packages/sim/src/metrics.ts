@@ -143,6 +143,23 @@ export interface SimMetrics {
   readonly series: MetricSeries;
 }
 
+/** Orders ids with embedded numbers numerically (`client2` before `client10`), independent of locale. */
+export function naturalCompare(a: string, b: string): number {
+  const re = /(\d+)|(\D+)/g;
+  const pa = a.match(re) ?? [];
+  const pb = b.match(re) ?? [];
+  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
+    const x = pa[i]!;
+    const y = pb[i]!;
+    if (x === y) continue;
+    const nx = /^\d/.test(x);
+    const ny = /^\d/.test(y);
+    if (nx && ny) return Number(x) - Number(y) || x.length - y.length;
+    return x < y ? -1 : 1;
+  }
+  return pa.length - pb.length;
+}
+
 /** Percentile with linear interpolation between order statistics (numpy's default). */
 export function percentile(sorted: readonly number[], p: number): number | undefined {
   if (sorted.length === 0) return undefined;
@@ -221,7 +238,7 @@ export function computeMetrics(run: SimRun, options: MetricsOptions = {}): SimMe
   // Tenants: declared ones first (stable order), then any seen only in records.
   const tenantIds = [...Object.keys(run.tenantWeights)];
   for (const r of run.records) if (!tenantIds.includes(r.req.tenant)) tenantIds.push(r.req.tenant);
-  tenantIds.sort();
+  tenantIds.sort(naturalCompare);
   const weight = (id: string) => run.tenantWeights[id] ?? 1;
   const byTenant = new Map<string, RequestRecord[]>(tenantIds.map((id) => [id, []]));
   for (const r of run.records) byTenant.get(r.req.tenant)!.push(r);
@@ -384,7 +401,8 @@ function buildSeries(
       // Windows are clipped to the run so the edges do not droop.
       const l = Math.max(0, x - o.windowS / 2);
       const r = Math.min(T, x + o.windowS / 2);
-      return r > l ? c.between(l, r) / (r - l) : 0;
+      // Float error can leave -1e-13 where nothing was served; service is never negative.
+      return r > l ? Math.max(0, c.between(l, r) / (r - l)) : 0;
     });
     accumulatedService[id] = t.map((x) => (x >= o.warmupS ? c.at(x) - base : null));
     const firsts = byTenant

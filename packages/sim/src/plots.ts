@@ -29,6 +29,7 @@ function rows(t: readonly number[], byTenant: Readonly<Record<string, readonly (
 }
 
 function lineSpec(title: string, yTitle: string, values: Row[], colorByTenant: boolean): TopLevelSpec {
+  const lines = new Set(values.map((v) => v.tenant)).size || 1;
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title,
@@ -36,7 +37,7 @@ function lineSpec(title: string, yTitle: string, values: Row[], colorByTenant: b
     height: 320,
     background: 'white',
     data: { values },
-    mark: { type: 'line', point: values.length <= 400, strokeWidth: 1.5 },
+    mark: { type: 'line', point: values.length / lines <= 60, strokeWidth: 1.5 },
     encoding: {
       x: { field: 't', type: 'quantitative', title: 'time (s)' },
       y: { field: 'value', type: 'quantitative', title: yTitle },
@@ -47,7 +48,8 @@ function lineSpec(title: string, yTitle: string, values: Row[], colorByTenant: b
               type: 'nominal',
               title: 'tenant',
               sort: null,
-              scale: { scheme: 'tableau20' },
+              // Ten clearly distinct hues while they suffice; paired shades beyond.
+              scale: { scheme: lines <= 10 ? 'category10' : 'tableau20' },
             },
           }
         : {}),

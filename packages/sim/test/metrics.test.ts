@@ -4,6 +4,7 @@ import {
   computeMetrics,
   distribution,
   jainIndex,
+  naturalCompare,
   percentile,
   windowServiceDifference,
 } from '../src/metrics.ts';
@@ -80,6 +81,18 @@ describe('percentile and distribution', () => {
     expect(d).toMatchObject({ count: 4, mean: 2.5, p50: 2.5, max: 4 });
     expect(d.p90).toBeCloseTo(3.7, 12);
     expect(d.p99).toBeCloseTo(3.97, 12);
+  });
+});
+
+describe('naturalCompare', () => {
+  it('orders tenant ids with numbers numerically', () => {
+    expect(['client10', 'client2', 'client1', 't03', 'b'].sort(naturalCompare)).toEqual([
+      'b',
+      'client1',
+      'client2',
+      'client10',
+      't03',
+    ]);
   });
 });
 
