@@ -1,4 +1,5 @@
 import { natsUrl, uniquePrefix } from '@fairway/testkit';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
@@ -62,12 +63,20 @@ const harnesses: { name: string; make: (prefix: string) => Promise<Harness> }[] 
         },
         requestRaw: async (subject, data) => dec.decode((await raw.request(subject, enc.encode(data))).data),
         close: async () => {
-          await Promise.all([a.close(), b.close(), raw.drain()]);
+          await Promise.all([a.close(), b.close()]);
+          await deleteAdminStream(raw, prefix);
+          await raw.drain();
         },
       };
     },
   },
 ];
+
+/** Removes a test's admin stream so a shared NATS server does not collect them. */
+async function deleteAdminStream(nc: NatsConnection, prefix: string): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.delete(new Subjects(prefix).adminStream).catch(() => false);
+}
 
 function heartbeat(
   replicaId: string,
@@ -335,7 +344,8 @@ describe('NatsBus admin stream', () => {
     const prefix = uniquePrefix('bus');
     const first = await NatsBus.connect({ servers: natsUrl(), prefix });
     const second = await NatsBus.connect({ servers: natsUrl(), prefix });
-    const other = await NatsBus.connect({ servers: natsUrl(), prefix: uniquePrefix('bus') });
+    const otherPrefix = uniquePrefix('bus');
+    const other = await NatsBus.connect({ servers: natsUrl(), prefix: otherPrefix });
     try {
       await Promise.all([
         first.publishAdminEvent({ type: 'tenantDelete', at: 1, tenantId: 'a' }),
@@ -350,6 +360,10 @@ describe('NatsBus admin stream', () => {
       await late.close();
     } finally {
       await Promise.all([first.close(), second.close(), other.close()]);
+      const raw = await connect({ servers: natsUrl() });
+      await deleteAdminStream(raw, prefix);
+      await deleteAdminStream(raw, otherPrefix);
+      await raw.drain();
     }
   });
 });
