@@ -27,7 +27,10 @@ export interface NodeAgentOptions {
   readonly bus: Bus;
   /** Client of the engine beside this agent. */
   readonly engine: Engine;
-  /** Timestamps heartbeats. */
+  /**
+   * Timestamps heartbeats and times the eviction and drain deadlines; the agent runs in real time,
+   * so pass `systemClock` outside tests.
+   */
   readonly clock: Clock;
   readonly logger?: Logger;
   /** The replica's id, unique in the fleet. */
