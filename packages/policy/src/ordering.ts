@@ -1,4 +1,5 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
+import type { AdmissionPolicy } from './admission.ts';
 
 /** How the next request is chosen inside a queue (one (pool, band) fairness domain). */
 export type OrderingMode =
@@ -38,4 +39,12 @@ export interface OrderingPolicy {
   ): number;
   /** Total weighted cost the request should have been charged once it ends with `usage`. */
   finalCost(req: RequestDescriptor, usage: Usage): number;
+  /**
+   * Whether the request continues an ongoing interaction and should be served before the other
+   * requests of its queue (WSC, FairServe Algorithm 1 lines 31–35); the store's `continuation`.
+   * @default () => false
+   */
+  continuation?(req: RequestDescriptor): boolean;
+  /** Admission limits that come with the policy (RPM for `rpm`, OIT for `wsc-oit`); none if absent. */
+  readonly admission?: AdmissionPolicy;
 }

@@ -15,30 +15,10 @@
  * reads a clock, so memory and Redis backends replay identically.
  */
 
-import type { LiftMode, OrderingMode } from '@fairway/policy';
+import type { LiftMode, OrderingMode, WindowLimit } from '@fairway/policy';
 
-export type { LiftMode, OrderingMode };
-
-/** A sliding-window limit checked (and consumed) at admission. Exact across dispatchers. */
-export interface WindowLimit {
-  /** Window key, e.g. `rpm:tenant:acme`; built by the caller from `keys.ts` helpers. */
-  readonly key: string;
-  /** Largest total `amount` admitted within any window of `windowMs`. */
-  readonly limit: number;
-  /** What this request consumes: 1 for RPM, reserved tokens for TPM. */
-  readonly amount: number;
-  readonly windowMs: number;
-  /** Checked only when the pool is overloaded and the request opens no exempt interaction (OIT). */
-  readonly onlyWhenOverloaded?: boolean;
-  /** Error code reported when this limit rejects. */
-  readonly code: 'rpm_limited' | 'tpm_limited' | 'throttled';
-  /**
-   * Whether `settle` replaces the reserved `amount` with the request's true tokens (and `cancel`
-   * with 0), so a TPM window counts what was really served.
-   * @default true for `tpm_limited`, false otherwise
-   */
-  readonly trueUp?: boolean;
-}
+/** `WindowLimit` is defined beside the admission policies that build it and re-exported here. */
+export type { LiftMode, OrderingMode, WindowLimit };
 
 /** A request waiting in a queue. */
 export interface QueuedRequest {

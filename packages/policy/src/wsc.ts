@@ -1,0 +1,92 @@
+import type { AppProfile, RequestDescriptor, Usage } from '@fairway/core';
+import { z } from 'zod';
+import { PolicyInputError, parseInput } from './errors.ts';
+import { appOf, userOf } from './oit.ts';
+import type { OrderingPolicy } from './ordering.ts';
+
+/** Options of {@link wscPolicy}. */
+export interface WscOptions {
+  /** Expected token profile of an app, per interaction stage (historical averages). */
+  readonly appProfile: (app: string) => AppProfile | undefined;
+  /** Profile for apps `appProfile` does not know; without one, such requests are rejected. */
+  readonly fallbackProfile?: AppProfile;
+  /**
+   * User priority factor E: service counts E times, so a user with E < 1 is preferred.
+   * @default () => 1
+   */
+  readonly userPriority?: (user: string) => number;
+  /** Weight of (non-system) input tokens. @default 1 */
+  readonly alpha?: number;
+  /** Weight of system-prompt tokens. @default 2 */
+  readonly beta?: number;
+  /** Weight of output tokens. @default 1 */
+  readonly gamma?: number;
+}
+
+const wscSchema = z.object({
+  alpha: z.number().min(0).optional(),
+  beta: z.number().min(0).optional(),
+  gamma: z.number().min(0).optional(),
+});
+
+/** The WSC flow of a request: `user@app` (FairServe counts service per user of an app). */
+export function wscFlowOf(req: RequestDescriptor): string {
+  return `${userOf(req)}@${appOf(req)}`;
+}
+
+/** Whether a request continues an interaction (a call after the first), served first under WSC. */
+export function continuesInteraction(req: RequestDescriptor): boolean {
+  return req.interactionId !== undefined && (req.interactionStage ?? 0) > 0;
+}
+
+/**
+ * FairServe's Weighted Service Counter (FairServe section 4.3, Eq. 2–3): a request's service is
+ * `E_user · (α·n_in + β·n_sys + γ·n_out) / w_{a,j}` with `w_{a,j} = α·N̄_in + β·N̄_sys + γ·N̄_out`,
+ * the app's expected tokens at the request's interaction stage, so users of token-heavy apps are
+ * not penalised for their app's normal size. `n_in` excludes system tokens. Charged like VTC:
+ * input and system tokens at dispatch, output as it streams, settled to the total at the end.
+ *
+ * Ongoing interactions are served first (Algorithm 1 lines 31–35) by marking calls after the first
+ * as the store's `continuation`: they go ahead of the queue's other requests, least counter first,
+ * while sharing the flow's counter. A lift on rejoin applies as in VTC (Algorithm 1 lines 12–18).
+ */
+export function wscPolicy(options: WscOptions): OrderingPolicy {
+  parseInput('wscPolicy', wscSchema, { alpha: options.alpha, beta: options.beta, gamma: options.gamma });
+  const alpha = options.alpha ?? 1;
+  const beta = options.beta ?? 2;
+  const gamma = options.gamma ?? 1;
+  const norm = (req: RequestDescriptor): number => {
+    const app = appOf(req);
+    const profile = options.appProfile(app) ?? options.fallbackProfile;
+    if (profile === undefined || profile.stages.length === 0) {
+      throw new PolicyInputError('wscPolicy', [
+        { path: `appProfile.${app}`, message: 'no token profile for this app' },
+      ]);
+    }
+    const j = Math.min(req.interactionStage ?? 0, profile.stages.length - 1);
+    const s = profile.stages[j] as AppProfile['stages'][number];
+    const w = alpha * s.input + beta * s.system + gamma * s.output;
+    if (!(w > 0)) {
+      throw new PolicyInputError('wscPolicy', [
+        { path: `appProfile.${app}.stages[${j}]`, message: 'expected tokens must be positive' },
+      ]);
+    }
+    const e = options.userPriority?.(userOf(req)) ?? 1;
+    return e / w;
+  };
+  const promptCost = (req: RequestDescriptor): number => {
+    const sys = Math.min(req.systemTokens ?? 0, req.inputTokens);
+    return alpha * (req.inputTokens - sys) + beta * sys;
+  };
+  return {
+    name: 'wsc',
+    mode: 'fair',
+    lift: 'vtc',
+    flowOf: wscFlowOf,
+    score: (req) => req.arrivalMs,
+    dispatchCost: (req) => promptCost(req) * norm(req),
+    outputCost: (req, before, after) => (after > before ? gamma * (after - before) * norm(req) : 0),
+    finalCost: (req, usage: Usage) => (promptCost(req) + gamma * usage.outputTokens) * norm(req),
+    continuation: continuesInteraction,
+  };
+}

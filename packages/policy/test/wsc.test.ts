@@ -1,0 +1,82 @@
+import type { AppProfile, RequestDescriptor } from '@fairway/core';
+import { describe, expect, it } from 'vitest';
+import { wscPolicy } from '../src/wsc.ts';
+
+const chat: AppProfile = { id: 'chat', stages: [{ input: 100, system: 0, output: 100 }] };
+const rag: AppProfile = {
+  id: 'rag',
+  stages: [
+    { input: 1000, system: 200, output: 100 },
+    { input: 2000, system: 200, output: 300 },
+  ],
+};
+const profiles = new Map([
+  ['chat', chat],
+  ['rag', rag],
+]);
+
+const req = (over: Partial<RequestDescriptor> = {}): RequestDescriptor => ({
+  id: 'r',
+  tenant: 't',
+  user: 'u',
+  app: 'chat',
+  model: 'm',
+  sloClass: 'interactive',
+  inputTokens: 100,
+  maxTokens: 500,
+  arrivalMs: 0,
+  ...over,
+});
+
+describe('wscPolicy', () => {
+  const p = wscPolicy({ appProfile: (a) => profiles.get(a) });
+
+  it('uses user@app flows with fair ordering and lift', () => {
+    expect([p.mode, p.lift]).toEqual(['fair', 'vtc']);
+    expect(p.flowOf(req())).toBe('u@chat');
+    expect(p.flowOf(req({ user: undefined, app: undefined }))).toBe('t@default');
+  });
+
+  it('normalises service by the app’s expected tokens at the interaction stage (FairServe Eq. 2–3)', () => {
+    // chat: w = 1·100 + 2·0 + 1·100 = 200; an average chat call costs exactly 1.
+    expect(p.finalCost(req(), { inputTokens: 100, outputTokens: 100 })).toBe(1);
+    // rag stage 0: w = 1000 + 400 + 100 = 1500; a call of the app's usual size also costs 1.
+    const r0 = req({ app: 'rag', inputTokens: 1200, systemTokens: 200 });
+    expect(p.finalCost(r0, { inputTokens: 1200, outputTokens: 100 })).toBeCloseTo(1, 12);
+    // rag stage 3 uses the last stage's profile: w = 2000 + 400 + 300 = 2700.
+    const r3 = req({
+      app: 'rag',
+      inputTokens: 2200,
+      systemTokens: 200,
+      interactionId: 'i',
+      interactionStage: 3,
+    });
+    expect(p.finalCost(r3, { inputTokens: 2200, outputTokens: 300 })).toBeCloseTo(1, 12);
+  });
+
+  it('charges prompt and system tokens at dispatch and output as it streams', () => {
+    const r = req({ app: 'rag', inputTokens: 1200, systemTokens: 200 });
+    expect(p.dispatchCost(r, undefined)).toBeCloseTo(1400 / 1500, 12);
+    expect(p.outputCost(r, 0, 100, undefined)).toBeCloseTo(100 / 1500, 12);
+  });
+
+  it('scales service by the user priority factor', () => {
+    const vip = wscPolicy({
+      appProfile: (a) => profiles.get(a),
+      userPriority: (u) => (u === 'vip' ? 0.5 : 1),
+    });
+    expect(vip.finalCost(req({ user: 'vip' }), { inputTokens: 100, outputTokens: 100 })).toBe(0.5);
+  });
+
+  it('marks calls after the first of an interaction as continuations', () => {
+    expect(p.continuation?.(req())).toBe(false);
+    expect(p.continuation?.(req({ interactionId: 'i', interactionStage: 0 }))).toBe(false);
+    expect(p.continuation?.(req({ interactionId: 'i', interactionStage: 1 }))).toBe(true);
+  });
+
+  it('rejects an app without a profile unless a fallback is given', () => {
+    expect(() => p.dispatchCost(req({ app: 'mystery' }), undefined)).toThrow(/appProfile\.mystery/);
+    const fb = wscPolicy({ appProfile: () => undefined, fallbackProfile: chat });
+    expect(fb.finalCost(req({ app: 'mystery' }), { inputTokens: 100, outputTokens: 100 })).toBe(1);
+  });
+});
