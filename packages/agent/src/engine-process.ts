@@ -283,8 +283,9 @@ export class EngineProcess {
   }
 
   #startError(message: string, cause?: unknown): EngineStartError {
+    const tail = this.#output.slice(-5);
     return new EngineStartError(
-      message,
+      tail.length === 0 ? message : `${message}; last output:\n  ${tail.join('\n  ')}`,
       { command: this.#opts.command, args: this.#args, lastOutput: [...this.#output] },
       { cause },
     );
