@@ -1,1 +1,26 @@
-export {};
+export {
+  type AdmissionContext,
+  type AdmissionFunction,
+  type AdmissionRules,
+  admitAll,
+  toRules,
+} from './admission.ts';
+export { ChargeCoalescer } from './charge-coalescer.ts';
+export { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
+export { Gateway, type GatewayStats, type SubmitResult } from './gateway.ts';
+export {
+  type Dispatched,
+  type GatewayOptions,
+  type ReserveMode,
+  type ResolvedGatewayOptions,
+  resolveGatewayOptions,
+} from './gateway-options.ts';
+export {
+  type Headroom,
+  type ReplicaInfo,
+  type ReplicaSource,
+  replicaState,
+  reservableCapacity,
+  toCandidate,
+} from './replica-view.ts';
+export { decodeRequest, encodeRequest, parseRequest, requestDescriptorSchema } from './request-payload.ts';

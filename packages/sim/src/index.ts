@@ -1,3 +1,4 @@
+export { Cluster, type ClusterMember } from './cluster.ts';
 export {
   COST_MODEL_REFERENCES,
   type CostModelReference,
@@ -29,6 +30,7 @@ export type {
 export { engineConfigSchema, type ResolvedEngineConfig, resolveEngineConfig } from './engine-config.ts';
 export { EngineModel } from './engine-model.ts';
 export { SimError, SimErrorCode } from './errors.ts';
+export { EventQueue } from './event-queue.ts';
 export {
   GPU_HARDWARE,
   type GpuHardware,
@@ -67,6 +69,7 @@ export {
   type SimReport,
   type TenantReport,
 } from './report.ts';
+export { type RunInput, runSimulation } from './runner.ts';
 export {
   buildRunInput,
   type LoadedScenario,

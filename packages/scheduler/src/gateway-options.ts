@@ -1,0 +1,156 @@
+import { type Clock, DEFAULT_SLO_CLASSES, type RequestDescriptor, type SloClass } from '@fairway/core';
+import type { OrderingPolicy, PlacementPolicy, ReplicaState } from '@fairway/policy';
+import type { QueuedRequest, SchedulingStore } from '@fairway/store';
+import { z } from 'zod';
+import { type AdmissionFunction, admitAll } from './admission.ts';
+import { GatewayError, GatewayErrorCode } from './errors.ts';
+import type { Headroom, ReplicaSource } from './replica-view.ts';
+
+/**
+ * How many tokens a request reserves on its replica: input plus
+ * - `max-tokens`: `max_tokens`, the worst case (like VTC's S-LoRA engine: no preemption);
+ * - `predicted`: the flow's predicted output (mean of its last five, VTC section 4.4), falling
+ *   back to `max_tokens` without history — more requests fit, the engine may preempt;
+ * - `oracle`: the true output length (simulation only; `max_tokens` when unknown).
+ */
+export type ReserveMode = 'max-tokens' | 'predicted' | 'oracle';
+
+/** A request a gateway reserved on a replica, handed to whoever forwards it to the engine. */
+export interface Dispatched {
+  readonly id: string;
+  readonly req: RequestDescriptor;
+  readonly replica: string;
+  /** Gateway holding the client connection; it charges the output and settles. */
+  readonly owner: string;
+  /** Gateway that picked it (may differ from the owner when dispatchers share a store). */
+  readonly picker: string;
+  readonly reserveTokens: number;
+  readonly queued: QueuedRequest;
+}
+
+/** Options of a {@link Gateway}; functions and objects are injected, numbers have defaults. */
+export interface GatewayOptions {
+  /** This dispatcher's id: the owner of what it admits and the picker of what it dispatches. */
+  readonly id: string;
+  readonly store: SchedulingStore;
+  readonly clock: Clock;
+  readonly ordering: OrderingPolicy;
+  readonly placement: PlacementPolicy;
+  readonly replicas: ReplicaSource;
+  /**
+   * Called for every request this gateway dispatches, including ones another gateway owns: forward
+   * it to `replica`, and if `owner` is another gateway, tell it (it then calls `started`).
+   */
+  readonly onDispatch: (d: Dispatched) => void;
+  /** SLO classes; a request's class gives its priority band. @default QLM's three classes */
+  readonly sloClasses?: readonly SloClass[];
+  /** Pool a request is scheduled in. @default the request's model */
+  readonly poolOf?: (req: RequestDescriptor) => string;
+  /** @default 'max-tokens' */
+  readonly reserve?: ReserveMode;
+  /** KV fraction and sequence slots never reserved. @default { tokenFraction: 0.01, seqs: 0 } */
+  readonly headroom?: Partial<Headroom>;
+  /** `first`: first candidate in placement order with room; `best`: best fit. @default 'first' */
+  readonly fit?: 'first' | 'best';
+  /** Streamed output is charged at least this often, ms of the injected clock. @default 50 */
+  readonly flushMs?: number;
+  /** …or as soon as this many output tokens wait to be charged. @default 512 */
+  readonly flushTokens?: number;
+  /** Admission limits for each request (RPM/TPM/OIT policies plug in here). @default none */
+  readonly admission?: AdmissionFunction;
+  /**
+   * Whether a pool is overloaded now (FairServe: throttle windows apply only then).
+   * @default mean KV load of the fresh replicas ≥ `overloadKv`, or no fresh replica
+   */
+  readonly overloaded?: (pool: string, replicas: readonly ReplicaState[]) => boolean;
+  /** KV load (0–1) above which the default overload test fires. @default 0.9 */
+  readonly overloadKv?: number;
+  /** Lease renewed by `heartbeat()`, ms. @default 30000 */
+  readonly leaseMs?: number;
+}
+
+/** {@link GatewayOptions} with every default applied. */
+export interface ResolvedGatewayOptions extends Required<Omit<GatewayOptions, 'headroom' | 'overloaded'>> {
+  readonly headroom: Headroom;
+  readonly overloaded: ((pool: string, replicas: readonly ReplicaState[]) => boolean) | undefined;
+}
+
+const fn = z.custom<(...args: never[]) => unknown>((v) => typeof v === 'function', {
+  message: 'must be a function',
+});
+const obj = (methods: readonly string[]) =>
+  z.custom<object>(
+    (v) =>
+      typeof v === 'object' &&
+      v !== null &&
+      methods.every((m) => typeof (v as Record<string, unknown>)[m] === 'function'),
+    { message: `must be an object with ${methods.join(', ')}` },
+  );
+
+const optionsSchema = z
+  .object({
+    id: z.string().min(1),
+    store: obj(['admit', 'dispatch', 'charge', 'settle', 'cancel', 'reserved', 'predictedOutput']),
+    clock: obj(['now']),
+    ordering: obj(['flowOf', 'score', 'dispatchCost', 'outputCost', 'finalCost']),
+    placement: obj(['order', 'forDispatcher']),
+    replicas: obj(['replicas', 'pools']),
+    onDispatch: fn,
+    sloClasses: z
+      .array(z.object({ name: z.string().min(1), band: z.number().int().min(0) }).loose())
+      .min(1)
+      .optional(),
+    poolOf: fn.optional(),
+    reserve: z.enum(['max-tokens', 'predicted', 'oracle']).optional(),
+    headroom: z
+      .object({
+        tokenFraction: z.number().min(0).max(0.9).optional(),
+        seqs: z.number().int().min(0).optional(),
+      })
+      .strict()
+      .optional(),
+    fit: z.enum(['first', 'best']).optional(),
+    flushMs: z.number().positive().optional(),
+    flushTokens: z.number().int().positive().optional(),
+    admission: fn.optional(),
+    overloaded: fn.optional(),
+    overloadKv: z.number().min(0).max(1).optional(),
+    leaseMs: z.number().positive().optional(),
+  })
+  .strict();
+
+/** Validates gateway options (errors name the field) and applies defaults. */
+export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayOptions {
+  const r = optionsSchema.safeParse(options);
+  if (!r.success) {
+    const fields = r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
+    throw new GatewayError(
+      GatewayErrorCode.OPTIONS_INVALID,
+      String(options.id ?? '?'),
+      `invalid options: ${fields}`,
+      {
+        cause: r.error,
+      },
+    );
+  }
+  return {
+    id: options.id,
+    store: options.store,
+    clock: options.clock,
+    ordering: options.ordering,
+    placement: options.placement,
+    replicas: options.replicas,
+    onDispatch: options.onDispatch,
+    sloClasses: options.sloClasses ?? DEFAULT_SLO_CLASSES,
+    poolOf: options.poolOf ?? ((req) => req.model),
+    reserve: options.reserve ?? 'max-tokens',
+    headroom: { tokenFraction: options.headroom?.tokenFraction ?? 0.01, seqs: options.headroom?.seqs ?? 0 },
+    fit: options.fit ?? 'first',
+    flushMs: options.flushMs ?? 50,
+    flushTokens: options.flushTokens ?? 512,
+    admission: options.admission ?? admitAll,
+    overloaded: options.overloaded,
+    overloadKv: options.overloadKv ?? 0.9,
+    leaseMs: options.leaseMs ?? 30_000,
+  };
+}

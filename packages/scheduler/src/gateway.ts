@@ -1,0 +1,379 @@
+import type { RequestDescriptor, Usage } from '@fairway/core';
+import { kvLoad, type PlacementPolicy, type ReplicaState } from '@fairway/policy';
+import type { AdmitRejectCode, QueuedRequest, ReplicaCandidate } from '@fairway/store';
+import { toRules } from './admission.ts';
+import { ChargeCoalescer } from './charge-coalescer.ts';
+import { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
+import {
+  type Dispatched,
+  type GatewayOptions,
+  type ResolvedGatewayOptions,
+  resolveGatewayOptions,
+} from './gateway-options.ts';
+import { type ReplicaInfo, replicaState, toCandidate } from './replica-view.ts';
+import { decodeRequest, encodeRequest, parseRequest } from './request-payload.ts';
+
+/** Outcome of {@link Gateway.submit}. */
+export type SubmitResult =
+  | { readonly ok: true; readonly queued: number }
+  | {
+      readonly ok: false;
+      /** A store rejection, or `context_too_long` when the prompt fits no replica of the pool. */
+      readonly code: AdmitRejectCode | 'context_too_long';
+      readonly retryAfterMs: number;
+      readonly key: string;
+    };
+
+/** A request this gateway owns (holds the client connection of). */
+interface Owned {
+  readonly req: RequestDescriptor;
+  readonly pool: string;
+  /** Output predicted at admission (VTC(predict) prices streamed output against it). */
+  readonly predicted: number | undefined;
+  state: 'queued' | 'running';
+  replica: string | undefined;
+}
+
+/** Counters of one gateway, for metrics and tests. */
+export interface GatewayStats {
+  /** Requests this gateway owns that wait in the store's queues. */
+  readonly queued: number;
+  /** Requests this gateway owns that run on a replica. */
+  readonly running: number;
+  /** Output tokens recorded but not yet charged. */
+  readonly pendingChargeTokens: number;
+  readonly admitted: number;
+  readonly rejected: number;
+  /** Requests this gateway picked (any owner). */
+  readonly dispatched: number;
+  readonly settled: number;
+  readonly flushes: number;
+}
+
+/**
+ * The gateway scheduler, one per dispatcher (DESIGN.md principles 1, 3 and 4; request path 2–6).
+ * It admits a request into the shared store, holds it there until a replica of its pool has room
+ * (tokens and sequence slots, with headroom), and dispatches work-conservingly — on arrival, on
+ * completion and on capacity change — taking requests in the ordering policy's order and replicas
+ * in the placement policy's order. A dispatched request reserves input + predicted (or maximum)
+ * output on its replica and is charged its dispatch cost; streamed output is charged in coalesced
+ * flushes; completion settles the true cost and frees the reservation. The live dispatcher and the
+ * simulator run this same class; only the clock, the store backend and `onDispatch` differ.
+ */
+export class Gateway {
+  readonly id: string;
+  readonly options: ResolvedGatewayOptions;
+  readonly #placement: PlacementPolicy;
+  readonly #bands: readonly number[];
+  readonly #bandOf: ReadonlyMap<string, number>;
+  readonly #owned = new Map<string, Owned>();
+  readonly #charges: ChargeCoalescer;
+  readonly #pumping = new Set<string>();
+  readonly #again = new Set<string>();
+  #lastFlushMs: number;
+  #admitted = 0;
+  #rejected = 0;
+  #dispatched = 0;
+  #settled = 0;
+  #flushes = 0;
+  #running = 0;
+
+  /** Validates `options` (throws a `GatewayError` naming the field) and builds an idle gateway. */
+  constructor(options: GatewayOptions) {
+    this.options = resolveGatewayOptions(options);
+    this.id = this.options.id;
+    this.#placement = this.options.placement;
+    this.#bandOf = new Map(this.options.sloClasses.map((c) => [c.name, c.band]));
+    this.#bands = [...new Set(this.#bandOf.values())].sort((a, b) => a - b);
+    this.#charges = new ChargeCoalescer(this.options.flushTokens);
+    this.#lastFlushMs = this.options.clock.now();
+  }
+
+  /**
+   * Admits a request (limits, queue bounds, counter lift and enqueue in one store call), then
+   * dispatches whatever now fits. A rejection changes nothing and says why.
+   */
+  async submit(request: RequestDescriptor): Promise<SubmitResult> {
+    const o = this.options;
+    const req = parseRequest(request, this.id);
+    const band = this.#bandOf.get(req.sloClass);
+    if (band === undefined)
+      throw new UnknownSloClassError(this.id, req.id, req.sloClass, [...this.#bandOf.keys()]);
+    const pool = o.poolOf(req);
+    const flow = o.ordering.flowOf(req);
+    const nowMs = o.clock.now();
+    const predicted = await o.store.predictedOutput(flow);
+
+    let reserveTokens = req.inputTokens + this.#reservedOutput(req, predicted);
+    const largest = this.#largestCapacity(pool);
+    if (largest !== undefined) {
+      if (req.inputTokens + 1 > largest) {
+        this.#rejected++;
+        return { ok: false, code: 'context_too_long', retryAfterMs: 0, key: `pool:${pool}` };
+      }
+      // A reservation larger than every replica would block its queue forever; the prompt fits, so
+      // cap the reservation and let the engine stop the output where it must.
+      reserveTokens = Math.min(reserveTokens, largest);
+    }
+
+    const rules = toRules(o.admission(req, { nowMs, pool, band, flow, reserveTokens, gateway: this.id }));
+    const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)
+      ? await this.#isOverloaded(pool)
+      : false;
+    const queued: QueuedRequest = {
+      id: req.id,
+      pool,
+      band,
+      flow,
+      score: o.ordering.score(req),
+      arrivalMs: req.arrivalMs,
+      reserveTokens,
+      dispatchCost: o.ordering.dispatchCost(req, predicted),
+      owner: this.id,
+      payload: encodeRequest(req),
+      ...(rules.continuation ? { continuation: true } : {}),
+    };
+    const result = await o.store.admit({
+      req: queued,
+      nowMs,
+      lift: o.ordering.lift,
+      limits: rules.limits,
+      overloaded,
+      ...(rules.interaction ? { interaction: rules.interaction } : {}),
+      ...(rules.maxQueuedFlow !== undefined ? { maxQueuedFlow: rules.maxQueuedFlow } : {}),
+      ...(rules.maxQueuedPool !== undefined ? { maxQueuedPool: rules.maxQueuedPool } : {}),
+    });
+    if (!result.ok) {
+      this.#rejected++;
+      return result;
+    }
+    this.#admitted++;
+    this.#owned.set(req.id, { req, pool, predicted, state: 'queued', replica: undefined });
+    await this.pump(pool);
+    return result;
+  }
+
+  /**
+   * Dispatches queued requests of `pool` (every pool when omitted) while a replica has room.
+   * Returns how many it dispatched. Concurrent calls for one pool coalesce into one loop.
+   */
+  async pump(pool?: string): Promise<number> {
+    if (pool === undefined) {
+      let n = 0;
+      for (const p of this.options.replicas.pools()) n += await this.pump(p);
+      return n;
+    }
+    if (this.#pumping.has(pool)) {
+      this.#again.add(pool);
+      return 0;
+    }
+    this.#pumping.add(pool);
+    let n = 0;
+    try {
+      do {
+        this.#again.delete(pool);
+        n += await this.#dispatchLoop(pool);
+      } while (this.#again.has(pool));
+    } finally {
+      this.#pumping.delete(pool);
+    }
+    return n;
+  }
+
+  /**
+   * The owner learns that its request was dispatched (by itself, or by another gateway sharing the
+   * store) and starts charging its output.
+   */
+  started(d: Dispatched): void {
+    const own = this.#owned.get(d.id);
+    if (own === undefined || own.state !== 'queued')
+      throw new GatewayError(
+        GatewayErrorCode.UNKNOWN_REQUEST,
+        this.id,
+        `request "${d.id}" is not queued here`,
+        {
+          requestId: d.id,
+        },
+      );
+    own.state = 'running';
+    own.replica = d.replica;
+    this.#running++;
+    this.#charges.open(d.id, own.req, own.predicted);
+  }
+
+  /**
+   * Records that request `id` has streamed `generated` output tokens in total. Returns true when
+   * enough tokens wait to be charged that the caller should `flush()` now.
+   */
+  recordTokens(id: string, generated: number): boolean {
+    return this.#charges.record(id, generated);
+  }
+
+  /** True when `flushMs` has passed since the last flush and tokens wait to be charged. */
+  flushDue(): boolean {
+    return (
+      this.#charges.pendingTokens > 0 && this.options.clock.now() - this.#lastFlushMs >= this.options.flushMs
+    );
+  }
+
+  /** Charges every output token recorded since the last flush in one store call; returns the items sent. */
+  async flush(): Promise<number> {
+    this.#lastFlushMs = this.options.clock.now();
+    if (this.#charges.pendingTokens === 0) return 0;
+    const items = this.#charges.drain(this.options.ordering);
+    if (items.length === 0) return 0;
+    this.#flushes++;
+    await this.options.store.charge(items);
+    return items.length;
+  }
+
+  /**
+   * Settles a finished request with its true usage: corrects its counter to the policy's final
+   * cost, frees its reservation, records its output length; then dispatches into the freed room.
+   */
+  async complete(id: string, usage: Usage): Promise<void> {
+    const own = this.#owned.get(id);
+    if (own === undefined || own.state !== 'running')
+      throw new GatewayError(
+        GatewayErrorCode.UNKNOWN_REQUEST,
+        this.id,
+        `request "${id}" is not running here`,
+        {
+          requestId: id,
+        },
+      );
+    await this.#settle(id, own, usage);
+    await this.pump(own.pool);
+  }
+
+  /**
+   * Gives up a request (client gone, timeout): a queued one leaves the queue; a running one is
+   * settled with what it has used so far. Returns false if this gateway does not own it.
+   */
+  async cancel(id: string, usage?: Usage): Promise<boolean> {
+    const own = this.#owned.get(id);
+    if (own === undefined) return false;
+    if (own.state === 'queued') {
+      const removed = await this.options.store.cancel(id, this.options.clock.now());
+      if (removed) this.#owned.delete(id);
+      return removed;
+    }
+    await this.#settle(id, own, usage ?? { inputTokens: own.req.inputTokens, outputTokens: 0 });
+    await this.pump(own.pool);
+    return true;
+  }
+
+  /** Renews this gateway's lease on everything it holds in the store. */
+  async heartbeat(): Promise<void> {
+    await this.options.store.renewOwner(this.id, this.options.clock.now(), this.options.leaseMs);
+  }
+
+  stats(): GatewayStats {
+    return {
+      queued: this.#owned.size - this.#running,
+      running: this.#running,
+      pendingChargeTokens: this.#charges.pendingTokens,
+      admitted: this.#admitted,
+      rejected: this.#rejected,
+      dispatched: this.#dispatched,
+      settled: this.#settled,
+      flushes: this.#flushes,
+    };
+  }
+
+  #reservedOutput(req: RequestDescriptor, predicted: number | undefined): number {
+    switch (this.options.reserve) {
+      case 'max-tokens':
+        return req.maxTokens;
+      case 'predicted':
+        return predicted === undefined ? req.maxTokens : Math.min(req.maxTokens, Math.ceil(predicted));
+      case 'oracle':
+        return Math.min(req.maxTokens, req.outputTokens ?? req.maxTokens);
+    }
+  }
+
+  #largestCapacity(pool: string): number | undefined {
+    let largest: number | undefined;
+    for (const info of this.options.replicas.replicas(pool)) {
+      if (info.stale) continue;
+      const cap = Math.floor(info.kvCapacityTokens * (1 - this.options.headroom.tokenFraction));
+      if (largest === undefined || cap > largest) largest = cap;
+    }
+    return largest;
+  }
+
+  async #states(pool: string): Promise<{ states: ReplicaState[]; infos: readonly ReplicaInfo[] }> {
+    const infos = this.options.replicas.replicas(pool);
+    const states: ReplicaState[] = [];
+    for (const info of infos)
+      states.push(replicaState(info, await this.options.store.reserved(info.id), this.options.headroom));
+    return { states, infos };
+  }
+
+  async #isOverloaded(pool: string): Promise<boolean> {
+    const { states } = await this.#states(pool);
+    if (this.options.overloaded) return this.options.overloaded(pool, states);
+    const fresh = states.filter((s) => !s.stale);
+    if (fresh.length === 0) return true;
+    let sum = 0;
+    for (const s of fresh) sum += Math.min(1, kvLoad(s));
+    return sum / fresh.length >= this.options.overloadKv;
+  }
+
+  async #dispatchLoop(pool: string): Promise<number> {
+    const o = this.options;
+    const { states } = await this.#states(pool);
+    if (!states.some((s) => !s.stale)) return 0;
+    let n = 0;
+    for (;;) {
+      const candidates: ReplicaCandidate[] = [];
+      for (const s of this.#placement.order(states)) if (!s.stale) candidates.push(toCandidate(s));
+      const res = await o.store.dispatch({
+        pool,
+        bands: this.#bands,
+        ordering: o.ordering.mode,
+        nowMs: o.clock.now(),
+        picker: this.id,
+        replicas: candidates,
+        fit: o.fit,
+      });
+      if (res.kind !== 'dispatched') return n;
+      n++;
+      this.#dispatched++;
+      const i = states.findIndex((s) => s.id === res.replica);
+      const s = states[i];
+      if (s)
+        states[i] = {
+          ...s,
+          reservedTokens: s.reservedTokens + res.req.reserveTokens,
+          reservedSeqs: s.reservedSeqs + 1,
+        };
+      const own = this.#owned.get(res.req.id);
+      const d: Dispatched = {
+        id: res.req.id,
+        req: own?.req ?? decodeRequest(res.req.payload, this.id),
+        replica: res.replica,
+        owner: res.req.owner,
+        picker: this.id,
+        reserveTokens: res.req.reserveTokens,
+        queued: res.req,
+      };
+      if (d.owner === this.id) this.started(d);
+      o.onDispatch(d);
+    }
+  }
+
+  async #settle(id: string, own: Owned, usage: Usage): Promise<void> {
+    this.#charges.close(id);
+    this.#owned.delete(id);
+    this.#running--;
+    this.#settled++;
+    await this.options.store.settle({
+      id,
+      nowMs: this.options.clock.now(),
+      finalCost: this.options.ordering.finalCost(own.req, usage),
+      actualTokens: usage.inputTokens + usage.outputTokens,
+      outputTokens: usage.outputTokens,
+    });
+  }
+}

@@ -1,0 +1,78 @@
+import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
+import type { EngineConfig } from './engine-api.ts';
+import { EngineModel } from './engine-model.ts';
+import { SimError, SimErrorCode } from './errors.ts';
+
+/** One replica of the simulated fleet. */
+export interface ClusterMember {
+  readonly id: string;
+  /** Pool (model) it serves. */
+  readonly pool: string;
+  readonly engine: EngineModel;
+  /** Position in the cluster, for the runner's per-engine state. */
+  readonly index: number;
+}
+
+/**
+ * The simulated fleet: several engines, possibly of different GPU types and models. It is the
+ * gateways' {@link ReplicaSource}, reporting each engine's live state as a fresh report (the
+ * simulator has no reporting lag).
+ */
+export class Cluster implements ReplicaSource {
+  readonly members: readonly ClusterMember[];
+  readonly #byId = new Map<string, ClusterMember>();
+  readonly #byPool = new Map<string, ClusterMember[]>();
+
+  /** Builds one {@link EngineModel} per entry; engine configs are validated and named `engines[i].config`. */
+  constructor(engines: readonly { readonly id: string; readonly config: EngineConfig }[]) {
+    const members: ClusterMember[] = [];
+    engines.forEach((e, index) => {
+      if (this.#byId.has(e.id))
+        throw new SimError(
+          SimErrorCode.RUN_INPUT_INVALID,
+          `engines[${index}].id: duplicate engine id "${e.id}"`,
+          {
+            subject: e.id,
+          },
+        );
+      const engine = new EngineModel(e.config, `engines[${index}].config`);
+      const m: ClusterMember = { id: e.id, pool: engine.config.model, engine, index };
+      members.push(m);
+      this.#byId.set(e.id, m);
+      const pool = this.#byPool.get(m.pool);
+      if (pool) pool.push(m);
+      else this.#byPool.set(m.pool, [m]);
+    });
+    this.members = members;
+  }
+
+  /** The member with this id; throws if there is none. */
+  member(id: string): ClusterMember {
+    const m = this.#byId.get(id);
+    if (!m)
+      throw new SimError(SimErrorCode.RUN_INPUT_INVALID, `no engine "${id}" in the cluster`, { subject: id });
+    return m;
+  }
+
+  replicas(pool: string): readonly ReplicaInfo[] {
+    const members = this.#byPool.get(pool);
+    if (!members) return [];
+    return members.map((m) => {
+      const s = m.engine.stats();
+      return {
+        id: m.id,
+        pool: m.pool,
+        kvCapacityTokens: s.kvCapacityTokens,
+        maxNumSeqs: s.maxNumSeqs,
+        running: s.running,
+        waiting: s.waiting,
+        kvUsage: s.kvUsage,
+        stale: false,
+      };
+    });
+  }
+
+  pools(): readonly string[] {
+    return [...this.#byPool.keys()];
+  }
+}
