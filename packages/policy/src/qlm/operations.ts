@@ -1,0 +1,159 @@
+import type { LengthStats } from './output-stats.ts';
+import type { QueuePlan } from './plan-instance.ts';
+import {
+  type QlmFlags,
+  type QlmState,
+  resolveFlags,
+  runningGroupId,
+  type SwapMechanism,
+} from './qlm-state.ts';
+import type { GroupKey, RequestGroup } from './request-group.ts';
+
+/**
+ * A serving operation the planner decides and a runner (simulator or live dispatcher) executes
+ * (QLM section 5, Figure 7). Pure data.
+ */
+export type ServingOp =
+  /** Move the requests from the head of the replica's virtual queue into its running batch. */
+  | { readonly kind: 'pull'; readonly replica: string; readonly requestIds: readonly string[] }
+  /**
+   * Without request pulling: hand every request assigned to the replica to its engine queue now,
+   * in virtual-queue order, whatever the room; the engine's FCFS takes over.
+   */
+  | { readonly kind: 'push'; readonly replica: string; readonly requestIds: readonly string[] }
+  /**
+   * Abort these lower-band running requests so `forGroup` can run: re-queue each at the front of
+   * its group with the output so far, and charge only what was served.
+   */
+  | {
+      readonly kind: 'evict';
+      readonly replica: string;
+      readonly requestIds: readonly string[];
+      readonly forGroup: string;
+    }
+  /** Load balancing: the group now belongs to this replica's virtual queue (from `previous`, if any). */
+  | {
+      readonly kind: 'assign';
+      readonly groupId: string;
+      readonly replica: string;
+      readonly position: number;
+      readonly previous?: string | undefined;
+    }
+  /**
+   * Switch the replica to another model. With `afterDrain` the runner lets the running batch
+   * finish first (no new pulls meanwhile); `costS` is the planner's estimate of the switch itself.
+   */
+  | {
+      readonly kind: 'swap';
+      readonly replica: string;
+      readonly from: string | undefined;
+      readonly to: string;
+      readonly costS: number;
+      readonly mechanism: SwapMechanism;
+      readonly afterDrain: boolean;
+    };
+
+/** Options of {@link planOperations}. */
+export interface OperationOptions {
+  readonly flags?: QlmFlags;
+  /** Output-length statistics, to reserve a pulled request's expected tokens. */
+  readonly outputStats: (key: GroupKey) => LengthStats;
+}
+
+/**
+ * Translates a virtual-queue plan into serving operations (QLM section 5): `assign` for every
+ * group that changes queue, `evict` when the plan puts a group before the replica's evictable
+ * running requests, `swap` when the head group needs another model, and `pull` of head requests
+ * (FCFS within groups, groups in queue order, same model only) while their input plus expected
+ * output fits the replica's free tokens and sequence slots — or `push` of everything when pulling
+ * is disabled.
+ */
+export function planOperations(state: QlmState, plan: QueuePlan, options: OperationOptions): ServingOp[] {
+  const flags = resolveFlags(options.flags);
+  const groups = new Map<string, RequestGroup>(state.groups.map((g) => [g.id, g]));
+  const previous = new Map<string, string>();
+  for (const [replica, ids] of Object.entries(state.queues)) for (const id of ids) previous.set(id, replica);
+  const ops: ServingOp[] = [];
+
+  for (const replica of state.replicas) {
+    const order = plan[replica.id] ?? [];
+    for (const [position, id] of order.entries()) {
+      if (!groups.has(id)) continue;
+      const from = previous.get(id);
+      if (from !== replica.id)
+        ops.push({ kind: 'assign', groupId: id, replica: replica.id, position, previous: from });
+    }
+  }
+
+  for (const replica of state.replicas) {
+    const order = (plan[replica.id] ?? []).filter(
+      (id) => groups.has(id) || id === runningGroupId(replica.id),
+    );
+    const runningAt = order.indexOf(runningGroupId(replica.id));
+    const queued = order.filter((id) => groups.has(id)).map((id) => groups.get(id) as RequestGroup);
+    let freeTokens = replica.freeTokens;
+    let freeSeqs = replica.freeSeqs;
+    let stillRunning = replica.running.length;
+
+    const head = queued[0];
+    if (runningAt > 0 && head && flags.evict) {
+      const victims = replica.running.filter((r) => r.sheddable && r.band > head.band);
+      if (victims.length > 0) {
+        ops.push({
+          kind: 'evict',
+          replica: replica.id,
+          requestIds: victims.map((r) => r.id),
+          forGroup: head.id,
+        });
+        for (const v of victims) {
+          freeTokens += v.inputTokens + v.generated;
+          freeSeqs++;
+        }
+        stillRunning -= victims.length;
+      }
+    }
+    if (!head) continue;
+
+    let model = replica.model;
+    if (head.key.model !== model) {
+      const load = replica.loadable[head.key.model];
+      if (!load) continue;
+      ops.push({
+        kind: 'swap',
+        replica: replica.id,
+        from: model,
+        to: head.key.model,
+        costS: load.costS,
+        mechanism: load.mechanism,
+        afterDrain: stillRunning > 0,
+      });
+      // Nothing joins the batch until the swap is done; the next plan pulls for the new model.
+      if (stillRunning > 0) continue;
+      model = head.key.model;
+      continue;
+    }
+
+    const ids: string[] = [];
+    for (const group of queued) {
+      if (group.key.model !== model) break;
+      const mean = options.outputStats(group.key).mean;
+      let full = false;
+      for (const m of group.members) {
+        if (flags.pull) {
+          const need = m.inputTokens + (m.generated ?? 0) + Math.max(mean - (m.generated ?? 0), 1);
+          if (freeSeqs < 1 || freeTokens < need) {
+            full = true;
+            break;
+          }
+          freeSeqs--;
+          freeTokens -= need;
+        }
+        ids.push(m.id);
+      }
+      if (full) break;
+    }
+    if (ids.length > 0)
+      ops.push({ kind: flags.pull ? 'pull' : 'push', replica: replica.id, requestIds: ids });
+  }
+  return ops;
+}
