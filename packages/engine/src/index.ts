@@ -9,6 +9,12 @@ export type {
   StreamOptions,
 } from './engine.ts';
 export {
+  addEngineSimFlags,
+  engineSimOptionsFromFlags,
+  type RunEngineSimHooks,
+  runEngineSimCommand,
+} from './engine-sim/cli.ts';
+export {
   type FaultConfig,
   FaultInjector,
   type FaultPlan,

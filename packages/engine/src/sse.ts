@@ -14,7 +14,7 @@ export interface EngineUsage {
 
 /** What the scanner saw in one `data:` line. */
 export interface SseDataLine {
-  /** The line's payload after `data:` and optional space, without the line end (a view, not a copy). */
+  /** The line's payload after `data:` and optional space, without the line end, as the engine sent it. */
   readonly payload: Uint8Array;
   /** True for the terminating `data: [DONE]`. */
   readonly done: boolean;
@@ -26,51 +26,47 @@ export interface SseDataLine {
   readonly isError: boolean;
 }
 
-const LF = 0x0a;
-const CR = 0x0d;
+const DATA = 'data:';
+const DONE = '[DONE]';
+const CONTENT_KEY = '"content":';
+const TEXT_KEY = '"text":';
+const USAGE_KEY = '"usage":';
+const FINISH_KEY = '"finish_reason":';
+const ERROR_KEY = '"error":';
 const SPACE = 0x20;
 const TAB = 0x09;
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const OPEN_BRACE = 0x7b;
 const CLOSE_BRACE = 0x7d;
+const CR = 0x0d;
 
-const DATA = Buffer.from('data:');
-const DONE = Buffer.from('[DONE]');
-const CONTENT_KEY = Buffer.from('"content":');
-const TEXT_KEY = Buffer.from('"text":');
-const USAGE_KEY = Buffer.from('"usage":');
-const FINISH_KEY = Buffer.from('"finish_reason":');
-const ERROR_KEY = Buffer.from('"error":');
+// Lines are handled as latin1 strings: one char per byte, so offsets are byte offsets and V8's
+// string search does the work without crossing into native code per lookup.
 
-function skipSpace(buf: Uint8Array, i: number): number {
-  while (i < buf.length && (buf[i] === SPACE || buf[i] === TAB)) i++;
+function skipSpace(line: string, i: number): number {
+  let c = line.charCodeAt(i);
+  while (c === SPACE || c === TAB) c = line.charCodeAt(++i);
   return i;
 }
 
-function startsWith(buf: Uint8Array, prefix: Uint8Array, at = 0): boolean {
-  if (buf.length - at < prefix.length) return false;
-  for (let i = 0; i < prefix.length; i++) if (buf[at + i] !== prefix[i]) return false;
-  return true;
-}
-
-/** Index of the first byte after `key` followed by optional spaces, or -1 when `key` is absent. */
-function valueAfter(line: Buffer, key: Uint8Array): number {
+/** Index of the first char after `key` and optional spaces, or -1 when `key` is absent. */
+function valueAfter(line: string, key: string): number {
   const at = line.indexOf(key);
   return at < 0 ? -1 : skipSpace(line, at + key.length);
 }
 
 /** True when a JSON string value starts at `i` and is not empty. */
-function nonEmptyStringAt(line: Buffer, i: number): boolean {
-  return i >= 0 && line[i] === QUOTE && i + 1 < line.length && line[i + 1] !== QUOTE;
+function nonEmptyStringAt(line: string, i: number): boolean {
+  return i >= 0 && line.charCodeAt(i) === QUOTE && i + 1 < line.length && line.charCodeAt(i + 1) !== QUOTE;
 }
 
 /** End (exclusive) of the JSON object starting at `start`, or -1 when unbalanced. */
-function objectEnd(line: Uint8Array, start: number): number {
+function objectEnd(line: string, start: number): number {
   let depth = 0;
   let inString = false;
   for (let i = start; i < line.length; i++) {
-    const c = line[i];
+    const c = line.charCodeAt(i);
     if (inString) {
       if (c === BACKSLASH) i++;
       else if (c === QUOTE) inString = false;
@@ -84,10 +80,10 @@ function objectEnd(line: Uint8Array, start: number): number {
   return -1;
 }
 
-function readUsage(bytes: Uint8Array): EngineUsage | undefined {
+function readUsage(json: string): EngineUsage | undefined {
   let parsed: unknown;
   try {
-    parsed = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
+    parsed = JSON.parse(json);
   } catch {
     return undefined;
   }
@@ -105,15 +101,18 @@ function readUsage(bytes: Uint8Array): EngineUsage | undefined {
  * end arrives. State is read through getters at any time, e.g. to charge streamed tokens.
  */
 export class SseScanner {
-  #carry: Buffer | undefined;
+  #carry = '';
   #contentChunks = 0;
   #dataLines = 0;
   #done = false;
   #finishReason: string | undefined;
-  #usageBytes: Uint8Array | undefined;
   #usage: EngineUsage | undefined;
-  #usageParsed = true;
   #errorPayload: string | undefined;
+  /** The latest content line, not yet searched for usage and finish reason (see #line). */
+  #pending: string | undefined;
+  /** The content key to try first: `"content":` for chat, `"text":` once a completion chunk is seen. */
+  #contentKey = CONTENT_KEY;
+  #otherKey = TEXT_KEY;
   readonly #onLine: ((line: SseDataLine) => void) | undefined;
 
   /** @param onLine called for every `data:` line, in order (optional; the getters need no callback). */
@@ -123,23 +122,19 @@ export class SseScanner {
 
   /** Feeds the next chunk of the response body. */
   push(chunk: Uint8Array): void {
-    let buf: Buffer = Buffer.isBuffer(chunk)
+    const buf = Buffer.isBuffer(chunk)
       ? chunk
       : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-    if (this.#carry) {
-      buf = Buffer.concat([this.#carry, buf]);
-      this.#carry = undefined;
-    }
+    const text = this.#carry.length > 0 ? this.#carry + buf.toString('latin1') : buf.toString('latin1');
     let start = 0;
     for (;;) {
-      const nl = buf.indexOf(LF, start);
+      const nl = text.indexOf('\n', start);
       if (nl < 0) break;
-      const end = nl > start && buf[nl - 1] === CR ? nl - 1 : nl;
-      if (end > start) this.#line(buf.subarray(start, end));
+      const end = nl > start && text.charCodeAt(nl - 1) === CR ? nl - 1 : nl;
+      if (end > start) this.#line(text.slice(start, end));
       start = nl + 1;
     }
-    // Copy the tail: the caller may reuse or retain its chunk.
-    if (start < buf.length) this.#carry = Buffer.from(buf.subarray(start));
+    this.#carry = start < text.length ? text.slice(start) : '';
   }
 
   /** Number of `data:` lines seen, `[DONE]` included. */
@@ -159,15 +154,13 @@ export class SseScanner {
 
   /** The first non-null `finish_reason` seen (`stop`, `length`, `abort`, …). */
   get finishReason(): string | undefined {
+    this.#flush();
     return this.#finishReason;
   }
 
   /** The latest `usage` seen (every chunk with `continuous_usage_stats`, else the final chunk). */
   get usage(): EngineUsage | undefined {
-    if (!this.#usageParsed && this.#usageBytes) {
-      this.#usage = readUsage(this.#usageBytes) ?? this.#usage;
-      this.#usageParsed = true;
-    }
+    this.#flush();
     return this.#usage;
   }
 
@@ -185,44 +178,82 @@ export class SseScanner {
     return this.#errorPayload;
   }
 
-  #line(line: Buffer): void {
-    if (!startsWith(line, DATA)) return; // comments (`: ping`), `event:`, `id:`, `retry:`
+  /**
+   * Token chunks only need the content test. A newer content line carries newer usage (with
+   * continuous usage stats) or none (without), so only the latest is kept and searched when a
+   * getter asks or a non-content line (finish, usage, error, [DONE]) follows it.
+   */
+  #line(line: string): void {
+    if (!line.startsWith(DATA)) return; // comments (`: ping`), `event:`, `id:`, `retry:`
     const at = skipSpace(line, DATA.length);
-    const payload = line.subarray(at);
     this.#dataLines++;
-    if (startsWith(payload, DONE) && skipSpace(payload, DONE.length) === payload.length) {
+    if (line.startsWith(DONE, at) && skipSpace(line, at + DONE.length) === line.length) {
+      this.#flush();
       this.#done = true;
-      this.#onLine?.({ payload, done: true, hasContent: false, hasUsage: false, isError: false });
+      this.#onLine?.({
+        payload: Buffer.from(line.slice(at), 'latin1'),
+        done: true,
+        hasContent: false,
+        hasUsage: false,
+        isError: false,
+      });
       return;
     }
-    let isError = false;
-    if (payload[0] === OPEN_BRACE) {
-      const e = skipSpace(payload, 1);
-      if (startsWith(payload, ERROR_KEY, e)) {
-        isError = true;
-        this.#errorPayload = payload.toString('utf8');
-      }
+    let hasContent = nonEmptyStringAt(line, valueAfter(line, this.#contentKey));
+    if (!hasContent && nonEmptyStringAt(line, valueAfter(line, this.#otherKey))) {
+      hasContent = true;
+      const k = this.#contentKey;
+      this.#contentKey = this.#otherKey;
+      this.#otherKey = k;
     }
-    let hasContent = nonEmptyStringAt(line, valueAfter(line, CONTENT_KEY));
-    if (!hasContent) hasContent = nonEmptyStringAt(line, valueAfter(line, TEXT_KEY));
+    if (hasContent && !this.#onLine) {
+      this.#contentChunks++;
+      this.#pending = line;
+      return;
+    }
     if (hasContent) this.#contentChunks++;
+    this.#flush();
+    const { hasUsage, isError } = this.#examine(line, at);
+    this.#onLine?.({
+      payload: Buffer.from(line.slice(at), 'latin1'),
+      done: false,
+      hasContent,
+      hasUsage,
+      isError,
+    });
+  }
+
+  #flush(): void {
+    const p = this.#pending;
+    if (p === undefined) return;
+    this.#pending = undefined;
+    this.#examine(p, skipSpace(p, DATA.length));
+  }
+
+  /** Reads usage, finish reason and error from one data line. */
+  #examine(line: string, at: number): { hasUsage: boolean; isError: boolean } {
+    let isError = false;
+    if (line.charCodeAt(at) === OPEN_BRACE && line.startsWith(ERROR_KEY, skipSpace(line, at + 1))) {
+      isError = true;
+      this.#errorPayload = Buffer.from(line.slice(at), 'latin1').toString('utf8');
+    }
     if (this.#finishReason === undefined) {
       const f = valueAfter(line, FINISH_KEY);
-      if (f >= 0 && line[f] === QUOTE) {
-        const close = line.indexOf(QUOTE, f + 1);
-        if (close > f) this.#finishReason = line.toString('utf8', f + 1, close);
+      if (f >= 0 && line.charCodeAt(f) === QUOTE) {
+        const close = line.indexOf('"', f + 1);
+        if (close > f) this.#finishReason = line.slice(f + 1, close);
       }
     }
     let hasUsage = false;
     const u = valueAfter(line, USAGE_KEY);
-    if (u >= 0 && line[u] === OPEN_BRACE) {
+    if (u >= 0 && line.charCodeAt(u) === OPEN_BRACE) {
       const end = objectEnd(line, u);
-      if (end > u) {
+      const usage = end > u ? readUsage(line.slice(u, end)) : undefined;
+      if (usage) {
         hasUsage = true;
-        this.#usageBytes = line.subarray(u, end);
-        this.#usageParsed = false;
+        this.#usage = usage;
       }
     }
-    this.#onLine?.({ payload, done: false, hasContent, hasUsage, isError });
+    return { hasUsage, isError };
   }
 }
