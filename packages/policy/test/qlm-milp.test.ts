@@ -13,7 +13,9 @@ beforeAll(async () => {
 
 function permutations<T>(items: readonly T[]): T[][] {
   if (items.length <= 1) return [[...items]];
-  return items.flatMap((x, i) => permutations([...items.slice(0, i), ...items.slice(i + 1)]).map((p) => [x, ...p]));
+  return items.flatMap((x, i) =>
+    permutations([...items.slice(0, i), ...items.slice(i + 1)]).map((p) => [x, ...p]),
+  );
 }
 
 /** Exhaustive search over every assignment of groups to queues and every order on each queue. */
@@ -68,7 +70,9 @@ function randomInstance(rng: Rng, nGroups: number, nQueues: number): PlanInstanc
   }));
   const serviceS = groups.map(() => queues.map((_, q) => rng.int(2, 15) * (q === 0 ? 1 : 1.5)));
   // Lateness offset: prefill plus in-group wait minus the deadline.
-  const lateOffsetS = groups.map((g, i) => queues.map((_, q) => 0.5 * ((serviceS[i] as number[])[q] as number) - g.deadlineS));
+  const lateOffsetS = groups.map((g, i) =>
+    queues.map((_, q) => 0.5 * ((serviceS[i] as number[])[q] as number) - g.deadlineS),
+  );
   return { groups, queues, serviceS, lateOffsetS, waitWeight: 0.01 };
 }
 
@@ -101,7 +105,9 @@ describe('solveGlobalSchedule', () => {
     }));
     const instance: PlanInstance = {
       groups,
-      queues: [{ id: 'r0', currentModel: 'm0', readyS: 0, swapS: { m0: 20, m1: 20 }, drainS: 5, firstDrainS: 0 }],
+      queues: [
+        { id: 'r0', currentModel: 'm0', readyS: 0, swapS: { m0: 20, m1: 20 }, drainS: 5, firstDrainS: 0 },
+      ],
       serviceS: groups.map(() => [10]),
       lateOffsetS: groups.map((g) => [1 - g.deadlineS]),
       waitWeight: 0.01,
@@ -116,7 +122,16 @@ describe('solveGlobalSchedule', () => {
   it('puts an urgent group before a running lower-band group, which is eviction', () => {
     const instance: PlanInstance = {
       groups: [
-        { id: 'running', model: 'm', size: 10, weight: 0, deadlineS: 1e6, arrivalS: -100, pinnedQueue: 'r0', running: true },
+        {
+          id: 'running',
+          model: 'm',
+          size: 10,
+          weight: 0,
+          deadlineS: 1e6,
+          arrivalS: -100,
+          pinnedQueue: 'r0',
+          running: true,
+        },
         { id: 'urgent', model: 'm', size: 2, weight: 2, deadlineS: 5, arrivalS: 0 },
       ],
       queues: [{ id: 'r0', currentModel: 'm', readyS: 0, swapS: { m: 0 }, drainS: 0, firstDrainS: 0 }],

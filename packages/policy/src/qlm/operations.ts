@@ -63,7 +63,8 @@ export interface OperationOptions {
 /**
  * Translates a virtual-queue plan into serving operations (QLM section 5): `assign` for every
  * group that changes queue, `evict` when the plan puts a group before the replica's evictable
- * running requests, `swap` when the head group needs another model, and `pull` of head requests
+ * running requests (only as many, lowest band and least progress first, as the head group needs
+ * room for), `swap` when the head group needs another model, and `pull` of head requests
  * (FCFS within groups, groups in queue order, same model only) while their input plus expected
  * output fits the replica's free tokens and sequence slots — or `push` of everything when pulling
  * is disabled.
@@ -97,24 +98,29 @@ export function planOperations(state: QlmState, plan: QueuePlan, options: Operat
 
     const head = queued[0];
     if (runningAt > 0 && head && flags.evict) {
-      const victims = replica.running.filter((r) => r.sheddable && r.band > head.band);
-      if (victims.length > 0) {
-        ops.push({
-          kind: 'evict',
-          replica: replica.id,
-          requestIds: victims.map((r) => r.id),
-          forGroup: head.id,
-        });
-        for (const v of victims) {
-          freeTokens += v.inputTokens + v.generated;
-          freeSeqs++;
-        }
-        stillRunning -= victims.length;
+      // Evict only what the head group needs: lowest band first, then the least progress lost.
+      const mean = options.outputStats(head.key).mean;
+      let needTokens = 0;
+      for (const m of head.members)
+        needTokens += m.inputTokens + Math.max(mean - (m.generated ?? 0), 1) + (m.generated ?? 0);
+      const needSeqs = head.members.length;
+      const candidates = replica.running
+        .filter((r) => r.sheddable && r.band > head.band)
+        .sort((a, b) => b.band - a.band || a.generated - b.generated || (a.id < b.id ? -1 : 1));
+      const victims: string[] = [];
+      for (const v of candidates) {
+        if (freeTokens >= needTokens && freeSeqs >= needSeqs) break;
+        victims.push(v.id);
+        freeTokens += v.inputTokens + v.generated;
+        freeSeqs++;
+        stillRunning--;
       }
+      if (victims.length > 0)
+        ops.push({ kind: 'evict', replica: replica.id, requestIds: victims, forGroup: head.id });
     }
     if (!head) continue;
 
-    let model = replica.model;
+    const model = replica.model;
     if (head.key.model !== model) {
       const load = replica.loadable[head.key.model];
       if (!load) continue;
@@ -127,9 +133,7 @@ export function planOperations(state: QlmState, plan: QueuePlan, options: Operat
         mechanism: load.mechanism,
         afterDrain: stillRunning > 0,
       });
-      // Nothing joins the batch until the swap is done; the next plan pulls for the new model.
-      if (stillRunning > 0) continue;
-      model = head.key.model;
+      // Nothing joins the batch until the swap is done; the next round pulls for the new model.
       continue;
     }
 
