@@ -1,5 +1,5 @@
 import type { RequestDescriptor } from '@fairway/core';
-import type { WindowLimit } from '@fairway/store';
+import type { AdmissionPolicy, WindowLimit } from '@fairway/policy';
 
 /** What an admission function sees about a request, beside the descriptor itself. */
 export interface AdmissionContext {
@@ -9,7 +9,7 @@ export interface AdmissionContext {
   /** The request's fairness flow under the ordering policy. */
   readonly flow: string;
   /** Tokens the request will reserve on a replica (input + predicted or maximum output). */
-  readonly reserveTokens: number;
+  readonly reservedTokens: number;
   /** Gateway that holds the client connection. */
   readonly gateway: string;
 }
@@ -46,4 +46,30 @@ export const admitAll: AdmissionFunction = () => [];
 /** Normalises an admission function's result to {@link AdmissionRules}. */
 export function toRules(r: AdmissionRules | readonly WindowLimit[]): AdmissionRules {
   return Array.isArray(r) ? { limits: r as readonly WindowLimit[] } : (r as AdmissionRules);
+}
+
+/** Adapts an {@link AdmissionPolicy} (RPM/TPM, OIT) to an admission function. */
+export function fromAdmissionPolicy(policy: AdmissionPolicy): AdmissionFunction {
+  return (req, ctx) => ({ limits: policy.limits(req, ctx), interaction: policy.interaction(req) });
+}
+
+/**
+ * Combines admission sources, checked in order: limits are concatenated, the first interaction
+ * and the first queue bounds given win, and a request is a continuation if any source says so.
+ */
+export function composeRules(parts: readonly AdmissionRules[]): AdmissionRules {
+  if (parts.length === 1) return parts[0]!;
+  const limits: WindowLimit[] = [];
+  let interaction: AdmissionRules['interaction'];
+  let continuation = false;
+  let maxQueuedFlow: number | undefined;
+  let maxQueuedPool: number | undefined;
+  for (const p of parts) {
+    limits.push(...p.limits);
+    interaction ??= p.interaction;
+    continuation ||= p.continuation === true;
+    maxQueuedFlow ??= p.maxQueuedFlow;
+    maxQueuedPool ??= p.maxQueuedPool;
+  }
+  return { limits, interaction, continuation, maxQueuedFlow, maxQueuedPool };
 }

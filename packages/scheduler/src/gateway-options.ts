@@ -1,8 +1,8 @@
 import { type Clock, DEFAULT_SLO_CLASSES, type RequestDescriptor, type SloClass } from '@fairway/core';
-import type { OrderingPolicy, PlacementPolicy, ReplicaState } from '@fairway/policy';
+import type { AdmissionPolicy, OrderingPolicy, PlacementPolicy, ReplicaState } from '@fairway/policy';
 import type { QueuedRequest, SchedulingStore } from '@fairway/store';
 import { z } from 'zod';
-import { type AdmissionFunction, admitAll } from './admission.ts';
+import { type AdmissionFunction, admitAll, fromAdmissionPolicy } from './admission.ts';
 import { GatewayError, GatewayErrorCode } from './errors.ts';
 import type { Headroom, ReplicaSource } from './replica-view.ts';
 
@@ -56,11 +56,15 @@ export interface GatewayOptions {
   readonly flushMs?: number;
   /** …or as soon as this many output tokens wait to be charged. @default 512 */
   readonly flushTokens?: number;
-  /** Admission limits for each request (RPM/TPM/OIT policies plug in here). @default none */
-  readonly admission?: AdmissionFunction;
+  /**
+   * Admission limits for each request, as a function or an {@link AdmissionPolicy} (RPM/TPM, OIT),
+   * checked after the ordering policy's own `admission`, if it has one. @default none
+   */
+  readonly admission?: AdmissionFunction | AdmissionPolicy;
   /**
    * Whether a pool is overloaded now (FairServe: throttle windows apply only then).
-   * @default mean KV load of the fresh replicas ≥ `overloadKv`, or no fresh replica
+   * @default the fresh replicas' KV tokens reserved or in use ≥ `overloadKv` of their capacity
+   * (policy's `kvOverloaded`); a pool without fresh replicas is overloaded
    */
   readonly overloaded?: (pool: string, replicas: readonly ReplicaState[]) => boolean;
   /** KV load (0–1) above which the default overload test fires. @default 0.9 */
@@ -70,8 +74,10 @@ export interface GatewayOptions {
 }
 
 /** {@link GatewayOptions} with every default applied. */
-export interface ResolvedGatewayOptions extends Required<Omit<GatewayOptions, 'headroom' | 'overloaded'>> {
+export interface ResolvedGatewayOptions
+  extends Required<Omit<GatewayOptions, 'headroom' | 'overloaded' | 'admission'>> {
   readonly headroom: Headroom;
+  readonly admission: AdmissionFunction;
   readonly overloaded: ((pool: string, replicas: readonly ReplicaState[]) => boolean) | undefined;
 }
 
@@ -112,7 +118,7 @@ const optionsSchema = z
     fit: z.enum(['first', 'best']).optional(),
     flushMs: z.number().positive().optional(),
     flushTokens: z.number().int().positive().optional(),
-    admission: fn.optional(),
+    admission: z.union([fn, obj(['limits', 'interaction'])]).optional(),
     overloaded: fn.optional(),
     overloadKv: z.number().min(0).max(1).optional(),
     leaseMs: z.number().positive().optional(),
@@ -148,7 +154,12 @@ export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayO
     fit: options.fit ?? 'first',
     flushMs: options.flushMs ?? 50,
     flushTokens: options.flushTokens ?? 512,
-    admission: options.admission ?? admitAll,
+    admission:
+      options.admission === undefined
+        ? admitAll
+        : typeof options.admission === 'function'
+          ? options.admission
+          : fromAdmissionPolicy(options.admission),
     overloaded: options.overloaded,
     overloadKv: options.overloadKv ?? 0.9,
     leaseMs: options.leaseMs ?? 30_000,

@@ -1,7 +1,7 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
-import { kvLoad, type PlacementPolicy, type ReplicaState } from '@fairway/policy';
+import { kvOverloaded, type PlacementPolicy, type ReplicaState } from '@fairway/policy';
 import type { AdmitRejectCode, QueuedRequest, ReplicaCandidate } from '@fairway/store';
-import { toRules } from './admission.ts';
+import { type AdmissionRules, composeRules, fromAdmissionPolicy, toRules } from './admission.ts';
 import { ChargeCoalescer } from './charge-coalescer.ts';
 import { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
 import {
@@ -116,7 +116,12 @@ export class Gateway {
       reserveTokens = Math.min(reserveTokens, largest);
     }
 
-    const rules = toRules(o.admission(req, { nowMs, pool, band, flow, reserveTokens, gateway: this.id }));
+    const ctx = { nowMs, pool, band, flow, reservedTokens: reserveTokens, gateway: this.id };
+    const parts: AdmissionRules[] = [];
+    if (o.ordering.admission) parts.push(toRules(fromAdmissionPolicy(o.ordering.admission)(req, ctx)));
+    parts.push(toRules(o.admission(req, ctx)));
+    if (o.ordering.continuation?.(req)) parts.push({ limits: [], continuation: true });
+    const rules = composeRules(parts);
     const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)
       ? await this.#isOverloaded(pool)
       : false;
@@ -182,9 +187,10 @@ export class Gateway {
 
   /**
    * The owner learns that its request was dispatched (by itself, or by another gateway sharing the
-   * store) and starts charging its output.
+   * store) and starts charging its output. Only the request id and replica are read, so an owner
+   * that learns of a dispatch over the bus (an assignment) can call it without the full record.
    */
-  started(d: Dispatched): void {
+  started(d: Pick<Dispatched, 'id' | 'replica'>): void {
     const own = this.#owned.get(d.id);
     if (own === undefined || own.state !== 'queued')
       throw new GatewayError(
@@ -313,11 +319,14 @@ export class Gateway {
   async #isOverloaded(pool: string): Promise<boolean> {
     const { states } = await this.#states(pool);
     if (this.options.overloaded) return this.options.overloaded(pool, states);
-    const fresh = states.filter((s) => !s.stale);
-    if (fresh.length === 0) return true;
-    let sum = 0;
-    for (const s of fresh) sum += Math.min(1, kvLoad(s));
-    return sum / fresh.length >= this.options.overloadKv;
+    let used = 0;
+    let capacity = 0;
+    for (const s of states) {
+      if (s.stale) continue;
+      used += Math.max(s.reservedTokens, s.kvUsage * s.tokenCapacity);
+      capacity += s.tokenCapacity;
+    }
+    return kvOverloaded(used, capacity, this.options.overloadKv);
   }
 
   async #dispatchLoop(pool: string): Promise<number> {

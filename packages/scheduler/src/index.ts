@@ -3,6 +3,8 @@ export {
   type AdmissionFunction,
   type AdmissionRules,
   admitAll,
+  composeRules,
+  fromAdmissionPolicy,
   toRules,
 } from './admission.ts';
 export { ChargeCoalescer } from './charge-coalescer.ts';

@@ -1,5 +1,11 @@
 import { ManualClock, type RequestDescriptor } from '@fairway/core';
-import { fcfsPolicy, joinShortestQueuePlacement, roundRobinPlacement } from '@fairway/policy';
+import {
+  fcfsPolicy,
+  joinShortestQueuePlacement,
+  type OrderingPolicy,
+  rateLimitAdmission,
+  roundRobinPlacement,
+} from '@fairway/policy';
 import { type ChargeItem, MemoryStore } from '@fairway/store';
 import { describe, expect, it } from 'vitest';
 import {
@@ -247,6 +253,34 @@ describe('Gateway', () => {
     expect(await gw.submit(req())).toMatchObject({ ok: false, code: 'rpm_limited' });
     expect(await gw.submit(req({ tenant: 'other' }))).toMatchObject({ ok: true });
     expect(gw.stats()).toMatchObject({ admitted: 3, rejected: 1 });
+  });
+
+  it('combines the ordering policy’s own admission with the gateway’s, and marks its continuations', async () => {
+    const ordering: OrderingPolicy = {
+      ...fcfsPolicy(),
+      mode: 'fair',
+      admission: rateLimitAdmission({ rpm: 3 }),
+      continuation: (r) => (r.interactionStage ?? 0) > 0,
+    };
+    const { gw, dispatched } = setup(new Fleet(['r1', 300]), {
+      ordering,
+      admission: rateLimitAdmission({ tpm: 100_000 }),
+    });
+    await gw.submit(req({ tenant: 'busy' })); // dispatched, fills the replica
+    await gw.submit(req({ tenant: 'busy' }));
+    await gw.submit(req({ tenant: 'busy' }));
+    const follow = req({ tenant: 'calm', interactionId: 'chat-1', interactionStage: 2 });
+    await gw.submit(follow);
+    // The ordering policy's RPM (3 per minute) rejects the fourth request of a tenant...
+    expect(await gw.submit(req({ tenant: 'busy' }))).toMatchObject({ ok: false, code: 'rpm_limited' });
+    // ...and a gateway-level TPM (600 tokens per minute, 300 reserved each) counts on its own.
+    const tpm = setup(new Fleet(['r1', 100_000]), { admission: rateLimitAdmission({ tpm: 600 }) });
+    await tpm.gw.submit(req());
+    await tpm.gw.submit(req());
+    expect(await tpm.gw.submit(req())).toMatchObject({ ok: false, code: 'tpm_limited' });
+    // When room frees, the continuation goes ahead of the older queued request.
+    await gw.complete(dispatched[0]!.id, { inputTokens: 100, outputTokens: 50 });
+    expect(dispatched[1]!.id).toBe(follow.id);
   });
 
   it('cancels a queued request and settles a running one', async () => {

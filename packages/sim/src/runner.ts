@@ -6,7 +6,7 @@ import {
   type SloClass,
   type Tenant,
 } from '@fairway/core';
-import type { OrderingPolicy, PlacementPolicy } from '@fairway/policy';
+import type { AdmissionPolicy, OrderingPolicy, PlacementPolicy } from '@fairway/policy';
 import {
   type AdmissionFunction,
   type Dispatched,
@@ -42,8 +42,8 @@ export interface RunInput {
   readonly flushMs?: number | undefined;
   /** …or once this many tokens wait to be charged. @default 512 */
   readonly flushTokens?: number | undefined;
-  /** Admission limits per request (RPM/TPM/OIT). @default none */
-  readonly limits?: AdmissionFunction | undefined;
+  /** Admission limits per request (RPM/TPM/OIT), beside the ordering policy's own. @default none */
+  readonly limits?: AdmissionFunction | AdmissionPolicy | undefined;
   /** What a request reserves on its replica. @default 'max-tokens' */
   readonly reserve?: ReserveMode | undefined;
   /** Replica capacity the gateways never reserve. @default 1% of KV, no sequence slots */

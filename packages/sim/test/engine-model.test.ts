@@ -36,16 +36,30 @@ function addFixed(engine: EngineModel, n: number, input: number, output: number,
 describe('EngineModel', () => {
   it('keeps KV usage within capacity at every step and returns it to zero', () => {
     const rng = createRng(7);
-    for (const batchPolicy of ['prefill-priority', 'decode-priority'] as const) {
+    const variants: Partial<EngineConfig>[] = [
+      { batchPolicy: 'prefill-priority' },
+      { batchPolicy: 'prefill-priority', chunkedPrefill: true },
+      { batchPolicy: 'decode-priority' },
+      { batchPolicy: 'decode-priority', chunkedPrefill: false },
+      { batchPolicy: 'decode-priority', preemption: 'eviction-free' },
+      { batchPolicy: 'prefill-priority', preemption: 'eviction-free', priorityScheduling: true },
+    ];
+    for (const variant of variants) {
       const engine = new EngineModel({
         ...A100,
         kvCapacityTokens: 4000,
-        batchPolicy,
         maxNumBatchedTokens: 1024,
+        ...variant,
       });
       for (let i = 0; i < 200; i++) {
         const out = rng.int(1, 400);
-        engine.add({ id: `r${i}`, inputTokens: rng.int(1, 900), outputTokens: out, maxTokens: out + 50 });
+        engine.add({
+          id: `r${i}`,
+          inputTokens: rng.int(1, 900),
+          outputTokens: out,
+          maxTokens: out + 50,
+          priority: rng.int(0, 3),
+        });
       }
       let peak = 0;
       const { events } = drain(engine, () => {
@@ -59,7 +73,8 @@ describe('EngineModel', () => {
       expect(s.running + s.waiting).toBe(0);
       expect(s.requestsFinishedTotal).toBe(200);
       expect(peak).toBeGreaterThan(0.9);
-      expect(s.preemptionsTotal).toBeGreaterThan(0);
+      if (variant.preemption === 'eviction-free') expect(s.preemptionsTotal).toBe(0);
+      else expect(s.preemptionsTotal).toBeGreaterThan(0);
       expect(events.filter((e) => e.kind === 'preempted')).toHaveLength(s.preemptionsTotal);
     }
   });
