@@ -1,0 +1,45 @@
+import { ConfigError, FairwayError } from '@fairway/core';
+
+/** Exit codes of the `fairway` command. */
+export const ExitCode = {
+  OK: 0,
+  /** Something failed that is not the user's input: a bug or an environment problem. */
+  INTERNAL: 1,
+  /** Bad input: unknown scenario, policy or option, an invalid or unreadable file. */
+  USAGE: 2,
+} as const;
+export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
+
+/** A problem with what the user typed; printed as one line per problem, without a stack trace. */
+export class UsageError extends FairwayError {
+  override readonly name = 'UsageError';
+  readonly problems: readonly string[];
+
+  constructor(problems: readonly string[]) {
+    super('FAIRWAY_CLI_USAGE', problems.join('\n'));
+    this.problems = problems;
+  }
+}
+
+/**
+ * Turns an error into the lines to print and the exit code: validation and usage errors give one
+ * line per problem and exit 2; anything else is internal (exit 1, message only unless `debug`).
+ */
+export function describeError(err: unknown, debug = false): { lines: string[]; code: ExitCode } {
+  if (err instanceof UsageError)
+    return { lines: err.problems.map((p) => `error: ${p}`), code: ExitCode.USAGE };
+  if (err instanceof ConfigError) {
+    const where = err.source ? `${err.source}: ` : '';
+    return {
+      lines: err.issues.map((i) => `error: ${where}${i.path ? `${i.path}: ` : ''}${i.message}`),
+      code: ExitCode.USAGE,
+    };
+  }
+  if (err instanceof FairwayError && /INVALID|UNKNOWN|UNREADABLE/.test(err.code))
+    return { lines: err.message.split('\n').map((l) => `error: ${l}`), code: ExitCode.USAGE };
+  const e = err instanceof Error ? err : new Error(String(err));
+  return {
+    lines: [`internal error: ${e.message}`, ...(debug && e.stack ? [e.stack] : [])],
+    code: ExitCode.INTERNAL,
+  };
+}

@@ -1,0 +1,141 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import {
+  buildReport,
+  buildRunInput,
+  computeMetrics,
+  formatReport,
+  listScenarios,
+  loadScenario,
+  renderPlots,
+  reportJson,
+  runSimulation,
+} from '@fairway/sim';
+import { Presets, SingleBar } from 'cli-progress';
+import { type Command, InvalidArgumentError, Option } from 'commander';
+import { ExitCode, UsageError } from '../cli-error.ts';
+import type { CliIo } from '../cli-io.ts';
+import { PLACEMENT_POLICIES } from '../placement-table.ts';
+import { ORDERING_POLICIES } from '../policy-table.ts';
+
+/** Parsed options of `fairway sim`. */
+export interface SimOptions {
+  readonly scenario?: string | undefined;
+  readonly policy: string;
+  readonly placement: string;
+  readonly seed?: number | undefined;
+  readonly duration?: number | undefined;
+  readonly json?: boolean | undefined;
+  readonly out?: string | undefined;
+  readonly list?: boolean | undefined;
+  readonly rpm?: number | undefined;
+}
+
+function integer(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n)) throw new InvalidArgumentError('must be an integer');
+  return n;
+}
+
+function positive(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number of seconds');
+  return n;
+}
+
+/** Adds `fairway sim` to the program. */
+export function registerSimCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
+  program
+    .command('sim')
+    .description('simulate a vLLM fleet under a scenario and print fairness, latency and throughput')
+    .option('-s, --scenario <name|file>', 'built-in scenario name, or a scenario file (.json/.yaml)')
+    .addOption(
+      new Option(
+        '-p, --policy <name>',
+        `ordering policy: ${Object.keys(ORDERING_POLICIES).join(', ')}`,
+      ).default('fcfs'),
+    )
+    .addOption(
+      new Option(
+        '--placement <name>',
+        `placement policy: ${Object.keys(PLACEMENT_POLICIES).join(', ')}`,
+      ).default('least-kv'),
+    )
+    .option('--rpm <n>', 'requests per minute per tenant (policy rpm)', integer)
+    .option('--seed <n>', "override the scenario's seed", integer)
+    .option('--duration <s>', "override the scenario's duration (simulated seconds)", positive)
+    .option('--json', 'print exactly one JSON object on stdout')
+    .option('--out <dir>', 'also write report.json and SVG plots to this directory')
+    .option('--list', 'list the built-in scenarios')
+    .action(async (opts: SimOptions) => {
+      setCode(await simCommand(opts, io));
+    });
+}
+
+/** Runs `fairway sim` and returns its exit code; bad input throws a `UsageError` or `ConfigError`. */
+export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
+  if (opts.list) {
+    const all = listScenarios();
+    const width = Math.max(...all.map((s) => s.name.length));
+    io.out(`${all.map((s) => `${s.name.padEnd(width)}  ${s.description}`).join('\n')}\n`);
+    return ExitCode.OK;
+  }
+  const problems: string[] = [];
+  if (!opts.scenario) problems.push('--scenario is required (see --list for the built-in ones)');
+  const policyEntry = ORDERING_POLICIES[opts.policy];
+  if (!policyEntry)
+    problems.push(`unknown policy "${opts.policy}"; known: ${Object.keys(ORDERING_POLICIES).join(', ')}`);
+  const placementEntry = PLACEMENT_POLICIES[opts.placement];
+  if (!placementEntry)
+    problems.push(
+      `unknown placement "${opts.placement}"; known: ${Object.keys(PLACEMENT_POLICIES).join(', ')}`,
+    );
+  if (problems.length > 0 || !policyEntry || !placementEntry || !opts.scenario)
+    throw new UsageError(problems);
+
+  const loaded = loadScenario(opts.scenario);
+  const input = buildRunInput(loaded, { seed: opts.seed, durationS: opts.duration });
+  const bar =
+    io.stderrIsTty && !opts.json
+      ? new SingleBar(
+          {
+            stream: io.progressStream,
+            format: 'simulating {bar} {percentage}% | {value}/{total} simulated s',
+            hideCursor: true,
+            clearOnComplete: true,
+            barCompleteChar: '█',
+            barIncompleteChar: '░',
+          },
+          Presets.shades_classic,
+        )
+      : undefined;
+  bar?.start(Math.round(input.durationS), 0);
+  const started = performance.now();
+  let run: Awaited<ReturnType<typeof runSimulation>>;
+  try {
+    run = await runSimulation({
+      ...input,
+      ordering: policyEntry.create({ tenantWeights: input.tenantWeights, rpm: opts.rpm }),
+      placement: placementEntry.create(input.seed),
+      onProgress: bar ? (simulatedS: number) => bar.update(Math.round(simulatedS)) : undefined,
+    });
+  } finally {
+    bar?.stop();
+  }
+  const wallMs = performance.now() - started;
+  const metrics = computeMetrics(run);
+  const report = buildReport(run, metrics, wallMs);
+  const json = reportJson(report);
+  if (opts.json) io.out(`${json}\n`);
+  else io.out(formatReport(report));
+  if (opts.out) {
+    const dir = resolve(opts.out);
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'report.json'), `${JSON.stringify(report, null, 2)}\n`);
+    for (const p of await renderPlots(metrics, `${report.scenario} · ${report.policy}`))
+      writeFileSync(join(dir, p.file), p.svg);
+    if (!opts.json) io.out(`wrote report.json and plots to ${dir}\n`);
+  }
+  return ExitCode.OK;
+}

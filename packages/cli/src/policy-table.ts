@@ -1,0 +1,51 @@
+import { type OrderingPolicy, orderingPolicyByName } from '@fairway/policy';
+
+/** What a policy may need from the run: tenant weights, limits given on the command line. */
+export interface PolicyContext {
+  /** Tenant id → weight (from the scenario). */
+  readonly tenantWeights: Readonly<Record<string, number>>;
+  /** `--rpm`: requests per minute per tenant. */
+  readonly rpm?: number | undefined;
+}
+
+/** An ordering policy selectable by name on the command line. */
+export interface PolicyEntry {
+  readonly description: string;
+  readonly create: (ctx: PolicyContext) => OrderingPolicy;
+}
+
+/**
+ * Ordering policies by CLI name: each policy of `@fairway/policy` is one line here, and this
+ * table is what `--policy` accepts and `--help` lists. WSC needs app profiles, which scenarios do
+ * not carry yet, so it is not offered here.
+ */
+export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
+  fcfs: {
+    description: 'first come, first served (vLLM default)',
+    create: () => orderingPolicyByName('fcfs'),
+  },
+  rpm: {
+    description: 'FCFS with a per-tenant requests-per-minute limit (needs --rpm)',
+    create: (c) => orderingPolicyByName('rpm', c.rpm === undefined ? {} : { rpm: c.rpm }),
+  },
+  lcf: {
+    description: 'least counter first: VTC without the counter lift',
+    create: () => orderingPolicyByName('lcf'),
+  },
+  vtc: {
+    description: 'Virtual Token Counter (VTC paper, Algorithm 2)',
+    create: () => orderingPolicyByName('vtc'),
+  },
+  'vtc-weighted': {
+    description: 'weighted VTC with the scenario tenant weights',
+    create: (c) => orderingPolicyByName('vtc-weighted', { weightOf: (t) => c.tenantWeights[t] ?? 1 }),
+  },
+  'vtc-predict': {
+    description: 'VTC charging predicted output at dispatch (mean of the last 5)',
+    create: () => orderingPolicyByName('vtc-predict'),
+  },
+  'vtc-oracle': {
+    description: 'VTC charging the true output length at dispatch',
+    create: () => orderingPolicyByName('vtc-oracle'),
+  },
+};
