@@ -32,10 +32,12 @@ export const KEY_LAYOUT = {
   poolQueued: ['pool'],
   /** HASH flow → virtual counter (%.17g). */
   counters: ['pool', 'band'],
-  /** ZSET backlogged flow → counter. */
+  /** ZSET backlogged flows scored by counter; member `sortKey(head arrival) .. flow` (fair order). */
   backlog: ['pool', 'band'],
-  /** ZSET flow with queued continuations → counter. */
+  /** ZSET flows with queued continuations, as `backlog` (head = oldest continuation). */
   contBacklog: ['pool', 'band'],
+  /** HASH `b<flow>` / `c<flow>` → the flow's current member in `backlog` / `contBacklog`. */
+  members: ['pool', 'band'],
   /** ZSET queued request id → score. */
   byScore: ['pool', 'band'],
   /** HASH size, lastLeft. */
@@ -85,15 +87,16 @@ export class StoreKeys {
 }
 
 /**
- * Lua source defining `key_<kind>(...)` for every kind, prepended to every script. `BASE` is the
- * script's `ARGV[1]` (the store's {@link StoreKeys.base}).
+ * Lua source defining `key_<kind>(...)` for every kind (or only those in `only`), prepended to every
+ * script. `BASE` is the script's `ARGV[1]` (the store's {@link StoreKeys.base}).
  */
-export function luaKeyFunctions(): string {
+export function luaKeyFunctions(only?: ReadonlySet<string>): string {
   const lines = [
     'local BASE = ARGV[1]',
     "local function lp(s) s = tostring(s) return #s .. '.' .. s .. ':' end",
   ];
   for (const [kind, names] of Object.entries(KEY_LAYOUT) as [KeyKind, readonly string[]][]) {
+    if (only !== undefined && !only.has(kind)) continue;
     const args = names.join(', ');
     const body = names.map((n, i) => (i === names.length - 1 ? `tostring(${n})` : `lp(${n})`));
     lines.push(

@@ -26,7 +26,6 @@ import type {
   SettleInput,
 } from './store.ts';
 import {
-  fairBefore,
   HISTORY_LENGTH,
   meanOfHistory,
   type ResolvedStoreOptions,
@@ -139,8 +138,8 @@ export class RedisStore implements SchedulingStore {
       str(req.reserveTokens),
       str(req.dispatchCost),
       req.owner,
-      req.payload,
-      req.continuation === undefined ? '' : req.continuation ? '1' : '0',
+      JSON.stringify(recordOf(req)),
+      req.continuation ? '1' : '0',
       str(input.nowMs),
       input.lift,
       input.overloaded ? '1' : '0',
@@ -195,7 +194,11 @@ export class RedisStore implements SchedulingStore {
     if (kind === 'blocked') {
       return { kind: 'blocked', id: asString(reply[1]), reserveTokens: Number(asString(reply[2])) };
     }
-    return { kind: 'dispatched', replica: asString(reply[1]), req: decodeRequest(reply.slice(2)) };
+    return {
+      kind: 'dispatched',
+      replica: asString(reply[1]),
+      req: JSON.parse(asString(reply[2])) as QueuedRequest,
+    };
   }
 
   async charge(items: readonly ChargeItem[]): Promise<void> {
@@ -277,19 +280,15 @@ export class RedisStore implements SchedulingStore {
     const flat = expectArray(script, reply[0] ?? null).map(asString);
     const counters: Record<string, number> = {};
     for (let i = 0; i < flat.length; i += 2) counters[flat[i] as string] = Number(flat[i + 1]);
+    // Redis returns the backlog already in fair order (see includes/queue.lua).
     const bl = expectArray(script, reply[1] ?? null).map(asString);
-    const flows: { flow: string; queued: number; head: number }[] = [];
-    for (let i = 0; i < bl.length; i += 3) {
-      flows.push({ flow: bl[i] as string, queued: Number(bl[i + 1]), head: Number(bl[i + 2]) });
+    const backlogged: string[] = [];
+    const queued: Record<string, number> = {};
+    for (let i = 0; i < bl.length; i += 2) {
+      backlogged.push(bl[i] as string);
+      queued[bl[i] as string] = Number(bl[i + 1]);
     }
-    const before = (a: { flow: string; head: number }, b: { flow: string; head: number }): boolean =>
-      fairBefore(counters[a.flow] ?? 0, a.head, a.flow, counters[b.flow] ?? 0, b.head, b.flow);
-    flows.sort((a, b) => (before(a, b) ? -1 : before(b, a) ? 1 : 0));
-    return {
-      counters,
-      backlogged: flows.map((f) => f.flow),
-      queued: Object.fromEntries(flows.map((f) => [f.flow, f.queued])),
-    };
+    return { counters, backlogged, queued };
   }
 
   async close(): Promise<void> {
@@ -303,20 +302,19 @@ export class RedisStore implements SchedulingStore {
   }
 }
 
-function decodeRequest(f: Reply[]): QueuedRequest {
-  const s = f.map(asString);
-  const cont = s[10];
-  const req: QueuedRequest = {
-    id: s[0] as string,
-    pool: s[1] as string,
-    band: Number(s[2]),
-    flow: s[3] as string,
-    score: Number(s[4]),
-    arrivalMs: Number(s[5]),
-    reserveTokens: Number(s[6]),
-    dispatchCost: Number(s[7]),
-    owner: s[8] as string,
-    payload: s[9] as string,
+/** The request as stored: exactly the {@link QueuedRequest} fields, whatever else the caller's object holds. */
+function recordOf(req: QueuedRequest): QueuedRequest {
+  const rec: QueuedRequest = {
+    id: req.id,
+    pool: req.pool,
+    band: req.band,
+    flow: req.flow,
+    score: req.score,
+    arrivalMs: req.arrivalMs,
+    reserveTokens: req.reserveTokens,
+    dispatchCost: req.dispatchCost,
+    owner: req.owner,
+    payload: req.payload,
   };
-  return cont === '' || cont === undefined ? req : { ...req, continuation: cont === '1' };
+  return req.continuation === undefined ? rec : { ...rec, continuation: req.continuation };
 }

@@ -43,9 +43,12 @@ export function loadCommands(dir: string = COMMANDS_DIR): readonly LuaCommand[] 
   for (const file of readdirSync(dir).sort()) {
     const m = /^([a-z][A-Za-z0-9]*)-(\d+)\.lua$/.exec(file);
     if (m === null) continue;
-    const out: string[] = [luaKeyFunctions()];
+    const out: string[] = [];
     inline(join(dir, file), new Set(), out);
-    const lua = out.join('\n');
+    const body = out.join('\n');
+    // Only the key builders the script uses: each local closure costs time on every call.
+    const used = new Set([...body.matchAll(/\bkey_([A-Za-z]+)\b/g)].map((m) => m[1] as string));
+    const lua = `${luaKeyFunctions(used)}\n${body}`;
     const version = createHash('sha1').update(lua).digest('hex').slice(0, 10);
     const name = m[1] as string;
     commands.push({ name, numberOfKeys: Number(m[2]), lua, versionedName: `${name}:${version}` });

@@ -65,7 +65,7 @@ function randomOps(seed: number, count: number): Op[] {
         band: rng.int(0, 1),
         flow,
         score: rng.int(0, 20) + (rng.next() < 0.5 ? 0.25 : 0),
-        arrivalMs: t - rng.int(0, 5),
+        arrivalMs: t - 50 + rng.int(0, 100) * 0.5,
         reserveTokens: reserve,
         dispatchCost: fractional(rng, 50),
         owner: pick(rng, owners),

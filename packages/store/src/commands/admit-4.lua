@@ -11,8 +11,8 @@
     (window, queue and owner keys are built from ARGV with the generated key_* functions)
 
     ARGV[1] key base  ARGV[2] id  ARGV[3] pool  ARGV[4] band  ARGV[5] flow  ARGV[6] score
-    ARGV[7] arrivalMs  ARGV[8] reserveTokens  ARGV[9] dispatchCost  ARGV[10] owner  ARGV[11] payload
-    ARGV[12] continuation ('' | '0' | '1')  ARGV[13] nowMs  ARGV[14] lift ('vtc' | 'none')
+    ARGV[7] arrivalMs  ARGV[8] reserveTokens  ARGV[9] dispatchCost  ARGV[10] owner
+    ARGV[11] the QueuedRequest as JSON  ARGV[12] continuation ('0' | '1')  ARGV[13] nowMs  ARGV[14] lift ('vtc' | 'none')
     ARGV[15] overloaded ('0' | '1')  ARGV[16] interaction key ('' if none)  ARGV[17] interaction ttl
     ARGV[18] maxQueuedFlow ('' if none)  ARGV[19] maxQueuedPool ('' if none)
     ARGV[20] default lease ms  ARGV[21] queue-full retry ms  ARGV[22] number of limits n
@@ -65,8 +65,8 @@ if ARGV[19] ~= '' then
 end
 
 local record = {
-  'pool', pool, 'band', band, 'flow', flow, 'score', ARGV[6], 'arrival', ARGV[7], 'reserve', ARGV[8],
-  'cost', ARGV[9], 'owner', owner, 'payload', ARGV[11], 'cont', ARGV[12], 'state', 'q', 'replica', '',
+  'rec', ARGV[11], 'pool', pool, 'band', band, 'flow', flow, 'arrival', ARGV[7], 'reserve', ARGV[8],
+  'cost', ARGV[9], 'owner', owner, 'cont', ARGV[12], 'state', 'q', 'replica', '',
   'charged', '0', 'ikey', ikey, 'ittl', ARGV[17], 'wn', nLimits,
 }
 for i = 0, nLimits - 1 do
@@ -88,5 +88,5 @@ redis.call('SADD', key_owner(owner), id)
 
 local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[1], unpack(record))
-local size = enqueue(pool, band, flow, id, seq, ARGV[6], ARGV[12] == '1', ARGV[14])
+local size = enqueue(pool, band, flow, id, seq, ARGV[6], ARGV[7], ARGV[12] == '1', ARGV[14])
 return { 1, size }

@@ -15,12 +15,10 @@
   Output:
     { 'empty' }
     { 'blocked', id, reserveTokens }
-    { 'dispatched', replica, id, pool, band, flow, score, arrivalMs, reserveTokens, dispatchCost,
-      owner, payload, continuation }
-    -1 (state corrupt: a backlogged flow without queued requests)
+    { 'dispatched', replica, request JSON }
+    -1 (state corrupt: an indexed flow or request without its record)
 ]]
 --- @include "includes/numbers"
---- @include "includes/request"
 --- @include "includes/queue"
 
 local pool, ordering, fit = ARGV[2], ARGV[3], ARGV[4]
@@ -30,19 +28,27 @@ local nReplicas = tonumber(ARGV[rBase])
 
 for bi = 1, nBands do
   local band = ARGV[5 + bi]
-  if num(redis.call('HGET', key_queueMeta(pool, band), 'size')) > 0 then
-    local id
-    if ordering == 'score' then
-      id = redis.call('ZRANGE', key_byScore(pool, band), 0, 0)[1]
-    else
-      local flow
-      flow, id = pickFlow(key_contBacklog(pool, band), pool, band, key_contFifo)
-      if flow == nil then flow, id = pickFlow(key_backlog(pool, band), pool, band, key_fifo) end
+  local id, counter = nil, nil
+  if ordering == 'score' then
+    id = redis.call('ZRANGE', key_byScore(pool, band), 0, 0)[1]
+  else
+    local top = redis.call('ZRANGE', key_contBacklog(pool, band), 0, 0, 'WITHSCORES')
+    local fifoOf = key_contFifo
+    if top[1] == nil then
+      top = redis.call('ZRANGE', key_backlog(pool, band), 0, 0, 'WITHSCORES')
+      fifoOf = key_fifo
     end
-    if id == nil then return -1 end
-    local r = loadReq(id)
-    if r == nil then return -1 end
-    local reserve = tonumber(r.reserve)
+    if top[1] ~= nil then
+      counter = tonumber(top[2])
+      id = redis.call('ZRANGE', fifoOf(pool, band, memberFlow(top[1])), 0, 0)[1]
+      if id == nil then return -1 end
+    end
+  end
+
+  if id ~= nil then
+    local f = redis.call('HMGET', key_req(id), 'flow', 'reserve', 'cost', 'cont', 'rec')
+    if not f[1] then return -1 end
+    local flow, reserve = f[1], tonumber(f[2])
 
     local chosen, bestLeft, chosenTokens, chosenSeqs = nil, 0, 0, 0
     for i = 0, nReplicas - 1 do
@@ -58,16 +64,32 @@ for bi = 1, nBands do
         if fit == 'first' then break end
       end
     end
-    if chosen == nil then return { 'blocked', id, r.reserve } end
+    if chosen == nil then return { 'blocked', id, f[2] } end
 
-    unqueue(id, r)
+    -- Dequeue and charge in one pass: the flow's backlog members are re-keyed once, with the new
+    -- counter and the new head.
+    local fifo = key_fifo(pool, band, flow)
+    redis.call('ZREM', fifo, id)
+    redis.call('ZREM', key_byScore(pool, band), id)
+    redis.call('DECR', KEYS[1])
+    if counter == nil then counter = counterOf(pool, band, flow) end
+    local c = fmt(counter + tonumber(f[3]))
+    redis.call('HSET', key_counters(pool, band), flow, c)
+    local m = redis.call('HMGET', key_members(pool, band), 'b' .. flow, 'c' .. flow)
+    if f[4] == '1' then
+      local cf = key_contFifo(pool, band, flow)
+      redis.call('ZREM', cf, id)
+      rekey(key_contBacklog(pool, band), pool, band, flow, 'c', cf, m[2], c)
+    elseif m[2] then
+      redis.call('ZADD', key_contBacklog(pool, band), c, m[2])
+    end
+    if not rekey(key_backlog(pool, band), pool, band, flow, 'b', fifo, m[1], c) then
+      redis.call('HSET', key_queueMeta(pool, band), 'lastLeft', flow)
+    end
+
     redis.call('HSET', key_replica(chosen), 'tokens', fmt(chosenTokens), 'seqs', chosenSeqs)
-    redis.call('HSET', key_req(id), 'state', 'r', 'replica', chosen, 'charged', r.cost)
-    addToCounter(pool, band, r.flow, tonumber(r.cost))
-    local reply = reqReply(id, r)
-    table.insert(reply, 1, chosen)
-    table.insert(reply, 1, 'dispatched')
-    return reply
+    redis.call('HSET', key_req(id), 'state', 'r', 'replica', chosen, 'charged', f[3])
+    return { 'dispatched', chosen, f[5] }
   end
 end
 return { 'empty' }

@@ -1,7 +1,8 @@
 --[[
   Request records: HASH key_req(id) with fields
-    pool, band, flow, score, arrival, reserve, cost, owner, payload,
-    cont ('' absent, '0', '1'), state ('q' queued, 'r' running), replica, charged, seq,
+    rec (the QueuedRequest as JSON, returned verbatim on dispatch),
+    pool, band, flow, arrival, reserve, cost, owner, cont ('1' continuation, '0' not),
+    state ('q' queued, 'r' running), replica, charged,
     ikey, ittl (interaction, '' if none), wn (number of windows), wk<i>, wt<i> (window key, '1' if true-up).
 ]]
 local function loadReq(id)
@@ -16,9 +17,4 @@ end
 local function forgetReq(id, r)
   redis.call('DEL', key_req(id))
   redis.call('SREM', key_owner(r.owner), id)
-end
-
--- The fields a dispatcher needs to rebuild the QueuedRequest, in a fixed order.
-local function reqReply(id, r)
-  return { id, r.pool, r.band, r.flow, r.score, r.arrival, r.reserve, r.cost, r.owner, r.payload, r.cont }
 end

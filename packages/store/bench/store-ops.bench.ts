@@ -1,0 +1,151 @@
+/**
+ * Store operations per second, both backends: admit, dispatch, charge, settle, and dispatch+charge
+ * pairs. The Redis runs use one connection with many calls in flight (ioredis pipelines them on the
+ * socket). Ends with the exact-limit demo: 4 dispatcher clients share one RPM limit of 60.
+ *
+ *   npm run bench:store            (REDIS_URL defaults to redis://127.0.0.1:6379)
+ *   BENCH_N=50000 npm run bench:store
+ */
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import {
+  MemoryStore,
+  type QueuedRequest,
+  RedisStore,
+  type SchedulingStore,
+  type WindowLimit,
+} from '../src/index.ts';
+
+const N = Number(process.env.BENCH_N ?? 20_000);
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const FLOWS = 100;
+const IN_FLIGHT = 256;
+const replicas = [{ id: 'r1', tokenCapacity: 1e12, seqCapacity: 1e9 }];
+
+function req(i: number): QueuedRequest {
+  return {
+    id: `q${i}`,
+    pool: 'p',
+    band: 0,
+    flow: `f${i % FLOWS}`,
+    score: i,
+    arrivalMs: i,
+    reserveTokens: 300,
+    dispatchCost: 100 + (i % 7),
+    owner: 'bench',
+    payload: '{"model":"m"}',
+  };
+}
+
+/** Runs `op(i)` for i in [0, n) with at most `inFlight` outstanding; returns ops per second. */
+async function rate(n: number, inFlight: number, op: (i: number) => Promise<unknown>): Promise<number> {
+  const start = performance.now();
+  let next = 0;
+  async function lane(): Promise<void> {
+    while (next < n) await op(next++);
+  }
+  await Promise.all(Array.from({ length: inFlight }, lane));
+  return n / ((performance.now() - start) / 1000);
+}
+
+async function measure(label: string, store: SchedulingStore, inFlight: number): Promise<void> {
+  const results: Record<string, number> = {};
+  results.admit = await rate(N, inFlight, (i) =>
+    store.admit({ req: req(i), nowMs: i, lift: 'vtc', limits: [], overloaded: false }),
+  );
+  results.dispatch = await rate(N / 2, inFlight, (i) =>
+    store.dispatch({
+      pool: 'p',
+      bands: [0],
+      ordering: 'fair',
+      nowMs: i,
+      picker: 'bench',
+      replicas,
+      fit: 'first',
+    }),
+  );
+  results['dispatch+charge'] = await rate(N / 2, inFlight, async (i) => {
+    const d = await store.dispatch({
+      pool: 'p',
+      bands: [0],
+      ordering: 'fair',
+      nowMs: i,
+      picker: 'bench',
+      replicas,
+      fit: 'first',
+    });
+    if (d.kind === 'dispatched') await store.charge([{ id: d.req.id, amount: 2 }]);
+  });
+  results.charge = await rate(N, inFlight, (i) => store.charge([{ id: `q${i}`, amount: 2 }]));
+  results['charge x16'] = await rate(N / 16, inFlight, (b) =>
+    store.charge(Array.from({ length: 16 }, (_, k) => ({ id: `q${b * 16 + k}`, amount: 1 }))),
+  );
+  results.settle = await rate(N, inFlight, (i) =>
+    store.settle({ id: `q${i}`, nowMs: N + i, finalCost: 300, actualTokens: 350, outputTokens: 100 }),
+  );
+  console.log(`\n${label} (N=${N}, ${FLOWS} flows, ${inFlight} in flight)`);
+  for (const [op, perS] of Object.entries(results)) {
+    console.log(`  ${op.padEnd(16)} ${Math.round(perS).toLocaleString('en-US').padStart(10)} ops/s`);
+  }
+}
+
+async function deletePrefix(redis: Redis, store: RedisStore): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', store.keys.pattern(), 'COUNT', 1000);
+    if (keys.length > 0) await redis.del(...keys);
+    cursor = next;
+  } while (cursor !== '0');
+}
+
+/** 4 clients, one RPM limit of 60, 3 windows of 60 s (virtual time): admitted per window. */
+async function exactLimitDemo(): Promise<void> {
+  const prefix = `bench-${randomBytes(4).toString('hex')}`;
+  const clients = Array.from({ length: 4 }, () => new Redis(REDIS_URL));
+  const stores = clients.map((redis) => new RedisStore({ redis, prefix }));
+  const rpm: WindowLimit = {
+    key: 'rpm:tenant:shared',
+    limit: 60,
+    amount: 1,
+    windowMs: 60_000,
+    code: 'rpm_limited',
+  };
+  console.log('\nexact-limit demo: 4 dispatcher clients share RPM 60; each tries 50 requests per window');
+  for (let w = 0; w < 3; w++) {
+    const attempts = stores.flatMap((s, c) =>
+      Array.from({ length: 50 }, (_, i) =>
+        s.admit({
+          req: { ...req(w * 1000 + c * 100 + i), owner: `d${c}`, flow: 'shared' },
+          nowMs: w * 60_000 + i * 1000 + c,
+          lift: 'vtc',
+          limits: [rpm],
+          overloaded: false,
+        }),
+      ),
+    );
+    const results = await Promise.all(attempts);
+    const perClient = stores.map((_, c) => results.slice(c * 50, c * 50 + 50).filter((r) => r.ok).length);
+    const admitted = results.filter((r) => r.ok).length;
+    console.log(
+      `  window ${w}: admitted ${admitted} (per client ${perClient.join(' / ')}), rejected ${200 - admitted}`,
+    );
+  }
+  await deletePrefix(clients[0] as Redis, stores[0] as RedisStore);
+  await Promise.all(clients.map((c) => c.quit()));
+}
+
+async function main(): Promise<void> {
+  await measure('memory', new MemoryStore(), 1);
+  await measure('memory, validation off', new MemoryStore({ validate: false }), 1);
+  const redis = new Redis(REDIS_URL);
+  const store = new RedisStore({ redis, prefix: `bench-${randomBytes(4).toString('hex')}` });
+  try {
+    await measure('redis, one connection', store, IN_FLIGHT);
+  } finally {
+    await deletePrefix(redis, store);
+    await redis.quit();
+  }
+  await exactLimitDemo();
+}
+
+await main();
