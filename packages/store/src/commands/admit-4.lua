@@ -21,6 +21,7 @@
   Output:
     { 1, queued }                          admitted; queued = size of the (pool, band) queue
     { 0, code, retryAfterMs, key }         rejected
+    -2                                     arguments not understood (client/script version skew)
 ]]
 --- @include "includes/numbers"
 --- @include "includes/queue"
@@ -32,6 +33,7 @@ local owner = ARGV[10]
 local now = tonumber(ARGV[13])
 local ikey = ARGV[16]
 local nLimits = tonumber(ARGV[22])
+if nLimits == nil or #ARGV ~= 22 + nLimits * 7 then return -2 end
 
 if redis.call('EXISTS', KEYS[1]) == 1 then return { 0, 'duplicate', '0', id } end
 

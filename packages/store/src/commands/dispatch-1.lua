@@ -17,6 +17,7 @@
     { 'blocked', id, reserveTokens }
     { 'dispatched', replica, request JSON }
     -1 (state corrupt: an indexed flow or request without its record)
+    -2 (arguments not understood: client/script version skew)
 ]]
 --- @include "includes/numbers"
 --- @include "includes/queue"
@@ -25,6 +26,7 @@ local pool, ordering, fit = ARGV[2], ARGV[3], ARGV[4]
 local nBands = tonumber(ARGV[5])
 local rBase = 6 + nBands
 local nReplicas = tonumber(ARGV[rBase])
+if nReplicas == nil or #ARGV ~= rBase + nReplicas * 3 then return -2 end
 
 for bi = 1, nBands do
   local band = ARGV[5 + bi]
