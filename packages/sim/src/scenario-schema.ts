@@ -130,7 +130,7 @@ export const streamSchema = z
     arrival: arrivalSchema,
     input: lengthSpecSchema,
     output: lengthSpecSchema,
-    maxTokens: posInt.optional(),
+    maxTokens: z.union([posInt, z.literal('output')]).optional(),
     systemTokens: z.number().int().nonnegative().optional(),
     startS: nonNeg.optional(),
     endS: pos.optional(),

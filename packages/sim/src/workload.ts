@@ -27,8 +27,12 @@ export interface StreamSpec {
   readonly input: LengthSpec;
   /** True output tokens (the engine stops there). */
   readonly output: LengthSpec;
-  /** `max_tokens` sent with each request. @default the output distribution's maximum, else 2048 */
-  readonly maxTokens?: number | undefined;
+  /**
+   * `max_tokens` sent with each request, or `'output'` to send each request's true output length
+   * (as the VTC artifact does: it sets `max_new_tokens` to the sampled output length).
+   * @default the output distribution's maximum, else 2048
+   */
+  readonly maxTokens?: number | 'output' | undefined;
   /** System-prompt tokens counted inside the input (FairServe's n_sys). @default 0 */
   readonly systemTokens?: number | undefined;
   /** Seconds from the start of the run. @default 0 */
@@ -76,7 +80,9 @@ export function generateStream(
   const starts = arrivalTimes(stream.arrival, startS, endS, arrivalRng);
   const input = lengthSampler(stream.input);
   const output = lengthSampler(stream.output);
-  const maxTokensDefault = stream.maxTokens ?? output.max ?? 2048;
+  const cap = stream.maxTokens;
+  const maxTokensOf =
+    cap === 'output' ? (out: number) => out : (out: number) => Math.max(cap ?? output.max ?? 2048, out);
   const sizeOf = stream.interaction ? interactionSizeSampler(stream.interaction.size) : undefined;
   const users = Math.max(1, stream.users ?? 1);
   const out: RequestDescriptor[] = [];
@@ -99,7 +105,7 @@ export function generateStream(
         sloClass: stream.sloClass ?? 'interactive',
         inputTokens,
         systemTokens: stream.systemTokens,
-        maxTokens: Math.max(maxTokensDefault, outputTokens),
+        maxTokens: maxTokensOf(outputTokens),
         outputTokens,
         arrivalMs: roundMs(t * 1000),
         interactionId,

@@ -126,6 +126,23 @@ describe('generateWorkload', () => {
     expect(two.filter((r) => r.tenant === 'a')).toEqual(one);
   });
 
+  it("sends each request's true output length as max_tokens when asked", () => {
+    const reqs = generateWorkload({
+      streams: [stream({ output: { kind: 'uniform', min: 5, max: 500 }, maxTokens: 'output' })],
+      durationS: 100,
+      seed: 1,
+      model: 'm',
+    });
+    expect(reqs.every((r) => r.maxTokens === r.outputTokens)).toBe(true);
+    const capped = generateWorkload({
+      streams: [stream({ output: { kind: 'uniform', min: 5, max: 500 } })],
+      durationS: 100,
+      seed: 1,
+      model: 'm',
+    });
+    expect(capped.every((r) => r.maxTokens === 500)).toBe(true);
+  });
+
   it('keeps a stream inside its start and end', () => {
     const reqs = generateWorkload({
       streams: [stream({ startS: 100, endS: 150 })],

@@ -217,6 +217,7 @@ function realStreams(): ScenarioInput['streams'] {
     arrival: { process: 'gamma' as const, rate: (3.5 * (1 / (i + 1))) / h, cv: 2 },
     input: { kind: 'lognormal' as const, mean: 136, sigma: 1, min: 2, max: 1021 },
     output: { kind: 'lognormal' as const, mean: 256, sigma: 0.8, min: 2, max: 977 },
-    maxTokens: 1024,
+    // The artifact sends max_new_tokens = the sampled output length, so memory is reserved exactly.
+    maxTokens: 'output' as const,
   }));
 }
