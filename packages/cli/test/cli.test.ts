@@ -68,6 +68,12 @@ describe('fairway sim (in process)', () => {
     expect(lines[1]).toMatch(/^error: .*bad\.yaml: cluster\.engines\[0\]\.gpu: must be one of/);
   });
 
+  it('asks for --rpm when the policy is rpm', async () => {
+    const r = await fairway('sim', '--scenario', 'vtc-overload', '--policy', 'rpm');
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim()).toBe('error: policy rpm needs --rpm <n> (requests per minute per tenant, > 0)');
+  });
+
   it('rejects a missing scenario and a malformed seed with exit code 2', async () => {
     expect((await fairway('sim')).code).toBe(2);
     const r = await fairway('sim', '--scenario', 'vtc-overload', '--seed', 'abc');

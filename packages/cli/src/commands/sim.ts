@@ -91,6 +91,8 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     problems.push(
       `unknown placement "${opts.placement}"; known: ${Object.keys(PLACEMENT_POLICIES).join(', ')}`,
     );
+  if (opts.policy === 'rpm' && (opts.rpm === undefined || opts.rpm <= 0))
+    problems.push('policy rpm needs --rpm <n> (requests per minute per tenant, > 0)');
   if (problems.length > 0 || !policyEntry || !placementEntry || !opts.scenario)
     throw new UsageError(problems);
 
