@@ -38,7 +38,7 @@ function req(i: number): QueuedRequest {
 }
 
 /** Runs `op(i)` for i in [0, n) with at most `inFlight` outstanding; returns ops per second. */
-async function rate(n: number, inFlight: number, op: (i: number) => Promise<unknown>): Promise<number> {
+async function run(n: number, inFlight: number, op: (i: number) => Promise<unknown>): Promise<number> {
   const start = performance.now();
   let next = 0;
   async function lane(): Promise<void> {
@@ -48,12 +48,32 @@ async function rate(n: number, inFlight: number, op: (i: number) => Promise<unkn
   return n / ((performance.now() - start) / 1000);
 }
 
-async function measure(label: string, store: SchedulingStore, inFlight: number): Promise<void> {
+/** CPU seconds the Redis server has used (user + sys), to report its cost per operation. */
+async function redisCpuSeconds(redis: Redis | undefined): Promise<number> {
+  if (redis === undefined) return 0;
+  const info = await redis.info('cpu');
+  const user = Number(/used_cpu_user:([\d.]+)/.exec(info)?.[1] ?? 0);
+  const sys = Number(/used_cpu_sys:([\d.]+)/.exec(info)?.[1] ?? 0);
+  return user + sys;
+}
+
+async function measure(
+  label: string,
+  store: SchedulingStore,
+  inFlight: number,
+  redis?: Redis,
+): Promise<void> {
   const results: Record<string, number> = {};
-  results.admit = await rate(N, inFlight, (i) =>
+  const cpuPerOp: Record<string, number> = {};
+  const rate = async (name: string, n: number, op: (i: number) => Promise<unknown>): Promise<void> => {
+    const before = await redisCpuSeconds(redis);
+    results[name] = await run(n, inFlight, op);
+    cpuPerOp[name] = (((await redisCpuSeconds(redis)) - before) * 1e6) / n;
+  };
+  await rate('admit', N, (i) =>
     store.admit({ req: req(i), nowMs: i, lift: 'vtc', limits: [], overloaded: false }),
   );
-  results.dispatch = await rate(N / 2, inFlight, (i) =>
+  await rate('dispatch', N / 2, (i) =>
     store.dispatch({
       pool: 'p',
       bands: [0],
@@ -64,7 +84,7 @@ async function measure(label: string, store: SchedulingStore, inFlight: number):
       fit: 'first',
     }),
   );
-  results['dispatch+charge'] = await rate(N / 2, inFlight, async (i) => {
+  await rate('dispatch+charge', N / 4, async (i) => {
     const d = await store.dispatch({
       pool: 'p',
       bands: [0],
@@ -76,16 +96,34 @@ async function measure(label: string, store: SchedulingStore, inFlight: number):
     });
     if (d.kind === 'dispatched') await store.charge([{ id: d.req.id, amount: 2 }]);
   });
-  results.charge = await rate(N, inFlight, (i) => store.charge([{ id: `q${i}`, amount: 2 }]));
-  results['charge x16'] = await rate(N / 16, inFlight, (b) =>
+  // The dispatcher's coalesced charge for the request it dispatched before travels with the next
+  // dispatch: one round trip per pair.
+  let previous: string | undefined;
+  await rate('dispatch+charge, one call', N / 4, async (i) => {
+    const charges = previous === undefined ? [] : [{ id: previous, amount: 2 }];
+    const d = await store.dispatch({
+      pool: 'p',
+      bands: [0],
+      ordering: 'fair',
+      nowMs: i,
+      picker: 'bench',
+      replicas,
+      fit: 'first',
+      charges,
+    });
+    if (d.kind === 'dispatched') previous = d.req.id;
+  });
+  await rate('charge', N, (i) => store.charge([{ id: `q${i}`, amount: 2 }]));
+  await rate('charge x16', N / 16, (b) =>
     store.charge(Array.from({ length: 16 }, (_, k) => ({ id: `q${b * 16 + k}`, amount: 1 }))),
   );
-  results.settle = await rate(N, inFlight, (i) =>
+  await rate('settle', N, (i) =>
     store.settle({ id: `q${i}`, nowMs: N + i, finalCost: 300, actualTokens: 350, outputTokens: 100 }),
   );
   console.log(`\n${label} (N=${N}, ${FLOWS} flows, ${inFlight} in flight)`);
   for (const [op, perS] of Object.entries(results)) {
-    console.log(`  ${op.padEnd(16)} ${Math.round(perS).toLocaleString('en-US').padStart(10)} ops/s`);
+    const cpu = redis === undefined ? '' : `   redis CPU ${(cpuPerOp[op] ?? 0).toFixed(1).padStart(6)} µs/op`;
+    console.log(`  ${op.padEnd(26)} ${Math.round(perS).toLocaleString('en-US').padStart(10)} ops/s${cpu}`);
   }
 }
 
@@ -140,7 +178,7 @@ async function main(): Promise<void> {
   const redis = new Redis(REDIS_URL);
   const store = new RedisStore({ redis, prefix: `bench-${randomBytes(4).toString('hex')}` });
   try {
-    await measure('redis, one connection', store, IN_FLIGHT);
+    await measure('redis, one connection', store, IN_FLIGHT, redis);
   } finally {
     await deletePrefix(redis, store);
     await redis.quit();

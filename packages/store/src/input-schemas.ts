@@ -56,6 +56,9 @@ export const replicaCandidateSchema = z.object({
   seqCapacity: nonNegative,
 });
 
+/** {@link ChargeItem}[] */
+export const chargeItemsSchema = z.array(z.object({ id, amount: finite }));
+
 /** {@link DispatchInput} */
 export const dispatchInputSchema = z.object({
   pool: id,
@@ -65,10 +68,8 @@ export const dispatchInputSchema = z.object({
   picker: id,
   replicas: z.array(replicaCandidateSchema),
   fit: z.enum(['first', 'best']),
+  charges: chargeItemsSchema.optional(),
 });
-
-/** {@link ChargeItem}[] */
-export const chargeItemsSchema = z.array(z.object({ id, amount: finite }));
 
 /** {@link SettleInput} */
 export const settleInputSchema = z.object({

@@ -30,21 +30,21 @@ export const KEY_LAYOUT = {
   history: ['flow'],
   /** STRING: requests queued in a pool, all bands. */
   poolQueued: ['pool'],
-  /** HASH flow → virtual counter (%.17g). */
-  counters: ['pool', 'band'],
+  /**
+   * HASH of one (pool, band) queue: `n:<flow>` → virtual counter (%.17g), `b:<flow>` / `c:<flow>`
+   * → the flow's member in `backlog` / `contBacklog` (present iff it is in them), `l` → the last
+   * flow to leave the backlog.
+   */
+  queue: ['pool', 'band'],
   /** ZSET backlogged flows scored by counter; member `sortKey(head arrival) .. flow` (fair order). */
   backlog: ['pool', 'band'],
   /** ZSET flows with queued continuations, as `backlog` (head = oldest continuation). */
   contBacklog: ['pool', 'band'],
-  /** HASH `b<flow>` / `c<flow>` → the flow's current member in `backlog` / `contBacklog`. */
-  members: ['pool', 'band'],
   /** ZSET queued request id → score. */
   byScore: ['pool', 'band'],
-  /** HASH size, lastLeft. */
-  queueMeta: ['pool', 'band'],
-  /** ZSET a flow's queued request ids → admission sequence. */
+  /** ZSET a flow's queued requests, member `sortKey(arrival) .. id`, scored by admission sequence. */
   fifo: ['pool', 'band', 'flow'],
-  /** ZSET a flow's queued continuation ids → admission sequence. */
+  /** ZSET a flow's queued continuations, as `fifo`. */
   contFifo: ['pool', 'band', 'flow'],
   /** ZSET request id → admission time (ms) in a window. */
   windowLog: ['key'],

@@ -237,6 +237,7 @@ export class MemoryStore implements SchedulingStore {
   async dispatch(input: DispatchInput): Promise<DispatchResult> {
     this.#open('dispatch');
     if (this.#opts.validate) parseInput('dispatch', dispatchInputSchema, input);
+    if (input.charges !== undefined) this.#applyCharges(input.charges);
     for (const band of input.bands) {
       const q = this.#queue(input.pool, band, false);
       if (q === undefined || q.size === 0) continue;
@@ -264,6 +265,10 @@ export class MemoryStore implements SchedulingStore {
   async charge(items: readonly ChargeItem[]): Promise<void> {
     this.#open('charge');
     if (this.#opts.validate) parseInput('charge', chargeItemsSchema, items);
+    this.#applyCharges(items);
+  }
+
+  #applyCharges(items: readonly ChargeItem[]): void {
     for (const item of items) {
       const rs = this.#requests.get(item.id);
       if (rs === undefined || rs.state !== 'running') continue;

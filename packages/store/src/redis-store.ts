@@ -187,6 +187,9 @@ export class RedisStore implements SchedulingStore {
       str(input.replicas.length),
     ];
     for (const r of input.replicas) args.push(r.id, str(r.tokenCapacity), str(r.seqCapacity));
+    const charges = input.charges ?? [];
+    args.push(str(charges.length));
+    for (const c of charges) args.push(c.id, str(c.amount));
     const { script, invoke } = this.#cmd('dispatch');
     const reply = expectArray(script, await invoke(...args));
     const kind = asString(reply[0]);
@@ -275,7 +278,7 @@ export class RedisStore implements SchedulingStore {
     const { script, invoke } = this.#cmd('snapshot');
     const reply = expectArray(
       script,
-      await invoke(this.#keys.key('counters', pool, band), this.#keys.base, pool, str(band)),
+      await invoke(this.#keys.key('queue', pool, band), this.#keys.base, pool, str(band)),
     );
     const flat = expectArray(script, reply[0] ?? null).map(asString);
     const counters: Record<string, number> = {};

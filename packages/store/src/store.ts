@@ -95,6 +95,12 @@ export interface DispatchInput {
   readonly replicas: readonly ReplicaCandidate[];
   /** `first`: first candidate with room; `best`: the one left with the least room (best fit). */
   readonly fit: 'first' | 'best';
+  /**
+   * Coalesced output charges of this dispatcher, applied (as by `charge`) before the pick in the
+   * same atomic step: one round trip instead of two, and the pick sees fresh counters.
+   * @default []
+   */
+  readonly charges?: readonly ChargeItem[];
 }
 
 export type DispatchResult =

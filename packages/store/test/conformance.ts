@@ -440,6 +440,18 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         );
       });
 
+      it('applies charges carried by a dispatch before it picks', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1 })));
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', arrivalMs: 2 })));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', arrivalMs: 3 })));
+        await s.admit(admitOf(makeReq('b2', { flow: 'b', arrivalMs: 4 })));
+        expect(await dispatchedId()).toBe('a1'); // a=10, b=0
+        expect(await dispatchedId()).toBe('b1'); // b=10
+        // a1 streamed 50 more: with the charge in the same call, b is picked, not a.
+        expect(await dispatchedId({ charges: [{ id: 'a1', amount: 50 }] })).toBe('b2');
+        expect((await s.snapshot('p', 0)).counters).toEqual({ a: 60, b: 20 });
+      });
+
       it('ignores charges for requests still queued', async () => {
         await s.admit(admitOf(makeReq('x')));
         await s.charge([{ id: 'x', amount: 7 }]);

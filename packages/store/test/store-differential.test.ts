@@ -100,6 +100,9 @@ function randomOps(seed: number, count: number): Op[] {
           seqCapacity: rng.int(1, 6),
         })),
         fit: rng.next() < 0.5 ? ('first' as const) : ('best' as const),
+        ...(rng.next() < 0.3 && ids.length > 0
+          ? { charges: [{ id: pick(rng, ids), amount: fractional(rng, 8) }] }
+          : {}),
       };
       ops.push({ name: 'dispatch', run: (s) => s.dispatch(input) });
     } else if (r < 0.72) {

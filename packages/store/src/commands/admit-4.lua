@@ -89,6 +89,9 @@ end
 redis.call('SADD', key_owner(owner), id)
 
 local seq = redis.call('INCR', KEYS[3])
+local fm = sortKey(tonumber(ARGV[7])) .. id
+record[#record + 1] = 'fm'
+record[#record + 1] = fm
 redis.call('HSET', KEYS[1], unpack(record))
-local size = enqueue(pool, band, flow, id, seq, ARGV[6], ARGV[7], ARGV[12] == '1', ARGV[14])
+local size = enqueue(pool, band, flow, id, fm, seq, ARGV[6], ARGV[7], ARGV[12] == '1', ARGV[14])
 return { 1, size }

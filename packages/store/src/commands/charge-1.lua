@@ -8,18 +8,10 @@
 
   Output: number of items applied
 ]]
---- @include "includes/numbers"
---- @include "includes/queue"
+--- @include "includes/charge"
 
 local applied = 0
 for i = 0, tonumber(ARGV[2]) - 1 do
-  local id, amount = ARGV[3 + i * 2], tonumber(ARGV[4 + i * 2])
-  local key = key_req(id)
-  local r = redis.call('HMGET', key, 'state', 'pool', 'band', 'flow', 'charged')
-  if r[1] == 'r' then
-    redis.call('HSET', key, 'charged', fmt(tonumber(r[5]) + amount))
-    addToCounter(r[2], r[3], r[4], amount)
-    applied = applied + 1
-  end
+  applied = applied + chargeRequest(ARGV[3 + i * 2], tonumber(ARGV[4 + i * 2]))
 end
 return applied

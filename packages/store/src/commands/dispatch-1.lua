@@ -1,8 +1,9 @@
 --[[
-  Picks the next request of a pool (bands in priority order; `fair`: continuations first, then the
-  backlogged flow with the least counter, ties by head arrival then flow id; `score`: least
-  (score, id)), reserves it on the first or best-fitting candidate replica and charges its
-  dispatch cost to its flow's counter. If the pick fits no candidate nothing changes.
+  Applies the dispatcher's coalesced charges, then picks the next request of a pool (bands in
+  priority order; `fair`: continuations first, then the backlogged flow with the least counter,
+  ties by head arrival then flow id; `score`: least (score, id)), reserves it on the first or
+  best-fitting candidate replica and charges its dispatch cost to its flow's counter. If the pick
+  fits no candidate nothing but the charges changes.
 
   Input:
     KEYS[1] the pool's queued count   key_poolQueued(pool)
@@ -11,6 +12,7 @@
     ARGV[1] key base  ARGV[2] pool  ARGV[3] ordering ('fair' | 'score')  ARGV[4] fit ('first' | 'best')
     ARGV[5] number of bands b, then b bands
     then number of replicas n, then per replica: id, tokenCapacity, seqCapacity
+    then number of charges k, then per charge: request id, amount
 
   Output:
     { 'empty' }
@@ -21,36 +23,43 @@
 ]]
 --- @include "includes/numbers"
 --- @include "includes/queue"
+--- @include "includes/charge"
 
 local pool, ordering, fit = ARGV[2], ARGV[3], ARGV[4]
 local nBands = tonumber(ARGV[5])
 local rBase = 6 + nBands
 local nReplicas = tonumber(ARGV[rBase])
-if nReplicas == nil or #ARGV ~= rBase + nReplicas * 3 then return -2 end
+local cBase = rBase + 1 + (nReplicas or 0) * 3
+local nCharges = tonumber(ARGV[cBase])
+if nReplicas == nil or nCharges == nil or #ARGV ~= cBase + nCharges * 2 then return -2 end
+
+for i = 0, nCharges - 1 do
+  chargeRequest(ARGV[cBase + 1 + i * 2], tonumber(ARGV[cBase + 2 + i * 2]))
+end
 
 for bi = 1, nBands do
   local band = ARGV[5 + bi]
-  local id, counter = nil, nil
+  local id, flow, counter, pickedCont, nextHead = nil, nil, nil, false, nil
   if ordering == 'score' then
     id = redis.call('ZRANGE', key_byScore(pool, band), 0, 0)[1]
   else
     local top = redis.call('ZRANGE', key_contBacklog(pool, band), 0, 0, 'WITHSCORES')
-    local fifoOf = key_contFifo
-    if top[1] == nil then
-      top = redis.call('ZRANGE', key_backlog(pool, band), 0, 0, 'WITHSCORES')
-      fifoOf = key_fifo
-    end
+    pickedCont = top[1] ~= nil
+    if not pickedCont then top = redis.call('ZRANGE', key_backlog(pool, band), 0, 0, 'WITHSCORES') end
     if top[1] ~= nil then
-      counter = tonumber(top[2])
-      id = redis.call('ZRANGE', fifoOf(pool, band, memberFlow(top[1])), 0, 0)[1]
-      if id == nil then return -1 end
+      flow, counter = memberFlow(top[1]), tonumber(top[2])
+      local fifoOf = pickedCont and key_contFifo or key_fifo
+      local heads = redis.call('ZRANGE', fifoOf(pool, band, flow), 0, 1)
+      if heads[1] == nil then return -1 end
+      id, nextHead = memberId(heads[1]), heads[2]
     end
   end
 
   if id ~= nil then
-    local f = redis.call('HMGET', key_req(id), 'flow', 'reserve', 'cost', 'cont', 'rec')
+    local f = redis.call('HMGET', key_req(id), 'flow', 'reserve', 'cost', 'cont', 'rec', 'fm')
     if not f[1] then return -1 end
-    local flow, reserve = f[1], tonumber(f[2])
+    flow = f[1]
+    local reserve = tonumber(f[2])
 
     local chosen, bestLeft, chosenTokens, chosenSeqs = nil, 0, 0, 0
     for i = 0, nReplicas - 1 do
@@ -68,26 +77,36 @@ for bi = 1, nBands do
     end
     if chosen == nil then return { 'blocked', id, f[2] } end
 
-    -- Dequeue and charge in one pass: the flow's backlog members are re-keyed once, with the new
-    -- counter and the new head.
+    -- Dequeue and charge in one pass: each backlog member of the flow is re-keyed once, with the
+    -- new counter and the new head.
+    local q = key_queue(pool, band)
+    local v = redis.call('HMGET', q, 'n:' .. flow, 'b:' .. flow, 'c:' .. flow)
+    if counter == nil then counter = num(v[1]) end
+    local c = fmt(counter + tonumber(f[3]))
+    local fields, gone = { 'n:' .. flow, c }, {}
     local fifo = key_fifo(pool, band, flow)
-    redis.call('ZREM', fifo, id)
+    redis.call('ZREM', fifo, f[6])
     redis.call('ZREM', key_byScore(pool, band), id)
     redis.call('DECR', KEYS[1])
-    if counter == nil then counter = counterOf(pool, band, flow) end
-    local c = fmt(counter + tonumber(f[3]))
-    redis.call('HSET', key_counters(pool, band), flow, c)
-    local m = redis.call('HMGET', key_members(pool, band), 'b' .. flow, 'c' .. flow)
     if f[4] == '1' then
       local cf = key_contFifo(pool, band, flow)
-      redis.call('ZREM', cf, id)
-      rekey(key_contBacklog(pool, band), pool, band, flow, 'c', cf, m[2], c)
-    elseif m[2] then
-      redis.call('ZADD', key_contBacklog(pool, band), c, m[2])
+      redis.call('ZREM', cf, f[6])
+      local head = pickedCont and nextHead or redis.call('ZRANGE', cf, 0, 0)[1]
+      rekey(key_contBacklog(pool, band), flow, 'c:', v[3], backlogMember(head, flow), c, true, fields, gone)
+    elseif v[3] then
+      redis.call('ZADD', key_contBacklog(pool, band), c, v[3])
     end
-    if not rekey(key_backlog(pool, band), pool, band, flow, 'b', fifo, m[1], c) then
-      redis.call('HSET', key_queueMeta(pool, band), 'lastLeft', flow)
+    local head
+    if ordering == 'fair' and not pickedCont then
+      head = nextHead
+    else
+      head = redis.call('ZRANGE', fifo, 0, 0)[1]
     end
+    if not rekey(key_backlog(pool, band), flow, 'b:', v[2], backlogMember(head, flow), c, true, fields, gone) then
+      fields[#fields + 1] = 'l'
+      fields[#fields + 1] = flow
+    end
+    applyQueueHash(q, fields, gone)
 
     redis.call('HSET', key_replica(chosen), 'tokens', fmt(chosenTokens), 'seqs', chosenSeqs)
     redis.call('HSET', key_req(id), 'state', 'r', 'replica', chosen, 'charged', f[3])

@@ -3,7 +3,7 @@
   head arrival, flow) with its queue length.
 
   Input:
-    KEYS[1] the queue's counters key_counters(pool, band)
+    KEYS[1] the queue's hash key_queue(pool, band)
     ARGV[1] key base  ARGV[2] pool  ARGV[3] band
 
   Output: { { flow, counter, ... }, { flow, queued, ... } }
@@ -18,4 +18,12 @@ for _, member in ipairs(redis.call('ZRANGE', key_backlog(pool, band), 0, -1)) do
   backlogged[#backlogged + 1] = flow
   backlogged[#backlogged + 1] = redis.call('ZCARD', key_fifo(pool, band, flow))
 end
-return { redis.call('HGETALL', KEYS[1]), backlogged }
+local counters = {}
+local flat = redis.call('HGETALL', KEYS[1])
+for i = 1, #flat, 2 do
+  if string.sub(flat[i], 1, 2) == 'n:' then
+    counters[#counters + 1] = string.sub(flat[i], 3)
+    counters[#counters + 1] = flat[i + 1]
+  end
+end
+return { counters, backlogged }

@@ -2,10 +2,11 @@
   Per-(pool, band) queues: FIFOs per flow, the backlogged set ordered by counter, the score index,
   counter lift and counter updates (VTC Algorithm 2). Mirrors memory-store.ts operation by operation.
 
-  The backlog ZSETs are scored by counter and their members are sortKey(head arrival) .. flow, so
-  Redis's own (score, member) order is exactly the fair order (counter, head arrival, flow) and a
-  pick is one ZRANGE. key_members(pool, band) maps 'b' .. flow and 'c' .. flow to the flow's
-  current member in the backlog and continuation backlog; a flow is backlogged iff it has one.
+  Layout (see keys.ts): key_queue(pool, band) is a HASH with `n:<flow>` counters, `b:<flow>` and
+  `c:<flow>` backlog members, and `l` the last flow to leave. FIFO members are
+  sortKey(arrival) .. id (scored by admission sequence), backlog members sortKey(head arrival) ..
+  flow (scored by counter), so Redis's own (score, member) order is the fair order (counter, head
+  arrival, flow): a pick is one ZRANGE and a new head's backlog member needs no lookup.
 ]]
 --- @include "numbers"
 --- @include "request"
@@ -25,106 +26,126 @@ local function memberFlow(member)
   return string.sub(member, 17)
 end
 
+local function memberId(member)
+  return string.sub(member, 17)
+end
+
+-- The backlog member of a flow whose FIFO head has FIFO member `head` (nil if none).
+local function backlogMember(head, flow)
+  if head == nil then return nil end
+  return string.sub(head, 1, 16) .. flow
+end
+
 local function counterOf(pool, band, flow)
-  return num(redis.call('HGET', key_counters(pool, band), flow))
+  return num(redis.call('HGET', key_queue(pool, band), 'n:' .. flow))
 end
 
 -- Adds to a flow's counter and keeps the backlog indexes scored by it in step.
 local function addToCounter(pool, band, flow, amount)
-  local s = fmt(counterOf(pool, band, flow) + amount)
-  redis.call('HSET', key_counters(pool, band), flow, s)
-  local m = redis.call('HMGET', key_members(pool, band), 'b' .. flow, 'c' .. flow)
-  if m[1] then redis.call('ZADD', key_backlog(pool, band), s, m[1]) end
-  if m[2] then redis.call('ZADD', key_contBacklog(pool, band), s, m[2]) end
+  local q = key_queue(pool, band)
+  local v = redis.call('HMGET', q, 'n:' .. flow, 'b:' .. flow, 'c:' .. flow)
+  local s = fmt(num(v[1]) + amount)
+  redis.call('HSET', q, 'n:' .. flow, s)
+  if v[2] then redis.call('ZADD', key_backlog(pool, band), s, v[2]) end
+  if v[3] then redis.call('ZADD', key_contBacklog(pool, band), s, v[3]) end
 end
 
--- Least flow of a backlog index in fair order; returns flow, its head request id.
-local function pickFlow(indexKey, pool, band, fifoKeyOf)
-  local top = redis.call('ZRANGE', indexKey, 0, 0)[1]
-  if top == nil then return nil, nil end
-  local flow = memberFlow(top)
-  return flow, redis.call('ZRANGE', fifoKeyOf(pool, band, flow), 0, 0)[1]
-end
-
--- Re-keys a flow in a backlog index after its FIFO changed; drops it if the FIFO is empty.
--- Returns true if the flow is still in the index.
--- `old` is the flow's current member (nil: look it up); `counter` its counter string (nil: look up).
-local function rekey(indexKey, pool, band, flow, tag, fifoKey, old, counter)
-  local membersKey = key_members(pool, band)
-  if old == nil then old = redis.call('HGET', membersKey, tag .. flow) end
-  local head = redis.call('ZRANGE', fifoKey, 0, 0)[1]
-  if head == nil then
-    if old then redis.call('ZREM', indexKey, old) end
-    redis.call('HDEL', membersKey, tag .. flow)
+-- Moves a flow in a backlog index to `new` (nil: out of the index). `old` is its current member
+-- (false if absent); `counter` its counter string, `changed` whether the counter just changed.
+-- Adds HASH updates to `fields`, HASH deletions to `gone`. Returns true if still in the index.
+local function rekey(indexKey, flow, tag, old, new, counter, changed, fields, gone)
+  if new == nil then
+    if old then
+      redis.call('ZREM', indexKey, old)
+      gone[#gone + 1] = tag .. flow
+    end
     return false
   end
-  local m = sortKey(tonumber(redis.call('HGET', key_req(head), 'arrival'))) .. flow
-  if m ~= old then
+  if new ~= old then
     if old then redis.call('ZREM', indexKey, old) end
-    redis.call('ZADD', indexKey, counter or redis.call('HGET', key_counters(pool, band), flow), m)
-    redis.call('HSET', membersKey, tag .. flow, m)
-  elseif counter ~= nil then
-    redis.call('ZADD', indexKey, counter, m)
+    redis.call('ZADD', indexKey, counter, new)
+    fields[#fields + 1] = tag .. flow
+    fields[#fields + 1] = new
+  elseif changed then
+    redis.call('ZADD', indexKey, counter, new)
   end
   return true
 end
 
+local function applyQueueHash(q, fields, gone)
+  if #fields > 0 then redis.call('HSET', q, unpack(fields)) end
+  if #gone > 0 then redis.call('HDEL', q, unpack(gone)) end
+end
+
 -- Appends a request to its flow's FIFO, lifting the counter if the flow was not backlogged.
--- Returns the queue's new size.
-local function enqueue(pool, band, flow, id, seq, score, arrival, cont, lift)
-  local membersKey = key_members(pool, band)
+-- `fm` is the request's FIFO member. Returns the queue's new size.
+local function enqueue(pool, band, flow, id, fm, seq, score, arrival, cont, lift)
+  local q = key_queue(pool, band)
   local bl = key_backlog(pool, band)
-  local c = nil
-  if not redis.call('HGET', membersKey, 'b' .. flow) then
-    c = counterOf(pool, band, flow)
+  local v = redis.call('HMGET', q, 'n:' .. flow, 'b:' .. flow, 'c:' .. flow)
+  local fields = {}
+  local c = v[1]
+  if not v[2] then
+    local n = num(v[1])
     if lift == 'vtc' then
       local floor = nil
       local top = redis.call('ZRANGE', bl, 0, 0, 'WITHSCORES')
       if top[1] ~= nil then
         floor = tonumber(top[2])
       else
-        local last = redis.call('HGET', key_queueMeta(pool, band), 'lastLeft')
+        local last = redis.call('HGET', q, 'l')
         if last then floor = counterOf(pool, band, last) end
       end
-      if floor ~= nil and floor > c then c = floor end
+      if floor ~= nil and floor > n then n = floor end
     end
-    c = fmt(c)
-    redis.call('HSET', key_counters(pool, band), flow, c)
-    local m = sortKey(tonumber(arrival)) .. flow
+    c = fmt(n)
+    local m = backlogMember(fm, flow)
     redis.call('ZADD', bl, c, m)
-    redis.call('HSET', membersKey, 'b' .. flow, m)
+    fields[#fields + 1] = 'n:' .. flow
+    fields[#fields + 1] = c
+    fields[#fields + 1] = 'b:' .. flow
+    fields[#fields + 1] = m
   end
-  redis.call('ZADD', key_fifo(pool, band, flow), seq, id)
+  redis.call('ZADD', key_fifo(pool, band, flow), seq, fm)
   if cont then
-    if not redis.call('HGET', membersKey, 'c' .. flow) then
-      c = c or redis.call('HGET', key_counters(pool, band), flow)
-      local m = sortKey(tonumber(arrival)) .. flow
+    if not v[3] then
+      local m = backlogMember(fm, flow)
       redis.call('ZADD', key_contBacklog(pool, band), c, m)
-      redis.call('HSET', membersKey, 'c' .. flow, m)
+      fields[#fields + 1] = 'c:' .. flow
+      fields[#fields + 1] = m
     end
-    redis.call('ZADD', key_contFifo(pool, band, flow), seq, id)
+    redis.call('ZADD', key_contFifo(pool, band, flow), seq, fm)
   end
+  if #fields > 0 then redis.call('HSET', q, unpack(fields)) end
   local byScore = key_byScore(pool, band)
   redis.call('ZADD', byScore, score, id)
   redis.call('INCR', key_poolQueued(pool))
   return redis.call('ZCARD', byScore)
 end
 
--- Takes a queued request out of its queue; the flow leaves the backlog if it was its last.
+-- Takes a queued request out of its queue (cancel, reclaim); the flow leaves the backlog if it
+-- was its last request.
 local function unqueue(id, r)
   local pool, band, flow = r.pool, r.band, r.flow
+  local q = key_queue(pool, band)
+  local v = redis.call('HMGET', q, 'n:' .. flow, 'b:' .. flow, 'c:' .. flow)
+  local fields, gone = {}, {}
   local fifo = key_fifo(pool, band, flow)
-  redis.call('ZREM', fifo, id)
+  redis.call('ZREM', fifo, r.fm)
   if r.cont == '1' then
     local cf = key_contFifo(pool, band, flow)
-    redis.call('ZREM', cf, id)
-    rekey(key_contBacklog(pool, band), pool, band, flow, 'c', cf)
+    redis.call('ZREM', cf, r.fm)
+    local head = redis.call('ZRANGE', cf, 0, 0)[1]
+    rekey(key_contBacklog(pool, band), flow, 'c:', v[3], backlogMember(head, flow), v[1], false, fields, gone)
   end
   redis.call('ZREM', key_byScore(pool, band), id)
   redis.call('DECR', key_poolQueued(pool))
-  if not rekey(key_backlog(pool, band), pool, band, flow, 'b', fifo) then
-    redis.call('HSET', key_queueMeta(pool, band), 'lastLeft', flow)
+  local head = redis.call('ZRANGE', fifo, 0, 0)[1]
+  if not rekey(key_backlog(pool, band), flow, 'b:', v[2], backlogMember(head, flow), v[1], false, fields, gone) then
+    fields[#fields + 1] = 'l'
+    fields[#fields + 1] = flow
   end
+  applyQueueHash(q, fields, gone)
 end
 
 -- Frees a running request's reservation on its replica.

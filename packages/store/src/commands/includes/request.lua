@@ -2,6 +2,7 @@
   Request records: HASH key_req(id) with fields
     rec (the QueuedRequest as JSON, returned verbatim on dispatch),
     pool, band, flow, arrival, reserve, cost, owner, cont ('1' continuation, '0' not),
+    fm (the request's member in its flow's FIFOs: sortKey(arrival) .. id),
     state ('q' queued, 'r' running), replica, charged,
     ikey, ittl (interaction, '' if none), wn (number of windows), wk<i>, wt<i> (window key, '1' if true-up).
 ]]
