@@ -1,7 +1,11 @@
 import { Command, CommanderError } from 'commander';
 import { describeError, ExitCode } from './cli-error.ts';
 import { type CliIo, processIo } from './cli-io.ts';
+import { registerAgentCommand } from './commands/agent.ts';
+import { registerEngineSimCommand } from './commands/engine-sim.ts';
+import { registerServeCommand } from './commands/serve.ts';
 import { registerSimCommand } from './commands/sim.ts';
+import { registerUpCommand } from './commands/up.ts';
 
 /** Builds the `fairway` command tree; actions report their exit code through `setCode`. */
 export function buildProgram(io: CliIo, setCode: (code: number) => void): Command {
@@ -10,7 +14,11 @@ export function buildProgram(io: CliIo, setCode: (code: number) => void): Comman
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride()
     .configureOutput({ writeOut: (s) => io.out(s), writeErr: (s) => io.err(s) });
+  registerUpCommand(program, io, setCode);
   registerSimCommand(program, io, setCode);
+  registerServeCommand(program, io, setCode);
+  registerAgentCommand(program, io, setCode);
+  registerEngineSimCommand(program, io, setCode);
   return program;
 }
 

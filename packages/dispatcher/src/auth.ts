@@ -1,4 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+import type { FairwayConfig } from '@fairway/core';
 
 /** Who a request authenticates as. */
 export interface Principal {
@@ -50,4 +51,19 @@ export class KeyRing {
   get size(): number {
     return this.#byHash.size;
   }
+}
+
+/**
+ * The key ring of a config file: every tenant's keys, stored by hash (plain demo keys are hashed
+ * here and not kept). A key's app and SLO class default to none and to the tenant's class.
+ */
+export function keyRingFromConfig(config: FairwayConfig): KeyRing {
+  const ring = new KeyRing();
+  for (const t of config.tenants) {
+    for (const k of t.keys) {
+      const hash = k.hash ?? hashApiKey(k.key ?? '');
+      ring.add(hash, { tenant: t.id, weight: t.weight, app: k.app, sloClass: k.sloClass ?? t.sloClass });
+    }
+  }
+  return ring;
 }

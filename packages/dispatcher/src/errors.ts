@@ -1,3 +1,5 @@
+import { FairwayError } from '@fairway/core';
+
 /**
  * The dispatcher's error catalogue: every error a client can see, with a stable code, its HTTP
  * status and OpenAI's error `type`. Bodies follow OpenAI's shape
@@ -59,5 +61,26 @@ export class ApiError extends Error {
   body(): OpenAIErrorBody {
     const entry = ApiErrors[this.kind];
     return { error: { message: this.message, type: entry.type, param: this.param, code: entry.code } };
+  }
+}
+
+/** Stable codes of the dispatcher's own (non-client) failures. */
+export const DispatcherErrorCode = {
+  /** The store (Redis) could not be reached at start-up. */
+  STORE_UNREACHABLE: 'FAIRWAY_DISPATCHER_STORE_UNREACHABLE',
+  /** The bus (NATS) could not be reached at start-up. */
+  BUS_UNREACHABLE: 'FAIRWAY_DISPATCHER_BUS_UNREACHABLE',
+} as const;
+export type DispatcherErrorCode = (typeof DispatcherErrorCode)[keyof typeof DispatcherErrorCode];
+
+/** A dispatcher failure that is not a client's fault, with the endpoint involved and a cause. */
+export class DispatcherError extends FairwayError {
+  override readonly name = 'DispatcherError';
+  /** Where the dispatcher tried to connect, e.g. `redis://127.0.0.1:6379`. */
+  readonly endpoint: string;
+
+  constructor(code: DispatcherErrorCode, endpoint: string, message: string, options?: { cause?: unknown }) {
+    super(code, message, options);
+    this.endpoint = endpoint;
   }
 }

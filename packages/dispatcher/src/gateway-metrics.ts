@@ -8,7 +8,9 @@ export type RequestOutcome =
   | 'rejected'
   | 'completed'
   | 'failed'
-  | 'cancelled';
+  | 'cancelled'
+  | 'timed_out'
+  | 'no_replica';
 
 /**
  * The gateway's Prometheus metrics. Label cardinality is bounded: tenants are the configured ones
@@ -24,6 +26,8 @@ export class GatewayMetrics {
   readonly ttft: Histogram<'slo_class'>;
   readonly overhead: Histogram<'stream'>;
   readonly storeLatency: Histogram<'op'>;
+  readonly queueWait: Histogram<'slo_class'>;
+  readonly inflight: Gauge<'state'>;
 
   constructor(tenants: Iterable<string>) {
     this.#tenants = new Set(tenants);
@@ -42,7 +46,7 @@ export class GatewayMetrics {
     });
     this.queueDepth = new Gauge({
       name: 'fairway_queue_depth',
-      help: 'Requests waiting at the gateway per pool, as last seen by this dispatcher',
+      help: 'Requests this dispatcher holds waiting for capacity, per pool',
       labelNames: ['pool'],
       registers,
     });
@@ -65,6 +69,19 @@ export class GatewayMetrics {
       help: 'Latency of scheduling-store operations',
       labelNames: ['op'],
       buckets: [0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05],
+      registers,
+    });
+    this.queueWait = new Histogram({
+      name: 'fairway_queue_wait_seconds',
+      help: 'Time a request waited at the gateway for replica capacity (0 when dispatched at once)',
+      labelNames: ['slo_class'],
+      buckets: [0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+      registers,
+    });
+    this.inflight = new Gauge({
+      name: 'fairway_requests_in_flight',
+      help: 'Requests this dispatcher holds, waiting for capacity or running on a replica',
+      labelNames: ['state'],
       registers,
     });
   }

@@ -1,1 +1,42 @@
-export {};
+export { buildDispatcher, type Dispatcher, type DispatcherDeps } from './app.ts';
+export { hashApiKey, KeyRing, keyRingFromConfig, type Principal } from './auth.ts';
+export {
+  type DispatcherOptions,
+  type ResolvedDispatcherOptions,
+  resolveDispatcherOptions,
+} from './dispatcher-options.ts';
+export { type EngineFactory, EnginePool } from './engine-pool.ts';
+export {
+  ApiError,
+  type ApiErrorName,
+  ApiErrors,
+  DispatcherError,
+  DispatcherErrorCode,
+  type OpenAIErrorBody,
+} from './errors.ts';
+export { GatewayMetrics, type RequestOutcome } from './gateway-metrics.ts';
+export {
+  GatewayRuntime,
+  type GatewayRuntimeOptions,
+  type RuntimeSubmit,
+  type WaitOutcome,
+} from './gateway-runtime.ts';
+export { connectInfrastructure, type Infrastructure, type InfrastructureOptions } from './infrastructure.ts';
+export { chatCompletionSchema, completionSchema } from './openai-schemas.ts';
+export { RegistryReplicaSource } from './replica-source.ts';
+export { FairwayHeaders } from './request-headers.ts';
+export { type SchedulingSetup, schedulingFromConfig } from './scheduling-config.ts';
+export {
+  newDispatcherId,
+  type ServeOverrides,
+  type ServeSettings,
+  serveEnvSchema,
+  serveSettings,
+} from './serve-settings.ts';
+export {
+  monotonicTimer,
+  type RunningDispatcher,
+  type StartDispatcherInput,
+  startDispatcher,
+} from './start-dispatcher.ts';
+export { UsageChunkFilter } from './usage-chunk-filter.ts';

@@ -1,0 +1,154 @@
+import { EngineProcess, NodeAgent } from '@fairway/agent';
+import { type Bus, NatsBus } from '@fairway/bus';
+import { createLogger, type Logger, systemClock } from '@fairway/core';
+import { VllmClient } from '@fairway/engine';
+import { type Command, InvalidArgumentError, Option } from 'commander';
+import { ExitCode, UsageError } from '../cli-error.ts';
+import type { CliIo } from '../cli-io.ts';
+
+/** Options of {@link startAgent}. */
+export interface StartAgentOptions {
+  readonly bus: Bus;
+  /** Base URL of the engine's OpenAI server. */
+  readonly engineUrl: string;
+  readonly replicaId: string;
+  readonly pool: string;
+  /** The model name clients send (the engine's served model name). */
+  readonly model: string;
+  readonly logger: Logger;
+  /** `--max-num-seqs` of the engine. @default 256 */
+  readonly maxNumSeqs?: number;
+  readonly gpu?: string;
+  /** @default 200 */
+  readonly heartbeatIntervalMs?: number;
+  /** The engine process, when the agent runs it. */
+  readonly process?: EngineProcess;
+}
+
+/** A running node agent and the engine client it owns. */
+export interface AgentHandle {
+  readonly agent: NodeAgent;
+  /** Leaves the fleet (`gone`) and closes the engine client. */
+  stop(): Promise<void>;
+}
+
+/** Starts a node agent beside an engine (shared by `fairway agent`, `engine-sim` and `up`). */
+export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
+  const engine = new VllmClient({ url: o.engineUrl, modelName: o.model });
+  const agent = new NodeAgent({
+    bus: o.bus,
+    engine,
+    clock: systemClock,
+    logger: o.logger,
+    replicaId: o.replicaId,
+    pool: o.pool,
+    model: o.model,
+    heartbeatIntervalMs: o.heartbeatIntervalMs ?? 200,
+    ...(o.maxNumSeqs !== undefined ? { maxNumSeqs: o.maxNumSeqs } : {}),
+    ...(o.gpu !== undefined ? { gpu: o.gpu } : {}),
+    ...(o.process !== undefined ? { process: o.process } : {}),
+  });
+  await agent.start();
+  return {
+    agent,
+    async stop() {
+      await agent.stop();
+      await engine.close();
+    },
+  };
+}
+
+function posInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive whole number');
+  return n;
+}
+
+/** Flags of `fairway agent`. */
+interface AgentFlags {
+  engineUrl?: string;
+  replicaId: string;
+  pool?: string;
+  model: string;
+  natsUrl: string;
+  prefix: string;
+  maxNumSeqs?: number;
+  gpu?: string;
+  heartbeatMs: number;
+  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+}
+
+/** Stops `stop` on SIGINT/SIGTERM, then exits. */
+export function stopOnSignals(stop: () => Promise<void>, logger: Logger): void {
+  const handler = (signal: string): void => {
+    logger.info({ signal }, 'shutting down');
+    stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.once('SIGINT', handler);
+  process.once('SIGTERM', handler);
+}
+
+/** Adds `fairway agent` to the program. */
+export function registerAgentCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
+  program
+    .command('agent')
+    .description(
+      'node agent beside one engine: registers it over NATS, heartbeats its capacity, serves drain/evict/sleep/LoRA/swap commands; give the engine command after -- to run and restart it',
+    )
+    .argument('[command...]', 'engine command line to run (e.g. vllm serve …), after --')
+    .option('--engine-url <url>', 'base URL of the engine (default http://127.0.0.1:8000)')
+    .requiredOption('--replica-id <id>', 'replica id, unique in the fleet')
+    .requiredOption('--model <name>', 'model name clients send (served model name)')
+    .option('--pool <id>', 'pool the replica serves in (default: the model)')
+    .option('--nats-url <url>', 'NATS server', process.env.NATS_URL ?? 'nats://127.0.0.1:4222')
+    .option('--prefix <prefix>', 'NATS subject prefix', process.env.FAIRWAY_PREFIX ?? 'fairway')
+    .option('--max-num-seqs <n>', "the engine's --max-num-seqs", posInt)
+    .option('--gpu <name>', 'GPU type, e.g. A100-80GB')
+    .option('--heartbeat-ms <ms>', 'heartbeat spacing', posInt, 200)
+    .addOption(
+      new Option('--log-level <level>', 'log level')
+        .choices(['debug', 'info', 'warn', 'error', 'silent'])
+        .default('info'),
+    )
+    .action(async (command: string[], flags: AgentFlags) => {
+      const logger = createLogger({ level: flags.logLevel, name: 'agent' });
+      const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
+      if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
+      const bus = await NatsBus.connect({
+        servers: flags.natsUrl,
+        prefix: flags.prefix,
+        logger,
+        name: `agent ${flags.replicaId}`,
+      });
+      const probe = new VllmClient({ url: engineUrl });
+      const [bin, ...args] = command;
+      const proc =
+        bin === undefined
+          ? undefined
+          : new EngineProcess({ command: bin, args, probe: () => probe.health(), logger });
+      const handle = await startAgent({
+        bus,
+        engineUrl,
+        replicaId: flags.replicaId,
+        pool: flags.pool ?? flags.model,
+        model: flags.model,
+        logger,
+        heartbeatIntervalMs: flags.heartbeatMs,
+        ...(flags.maxNumSeqs !== undefined ? { maxNumSeqs: flags.maxNumSeqs } : {}),
+        ...(flags.gpu !== undefined ? { gpu: flags.gpu } : {}),
+        ...(proc !== undefined ? { process: proc } : {}),
+      });
+      io.out(
+        `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl} on ${flags.natsUrl}\n`,
+      );
+      stopOnSignals(async () => {
+        await handle.stop();
+        await probe.close();
+        await bus.close();
+      }, logger);
+      setCode(ExitCode.OK);
+    });
+}

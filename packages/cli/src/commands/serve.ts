@@ -1,0 +1,64 @@
+import { createLogger, loadConfig } from '@fairway/core';
+import { type ServeOverrides, serveSettings, startDispatcher } from '@fairway/dispatcher';
+import { type Command, InvalidArgumentError } from 'commander';
+import { ExitCode, UsageError } from '../cli-error.ts';
+import type { CliIo } from '../cli-io.ts';
+import { stopOnSignals } from './agent.ts';
+
+/** Flags of `fairway serve`; each overrides its environment variable. */
+interface ServeFlags {
+  config?: string;
+  port?: number;
+  host?: string;
+  redisUrl?: string;
+  natsUrl?: string;
+  prefix?: string;
+  id?: string;
+  leaseMs?: number;
+}
+
+function whole(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('must be a whole number');
+  return n;
+}
+
+/** Adds `fairway serve` to the program: one stateless dispatcher on Redis and NATS. */
+export function registerServeCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
+  program
+    .command('serve')
+    .description(
+      'run one dispatcher (OpenAI-compatible API) on the shared Redis store and NATS bus; engines are discovered from their agents',
+    )
+    .option('-c, --config <file>', 'fairway config file (env FAIRWAY_CONFIG)')
+    .option('-p, --port <port>', 'port to listen on (env PORT, default 8080)', whole)
+    .option('--host <host>', 'interface to listen on (env HOST, default 127.0.0.1)')
+    .option('--redis-url <url>', 'Redis (env REDIS_URL, default redis://127.0.0.1:6379)')
+    .option('--nats-url <url>', 'NATS (env NATS_URL, default nats://127.0.0.1:4222)')
+    .option('--prefix <prefix>', 'Redis key and NATS subject prefix (env FAIRWAY_PREFIX, default fairway)')
+    .option('--id <id>', 'dispatcher id (env FAIRWAY_DISPATCHER_ID, default host-pid-random)')
+    .option('--lease-ms <ms>', 'lease on what this dispatcher holds (env FAIRWAY_LEASE_MS)', whole)
+    .action(async (flags: ServeFlags) => {
+      const overrides: ServeOverrides = {
+        ...(flags.config !== undefined ? { configPath: flags.config } : {}),
+        ...(flags.port !== undefined ? { port: flags.port } : {}),
+        ...(flags.host !== undefined ? { host: flags.host } : {}),
+        ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
+        ...(flags.id !== undefined ? { dispatcherId: flags.id } : {}),
+        ...(flags.leaseMs !== undefined ? { options: { leaseMs: flags.leaseMs } } : {}),
+        redisUrl: flags.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+        natsUrl: flags.natsUrl ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+      };
+      const settings = serveSettings(process.env, overrides);
+      if (settings.configPath === undefined)
+        throw new UsageError(['--config: required (or set FAIRWAY_CONFIG), e.g. infra/fairway.example.yaml']);
+      const config = loadConfig(settings.configPath);
+      const logger = createLogger({ level: settings.logLevel, name: 'dispatcher' });
+      const running = await startDispatcher({ settings, config, logger });
+      io.out(
+        `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl}, bus ${settings.natsUrl}, prefix ${settings.prefix})\n`,
+      );
+      stopOnSignals(() => running.close(), logger);
+      setCode(ExitCode.OK);
+    });
+}

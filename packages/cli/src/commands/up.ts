@@ -1,0 +1,303 @@
+import { fileURLToPath } from 'node:url';
+import { createLogger, type FairwayConfig, type Logger, loadConfig, systemClock } from '@fairway/core';
+import {
+  connectInfrastructure,
+  type RunningDispatcher,
+  type ServeOverrides,
+  serveSettings,
+  startDispatcher,
+} from '@fairway/dispatcher';
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine';
+import { type Command, InvalidArgumentError, Option } from 'commander';
+import { ExitCode, UsageError } from '../cli-error.ts';
+import type { CliIo } from '../cli-io.ts';
+import { type AgentHandle, startAgent, stopOnSignals } from './agent.ts';
+
+/** The example config `fairway up` runs with when given none. */
+export const EXAMPLE_CONFIG = fileURLToPath(
+  new URL('../../../../infra/fairway.example.yaml', import.meta.url),
+);
+
+/** Options of {@link startUp}. */
+export interface UpOptions {
+  /** Config file. @default {@link EXAMPLE_CONFIG} */
+  readonly configPath?: string;
+  /** @default 8080 (0 picks a free port) */
+  readonly port?: number;
+  /** @default '127.0.0.1' */
+  readonly host?: string;
+  /** Simulated engines to start when no engine URLs are given. @default 2 */
+  readonly engines?: number;
+  /** Real engines (vLLM servers) to put agents beside instead of simulated ones. */
+  readonly engineUrls?: readonly string[];
+  /** Speed factor of the simulated engines (model ms per real ms). @default 1 */
+  readonly speed?: number;
+  /** KV capacity of each simulated engine, tokens. @default from its GPU preset */
+  readonly kvCapacityTokens?: number;
+  /** `--max-num-seqs` of each simulated engine. @default 256 */
+  readonly maxNumSeqs?: number;
+  /** Redis and NATS; in-memory store and in-process bus when absent. */
+  readonly redisUrl?: string;
+  readonly natsUrl?: string;
+  /** @default 'fairway' */
+  readonly prefix?: string;
+  /** Dispatcher tuning from the environment is applied first; these win. */
+  readonly settings?: ServeOverrides;
+  /** @default the process environment */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  readonly logger?: Logger;
+}
+
+/** A demo key a user can paste. */
+export interface DemoKey {
+  readonly tenant: string;
+  readonly key: string;
+  readonly app: string | undefined;
+}
+
+/** The running embedded stack. */
+export interface UpHandle {
+  readonly url: string;
+  readonly model: string;
+  readonly keys: readonly DemoKey[];
+  readonly dispatcher: RunningDispatcher;
+  readonly engines: readonly EngineSimHandle[];
+  readonly agents: readonly AgentHandle[];
+  readonly config: FairwayConfig;
+  close(): Promise<void>;
+}
+
+const SIM_PRESETS = new Set(['llama-2-7b', 'llama-2-13b', 'llama-2-70b']);
+
+/** The plain demo keys of a config (hashed keys cannot be shown). */
+export function demoKeys(config: FairwayConfig): DemoKey[] {
+  return config.tenants.flatMap((t) =>
+    t.keys.flatMap((k) => (k.key === undefined ? [] : [{ tenant: t.id, key: k.key, app: k.app }])),
+  );
+}
+
+async function waitServing(running: RunningDispatcher, model: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const reg = running.infrastructure.registry;
+  while (!reg.list({ model }).some((v) => v.acceptsWork)) {
+    if (Date.now() > deadline)
+      throw new UsageError([`no engine serving "${model}" registered within ${timeoutMs} ms`]);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/**
+ * Starts the embedded default in one process: dispatcher, in-memory store, in-process bus and a
+ * few simulated engines, each with a node agent — or, with Redis/NATS URLs and engine URLs, the
+ * same dispatcher on real infrastructure. Resolves once an engine serves the first pool's model.
+ */
+export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
+  const configPath = o.configPath ?? EXAMPLE_CONFIG;
+  const config = loadConfig(configPath);
+  const pool = config.pools[0];
+  if (pool === undefined) throw new UsageError([`${configPath}: pools: fairway up needs at least one pool`]);
+  const settings = serveSettings(o.env ?? process.env, {
+    ...o.settings,
+    configPath,
+    port: o.port ?? o.settings?.port ?? 8080,
+    host: o.host ?? o.settings?.host ?? '127.0.0.1',
+    ...(o.redisUrl !== undefined ? { redisUrl: o.redisUrl } : {}),
+    ...(o.natsUrl !== undefined ? { natsUrl: o.natsUrl } : {}),
+    ...(o.prefix !== undefined ? { prefix: o.prefix } : {}),
+  });
+  const logger = o.logger ?? createLogger({ level: settings.logLevel, name: 'fairway-up' });
+  const infra = await connectInfrastructure({
+    redisUrl: settings.redisUrl,
+    natsUrl: settings.natsUrl,
+    prefix: settings.prefix,
+    defaultLeaseMs: settings.options.leaseMs ?? 10_000,
+    staleAfterMs: settings.staleAfterMs,
+    name: 'fairway up',
+    clock: systemClock,
+    logger,
+  });
+  const engines: EngineSimHandle[] = [];
+  const agents: AgentHandle[] = [];
+  const closeAll = async (): Promise<void> => {
+    for (const a of agents.splice(0)) await a.stop().catch(() => undefined);
+    for (const e of engines.splice(0)) await e.close().catch(() => undefined);
+  };
+  let running: RunningDispatcher;
+  try {
+    const urls = o.engineUrls ?? config.engines.map((e) => e.url);
+    if (urls.length > 0) {
+      for (const [i, url] of urls.entries()) {
+        const configured = config.engines.find((e) => e.url === url);
+        const enginePool = config.pools.find((p) => p.id === configured?.pool) ?? pool;
+        agents.push(
+          await startAgent({
+            bus: infra.bus,
+            engineUrl: url,
+            replicaId: configured?.id ?? `engine-${i + 1}`,
+            pool: enginePool.id,
+            model: enginePool.model,
+            logger,
+            ...(configured?.gpu !== undefined ? { gpu: configured.gpu } : {}),
+          }),
+        );
+      }
+    } else {
+      const count = o.engines ?? 2;
+      for (let i = 0; i < count; i++) {
+        const sim = await startEngineSim({
+          model: SIM_PRESETS.has(pool.model) ? pool.model : 'llama-2-7b',
+          servedModelName: pool.model,
+          speed: o.speed ?? 1,
+          seed: i,
+          ...(o.kvCapacityTokens !== undefined ? { kvCapacityTokens: o.kvCapacityTokens } : {}),
+          ...(o.maxNumSeqs !== undefined ? { maxNumSeqs: o.maxNumSeqs } : {}),
+          logger,
+        });
+        engines.push(sim);
+        agents.push(
+          await startAgent({
+            bus: infra.bus,
+            engineUrl: sim.url,
+            replicaId: `sim-${i + 1}`,
+            pool: pool.id,
+            model: sim.servedModelName,
+            logger,
+            maxNumSeqs: o.maxNumSeqs ?? 256,
+          }),
+        );
+      }
+    }
+    running = await startDispatcher({ settings, config, logger, infrastructure: infra });
+  } catch (err) {
+    await closeAll();
+    await infra.close();
+    throw err;
+  }
+  try {
+    await waitServing(running, pool.model, 10_000);
+  } catch (err) {
+    await running.close();
+    await closeAll();
+    await infra.close();
+    throw err;
+  }
+  return {
+    url: running.url,
+    model: pool.model,
+    keys: demoKeys(config),
+    dispatcher: running,
+    engines,
+    agents,
+    config,
+    async close() {
+      await running.close();
+      await closeAll();
+      await infra.close();
+    },
+  };
+}
+
+/** The start-up banner: URL, keys, a curl line and an OpenAI SDK snippet. */
+export function upBanner(h: UpHandle, what: string): string {
+  const key = h.keys[0]?.key ?? '<your key>';
+  const width = Math.max(6, ...h.keys.map((k) => k.tenant.length));
+  const keyLines = h.keys
+    .map((k) => `  ${k.tenant.padEnd(width)}  ${k.key}${k.app ? `  (app ${k.app})` : ''}`)
+    .join('\n');
+  return `fairway is up: ${h.url}  (${what})
+
+model   ${h.model}
+keys
+${keyLines}
+
+try it with curl:
+  curl ${h.url}/v1/chat/completions \\
+    -H "Authorization: Bearer ${key}" -H "Content-Type: application/json" \\
+    -d '{"model":"${h.model}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":64}'
+
+or with the OpenAI SDK (npm install openai):
+  import OpenAI from 'openai';
+  const client = new OpenAI({ baseURL: '${h.url}/v1', apiKey: '${key}' });
+  const stream = await client.chat.completions.create({
+    model: '${h.model}', messages: [{ role: 'user', content: 'Hello!' }], stream: true,
+  });
+  for await (const chunk of stream) process.stdout.write(chunk.choices[0]?.delta?.content ?? '');
+
+metrics ${h.url}/metrics   ·   Ctrl+C to stop
+`;
+}
+
+function whole(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('must be a whole number');
+  return n;
+}
+
+function positive(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
+  return n;
+}
+
+interface UpFlags {
+  config?: string;
+  port: number;
+  host: string;
+  engines: number;
+  engineUrl?: string[];
+  speed: number;
+  redisUrl?: string;
+  natsUrl?: string;
+  prefix?: string;
+  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+}
+
+/** Adds `fairway up` to the program. */
+export function registerUpCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
+  program
+    .command('up')
+    .description(
+      'run the whole stack in one process: dispatcher, in-memory store and bus, simulated engines with agents, demo tenants',
+    )
+    .option('-c, --config <file>', 'fairway config file (default: infra/fairway.example.yaml)')
+    .option('-p, --port <port>', 'port to listen on (0 picks a free one)', whole, 8080)
+    .option('--host <host>', 'interface to listen on', '127.0.0.1')
+    .option('--engines <n>', 'simulated engines to start', whole, 2)
+    .option('--engine-url <url...>', 'real engine URLs (vLLM) to use instead of simulated ones')
+    .option('--speed <factor>', 'simulated engine speed (model ms per real ms)', positive, 1)
+    .option('--redis-url <url>', 'use Redis for the store (env REDIS_URL)')
+    .option('--nats-url <url>', 'use NATS for the bus (env NATS_URL)')
+    .option('--prefix <prefix>', 'Redis key and NATS subject prefix')
+    .addOption(
+      new Option('--log-level <level>', 'log level (logs go to stderr)')
+        .choices(['debug', 'info', 'warn', 'error', 'silent'])
+        .default('warn'),
+    )
+    .action(async (flags: UpFlags) => {
+      if (flags.engines < 1 && (flags.engineUrl ?? []).length === 0)
+        throw new UsageError(['--engines: must be at least 1 without --engine-url']);
+      const logger = createLogger({ level: flags.logLevel, name: 'fairway-up' });
+      const handle = await startUp({
+        ...(flags.config !== undefined ? { configPath: flags.config } : {}),
+        port: flags.port,
+        host: flags.host,
+        engines: flags.engines,
+        ...(flags.engineUrl !== undefined ? { engineUrls: flags.engineUrl } : {}),
+        speed: flags.speed,
+        ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
+        ...(flags.natsUrl !== undefined ? { natsUrl: flags.natsUrl } : {}),
+        ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
+        logger,
+      });
+      const infra = handle.dispatcher.infrastructure;
+      const engines =
+        handle.engines.length > 0
+          ? `${handle.engines.length} simulated engines`
+          : `${handle.agents.length} engines`;
+      const store = infra.storeKind === 'redis' ? 'Redis store' : 'in-memory store';
+      const bus = infra.busKind === 'nats' ? 'NATS bus' : 'in-process bus';
+      io.out(upBanner(handle, `${store}, ${bus}, ${engines}`));
+      stopOnSignals(() => handle.close(), logger);
+      setCode(ExitCode.OK);
+    });
+}

@@ -1,0 +1,147 @@
+import { randomUUID } from 'node:crypto';
+import type { Bus, ReplicaRegistry } from '@fairway/bus';
+import type { Clock, FairwayConfig, Logger } from '@fairway/core';
+import type { SchedulingStore } from '@fairway/store';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { keyRingFromConfig } from './auth.ts';
+import { ARRIVED_AT, type CompletionContext, type TimedRequest } from './completion-handler.ts';
+import { type DispatcherOptions, resolveDispatcherOptions } from './dispatcher-options.ts';
+import { type EngineFactory, EnginePool } from './engine-pool.ts';
+import { toApiError } from './error-mapping.ts';
+import { ApiError } from './errors.ts';
+import { GatewayMetrics } from './gateway-metrics.ts';
+import { GatewayRuntime } from './gateway-runtime.ts';
+import { RegistryReplicaSource } from './replica-source.ts';
+import { openAiRoutes } from './routes/openai.ts';
+import { opsRoutes } from './routes/ops.ts';
+import { schedulingFromConfig } from './scheduling-config.ts';
+import { TimedStore } from './timed-store.ts';
+
+/** What a dispatcher is built from: everything with I/O or time is injected. */
+export interface DispatcherDeps {
+  /** This dispatcher's id, unique in the fleet (owner of its requests in the store). */
+  readonly id: string;
+  readonly config: FairwayConfig;
+  /** The shared scheduling store (Redis in production, memory in embedded mode). */
+  readonly store: SchedulingStore;
+  readonly bus: Bus;
+  /** The fleet from agents' registrations and heartbeats; the caller starts and stops it. */
+  readonly registry: ReplicaRegistry;
+  /** Makes the client of an engine from its URL. */
+  readonly engines: EngineFactory;
+  /** Wall clock of the store: admission times, windows, leases (ms). */
+  readonly clock: Clock;
+  /** Monotonic clock for latency measurements (ms). */
+  readonly timer: Clock;
+  readonly logger: Logger;
+  readonly options?: DispatcherOptions;
+  /** Request ids. @default random UUIDs */
+  readonly newId?: () => string;
+}
+
+/** A built dispatcher: the fastify app (not listening) and its parts, for tests and tools. */
+export interface Dispatcher {
+  readonly app: FastifyInstance;
+  readonly runtime: GatewayRuntime;
+  readonly metrics: GatewayMetrics;
+}
+
+const KNOWN_ROUTES: Record<string, string> = {
+  '/v1/chat/completions': 'POST',
+  '/v1/completions': 'POST',
+  '/v1/models': 'GET',
+  '/health': 'GET',
+  '/ready': 'GET',
+  '/metrics': 'GET',
+};
+
+/**
+ * Builds a dispatcher (fastify app factory; `listen` is the caller's). The gateway runtime starts
+ * when the app is ready (lease, bus subscriptions, timers) and stops when it closes. Every error
+ * a client can see is OpenAI-shaped with its catalogue status, and never carries a stack trace.
+ */
+export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
+  const options = resolveDispatcherOptions(deps.options ?? {}, deps.config);
+  const scheduling = schedulingFromConfig(deps.config, options, deps.id);
+  const metrics = new GatewayMetrics(deps.config.tenants.map((t) => t.id));
+  const store = new TimedStore(deps.store, metrics.storeLatency, deps.timer);
+  const replicas = new RegistryReplicaSource(deps.registry);
+  const logger = deps.logger.child({ dispatcher: deps.id });
+  const configuredPools = new Set(deps.config.pools.map((p) => p.id));
+  // Configured pools first; otherwise the pool the replicas serving the model registered under.
+  const poolFor = (model: string): string | undefined => {
+    const pool = scheduling.poolOf(model);
+    if (configuredPools.has(pool)) return pool;
+    return deps.registry.list({ model })[0]?.registration.pool;
+  };
+  const runtime = new GatewayRuntime({
+    id: deps.id,
+    config: deps.config,
+    store,
+    bus: deps.bus,
+    registry: deps.registry,
+    replicas,
+    scheduling,
+    poolFor,
+    options,
+    clock: deps.clock,
+    timer: deps.timer,
+    logger,
+  });
+  const engines = new EnginePool(deps.engines);
+  const sloClasses = new Map(scheduling.sloClasses.map((c) => [c.name, c]));
+  const defaultSloClass = sloClasses.has('interactive')
+    ? 'interactive'
+    : ([...scheduling.sloClasses].sort((a, b) => a.band - b.band)[0]?.name ?? 'interactive');
+  const ctx: CompletionContext = {
+    runtime,
+    replicas,
+    engines,
+    keys: keyRingFromConfig(deps.config),
+    metrics,
+    options,
+    sloClasses,
+    defaultSloClass,
+    cost: scheduling.cost,
+    poolFor,
+    clock: deps.clock,
+    timer: deps.timer,
+    newId: deps.newId ?? (() => `fw-${randomUUID()}`),
+    logger,
+  };
+
+  const app = Fastify({ bodyLimit: options.bodyLimitBytes, logger: false, return503OnClosing: true });
+  app.addHook('onRequest', async (request: TimedRequest) => {
+    request[ARRIVED_AT] = deps.timer.now();
+  });
+  app.addHook('onReady', async () => runtime.start());
+  app.addHook('preClose', async () => runtime.stop());
+  app.addHook('onClose', async () => engines.close());
+  app.setErrorHandler((err, _request, reply) => {
+    const api = toApiError(err);
+    if (api.status >= 500)
+      logger.error({ err: err instanceof Error ? err.message : String(err) }, 'request failed');
+    if (api.retryAfterS !== undefined) void reply.header('retry-after', String(api.retryAfterS));
+    return reply.code(api.status).send(api.body());
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0] ?? '';
+    const allowed = KNOWN_ROUTES[path];
+    const api =
+      allowed === undefined
+        ? new ApiError('ROUTE_NOT_FOUND', `no route ${request.method} ${path}`)
+        : new ApiError('METHOD_NOT_ALLOWED', `${path} accepts ${allowed} only`);
+    if (allowed !== undefined) void reply.header('allow', allowed);
+    return reply.code(api.status).send(api.body());
+  });
+  void app.register(opsRoutes, {
+    runtime,
+    metrics,
+    pools: () => [...new Set([...configuredPools, ...replicas.pools()])],
+  });
+  void app.register(openAiRoutes, {
+    ctx,
+    models: () => [...new Set([...scheduling.configuredModels, ...replicas.models()])].sort(),
+  });
+  return { app, runtime, metrics };
+}

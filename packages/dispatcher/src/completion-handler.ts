@@ -1,0 +1,173 @@
+import type { Clock, CostFunction, Logger, SloClass } from '@fairway/core';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { KeyRing } from './auth.ts';
+import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
+import type { EnginePool } from './engine-pool.ts';
+import { type ProxyResult, proxyCompletion, proxyStream, type TimingHeaders } from './engine-proxy.ts';
+import { rejectionError, validationError } from './error-mapping.ts';
+import { ApiError } from './errors.ts';
+import type { GatewayMetrics } from './gateway-metrics.ts';
+import type { GatewayRuntime } from './gateway-runtime.ts';
+import { chatCompletionSchema, completionSchema } from './openai-schemas.ts';
+import type { RegistryReplicaSource } from './replica-source.ts';
+import { describeRequest, type Endpoint } from './request-descriptor.ts';
+import { bearerToken, readFairwayHeaders } from './request-headers.ts';
+
+/** What the completion routes share (built once per dispatcher). */
+export interface CompletionContext {
+  readonly runtime: GatewayRuntime;
+  readonly replicas: RegistryReplicaSource;
+  readonly engines: EnginePool;
+  readonly keys: KeyRing;
+  readonly metrics: GatewayMetrics;
+  readonly options: ResolvedDispatcherOptions;
+  readonly sloClasses: ReadonlyMap<string, SloClass>;
+  readonly defaultSloClass: string;
+  readonly cost: CostFunction;
+  /** The pool serving `model`, or undefined for a model nothing serves or is configured for. */
+  readonly poolFor: (model: string) => string | undefined;
+  /** The store's clock (ms). */
+  readonly clock: Clock;
+  /** Monotonic ms clock for timings. */
+  readonly timer: Clock;
+  readonly newId: () => string;
+  readonly logger: Logger;
+}
+
+/** Monotonic ms at which the request arrived (set by the app's `onRequest` hook). */
+export const ARRIVED_AT = Symbol('fairway.arrivedAt');
+
+/** A request carrying its arrival time. */
+export type TimedRequest = FastifyRequest & { [ARRIVED_AT]?: number };
+
+/**
+ * Serves `POST /v1/chat/completions` and `POST /v1/completions` along DESIGN.md's request path:
+ * authenticate, validate, describe, admit and enqueue (one store round trip), hold until a replica
+ * has room, proxy, settle. Every failure before the response starts is thrown as an `ApiError`.
+ */
+export async function handleCompletion(
+  ctx: CompletionContext,
+  endpoint: Endpoint,
+  request: TimedRequest,
+  reply: FastifyReply,
+): Promise<void> {
+  const arrivedAt = request[ARRIVED_AT] ?? ctx.timer.now();
+  const key = bearerToken(request.headers);
+  if (key === undefined)
+    throw new ApiError('MISSING_API_KEY', 'missing API key: send "Authorization: Bearer <key>"');
+  const principal = ctx.keys.authenticate(key);
+  if (principal === undefined) throw new ApiError('INVALID_API_KEY', 'invalid API key');
+  const headers = readFairwayHeaders(request.headers);
+  const parsed = (endpoint === 'chat' ? chatCompletionSchema : completionSchema).safeParse(request.body);
+  if (!parsed.success) throw validationError(parsed.error);
+
+  const described = describeRequest({
+    id: ctx.newId(),
+    endpoint,
+    body: parsed.data,
+    principal,
+    headers,
+    arrivalMs: ctx.clock.now(),
+    sloClasses: ctx.sloClasses,
+    defaultSloClass: ctx.defaultSloClass,
+    defaultMaxTokens: ctx.options.defaultMaxTokens,
+  });
+  const req = described.descriptor;
+  const m = ctx.metrics;
+  const tenant = m.tenantLabel(req.tenant);
+  const pool = ctx.poolFor(req.model);
+  if (pool === undefined)
+    throw new ApiError('MODEL_NOT_FOUND', `model "${req.model}" does not exist`, { param: 'model' });
+  if (!ctx.replicas.serving(pool)) {
+    m.requests.inc({ tenant, outcome: 'no_replica' });
+    throw new ApiError('NO_REPLICA', `no replica serves model "${req.model}" now`, { retryAfterS: 1 });
+  }
+
+  let sub: Awaited<ReturnType<GatewayRuntime['submit']>>;
+  try {
+    sub = await ctx.runtime.submit(req, pool);
+  } catch (err) {
+    ctx.logger.error({ err: (err as Error).message }, 'dispatcher: admission failed');
+    throw new ApiError('NOT_READY', 'the scheduling store is unavailable; retry', {
+      retryAfterS: 1,
+      cause: err,
+    });
+  }
+  if (!sub.ok) {
+    m.requests.inc({
+      tenant,
+      outcome:
+        sub.code === 'throttled' ? 'throttled' : sub.code.endsWith('_limited') ? 'rate_limited' : 'rejected',
+    });
+    throw rejectionError(sub.code, sub.retryAfterMs, sub.key);
+  }
+  m.requests.inc({ tenant, outcome: 'admitted' });
+  const ticket = sub.ticket;
+
+  // The client may leave at any time: a queued request leaves the queue, a running one is aborted.
+  const gone = new AbortController();
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) gone.abort();
+  });
+  const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone.signal);
+  if (waited !== 'dispatched') {
+    if (waited === 'timeout') {
+      m.requests.inc({ tenant, outcome: 'timed_out' });
+      throw new ApiError('QUEUE_TIMEOUT', `no capacity within ${ctx.options.queueTimeoutMs} ms`);
+    }
+    if (waited === 'shutdown')
+      throw new ApiError('NOT_READY', 'this dispatcher is shutting down; retry', { retryAfterS: 1 });
+    m.requests.inc({ tenant, outcome: 'cancelled' });
+    reply.hijack();
+    reply.raw.destroy();
+    return;
+  }
+  m.queueWait.observe({ slo_class: req.sloClass }, ticket.queueMs() / 1000);
+
+  const url = ctx.replicas.urlOf(ticket.replica ?? '');
+  if (url === undefined) {
+    await ctx.runtime.abandon(ticket, { inputTokens: req.inputTokens, outputTokens: 0 });
+    throw new ApiError('NO_REPLICA', 'the replica chosen for this request left the fleet; retry', {
+      retryAfterS: 1,
+    });
+  }
+  const call = {
+    runtime: ctx.runtime,
+    engine: ctx.engines.get(url),
+    endpoint,
+    ticket,
+    described,
+    signal: AbortSignal.any([gone.signal, ticket.evicted.signal]),
+    timer: ctx.timer,
+    arrivedAt,
+  };
+  let result: ProxyResult;
+  if (described.stream) {
+    result = await proxyStream(call, (h: TimingHeaders) => {
+      reply.hijack();
+      reply.raw.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache',
+        ...h,
+      });
+      return reply.raw;
+    });
+  } else {
+    result = await proxyCompletion(call, (h, body) => {
+      void reply
+        .code(200)
+        .headers({ 'content-type': 'application/json', ...h })
+        .send(Buffer.from(body));
+    });
+    if (result.outcome === 'cancelled') {
+      reply.hijack();
+      reply.raw.destroy();
+    }
+  }
+  m.requests.inc({ tenant, outcome: result.outcome });
+  m.service.inc({ tenant }, ctx.cost.cost(result.usage.inputTokens, result.usage.outputTokens));
+  if (result.firstByteMs !== undefined) {
+    m.ttft.observe({ slo_class: req.sloClass }, result.firstByteMs / 1000);
+    m.overhead.observe({ stream: described.stream ? 'true' : 'false' }, result.overheadMs / 1000);
+  }
+}

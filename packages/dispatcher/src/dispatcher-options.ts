@@ -1,0 +1,97 @@
+import { type FairwayConfig, parseWith } from '@fairway/core';
+import type { ReserveMode } from '@fairway/scheduler';
+import { z } from 'zod';
+
+/** Tuning of one dispatcher; every field has a default (config values first, then the ones below). */
+export interface DispatcherOptions {
+  /**
+   * Lease on everything this dispatcher holds in the store; a dispatcher that stops renewing it
+   * (crash, partition) has its queued requests dropped and its reservations released after this long,
+   * ms. @default 10000
+   */
+  readonly leaseMs?: number;
+  /** How often the lease is renewed, ms. @default leaseMs / 3 */
+  readonly renewEveryMs?: number;
+  /** How often expired leases (of any dispatcher) are reclaimed, ms. @default 1000 */
+  readonly reclaimEveryMs?: number;
+  /**
+   * How often queued work is re-offered to free capacity even without an event, ms (a safety net:
+   * dispatch is event-driven on arrival, completion and replica changes). @default 250
+   */
+  readonly pumpEveryMs?: number;
+  /**
+   * How long the owner of a request waits for the assignment of a request another dispatcher picked
+   * while the owner was giving up on it, ms; after that the reservation is released. @default 2000
+   */
+  readonly assignGraceMs?: number;
+  /** How long a request may wait for capacity before a 504, ms. @default config `policy.queueTimeoutS` */
+  readonly queueTimeoutMs?: number;
+  /** Output cap injected when a request gives no `max_tokens`, tokens. @default 1024 */
+  readonly defaultMaxTokens?: number;
+  /** Largest request body accepted, bytes (413 above). @default 4194304 */
+  readonly bodyLimitBytes?: number;
+  /** What a request reserves on its replica (see the scheduler's `ReserveMode`). @default 'max-tokens' */
+  readonly reserve?: ReserveMode;
+  /** KV fraction never reserved on a replica, 0–0.9. @default 0.01 */
+  readonly headroomFraction?: number;
+  /** Streamed output is charged at least this often, ms. @default config `policy.chargeFlushMs` */
+  readonly flushMs?: number;
+  /** …or as soon as this many output tokens wait to be charged. @default 256 */
+  readonly flushTokens?: number;
+  /** Under `policy.oit`: requests per minute one user may send while the pool is overloaded. @default 60 */
+  readonly oitUserRpm?: number;
+  /** Under `policy.oit`: requests per minute an app without its own `limits.rpm` may send while overloaded. @default 600 */
+  readonly oitAppRpm?: number;
+}
+
+/** {@link DispatcherOptions} with every default applied. */
+export type ResolvedDispatcherOptions = Required<DispatcherOptions>;
+
+const ms = z.number().positive().finite();
+const optionsSchema = z
+  .object({
+    leaseMs: ms.min(100, 'must be at least 100 ms').optional(),
+    renewEveryMs: ms.optional(),
+    reclaimEveryMs: ms.optional(),
+    pumpEveryMs: ms.optional(),
+    assignGraceMs: ms.optional(),
+    queueTimeoutMs: ms.optional(),
+    defaultMaxTokens: z.number().int().positive().optional(),
+    bodyLimitBytes: z.number().int().min(1024, 'must be at least 1024 bytes').optional(),
+    reserve: z.enum(['max-tokens', 'predicted', 'oracle']).optional(),
+    headroomFraction: z.number().min(0).max(0.9).optional(),
+    flushMs: ms.optional(),
+    flushTokens: z.number().int().positive().optional(),
+    oitUserRpm: z.number().int().min(0).optional(),
+    oitAppRpm: z.number().int().min(0).optional(),
+  })
+  .strict()
+  .refine((o) => o.renewEveryMs === undefined || o.leaseMs === undefined || o.renewEveryMs < o.leaseMs, {
+    message: 'must be shorter than leaseMs, or the lease lapses between renewals',
+    path: ['renewEveryMs'],
+  });
+
+/** Validates options (errors name the field) and fills defaults from `config` and the table above. */
+export function resolveDispatcherOptions(
+  options: DispatcherOptions,
+  config: FairwayConfig,
+): ResolvedDispatcherOptions {
+  const o = parseWith(optionsSchema, options, 'dispatcher options');
+  const leaseMs = o.leaseMs ?? 10_000;
+  return {
+    leaseMs,
+    renewEveryMs: o.renewEveryMs ?? Math.floor(leaseMs / 3),
+    reclaimEveryMs: o.reclaimEveryMs ?? 1000,
+    pumpEveryMs: o.pumpEveryMs ?? 250,
+    assignGraceMs: o.assignGraceMs ?? 2000,
+    queueTimeoutMs: o.queueTimeoutMs ?? config.policy.queueTimeoutS * 1000,
+    defaultMaxTokens: o.defaultMaxTokens ?? 1024,
+    bodyLimitBytes: o.bodyLimitBytes ?? 4 * 1024 * 1024,
+    reserve: o.reserve ?? 'max-tokens',
+    headroomFraction: o.headroomFraction ?? 0.01,
+    flushMs: o.flushMs ?? config.policy.chargeFlushMs,
+    flushTokens: o.flushTokens ?? 256,
+    oitUserRpm: o.oitUserRpm ?? 60,
+    oitAppRpm: o.oitAppRpm ?? 600,
+  };
+}

@@ -1,0 +1,178 @@
+import type { ServerResponse } from 'node:http';
+import type { Clock, Usage } from '@fairway/core';
+import type { CompletionEndpoint, Engine, EngineStream } from '@fairway/engine';
+import { engineApiError } from './error-mapping.ts';
+import { ApiError } from './errors.ts';
+import type { GatewayRuntime } from './gateway-runtime.ts';
+import type { DescribedRequest } from './request-descriptor.ts';
+import type { Ticket } from './ticket.ts';
+import { UsageChunkFilter } from './usage-chunk-filter.ts';
+
+/** Timing headers fairway adds to every proxied response. */
+export interface TimingHeaders {
+  'x-fairway-overhead-ms': string;
+  'x-fairway-queue-ms': string;
+  'x-request-id': string;
+}
+
+/** What the proxy needs for one dispatched request. */
+export interface ProxyCall {
+  readonly runtime: GatewayRuntime;
+  readonly engine: Engine;
+  readonly endpoint: CompletionEndpoint;
+  readonly ticket: Ticket;
+  readonly described: DescribedRequest;
+  /** Aborted when the client goes away or the request is evicted; closes the engine connection. */
+  readonly signal: AbortSignal;
+  /** Monotonic ms clock. */
+  readonly timer: Clock;
+  /** Monotonic ms at which the request reached the dispatcher. */
+  readonly arrivedAt: number;
+}
+
+/** What happened, for metrics and logs. */
+export interface ProxyResult {
+  readonly usage: Usage;
+  /** ms the gateway itself added before the first byte went out (queueing and engine time excluded). */
+  readonly overheadMs: number;
+  /** ms from arrival to the first byte sent to the client. */
+  readonly firstByteMs: number | undefined;
+  readonly outcome: 'completed' | 'failed' | 'cancelled';
+}
+
+function timing(call: ProxyCall, engineMs: number): { overheadMs: number; headers: TimingHeaders } {
+  const queueMs = call.ticket.queueMs();
+  const overheadMs = Math.max(0, call.timer.now() - call.arrivedAt - queueMs - engineMs);
+  return {
+    overheadMs,
+    headers: {
+      'x-fairway-overhead-ms': overheadMs.toFixed(3),
+      'x-fairway-queue-ms': queueMs.toFixed(1),
+      'x-request-id': call.ticket.id,
+    },
+  };
+}
+
+/**
+ * Forwards a non-streamed completion: the engine's JSON body goes to the client byte for byte,
+ * then the request settles with the engine's `usage`. Throws an `ApiError` (after settling) when
+ * the engine fails; the caller answers with it.
+ */
+export async function proxyCompletion(
+  call: ProxyCall,
+  send: (headers: TimingHeaders, body: Uint8Array) => void,
+): Promise<ProxyResult> {
+  const { ticket, runtime } = call;
+  const t0 = call.timer.now();
+  let result: Awaited<ReturnType<Engine['complete']>>;
+  try {
+    result = await call.engine.complete(call.endpoint, call.described.forwardBody, {
+      signal: call.signal,
+      headers: { 'x-request-id': ticket.id },
+    });
+  } catch (err) {
+    const usage = { inputTokens: ticket.req.inputTokens, outputTokens: 0 };
+    await runtime.abandon(ticket, usage);
+    if (clientGone(call)) return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
+    throw call.signal.aborted ? evicted() : engineApiError(err);
+  }
+  const { overheadMs, headers } = timing(call, call.timer.now() - t0);
+  send(headers, result.bytes);
+  const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
+  void runtime.finish(ticket, usage);
+  return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
+}
+
+/** The client went away (as opposed to an eviction, which also aborts the engine call). */
+function clientGone(call: ProxyCall): boolean {
+  return call.signal.aborted && !call.ticket.evicted.signal.aborted;
+}
+
+function evicted(): ApiError {
+  return new ApiError('NOT_READY', 'the request was evicted from its replica; retry', { retryAfterS: 1 });
+}
+
+/** Waits until `res` can take more bytes, or is closed. */
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.once('drain', done);
+    res.once('close', done);
+  });
+}
+
+function sseError(err: ApiError): string {
+  return `data: ${JSON.stringify(err.body())}\n\n`;
+}
+
+/**
+ * Forwards a streamed completion (DESIGN.md request path, step 5). The engine is asked for usage
+ * (`include_usage`), and each network chunk is written to the client as it arrives — no event is
+ * parsed or re-serialised. If the client did not ask for usage, the one usage-only event is cut out
+ * by {@link UsageChunkFilter}. `continuous_usage_stats` is injected only when the client asked for
+ * it: with it vLLM puts `usage` on every chunk, which a client that did not ask would otherwise see
+ * (stripping it would mean rewriting every chunk); streamed tokens are counted from content chunks
+ * instead, and the final usage settles the exact count.
+ *
+ * Headers go out only once the engine has accepted the request, so a refused request still gets a
+ * proper status; after that, failures end the stream with an OpenAI-shaped `data: {"error": …}`.
+ */
+export async function proxyStream(
+  call: ProxyCall,
+  open: (headers: TimingHeaders) => ServerResponse,
+): Promise<ProxyResult> {
+  const { ticket, runtime } = call;
+  const t0 = call.timer.now();
+  let stream: EngineStream;
+  try {
+    stream = await call.engine.stream(call.endpoint, call.described.forwardBody, {
+      signal: call.signal,
+      continuousUsage: call.described.wantsContinuousUsage,
+      headers: { 'x-request-id': ticket.id },
+    });
+  } catch (err) {
+    const usage = { inputTokens: ticket.req.inputTokens, outputTokens: 0 };
+    await runtime.abandon(ticket, usage);
+    if (clientGone(call)) return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
+    throw call.signal.aborted ? evicted() : engineApiError(err);
+  }
+  const { overheadMs, headers } = timing(call, call.timer.now() - t0);
+  const res = open(headers);
+  const filter = call.described.wantsUsage ? undefined : new UsageChunkFilter();
+  let firstByteMs: number | undefined;
+  const write = async (bytes: Uint8Array): Promise<void> => {
+    if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
+    if (!res.write(bytes)) await drained(res);
+  };
+  try {
+    for await (const chunk of stream) {
+      const out = filter ? filter.push(chunk) : chunk;
+      if (out !== undefined && out.length > 0) await write(out);
+      runtime.tokens(ticket, stream.completionTokens);
+    }
+    const rest = filter?.end();
+    if (rest !== undefined && rest.length > 0) await write(rest);
+    res.end();
+  } catch (err) {
+    const used = {
+      inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
+      outputTokens: stream.completionTokens,
+    };
+    void runtime.abandon(ticket, used);
+    const gone = clientGone(call);
+    if (!gone && !res.destroyed && !res.writableEnded)
+      res.end(sseError(call.signal.aborted ? evicted() : engineApiError(err)));
+    return { usage: used, overheadMs, firstByteMs, outcome: gone ? 'cancelled' : 'failed' };
+  }
+  const u = stream.usage;
+  const usage = {
+    inputTokens: u?.promptTokens ?? ticket.req.inputTokens,
+    outputTokens: u?.completionTokens ?? stream.completionTokens,
+  };
+  void runtime.finish(ticket, usage);
+  return { usage, overheadMs, firstByteMs, outcome: 'completed' };
+}

@@ -1,0 +1,103 @@
+import { formatPath } from '@fairway/core';
+import { EngineError, EngineHttpError, EngineTimeoutError } from '@fairway/engine';
+import type { AdmitRejectCode } from '@fairway/store';
+import { ZodError } from 'zod';
+import { ApiError, type ApiErrorName } from './errors.ts';
+
+const REJECT: Record<AdmitRejectCode | 'context_too_long', ApiErrorName> = {
+  rpm_limited: 'RPM_LIMITED',
+  tpm_limited: 'TPM_LIMITED',
+  throttled: 'THROTTLED',
+  queue_full: 'QUEUE_FULL',
+  duplicate: 'INTERNAL',
+  context_too_long: 'CONTEXT_TOO_LONG',
+};
+
+const REJECT_MESSAGE: Record<AdmitRejectCode | 'context_too_long', string> = {
+  rpm_limited: 'request rate limit reached',
+  tpm_limited: 'token rate limit reached',
+  throttled: 'the fleet is overloaded and this user or app is over its share; retry later',
+  queue_full: 'too many requests are waiting',
+  duplicate: 'duplicate request id',
+  context_too_long: 'the prompt does not fit the context of any replica serving this model',
+};
+
+/** The client error for an admission rejection; 429s carry `Retry-After` (at least one second). */
+export function rejectionError(
+  code: AdmitRejectCode | 'context_too_long',
+  retryAfterMs: number,
+  key: string,
+): ApiError {
+  const kind = REJECT[code];
+  const retryAfterS = kind === 'CONTEXT_TOO_LONG' ? undefined : Math.max(1, Math.ceil(retryAfterMs / 1000));
+  // The window key names the limit (`rpm:tenant:acme`); it holds only config ids and safe header values.
+  const message = `${REJECT_MESSAGE[code]} (${key})`;
+  return new ApiError(kind, message, retryAfterS === undefined ? {} : { retryAfterS });
+}
+
+/** The client error for a failed engine call: its 4xx passed on as a 400, timeouts 504, the rest 502. */
+export function engineApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  if (err instanceof EngineHttpError) {
+    if (err.status >= 400 && err.status < 500 && err.status !== 429)
+      return new ApiError('INVALID_REQUEST', `the engine rejected the request: ${err.engineMessage}`, {
+        cause: err,
+      });
+    return new ApiError('ENGINE_ERROR', `the engine answered ${err.status}`, { cause: err });
+  }
+  if (err instanceof EngineTimeoutError)
+    return new ApiError('ENGINE_TIMEOUT', `the engine did not answer in time (${err.phase})`, { cause: err });
+  if (err instanceof EngineError)
+    return new ApiError('ENGINE_ERROR', 'the engine failed while serving the request', { cause: err });
+  return new ApiError('INTERNAL', 'internal error', { cause: err });
+}
+
+/** A 400 naming the first offending body field of a failed validation. */
+export function validationError(err: ZodError): ApiError {
+  const issue = err.issues[0];
+  const path = issue ? formatPath(issue.path) : '';
+  const more = err.issues.length > 1 ? ` (and ${err.issues.length - 1} more)` : '';
+  return new ApiError('INVALID_REQUEST', `${path || 'body'}: ${issue?.message ?? 'invalid'}${more}`, {
+    ...(path ? { param: path } : {}),
+  });
+}
+
+interface HttpishError {
+  readonly code?: unknown;
+  readonly statusCode?: unknown;
+}
+
+/**
+ * Maps anything thrown while handling a request to a client error: our own `ApiError`s, zod
+ * failures, and fastify's parser and limit errors (413 body too large, 415 media type, 400 bad
+ * JSON). Everything else is a 500 whose body says only "internal error".
+ */
+export function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  if (err instanceof ZodError) return validationError(err);
+  const e = (typeof err === 'object' && err !== null ? err : {}) as HttpishError;
+  const code = typeof e.code === 'string' ? e.code : '';
+  const status = typeof e.statusCode === 'number' ? e.statusCode : 500;
+  switch (code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new ApiError('BODY_TOO_LARGE', 'request body is too large', { cause: err });
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new ApiError('UNSUPPORTED_MEDIA_TYPE', 'send the body as application/json', { cause: err });
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new ApiError('INVALID_JSON', 'request body is empty', { cause: err });
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new ApiError('INVALID_JSON', 'request body is not valid JSON', { cause: err });
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new ApiError('INVALID_REQUEST', 'content-length does not match the body', { cause: err });
+    default:
+      break;
+  }
+  if (err instanceof SyntaxError && status === 400)
+    return new ApiError('INVALID_JSON', 'request body is not valid JSON', { cause: err });
+  if (status === 413) return new ApiError('BODY_TOO_LARGE', 'request body is too large', { cause: err });
+  if (status === 415)
+    return new ApiError('UNSUPPORTED_MEDIA_TYPE', 'send the body as application/json', { cause: err });
+  if (status >= 400 && status < 500)
+    return new ApiError('INVALID_REQUEST', 'malformed request', { cause: err });
+  return new ApiError('INTERNAL', 'internal error', { cause: err });
+}

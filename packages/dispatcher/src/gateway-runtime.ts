@@ -1,0 +1,332 @@
+import type { Assignment, Bus, Evict, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
+import type { Clock, FairwayConfig, Logger, RequestDescriptor, Usage } from '@fairway/core';
+import { type Dispatched, Gateway, type GatewayStats, type SubmitResult } from '@fairway/scheduler';
+import type { SchedulingStore } from '@fairway/store';
+import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
+import type { RegistryReplicaSource } from './replica-source.ts';
+import type { SchedulingSetup } from './scheduling-config.ts';
+import { Ticket } from './ticket.ts';
+
+/** Options of {@link GatewayRuntime}. */
+export interface GatewayRuntimeOptions {
+  /** This dispatcher's id: owner of what it admits, key of its assignments on the bus. */
+  readonly id: string;
+  readonly config: FairwayConfig;
+  readonly store: SchedulingStore;
+  readonly bus: Bus;
+  readonly registry: ReplicaRegistry;
+  readonly replicas: RegistryReplicaSource;
+  readonly scheduling: SchedulingSetup;
+  /** The pool serving a model (config first, then the registry); the model itself when unknown. */
+  readonly poolFor: (model: string) => string | undefined;
+  readonly options: ResolvedDispatcherOptions;
+  /** The store's clock (ms): admission times, windows and leases. */
+  readonly clock: Clock;
+  /** Monotonic clock (ms) for queue and overhead timings. */
+  readonly timer: Clock;
+  readonly logger: Logger;
+}
+
+/** Outcome of {@link GatewayRuntime.submit}. */
+export type RuntimeSubmit =
+  | { readonly ok: true; readonly ticket: Ticket }
+  | Extract<SubmitResult, { ok: false }>;
+
+/** How waiting for capacity ended. */
+export type WaitOutcome = 'dispatched' | 'timeout' | 'aborted' | 'shutdown';
+
+function errText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * The live side of the gateway scheduler (DESIGN.md request path, steps 2–6): one {@link Gateway}
+ * — the same code the simulator runs — driven in real time. It holds a {@link Ticket} per client
+ * connection, learns of dispatches made here or by other dispatchers (bus assignments), forwards
+ * dispatches of requests other dispatchers own, charges streamed tokens coalesced, renews this
+ * dispatcher's lease, reclaims the leases of dead dispatchers and re-offers queued work to freed
+ * capacity on replica changes and on a timer.
+ */
+export class GatewayRuntime {
+  readonly id: string;
+  readonly gateway: Gateway;
+  readonly #o: GatewayRuntimeOptions;
+  readonly #tickets = new Map<string, Ticket>();
+  readonly #timers: NodeJS.Timeout[] = [];
+  readonly #unsubs: Unsubscribe[] = [];
+  readonly #accepting = new Map<string, boolean>();
+  readonly #shutdown = new AbortController();
+  #flushing = false;
+  #started = false;
+  /** Store-clock ms of the last successful lease renewal. */
+  #renewedAt = Number.NEGATIVE_INFINITY;
+
+  constructor(o: GatewayRuntimeOptions) {
+    this.#o = o;
+    this.id = o.id;
+    const opt = o.options;
+    this.gateway = new Gateway({
+      id: o.id,
+      store: o.store,
+      clock: o.clock,
+      ordering: o.scheduling.ordering,
+      placement: o.scheduling.placement,
+      replicas: o.replicas,
+      onDispatch: (d) => this.#onDispatch(d),
+      sloClasses: o.scheduling.sloClasses,
+      poolOf: (req) => o.poolFor(req.model) ?? req.model,
+      reserve: opt.reserve,
+      headroom: { tokenFraction: opt.headroomFraction },
+      flushMs: opt.flushMs,
+      flushTokens: opt.flushTokens,
+      admission: o.scheduling.admission,
+      overloadKv: o.config.policy.overloadKv,
+      leaseMs: opt.leaseMs,
+    });
+  }
+
+  /** Renews the lease, subscribes to assignments, evictions and replica changes, starts the timers. */
+  async start(): Promise<void> {
+    if (this.#started) return;
+    this.#started = true;
+    const o = this.#o;
+    await this.#renew();
+    this.#unsubs.push(
+      o.bus.subscribe('assignment', (a) => this.#onAssignment(a), { key: this.id }),
+      o.bus.subscribe('evict', (e) => this.#onEvict(e)),
+      o.registry.onChange((c) => this.#onReplicaChange(c.type, c.replicaId)),
+    );
+    await o.bus.flush();
+    const every = (ms: number, fn: () => Promise<unknown>, what: string): void => {
+      const t = setInterval(() => {
+        fn().catch((err: unknown) => o.logger.warn({ err: errText(err) }, `dispatcher: ${what} failed`));
+      }, ms);
+      t.unref();
+      this.#timers.push(t);
+    };
+    every(o.options.renewEveryMs, () => this.#renew(), 'lease renewal');
+    every(o.options.reclaimEveryMs, () => this.#reclaim(), 'reclaim');
+    every(o.options.flushMs, () => (this.gateway.flushDue() ? this.#flush() : Promise.resolve()), 'flush');
+    every(o.options.pumpEveryMs, () => this.gateway.pump(), 'pump');
+  }
+
+  /**
+   * Stops taking part: requests still waiting for capacity end with `shutdown`, pending charges
+   * are flushed, timers and subscriptions stop. Running requests are left to finish.
+   */
+  async stop(): Promise<void> {
+    if (!this.#started) return;
+    this.#started = false;
+    this.#shutdown.abort();
+    for (const t of this.#timers.splice(0)) clearInterval(t);
+    for (const u of this.#unsubs.splice(0)) u();
+    await this.gateway.flush().catch(() => undefined);
+  }
+
+  /** Whether the lease was renewed within the lease time (readiness). */
+  get ready(): boolean {
+    return this.#started && this.#o.clock.now() - this.#renewedAt < this.#o.options.leaseMs;
+  }
+
+  /** The gateway's counters. */
+  stats(): GatewayStats {
+    return this.gateway.stats();
+  }
+
+  /** Requests waiting for capacity per pool, among those this dispatcher holds. */
+  queuedByPool(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const t of this.#tickets.values())
+      if (t.replica === undefined) out.set(t.pool, (out.get(t.pool) ?? 0) + 1);
+    return out;
+  }
+
+  /** Admits and enqueues a request (one store round trip), dispatching it at once if it fits. */
+  async submit(req: RequestDescriptor, pool: string): Promise<RuntimeSubmit> {
+    const ticket = new Ticket(req, pool);
+    this.#tickets.set(req.id, ticket);
+    let res: SubmitResult;
+    try {
+      res = await this.gateway.submit(req);
+    } catch (err) {
+      this.#tickets.delete(req.id);
+      throw err;
+    }
+    if (!res.ok) {
+      this.#tickets.delete(req.id);
+      return res;
+    }
+    ticket.submittedAt = this.#o.timer.now();
+    return { ok: true, ticket };
+  }
+
+  /**
+   * Waits until the request is dispatched, `timeoutMs` passes, `signal` aborts (client gone) or the
+   * dispatcher shuts down. On anything but a dispatch the request is taken out of the queue — or,
+   * if another dispatcher picked it meanwhile, served anyway after a timeout, or released.
+   */
+  async waitForDispatch(ticket: Ticket, timeoutMs: number, signal: AbortSignal): Promise<WaitOutcome> {
+    if (ticket.replica !== undefined) return 'dispatched';
+    const outcome = await new Promise<WaitOutcome>((resolve) => {
+      let settled = false;
+      const done = (o: WaitOutcome): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        this.#shutdown.signal.removeEventListener('abort', onShutdown);
+        resolve(o);
+      };
+      const onAbort = (): void => done('aborted');
+      const onShutdown = (): void => done('shutdown');
+      const timer = setTimeout(() => done('timeout'), timeoutMs);
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.#shutdown.signal.addEventListener('abort', onShutdown, { once: true });
+      if (signal.aborted) onAbort();
+      if (this.#shutdown.signal.aborted) onShutdown();
+      void ticket.dispatched.then(() => done('dispatched'));
+    });
+    return outcome === 'dispatched' ? outcome : this.#giveUp(ticket, outcome);
+  }
+
+  /** Records the output tokens a running request has streamed so far (coalesced charging). */
+  tokens(ticket: Ticket, generated: number): void {
+    if (this.gateway.recordTokens(ticket.id, generated)) void this.#flush();
+  }
+
+  /** Settles a finished request with the engine's usage and offers the freed room to the queue. */
+  async finish(ticket: Ticket, usage: Usage): Promise<void> {
+    this.#tickets.delete(ticket.id);
+    try {
+      await this.gateway.complete(ticket.id, usage);
+    } catch (err) {
+      this.#o.logger.warn({ requestId: ticket.id, err: errText(err) }, 'dispatcher: settle failed');
+    }
+  }
+
+  /** Settles a running request that ended early (error, disconnect, eviction) with what it used. */
+  async abandon(ticket: Ticket, usage: Usage): Promise<void> {
+    this.#tickets.delete(ticket.id);
+    try {
+      await this.gateway.cancel(ticket.id, usage);
+    } catch (err) {
+      this.#o.logger.warn({ requestId: ticket.id, err: errText(err) }, 'dispatcher: settle failed');
+    }
+  }
+
+  async #giveUp(ticket: Ticket, reason: Exclude<WaitOutcome, 'dispatched'>): Promise<WaitOutcome> {
+    const g = this.gateway;
+    const zero = { inputTokens: ticket.req.inputTokens, outputTokens: 0 };
+    // A timed-out request that got a replica after all is served rather than thrown away.
+    if (ticket.replica !== undefined && reason === 'timeout') return 'dispatched';
+    // Removes it from the queue, or settles it if it was started here meanwhile.
+    if (await g.cancel(ticket.id, zero)) {
+      this.#tickets.delete(ticket.id);
+      return reason;
+    }
+    // Another dispatcher picked it: its assignment is on the way. Wait for it a little.
+    const grace = new Promise<undefined>((r) =>
+      setTimeout(() => r(undefined), this.#o.options.assignGraceMs).unref(),
+    );
+    const replica = await Promise.race([ticket.dispatched, grace]);
+    if (replica !== undefined && reason === 'timeout') return 'dispatched';
+    if (replica === undefined) {
+      // The assignment was lost (the picker died after reserving, or the message was dropped):
+      // take the request as started so settling releases the reservation the picker made.
+      this.#o.logger.warn({ requestId: ticket.id }, 'dispatcher: assignment lost; releasing the reservation');
+      try {
+        g.started({ id: ticket.id, replica: 'unknown' });
+      } catch {
+        // Started meanwhile by a late assignment; cancel below settles it either way.
+      }
+    }
+    this.#tickets.delete(ticket.id);
+    await g.cancel(ticket.id, zero);
+    return reason;
+  }
+
+  #onDispatch(d: Dispatched): void {
+    const now = this.#o.timer.now();
+    if (d.owner === this.id) {
+      const ticket = this.#tickets.get(d.id);
+      if (ticket) ticket.markDispatched(d.replica, now);
+      else void this.gateway.cancel(d.id); // no one waits for it any more: release at once
+      return;
+    }
+    try {
+      this.#o.bus.publish('assignment', {
+        requestId: d.id,
+        dispatcherId: d.owner,
+        pickedBy: this.id,
+        replicaId: d.replica,
+        reserveTokens: d.reserveTokens,
+        at: this.#o.clock.now(),
+      });
+    } catch (err) {
+      this.#o.logger.error({ requestId: d.id, err: errText(err) }, 'dispatcher: assignment not sent');
+    }
+  }
+
+  #onAssignment(a: Assignment): void {
+    const ticket = this.#tickets.get(a.requestId);
+    try {
+      this.gateway.started({ id: a.requestId, replica: a.replicaId });
+    } catch {
+      this.#o.logger.debug(
+        { requestId: a.requestId },
+        'dispatcher: assignment for a request not queued here',
+      );
+      return;
+    }
+    if (ticket) ticket.markDispatched(a.replicaId, this.#o.timer.now());
+    else void this.gateway.cancel(a.requestId);
+  }
+
+  #onEvict(e: Evict): void {
+    for (const id of e.requestIds) {
+      const t = this.#tickets.get(id);
+      if (t?.replica !== undefined) t.evicted.abort(e.reason ?? 'evicted');
+    }
+  }
+
+  #onReplicaChange(type: 'registered' | 'heartbeat' | 'removed', replicaId: string): void {
+    const view = this.#o.registry.get(replicaId);
+    const accepting = view?.acceptsWork ?? false;
+    const was = this.#accepting.get(replicaId);
+    if (type === 'removed') this.#accepting.delete(replicaId);
+    else this.#accepting.set(replicaId, accepting);
+    // Capacity changes only when a replica appears, leaves, or starts/stops taking work.
+    if (type === 'heartbeat' && was === accepting) return;
+    const pool = view?.registration.pool;
+    this.gateway.pump(pool).catch((err: unknown) => {
+      this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
+    });
+  }
+
+  async #renew(): Promise<void> {
+    await this.gateway.heartbeat();
+    this.#renewedAt = this.#o.clock.now();
+  }
+
+  async #reclaim(): Promise<void> {
+    const r = await this.#o.store.reclaim(this.#o.clock.now());
+    if (r.dropped.length + r.released.length === 0) return;
+    this.#o.logger.info(
+      { dropped: r.dropped.length, released: r.released.length },
+      'dispatcher: reclaimed the holdings of expired dispatchers',
+    );
+    await this.gateway.pump();
+  }
+
+  async #flush(): Promise<void> {
+    if (this.#flushing) return;
+    this.#flushing = true;
+    try {
+      await this.gateway.flush();
+    } catch (err) {
+      this.#o.logger.warn({ err: errText(err) }, 'dispatcher: charge flush failed');
+    } finally {
+      this.#flushing = false;
+    }
+  }
+}

@@ -1,0 +1,113 @@
+import { type Bus, MemoryBus, NatsBus, ReplicaRegistry } from '@fairway/bus';
+import type { Clock, Logger } from '@fairway/core';
+import { MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
+import { Redis } from 'ioredis';
+import { DispatcherError, DispatcherErrorCode } from './errors.ts';
+
+/** The shared state and messaging a dispatcher runs on. */
+export interface Infrastructure {
+  readonly store: SchedulingStore;
+  readonly bus: Bus;
+  /** Started; fed by agents' registrations and heartbeats. */
+  readonly registry: ReplicaRegistry;
+  /** `redis` or `memory`, for start-up messages. */
+  readonly storeKind: 'redis' | 'memory';
+  readonly busKind: 'nats' | 'memory';
+  close(): Promise<void>;
+}
+
+/** Options of {@link connectInfrastructure}. */
+export interface InfrastructureOptions {
+  /** Redis URL; the in-memory store when absent. */
+  readonly redisUrl?: string | undefined;
+  /** NATS URL; the in-process bus when absent. */
+  readonly natsUrl?: string | undefined;
+  /** Key and subject prefix. */
+  readonly prefix: string;
+  /** Lease granted on a first admission before any renewal, ms. */
+  readonly defaultLeaseMs: number;
+  /** Replica staleness limit, ms. */
+  readonly staleAfterMs: number;
+  /** Name shown in NATS monitoring and discover requests. */
+  readonly name: string;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  /** How long the first connection may take, ms. @default 5000 */
+  readonly connectTimeoutMs?: number;
+}
+
+async function connectRedis(url: string, timeoutMs: number): Promise<Redis> {
+  const redis = new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: 2 });
+  try {
+    await redis.connect();
+    await redis.ping();
+    return redis;
+  } catch (cause) {
+    redis.disconnect();
+    throw new DispatcherError(
+      DispatcherErrorCode.STORE_UNREACHABLE,
+      url,
+      `cannot reach Redis at ${url}: ${cause instanceof Error ? cause.message : String(cause)}`,
+      { cause },
+    );
+  }
+}
+
+/**
+ * Connects the store (Redis, or memory) and the bus (NATS, or in-process) and starts a replica
+ * registry on the bus. Unreachable servers fail here, at start-up, with the URL in the message.
+ */
+export async function connectInfrastructure(o: InfrastructureOptions): Promise<Infrastructure> {
+  const timeoutMs = o.connectTimeoutMs ?? 5000;
+  let redis: Redis | undefined;
+  let store: SchedulingStore;
+  if (o.redisUrl !== undefined) {
+    redis = await connectRedis(o.redisUrl, timeoutMs);
+    store = new RedisStore({ redis, prefix: o.prefix, defaultLeaseMs: o.defaultLeaseMs });
+  } else {
+    store = new MemoryStore({ defaultLeaseMs: o.defaultLeaseMs });
+  }
+  let bus: Bus;
+  try {
+    bus =
+      o.natsUrl !== undefined
+        ? await NatsBus.connect({
+            servers: o.natsUrl,
+            prefix: o.prefix,
+            logger: o.logger,
+            name: o.name,
+            connectTimeoutMs: timeoutMs,
+          })
+        : new MemoryBus({ prefix: o.prefix, logger: o.logger });
+  } catch (cause) {
+    await store.close();
+    redis?.disconnect();
+    throw new DispatcherError(
+      DispatcherErrorCode.BUS_UNREACHABLE,
+      o.natsUrl ?? 'memory',
+      cause instanceof Error ? cause.message : String(cause),
+      { cause },
+    );
+  }
+  const registry = new ReplicaRegistry({
+    bus,
+    clock: o.clock,
+    logger: o.logger,
+    staleAfterMs: o.staleAfterMs,
+    name: o.name,
+  });
+  registry.start();
+  return {
+    store,
+    bus,
+    registry,
+    storeKind: redis ? 'redis' : 'memory',
+    busKind: o.natsUrl !== undefined ? 'nats' : 'memory',
+    async close() {
+      registry.stop();
+      await bus.close();
+      await store.close();
+      if (redis) await redis.quit().catch(() => redis?.disconnect());
+    },
+  };
+}

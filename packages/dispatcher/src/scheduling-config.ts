@@ -1,0 +1,173 @@
+import {
+  ConfigError,
+  type CostFunction,
+  costFunctionByName,
+  ErrorCode,
+  type FairwayConfig,
+  type LimitsConfig,
+  type RequestDescriptor,
+  type SloClass,
+} from '@fairway/core';
+import {
+  type AdmissionPolicy,
+  fcfsPolicy,
+  MINUTE_MS,
+  type OrderingPolicy,
+  oitAdmission,
+  type PlacementPolicy,
+  placementByName,
+  rpmWindow,
+  tpmWindow,
+  vtcPolicy,
+  type WindowLimit,
+  wscPolicy,
+} from '@fairway/policy';
+import type { AdmissionFunction, AdmissionRules } from '@fairway/scheduler';
+import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
+
+/** Everything the gateway scheduler needs, derived once from the config file. */
+export interface SchedulingSetup {
+  readonly ordering: OrderingPolicy;
+  readonly placement: PlacementPolicy;
+  /** Tenant and app RPM/TPM windows, OIT throttles, per-tenant and per-pool queue bounds. */
+  readonly admission: AdmissionFunction;
+  readonly sloClasses: readonly SloClass[];
+  /** The cost function service is measured with (metrics). */
+  readonly cost: CostFunction;
+  /** The pool a model is served by: configured pools first, else the model name itself. */
+  poolOf(model: string): string;
+  /** Models named by configured pools. */
+  readonly configuredModels: readonly string[];
+}
+
+function unsupported(path: string, message: string): ConfigError {
+  return new ConfigError(ErrorCode.CONFIG_INVALID, 'fairway config', [{ path, message }]);
+}
+
+function hasLimits(l: LimitsConfig): boolean {
+  return l.rpm !== undefined || l.tpm !== undefined || l.maxQueued !== undefined;
+}
+
+function orderingFromConfig(config: FairwayConfig, cost: CostFunction): OrderingPolicy {
+  const weights = new Map(config.tenants.map((t) => [t.id, t.weight]));
+  // Unknown tenants cannot authenticate, so the fallback weight only guards against a removed tenant.
+  const weightOf = (tenant: string): number => weights.get(tenant) ?? 1;
+  switch (config.policy.ordering) {
+    case 'fcfs':
+    case 'rpm':
+      // `rpm` is FCFS with per-tenant RPM limits; the limits come from the tenants' config.
+      return fcfsPolicy(cost);
+    case 'lcf':
+      return vtcPolicy({ cost, lift: 'none', weightOf });
+    case 'vtc':
+      return vtcPolicy({ cost, weightOf });
+    case 'vtc-predict':
+      return vtcPolicy({ cost, weightOf, prediction: 'history' });
+    case 'vtc-oracle':
+      throw unsupported(
+        'policy.ordering',
+        'vtc-oracle needs true output lengths, which only the simulator knows; use vtc or vtc-predict',
+      );
+    case 'wsc': {
+      const apps = new Map(config.apps.map((a) => [a.id, { id: a.id, stages: a.stages }]));
+      if (apps.size === 0)
+        throw unsupported('apps', 'policy.ordering wsc needs at least one app with its token profile');
+      const fallback = config.apps[0];
+      return wscPolicy({
+        appProfile: (app) => apps.get(app),
+        ...(fallback ? { fallbackProfile: { id: fallback.id, stages: fallback.stages } } : {}),
+      });
+    }
+    case 'edf':
+    case 'qlm':
+      throw unsupported(
+        'policy.ordering',
+        `${config.policy.ordering} is not served by the dispatcher yet; use fcfs, lcf, vtc, vtc-predict or wsc`,
+      );
+  }
+}
+
+function placementFromConfig(config: FairwayConfig): PlacementPolicy {
+  if (config.policy.placement === 'aladdin')
+    throw unsupported(
+      'policy.placement',
+      'aladdin placement is planned, not yet served by the dispatcher; use least-kv, jsq, round-robin or power-of-two',
+    );
+  return placementByName(config.policy.placement);
+}
+
+/**
+ * Builds the scheduling policies of a dispatcher from the config file. Unsupported choices fail
+ * here, at start-up, with a `ConfigError` naming the field.
+ */
+export function schedulingFromConfig(
+  config: FairwayConfig,
+  options: ResolvedDispatcherOptions,
+  dispatcherId: string,
+): SchedulingSetup {
+  const cost = costFunctionByName(config.policy.cost.fn, config.policy.cost.wIn, config.policy.cost.wOut);
+  const ordering = orderingFromConfig(config, cost);
+  const placement = placementFromConfig(config).forDispatcher(dispatcherId);
+
+  const tenantLimits = new Map(
+    config.tenants.map((t) => [t.id, hasLimits(t.limits) ? t.limits : config.defaultLimits]),
+  );
+  const appLimits = new Map(config.apps.filter((a) => hasLimits(a.limits)).map((a) => [a.id, a.limits]));
+  const poolByModel = new Map(config.pools.map((p) => [p.model, p.id]));
+  const poolMaxQueued = new Map(config.pools.map((p) => [p.id, p.maxQueued]));
+
+  let oit: AdmissionPolicy | undefined;
+  if (config.policy.oit) {
+    oit = oitAdmission({
+      userLimit: options.oitUserRpm,
+      appLimit: options.oitAppRpm,
+      appLimitOf: (app) => appLimits.get(app)?.rpm,
+    });
+  }
+
+  const admission: AdmissionFunction = (req: RequestDescriptor, ctx): AdmissionRules => {
+    const limits: WindowLimit[] = [];
+    const t = tenantLimits.get(req.tenant) ?? config.defaultLimits;
+    if (t.rpm !== undefined) limits.push(rpmWindow(req.tenant, t.rpm));
+    if (t.tpm !== undefined) limits.push(tpmWindow(req.tenant, t.tpm, ctx.reservedTokens));
+    const a = req.app === undefined ? undefined : appLimits.get(req.app);
+    if (a?.rpm !== undefined)
+      limits.push({
+        key: `rpm:app:${req.app}`,
+        limit: a.rpm,
+        amount: 1,
+        windowMs: MINUTE_MS,
+        code: 'rpm_limited',
+      });
+    if (a?.tpm !== undefined)
+      limits.push({
+        key: `tpm:app:${req.app}`,
+        limit: a.tpm,
+        amount: ctx.reservedTokens,
+        windowMs: MINUTE_MS,
+        code: 'tpm_limited',
+        trueUp: true,
+      });
+    let interaction: AdmissionRules['interaction'];
+    if (oit) {
+      limits.push(...oit.limits(req, ctx));
+      interaction = oit.interaction(req);
+    }
+    return {
+      limits,
+      interaction,
+      maxQueuedFlow: t.maxQueued,
+      maxQueuedPool: poolMaxQueued.get(ctx.pool),
+    };
+  };
+
+  return {
+    ordering,
+    placement,
+    admission,
+    sloClasses: config.sloClasses,
+    cost,
+    poolOf: (model) => poolByModel.get(model) ?? model,
+    configuredModels: config.pools.map((p) => p.model),
+  };
+}

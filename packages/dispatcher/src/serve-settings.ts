@@ -1,0 +1,122 @@
+import { hostname } from 'node:os';
+import { ConfigError, ErrorCode, parseWith } from '@fairway/core';
+import { z } from 'zod';
+import type { DispatcherOptions } from './dispatcher-options.ts';
+
+/** How a dispatcher process is run: where it listens and what it connects to. */
+export interface ServeSettings {
+  /** The fairway config file (tenants, keys, pools, policy). */
+  readonly configPath: string | undefined;
+  /** Redis for the shared store; the in-memory store when absent (one dispatcher only). */
+  readonly redisUrl: string | undefined;
+  /** NATS for the bus; the in-process bus when absent (one process only). */
+  readonly natsUrl: string | undefined;
+  /** @default 8080 */
+  readonly port: number;
+  /** @default '127.0.0.1' */
+  readonly host: string;
+  /** Redis key prefix and NATS subject prefix, so several fleets can share servers. @default 'fairway' */
+  readonly prefix: string;
+  /** This dispatcher's id. @default `<hostname>-<pid>-<random>` */
+  readonly dispatcherId: string | undefined;
+  /** A replica whose heartbeat is older than this gets no new work, ms. @default 1000 */
+  readonly staleAfterMs: number;
+  /** @default 'info' */
+  readonly logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  readonly options: DispatcherOptions;
+}
+
+const int = (min: number, max = Number.MAX_SAFE_INTEGER) =>
+  z
+    .string()
+    .regex(/^\d+$/, 'must be a whole number')
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max));
+
+/** The environment variables a dispatcher reads; each is optional. */
+export const serveEnvSchema = z.object({
+  FAIRWAY_CONFIG: z.string().min(1).optional(),
+  REDIS_URL: z
+    .string()
+    .regex(/^rediss?:\/\/\S+$/, 'must be a redis:// or rediss:// URL')
+    .optional(),
+  NATS_URL: z
+    .string()
+    .regex(/^(nats|tls|ws|wss):\/\/\S+$/, 'must be a nats:// URL')
+    .optional(),
+  PORT: int(0, 65535).optional(),
+  HOST: z.string().min(1).optional(),
+  FAIRWAY_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'must be letters, digits, "_", "-" and dots')
+    .optional(),
+  FAIRWAY_DISPATCHER_ID: z
+    .string()
+    .regex(/^[A-Za-z0-9._:-]{1,128}$/, 'must be 1-128 letters, digits, ".", "_", ":" or "-"')
+    .optional(),
+  FAIRWAY_LEASE_MS: int(100).optional(),
+  FAIRWAY_QUEUE_TIMEOUT_MS: int(1).optional(),
+  FAIRWAY_DEFAULT_MAX_TOKENS: int(1).optional(),
+  FAIRWAY_BODY_LIMIT_BYTES: int(1024).optional(),
+  FAIRWAY_RESERVE: z.enum(['max-tokens', 'predicted']).optional(),
+  FAIRWAY_STALE_MS: int(10).optional(),
+  FAIRWAY_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).optional(),
+});
+
+/** Explicit values (command-line flags) that win over the environment. */
+export type ServeOverrides = Partial<Omit<ServeSettings, 'options'>> & {
+  readonly options?: DispatcherOptions;
+};
+
+/**
+ * Reads a dispatcher's settings from the environment (`FAIRWAY_CONFIG`, `REDIS_URL`, `NATS_URL`,
+ * `PORT`, `HOST`, `FAIRWAY_PREFIX`, `FAIRWAY_DISPATCHER_ID`, `FAIRWAY_LEASE_MS`,
+ * `FAIRWAY_QUEUE_TIMEOUT_MS`, `FAIRWAY_DEFAULT_MAX_TOKENS`, `FAIRWAY_BODY_LIMIT_BYTES`,
+ * `FAIRWAY_RESERVE`, `FAIRWAY_STALE_MS`, `FAIRWAY_LOG_LEVEL`), with `overrides` on top. Throws a
+ * `ConfigError` naming every invalid variable.
+ */
+export function serveSettings(
+  env: Readonly<Record<string, string | undefined>>,
+  overrides: ServeOverrides = {},
+): ServeSettings {
+  const known = Object.fromEntries(
+    Object.keys(serveEnvSchema.shape).flatMap((k) => {
+      const v = env[k];
+      return v === undefined || v === '' ? [] : [[k, v]];
+    }),
+  );
+  const e = parseWith(serveEnvSchema, known, 'environment');
+  const fromEnv: DispatcherOptions = {
+    ...(e.FAIRWAY_LEASE_MS !== undefined ? { leaseMs: e.FAIRWAY_LEASE_MS } : {}),
+    ...(e.FAIRWAY_QUEUE_TIMEOUT_MS !== undefined ? { queueTimeoutMs: e.FAIRWAY_QUEUE_TIMEOUT_MS } : {}),
+    ...(e.FAIRWAY_DEFAULT_MAX_TOKENS !== undefined ? { defaultMaxTokens: e.FAIRWAY_DEFAULT_MAX_TOKENS } : {}),
+    ...(e.FAIRWAY_BODY_LIMIT_BYTES !== undefined ? { bodyLimitBytes: e.FAIRWAY_BODY_LIMIT_BYTES } : {}),
+    ...(e.FAIRWAY_RESERVE !== undefined ? { reserve: e.FAIRWAY_RESERVE } : {}),
+  };
+  const s: ServeSettings = {
+    configPath: overrides.configPath ?? e.FAIRWAY_CONFIG,
+    redisUrl: overrides.redisUrl ?? e.REDIS_URL,
+    natsUrl: overrides.natsUrl ?? e.NATS_URL,
+    port: overrides.port ?? e.PORT ?? 8080,
+    host: overrides.host ?? e.HOST ?? '127.0.0.1',
+    prefix: overrides.prefix ?? e.FAIRWAY_PREFIX ?? 'fairway',
+    dispatcherId: overrides.dispatcherId ?? e.FAIRWAY_DISPATCHER_ID,
+    staleAfterMs: overrides.staleAfterMs ?? e.FAIRWAY_STALE_MS ?? 1000,
+    logLevel: overrides.logLevel ?? e.FAIRWAY_LOG_LEVEL ?? 'info',
+    options: { ...fromEnv, ...overrides.options },
+  };
+  if (!Number.isInteger(s.port) || s.port < 0 || s.port > 65535)
+    throw new ConfigError(ErrorCode.CONFIG_INVALID, 'settings', [
+      { path: 'port', message: 'must be a whole number from 0 to 65535' },
+    ]);
+  return s;
+}
+
+/** A fresh dispatcher id: host, process and a random suffix, so a restarted process is a new owner. */
+export function newDispatcherId(random: string): string {
+  const host =
+    hostname()
+      .replace(/[^A-Za-z0-9._:-]/g, '-')
+      .slice(0, 64) || 'host';
+  return `${host}-${process.pid}-${random}`;
+}

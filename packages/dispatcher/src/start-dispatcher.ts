@@ -1,0 +1,90 @@
+import { randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { type Clock, type FairwayConfig, type Logger, systemClock } from '@fairway/core';
+import { VllmClient } from '@fairway/engine';
+import { buildDispatcher, type Dispatcher } from './app.ts';
+import type { EngineFactory } from './engine-pool.ts';
+import { connectInfrastructure, type Infrastructure } from './infrastructure.ts';
+import { newDispatcherId, type ServeSettings } from './serve-settings.ts';
+
+/** The real-time monotonic clock dispatchers time latencies with (ms, sub-ms resolution). */
+export const monotonicTimer: Clock = { now: () => performance.now() };
+
+/** Inputs of {@link startDispatcher}. */
+export interface StartDispatcherInput {
+  readonly settings: ServeSettings;
+  readonly config: FairwayConfig;
+  readonly logger: Logger;
+  /** Shared store/bus/registry (embedded mode); connected from `settings` when absent. */
+  readonly infrastructure?: Infrastructure;
+  /** @default a `VllmClient` per engine URL */
+  readonly engines?: EngineFactory;
+}
+
+/** A listening dispatcher. */
+export interface RunningDispatcher {
+  readonly id: string;
+  /** Base URL, e.g. `http://127.0.0.1:8080`. */
+  readonly url: string;
+  readonly port: number;
+  readonly dispatcher: Dispatcher;
+  readonly infrastructure: Infrastructure;
+  /** Stops accepting, lets running requests finish, releases connections it opened. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts one dispatcher process's server: connects Redis and NATS (or uses the in-memory store
+ * and bus, or the given infrastructure), builds the app and listens.
+ */
+export async function startDispatcher(input: StartDispatcherInput): Promise<RunningDispatcher> {
+  const { settings, config, logger } = input;
+  const id = settings.dispatcherId ?? newDispatcherId(randomBytes(3).toString('hex'));
+  const leaseMs = settings.options.leaseMs ?? 10_000;
+  const owned = input.infrastructure === undefined;
+  const infrastructure =
+    input.infrastructure ??
+    (await connectInfrastructure({
+      redisUrl: settings.redisUrl,
+      natsUrl: settings.natsUrl,
+      prefix: settings.prefix,
+      defaultLeaseMs: leaseMs,
+      staleAfterMs: settings.staleAfterMs,
+      name: `dispatcher ${id}`,
+      clock: systemClock,
+      logger,
+    }));
+  let dispatcher: Dispatcher;
+  try {
+    dispatcher = buildDispatcher({
+      id,
+      config,
+      store: infrastructure.store,
+      bus: infrastructure.bus,
+      registry: infrastructure.registry,
+      engines: input.engines ?? ((url) => new VllmClient({ url })),
+      clock: systemClock,
+      timer: monotonicTimer,
+      logger,
+      options: settings.options,
+    });
+    await dispatcher.app.listen({ host: settings.host, port: settings.port });
+  } catch (err) {
+    if (owned) await infrastructure.close();
+    throw err;
+  }
+  const addr = dispatcher.app.server.address() as AddressInfo;
+  const host = settings.host === '0.0.0.0' || settings.host === '::' ? '127.0.0.1' : settings.host;
+  return {
+    id,
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`,
+    port: addr.port,
+    dispatcher,
+    infrastructure,
+    async close() {
+      await dispatcher.app.close();
+      if (owned) await infrastructure.close();
+    },
+  };
+}

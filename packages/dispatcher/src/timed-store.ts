@@ -1,0 +1,74 @@
+import type { Clock } from '@fairway/core';
+import type {
+  AdmitInput,
+  AdmitResult,
+  ChargeItem,
+  DispatchInput,
+  DispatchResult,
+  QueueSnapshot,
+  SchedulingStore,
+  SettleInput,
+} from '@fairway/store';
+import type { Histogram } from 'prom-client';
+
+/**
+ * A {@link SchedulingStore} that records the latency of every operation in a histogram labelled by
+ * operation name (a fixed set), and otherwise passes each call through unchanged.
+ */
+export class TimedStore implements SchedulingStore {
+  readonly #inner: SchedulingStore;
+  readonly #hist: Histogram<'op'>;
+  readonly #timer: Clock;
+
+  /** @param timer a monotonic millisecond clock */
+  constructor(inner: SchedulingStore, hist: Histogram<'op'>, timer: Clock) {
+    this.#inner = inner;
+    this.#hist = hist;
+    this.#timer = timer;
+  }
+
+  async #time<T>(op: string, call: Promise<T>): Promise<T> {
+    const t0 = this.#timer.now();
+    try {
+      return await call;
+    } finally {
+      this.#hist.observe({ op }, (this.#timer.now() - t0) / 1000);
+    }
+  }
+
+  admit(input: AdmitInput): Promise<AdmitResult> {
+    return this.#time('admit', this.#inner.admit(input));
+  }
+  dispatch(input: DispatchInput): Promise<DispatchResult> {
+    return this.#time('dispatch', this.#inner.dispatch(input));
+  }
+  charge(items: readonly ChargeItem[]): Promise<void> {
+    return this.#time('charge', this.#inner.charge(items));
+  }
+  settle(input: SettleInput): Promise<boolean> {
+    return this.#time('settle', this.#inner.settle(input));
+  }
+  cancel(id: string, nowMs: number): Promise<boolean> {
+    return this.#time('cancel', this.#inner.cancel(id, nowMs));
+  }
+  renewOwner(owner: string, nowMs: number, leaseMs: number): Promise<void> {
+    return this.#time('renew', this.#inner.renewOwner(owner, nowMs, leaseMs));
+  }
+  reclaim(
+    nowMs: number,
+  ): Promise<{ readonly dropped: readonly string[]; readonly released: readonly string[] }> {
+    return this.#time('reclaim', this.#inner.reclaim(nowMs));
+  }
+  predictedOutput(flow: string): Promise<number | undefined> {
+    return this.#time('predicted_output', this.#inner.predictedOutput(flow));
+  }
+  reserved(replica: string): Promise<{ readonly tokens: number; readonly seqs: number }> {
+    return this.#time('reserved', this.#inner.reserved(replica));
+  }
+  snapshot(pool: string, band: number): Promise<QueueSnapshot> {
+    return this.#time('snapshot', this.#inner.snapshot(pool, band));
+  }
+  close(): Promise<void> {
+    return this.#inner.close();
+  }
+}
