@@ -56,6 +56,12 @@ export interface RunInput {
   readonly sampleMs?: number | undefined;
   /** Called as simulated time advances (about once per simulated second), seconds. */
   readonly onProgress?: ((simulatedS: number) => void) | undefined;
+  /**
+   * Whether a client gives up an interaction once one of its calls is rejected at admission: its
+   * later calls are never sent (a follow-up call needs the previous call's answer), so they are
+   * neither submitted nor recorded. @default true
+   */
+  readonly abandonRejectedInteractions?: boolean | undefined;
 }
 
 const runInputSchema = z
@@ -234,6 +240,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   };
 
   const arrivals = input.arrivals;
+  const abandon = input.abandonRejectedInteractions ?? true;
+  const abandoned = new Set<string>();
   if (arrivals.length > 0 && arrivals[0]!.arrivalMs <= durationMs)
     queue.push(Math.max(0, arrivals[0]!.arrivalMs), { kind: 'arrival', index: 0 });
   let nextProgressS = 1;
@@ -250,6 +258,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         const next = arrivals[item.index + 1];
         if (next && next.arrivalMs <= durationMs)
           queue.push(next.arrivalMs, { kind: 'arrival', index: item.index + 1 });
+        if (req.interactionId !== undefined && abandoned.has(req.interactionId)) break;
         const g = item.index % dispatchers;
         const rec: Rec = {
           req,
@@ -265,7 +274,10 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         recs.set(req.id, rec);
         records.push(rec);
         const res = await gateways[g]!.submit(req);
-        if (!res.ok) rec.rejected = { code: res.code, atS: nowS() };
+        if (!res.ok) {
+          rec.rejected = { code: res.code, atS: nowS() };
+          if (abandon && req.interactionId !== undefined) abandoned.add(req.interactionId);
+        }
         break;
       }
       case 'step':
