@@ -31,12 +31,29 @@ export { engineConfigSchema, type ResolvedEngineConfig, resolveEngineConfig } fr
 export { EngineModel } from './engine-model.ts';
 export { SimError, SimErrorCode } from './errors.ts';
 export { EventQueue } from './event-queue.ts';
+export { type VtcFairnessBound, vtcFairnessBound } from './fairness-bound.ts';
+export {
+  type AppProfileOptions,
+  appProfilesOf,
+  type FairServeOptions,
+  fairserveOptionsOf,
+  type OitLimitOptions,
+  oitLimitsOf,
+  peakWindowCounts,
+} from './fairserve-profiles.ts';
 export {
   GPU_HARDWARE,
   type GpuHardware,
   MODEL_ARCHITECTURES,
   type ModelArchitecture,
 } from './hardware-specs.ts';
+export {
+  computeInteractionMetrics,
+  type InteractionCounts,
+  type InteractionMetrics,
+  type InteractionMetricsOptions,
+  type UserInteractionMetrics,
+} from './interaction-metrics.ts';
 export {
   FIXED_RESERVE_GIB,
   type KvCapacityBreakdown,
@@ -80,6 +97,7 @@ export {
   type ScenarioRunInput,
 } from './scenario.ts';
 export { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
+export { FAIRSERVE_ABUSE_WINDOW_S, FAIRSERVE_ABUSER } from './scenarios/fairserve.ts';
 export {
   loadTrace,
   parseTraceCsv,

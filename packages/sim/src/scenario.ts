@@ -9,11 +9,16 @@ import type { LengthSpec } from './distributions.ts';
 import type { EngineConfig } from './engine-api.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';
+import { FAIRSERVE_SCENARIOS } from './scenarios/fairserve.ts';
 import { VTC_SCENARIOS } from './scenarios/vtc.ts';
 import { loadTrace, splitTenantIds, TRACE_FILES, type TraceRow, traceWorkload } from './trace.ts';
 import { generateWorkload } from './workload.ts';
 
-const BUILTIN: Readonly<Record<string, ScenarioInput>> = { ...VTC_SCENARIOS, ...AZURE_SCENARIOS };
+const BUILTIN: Readonly<Record<string, ScenarioInput>> = {
+  ...VTC_SCENARIOS,
+  ...AZURE_SCENARIOS,
+  ...FAIRSERVE_SCENARIOS,
+};
 
 /** A scenario ready to run: validated, named, and where relative trace paths resolve from. */
 export interface LoadedScenario {
