@@ -1,4 +1,6 @@
+import type { RequestDescriptor } from '@fairway/core';
 import { type OrderingPolicy, orderingPolicyByName } from '@fairway/policy';
+import { fairserveOptionsOf } from '@fairway/sim';
 
 /** What a policy may need from the run: tenant weights, limits given on the command line. */
 export interface PolicyContext {
@@ -6,6 +8,8 @@ export interface PolicyContext {
   readonly tenantWeights: Readonly<Record<string, number>>;
   /** `--rpm`: requests per minute per tenant. */
   readonly rpm?: number | undefined;
+  /** Past traffic like the run's, from which WSC learns app profiles and OIT its limits. */
+  readonly history?: readonly RequestDescriptor[] | undefined;
 }
 
 /** An ordering policy selectable by name on the command line. */
@@ -16,8 +20,8 @@ export interface PolicyEntry {
 
 /**
  * Ordering policies by CLI name: each policy of `@fairway/policy` is one line here, and this
- * table is what `--policy` accepts and `--help` lists. WSC needs app profiles, which scenarios do
- * not carry yet, so it is not offered here.
+ * table is what `--policy` accepts and `--help` lists. WSC and OIT learn app profiles and limits
+ * from `history` (FairServe sections 4.2–4.3).
  */
 export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
   fcfs: {
@@ -47,5 +51,13 @@ export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
   'vtc-oracle': {
     description: 'VTC charging the true output length at dispatch',
     create: () => orderingPolicyByName('vtc-oracle'),
+  },
+  wsc: {
+    description: 'FairServe weighted service counter: per user@app, normalised by app profiles',
+    create: (c) => orderingPolicyByName('wsc', fairserveOptionsOf(c.history ?? [])),
+  },
+  'wsc-oit': {
+    description: 'FairServe WSC plus overload- and interaction-driven throttling (OIT)',
+    create: (c) => orderingPolicyByName('wsc-oit', fairserveOptionsOf(c.history ?? [])),
   },
 };

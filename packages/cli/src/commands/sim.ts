@@ -30,6 +30,10 @@ export interface SimOptions {
   readonly out?: string | undefined;
   readonly list?: boolean | undefined;
   readonly rpm?: number | undefined;
+  /** Gateway replicas sharing one store. */
+  readonly dispatchers?: number | undefined;
+  /** Interval at which each gateway charges streamed output, ms. */
+  readonly flushMs?: number | undefined;
 }
 
 function integer(value: string): number {
@@ -65,6 +69,8 @@ export function registerSimCommand(program: Command, io: CliIo, setCode: (code: 
     .option('--rpm <n>', 'requests per minute per tenant (policy rpm)', integer)
     .option('--seed <n>', "override the scenario's seed", integer)
     .option('--duration <s>', "override the scenario's duration (simulated seconds)", positive)
+    .option('--dispatchers <n>', 'gateway replicas (dispatchers) sharing one store (default 1)', integer)
+    .option('--flush-ms <ms>', 'each dispatcher charges streamed output this often (default 50)', positive)
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--out <dir>', 'also write report.json and SVG plots to this directory')
     .option('--list', 'list the built-in scenarios')
@@ -93,11 +99,15 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     );
   if (opts.policy === 'rpm' && (opts.rpm === undefined || opts.rpm <= 0))
     problems.push('policy rpm needs --rpm <n> (requests per minute per tenant, > 0)');
+  if (opts.dispatchers !== undefined && opts.dispatchers < 1)
+    problems.push('--dispatchers must be at least 1');
   if (problems.length > 0 || !policyEntry || !placementEntry || !opts.scenario)
     throw new UsageError(problems);
 
   const loaded = loadScenario(opts.scenario);
   const input = buildRunInput(loaded, { seed: opts.seed, durationS: opts.duration });
+  // FairServe policies learn from past traffic: the same scenario under the next seed.
+  const history = buildRunInput(loaded, { seed: input.seed + 1, durationS: opts.duration }).arrivals;
   const bar =
     io.stderrIsTty && !opts.json
       ? new SingleBar(
@@ -118,8 +128,10 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
   try {
     run = await runSimulation({
       ...input,
-      ordering: policyEntry.create({ tenantWeights: input.tenantWeights, rpm: opts.rpm }),
+      ordering: policyEntry.create({ tenantWeights: input.tenantWeights, rpm: opts.rpm, history }),
       placement: placementEntry.create(input.seed),
+      dispatchers: opts.dispatchers,
+      flushMs: opts.flushMs,
       onProgress: bar ? (simulatedS: number) => bar.update(Math.round(simulatedS)) : undefined,
     });
   } finally {
