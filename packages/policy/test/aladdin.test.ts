@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { aladdinPlacement } from '../src/aladdin/aladdin-placement.ts';
 import { placeBestFit, rankBestFit } from '../src/aladdin/best-fit.ts';
 import { capacityNorm } from '../src/aladdin/capacity-norm.ts';
 import { rebalance } from '../src/aladdin/rebalance.ts';
@@ -279,5 +280,31 @@ describe('fitWorkerCount', () => {
         { rate: 2, replicas: 2 },
       ]),
     ).toThrow(/\[0\]\.replicas/);
+  });
+});
+
+describe('aladdinPlacement', () => {
+  const state = (id: string, reservedTokens: number, reservedSeqs: number, stale = false) => ({
+    id,
+    tokenCapacity: 10_000,
+    seqCapacity: 32,
+    reservedTokens,
+    reservedSeqs,
+    running: reservedSeqs,
+    waiting: 0,
+    kvUsage: reservedTokens / 10_000,
+    stale,
+  });
+
+  it('orders fresh replicas fullest first by capacity norm and stale ones last', () => {
+    const policy = aladdinPlacement();
+    const order = policy.order([
+      state('empty', 0, 0),
+      state('stale-full', 9000, 30, true),
+      state('half', 5000, 16),
+      state('most', 8000, 20),
+    ]);
+    expect(order.map((r) => r.id)).toEqual(['most', 'half', 'empty', 'stale-full']);
+    expect(policy.forDispatcher('d2')).toBe(policy);
   });
 });

@@ -9,22 +9,30 @@ import {
   type QueuePlan,
   withoutGroups,
 } from './plan-instance.ts';
+import { improvePlan } from './plan-search.ts';
 
 /** Options of {@link solveGlobalSchedule}. */
 export interface GlobalScheduleOptions {
-  /** MILP solver; without one the EDF plan is used. */
+  /** MILP solver; without one the (improved) EDF plan is used. */
   readonly solver?: MilpSolver | undefined;
   /** Work limits of the solve. @default { timeLimitS: 1 } */
   readonly budget?: MilpBudget | undefined;
   /** Most positions per virtual queue in the MILP (see `buildMilp`). */
   readonly maxPositions?: number | undefined;
+  /**
+   * Improve the EDF plan by local search and hand it to the MILP as its first incumbent, so a
+   * solve stopped by its budget is never worse than that plan. @default true
+   */
+  readonly warmStart?: boolean | undefined;
 }
 
 /** Where the chosen plan came from. */
 export type PlanSource =
-  /** The MILP's solution (optimal, or the incumbent when a limit stopped it). */
+  /** The MILP's solution: proven optimal, or an incumbent better than its starting plan. */
   | 'milp'
-  /** EDF list scheduling, because the MILP found no plan in budget or EDF's plan was cheaper. */
+  /** The MILP ran but did not beat its starting plan (EDF improved by local search) within budget. */
+  | 'warm-start'
+  /** No MILP solution within budget (or no solver): EDF, improved by local search under `warmStart`. */
   | 'edf-fallback';
 
 /** The global scheduler's decision. */
@@ -32,9 +40,11 @@ export interface GlobalSchedule {
   readonly plan: QueuePlan;
   readonly source: PlanSource;
   readonly evaluation: PlanEvaluation & { readonly feasible: true };
+  /** Objective of the plain EDF plan, for comparison. */
+  readonly edfObjective: number;
   /** How the MILP ended, when one was solved. */
   readonly solverStatus?: 'optimal' | 'feasible' | 'infeasible' | 'no-solution' | undefined;
-  /** Why EDF was used, when it was. */
+  /** Why the MILP's solution was not used, when it was not. */
   readonly fallbackReason?: string | undefined;
   /** Groups no queue can serve (no replica can load their model). */
   readonly unplaced: readonly string[];
@@ -53,9 +63,9 @@ function feasible(e: PlanEvaluation): PlanEvaluation & { feasible: true } {
 /**
  * QLM's global scheduler (section 7): orders the request groups on the virtual queues to minimise
  * the SLO penalty, model swaps included, with a MILP, and falls back to earliest-deadline-first
- * when the solver returns no plan within its budget (section 9). The EDF plan is always computed
- * (it is cheap) and kept when a time-limited incumbent is worse than it. Synchronous and pure apart
- * from the solver's own clock; call it off the request path.
+ * when the solver returns no plan within its budget (section 9). The EDF plan, improved by local
+ * search, is the MILP's first incumbent, so a budget-limited solve returns at least that plan.
+ * Synchronous and pure apart from the solver's own clock; call it off the request path.
  */
 export function solveGlobalSchedule(
   instance: PlanInstance,
@@ -65,12 +75,16 @@ export function solveGlobalSchedule(
   const unplaced = new Set(edf.unplaced);
   const solvable = withoutGroups(instance, unplaced);
   const edfEval = feasible(evaluatePlan(solvable, edf.plan));
+  const warm = options.warmStart ?? true;
+  const start = warm ? improvePlan(solvable, edf.plan) : { plan: edf.plan, evaluation: edfEval };
+  const startEval = feasible(start.evaluation);
+  const base = { edfObjective: edfEval.objective, unplaced: [...unplaced] };
   const fallback = (reason: string, extra: Partial<GlobalSchedule> = {}): GlobalSchedule => ({
-    plan: edf.plan,
+    plan: start.plan,
     source: 'edf-fallback',
-    evaluation: edfEval,
+    evaluation: startEval,
     fallbackReason: reason,
-    unplaced: [...unplaced],
+    ...base,
     ...extra,
   });
   if (solvable.groups.length === 0) return fallback('nothing to schedule');
@@ -78,7 +92,11 @@ export function solveGlobalSchedule(
 
   const model = buildMilp(solvable, { maxPositions: options.maxPositions });
   const milp = { binaries: model.binaries, rows: model.rows };
-  const result = options.solver.solve(model.lp, options.budget ?? { timeLimitS: 1 });
+  const result = options.solver.solve(
+    model.lp,
+    options.budget ?? { timeLimitS: 1 },
+    warm ? model.start(start.plan) : undefined,
+  );
   if (result.status !== 'optimal' && result.status !== 'feasible') {
     return fallback(`MILP ${result.status} (${result.detail})`, { solverStatus: result.status, milp });
   }
@@ -87,8 +105,20 @@ export function solveGlobalSchedule(
   if (!plan || !evaluation?.feasible) {
     return fallback('MILP solution is not a valid plan', { solverStatus: result.status, milp });
   }
-  if (result.status === 'feasible' && edfEval.objective < evaluation.objective) {
-    return fallback('EDF plan is cheaper than the MILP incumbent', { solverStatus: result.status, milp });
+  const eps = 1e-9 * Math.max(1, Math.abs(startEval.objective));
+  const better = evaluation.objective < startEval.objective - eps;
+  // A budget-limited incumbent that does not beat the start, or a proven optimum of a model whose
+  // positions were too few for the start, loses to the starting plan.
+  if ((result.status === 'feasible' && !better) || evaluation.objective > startEval.objective + eps) {
+    return {
+      plan: start.plan,
+      source: 'warm-start',
+      evaluation: startEval,
+      solverStatus: result.status,
+      fallbackReason: `MILP (${result.detail}) did not beat its starting plan`,
+      milp,
+      ...base,
+    };
   }
-  return { plan, source: 'milp', evaluation, solverStatus: result.status, unplaced: [...unplaced], milp };
+  return { plan, source: 'milp', evaluation, solverStatus: result.status, milp, ...base };
 }

@@ -1,4 +1,4 @@
-import type { PlanGroup, PlanInstance, QueuePlan } from './plan-instance.ts';
+import { normalizeKindOrder, type PlanGroup, type PlanInstance, type QueuePlan } from './plan-instance.ts';
 
 /** Order in which a list planner takes groups. */
 export type ListOrder =
@@ -72,8 +72,6 @@ export function listPlan(
     if (best) append(best.q, i, best.start);
     else unplaced.push(g.id);
   }
-  return {
-    plan: Object.fromEntries(queues.map((q, k) => [q.id, (state[k] as (typeof state)[number]).order])),
-    unplaced,
-  };
+  const plan = Object.fromEntries(queues.map((q, k) => [q.id, (state[k] as (typeof state)[number]).order]));
+  return { plan: normalizeKindOrder(instance, plan), unplaced };
 }

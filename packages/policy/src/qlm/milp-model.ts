@@ -7,6 +7,11 @@ export interface MilpModel {
   readonly rows: number;
   /** Reads the queue plan from the solver's column values; undefined if they are not a plan. */
   decode(values: (name: string) => number | undefined): QueuePlan | undefined;
+  /**
+   * The assignment columns of `plan` as a MIP start (1 where a group sits, 0 elsewhere); empty
+   * when the plan does not fit the model (a queue longer than its positions, a forbidden pair).
+   */
+  start(plan: QueuePlan): Map<string, number>;
 }
 
 /** Options of {@link buildMilp}. */
@@ -127,6 +132,26 @@ export function buildMilp(instance: PlanInstance, options: MilpBuildOptions = {}
   }
   horizon += (G + 1) * maxLoad;
   const bigM = horizon + Math.max(0, maxOffset) + 1;
+  // Tighter big-M for the start rows: an upper bound on the start of position j of queue q (ready
+  // time, the j longest services it could hold, and a swap before every position).
+  const startBound = queues.map((queue, q) => {
+    const services = groups
+      .map((_, i) =>
+        (allowed[i] as boolean[])[q] ? ((instance.serviceS[i] as readonly number[])[q] as number) : 0,
+      )
+      .sort((a, b) => b - a);
+    let load = 0;
+    for (const v of Object.values(queue.swapS))
+      load = Math.max(load, v + Math.max(queue.drainS, queue.firstDrainS));
+    const bounds: number[] = [];
+    let acc = queue.readyS;
+    for (let j = 0; j < (positions[q] as number); j++) {
+      acc += load;
+      bounds.push(acc + 1);
+      acc += services[j] ?? 0;
+    }
+    return bounds;
+  });
 
   const lp = new LpWriter();
   const objective: [number, string][] = [];
@@ -197,10 +222,10 @@ export function buildMilp(instance: PlanInstance, options: MilpBuildOptions = {}
           [
             [1, w(i)],
             [-1, t(q, j)],
-            [-bigM, x(i, q, j)],
+            [-((startBound[q] as number[])[j] as number), x(i, q, j)],
           ],
           '>=',
-          -bigM,
+          -((startBound[q] as number[])[j] as number),
         );
       }
     }
@@ -254,6 +279,23 @@ export function buildMilp(instance: PlanInstance, options: MilpBuildOptions = {}
     lp: text,
     binaries: binaries.length,
     rows: lp.rows,
+    start(plan) {
+      const at = new Map<string, [number, number]>();
+      for (const [q, queue] of queues.entries()) {
+        for (const [j, id] of (plan[queue.id] ?? []).entries()) at.set(id, [q, j]);
+      }
+      const values = new Map<string, number>();
+      for (let i = 0; i < G; i++) {
+        const where = at.get((groups[i] as PlanInstance['groups'][number]).id);
+        if (!where || !canSit(i, where[0], where[1])) return new Map();
+        for (let q = 0; q < Q; q++) {
+          for (let j = 0; j < (positions[q] as number); j++) {
+            if (canSit(i, q, j)) values.set(x(i, q, j), where[0] === q && where[1] === j ? 1 : 0);
+          }
+        }
+      }
+      return values;
+    },
     decode(values) {
       const plan: Record<string, { id: string; j: number }[]> = Object.fromEntries(
         queues.map((qq) => [qq.id, []]),

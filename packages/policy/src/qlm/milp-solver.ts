@@ -32,58 +32,84 @@ export type MilpResult =
 
 /** A MILP solver taking CPLEX LP text. Injected so the scheduler stays pure and testable. */
 export interface MilpSolver {
-  solve(lp: string, budget: MilpBudget): MilpResult;
+  /**
+   * Solves `lp` within `budget`. `start` proposes values for some columns (a MIP start); the
+   * solver completes and checks it, and keeps it as its first incumbent when it is feasible.
+   */
+  solve(lp: string, budget: MilpBudget, start?: ReadonlyMap<string, number>): MilpResult;
 }
-
-const LIMIT_STATUSES = new Set([
-  'Time limit reached',
-  'Iteration limit reached',
-  'Bound on objective reached',
-  'Target for objective reached',
-  'Unknown',
-]);
 
 /**
  * A {@link MilpSolver} over HiGHS compiled to WebAssembly (the `highs` package). Load HiGHS once
- * with `await (await import('highs')).default()` — or {@link loadHighsSolver} — and reuse it; each
- * solve is synchronous and gets a fresh native instance.
+ * (`await loadHighs()`, or {@link loadHighsSolver}) and reuse it; each solve is synchronous and
+ * owns a fresh native model, disposed before it returns.
  *
  * @throws SolverError when HiGHS reports a load, model or solve error (a bug in the model text)
  */
 export function highsSolver(highs: Highs): MilpSolver {
+  const ms = highs.constants.modelStatus;
+  const limit = new Set<number>([ms.timeLimit, ms.iterationLimit, ms.objectiveBound, ms.objectiveTarget]);
   return {
-    solve(lp, budget) {
-      const options: Record<string, number | boolean | string> = {
-        output_flag: false,
-        time_limit: budget.timeLimitS,
-        mip_rel_gap: budget.relativeGap ?? 1e-4,
-      };
-      if (budget.maxNodes !== undefined) options.mip_max_nodes = budget.maxNodes;
-      let result: ReturnType<Highs['solve']>;
+    solve(lp, budget, start) {
+      let model: ReturnType<Highs['createModel']>;
       try {
-        result = highs.solve(lp, options);
+        model = highs.createModel({ format: 'lp', data: lp });
       } catch (err) {
-        throw new SolverError('exception', 'HiGHS rejected the model', { cause: err });
+        throw new SolverError('load error', 'HiGHS rejected the model text', { cause: err });
       }
-      const status = result.Status;
-      if (status === 'Infeasible' || status === 'Primal infeasible or unbounded') {
-        return { status: 'infeasible', detail: status };
+      try {
+        model.options.set({
+          output_flag: false,
+          time_limit: budget.timeLimitS,
+          mip_rel_gap: budget.relativeGap ?? 1e-4,
+        });
+        if (budget.maxNodes !== undefined) model.options.set({ mip_max_nodes: budget.maxNodes });
+        const index = new Map<string, number>();
+        const numCols = model.getLp().numCols;
+        for (let c = 0; c < numCols; c++) index.set(model.getColName(c), c);
+        if (start && start.size > 0) {
+          const indices: number[] = [];
+          const values: number[] = [];
+          for (const [name, v] of start) {
+            const c = index.get(name);
+            if (c === undefined) continue;
+            indices.push(c);
+            values.push(v);
+          }
+          model.setSolution({ indices: Int32Array.from(indices), values: Float64Array.from(values) });
+        }
+        model.run();
+        const status = model.getModelStatus();
+        const detail = statusName(highs, status);
+        if (status === ms.infeasible || status === ms.unboundedOrInfeasible)
+          return { status: 'infeasible', detail };
+        const hasPrimal =
+          model.info.get('primal_solution_status') === highs.constants.solutionStatus.feasible;
+        if ((status === ms.optimal || limit.has(status) || status === ms.interrupted) && hasPrimal) {
+          const colValue = model.getSolution().colValue;
+          return {
+            status: status === ms.optimal ? 'optimal' : 'feasible',
+            objective: model.getObjectiveValue(),
+            value: (name) => {
+              const c = index.get(name);
+              return c === undefined ? undefined : colValue[c];
+            },
+            detail,
+          };
+        }
+        if (limit.has(status) || status === ms.interrupted || status === ms.unknown)
+          return { status: 'no-solution', detail };
+        throw new SolverError(detail, 'HiGHS could not solve the model');
+      } finally {
+        model.dispose();
       }
-      const hasIncumbent =
-        typeof result.ObjectiveValue === 'number' && Number.isFinite(result.ObjectiveValue);
-      if (status === 'Optimal' || (LIMIT_STATUSES.has(status) && hasIncumbent)) {
-        const columns = result.Columns as Record<string, { Primal?: number }>;
-        return {
-          status: status === 'Optimal' ? 'optimal' : 'feasible',
-          objective: result.ObjectiveValue,
-          value: (name) => columns[name]?.Primal,
-          detail: status,
-        };
-      }
-      if (LIMIT_STATUSES.has(status)) return { status: 'no-solution', detail: status };
-      throw new SolverError(status, 'HiGHS could not solve the model');
     },
   };
+}
+
+function statusName(highs: Highs, status: number): string {
+  for (const [name, code] of Object.entries(highs.constants.modelStatus)) if (code === status) return name;
+  return `status ${status}`;
 }
 
 /** Loads the HiGHS WebAssembly module (a one-time, local file read) and wraps it as a {@link MilpSolver}. */

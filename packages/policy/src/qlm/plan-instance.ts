@@ -141,3 +141,26 @@ export function withoutGroups(instance: PlanInstance, drop: ReadonlySet<string>)
     lateOffsetS: keep.map(({ i }) => instance.lateOffsetS[i] as readonly number[]),
   };
 }
+
+/**
+ * Puts groups of one kind (`orderKey`) back in their instance order on every queue, each kind in
+ * the positions it already holds — the order the MILP's symmetry-breaking rows require.
+ */
+export function normalizeKindOrder(instance: PlanInstance, plan: QueuePlan): QueuePlan {
+  const rank = new Map(instance.groups.map((g, i) => [g.id, i]));
+  const kind = new Map(instance.groups.map((g) => [g.id, g.orderKey]));
+  const out: Record<string, string[]> = {};
+  for (const [queue, ids] of Object.entries(plan)) {
+    const byKind = new Map<string, string[]>();
+    for (const id of ids) {
+      const k = kind.get(id);
+      if (k !== undefined) byKind.set(k, [...(byKind.get(k) ?? []), id]);
+    }
+    for (const list of byKind.values()) list.sort((a, b) => (rank.get(a) ?? 0) - (rank.get(b) ?? 0));
+    out[queue] = ids.map((id) => {
+      const k = kind.get(id);
+      return k === undefined ? id : ((byKind.get(k) as string[]).shift() as string);
+    });
+  }
+  return out;
+}

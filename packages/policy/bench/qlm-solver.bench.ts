@@ -1,0 +1,169 @@
+/**
+ * Time per decision of QLM's global scheduler (QLM section 8.3, "Scalability and overhead") for
+ * 1,000 and 10,000 queued requests. Request grouping keeps the MILP at a few dozen groups however
+ * long the queue is. Each row is the median over rounds of fresh random queues (seeded).
+ *
+ * Run with `npm run bench:qlm`; env: QLM_BENCH_REPLICAS (4), QLM_BENCH_TIME_LIMIT_S (2),
+ * QLM_BENCH_ROUNDS (3), QLM_BENCH_DELTA (4).
+ */
+import { createRng, DEFAULT_SLO_CLASSES, type Rng } from '@fairway/core';
+import { sloClassMap } from '../src/edf.ts';
+import { solveGlobalSchedule } from '../src/qlm/global-scheduler.ts';
+import { buildPlanInstance } from '../src/qlm/instance-builder.ts';
+import { listPlan } from '../src/qlm/list-planner.ts';
+import { loadHighsSolver } from '../src/qlm/milp-solver.ts';
+import { OutputLengthStats } from '../src/qlm/output-stats.ts';
+import { evaluatePlan } from '../src/qlm/plan-instance.ts';
+import { improvePlan } from '../src/qlm/plan-search.ts';
+import type { QlmReplica, QlmState } from '../src/qlm/qlm-state.ts';
+import { type GroupKey, GroupTable, groupKeyString, toQlmRequest } from '../src/qlm/request-group.ts';
+import type { RwtProfile } from '../src/qlm/rwt-estimator.ts';
+
+const REPLICAS = Number(process.env.QLM_BENCH_REPLICAS ?? 4);
+const TIME_LIMIT_S = Number(process.env.QLM_BENCH_TIME_LIMIT_S ?? 2);
+const ROUNDS = Number(process.env.QLM_BENCH_ROUNDS ?? 3);
+const DELTA = Number(process.env.QLM_BENCH_DELTA ?? 4);
+const BATCH = 64;
+
+// A Llama-2-7B-like replica: 64-sequence batches at 25 ms an iteration, ε = 1.2 (≈ 2,100 tokens/s).
+const profile: RwtProfile = {
+  decodeMsPerIteration: 25,
+  batchSize: BATCH,
+  inefficiency: 1.2,
+  prefillMs: 150,
+  maxOutputTokens: 1024,
+};
+const models = ['llama-a', 'llama-b'];
+const classes = sloClassMap(DEFAULT_SLO_CLASSES);
+
+function makeState(rng: Rng, queued: number): QlmState {
+  const nowMs = 3_600_000;
+  // Two prompt-length profiles × three classes × two models: twelve kinds of request.
+  const table = new GroupTable({ avgBatchSize: BATCH, delta: DELTA, profileBoundaries: [1024] });
+  for (let i = 0; i < queued; i++) {
+    const u = rng.next();
+    const sloClass = u < 0.2 ? 'interactive' : u < 0.6 ? 'batch-1' : 'batch-2';
+    const input = Math.min(8000, Math.max(8, Math.round(Math.exp(5.5 + 1.1 * rng.normal()))));
+    table.add(
+      toQlmRequest(
+        {
+          id: `r${i}`,
+          tenant: 't',
+          model: models[rng.int(0, models.length - 1)] as string,
+          sloClass,
+          inputTokens: input,
+          maxTokens: 1024,
+          // Arrived over the last minute, so some interactive deadlines are close.
+          arrivalMs: nowMs - rng.int(0, 60_000),
+        },
+        classes,
+      ),
+    );
+  }
+  const replicas: QlmReplica[] = Array.from({ length: REPLICAS }, (_, k) => ({
+    id: `r${k}`,
+    model: models[k % models.length],
+    loadable: Object.fromEntries(models.map((m) => [m, { costS: 20, mechanism: 'sleep-wake' as const }])),
+    profiles: Object.fromEntries(models.map((m) => [m, profile])),
+    running: [],
+    freeTokens: 0,
+    freeSeqs: 0,
+  }));
+  return { nowMs, replicas, groups: table.groups(), queues: {} };
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
+
+const solver = await loadHighsSolver();
+const lengths = new OutputLengthStats({ mean: 250, variance: 200 ** 2 });
+const outputStats = (key: GroupKey) => lengths.get(groupKeyString(key));
+
+// Warm the WebAssembly JIT so the first row does not pay for compilation.
+solveGlobalSchedule(buildPlanInstance(makeState(createRng(99), 300), { outputStats }), {
+  solver,
+  budget: { timeLimitS: 2 },
+});
+
+console.log(
+  `QLM global scheduler: ${REPLICAS} replicas, ${models.length} models (20 s swaps), group size ${BATCH * DELTA} ` +
+    `(δ=${DELTA} × batch ${BATCH}), MILP time limit ${TIME_LIMIT_S} s, median of ${ROUNDS} rounds`,
+);
+const header = [
+  'queued',
+  'groups',
+  'MILP binaries',
+  'estimator ms',
+  'EDF ms',
+  'local search ms',
+  'decision ms',
+  'MILP status/plan from (per round)',
+  'penalty EDF',
+  'penalty start',
+  'penalty QLM',
+  'swaps EDF',
+  'swaps QLM',
+];
+console.log(header.join(' | '));
+for (const queued of [1_000, 10_000]) {
+  const rows: Record<string, number[]> = {
+    est: [],
+    edf: [],
+    ls: [],
+    total: [],
+    pEdf: [],
+    pStart: [],
+    pQlm: [],
+    sEdf: [],
+    sQlm: [],
+  };
+  let groups = 0;
+  let binaries = 0;
+  const statuses: string[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const state = makeState(createRng(1000 + round), queued);
+    const t0 = performance.now();
+    const instance = buildPlanInstance(state, { outputStats });
+    const t1 = performance.now();
+    const edf = listPlan(instance, 'edf');
+    const t2 = performance.now();
+    const start = improvePlan(instance, edf.plan);
+    const t3 = performance.now();
+    const result = solveGlobalSchedule(instance, { solver, budget: { timeLimitS: TIME_LIMIT_S } });
+    const t4 = performance.now();
+    groups = instance.groups.length;
+    binaries = result.milp?.binaries ?? 0;
+    statuses.push(`${result.solverStatus ?? '-'}/${result.source}`);
+    const edfEval = evaluatePlan(instance, edf.plan);
+    rows.est?.push(t1 - t0);
+    rows.edf?.push(t2 - t1);
+    rows.ls?.push(t3 - t2);
+    // One decision = estimator + the scheduler (which runs EDF, local search and the MILP itself).
+    rows.total?.push(t1 - t0 + (t4 - t3));
+    rows.pEdf?.push(edfEval.feasible ? edfEval.penalty : Number.NaN);
+    rows.pStart?.push(start.evaluation.feasible ? start.evaluation.penalty : Number.NaN);
+    rows.pQlm?.push(result.evaluation.penalty);
+    rows.sEdf?.push(edfEval.feasible ? edfEval.swaps : Number.NaN);
+    rows.sQlm?.push(result.evaluation.swaps);
+  }
+  const m = (k: string, digits = 0) => median(rows[k] ?? []).toFixed(digits);
+  console.log(
+    [
+      queued,
+      groups,
+      binaries,
+      m('est', 1),
+      m('edf', 1),
+      m('ls', 0),
+      m('total', 0),
+      statuses.join(','),
+      '',
+      m('pEdf', 1),
+      m('pStart', 1),
+      m('pQlm', 1),
+      m('sEdf'),
+      m('sQlm'),
+    ]
+      .filter((v) => v !== '')
+      .join(' | '),
+  );
+}
