@@ -26,6 +26,11 @@ export interface Dispatched {
   readonly picker: string;
   readonly reserveTokens: number;
   readonly queued: QueuedRequest;
+  /**
+   * Output predicted for the request when it was picked, if the policy prices predictions; the
+   * owner prices its streamed output against it.
+   */
+  readonly predicted?: number;
 }
 
 /** Options of a {@link Gateway}; functions and objects are injected, numbers have defaults. */

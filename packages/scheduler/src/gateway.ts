@@ -28,8 +28,8 @@ export type SubmitResult =
 interface Owned {
   readonly req: RequestDescriptor;
   readonly pool: string;
-  /** Output predicted at admission (VTC(predict) prices streamed output against it). */
-  readonly predicted: number | undefined;
+  /** Output predicted for the request (VTC(predict) prices streamed output against it). */
+  predicted: number | undefined;
   state: 'queued' | 'running';
   replica: string | undefined;
 }
@@ -190,7 +190,7 @@ export class Gateway {
    * store) and starts charging its output. Only the request id and replica are read, so an owner
    * that learns of a dispatch over the bus (an assignment) can call it without the full record.
    */
-  started(d: Pick<Dispatched, 'id' | 'replica'>): void {
+  started(d: Pick<Dispatched, 'id' | 'replica'> & Partial<Pick<Dispatched, 'predicted'>>): void {
     const own = this.#owned.get(d.id);
     if (own === undefined || own.state !== 'queued')
       throw new GatewayError(
@@ -203,6 +203,7 @@ export class Gateway {
       );
     own.state = 'running';
     own.replica = d.replica;
+    if (d.predicted !== undefined) own.predicted = d.predicted;
     this.#running++;
     this.#charges.open(d.id, own.req, own.predicted);
   }
@@ -358,9 +359,12 @@ export class Gateway {
           reservedSeqs: s.reservedSeqs + 1,
         };
       const own = this.#owned.get(res.req.id);
+      const req = own?.req ?? decodeRequest(res.req.payload, this.id);
+      const predicted = await this.#repriceAtDispatch(res.req, req);
       const d: Dispatched = {
         id: res.req.id,
-        req: own?.req ?? decodeRequest(res.req.payload, this.id),
+        req,
+        ...(predicted !== undefined ? { predicted } : {}),
         replica: res.replica,
         owner: res.req.owner,
         picker: this.id,
@@ -370,6 +374,22 @@ export class Gateway {
       if (d.owner === this.id) this.started(d);
       o.onDispatch(d);
     }
+  }
+
+  /**
+   * VTC(predict) predicts a request's output when it is selected (VTC Algorithm 3, line 25), but the
+   * queue priced it at admission, and a request may wait minutes while its flow's history changes
+   * (at the start no flow has any). When the policy's dispatch price depends on the prediction,
+   * charge the difference to the price under the flow's prediction now; returns that prediction.
+   */
+  async #repriceAtDispatch(q: QueuedRequest, req: RequestDescriptor): Promise<number | undefined> {
+    const o = this.options;
+    if (o.ordering.dispatchCost(req, undefined) === o.ordering.dispatchCost(req, req.maxTokens))
+      return undefined;
+    const fresh = await o.store.predictedOutput(q.flow);
+    const delta = o.ordering.dispatchCost(req, fresh) - q.dispatchCost;
+    if (delta !== 0) await o.store.charge([{ id: q.id, amount: delta }]);
+    return fresh;
   }
 
   async #settle(id: string, own: Owned, usage: Usage): Promise<void> {
