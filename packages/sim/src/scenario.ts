@@ -11,11 +11,13 @@ import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-sc
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';
 import { FAIRSERVE_SCENARIOS } from './scenarios/fairserve.ts';
 import { VTC_SCENARIOS } from './scenarios/vtc.ts';
+import { VTC_APPENDIX_SCENARIOS } from './scenarios/vtc-appendix.ts';
 import { loadTrace, splitTenantIds, TRACE_FILES, type TraceRow, traceWorkload } from './trace.ts';
 import { generateWorkload } from './workload.ts';
 
 const BUILTIN: Readonly<Record<string, ScenarioInput>> = {
   ...VTC_SCENARIOS,
+  ...VTC_APPENDIX_SCENARIOS,
   ...AZURE_SCENARIOS,
   ...FAIRSERVE_SCENARIOS,
 };
