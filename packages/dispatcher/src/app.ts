@@ -111,11 +111,27 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   };
 
   const app = Fastify({ bodyLimit: options.bodyLimitBytes, logger: false, return503OnClosing: true });
-  app.addHook('onRequest', async (request: TimedRequest) => {
+  // The API takes JSON only; anything else is a 415, not a string body that fails validation.
+  app.removeContentTypeParser('text/plain');
+  // Requests in flight, so closing can wait for them and then drop every socket left: clients
+  // may hold idle or never-used keep-alive connections that would otherwise keep the server open.
+  const inflight = new Set<string>();
+  const settled = (id: string): void => {
+    inflight.delete(id);
+  };
+  app.addHook('onRequest', async (request: TimedRequest, reply) => {
     request[ARRIVED_AT] = deps.timer.now();
+    inflight.add(request.id);
+    reply.raw.once('close', () => settled(request.id));
   });
+  app.addHook('onResponse', async (request) => settled(request.id));
   app.addHook('onReady', async () => runtime.start());
-  app.addHook('preClose', async () => runtime.stop());
+  app.addHook('preClose', async () => {
+    await runtime.stop();
+    const deadline = deps.timer.now() + options.drainTimeoutMs;
+    while (inflight.size > 0 && deps.timer.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    app.server.closeAllConnections();
+  });
   app.addHook('onClose', async () => engines.close());
   app.setErrorHandler((err, _request, reply) => {
     const api = toApiError(err);

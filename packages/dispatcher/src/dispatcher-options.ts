@@ -38,6 +38,8 @@ export interface DispatcherOptions {
   readonly flushMs?: number;
   /** …or as soon as this many output tokens wait to be charged. @default 256 */
   readonly flushTokens?: number;
+  /** On shutdown, how long running requests may take to finish before connections are dropped, ms. @default 30000 */
+  readonly drainTimeoutMs?: number;
   /** Under `policy.oit`: requests per minute one user may send while the pool is overloaded. @default 60 */
   readonly oitUserRpm?: number;
   /** Under `policy.oit`: requests per minute an app without its own `limits.rpm` may send while overloaded. @default 600 */
@@ -62,6 +64,7 @@ const optionsSchema = z
     headroomFraction: z.number().min(0).max(0.9).optional(),
     flushMs: ms.optional(),
     flushTokens: z.number().int().positive().optional(),
+    drainTimeoutMs: z.number().min(0).finite().optional(),
     oitUserRpm: z.number().int().min(0).optional(),
     oitAppRpm: z.number().int().min(0).optional(),
   })
@@ -91,6 +94,7 @@ export function resolveDispatcherOptions(
     headroomFraction: o.headroomFraction ?? 0.01,
     flushMs: o.flushMs ?? config.policy.chargeFlushMs,
     flushTokens: o.flushTokens ?? 256,
+    drainTimeoutMs: o.drainTimeoutMs ?? 30_000,
     oitUserRpm: o.oitUserRpm ?? 60,
     oitAppRpm: o.oitAppRpm ?? 600,
   };

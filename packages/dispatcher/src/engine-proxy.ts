@@ -92,16 +92,19 @@ function evicted(): ApiError {
   return new ApiError('NOT_READY', 'the request was evicted from its replica; retry', { retryAfterS: 1 });
 }
 
-/** Waits until `res` can take more bytes, or is closed. */
-function drained(res: ServerResponse): Promise<void> {
+/** Waits until `res` can take more bytes, is closed, or `signal` aborts (client gone, eviction). */
+function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
+  if (res.destroyed || signal.aborted) return Promise.resolve();
   return new Promise((resolve) => {
     const done = (): void => {
       res.off('drain', done);
       res.off('close', done);
+      signal.removeEventListener('abort', done);
       resolve();
     };
     res.once('drain', done);
     res.once('close', done);
+    signal.addEventListener('abort', done, { once: true });
   });
 }
 
@@ -146,7 +149,7 @@ export async function proxyStream(
   let firstByteMs: number | undefined;
   const write = async (bytes: Uint8Array): Promise<void> => {
     if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
-    if (!res.write(bytes)) await drained(res);
+    if (!res.write(bytes)) await drained(res, call.signal);
   };
   try {
     for await (const chunk of stream) {

@@ -16,6 +16,8 @@ const DATA = Buffer.from('data:');
  */
 export class UsageChunkFilter {
   #carry: Buffer | undefined;
+  /** A usage line was cut at the end of the last block; its blank separator comes next. */
+  #skipBlank = false;
   /** Usage-only events removed so far. */
   dropped = 0;
 
@@ -31,7 +33,13 @@ export class UsageChunkFilter {
       return undefined;
     }
     this.#carry = last + 1 < data.length ? Buffer.from(data.subarray(last + 1)) : undefined;
-    return this.#cut(data.subarray(0, last + 1));
+    let block = data.subarray(0, last + 1);
+    if (this.#skipBlank) {
+      this.#skipBlank = false;
+      const skip = block[0] === LF ? 1 : block[0] === CR && block[1] === LF ? 2 : 0;
+      block = block.subarray(skip);
+    }
+    return this.#cut(block);
   }
 
   /** The bytes still held at the end of the stream (an unterminated last line), if any. */
@@ -56,6 +64,7 @@ export class UsageChunkFilter {
       if (line.indexOf(DATA) !== 0 || line.indexOf(EMPTY_CHOICES) < 0) continue;
       // Drop the line and the blank line that ends its event, if it has arrived.
       let end = lineEnd + 1;
+      if (end === block.length) this.#skipBlank = true;
       if (block[end] === CR) end++;
       if (block[end] === LF) end++;
       this.dropped++;

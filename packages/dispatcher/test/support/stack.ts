@@ -1,0 +1,148 @@
+import { NodeAgent } from '@fairway/agent';
+import { type FairwayConfig, parseConfig, silentLogger, systemClock } from '@fairway/core';
+import {
+  type EngineSimHandle,
+  type EngineSimOptionsInput,
+  startEngineSim,
+  VllmClient,
+} from '@fairway/engine';
+import { RedisStore, type SchedulingStore, StoreKeys } from '@fairway/store';
+import { redisUrl, uniquePrefix } from '@fairway/testkit';
+import {
+  connectInfrastructure,
+  type DispatcherOptions,
+  type Infrastructure,
+  type RunningDispatcher,
+  serveSettings,
+  startDispatcher,
+} from '../../src/index.ts';
+
+/** Options of {@link startStack}. */
+export interface StackOptions {
+  /** Config file content (parsed like a config file). */
+  readonly config: unknown;
+  /** Simulated engines, each with its own options. @default one with defaults below */
+  readonly engines?: readonly EngineSimOptionsInput[];
+  /** Dispatchers sharing the store and bus. @default 1 */
+  readonly dispatchers?: number;
+  readonly options?: DispatcherOptions;
+  /** Per-dispatcher option overrides, by index. */
+  readonly perDispatcher?: readonly (DispatcherOptions | undefined)[];
+  /** Use the machine's Redis (unique prefix) instead of the in-memory store. @default false */
+  readonly redis?: boolean;
+}
+
+/** A running in-process fleet: engine-sims with agents, dispatchers, one store and bus. */
+export interface Stack {
+  readonly config: FairwayConfig;
+  readonly dispatchers: readonly RunningDispatcher[];
+  readonly infra: Infrastructure;
+  readonly store: SchedulingStore;
+  readonly sims: readonly EngineSimHandle[];
+  readonly agents: readonly NodeAgent[];
+  /** Replica ids of the sims, in order. */
+  readonly replicas: readonly string[];
+  close(): Promise<void>;
+}
+
+/** Starts engines, their agents and dispatchers in this process; waits until every replica serves. */
+export async function startStack(o: StackOptions): Promise<Stack> {
+  const config = parseConfig(o.config, 'test config');
+  const prefix = uniquePrefix('disp');
+  const infra = await connectInfrastructure({
+    redisUrl: o.redis ? redisUrl() : undefined,
+    prefix,
+    defaultLeaseMs: o.options?.leaseMs ?? 10_000,
+    staleAfterMs: 1000,
+    name: 'test',
+    clock: systemClock,
+    logger: silentLogger,
+  });
+  const sims: EngineSimHandle[] = [];
+  const agents: NodeAgent[] = [];
+  const clients: VllmClient[] = [];
+  const pool = config.pools[0];
+  const model = pool?.model ?? 'llama-2-7b';
+  const replicas: string[] = [];
+  for (const [i, e] of (o.engines ?? [{}]).entries()) {
+    const sim = await startEngineSim({ servedModelName: model, speed: 20, seed: i, ...e });
+    sims.push(sim);
+    const engine = new VllmClient({ url: sim.url });
+    clients.push(engine);
+    const replicaId = `sim-${i + 1}`;
+    replicas.push(replicaId);
+    const agent = new NodeAgent({
+      bus: infra.bus,
+      engine,
+      clock: systemClock,
+      replicaId,
+      pool: pool?.id ?? model,
+      model,
+      maxNumSeqs: e.maxNumSeqs ?? 256,
+      heartbeatIntervalMs: 100,
+    });
+    await agent.start();
+    agents.push(agent);
+  }
+  const dispatchers: RunningDispatcher[] = [];
+  for (let i = 0; i < (o.dispatchers ?? 1); i++) {
+    const settings = serveSettings(
+      {},
+      {
+        port: 0,
+        dispatcherId: `d${i + 1}`,
+        options: { ...o.options, ...o.perDispatcher?.[i] },
+      },
+    );
+    dispatchers.push(
+      await startDispatcher({ settings, config, logger: silentLogger, infrastructure: infra }),
+    );
+  }
+  const deadline = Date.now() + 5000;
+  while (infra.registry.list().filter((v) => v.acceptsWork).length < sims.length) {
+    if (Date.now() > deadline) throw new Error('replicas did not register');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return {
+    config,
+    dispatchers,
+    infra,
+    store: infra.store,
+    sims,
+    agents,
+    replicas,
+    async close() {
+      for (const d of dispatchers) await d.close();
+      for (const a of agents) await a.stop();
+      for (const c of clients) await c.close();
+      for (const s of sims) await s.close();
+      if (infra.store instanceof RedisStore) await cleanRedis(prefix);
+      await infra.close();
+    },
+  };
+}
+
+async function cleanRedis(prefix: string): Promise<void> {
+  const { Redis } = await import('ioredis');
+  const r = new Redis(redisUrl());
+  let cursor = '0';
+  do {
+    const [next, keys] = await r.scan(cursor, 'MATCH', new StoreKeys(prefix).pattern(), 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) await r.del(...keys);
+  } while (cursor !== '0');
+  await r.quit();
+}
+
+/** Polls `check` until it is true, or fails after `timeoutMs`. */
+export async function waitFor(
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 5000,
+  what = 'condition',
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
