@@ -274,6 +274,23 @@ describe('engine-sim engine behaviour through the client', () => {
     }
   });
 
+  it('coalesces chunks into periodic writes under --stream-flush-ms, still one token per chunk', async () => {
+    const sim = await startEngineSim({ speed: 10, streamFlushMs: 50 });
+    const client = new VllmClient({ url: sim.url });
+    try {
+      const s = await client.stream('chat', chat(60));
+      let reads = 0;
+      for await (const _bytes of s) reads++;
+      expect(s.completionTokens).toBe(60);
+      expect(s.usage?.completionTokens).toBe(60);
+      // ~1 ms steps at speed 10: 60 tokens take ~60 ms, so a 50 ms flush leaves few writes.
+      expect(reads).toBeLessThan(20);
+    } finally {
+      await client.close();
+      await sim.close();
+    }
+  });
+
   it('is unhealthy during a slow start, then healthy', async () => {
     const sim = await startEngineSim({ faults: { slowStartMs: 300 } });
     const client = new VllmClient({ url: sim.url });

@@ -40,6 +40,7 @@ interface EngineSimFlags {
   maxModelLen?: number;
   speed?: number;
   seed?: number;
+  streamFlushMs?: number;
   outputTokens?: unknown;
   slowStartMs?: number;
   headersDelayMs?: number;
@@ -80,6 +81,11 @@ export function addEngineSimFlags(cmd: Command): Command {
     .option('--max-model-len <n>', 'longest prompt + output', num)
     .option('--speed <factor>', 'model ms per real ms (10 = ten times faster than the GPU)', num)
     .option('--seed <n>', 'seed of output lengths, faults and ids', num)
+    .option(
+      '--stream-flush-ms <ms>',
+      "coalesce each stream's chunks into one write per interval (0: per step)",
+      num,
+    )
     .option(
       '--output-tokens <spec>',
       'natural output length: a count or a JSON length distribution',
@@ -130,6 +136,7 @@ export function engineSimOptionsFromFlags(f: EngineSimFlags): EngineSimOptionsIn
     maxModelLen: f.maxModelLen,
     speed: f.speed,
     seed: f.seed,
+    streamFlushMs: f.streamFlushMs,
     outputTokens: f.outputTokens,
     faults,
   };

@@ -4,6 +4,7 @@ import type { FaultPlan } from './faults.ts';
 import type { EngineSimMetrics, FinishedReason } from './metrics.ts';
 import type { RealtimeDriver } from './realtime-driver.ts';
 import { ChunkWriter, completionBody, type ResponseIdentity, tokenText } from './response-format.ts';
+import type { Flushable, StreamFlusher } from './stream-flusher.ts';
 
 /** Everything one generation request needs to run and answer. */
 export interface GenerationInit {
@@ -20,6 +21,8 @@ export interface GenerationInit {
   readonly res: ServerResponse;
   readonly driver: RealtimeDriver;
   readonly metrics: EngineSimMetrics;
+  /** Coalesces streamed chunks into periodic writes; absent, each step's chunk is written at once. */
+  readonly flusher?: StreamFlusher;
   /** Called once the request no longer needs the server (finished, aborted or its connection closed). */
   readonly onSettled: (g: Generation) => void;
 }
@@ -31,7 +34,7 @@ type State = 'waiting' | 'running' | 'finished' | 'aborted';
  * model's events into vLLM-shaped SSE chunks (or one JSON body), applies its injected fault, and
  * aborts the sequence, freeing its KV blocks, when the client disconnects.
  */
-export class Generation {
+export class Generation implements Flushable {
   readonly id: string;
   readonly #init: GenerationInit;
   readonly #chunks: ChunkWriter | undefined;
@@ -40,6 +43,8 @@ export class Generation {
   #generated = 0;
   #lastTokenMs = 0;
   #silent = false;
+  /** Chunks waiting for the flusher. */
+  #pending = '';
   #settled = false;
 
   constructor(init: GenerationInit) {
@@ -124,9 +129,14 @@ export class Generation {
         const last = n === seq.outputTokens ? this.#init.finishReason : null;
         out += c.tokenChunk(tokenText(n - 1), last, usage, n);
       }
-      // A dropped connection loses nothing already sent: destroy once the last token is flushed.
-      if (fault.kind === 'drop' && generated === fault.afterTokens) res.write(out, () => res.destroy());
-      else res.write(out);
+      if (fault.kind === 'drop' && generated === fault.afterTokens) {
+        // A dropped connection loses nothing already sent: destroy once the last token is out.
+        const all = this.#takePending() + out;
+        res.write(all, () => res.destroy());
+      } else if (this.#init.flusher) {
+        this.#pending += out;
+        this.#init.flusher.mark(this);
+      } else res.write(out);
     } else if (fault.kind === 'drop' && generated === fault.afterTokens) res.destroy();
   }
 
@@ -154,7 +164,7 @@ export class Generation {
       }
       if (this.#init.includeUsage) out += c.usageChunk(this.#generated);
       out += ChunkWriter.DONE;
-      res.end(out);
+      res.end(this.#takePending() + out);
     } else {
       const body = completionBody(identity, seq.inputTokens, this.#generated, finishReason);
       res.writeHead(200, {
@@ -164,6 +174,21 @@ export class Generation {
       });
       res.end(body);
     }
+  }
+
+  /** Writes the chunks buffered for the flusher. */
+  flush(): void {
+    const out = this.#takePending();
+    if (out.length > 0 && !this.#init.res.destroyed) this.#init.res.write(out);
+  }
+
+  #takePending(): string {
+    const out = this.#pending;
+    if (out.length > 0) {
+      this.#pending = '';
+      this.#init.flusher?.forget(this);
+    }
+    return out;
   }
 
   readonly #onClose = (): void => {
@@ -184,6 +209,8 @@ export class Generation {
   #settle(): void {
     if (this.#settled) return;
     this.#settled = true;
+    this.#pending = '';
+    this.#init.flusher?.forget(this);
     this.#init.onSettled(this);
   }
 }

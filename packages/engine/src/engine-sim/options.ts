@@ -57,6 +57,12 @@ export const engineSimOptionsSchema = z
     maxModelLen: posInt.optional(),
     /** Model milliseconds per real millisecond; 10 runs ten times faster than the GPU would. @default 1 */
     speed: z.number().positive().default(1),
+    /**
+     * Coalesce each stream's chunks into one write every this many ms (one token per chunk still);
+     * 0 writes each step's chunk when the step ends, for exact timing. Benchmarks with high speed
+     * factors use it so the engine is not bound by one socket write per token. @default 0
+     */
+    streamFlushMs: z.number().nonnegative().default(0),
     /** Seed of every random draw (output lengths, faults, ids). @default 0 */
     seed: z.number().int().nonnegative().default(0),
     /**

@@ -1,6 +1,11 @@
 import type { Clock } from '@fairway/core';
 import type { EngineEvent, EngineModelApi, EngineSeqInput, EngineStats, StepResult } from '@fairway/sim';
 
+/** Most overdue steps run in one turn of the event loop before I/O gets a turn. */
+const MAX_STEPS_PER_TURN = 16;
+/** Real ms of overdue steps one turn of the event loop may spend before I/O gets a turn. */
+const TURN_BUDGET_MS = 5;
+
 /** A monotonic millisecond clock (`performance.now()`), immune to wall-clock jumps. */
 export const monotonicClock: Clock = { now: () => performance.now() };
 
@@ -14,9 +19,8 @@ export interface RealtimeDriverOptions {
   /** Real-time source. @default monotonicClock */
   readonly clock?: Clock;
   /**
-   * How far (real ms) the loop may fall behind the model's schedule before it stops catching up
-   * and resets the schedule to now, so a stall is not followed by a burst of instant steps.
-   * @default 50
+   * How far (real ms) the loop may fall behind the model's schedule; beyond it the lag is
+   * forgotten, so a stall is not followed by a long burst of instant steps. @default 50
    */
   readonly maxLagMs?: number;
   /** Called after each step's events were delivered, with the step and its real start time. */
@@ -139,24 +143,34 @@ export class RealtimeDriver {
     const flight = this.#inFlight;
     this.#inFlight = undefined;
     if (flight) this.#deliver(flight.step, flight.startedAt);
-    if (this.#closed) return;
-    if (!this.#model.hasWork()) {
-      this.#looping = false;
-      return;
-    }
     const now = this.#clock.now();
-    if (now - this.#deadline > this.#maxLagMs) this.#deadline = now;
-    const startedAt = this.#deadline;
-    const step = this.#model.step();
-    if (step.durationMs <= 0 && step.events.length === 0) {
-      // The model has work it cannot start (e.g. a sequence waiting for blocks); sleep until an
-      // arrival or an abort changes that.
-      this.#looping = false;
-      return;
+    if (now - this.#deadline > this.#maxLagMs) this.#deadline = now - this.#maxLagMs;
+    // Steps whose end is already past run back to back in this turn of the event loop: a loaded
+    // engine catches up, and the chunks a stream gets from them leave in one socket write.
+    for (let n = 0; n < MAX_STEPS_PER_TURN && this.#clock.now() - now < TURN_BUDGET_MS; n++) {
+      if (this.#closed) return;
+      if (!this.#model.hasWork()) {
+        this.#looping = false;
+        return;
+      }
+      const startedAt = this.#deadline;
+      const step = this.#model.step();
+      if (step.durationMs <= 0 && step.events.length === 0) {
+        // The model has work it cannot start (e.g. a sequence waiting for blocks); sleep until an
+        // arrival or an abort changes that.
+        this.#looping = false;
+        return;
+      }
+      this.#deadline = startedAt + step.durationMs / this.#speed;
+      if (this.#deadline > now) {
+        this.#inFlight = { step, startedAt };
+        this.#schedule(this.#deadline - this.#clock.now());
+        return;
+      }
+      this.#deliver(step, startedAt);
     }
-    this.#inFlight = { step, startedAt };
-    this.#deadline = startedAt + step.durationMs / this.#speed;
-    this.#schedule(this.#deadline - this.#clock.now());
+    // Let I/O (new requests, disconnects) in before catching up further.
+    this.#schedule(0);
   };
 
   #deliver(step: StepResult, startedAt: number): void {

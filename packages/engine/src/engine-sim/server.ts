@@ -32,6 +32,7 @@ import {
   completionRequestSchema,
 } from './request-schema.ts';
 import { errorBody, type ResponseKind } from './response-format.ts';
+import { StreamFlusher } from './stream-flusher.ts';
 
 /** What {@link buildEngineSimApp} needs: validated options and the engine model it serves. */
 export interface EngineSimDeps {
@@ -115,6 +116,7 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
   const adapters = new Map<string, string>();
   const inflight = new Set<Generation>();
+  const flusher = options.streamFlushMs > 0 ? new StreamFlusher(options.streamFlushMs) : undefined;
   let sleeping: 0 | 1 | 2 = 0;
   const createdS = Math.floor(clock.now() / 1000);
 
@@ -202,6 +204,7 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       res: reply.raw,
       driver,
       metrics,
+      ...(flusher ? { flusher } : {}),
       onSettled: (g) => inflight.delete(g),
     });
     inflight.add(generation);
@@ -318,6 +321,7 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     faults,
     async close() {
       driver.close();
+      flusher?.close();
       for (const g of [...inflight]) g.abort();
       await app.close();
     },
