@@ -29,6 +29,9 @@ export interface GenerationInit {
 
 type State = 'waiting' | 'running' | 'finished' | 'aborted';
 
+/** Real ms between the last token sent and the injected connection drop. */
+const DROP_GRACE_MS = 10;
+
 /**
  * One request inside the simulated engine: submits its sequence to the real-time driver, turns the
  * model's events into vLLM-shaped SSE chunks (or one JSON body), applies its injected fault, and
@@ -43,6 +46,8 @@ export class Generation implements Flushable {
   #generated = 0;
   #lastTokenMs = 0;
   #silent = false;
+  /** The injected drop point was reached; the connection is about to be destroyed. */
+  #dropping = false;
   /** Chunks waiting for the flusher. */
   #pending = '';
   #settled = false;
@@ -116,34 +121,35 @@ export class Generation implements Flushable {
     const previous = this.#generated;
     this.#generated = generated;
     this.#state = 'running';
-    if (fault.kind === 'drop' && generated > fault.afterTokens) {
-      res.destroy();
-      return;
-    }
+    if (this.#dropping) return;
     if (fault.kind === 'hang' && generated > fault.afterTokens) this.#silent = true;
-    if (this.#chunks && !this.#silent) {
+    // Tokens past a drop point are never sent.
+    const upTo = fault.kind === 'drop' ? Math.min(generated, fault.afterTokens) : generated;
+    if (this.#chunks && !this.#silent && upTo > previous) {
       const c = this.#chunks;
       const usage = this.#init.continuousUsage;
       let out = previous === 0 && this.#init.identity.kind === 'chat' ? c.roleChunk(usage) : '';
-      for (let n = previous + 1; n <= generated; n++) {
+      for (let n = previous + 1; n <= upTo; n++) {
         const last = n === seq.outputTokens ? this.#init.finishReason : null;
         out += c.tokenChunk(tokenText(n - 1), last, usage, n);
       }
-      if (fault.kind === 'drop' && generated === fault.afterTokens) {
-        // A dropped connection loses nothing already sent: destroy once the last token is out.
-        const all = this.#takePending() + out;
-        res.write(all, () => res.destroy());
-      } else if (this.#init.flusher) {
+      if (this.#init.flusher && fault.kind !== 'drop') {
         this.#pending += out;
         this.#init.flusher.mark(this);
-      } else res.write(out);
-    } else if (fault.kind === 'drop' && generated === fault.afterTokens) res.destroy();
+      } else res.write(this.#takePending() + out);
+    }
+    if (fault.kind === 'drop' && generated >= fault.afterTokens) {
+      this.#dropping = true;
+      // Cut the connection a moment after the last token left, so the client has read what was
+      // sent (a reset can make the receiver discard data it has not consumed yet).
+      setTimeout(() => res.destroy(), fault.afterTokens === 0 ? 0 : DROP_GRACE_MS);
+    }
   }
 
   #onFinished(generated: number, ignored: boolean): void {
     if (this.#state === 'finished' || this.#state === 'aborted') return;
     if (generated > this.#generated) this.#onToken(generated);
-    if ((this.#state as State) === 'aborted' || this.#init.res.destroyed) return;
+    if ((this.#state as State) === 'aborted' || this.#init.res.destroyed || this.#dropping) return;
     this.#state = 'finished';
     const finishReason = ignored ? 'length' : this.#init.finishReason;
     const { metrics, driver, res, identity, seq } = this.#init;
