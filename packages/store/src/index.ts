@@ -22,6 +22,7 @@ export type {
   QueuedRequest,
   QueueSnapshot,
   ReplicaCandidate,
+  RequeueInput,
   SchedulingStore,
   SettleInput,
   WindowLimit,

@@ -80,6 +80,14 @@ export const settleInputSchema = z.object({
   outputTokens: nonNegative,
 });
 
+/** {@link RequeueInput} */
+export const requeueInputSchema = z.object({
+  id,
+  nowMs: finite,
+  servedCost: finite,
+  dispatchCost: finite.optional(),
+});
+
 /** Arguments of `cancel`. */
 export const cancelInputSchema = z.object({ id, nowMs: finite });
 

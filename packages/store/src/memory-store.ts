@@ -7,6 +7,7 @@ import {
   dispatchInputSchema,
   idSchema,
   renewInputSchema,
+  requeueInputSchema,
   settleInputSchema,
   snapshotInputSchema,
 } from './input-schemas.ts';
@@ -19,6 +20,7 @@ import type {
   QueuedRequest,
   QueueSnapshot,
   ReplicaCandidate,
+  RequeueInput,
   SchedulingStore,
   SettleInput,
 } from './store.ts';
@@ -40,6 +42,8 @@ interface RequestState {
   replica: string;
   /** Cost charged to the flow's counter so far (dispatch cost plus streamed charges). */
   charged: number;
+  /** Cost charged at the next dispatch: the admitted dispatch cost, or what `requeue` set. */
+  cost: number;
   /** Windows this request consumed, for true-up at settle or cancel. */
   readonly windows: readonly { readonly key: string; readonly trueUp: boolean }[];
   readonly interaction: { readonly key: string; readonly ttlMs: number } | undefined;
@@ -54,6 +58,13 @@ class Fifo {
 
   push(rs: RequestState): void {
     this.#items.push(rs);
+    this.count++;
+  }
+
+  /** Puts a request at the head (a re-queued request; always a fresh state object). */
+  unshift(rs: RequestState): void {
+    if (this.#head > 0) this.#items[--this.#head] = rs;
+    else this.#items.unshift(rs);
     this.count++;
   }
 
@@ -224,6 +235,7 @@ export class MemoryStore implements SchedulingStore {
       state: 'queued',
       replica: '',
       charged: 0,
+      cost: req.dispatchCost,
       windows,
       interaction: input.interaction,
     };
@@ -255,8 +267,8 @@ export class MemoryStore implements SchedulingStore {
       }
       rs.state = 'running';
       rs.replica = replica;
-      rs.charged = rs.req.dispatchCost;
-      this.#addToCounter(q, rs.req.flow, rs.req.dispatchCost);
+      rs.charged += rs.cost;
+      this.#addToCounter(q, rs.req.flow, rs.cost);
       return { kind: 'dispatched', req: rs.req, replica };
     }
     return { kind: 'empty' };
@@ -296,6 +308,46 @@ export class MemoryStore implements SchedulingStore {
     if (rs.interaction !== undefined)
       this.#openInteraction(rs.interaction.key, input.nowMs, rs.interaction.ttlMs);
     this.#forget(rs);
+    return true;
+  }
+
+  async requeue(input: RequeueInput): Promise<boolean> {
+    this.#open('requeue');
+    if (this.#opts.validate) parseInput('requeue', requeueInputSchema, input);
+    const old = this.#requests.get(input.id);
+    if (old === undefined || old.state !== 'running') return false;
+    const q = this.#queue(old.req.pool, old.req.band, true) as QueueState;
+    this.#addToCounter(q, old.req.flow, input.servedCost - old.charged);
+    this.#release(old);
+    // A fresh state object: the old one may still sit, lazily removed, behind a FIFO's head.
+    const rs: RequestState = {
+      ...old,
+      state: 'queued',
+      replica: '',
+      charged: input.servedCost,
+      cost: input.dispatchCost ?? 0,
+    };
+    this.#requests.set(input.id, rs);
+    const flow = rs.req.flow;
+    let fs = q.flows.get(flow);
+    if (fs === undefined) {
+      q.counters.set(flow, q.counters.get(flow) ?? 0);
+      fs = new FlowState(flow);
+      q.flows.set(flow, fs);
+      fs.all.unshift(rs);
+      q.fair.push(fs);
+    } else {
+      fs.all.unshift(rs);
+      q.fair.update(fs);
+    }
+    if (rs.continuation) {
+      fs.cont.unshift(rs);
+      if (fs.cont.count === 1) q.continuing.push(fs);
+      else q.continuing.update(fs);
+    }
+    q.byScore.push(rs);
+    q.size++;
+    this.#poolQueued.set(rs.req.pool, (this.#poolQueued.get(rs.req.pool) ?? 0) + 1);
     return true;
   }
 

@@ -8,6 +8,7 @@ import {
   dispatchInputSchema,
   idSchema,
   renewInputSchema,
+  requeueInputSchema,
   settleInputSchema,
   snapshotInputSchema,
 } from './input-schemas.ts';
@@ -22,6 +23,7 @@ import type {
   DispatchResult,
   QueuedRequest,
   QueueSnapshot,
+  RequeueInput,
   SchedulingStore,
   SettleInput,
 } from './store.ts';
@@ -228,6 +230,21 @@ export class RedisStore implements SchedulingStore {
       str(input.actualTokens),
       str(input.outputTokens),
       str(HISTORY_LENGTH),
+    );
+    return reply === 1;
+  }
+
+  async requeue(input: RequeueInput): Promise<boolean> {
+    this.#open('requeue');
+    if (this.#opts.validate) parseInput('requeue', requeueInputSchema, input);
+    const { invoke } = this.#cmd('requeue');
+    const reply = await invoke(
+      this.#keys.key('req', input.id),
+      this.#keys.base,
+      input.id,
+      str(input.nowMs),
+      str(input.servedCost),
+      str(input.dispatchCost ?? 0),
     );
     return reply === 1;
   }

@@ -127,6 +127,22 @@ export interface SettleInput {
   readonly outputTokens: number;
 }
 
+/** Puts a running request back in its queue (QLM eviction); see {@link SchedulingStore.requeue}. */
+export interface RequeueInput {
+  readonly id: string;
+  readonly nowMs: number;
+  /**
+   * Total weighted cost of what the request was served before it was stopped (input plus the
+   * output so far); its flow's counter is corrected so the request was charged exactly this.
+   */
+  readonly servedCost: number;
+  /**
+   * Cost charged when it is dispatched again, on top of `servedCost`. @default 0 — the input it
+   * was already charged for is not charged twice (recomputing its cache is the fleet's cost).
+   */
+  readonly dispatchCost?: number;
+}
+
 /** A read-only view of one queue, for metrics, tests and the conformance suite. */
 export interface QueueSnapshot {
   readonly counters: Readonly<Record<string, number>>;
@@ -165,6 +181,17 @@ export interface SchedulingStore {
    * Returns false if the request was not running.
    */
   settle(input: SettleInput): Promise<boolean>;
+  /**
+   * Puts a running request back at the head of its flow's FIFO in its (pool, band) queue, as QLM
+   * evicts a lower-band request to make room (QLM section 5, request eviction): releases its
+   * reservation, corrects its flow's counter so the request was charged exactly `servedCost` so
+   * far, keeps that as its charge and adds `dispatchCost` when it is dispatched again, so `settle`
+   * still corrects the counter to the request's total final cost. A flow that was not backlogged
+   * rejoins without a lift (the request is not a new arrival). Windows and interaction are kept.
+   * Returns false if the request was not running. Optional so that wrappers written before it
+   * still type-check; both built-in backends implement it.
+   */
+  requeue?(input: RequeueInput): Promise<boolean>;
   /**
    * Removes a queued request (client gone, queue timeout); its true-up windows get their amount
    * back. Returns false if it was not queued (running requests end with `settle`).

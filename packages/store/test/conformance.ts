@@ -486,6 +486,91 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       });
     });
 
+    describe('re-queue (eviction)', () => {
+      const requeue = (id: string, servedCost: number, dispatchCost?: number) => {
+        if (!s.requeue) throw new Error('backend has no requeue');
+        return s.requeue({
+          id,
+          nowMs: 10,
+          servedCost,
+          ...(dispatchCost !== undefined ? { dispatchCost } : {}),
+        });
+      };
+
+      it('puts a running request back at the head of its flow and frees its reservation', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1, reserveTokens: 40 })));
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', arrivalMs: 2, reserveTokens: 40 })));
+        expect(await dispatchedId()).toBe('a1');
+        expect(await s.reserved('r1')).toEqual({ tokens: 40, seqs: 1 });
+        expect(await requeue('a1', 10)).toBe(true);
+        expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+        expect(await s.snapshot('p', 0)).toMatchObject({ backlogged: ['a'], queued: { a: 2 } });
+        expect(await dispatchedId()).toBe('a1');
+        expect(await dispatchedId()).toBe('a2');
+      });
+
+      it('charges only what was served, and settle still corrects to the final cost', async () => {
+        await s.admit(admitOf(makeReq('x', { dispatchCost: 100 })));
+        await dispatchedId();
+        await s.charge([{ id: 'x', amount: 30 }]);
+        expect((await s.snapshot('p', 0)).counters.a).toBe(130);
+        // 20 more tokens streamed but were never charged: the served cost says what was served.
+        expect(await requeue('x', 140)).toBe(true);
+        expect((await s.snapshot('p', 0)).counters.a).toBe(140);
+        await dispatchedId();
+        expect((await s.snapshot('p', 0)).counters.a).toBe(140);
+        await s.charge([{ id: 'x', amount: 8 }]);
+        expect(await s.settle({ id: 'x', nowMs: 20, finalCost: 150, actualTokens: 1, outputTokens: 1 })).toBe(
+          true,
+        );
+        expect((await s.snapshot('p', 0)).counters.a).toBe(150);
+      });
+
+      it('adds the given dispatch cost when the request runs again', async () => {
+        await s.admit(admitOf(makeReq('x', { dispatchCost: 100 })));
+        await dispatchedId();
+        await requeue('x', 100, 7);
+        await dispatchedId();
+        expect((await s.snapshot('p', 0)).counters.a).toBe(107);
+      });
+
+      it('rejoins the backlog without a lift and keeps its place among flows', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1, dispatchCost: 10 })));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', arrivalMs: 2, dispatchCost: 50 })));
+        await s.admit(admitOf(makeReq('b2', { flow: 'b', arrivalMs: 3, dispatchCost: 50 })));
+        expect(await dispatchedId()).toBe('a1'); // a=10, a leaves the backlog
+        expect(await dispatchedId()).toBe('b1'); // b=50
+        await requeue('a1', 5);
+        const snap = await s.snapshot('p', 0);
+        expect(snap.counters).toEqual({ a: 5, b: 50 });
+        expect(snap.backlogged).toEqual(['a', 'b']);
+        expect(await dispatchedId()).toBe('a1');
+      });
+
+      it('keeps its score under score ordering and its continuation mark', async () => {
+        await s.admit(admitOf(makeReq('x1', { score: 5 })));
+        await s.admit(admitOf(makeReq('x2', { score: 9 })));
+        expect(await dispatchedId({ ordering: 'score' })).toBe('x1');
+        await s.admit(admitOf(makeReq('x0', { score: 7, flow: 'b' })));
+        await requeue('x1', 0);
+        expect(await dispatchedId({ ordering: 'score' })).toBe('x1');
+        expect(await dispatchedId({ ordering: 'score' })).toBe('x0');
+        const none = { lift: 'none' as const };
+        await s.admit(admitOf(makeReq('c1', { flow: 'c', continuation: true }), none));
+        await s.admit(admitOf(makeReq('d1', { flow: 'd' }), none));
+        expect(await dispatchedId()).toBe('c1');
+        await requeue('c1', 0);
+        expect(await dispatchedId()).toBe('c1');
+      });
+
+      it('refuses a request that is not running', async () => {
+        await s.admit(admitOf(makeReq('x')));
+        expect(await requeue('x', 1)).toBe(false);
+        expect(await requeue('nope', 1)).toBe(false);
+        await expect(requeue('x', Number.NaN)).rejects.toThrow(/servedCost/);
+      });
+    });
+
     describe('validation', () => {
       it('rejects malformed input naming the field', async () => {
         await expect(s.admit(admitOf(makeReq('x', { reserveTokens: -1 })))).rejects.toThrow(

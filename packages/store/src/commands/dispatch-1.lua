@@ -56,7 +56,7 @@ for bi = 1, nBands do
   end
 
   if id ~= nil then
-    local f = redis.call('HMGET', key_req(id), 'flow', 'reserve', 'cost', 'cont', 'rec', 'fm')
+    local f = redis.call('HMGET', key_req(id), 'flow', 'reserve', 'cost', 'cont', 'rec', 'fm', 'charged')
     if not f[1] then return -1 end
     flow = f[1]
     local reserve = tonumber(f[2])
@@ -109,7 +109,8 @@ for bi = 1, nBands do
     applyQueueHash(q, fields, gone)
 
     redis.call('HSET', key_replica(chosen), 'tokens', fmt(chosenTokens), 'seqs', chosenSeqs)
-    redis.call('HSET', key_req(id), 'state', 'r', 'replica', chosen, 'charged', f[3])
+    -- A re-queued request keeps what it was charged before (see requeue).
+    redis.call('HSET', key_req(id), 'state', 'r', 'replica', chosen, 'charged', fmt(num(f[7]) + tonumber(f[3])))
     return { 'dispatched', chosen, f[5] }
   end
 end

@@ -1,0 +1,49 @@
+--[[
+  Puts a running request back at the head of its flow's FIFO (QLM eviction): releases its replica
+  reservation, corrects its flow's counter so the request was charged exactly `servedCost`, keeps
+  that as its charge and sets the cost its next dispatch adds. A flow that was not backlogged
+  rejoins without a lift; a continuation also goes back to the head of its continuation FIFO.
+
+  Input:
+    KEYS[1] request record key_req(id)
+    ARGV[1] key base  ARGV[2] id  ARGV[3] nowMs  ARGV[4] servedCost  ARGV[5] dispatchCost
+
+  Output: 1 re-queued, 0 the request was not running
+]]
+--- @include "includes/numbers"
+--- @include "includes/request"
+--- @include "includes/queue"
+
+local id = ARGV[2]
+local r = loadReq(id)
+if r == nil or r.state ~= 'r' then return 0 end
+local pool, band, flow = r.pool, r.band, r.flow
+local served = tonumber(ARGV[4])
+addToCounter(pool, band, flow, served - tonumber(r.charged))
+release(r)
+
+-- The head of a FIFO is its least score (admission sequence); go one below it.
+local function frontScore(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[1] == nil then return 0 end
+  return tonumber(first[2]) - 1
+end
+
+local q = key_queue(pool, band)
+local v = redis.call('HMGET', q, 'n:' .. flow, 'b:' .. flow, 'c:' .. flow)
+local c = fmt(num(v[1]))
+local fields, gone = { 'n:' .. flow, c }, {}
+local member = backlogMember(r.fm, flow)
+local fifo = key_fifo(pool, band, flow)
+redis.call('ZADD', fifo, fmt(frontScore(fifo)), r.fm)
+rekey(key_backlog(pool, band), flow, 'b:', v[2], member, c, true, fields, gone)
+if r.cont == '1' then
+  local cf = key_contFifo(pool, band, flow)
+  redis.call('ZADD', cf, fmt(frontScore(cf)), r.fm)
+  rekey(key_contBacklog(pool, band), flow, 'c:', v[3], member, c, true, fields, gone)
+end
+applyQueueHash(q, fields, gone)
+redis.call('ZADD', key_byScore(pool, band), fmt(cjson.decode(r.rec).score), id)
+redis.call('INCR', key_poolQueued(pool))
+redis.call('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(tonumber(ARGV[5])))
+return 1
