@@ -191,6 +191,12 @@ export {
   tokenThroughput,
   waitingTime,
 } from './qlm/rwt-estimator.ts';
+export {
+  type DispatchRoute,
+  type DispatchRouter,
+  VirtualQueueRouter,
+  type VirtualQueueRouterOptions,
+} from './qlm/virtual-queue-router.ts';
 export { MINUTE_MS, type RateLimitOptions, rateLimitAdmission, rpmWindow, tpmWindow } from './rate-limits.ts';
 export { lcfPolicy, type OutputPrediction, type VtcOptions, vtcPolicy, weightedVtcPolicy } from './vtc.ts';
 export { continuesInteraction, type WscOptions, wscFlowOf, wscPolicy } from './wsc.ts';

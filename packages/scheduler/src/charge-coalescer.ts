@@ -29,9 +29,12 @@ export class ChargeCoalescer {
     this.#flushTokens = flushTokens;
   }
 
-  /** Starts charging a request's output. */
-  open(id: string, req: RequestDescriptor, predicted: number | undefined): void {
-    this.#streams.set(id, { id, req, predicted, generated: 0, charged: 0 });
+  /**
+   * Starts charging a request's output; a resumed request (re-queued after an eviction) starts
+   * from the `generated` tokens it already had, which were settled by the re-queue.
+   */
+  open(id: string, req: RequestDescriptor, predicted: number | undefined, generated = 0): void {
+    this.#streams.set(id, { id, req, predicted, generated, charged: generated });
   }
 
   /** Stops charging (the request settles with its true usage). */

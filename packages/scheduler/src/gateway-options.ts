@@ -1,5 +1,11 @@
 import { type Clock, DEFAULT_SLO_CLASSES, type RequestDescriptor, type SloClass } from '@fairway/core';
-import type { AdmissionPolicy, OrderingPolicy, PlacementPolicy, ReplicaState } from '@fairway/policy';
+import type {
+  AdmissionPolicy,
+  DispatchRouter,
+  OrderingPolicy,
+  PlacementPolicy,
+  ReplicaState,
+} from '@fairway/policy';
 import type { QueuedRequest, SchedulingStore } from '@fairway/store';
 import { z } from 'zod';
 import { type AdmissionFunction, admitAll, fromAdmissionPolicy } from './admission.ts';
@@ -31,6 +37,11 @@ export interface Dispatched {
    * owner prices its streamed output against it.
    */
   readonly predicted?: number;
+  /**
+   * Output tokens the request already had when it was evicted and re-queued (`Gateway.evict`):
+   * it resumes from there, its prompt now holding that output too. Absent for a first dispatch.
+   */
+  readonly resumeFrom?: number;
 }
 
 /** Options of a {@link Gateway}; functions and objects are injected, numbers have defaults. */
@@ -53,6 +64,18 @@ export interface GatewayOptions {
   readonly poolOf?: (req: RequestDescriptor) => string;
   /** @default 'max-tokens' */
   readonly reserve?: ReserveMode;
+  /**
+   * Output-length prediction used by `reserve: 'predicted'` instead of the flow's history, e.g.
+   * Aladdin's mean output of past requests with a similar prompt (Aladdin section 2.3); returning
+   * undefined falls back to the history. @default the flow's history only
+   */
+  readonly outputPredictor?: (req: RequestDescriptor) => number | undefined;
+  /**
+   * SLO-class routing (QLM virtual queues): each dispatch round takes the routes it gives —
+   * which bands each replica takes, in which order, and whether it pulls only while it has room.
+   * @default every band in priority order onto every fresh replica in placement order
+   */
+  readonly router?: DispatchRouter;
   /** KV fraction and sequence slots never reserved. @default { tokenFraction: 0.01, seqs: 0 } */
   readonly headroom?: Partial<Headroom>;
   /** `first`: first candidate in placement order with room; `best`: best fit. @default 'first' */
@@ -80,10 +103,14 @@ export interface GatewayOptions {
 
 /** {@link GatewayOptions} with every default applied. */
 export interface ResolvedGatewayOptions
-  extends Required<Omit<GatewayOptions, 'headroom' | 'overloaded' | 'admission'>> {
+  extends Required<
+    Omit<GatewayOptions, 'headroom' | 'overloaded' | 'admission' | 'outputPredictor' | 'router'>
+  > {
   readonly headroom: Headroom;
   readonly admission: AdmissionFunction;
   readonly overloaded: ((pool: string, replicas: readonly ReplicaState[]) => boolean) | undefined;
+  readonly outputPredictor: ((req: RequestDescriptor) => number | undefined) | undefined;
+  readonly router: DispatchRouter | undefined;
 }
 
 const fn = z.custom<(...args: never[]) => unknown>((v) => typeof v === 'function', {
@@ -113,6 +140,8 @@ const optionsSchema = z
       .optional(),
     poolOf: fn.optional(),
     reserve: z.enum(['max-tokens', 'predicted', 'oracle']).optional(),
+    outputPredictor: fn.optional(),
+    router: obj(['routes']).optional(),
     headroom: z
       .object({
         tokenFraction: z.number().min(0).max(0.9).optional(),
@@ -155,6 +184,8 @@ export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayO
     sloClasses: options.sloClasses ?? DEFAULT_SLO_CLASSES,
     poolOf: options.poolOf ?? ((req) => req.model),
     reserve: options.reserve ?? 'max-tokens',
+    outputPredictor: options.outputPredictor,
+    router: options.router,
     headroom: { tokenFraction: options.headroom?.tokenFraction ?? 0.01, seqs: options.headroom?.seqs ?? 0 },
     fit: options.fit ?? 'first',
     flushMs: options.flushMs ?? 50,

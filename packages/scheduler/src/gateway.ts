@@ -13,6 +13,9 @@ import {
 import { type ReplicaInfo, replicaState, toCandidate } from './replica-view.ts';
 import { decodeRequest, encodeRequest, parseRequest } from './request-payload.ts';
 
+/** Room offered to a replica that takes everything routed to it (QLM without pulling). */
+const UNLIMITED = 1e15;
+
 /** Outcome of {@link Gateway.submit}. */
 export type SubmitResult =
   | { readonly ok: true; readonly queued: number }
@@ -32,6 +35,8 @@ interface Owned {
   predicted: number | undefined;
   state: 'queued' | 'running';
   replica: string | undefined;
+  /** Output tokens it had when it was last evicted (it resumes from there); 0 if never evicted. */
+  resumeFrom: number;
 }
 
 /** Counters of one gateway, for metrics and tests. */
@@ -48,6 +53,8 @@ export interface GatewayStats {
   readonly dispatched: number;
   readonly settled: number;
   readonly flushes: number;
+  /** Running requests this gateway evicted and re-queued (`evict`). */
+  readonly evicted: number;
 }
 
 /**
@@ -77,6 +84,7 @@ export class Gateway {
   #settled = 0;
   #flushes = 0;
   #running = 0;
+  #evicted = 0;
 
   /** Validates `options` (throws a `GatewayError` naming the field) and builds an idle gateway. */
   constructor(options: GatewayOptions) {
@@ -153,7 +161,7 @@ export class Gateway {
       return result;
     }
     this.#admitted++;
-    this.#owned.set(req.id, { req, pool, predicted, state: 'queued', replica: undefined });
+    this.#owned.set(req.id, { req, pool, predicted, state: 'queued', replica: undefined, resumeFrom: 0 });
     await this.pump(pool);
     return result;
   }
@@ -205,7 +213,33 @@ export class Gateway {
     own.replica = d.replica;
     if (d.predicted !== undefined) own.predicted = d.predicted;
     this.#running++;
-    this.#charges.open(d.id, own.req, own.predicted);
+    this.#charges.open(d.id, own.req, own.predicted, own.resumeFrom);
+  }
+
+  /**
+   * Evicts a running request this gateway owns (QLM section 5, request eviction): stops charging
+   * it, and puts it back at the head of its flow's queue in the store with the `generated` output
+   * tokens it has so far, its flow charged exactly for what was served. It resumes from that
+   * output when it is dispatched again (`Dispatched.resumeFrom`). The caller aborts it on the
+   * engine and calls `pump` once it has evicted what it needs. Returns false if the request is
+   * not running here or the store cannot re-queue.
+   */
+  async evict(id: string, generated: number): Promise<boolean> {
+    const own = this.#owned.get(id);
+    const store = this.options.store;
+    if (own === undefined || own.state !== 'running' || store.requeue === undefined) return false;
+    const servedCost = this.options.ordering.finalCost(own.req, {
+      inputTokens: own.req.inputTokens,
+      outputTokens: generated,
+    });
+    if (!(await store.requeue({ id, nowMs: this.options.clock.now(), servedCost }))) return false;
+    this.#charges.close(id);
+    own.state = 'queued';
+    own.replica = undefined;
+    own.resumeFrom = generated;
+    this.#running--;
+    this.#evicted++;
+    return true;
   }
 
   /**
@@ -285,6 +319,7 @@ export class Gateway {
       dispatched: this.#dispatched,
       settled: this.#settled,
       flushes: this.#flushes,
+      evicted: this.#evicted,
     };
   }
 
@@ -292,8 +327,10 @@ export class Gateway {
     switch (this.options.reserve) {
       case 'max-tokens':
         return req.maxTokens;
-      case 'predicted':
-        return predicted === undefined ? req.maxTokens : Math.min(req.maxTokens, Math.ceil(predicted));
+      case 'predicted': {
+        const p = this.options.outputPredictor?.(req) ?? predicted;
+        return p === undefined ? req.maxTokens : Math.min(req.maxTokens, Math.ceil(p));
+      }
       case 'oracle':
         return Math.min(req.maxTokens, req.outputTokens ?? req.maxTokens);
     }
@@ -330,17 +367,62 @@ export class Gateway {
     return kvOverloaded(used, capacity, this.options.overloadKv);
   }
 
+  /** The store's view of a candidate, bounded by the placement policy's capacity if it has one. */
+  #candidate(s: ReplicaState, unlimited: boolean): ReplicaCandidate {
+    const c = toCandidate(s);
+    if (unlimited && !s.stale) return { id: c.id, tokenCapacity: UNLIMITED, seqCapacity: UNLIMITED };
+    const bound = this.#placement.capacity?.(s);
+    if (bound === undefined) return c;
+    return {
+      id: c.id,
+      tokenCapacity: Math.max(0, Math.min(c.tokenCapacity, bound.tokenCapacity)),
+      seqCapacity: Math.max(0, Math.min(c.seqCapacity, bound.seqCapacity)),
+    };
+  }
+
   async #dispatchLoop(pool: string): Promise<number> {
-    const o = this.options;
     const { states } = await this.#states(pool);
     if (!states.some((s) => !s.stale)) return 0;
+    const router = this.options.router;
+    if (router === undefined) return this.#dispatchRoute(pool, states, this.#bands, undefined, false);
+    let n = 0;
+    // Routes change as replicas fill (a replica's queue order depends on its state), so re-ask
+    // after every round that dispatched something.
+    for (;;) {
+      let round = 0;
+      for (const route of router.routes(pool, states, this.#bands))
+        round += await this.#dispatchRoute(
+          pool,
+          states,
+          route.bands,
+          new Set(route.replicas),
+          route.unlimited === true,
+        );
+      n += round;
+      if (round === 0) return n;
+    }
+  }
+
+  /** Dispatches from `bands` onto the `allowed` replicas (every fresh one when undefined) until blocked. */
+  async #dispatchRoute(
+    pool: string,
+    states: ReplicaState[],
+    bands: readonly number[],
+    allowed: ReadonlySet<string> | undefined,
+    unlimited: boolean,
+  ): Promise<number> {
+    const o = this.options;
     let n = 0;
     for (;;) {
       const candidates: ReplicaCandidate[] = [];
-      for (const s of this.#placement.order(states)) if (!s.stale) candidates.push(toCandidate(s));
+      for (const s of this.#placement.order(
+        allowed === undefined ? states : states.filter((x) => allowed.has(x.id)),
+      ))
+        if (!s.stale) candidates.push(this.#candidate(s, unlimited));
+      if (candidates.length === 0 || bands.length === 0) return n;
       const res = await o.store.dispatch({
         pool,
-        bands: this.#bands,
+        bands,
         ordering: o.ordering.mode,
         nowMs: o.clock.now(),
         picker: this.id,
@@ -360,11 +442,14 @@ export class Gateway {
         };
       const own = this.#owned.get(res.req.id);
       const req = own?.req ?? decodeRequest(res.req.payload, this.id);
-      const predicted = await this.#repriceAtDispatch(res.req, req);
+      const resumeFrom = own?.resumeFrom ?? 0;
+      // A resumed request was already priced; its re-queue settled what it had been served.
+      const predicted = resumeFrom > 0 ? undefined : await this.#repriceAtDispatch(res.req, req);
       const d: Dispatched = {
         id: res.req.id,
         req,
         ...(predicted !== undefined ? { predicted } : {}),
+        ...(resumeFrom > 0 ? { resumeFrom } : {}),
         replica: res.replica,
         owner: res.req.owner,
         picker: this.id,

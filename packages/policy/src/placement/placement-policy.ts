@@ -42,6 +42,13 @@ export interface PlacementPolicy {
    * give each dispatcher its own state; stateless ones return themselves.
    */
   forDispatcher(id: string): PlacementPolicy;
+  /**
+   * Optional: the room the store may fill on a replica, when the policy bounds it by more than KV
+   * and sequence slots — Aladdin turns each replica's SLO constraints into a token and sequence
+   * capacity from its performance model, so the store's fit does the bin packing. The gateway
+   * offers the smaller of this and the replica's own capacity. Absent: the replica's capacity.
+   */
+  capacity?(replica: ReplicaState): { readonly tokenCapacity: number; readonly seqCapacity: number };
 }
 
 /** Requests on a replica as far as anyone knows: the larger of the store's and the engine's count. */
