@@ -291,6 +291,15 @@ export class GatewayRuntime {
 
   #onReplicaChange(type: 'registered' | 'heartbeat' | 'removed', replicaId: string): void {
     const view = this.#o.registry.get(replicaId);
+    if (type === 'registered' && view) {
+      const r = view.registration;
+      const configured = this.#o.poolFor(r.model);
+      if (configured !== undefined && configured !== r.pool)
+        this.#o.logger.warn(
+          { replicaId, model: r.model, registeredPool: r.pool, configuredPool: configured },
+          'dispatcher: replica registered in another pool than the config gives its model; it will not serve that model (start its agent with --pool)',
+        );
+    }
     const accepting = view?.acceptsWork ?? false;
     const was = this.#accepting.get(replicaId);
     if (type === 'removed') this.#accepting.delete(replicaId);
