@@ -1,0 +1,721 @@
+/**
+ * Reproduces the VTC paper's figures 3–10 and Table 2 (Sheng et al., "Fairness in Serving Large
+ * Language Models", OSDI 2024) with fairway's simulator, which runs the production Gateway and
+ * MemoryStore against simulated engines, and writes `reports/vtc-reproduction.md` with SVG plots in
+ * `reports/vtc/`. Deterministic: every run is seeded and no wall-clock time is written, so running
+ * it twice gives identical files.
+ *
+ * Usage: npm run report:vtc [-- --out <dir>]   (default: <repo>/reports; about a minute)
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { type OrderingPolicyName, orderingPolicyByName, placementByName } from '@fairway/policy';
+import type { TopLevelSpec } from 'vega-lite';
+import { vtcFairnessBound } from '../src/fairness-bound.ts';
+import { computeMetrics, type SimMetrics } from '../src/metrics.ts';
+import { renderSvg } from '../src/plots.ts';
+import type { SimRun } from '../src/records.ts';
+import { runSimulation } from '../src/runner.ts';
+import {
+  buildRunInput,
+  type LoadedScenario,
+  loadScenario,
+  parseScenario,
+  type ScenarioRunInput,
+} from '../src/scenario.ts';
+import { VTC_SCENARIOS } from '../src/scenarios/vtc.ts';
+
+const { values: args } = parseArgs({ options: { out: { type: 'string' } } });
+const OUT = resolve(args.out ?? join(import.meta.dirname, '..', '..', '..', 'reports'));
+const PLOT_DIR = join(OUT, 'vtc');
+mkdirSync(PLOT_DIR, { recursive: true });
+
+// ---------------------------------------------------------------------------------------------
+// Running
+// ---------------------------------------------------------------------------------------------
+
+interface Sim {
+  readonly input: ScenarioRunInput;
+  readonly run: SimRun;
+  readonly m: SimMetrics;
+}
+
+const cache = new Map<string, Sim>();
+
+/** Runs a scenario (built-in name or loaded) under a policy; RPM takes its limit, others none. */
+async function simulate(
+  scenario: string | LoadedScenario,
+  policy: OrderingPolicyName,
+  o: { durationS?: number; rpm?: number; dispatchers?: number; flushMs?: number; flushTokens?: number } = {},
+): Promise<Sim> {
+  const loaded = typeof scenario === 'string' ? loadScenario(scenario) : scenario;
+  const key = JSON.stringify([loaded.name, policy, o]);
+  const hit = cache.get(key);
+  if (hit) return hit;
+  const input = buildRunInput(loaded, { durationS: o.durationS });
+  const run = await runSimulation({
+    ...input,
+    ordering: orderingPolicyByName(policy, {
+      ...(o.rpm !== undefined ? { rpm: o.rpm } : {}),
+      weightOf: (t) => input.tenantWeights[t] ?? 1,
+    }),
+    placement: placementByName('least-kv'),
+    ...(o.dispatchers !== undefined ? { dispatchers: o.dispatchers } : {}),
+    ...(o.flushMs !== undefined ? { flushMs: o.flushMs } : {}),
+    ...(o.flushTokens !== undefined ? { flushTokens: o.flushTokens } : {}),
+  });
+  const sim = { input, run, m: computeMetrics(run) };
+  cache.set(key, sim);
+  process.stderr.write('.');
+  return sim;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measures the paper reads off its figures
+// ---------------------------------------------------------------------------------------------
+
+/** Accumulated service of a tenant between two series times (cost units). */
+function servedBetween(m: SimMetrics, tenant: string, from: number, to: number): number {
+  const i = m.series.t.findIndex((t) => t >= from);
+  const j = m.series.t.findIndex((t) => t >= to);
+  const acc = m.series.accumulatedService[tenant]!;
+  return (acc[j === -1 ? acc.length - 1 : j] ?? 0) - (acc[i] ?? 0);
+}
+
+/** Mean service rate of a tenant over [from, to], cost units/s. */
+function meanRate(m: SimMetrics, tenant: string, from: number, to: number): number {
+  return servedBetween(m, tenant, from, to) / (to - from);
+}
+
+/**
+ * The paper's response time (section 5.1): mean first-token latency of the requests a client sent
+ * in [t − 30, t + 30] s. Requests without a first token by the end of the run are left out.
+ */
+function responseTime(run: SimRun, t: readonly number[], tenant: string): (number | null)[] {
+  const reqs = run.records
+    .filter((r) => r.req.tenant === tenant && r.firstTokenS !== undefined)
+    .map((r) => ({ at: r.arrivalS, ttft: r.firstTokenS! - r.arrivalS }));
+  return t.map((x) => {
+    const w = reqs.filter((r) => r.at >= x - 30 && r.at <= x + 30);
+    return w.length ? w.reduce((a, r) => a + r.ttft, 0) / w.length : null;
+  });
+}
+
+function meanResponse(run: SimRun, tenant: string, from: number, to: number): number {
+  const w = run.records.filter(
+    (r) => r.req.tenant === tenant && r.firstTokenS !== undefined && r.arrivalS >= from && r.arrivalS < to,
+  );
+  return w.reduce((a, r) => a + (r.firstTokenS! - r.arrivalS), 0) / Math.max(1, w.length);
+}
+
+function tenantsOf(sim: Sim): string[] {
+  return sim.m.tenants.map((t) => t.id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plots
+// ---------------------------------------------------------------------------------------------
+
+type Pt = { t: number; series: string; value: number };
+
+function points(t: readonly number[], bySeries: Readonly<Record<string, readonly (number | null)[]>>): Pt[] {
+  const out: Pt[] = [];
+  for (const [series, ys] of Object.entries(bySeries))
+    ys.forEach((y, k) => {
+      if (y !== null && y !== undefined && Number.isFinite(y)) out.push({ t: t[k]!, series, value: y });
+    });
+  return out;
+}
+
+function lineSpec(title: string, yTitle: string, legend: string, pts: Pt[], log = false): TopLevelSpec {
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title,
+    width: 560,
+    height: 260,
+    background: 'white',
+    data: { values: log ? pts.map((p) => ({ ...p, value: Math.max(1, p.value) })) : pts },
+    mark: { type: 'line', strokeWidth: 1.6 },
+    encoding: {
+      x: { field: 't', type: 'quantitative', title: 'time (s)' },
+      y: {
+        field: 'value',
+        type: 'quantitative',
+        title: yTitle,
+        ...(log ? { scale: { type: 'log' } } : {}),
+      },
+      color: {
+        field: 'series',
+        type: 'nominal',
+        title: legend,
+        sort: null,
+        scale: { scheme: 'category10' },
+      },
+    },
+  };
+}
+
+/** Writes an SVG and returns its markdown image line. */
+async function plot(file: string, alt: string, spec: TopLevelSpec): Promise<string> {
+  writeFileSync(join(PLOT_DIR, file), await renderSvg(spec));
+  return `![${alt}](vtc/${file})`;
+}
+
+async function servicePlot(file: string, sim: Sim, label: string): Promise<string> {
+  return plot(
+    file,
+    `${label}: service rate per client`,
+    lineSpec(
+      `${label}: received service rate (60 s window)`,
+      'service rate (input + 2·output tokens/s)',
+      'client',
+      points(sim.m.series.t, sim.m.series.serviceRate),
+    ),
+  );
+}
+
+async function responsePlot(file: string, sim: Sim, label: string): Promise<string> {
+  const by: Record<string, (number | null)[]> = {};
+  for (const id of tenantsOf(sim)) by[id] = responseTime(sim.run, sim.m.series.t, id);
+  return plot(
+    file,
+    `${label}: response time per client`,
+    lineSpec(
+      `${label}: response time (mean TTFT of requests sent in ±30 s)`,
+      'response time (s)',
+      'client',
+      points(sim.m.series.t, by),
+    ),
+  );
+}
+
+async function diffPlot(file: string, sims: Record<string, Sim>, label: string): Promise<string> {
+  const first = Object.values(sims)[0]!;
+  const by: Record<string, readonly (number | null)[]> = {};
+  for (const [name, s] of Object.entries(sims)) by[name] = s.m.series.accumulatedDiff;
+  return plot(
+    file,
+    `${label}: absolute difference in accumulated service`,
+    lineSpec(
+      `${label}: absolute difference in accumulated service (log scale)`,
+      'max − min accumulated service',
+      'scheduler',
+      points(first.m.series.t, by),
+      true,
+    ),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Formatting
+// ---------------------------------------------------------------------------------------------
+
+const f0 = (x: number) => x.toFixed(0);
+const f1 = (x: number) => x.toFixed(1);
+const f2 = (x: number) => x.toFixed(2);
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+const share = (sim: Sim, id: string) => {
+  const total = sim.m.tenants.reduce((a, t) => a + t.service, 0);
+  return sim.m.tenants.find((t) => t.id === id)!.service / total;
+};
+
+/** A markdown table; numeric columns (all but the first, unless `text`) are right-aligned. */
+function table(head: readonly string[], rows: readonly (readonly string[])[], text = false): string {
+  return [
+    `| ${head.join(' | ')} |`,
+    `|${head.map((_, i) => (i === 0 || text ? '---' : '---:')).join('|')}|`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n');
+}
+
+const md: string[] = [];
+const summary: string[][] = [];
+/** Appends blocks separated by blank lines; consecutive quote lines stay one block quote. */
+const add = (...blocks: string[]) => {
+  blocks.forEach((b, i) => {
+    md.push(b);
+    const next = blocks[i + 1];
+    if (!(b.startsWith('>') && next?.startsWith('>'))) md.push('');
+  });
+};
+const yes = (ok: boolean, note = '') => (ok ? 'yes' : 'no') + (note ? ` (${note})` : '');
+/** Numbers later sections quote. */
+const R = {
+  overloadTput: 0,
+  realTput: 0,
+  rpm5Ratio: 0,
+  t5: { vtcMax: 0, vtcAvg: 0, predictAcc: 0, vtcAcc: 0 },
+};
+
+// ---------------------------------------------------------------------------------------------
+// Figures 3–10
+// ---------------------------------------------------------------------------------------------
+
+async function figure3(): Promise<void> {
+  const vtc = await simulate('vtc-overload', 'vtc');
+  const lcf = await simulate('vtc-overload', 'lcf');
+  const fcfs = await simulate('vtc-overload', 'fcfs');
+  const a = await diffPlot('fig3a-accumulated-diff.svg', { VTC: vtc, LCF: lcf, FCFS: fcfs }, 'Figure 3a');
+  const b = await servicePlot('fig3b-service-rate-vtc.svg', vtc, 'Figure 3b · VTC');
+  const endDiff = (s: Sim) => s.m.series.accumulatedDiff.at(-1)!;
+  const rates = vtc.m.series.t
+    .map((t, i) => ({
+      t,
+      d: Math.abs(vtc.m.series.serviceRate.client1![i]! - vtc.m.series.serviceRate.client2![i]!),
+    }))
+    .filter((x) => x.t >= 30 && x.t <= 570);
+  const worst = Math.max(...rates.map((x) => x.d));
+  add(
+    '### Figure 3 — two overloaded clients (`vtc-overload`)',
+    '> Client 1 sends 90 requests per minute. Client 2 sends 180 requests per minute, both evenly spaced out … Both clients are backlogged because they exceed the server capacity.',
+    '>',
+    '> "Figure 3(a) shows VTC can keep the difference between services received by both clients to be small. FCFS cannot maintain fairness, which always serves more for the client who is sending requests at a higher rate. Figure 3(b) shows the real-time received service rate for two clients in VTC, which confirms that the two received the same level of services at any time interval."',
+    `fairway: after 600 s the accumulated service of the two clients differs by **${f0(endDiff(vtc))}** under VTC, ${f0(endDiff(lcf))} under LCF and **${f0(endDiff(fcfs))}** under FCFS (cost units, input + 2·output; measured from the 30 s warm-up). FCFS gives client 2 ${pct(share(fcfs, 'client2'))} of the service; VTC gives each client ${pct(share(vtc, 'client1'))} / ${pct(share(vtc, 'client2'))}, and their 60 s service rates never differ by more than ${f1(worst)} units/s (of ${f0(meanRate(vtc.m, 'client1', 30, 570))} each).`,
+    a,
+    b,
+  );
+  R.overloadTput = vtc.m.throughput.tokensPerS;
+  summary.push([
+    'Fig. 3',
+    'VTC keeps two backlogged clients equal; FCFS serves the faster sender more',
+    `acc. diff VTC ${f0(endDiff(vtc))} vs FCFS ${f0(endDiff(fcfs))}; VTC shares ${pct(share(vtc, 'client1'))}/${pct(share(vtc, 'client2'))}`,
+    yes(endDiff(vtc) < 0.01 * endDiff(fcfs) && Math.abs(share(vtc, 'client1') - 0.5) < 0.02),
+  ]);
+}
+
+async function figure4(): Promise<void> {
+  const vtc = await simulate('vtc-proportional', 'vtc');
+  const a = await servicePlot('fig4a-service-rate-vtc.svg', vtc, 'Figure 4a · VTC');
+  const b = await responsePlot('fig4b-response-time-vtc.svg', vtc, 'Figure 4b · VTC');
+  const r = (id: string) => meanRate(vtc.m, id, 30, 570);
+  const capacity = r('client1') + r('client2') + r('client3');
+  add(
+    '### Figure 4 — one overloaded client among two light ones (`vtc-proportional`)',
+    '> "three clients send requests at around 2/13, 4/13, and >7/13 of the server\'s capacity, respectively. In this case, Clients 1 and 2 can be served immediately when their requests arrive (Figure 4(b)), and Client 3 will consume the remaining capacity (more than 1/3), which is an empirical illustration of the work-conserving property of VTC. The service received for Client 1 and Client 2 have a ratio 1 : 2, which is consistent with their request rates (15 versus 30)."',
+    `fairway: mean service rates ${f0(r('client1'))}, ${f0(r('client2'))} and ${f0(r('client3'))} units/s (ratio client 2 : client 1 = ${f2(r('client2') / r('client1'))}); client 3 takes ${pct(r('client3') / capacity)} of the served capacity. Mean response times: client 1 ${f2(meanResponse(vtc.run, 'client1', 30, 570))} s, client 2 ${f2(meanResponse(vtc.run, 'client2', 30, 570))} s, client 3 ${f1(meanResponse(vtc.run, 'client3', 30, 570))} s (its queue grows all run).`,
+    a,
+    b,
+  );
+  summary.push([
+    'Fig. 4',
+    'light clients served at once, 1:2 service ratio; client 3 takes the rest',
+    `ratio ${f2(r('client2') / r('client1'))}; TTFT ${f2(meanResponse(vtc.run, 'client1', 30, 570))} s / ${f2(meanResponse(vtc.run, 'client2', 30, 570))} s vs ${f0(meanResponse(vtc.run, 'client3', 30, 570))} s`,
+    yes(
+      Math.abs(r('client2') / r('client1') - 2) < 0.2 &&
+        Math.max(meanResponse(vtc.run, 'client1', 30, 570), meanResponse(vtc.run, 'client2', 30, 570)) < 1 &&
+        meanResponse(vtc.run, 'client3', 30, 570) > 10,
+    ),
+  ]);
+}
+
+async function onOff(fig: 5 | 6): Promise<void> {
+  const scenario = fig === 5 ? 'vtc-on-off-less' : 'vtc-on-off-overload';
+  const vtc = await simulate(scenario, 'vtc');
+  const a = await servicePlot(`fig${fig}a-service-rate-vtc.svg`, vtc, `Figure ${fig}a · VTC`);
+  const b = await responsePlot(`fig${fig}b-response-time-vtc.svg`, vtc, `Figure ${fig}b · VTC`);
+  const s = vtc.m.series;
+  const idx = s.t.map((t, i) => ({ t, i })).filter((x) => x.t >= 60 && x.t <= 540);
+  const totals = idx.map(({ i }) => s.serviceRate.client1![i]! + s.serviceRate.client2![i]!);
+  const lo = Math.min(...totals);
+  const hi = Math.max(...totals);
+  if (fig === 5) {
+    add(
+      '### Figure 5 — ON/OFF client under its share (`vtc-on-off-less`)',
+      '> "Since Client 1 uses less than half the system capacity when it is in the ON phase, its requests are mostly processed before it switches to the OFF phase (Figure 5(b)). When it is in the OFF phase, Client 1 thus takes all the system capacity. The total service rate remains the same, which confirms VTC\'s flexibility in achieving work-conserving." (The second sentence means client 2.)',
+      `fairway: the total service rate stays between ${f0(lo)} and ${f0(hi)} units/s from 60 s to 540 s (±${pct((hi - lo) / (hi + lo))}); client 1's mean response time is ${f2(meanResponse(vtc.run, 'client1', 30, 570))} s against client 2's ${f1(meanResponse(vtc.run, 'client2', 30, 570))} s.`,
+      a,
+      b,
+    );
+    summary.push([
+      'Fig. 5',
+      'client 1 served at once; total service rate constant',
+      `total rate ${f0(lo)}–${f0(hi)}; client 1 TTFT ${f2(meanResponse(vtc.run, 'client1', 30, 570))} s`,
+      yes((hi - lo) / (hi + lo) < 0.05 && meanResponse(vtc.run, 'client1', 30, 570) < 1),
+    ]);
+  } else {
+    const worst = Math.max(
+      ...idx.map(({ i }) => Math.abs(s.serviceRate.client1![i]! - s.serviceRate.client2![i]!)),
+    );
+    add(
+      '### Figure 6 — ON/OFF client over its share (`vtc-on-off-overload`)',
+      '> "client 1 sends much more than half the capacity during the ON phase, and makes itself always backlogged. Thus, even when it is in the OFF phase, it is still in the backlog status. In this case, Client 1 and Client 2 should still receive the same level of service rate."',
+      `fairway: service shares ${pct(share(vtc, 'client1'))} / ${pct(share(vtc, 'client2'))}; between 60 s and 540 s the two 60 s service rates differ by at most ${f1(worst)} units/s (total ${f0((lo + hi) / 2)}).`,
+      a,
+      b,
+    );
+    summary.push([
+      'Fig. 6',
+      'both clients get the same service rate through ON and OFF',
+      `shares ${pct(share(vtc, 'client1'))}/${pct(share(vtc, 'client2'))}, max rate gap ${f1(worst)}`,
+      yes(Math.abs(share(vtc, 'client1') - 0.5) < 0.02),
+    ]);
+  }
+}
+
+async function poisson(fig: 7 | 8): Promise<void> {
+  const scenario = fig === 7 ? 'vtc-poisson-short-long' : 'vtc-poisson-short-long-2';
+  const vtc = await simulate(scenario, 'vtc');
+  const fcfs = await simulate(scenario, 'fcfs');
+  const a = await servicePlot(`fig${fig}a-service-rate-vtc.svg`, vtc, `Figure ${fig}a · VTC`);
+  const b = await diffPlot(`fig${fig}b-accumulated-diff.svg`, { VTC: vtc, FCFS: fcfs }, `Figure ${fig}b`);
+  const fcfsB = await servicePlot(`fig${fig}c-service-rate-fcfs.svg`, fcfs, `Figure ${fig} · FCFS`);
+  const { bound } = vtcFairnessBound(vtc.input.engines, vtc.input.arrivals);
+  const lengths =
+    fig === 7
+      ? 'client 1 sends 64/64-token requests, client 2 256/256'
+      : 'client 1 sends 64 in / 512 out, client 2 512 in / 64 out';
+  add(
+    `### Figure ${fig} — Poisson arrivals, different lengths (\`${scenario}\`)`,
+    `> Client 1 sends 480 requests per minute. Client 2 sends 90 requests per minute. Requests arrive according to a Poisson process … (${lengths}).`,
+    '>',
+    '> "Similarly, with the observation before, VTC maintains a bounded difference between the services received by two clients. FCFS cannot preserve fairness according to Figure 7(b) and Figure 8(b)."',
+    `fairway: the largest difference of accumulated service between the backlogged clients is **${f0(vtc.m.fairness.accumulatedMaxDiff)}** under VTC (Theorem 4.4's bound here: ${f0(bound)}) and **${f0(fcfs.m.fairness.accumulatedMaxDiff)}** under FCFS, which gives client 1 ${pct(share(fcfs, 'client1'))} of the service (VTC: ${pct(share(vtc, 'client1'))}). Panel (a) is VTC's service rate, (b) the accumulated difference of both schedulers, and the third plot FCFS's service rate.`,
+    a,
+    b,
+    fcfsB,
+  );
+  summary.push([
+    `Fig. ${fig}`,
+    'VTC bounded, FCFS unfair under Poisson arrivals and mixed lengths',
+    `acc. diff VTC ${f0(vtc.m.fairness.accumulatedMaxDiff)} vs FCFS ${f0(fcfs.m.fairness.accumulatedMaxDiff)}`,
+    yes(
+      vtc.m.fairness.accumulatedMaxDiff <= bound &&
+        fcfs.m.fairness.accumulatedMaxDiff > 10 * vtc.m.fairness.accumulatedMaxDiff,
+    ),
+  ]);
+}
+
+async function figure9(): Promise<void> {
+  const vtc = await simulate('vtc-increase', 'vtc');
+  const fcfs = await simulate('vtc-increase', 'fcfs');
+  const a = await servicePlot('fig9a-service-rate-vtc.svg', vtc, 'Figure 9a · VTC');
+  const b = await responsePlot('fig9b-response-time-vtc.svg', vtc, 'Figure 9b · VTC');
+  const c = await responsePlot('fig9c-response-time-fcfs.svg', fcfs, 'Figure 9 · FCFS');
+  const early = (s: Sim, id: string) => meanResponse(s.run, id, 30, 150);
+  const late = (s: Sim, id: string) => meanResponse(s.run, id, 450, 570);
+  add(
+    '### Figure 9 — an ill-behaved client ramping up (`vtc-increase`)',
+    '> Client 1 sends 30 requests per minute … Client 2 sends requests at a linearly increasing rate, and gradually over half of the system capacity.',
+    '>',
+    '> "We observe that the response time of requests from client 1 is roughly unchanged, empirically validating the property stated in Theorem 4.13."',
+    `fairway: under VTC client 1's mean response time is ${f2(early(vtc, 'client1'))} s for requests sent in 30–150 s and ${f2(late(vtc, 'client1'))} s in 450–570 s, while client 2's grows from ${f2(early(vtc, 'client2'))} s to ${f1(late(vtc, 'client2'))} s. Under FCFS client 1 is dragged along: ${f2(early(fcfs, 'client1'))} s → ${f1(late(fcfs, 'client1'))} s (third plot).`,
+    a,
+    b,
+    c,
+  );
+  summary.push([
+    'Fig. 9',
+    "client 1's response time unchanged while client 2 ramps up",
+    `VTC ${f2(early(vtc, 'client1'))} → ${f2(late(vtc, 'client1'))} s; FCFS ${f2(early(fcfs, 'client1'))} → ${f1(late(fcfs, 'client1'))} s`,
+    yes(
+      late(vtc, 'client1') < 2 * early(vtc, 'client1') + 0.5 &&
+        late(fcfs, 'client1') > 5 * early(fcfs, 'client1'),
+    ),
+  ]);
+}
+
+async function figure10(): Promise<void> {
+  const vtc = await simulate('vtc-dist-shift', 'vtc');
+  const lcf = await simulate('vtc-dist-shift', 'lcf');
+  const a = await servicePlot('fig10a-service-rate-vtc.svg', vtc, 'Figure 10a · VTC');
+  const b = await servicePlot('fig10b-service-rate-lcf.svg', lcf, 'Figure 10b · LCF');
+  const phase = (s: Sim, from: number, to: number) => {
+    const c1 = servedBetween(s.m, 'client1', from, to);
+    const c2 = servedBetween(s.m, 'client2', from, to);
+    return c1 / (c1 + c2);
+  };
+  add(
+    '### Figure 10 — distribution shift (`vtc-dist-shift`)',
+    '> The first 5 minutes is ON/OFF phase … The second 5 minutes is the overload phase. Both Client 1 and Client 2 send 60 requests per minute … In the last 5 minutes, Client 1 sends 30 requests per minute (less than its share), and Client 2 sends 90 requests per minute.',
+    '>',
+    '> "Figure 10(a) demonstrates that VTC yields a desired pattern, similar to that shown in Figure 3(b). Figure 10(b) reveals that LCF disproportionately serves Client 1, as it inherits Client 1\'s deficit from the first phase. In the last phase, the serving pattern for VTC and LCF are similar, because they simply serve all requests from Client 1 immediately as Client 1 sends requests under its share."',
+    `fairway: in the overload phase (330–600 s) client 1 receives ${pct(phase(vtc, 330, 600))} of the service under VTC and ${pct(phase(lcf, 330, 600))} under LCF — LCF serves everything client 1 sends and client 2 gets the rest. In the last phase (690–900 s) the shares are ${pct(phase(vtc, 690, 900))} (VTC) and ${pct(phase(lcf, 690, 900))} (LCF).`,
+    a,
+    b,
+  );
+  summary.push([
+    'Fig. 10',
+    'LCF over-serves the returning client 1 in phase 2; VTC does not; phase 3 alike',
+    `client 1 share in phase 2: VTC ${pct(phase(vtc, 330, 600))}, LCF ${pct(phase(lcf, 330, 600))}`,
+    yes(
+      Math.abs(phase(vtc, 330, 600) - 0.5) < 0.02 &&
+        phase(lcf, 330, 600) > 0.53 &&
+        Math.abs(phase(vtc, 690, 900) - phase(lcf, 690, 900)) < 0.03,
+    ),
+  ]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tables
+// ---------------------------------------------------------------------------------------------
+
+/** VTC Table 2 (section 5.3), quoted: Max Diff, Avg Diff, Diff Var, throughput (tokens/s). */
+const TABLE2: readonly [string, OrderingPolicyName, number | undefined, number, number, number, number][] = [
+  ['FCFS', 'fcfs', undefined, 759.97, 433.53, 32112.0, 777],
+  ['LCF', 'lcf', undefined, 750.49, 323.82, 29088.9, 778],
+  ['VTC', 'vtc', undefined, 368.4, 251.66, 6549.16, 779],
+  ['VTC(predict)', 'vtc-predict', undefined, 365.47, 240.33, 5321.62, 773],
+  ['VTC(oracle)', 'vtc-oracle', undefined, 329.46, 227.51, 4475.76, 781],
+  ['RPM(5)', 'rpm', 5, 143.86, 83.58, 1020.46, 340],
+  ['RPM(20)', 'rpm', 20, 446.76, 195.71, 7449.79, 694],
+  ['RPM(30)', 'rpm', 30, 693.66, 309.45, 24221.31, 747],
+];
+
+async function table2(): Promise<Map<string, Sim>> {
+  const sims = new Map<string, Sim>();
+  const rows: string[][] = [];
+  for (const [label, policy, rpm, pMax, pAvg, pVar, pTput] of TABLE2) {
+    const s = await simulate('vtc-real', policy, rpm === undefined ? {} : { rpm });
+    sims.set(label, s);
+    const f = s.m.fairness;
+    rows.push([
+      label,
+      `${f2(pMax)} / **${f2(f.maxDiff)}**`,
+      `${f2(pAvg)} / **${f2(f.avgDiff)}**`,
+      `${f2(pVar)} / **${f2(f.diffVar)}**`,
+      `${pTput} / **${f0(s.m.throughput.tokensPerS)}**`,
+      `${pct(s.m.requests.rejected / s.m.requests.arrived)}`,
+    ]);
+  }
+  const vtc = sims.get('VTC')!.m;
+  const fcfs = sims.get('FCFS')!.m;
+  const lcf = sims.get('LCF')!.m;
+  const rpm5 = sims.get('RPM(5)')!.m;
+  R.realTput = vtc.throughput.tokensPerS;
+  R.rpm5Ratio = rpm5.throughput.tokensPerS / vtc.throughput.tokensPerS;
+  add(
+    '## Table 2 — real workload (`vtc-real`)',
+    "Each cell is **paper / fairway**. Max/Avg Diff and Diff Var are the windowed service difference of section 5.1 (cost units per second, 60 s windows, the artifact's 19 ticks); throughput is input + output tokens per second. The last column is fairway's share of requests rejected at admission.",
+    table(['scheduler', 'Max Diff', 'Avg Diff', 'Diff Var', 'throughput', 'rejected'], rows),
+    `The ordering the paper draws from Table 2 holds: VTC's Avg Diff (${f1(vtc.fairness.avgDiff)}) is ${pct(1 - vtc.fairness.avgDiff / fcfs.fairness.avgDiff)} below FCFS's and ${pct(1 - vtc.fairness.avgDiff / lcf.fairness.avgDiff)} below LCF's (paper: 42% and 22%) at the same throughput (±${pct(Math.abs(vtc.throughput.tokensPerS - fcfs.throughput.tokensPerS) / fcfs.throughput.tokensPerS)}), and RPM(5) reaches the smallest difference only by rejecting ${pct(rpm5.requests.rejected / rpm5.requests.arrived)} of the requests, which cuts throughput to ${pct(R.rpm5Ratio)} of VTC's (paper: ${pct(340 / 779)}).`,
+    predictionNote(sims),
+  );
+  const ordered =
+    vtc.fairness.avgDiff < 0.8 * lcf.fairness.avgDiff &&
+    lcf.fairness.avgDiff < fcfs.fairness.avgDiff &&
+    Math.abs(vtc.throughput.tokensPerS - fcfs.throughput.tokensPerS) / fcfs.throughput.tokensPerS < 0.03;
+  summary.push([
+    'Table 2',
+    "VTC's Avg Diff well below FCFS's and LCF's at equal throughput; RPM(5) cuts throughput",
+    `Avg Diff VTC ${f0(vtc.fairness.avgDiff)}, LCF ${f0(lcf.fairness.avgDiff)}, FCFS ${f0(fcfs.fairness.avgDiff)}; RPM(5) ${pct(R.rpm5Ratio)} of VTC's throughput`,
+    yes(ordered && R.rpm5Ratio < 2 / 3, `RPM(5) cut milder than the paper's ${pct(340 / 779)}`),
+  ]);
+  return sims;
+}
+
+/** Where the prediction variants stand against VTC on vtc-real, stated from the numbers. */
+function predictionNote(sims: ReadonlyMap<string, Sim>): string {
+  const f = (k: string) => sims.get(k)!.m.fairness;
+  const cmp = (k: string, metric: 'maxDiff' | 'avgDiff' | 'diffVar') =>
+    f(k)[metric] < f('VTC')[metric] ? 'below' : 'above';
+  const avgOrdered =
+    f('VTC(oracle)').avgDiff < f('VTC(predict)').avgDiff && f('VTC(predict)').avgDiff < f('VTC').avgDiff;
+  return (
+    `Prediction: the paper's VTC > VTC(predict) > VTC(oracle) ordering ${avgOrdered ? 'holds' : 'does not hold'} for Avg Diff ` +
+    `(${f1(f('VTC').avgDiff)} > ${f1(f('VTC(predict)').avgDiff)} > ${f1(f('VTC(oracle)').avgDiff)}), but VTC(predict) is ${cmp('VTC(predict)', 'maxDiff')} VTC on Max Diff and ${cmp('VTC(predict)', 'diffVar')} on Diff Var, and VTC(oracle) ${cmp('VTC(oracle)', 'maxDiff')} on Max Diff and ${cmp('VTC(oracle)', 'diffVar')} on Diff Var. ` +
+    "We have not isolated why; with 27 mostly non-backlogged, bursty clients the worst windows are bursts of one or two clients, and charging a burst's predicted output at dispatch changes which of its requests wait, which need not shrink the worst window."
+  );
+}
+
+/** VTC Table 5 (appendix B.3), quoted; the paper's middle row is a ±50% noisy oracle, fairway's is VTC(predict). */
+async function table5(): Promise<void> {
+  const paper: [string, OrderingPolicyName, string, number, number, number, number][] = [
+    ['VTC', 'vtc', 'VTC', 192.88, 103.77, 6981.24, 893],
+    ['VTC (±50%)', 'vtc-predict', 'VTC(predict)', 33.98, 12.54, 111.94, 904],
+    ['VTC (oracle)', 'vtc-oracle', 'VTC(oracle)', 5.87, 0.51, 1.71, 895],
+  ];
+  const rows: string[][] = [];
+  const t5Rows: { maxDiff: number; avgDiff: number; diffVar: number; acc: number }[] = [];
+  for (const [p, policy, ours, pMax, pAvg, pVar, pTput] of paper) {
+    const s = await simulate('vtc-overload', policy, { durationS: 360 });
+    const f = s.m.fairness;
+    rows.push([
+      `${p} / ${ours}`,
+      `${f2(pMax)} / **${f2(f.maxDiff)}**`,
+      `${f2(pAvg)} / **${f2(f.avgDiff)}**`,
+      `${f2(pVar)} / **${f2(f.diffVar)}**`,
+      `${pTput} / **${f0(s.m.throughput.tokensPerS)}**`,
+      f0(f.accumulatedMaxDiff),
+    ]);
+    if (policy === 'vtc')
+      Object.assign(R.t5, { vtcMax: f.maxDiff, vtcAvg: f.avgDiff, vtcAcc: f.accumulatedMaxDiff });
+    if (policy === 'vtc-predict') R.t5.predictAcc = f.accumulatedMaxDiff;
+    t5Rows.push({ maxDiff: f.maxDiff, avgDiff: f.avgDiff, diffVar: f.diffVar, acc: f.accumulatedMaxDiff });
+  }
+  const [v, p, o] = t5Rows;
+  const exceptions: string[] = [];
+  for (const [label, row] of [
+    ['VTC(predict)', p],
+    ['VTC(oracle)', o],
+  ] as const)
+    for (const k of ['maxDiff', 'diffVar'] as const)
+      if (row![k] >= v![k]) exceptions.push(`${label}'s ${k === 'maxDiff' ? 'Max Diff' : 'Diff Var'}`);
+  add(
+    '## Table 5 — length prediction on two overloaded clients (`vtc-overload`, 360 s as in the artifact)',
+    "Each cell is **paper / fairway**; the last column is fairway's largest accumulated service difference (Figure 19's quantity). The paper's middle row is an oracle with ±50% noise; fairway's is VTC(predict), the mean of the client's last five outputs (exact here after the first five, since every output is 256 tokens).",
+    table(
+      ['scheduler (paper / fairway)', 'Max Diff', 'Avg Diff', 'Diff Var', 'throughput', 'acc. diff'],
+      rows,
+    ),
+    `The ordering VTC > prediction > oracle ${o!.avgDiff < p!.avgDiff && p!.avgDiff < v!.avgDiff ? 'holds' : 'does not hold'} for Avg Diff and ${o!.acc < p!.acc && p!.acc < v!.acc ? 'holds' : 'does not hold'} for the accumulated difference.` +
+      (exceptions.length
+        ? ` Exceptions: ${exceptions.join(', ')} ${exceptions.length > 1 ? 'are' : 'is'} not below VTC's. VTC(predict)'s first window still contains the start-up, when no client has five finished requests yet and outputs are charged only as they stream, so the two clients switch to predicted charging at different moments; the oracle's Diff Var compares numbers that are all within a few units.`
+        : ''),
+  );
+}
+
+/** How much of Table 2's gap comes from the stand-in trace's skew: vtc-real with steeper Zipf exponents. */
+async function skewSensitivity(): Promise<void> {
+  const base = VTC_SCENARIOS['vtc-real']!;
+  const rows: string[][] = [];
+  for (const s of [1, 1.3, 1.5]) {
+    let h = 0;
+    for (let k = 1; k <= 27; k++) h += k ** -s;
+    const streams = (base.streams ?? []).map((st, i) => ({
+      ...st,
+      arrival: { ...st.arrival, rate: (3.5 * (i + 1) ** -s) / h },
+    }));
+    const loaded: LoadedScenario = {
+      name: `vtc-real-zipf-${s}`,
+      scenario: parseScenario({ ...base, streams }, `vtc-real (Zipf ${s})`),
+      baseDir: process.cwd(),
+    };
+    const m = async (p: OrderingPolicyName, rpm?: number) =>
+      (await simulate(loaded, p, rpm === undefined ? {} : { rpm })).m;
+    const fcfs = await m('fcfs');
+    const lcf = await m('lcf');
+    const vtc = await m('vtc');
+    const r5 = await m('rpm', 5);
+    const r20 = await m('rpm', 20);
+    const r30 = await m('rpm', 30);
+    rows.push([
+      s === 1 ? '1 (built-in)' : String(s),
+      pct(1 / h),
+      `${f0(fcfs.fairness.avgDiff)} / ${f0(lcf.fairness.avgDiff)} / ${f0(vtc.fairness.avgDiff)}`,
+      `${f0(r5.throughput.tokensPerS)} / ${f0(r20.throughput.tokensPerS)} / ${f0(r30.throughput.tokensPerS)} / ${f0(vtc.throughput.tokensPerS)}`,
+    ]);
+  }
+  rows.push(['paper (LMSYS trace)', '≈ 50%', '434 / 324 / 252', '340 / 694 / 747 / 779']);
+  add(
+    table(
+      [
+        'Zipf exponent',
+        'top client',
+        'Avg Diff FCFS / LCF / VTC',
+        'throughput RPM(5) / RPM(20) / RPM(30) / VTC',
+      ],
+      rows,
+    ),
+  );
+}
+
+async function dispatchersCurve(): Promise<void> {
+  const base = (await simulate('vtc-overload', 'vtc', { dispatchers: 1, flushMs: 50, flushTokens: 1 })).m
+    .fairness.accumulatedMaxDiff;
+  const flushes = [10, 50, 200, 1000];
+  const rows: string[][] = [];
+  for (const n of [1, 2, 4, 8]) {
+    const cells = [String(n)];
+    for (const f of flushes) {
+      const d = (await simulate('vtc-overload', 'vtc', { dispatchers: n, flushMs: f })).m.fairness
+        .accumulatedMaxDiff;
+      cells.push(`${f0(d)} (${f2(d / base)}×)`);
+    }
+    rows.push(cells);
+  }
+  add(
+    '## Beyond the paper — VTC across dispatchers',
+    `The paper names distributed counters as open work. fairway's gateways share VTC's counters through one store and charge streamed output in coalesced flushes (every F ms, or 512 tokens). Largest accumulated service difference on \`vtc-overload\`, against a centralised VTC charging every token (${f0(base)}); \`npm run bench:dispatchers\` prints the same curve with store load, and for \`vtc-poisson-short-long\`:`,
+    table(['dispatchers \\ flush', ...flushes.map((f) => `${f} ms`)], rows),
+    'At 50 ms the cost of coalescing is under 10% for any number of dispatchers; it grows once a flush interval holds several engine steps (≈ 40 ms each here), because a client then runs ahead by what it generates before its charges land.',
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+// ---------------------------------------------------------------------------------------------
+
+const intro = [
+  '# Reproducing the VTC paper with fairway',
+  '',
+  'Sheng et al., *Fairness in Serving Large Language Models* (OSDI 2024): figures 3–10 (section 5.2) and Table 2 (section 5.3), with Table 5 (appendix B.3) and the cross-dispatcher curve as extras. Generated by `npm run report:vtc` (`packages/sim/bench/vtc-report.ts`); every run is seeded, so the numbers and plots below regenerate identically.',
+  '',
+  "**Setup.** The paper runs Llama-2-7B on one A10G (24 GB) with S-LoRA, a KV pool of 10,000 tokens and block size 1. fairway simulates the same engine (`A10G-24GB`, `llama-2-7b`, `kvCapacityTokens: 10000`, `blockSize: 1`; step times from the VTC authors' A10G profile, see `packages/sim/src/cost-models.ts`) and schedules it with the production `Gateway` over a `MemoryStore`: requests wait at the gateway until the engine has room for their prompt plus `max_tokens`, so the gateway's order is the order that runs. Workloads are the built-in scenarios named in each section (`packages/sim/src/scenarios/vtc.ts`). Service is input + 2·output tokens (the paper's w_p = 1, w_q = 2); service rates use 60 s windows (T = 30 s); the windowed *service difference* and its Max/Avg/Var follow the artifact's scripts (`packages/sim/src/metrics.ts`). Runs are cut at the scenario's end (600 s unless stated); the artifact lets the server drain the queue, so fairway's response-time curves omit requests still waiting at the cut.",
+  '',
+];
+
+await figure3();
+await figure4();
+await onOff(5);
+await onOff(6);
+await poisson(7);
+await poisson(8);
+await figure9();
+await figure10();
+const figures = md.splice(0);
+await table2();
+const table2Md = md.splice(0);
+add(
+  '### Why Table 2 differs',
+  "The LMSYS Chatbot Arena log the paper samples is not redistributable, so `vtc-real` is a stand-in with the paper's aggregate statistics (27 clients, 210 requests/min, mean 136 input / 256 output tokens, lengths clipped to the paper's ranges, bursty Gamma CV 2 arrivals) and Zipf(1) client shares. In the artifact's published per-request results (`fair_bench/FCFS/all_results_real.jsonl` in Ying1123/VTC-artifact) one client, `dummy-lora-7b-rank-8-0`, sends about half of the first hundred requests; Zipf(1) over 27 clients gives the top client 26%. RPM(5) throttles only clients above 5 requests/minute, so its throughput depends on how much traffic the heaviest clients carry. Steepening the skew reproduces the paper's RPM throughputs almost exactly — but then LCF and VTC draw level, because a few dominant clients leave little for the counter lift to correct:",
+);
+await skewSensitivity();
+{
+  const base = VTC_SCENARIOS['vtc-real']!;
+  const poissonReal: LoadedScenario = {
+    name: 'vtc-real-cv1',
+    scenario: parseScenario(
+      { ...base, streams: (base.streams ?? []).map((st) => ({ ...st, arrival: { ...st.arrival, cv: 1 } })) },
+      'vtc-real (CV 1)',
+    ),
+    baseDir: process.cwd(),
+  };
+  const fcfs2 = (await simulate('vtc-real', 'fcfs')).m.fairness.avgDiff;
+  const fcfs1 = (await simulate(poissonReal, 'fcfs')).m.fairness.avgDiff;
+  const vtc1 = (await simulate(poissonReal, 'vtc')).m.fairness.avgDiff;
+  add(
+    `FCFS's Avg Diff is also far above the paper's (${f0(fcfs2)} against 434). Part of it is the stand-in's burstiness: with Poisson arrivals (CV 1) instead of Gamma CV 2, FCFS's Avg Diff falls to ${f0(fcfs1)} (VTC's to ${f0(vtc1)}); the rest we cannot attribute without the original trace.`,
+  );
+}
+const why2 = md.splice(0);
+await table5();
+const table5Md = md.splice(0);
+await dispatchersCurve();
+const beyond = md.splice(0);
+
+const out = [
+  ...intro,
+  '## Summary',
+  '',
+  table(['paper', 'claim', 'fairway measured', 'holds'], summary, true),
+  '',
+  '## Figures 3–10 — synthetic workloads (section 5.2)',
+  '',
+  "Each section quotes the paper (caption, then text), states what fairway measured, and shows the plots: service rate per client (60 s window), response time per client, or the absolute difference in accumulated service (log scale, from the 30 s warm-up). Which panel shows what follows the paper's text; its figures themselves are not in the text we have.",
+  '',
+  ...figures,
+  ...table2Md,
+  ...why2,
+  ...table5Md,
+  '## Where and why fairway differs from the paper',
+  '',
+  `- **Magnitudes of the windowed service difference on synthetic workloads.** fairway's VTC keeps two backlogged clients within a few cost units per second of each other (Table 5: Max Diff ${f1(R.t5.vtcMax)} vs the paper's 192.9; Avg ${f1(R.t5.vtcAvg)} vs 103.8), and its VTC(oracle) likewise. The simulated engine is deterministic — every step takes exactly its cost model's time and the gateway refills the batch the moment memory frees — while S-LoRA's router interleaves prefill batches with runs of decode steps and measures service on a real clock with jitter. Both are well inside Theorem 4.4's bound (40,000 here). We have not identified which real-system effect contributes most; the orderings, which are what the paper argues from, are the same.`,
+  `- **Throughput.** fairway's A10G model serves ${f0(R.overloadTput)} tokens/s on the 256/256 synthetic suites (paper: 875–904 in Tables 4–6) and ${f0(R.realTput)} on \`vtc-real\` (paper 777–781); the cost model comes from the authors' profile, not from our own GPU measurements.`,
+  `- **Real workload.** \`vtc-real\` is a synthetic stand-in for the LMSYS trace (see *Why Table 2 differs*): the ordering of Table 2 holds, RPM(5) cuts throughput less (${pct(R.rpm5Ratio)} of VTC's against ${pct(340 / 779)}), and the prediction variants improve Avg Diff only, not Max Diff.`,
+  "- **VTC(predict).** The paper predicts a request's output when it is selected (Algorithm 3). fairway predicted it at admission until commit 56fca6c: a request that waited minutes kept the prediction of its arrival, which on `vtc-overload` left a permanent offset of ~2,400 cost units between the clients (largest accumulated difference 2,623 against plain VTC's 807). The gateway now re-prices at dispatch (`packages/scheduler/src/gateway.ts`), which is what Table 5's ordering above reflects. The paper's ±50% noisy oracle is not implemented; fairway's VTC(predict) is the history-based predictor of Table 2.",
+  '- **Response times** are cut at the end of the run (the artifact drains the queue after the last arrival), so late curves of overloaded clients omit requests that never started.',
+  '',
+  ...beyond,
+  '## Reproduce',
+  '',
+  '```sh',
+  'npm run report:vtc                       # this report and reports/vtc/*.svg',
+  'npx fairway sim --scenario vtc-overload --policy vtc --json     # one run of any row above',
+  'npx fairway sim --scenario vtc-real --policy rpm --rpm 5 --out /tmp/rpm5   # with plots',
+  'npx vitest run packages/sim/test/fairness-*.test.ts            # the properties, as tests',
+  '```',
+  '',
+];
+writeFileSync(join(OUT, 'vtc-reproduction.md'), out.join('\n'));
+process.stderr.write(`\nwrote ${join(OUT, 'vtc-reproduction.md')} and ${PLOT_DIR}/*.svg\n`);
