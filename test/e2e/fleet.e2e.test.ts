@@ -6,7 +6,10 @@ import { RedisStore, StoreKeys } from '@fairway/store';
 import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import type { ChatCompletionCreateParamsNonStreaming } from 'openai/resources';
+import type {
+  ChatCompletionCreateParamsNonStreaming,
+  ChatCompletionCreateParamsStreaming,
+} from 'openai/resources';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClosedLoop, openai, percentile, type StreamRecord, streamOnce } from './support/load.ts';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
@@ -235,13 +238,14 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
 
   it('frees the reservation and the engine slot when a client aborts a stream', async () => {
     const client = openai(url(1), KEYS.alpha);
-    const stream = await client.chat.completions.create({
+    const body: ChatCompletionCreateParamsStreaming & { fairway_output_tokens: number } = {
       model: MODEL,
       messages: [{ role: 'user', content: PROMPT }],
       max_tokens: 3000,
       stream: true,
       fairway_output_tokens: 3000,
-    } as ChatCompletionCreateParamsNonStreaming & { stream: true });
+    };
+    const stream = await client.chat.completions.create(body);
     let n = 0;
     for await (const _ of stream) if (++n === 3) break;
     const clients = engines.map((e) => new VllmClient({ url: e.url }));

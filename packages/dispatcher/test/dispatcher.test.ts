@@ -264,6 +264,34 @@ describe('dispatcher', () => {
     }
   });
 
+  it('closes the connection of a request its agent evicts, tells the client, and frees its slot', async () => {
+    const s = await stack({ engines: [{ speed: 1 }] });
+    const d = s.dispatchers[0]!;
+    const res = await fetch(`${d.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: headers(),
+      body: JSON.stringify(chat({ stream: true, max_tokens: 3000, fairway_output_tokens: 3000 })),
+    });
+    const id = res.headers.get('x-request-id')!;
+    const reader = res.body!.getReader();
+    await reader.read();
+    const reply = await s.infra.bus.request(
+      'command',
+      { replicaId: 'sim-1', type: 'evict', requestIds: [id] },
+      { timeoutMs: 5000 },
+    );
+    expect(reply).toMatchObject({ ok: true });
+    let text = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    const last = text.trim().split('\n').at(-1) ?? '';
+    expect(JSON.parse(last.slice('data: '.length))).toMatchObject({ error: { code: 'not_ready' } });
+    await waitFor(async () => (await s.store.reserved('sim-1')).seqs === 0, 2000, 'reservation released');
+  });
+
   it('hands a request another dispatcher picked to the dispatcher that holds its connection', async () => {
     // d2 never pumps on a timer, so only d1 (freeing the slot) can pick d2's queued request.
     const s = await stack({

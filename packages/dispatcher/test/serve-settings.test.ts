@@ -1,0 +1,114 @@
+import { ConfigError, parseConfig } from '@fairway/core';
+import { type AdmissionRules, toRules } from '@fairway/scheduler';
+import { describe, expect, it } from 'vitest';
+import { resolveDispatcherOptions } from '../src/dispatcher-options.ts';
+import { schedulingFromConfig } from '../src/scheduling-config.ts';
+import { serveSettings } from '../src/serve-settings.ts';
+
+function issues(fn: () => unknown): string[] {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof ConfigError) return err.issues.map((i) => `${i.path}: ${i.message}`);
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('serveSettings', () => {
+  it('reads the environment, with explicit values on top', () => {
+    const s = serveSettings(
+      {
+        FAIRWAY_CONFIG: '/etc/fairway.yaml',
+        REDIS_URL: 'redis://10.0.0.1:6379',
+        NATS_URL: 'nats://10.0.0.2:4222',
+        PORT: '9000',
+        FAIRWAY_LEASE_MS: '5000',
+        FAIRWAY_RESERVE: 'predicted',
+        UNRELATED: 'x',
+      },
+      { port: 9100 },
+    );
+    expect(s).toMatchObject({
+      configPath: '/etc/fairway.yaml',
+      redisUrl: 'redis://10.0.0.1:6379',
+      natsUrl: 'nats://10.0.0.2:4222',
+      port: 9100,
+      host: '127.0.0.1',
+      prefix: 'fairway',
+      options: { leaseMs: 5000, reserve: 'predicted' },
+    });
+  });
+
+  it('names every invalid variable', () => {
+    expect(
+      issues(() =>
+        serveSettings({ PORT: '80a', REDIS_URL: 'http://x', FAIRWAY_LEASE_MS: '5', FAIRWAY_PREFIX: 'a b' }),
+      ),
+    ).toEqual([
+      'REDIS_URL: must be a redis:// or rediss:// URL',
+      'PORT: must be a whole number',
+      'FAIRWAY_PREFIX: must be letters, digits, "_", "-" and dots',
+      'FAIRWAY_LEASE_MS: Too small: expected number to be >=100',
+    ]);
+  });
+});
+
+describe('dispatcher options and policies from config', () => {
+  it('takes queue timeout and charge interval from the config file unless given', () => {
+    const config = parseConfig({ policy: { queueTimeoutS: 7, chargeFlushMs: 20 } });
+    expect(resolveDispatcherOptions({}, config)).toMatchObject({
+      queueTimeoutMs: 7000,
+      flushMs: 20,
+      leaseMs: 10_000,
+    });
+    expect(resolveDispatcherOptions({ queueTimeoutMs: 50 }, config).queueTimeoutMs).toBe(50);
+    expect(issues(() => resolveDispatcherOptions({ leaseMs: 1000, renewEveryMs: 2000 }, config))).toEqual([
+      'renewEveryMs: must be shorter than leaseMs, or the lease lapses between renewals',
+    ]);
+  });
+
+  it('refuses policies the dispatcher cannot serve at start-up, naming the field', () => {
+    const opts = resolveDispatcherOptions({}, parseConfig({}));
+    expect(
+      issues(() => schedulingFromConfig(parseConfig({ policy: { ordering: 'qlm' } }), opts, 'd'))[0],
+    ).toMatch(/^policy\.ordering: qlm is not served/);
+    expect(
+      issues(() => schedulingFromConfig(parseConfig({ policy: { placement: 'aladdin' } }), opts, 'd'))[0],
+    ).toMatch(/^policy\.placement: aladdin/);
+    expect(
+      issues(() => schedulingFromConfig(parseConfig({ policy: { ordering: 'wsc' } }), opts, 'd'))[0],
+    ).toMatch(/^apps: /);
+  });
+
+  it('applies tenant limits (or the defaults), app limits and queue bounds at admission', () => {
+    const config = parseConfig({
+      tenants: [{ id: 'a', limits: { rpm: 5, tpm: 100, maxQueued: 3 } }, { id: 'b' }],
+      apps: [{ id: 'chat', stages: [{ input: 1, output: 1 }], limits: { rpm: 9 } }],
+      pools: [{ id: 'p', model: 'm', maxQueued: 50 }],
+      defaultLimits: { rpm: 2 },
+    });
+    const s = schedulingFromConfig(config, resolveDispatcherOptions({}, config), 'd');
+    const ctx = { nowMs: 0, pool: 'p', band: 0, flow: 'a', reservedTokens: 42, gateway: 'd' };
+    const req = {
+      id: 'r',
+      tenant: 'a',
+      model: 'm',
+      sloClass: 'interactive',
+      inputTokens: 2,
+      maxTokens: 40,
+      arrivalMs: 0,
+    };
+    const a: AdmissionRules = toRules(s.admission({ ...req, app: 'chat' }, ctx));
+    expect(a).toMatchObject({ maxQueuedFlow: 3, maxQueuedPool: 50 });
+    expect(a.limits).toEqual([
+      expect.objectContaining({ key: 'rpm:tenant:a', limit: 5, amount: 1 }),
+      expect.objectContaining({ key: 'tpm:tenant:a', limit: 100, amount: 42 }),
+      expect.objectContaining({ key: 'rpm:app:chat', limit: 9, amount: 1 }),
+    ]);
+    const b = toRules(s.admission({ ...req, tenant: 'b' }, ctx));
+    expect(b.limits).toEqual([expect.objectContaining({ key: 'rpm:tenant:b', limit: 2 })]);
+    expect(s.poolOf('m')).toBe('p');
+    expect(s.poolOf('other')).toBe('other');
+  });
+});
