@@ -1,7 +1,10 @@
 /**
  * VTC's central guarantee (VTC paper, Theorem 4.4): two clients backlogged over an interval receive
  * service that differs by at most 2·max(w_in·L_in, w_out·M), however long the interval — while FCFS
- * lets the difference grow with time. Full-length runs (360–900 simulated s; about 4 s in all).
+ * lets the difference grow with time. Runs are shortened to 300 s for the bound (every suite is in
+ * its steady state well before; the theorem holds at every instant) and to 360 s — the artifact's
+ * length for the overload suites — for the growth comparison (FCFS's gap doubles between 195 s and
+ * 360 s, enough to tell growth from VTC's bounded oscillation).
  */
 import { type OrderingPolicyName, orderingPolicyByName, placementByName } from '@fairway/policy';
 import { describe, expect, it } from 'vitest';
@@ -10,8 +13,8 @@ import { computeMetrics, type SimMetrics } from '../src/metrics.ts';
 import { runSimulation } from '../src/runner.ts';
 import { buildRunInput, loadScenario } from '../src/scenario.ts';
 
-async function simulate(suite: string, policy: OrderingPolicyName) {
-  const input = buildRunInput(loadScenario(suite));
+async function simulate(suite: string, policy: OrderingPolicyName, durationS: number) {
+  const input = buildRunInput(loadScenario(suite), { durationS });
   const run = await runSimulation({
     ...input,
     ordering: orderingPolicyByName(policy),
@@ -64,7 +67,7 @@ describe('VTC fairness bound (Theorem 4.4)', () => {
   ];
   it('never lets two backlogged clients differ by more than 2·max(w_in·L_in, w_out·M) in any suite', async () => {
     for (const suite of ALL) {
-      const { input, metrics } = await simulate(suite, 'vtc');
+      const { input, metrics } = await simulate(suite, 'vtc', 300);
       const { bound } = vtcFairnessBound(input.engines, input.arrivals);
       expect(metrics.fairness.accumulatedMaxDiff, suite).toBeLessThanOrEqual(bound);
     }
@@ -81,8 +84,8 @@ describe('VTC fairness bound (Theorem 4.4)', () => {
   ];
   it('keeps the accumulated difference of backlogged clients from growing with time, while FCFS lets it grow steadily', async () => {
     for (const suite of BACKLOGGED) {
-      const vtc = await simulate(suite, 'vtc');
-      const fcfs = await simulate(suite, 'fcfs');
+      const vtc = await simulate(suite, 'vtc', 360);
+      const fcfs = await simulate(suite, 'fcfs', 360);
       const { bound } = vtcFairnessBound(vtc.input.engines, vtc.input.arrivals);
       const vtcRate = growthRate(vtc.metrics);
       const fcfsRate = growthRate(fcfs.metrics);
@@ -99,9 +102,9 @@ describe('VTC fairness bound (Theorem 4.4)', () => {
     }
   });
 
-  it('halves FCFS max diff on vtc-overload at equal throughput', async () => {
-    const vtc = (await simulate('vtc-overload', 'vtc')).metrics;
-    const fcfs = (await simulate('vtc-overload', 'fcfs')).metrics;
+  it("keeps VTC's max diff on vtc-overload at most half of FCFS's, at equal throughput (±3%)", async () => {
+    const vtc = (await simulate('vtc-overload', 'vtc', 600)).metrics;
+    const fcfs = (await simulate('vtc-overload', 'fcfs', 600)).metrics;
     expect(vtc.fairness.maxDiff).toBeLessThanOrEqual(fcfs.fairness.maxDiff / 2);
     const t = vtc.throughput.tokensPerS;
     const f = fcfs.throughput.tokensPerS;
