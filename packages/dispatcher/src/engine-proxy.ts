@@ -151,11 +151,11 @@ export async function proxyStream(
     if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
     if (!res.write(bytes)) await drained(res, call.signal);
   };
+  runtime.meter(ticket, () => stream.completionTokens);
   try {
     for await (const chunk of stream) {
       const out = filter ? filter.push(chunk) : chunk;
       if (out !== undefined && out.length > 0) await write(out);
-      runtime.tokens(ticket, stream.completionTokens);
     }
     const rest = filter?.end();
     if (rest !== undefined && rest.length > 0) await write(rest);

@@ -55,6 +55,8 @@ export class GatewayRuntime {
   readonly #timers: NodeJS.Timeout[] = [];
   readonly #unsubs: Unsubscribe[] = [];
   readonly #accepting = new Map<string, boolean>();
+  /** Running streams: how many output tokens each has streamed so far, read on every charge tick. */
+  readonly #meters = new Map<string, () => number>();
   readonly #shutdown = new AbortController();
   #flushing = false;
   #started = false;
@@ -106,7 +108,7 @@ export class GatewayRuntime {
     };
     every(o.options.renewEveryMs, () => this.#renew(), 'lease renewal');
     every(o.options.reclaimEveryMs, () => this.#reclaim(), 'reclaim');
-    every(o.options.flushMs, () => (this.gateway.flushDue() ? this.#flush() : Promise.resolve()), 'flush');
+    every(o.options.flushMs, () => this.#chargeTick(), 'flush');
     every(o.options.pumpEveryMs, () => this.gateway.pump(), 'pump');
   }
 
@@ -189,14 +191,19 @@ export class GatewayRuntime {
     return outcome === 'dispatched' ? outcome : this.#giveUp(ticket, outcome);
   }
 
-  /** Records the output tokens a running request has streamed so far (coalesced charging). */
-  tokens(ticket: Ticket, generated: number): void {
-    if (this.gateway.recordTokens(ticket.id, generated)) void this.#flush();
+  /**
+   * Charges a running stream's output as it goes (coalesced, DESIGN.md request path step 5):
+   * `generated` is read once per charge tick — not per chunk — and the tokens streamed since the
+   * last tick are charged in one store call with every other stream's.
+   */
+  meter(ticket: Ticket, generated: () => number): void {
+    this.#meters.set(ticket.id, generated);
   }
 
   /** Settles a finished request with the engine's usage and offers the freed room to the queue. */
   async finish(ticket: Ticket, usage: Usage): Promise<void> {
     this.#tickets.delete(ticket.id);
+    this.#meters.delete(ticket.id);
     try {
       await this.gateway.complete(ticket.id, usage);
     } catch (err) {
@@ -207,6 +214,7 @@ export class GatewayRuntime {
   /** Settles a running request that ended early (error, disconnect, eviction) with what it used. */
   async abandon(ticket: Ticket, usage: Usage): Promise<void> {
     this.#tickets.delete(ticket.id);
+    this.#meters.delete(ticket.id);
     try {
       await this.gateway.cancel(ticket.id, usage);
     } catch (err) {
@@ -325,6 +333,12 @@ export class GatewayRuntime {
       'dispatcher: reclaimed the holdings of expired dispatchers',
     );
     await this.gateway.pump();
+  }
+
+  async #chargeTick(): Promise<void> {
+    let due = false;
+    for (const [id, generated] of this.#meters) due = this.gateway.recordTokens(id, generated()) || due;
+    if (due || this.gateway.flushDue()) await this.#flush();
   }
 
   async #flush(): Promise<void> {

@@ -264,6 +264,30 @@ describe('dispatcher', () => {
     }
   });
 
+  it('charges streamed output to the tenant while the stream runs, not only at the end', async () => {
+    const s = await stack({ engines: [{ speed: 1 }] });
+    const ac = new AbortController();
+    const res = await fetch(`${s.dispatchers[0]!.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: headers(),
+      body: JSON.stringify(chat({ stream: true, max_tokens: 3000, fairway_output_tokens: 3000 })),
+      signal: ac.signal,
+    });
+    const reader = res.body!.getReader();
+    let chunks = 0;
+    while (chunks < 40) {
+      await reader.read();
+      chunks++;
+    }
+    // 9 input tokens charged at dispatch; output (2 per token) flushed every 50 ms meanwhile.
+    await waitFor(
+      async () => ((await s.store.snapshot('llama', 0)).counters.alpha ?? 0) > 9 + 2 * 20,
+      2000,
+      'charges',
+    );
+    ac.abort();
+  });
+
   it('closes the connection of a request its agent evicts, tells the client, and frees its slot', async () => {
     const s = await stack({ engines: [{ speed: 1 }] });
     const d = s.dispatchers[0]!;
