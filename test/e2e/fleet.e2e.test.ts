@@ -23,7 +23,7 @@ import { type FairwayProcess, startFairway } from './support/processes.ts';
 const MODEL = 'llama-2-7b';
 const POOL = 'llama';
 const LEASE_MS = 4000;
-const RECLAIM_MS = 1000; // the dispatcher default
+const RECLAIM_MS = 250; // the dispatcher default
 const SEQS = 2;
 const PROMPT = 'x'.repeat(36); // ceil(36 / 4) + 4 = 13 prompt tokens
 const PROMPT_TOKENS = 13;

@@ -36,20 +36,33 @@ export interface InfrastructureOptions {
   readonly connectTimeoutMs?: number;
 }
 
-async function connectRedis(url: string, timeoutMs: number): Promise<Redis> {
+async function connectRedis(url: string, timeoutMs: number, logger: Logger): Promise<Redis> {
   const redis = new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: 2 });
+  // Until connected, the first socket error is the useful one (ECONNREFUSED, ENOTFOUND, auth).
+  let first: Error | undefined;
+  const onError = (err: Error): void => {
+    first ??= err;
+  };
+  redis.on('error', onError);
   try {
     await redis.connect();
     await redis.ping();
+    // Later drops are retried by the client; say so rather than crash or stay silent.
+    redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis connection error'));
     return redis;
   } catch (cause) {
     redis.disconnect();
+    const reason = (first ?? (cause instanceof Error ? cause : new Error(String(cause)))).message;
     throw new DispatcherError(
       DispatcherErrorCode.STORE_UNREACHABLE,
       url,
-      `cannot reach Redis at ${url}: ${cause instanceof Error ? cause.message : String(cause)}`,
-      { cause },
+      `cannot reach Redis at ${url}: ${reason}`,
+      {
+        cause: first ?? cause,
+      },
     );
+  } finally {
+    redis.off('error', onError);
   }
 }
 
@@ -62,7 +75,7 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
   let redis: Redis | undefined;
   let store: SchedulingStore;
   if (o.redisUrl !== undefined) {
-    redis = await connectRedis(o.redisUrl, timeoutMs);
+    redis = await connectRedis(o.redisUrl, timeoutMs, o.logger);
     store = new RedisStore({ redis, prefix: o.prefix, defaultLeaseMs: o.defaultLeaseMs });
   } else {
     store = new MemoryStore({ defaultLeaseMs: o.defaultLeaseMs });
