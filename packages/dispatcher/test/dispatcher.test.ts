@@ -169,6 +169,59 @@ describe('dispatcher', () => {
     expect(Number(third.headers['retry-after'])).toBeLessThanOrEqual(60);
   });
 
+  it('turns requests away with 429 queue_full beyond the tenant and pool queue bounds', async () => {
+    const s = await stack({
+      engines: [{ maxNumSeqs: 1, speed: 1 }],
+      config: config({
+        tenants: [
+          { id: 'alpha', keys: [{ key: KEY }], limits: { maxQueued: 1 } },
+          { id: 'beta', keys: [{ key: BETA_KEY }] },
+        ],
+        pools: [{ id: 'llama', model: MODEL, maxQueued: 2 }],
+      }),
+    });
+    const d = s.dispatchers[0]!;
+    const long = chat({ stream: true, max_tokens: 3000, fairway_output_tokens: 3000 });
+    const aborts: AbortController[] = [];
+    const send = (key: string) => {
+      const ac = new AbortController();
+      aborts.push(ac);
+      return fetch(`${d.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: headers(key),
+        body: JSON.stringify(long),
+        signal: ac.signal,
+      }).catch(() => undefined);
+    };
+    try {
+      void send(KEY); // runs (one slot)
+      await waitFor(async () => (await s.store.reserved('sim-1')).seqs === 1, 2000, 'running');
+      void send(KEY); // queued: alpha's one allowed
+      await waitFor(async () => (await s.store.snapshot('llama', 0)).queued.alpha === 1, 2000, 'queued');
+      const tenantFull = await d.dispatcher.app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        headers: headers(),
+        payload: chat(),
+      });
+      expect(tenantFull.statusCode).toBe(429);
+      expect(tenantFull.json()).toMatchObject({ error: { code: 'queue_full' } });
+      expect(tenantFull.headers['retry-after']).toBeDefined();
+      void send(BETA_KEY); // queued: the pool's second
+      await waitFor(async () => (await s.store.snapshot('llama', 0)).queued.beta === 1, 2000, 'queued');
+      const poolFull = await d.dispatcher.app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        headers: headers(BETA_KEY),
+        payload: chat(),
+      });
+      expect(poolFull.statusCode).toBe(429);
+      expect(poolFull.json()).toMatchObject({ error: { code: 'queue_full' } });
+    } finally {
+      for (const a of aborts) a.abort();
+    }
+  });
+
   it('answers 503 when no replica serves the model, and 404 for a model nothing serves', async () => {
     const s = await stack({
       config: config({
