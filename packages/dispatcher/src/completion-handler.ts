@@ -52,6 +52,11 @@ export async function handleCompletion(
   reply: FastifyReply,
 ): Promise<void> {
   const arrivedAt = request[ARRIVED_AT] ?? ctx.timer.now();
+  // The client may leave at any time: a queued request leaves the queue, a running one is aborted.
+  const gone = new AbortController();
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) gone.abort();
+  });
   const key = bearerToken(request.headers);
   if (key === undefined)
     throw new ApiError('MISSING_API_KEY', 'missing API key: send "Authorization: Bearer <key>"');
@@ -104,11 +109,7 @@ export async function handleCompletion(
   m.requests.inc({ tenant, outcome: 'admitted' });
   const ticket = sub.ticket;
 
-  // The client may leave at any time: a queued request leaves the queue, a running one is aborted.
-  const gone = new AbortController();
-  reply.raw.once('close', () => {
-    if (!reply.raw.writableFinished) gone.abort();
-  });
+  if (request.raw.socket?.destroyed === true) gone.abort();
   const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone.signal);
   if (waited !== 'dispatched') {
     if (waited === 'timeout') {
