@@ -143,16 +143,29 @@ export class GatewayRuntime {
     return out;
   }
 
-  /** Admits and enqueues a request (one store round trip), dispatching it at once if it fits. */
+  /**
+   * Admits and enqueues a request (one store round trip), dispatching it at once if it fits.
+   * Resolves as soon as the request is dispatched — the rest of that dispatch round (offering
+   * other queued work to the replicas) goes on without holding this request back.
+   */
   async submit(req: RequestDescriptor, pool: string): Promise<RuntimeSubmit> {
     const ticket = new Ticket(req, pool);
     this.#tickets.set(req.id, ticket);
-    let res: SubmitResult;
+    const submitted = this.gateway.submit(req);
+    let res: SubmitResult | undefined;
     try {
-      res = await this.gateway.submit(req);
+      res = await Promise.race([submitted, ticket.dispatched.then(() => undefined)]);
     } catch (err) {
       this.#tickets.delete(req.id);
       throw err;
+    }
+    if (res === undefined) {
+      // Dispatched, hence admitted; a failure later in the round concerns other requests.
+      submitted.catch((err: unknown) =>
+        this.#o.logger.warn({ err: errText(err) }, 'dispatcher: dispatch round failed'),
+      );
+      ticket.submittedAt = this.#o.timer.now();
+      return { ok: true, ticket };
     }
     if (!res.ok) {
       this.#tickets.delete(req.id);
