@@ -17,7 +17,11 @@ export interface ServeSettings {
   readonly host: string;
   /** Redis key prefix and NATS subject prefix, so several fleets can share servers. @default 'fairway' */
   readonly prefix: string;
-  /** This dispatcher's id. @default `<hostname>-<pid>-<random>` */
+  /**
+   * This dispatcher's name; its id in the store is the name plus a random suffix per start, so a
+   * restarted process (same pod name) never inherits what its predecessor held — that is
+   * reclaimed by lease. @default `<hostname>-<pid>`
+   */
   readonly dispatcherId: string | undefined;
   /** A replica whose heartbeat is older than this gets no new work, ms. @default 1000 */
   readonly staleAfterMs: number;
@@ -112,11 +116,17 @@ export function serveSettings(
   return s;
 }
 
-/** A fresh dispatcher id: host, process and a random suffix, so a restarted process is a new owner. */
-export function newDispatcherId(random: string): string {
-  const host =
-    hostname()
-      .replace(/[^A-Za-z0-9._:-]/g, '-')
-      .slice(0, 64) || 'host';
-  return `${host}-${process.pid}-${random}`;
+/**
+ * A dispatcher id for one process start: the given name (default `<hostname>-<pid>`) and a random
+ * suffix, so an owner id is never reused across restarts.
+ */
+export function newDispatcherId(random: string, name?: string): string {
+  const base =
+    name ??
+    `${
+      hostname()
+        .replace(/[^A-Za-z0-9._:-]/g, '-')
+        .slice(0, 64) || 'host'
+    }-${process.pid}`;
+  return `${base}-${random}`;
 }

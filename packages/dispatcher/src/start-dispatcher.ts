@@ -40,7 +40,7 @@ export interface RunningDispatcher {
  */
 export async function startDispatcher(input: StartDispatcherInput): Promise<RunningDispatcher> {
   const { settings, config, logger } = input;
-  const id = settings.dispatcherId ?? newDispatcherId(randomBytes(3).toString('hex'));
+  const id = newDispatcherId(randomBytes(3).toString('hex'), settings.dispatcherId);
   const leaseMs = settings.options.leaseMs ?? 10_000;
   const owned = input.infrastructure === undefined;
   const infrastructure =

@@ -36,7 +36,10 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
     .option('--redis-url <url>', 'Redis (env REDIS_URL, default redis://127.0.0.1:6379)')
     .option('--nats-url <url>', 'NATS (env NATS_URL, default nats://127.0.0.1:4222)')
     .option('--prefix <prefix>', 'Redis key and NATS subject prefix (env FAIRWAY_PREFIX, default fairway)')
-    .option('--id <id>', 'dispatcher id (env FAIRWAY_DISPATCHER_ID, default host-pid-random)')
+    .option(
+      '--id <name>',
+      'dispatcher name, suffixed with a random token per start (env FAIRWAY_DISPATCHER_ID, default host-pid)',
+    )
     .option('--lease-ms <ms>', 'lease on what this dispatcher holds (env FAIRWAY_LEASE_MS)', whole)
     .action(async (flags: ServeFlags) => {
       const overrides: ServeOverrides = {
