@@ -65,15 +65,11 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const scheduling = schedulingFromConfig(deps.config, options, deps.id);
   const metrics = new GatewayMetrics(deps.config.tenants.map((t) => t.id));
   const store = new TimedStore(deps.store, metrics.storeLatency, deps.timer);
-  const replicas = new RegistryReplicaSource(deps.registry);
   const logger = deps.logger.child({ dispatcher: deps.id });
   const configuredPools = new Set(deps.config.pools.map((p) => p.id));
-  // Configured pools first; otherwise the pool the replicas serving the model registered under.
-  const poolFor = (model: string): string | undefined => {
-    const pool = scheduling.poolOf(model);
-    if (configuredPools.has(pool)) return pool;
-    return deps.registry.list({ model })[0]?.registration.pool;
-  };
+  const poolByModel = new Map(deps.config.pools.map((p) => [p.model, p.id]));
+  const replicas = new RegistryReplicaSource(deps.registry, (model) => poolByModel.get(model));
+  const poolFor = (model: string): string | undefined => replicas.poolFor(model);
   const runtime = new GatewayRuntime({
     id: deps.id,
     config: deps.config,

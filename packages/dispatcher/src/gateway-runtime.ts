@@ -312,22 +312,13 @@ export class GatewayRuntime {
 
   #onReplicaChange(type: 'registered' | 'heartbeat' | 'removed', replicaId: string): void {
     const view = this.#o.registry.get(replicaId);
-    if (type === 'registered' && view) {
-      const r = view.registration;
-      const configured = this.#o.poolFor(r.model);
-      if (configured !== undefined && configured !== r.pool)
-        this.#o.logger.warn(
-          { replicaId, model: r.model, registeredPool: r.pool, configuredPool: configured },
-          'dispatcher: replica registered in another pool than the config gives its model; it will not serve that model (start its agent with --pool)',
-        );
-    }
     const accepting = view?.acceptsWork ?? false;
     const was = this.#accepting.get(replicaId);
     if (type === 'removed') this.#accepting.delete(replicaId);
     else this.#accepting.set(replicaId, accepting);
     // Capacity changes only when a replica appears, leaves, or starts/stops taking work.
     if (type === 'heartbeat' && was === accepting) return;
-    const pool = view?.registration.pool;
+    const pool = view === undefined ? undefined : this.#o.replicas.poolOf(view);
     this.gateway.pump(pool).catch((err: unknown) => {
       this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
     });

@@ -1,10 +1,10 @@
 import type { ReplicaRegistry, ReplicaView } from '@fairway/bus';
 import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
 
-function toInfo(v: ReplicaView): ReplicaInfo {
+function toInfo(v: ReplicaView, pool: string): ReplicaInfo {
   return {
     id: v.id,
-    pool: v.registration.pool,
+    pool,
     kvCapacityTokens: v.capacity.kvCapacityTokens,
     maxNumSeqs: v.capacity.maxNumSeqs,
     running: v.capacity.running,
@@ -18,21 +18,41 @@ function toInfo(v: ReplicaView): ReplicaInfo {
 /**
  * The fleet as the gateway scheduler sees it, read from the replica registry (registrations and
  * heartbeats from node agents over the bus). A replica that is not fresh and `ready` is reported
- * stale, so it is offered no new work.
+ * stale, so it is offered no new work. The config file is the source of truth for pools: a replica
+ * whose model a configured pool serves belongs to that pool, whatever pool its agent announced;
+ * the announced pool counts only for models the config does not name.
  */
 export class RegistryReplicaSource implements ReplicaSource {
   readonly #registry: ReplicaRegistry;
+  readonly #configuredPool: (model: string) => string | undefined;
 
-  constructor(registry: ReplicaRegistry) {
+  /** @param configuredPool the configured pool serving a model, if any */
+  constructor(registry: ReplicaRegistry, configuredPool: (model: string) => string | undefined) {
     this.#registry = registry;
+    this.#configuredPool = configuredPool;
+  }
+
+  /** The pool a registered replica belongs to. */
+  poolOf(v: ReplicaView): string {
+    return this.#configuredPool(v.registration.model) ?? v.registration.pool;
   }
 
   replicas(pool: string): readonly ReplicaInfo[] {
-    return this.#registry.list({ pool }).map(toInfo);
+    const out: ReplicaInfo[] = [];
+    for (const v of this.#registry.list()) if (this.poolOf(v) === pool) out.push(toInfo(v, pool));
+    return out;
   }
 
   pools(): readonly string[] {
-    return [...new Set(this.#registry.list().map((v) => v.registration.pool))];
+    return [...new Set(this.#registry.list().map((v) => this.poolOf(v)))];
+  }
+
+  /** The pool serving `model`: the configured one, else the one its replicas announced. */
+  poolFor(model: string): string | undefined {
+    const configured = this.#configuredPool(model);
+    if (configured !== undefined) return configured;
+    const v = this.#registry.list({ model })[0];
+    return v === undefined ? undefined : v.registration.pool;
   }
 
   /** The engine URL of a replica, or undefined if it left the registry. */
@@ -42,7 +62,7 @@ export class RegistryReplicaSource implements ReplicaSource {
 
   /** Whether any replica of `pool` accepts work now. */
   serving(pool: string): boolean {
-    return this.#registry.list({ pool }).some((v) => v.acceptsWork);
+    return this.#registry.list().some((v) => v.acceptsWork && this.poolOf(v) === pool);
   }
 
   /** Models served by registered replicas. */

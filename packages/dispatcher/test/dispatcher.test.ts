@@ -222,6 +222,17 @@ describe('dispatcher', () => {
     }
   });
 
+  it('places a replica in the pool the config gives its model, whatever pool its agent announced', async () => {
+    const s = await stack({ agentPool: 'announced-elsewhere' });
+    const res = await s.dispatchers[0]!.dispatcher.app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: headers(),
+      payload: chat(),
+    });
+    expect(res.statusCode).toBe(200);
+  });
+
   it('answers 503 when no replica serves the model, and 404 for a model nothing serves', async () => {
     const s = await stack({
       config: config({

@@ -28,6 +28,8 @@ export interface StackOptions {
   readonly options?: DispatcherOptions;
   /** Per-dispatcher option overrides, by index. */
   readonly perDispatcher?: readonly (DispatcherOptions | undefined)[];
+  /** Pool the agents announce. @default the first configured pool's id */
+  readonly agentPool?: string;
   /** Use the machine's Redis (unique prefix) instead of the in-memory store. @default false */
   readonly redis?: boolean;
 }
@@ -76,7 +78,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       engine,
       clock: systemClock,
       replicaId,
-      pool: pool?.id ?? model,
+      pool: o.agentPool ?? pool?.id ?? model,
       model,
       maxNumSeqs: e.maxNumSeqs ?? 256,
       heartbeatIntervalMs: 100,
