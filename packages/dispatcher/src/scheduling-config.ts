@@ -10,6 +10,7 @@ import {
 } from '@fairway/core';
 import {
   type AdmissionPolicy,
+  aladdinPlacement,
   fcfsPolicy,
   MINUTE_MS,
   type OrderingPolicy,
@@ -88,11 +89,9 @@ function orderingFromConfig(config: FairwayConfig, cost: CostFunction): Ordering
 }
 
 function placementFromConfig(config: FairwayConfig): PlacementPolicy {
-  if (config.policy.placement === 'aladdin')
-    throw unsupported(
-      'policy.placement',
-      'aladdin placement is planned, not yet served by the dispatcher; use least-kv, jsq, round-robin or power-of-two',
-    );
+  // Aladdin's best fit by capacity norm over the store's reservations (its SLO checks need each
+  // replica's requests and performance model, which the placement contract does not carry).
+  if (config.policy.placement === 'aladdin') return aladdinPlacement();
   return placementByName(config.policy.placement);
 }
 
