@@ -11,6 +11,8 @@ export { KEY_LAYOUT, type KeyKind, StoreKeys } from './keys.ts';
 export { MemoryStore } from './memory-store.ts';
 export { RedisStore, type RedisStoreOptions } from './redis-store.ts';
 export type {
+  AdmitAndDispatchInput,
+  AdmitAndDispatchResult,
   AdmitInput,
   AdmitRejectCode,
   AdmitResult,
@@ -23,6 +25,7 @@ export type {
   QueueSnapshot,
   ReplicaCandidate,
   RequeueInput,
+  Reservation,
   SchedulingStore,
   SettleInput,
   WindowLimit,

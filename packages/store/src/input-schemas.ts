@@ -71,6 +71,12 @@ export const dispatchInputSchema = z.object({
   charges: chargeItemsSchema.optional(),
 });
 
+/** {@link AdmitAndDispatchInput} */
+export const admitAndDispatchInputSchema = z.object({
+  admit: admitInputSchema,
+  dispatch: dispatchInputSchema,
+});
+
 /** {@link SettleInput} */
 export const settleInputSchema = z.object({
   id,

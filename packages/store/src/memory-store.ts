@@ -1,6 +1,7 @@
 import { parseInput, StoreError, StoreErrorCode } from './errors.ts';
 import { IndexedHeap } from './indexed-heap.ts';
 import {
+  admitAndDispatchInputSchema,
   admitInputSchema,
   cancelInputSchema,
   chargeItemsSchema,
@@ -12,6 +13,8 @@ import {
   snapshotInputSchema,
 } from './input-schemas.ts';
 import type {
+  AdmitAndDispatchInput,
+  AdmitAndDispatchResult,
   AdmitInput,
   AdmitResult,
   ChargeItem,
@@ -161,6 +164,26 @@ export class MemoryStore implements SchedulingStore {
   async admit(input: AdmitInput): Promise<AdmitResult> {
     this.#open('admit');
     if (this.#opts.validate) parseInput('admit', admitInputSchema, input);
+    return this.#admit(input);
+  }
+
+  async admitAndDispatch(input: AdmitAndDispatchInput): Promise<AdmitAndDispatchResult> {
+    this.#open('admitAndDispatch');
+    if (this.#opts.validate) parseInput('admitAndDispatch', admitAndDispatchInputSchema, input);
+    const admit = this.#admit(input.admit);
+    const dispatch = admit.ok ? this.#dispatch(input.dispatch) : undefined;
+    return {
+      admit,
+      ...(dispatch !== undefined ? { dispatch } : {}),
+      poolQueued: this.#poolQueued.get(input.dispatch.pool) ?? 0,
+      reserved: input.dispatch.replicas.map((c) => {
+        const r = this.#replicas.get(c.id);
+        return { tokens: r?.tokens ?? 0, seqs: r?.seqs ?? 0 };
+      }),
+    };
+  }
+
+  #admit(input: AdmitInput): AdmitResult {
     const { req, nowMs } = input;
     if (this.#requests.has(req.id)) return { ok: false, code: 'duplicate', retryAfterMs: 0, key: req.id };
 
@@ -249,6 +272,10 @@ export class MemoryStore implements SchedulingStore {
   async dispatch(input: DispatchInput): Promise<DispatchResult> {
     this.#open('dispatch');
     if (this.#opts.validate) parseInput('dispatch', dispatchInputSchema, input);
+    return this.#dispatch(input);
+  }
+
+  #dispatch(input: DispatchInput): DispatchResult {
     if (input.charges !== undefined) this.#applyCharges(input.charges);
     for (const band of input.bands) {
       const q = this.#queue(input.pool, band, false);

@@ -2,6 +2,7 @@ import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { parseInput, StoreError, StoreErrorCode, scriptErrorFromCode } from './errors.ts';
 import {
+  admitAndDispatchInputSchema,
   admitInputSchema,
   cancelInputSchema,
   chargeItemsSchema,
@@ -15,6 +16,8 @@ import {
 import { StoreKeys } from './keys.ts';
 import { defineCommands, type LuaCommand, loadCommands } from './script-loader.ts';
 import type {
+  AdmitAndDispatchInput,
+  AdmitAndDispatchResult,
   AdmitInput,
   AdmitRejectCode,
   AdmitResult,
@@ -24,6 +27,7 @@ import type {
   QueuedRequest,
   QueueSnapshot,
   RequeueInput,
+  Reservation,
   SchedulingStore,
   SettleInput,
 } from './store.ts';
@@ -78,6 +82,54 @@ function asString(reply: Reply | undefined): string {
   );
 }
 
+function admitReply(script: string, r: Reply): AdmitResult {
+  const reply = expectArray(script, r);
+  if (reply[0] === 1) return { ok: true, queued: Number(reply[1]) };
+  return {
+    ok: false,
+    code: asString(reply[1]) as AdmitRejectCode,
+    retryAfterMs: Number(asString(reply[2])),
+    key: asString(reply[3]),
+  };
+}
+
+/** ARGV[2 ..] of dispatch-1.lua. */
+function dispatchArgs(input: DispatchInput): string[] {
+  const args: string[] = [
+    input.pool,
+    input.ordering,
+    input.fit,
+    str(input.bands.length),
+    ...input.bands.map(str),
+    str(input.replicas.length),
+  ];
+  for (const r of input.replicas) args.push(r.id, str(r.tokenCapacity), str(r.seqCapacity));
+  const charges = input.charges ?? [];
+  args.push(str(charges.length));
+  for (const c of charges) args.push(c.id, str(c.amount));
+  return args;
+}
+
+function dispatchReply(script: string, r: Reply): DispatchResult {
+  const reply = expectArray(script, r);
+  const kind = asString(reply[0]);
+  if (kind === 'empty') return { kind: 'empty' };
+  if (kind === 'blocked') {
+    return { kind: 'blocked', id: asString(reply[1]), reserveTokens: Number(asString(reply[2])) };
+  }
+  if (kind !== 'dispatched')
+    throw new StoreError(
+      StoreErrorCode.REPLY_INVALID,
+      script,
+      `unexpected dispatch reply ${JSON.stringify(r)}`,
+    );
+  return {
+    kind: 'dispatched',
+    replica: asString(reply[1]),
+    req: JSON.parse(asString(reply[2])) as QueuedRequest,
+  };
+}
+
 /**
  * The Redis {@link SchedulingStore}: every multi-step operation is one Lua script (`commands/`),
  * so admission, dispatch and a batch of charges are each one round trip and exact across any
@@ -123,14 +175,49 @@ export class RedisStore implements SchedulingStore {
   async admit(input: AdmitInput): Promise<AdmitResult> {
     this.#open('admit');
     if (this.#opts.validate) parseInput('admit', admitInputSchema, input);
-    const { req } = input;
+    const { script, invoke } = this.#cmd('admit');
+    return admitReply(
+      script,
+      await invoke(...this.#admitKeys(input), this.#keys.base, ...this.#admitArgs(input)),
+    );
+  }
+
+  async admitAndDispatch(input: AdmitAndDispatchInput): Promise<AdmitAndDispatchResult> {
+    this.#open('admitAndDispatch');
+    if (this.#opts.validate) parseInput('admitAndDispatch', admitAndDispatchInputSchema, input);
+    const { script, invoke } = this.#cmd('admitAndDispatch');
+    const reply = expectArray(
+      script,
+      await invoke(
+        ...this.#admitKeys(input.admit),
+        this.#keys.base,
+        ...this.#admitArgs(input.admit),
+        ...dispatchArgs(input.dispatch),
+      ),
+    );
+    const admit = admitReply(script, reply[0] ?? null);
+    const flat = expectArray(script, reply[3] ?? null).map((x) => Number(asString(x)));
+    const reserved = input.dispatch.replicas.map((_, i) => ({
+      tokens: flat[2 * i] ?? 0,
+      seqs: flat[2 * i + 1] ?? 0,
+    }));
+    return {
+      admit,
+      ...(admit.ok ? { dispatch: dispatchReply(script, reply[1] ?? null) } : {}),
+      poolQueued: Number(reply[2]),
+      reserved,
+    };
+  }
+
+  #admitKeys(input: AdmitInput): string[] {
     const k = this.#keys;
-    const args: (string | number)[] = [
-      k.key('req', req.id),
-      k.key('leases'),
-      k.key('seq'),
-      k.key('interactions'),
-      k.base,
+    return [k.key('req', input.req.id), k.key('leases'), k.key('seq'), k.key('interactions')];
+  }
+
+  /** ARGV[2 ..] of admit-4.lua. */
+  #admitArgs(input: AdmitInput): string[] {
+    const { req } = input;
+    const args: string[] = [
       req.id,
       req.pool,
       str(req.band),
@@ -164,46 +251,17 @@ export class RedisStore implements SchedulingStore {
         (l.trueUp ?? l.code === 'tpm_limited') ? '1' : '0',
       );
     }
-    const { script, invoke } = this.#cmd('admit');
-    const reply = expectArray(script, await invoke(...args));
-    if (reply[0] === 1) return { ok: true, queued: Number(reply[1]) };
-    return {
-      ok: false,
-      code: asString(reply[1]) as AdmitRejectCode,
-      retryAfterMs: Number(asString(reply[2])),
-      key: asString(reply[3]),
-    };
+    return args;
   }
 
   async dispatch(input: DispatchInput): Promise<DispatchResult> {
     this.#open('dispatch');
     if (this.#opts.validate) parseInput('dispatch', dispatchInputSchema, input);
-    const args: (string | number)[] = [
-      this.#keys.key('poolQueued', input.pool),
-      this.#keys.base,
-      input.pool,
-      input.ordering,
-      input.fit,
-      str(input.bands.length),
-      ...input.bands.map(str),
-      str(input.replicas.length),
-    ];
-    for (const r of input.replicas) args.push(r.id, str(r.tokenCapacity), str(r.seqCapacity));
-    const charges = input.charges ?? [];
-    args.push(str(charges.length));
-    for (const c of charges) args.push(c.id, str(c.amount));
     const { script, invoke } = this.#cmd('dispatch');
-    const reply = expectArray(script, await invoke(...args));
-    const kind = asString(reply[0]);
-    if (kind === 'empty') return { kind: 'empty' };
-    if (kind === 'blocked') {
-      return { kind: 'blocked', id: asString(reply[1]), reserveTokens: Number(asString(reply[2])) };
-    }
-    return {
-      kind: 'dispatched',
-      replica: asString(reply[1]),
-      req: JSON.parse(asString(reply[2])) as QueuedRequest,
-    };
+    return dispatchReply(
+      script,
+      await invoke(this.#keys.key('poolQueued', input.pool), this.#keys.base, ...dispatchArgs(input)),
+    );
   }
 
   async charge(items: readonly ChargeItem[]): Promise<void> {
@@ -282,7 +340,7 @@ export class RedisStore implements SchedulingStore {
     return meanOfHistory(list.map(Number));
   }
 
-  async reserved(replica: string): Promise<{ readonly tokens: number; readonly seqs: number }> {
+  async reserved(replica: string): Promise<Reservation> {
     this.#open('reserved');
     if (this.#opts.validate) parseInput('reserved', idSchema, replica);
     const [tokens, seqs] = await this.#redis.hmget(this.#keys.key('replica', replica), 'tokens', 'seqs');

@@ -109,6 +109,29 @@ export type DispatchResult =
   | { readonly kind: 'blocked'; readonly id: string; readonly reserveTokens: number }
   | { readonly kind: 'dispatched'; readonly req: QueuedRequest; readonly replica: string };
 
+/** Input of {@link SchedulingStore.admitAndDispatch}: an admission and the dispatch that follows it. */
+export interface AdmitAndDispatchInput {
+  readonly admit: AdmitInput;
+  readonly dispatch: DispatchInput;
+}
+
+/** Tokens and sequences reserved on one replica. */
+export interface Reservation {
+  readonly tokens: number;
+  readonly seqs: number;
+}
+
+/** Outcome of {@link SchedulingStore.admitAndDispatch}. */
+export interface AdmitAndDispatchResult {
+  readonly admit: AdmitResult;
+  /** What the dispatch did; absent when the admission was rejected (nothing was dispatched). */
+  readonly dispatch?: DispatchResult;
+  /** Requests queued in the dispatch's pool, all bands, after the call. */
+  readonly poolQueued: number;
+  /** What is reserved on each candidate replica after the call, in candidate order. */
+  readonly reserved: readonly Reservation[];
+}
+
 /** Output-cost increments coalesced by a dispatcher and flushed in one call. */
 export interface ChargeItem {
   readonly id: string;
@@ -172,6 +195,15 @@ export interface SchedulingStore {
   admit(input: AdmitInput): Promise<AdmitResult>;
   /** Picks the next request by the ordering, reserves it on a replica and charges its dispatch cost. */
   dispatch(input: DispatchInput): Promise<DispatchResult>;
+  /**
+   * `admit`, then — only if the request was admitted — `dispatch`, as one atomic step (one Redis
+   * round trip): the request path's common case, a request that arrives while a replica has room,
+   * admits and dispatches it at once. The dispatch picks by the ordering as usual, so a request
+   * queued ahead is served first. Also reports the pool's queued count and the candidates'
+   * reservations after the step, so the caller needs no further reads. Optional so that wrappers
+   * written before it still type-check; both built-in backends implement it.
+   */
+  admitAndDispatch?(input: AdmitAndDispatchInput): Promise<AdmitAndDispatchResult>;
   /** Adds streamed-output costs to counters (coalesced per dispatcher). Unknown or queued ids are ignored. */
   charge(items: readonly ChargeItem[]): Promise<void>;
   /**
@@ -210,7 +242,7 @@ export interface SchedulingStore {
   /** Mean of the flow's last five output lengths, or undefined with no history (VTC(predict)). */
   predictedOutput(flow: string): Promise<number | undefined>;
   /** Tokens and sequences currently reserved on a replica. */
-  reserved(replica: string): Promise<{ readonly tokens: number; readonly seqs: number }>;
+  reserved(replica: string): Promise<Reservation>;
   /** Counters of every flow seen in the queue; backlogged flows in `fair` order with their queue lengths. */
   snapshot(pool: string, band: number): Promise<QueueSnapshot>;
   close(): Promise<void>;

@@ -571,6 +571,94 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       });
     });
 
+    describe('admit and dispatch in one step', () => {
+      const fused = (req: QueuedRequest, over: Partial<AdmitInput> = {}, d: Partial<DispatchInput> = {}) => {
+        if (!s.admitAndDispatch) throw new Error('backend has no admitAndDispatch');
+        return s.admitAndDispatch({ admit: admitOf(req, over), dispatch: dispatchOf(d) });
+      };
+      const room = (id: string, tokenCapacity: number): ReplicaCandidate => ({
+        id,
+        tokenCapacity,
+        seqCapacity: 10,
+      });
+
+      it('admits and dispatches an arriving request at once when a replica has room', async () => {
+        const r = await fused(
+          makeReq('x', { reserveTokens: 30 }),
+          {},
+          { replicas: [room('r1', 20), room('r2', 100)] },
+        );
+        expect(r.admit).toEqual({ ok: true, queued: 1 });
+        expect(r.dispatch).toMatchObject({
+          kind: 'dispatched',
+          replica: 'r2',
+          req: { id: 'x', payload: 'payload-x' },
+        });
+        expect(r.poolQueued).toBe(0);
+        expect(r.reserved).toEqual([
+          { tokens: 0, seqs: 0 },
+          { tokens: 30, seqs: 1 },
+        ]);
+        expect((await s.snapshot('p', 0)).counters).toEqual({ a: 10 });
+        expect(await s.settle({ id: 'x', nowMs: 1, finalCost: 10, actualTokens: 30, outputTokens: 0 })).toBe(
+          true,
+        );
+      });
+
+      it('serves a request queued ahead first, by the ordering', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1 })));
+        const r = await fused(makeReq('b1', { flow: 'b', arrivalMs: 2 }));
+        expect(r.dispatch).toMatchObject({ kind: 'dispatched', req: { id: 'a1' } });
+        expect(r.poolQueued).toBe(1);
+        expect(await dispatchedId()).toBe('b1');
+      });
+
+      it('leaves the request queued and reports a blocked head when nothing fits', async () => {
+        const r = await fused(makeReq('big', { reserveTokens: 80 }), {}, { replicas: [room('r1', 50)] });
+        expect(r).toEqual({
+          admit: { ok: true, queued: 1 },
+          dispatch: { kind: 'blocked', id: 'big', reserveTokens: 80 },
+          poolQueued: 1,
+          reserved: [{ tokens: 0, seqs: 0 }],
+        });
+        expect((await s.snapshot('p', 0)).queued).toEqual({ a: 1 });
+      });
+
+      it('dispatches nothing when the admission is rejected', async () => {
+        const rpm: WindowLimit = { key: 'rpm:a', limit: 1, amount: 1, windowMs: 1000, code: 'rpm_limited' };
+        await s.admit(admitOf(makeReq('q1', { flow: 'q' })));
+        await fused(makeReq('x1'), { limits: [rpm] }, { replicas: [room('r1', 10)] });
+        const r = await fused(makeReq('x2'), { limits: [rpm] });
+        expect(r.admit).toMatchObject({ ok: false, code: 'rpm_limited' });
+        expect(r.dispatch).toBeUndefined();
+        expect(r.poolQueued).toBe(1);
+        expect(r.reserved).toEqual([{ tokens: 10, seqs: 1 }]);
+        expect((await s.snapshot('p', 0)).queued).toEqual({ q: 1 });
+      });
+
+      it('applies the charges it carries before it picks', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1 })));
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', arrivalMs: 2 })));
+        expect(await dispatchedId()).toBe('a1'); // a=10
+        const r = await fused(
+          makeReq('b1', { flow: 'b', arrivalMs: 3 }),
+          {},
+          { charges: [{ id: 'a1', amount: 5 }] },
+        );
+        // b is lifted to a's 10 at admission, a is charged to 15 before the pick: b1 goes first.
+        expect(r.dispatch).toMatchObject({ kind: 'dispatched', req: { id: 'b1' } });
+        expect((await s.snapshot('p', 0)).counters).toEqual({ a: 15, b: 20 });
+      });
+
+      it('rejects malformed input naming the field', async () => {
+        if (!s.admitAndDispatch) throw new Error('backend has no admitAndDispatch');
+        await expect(
+          s.admitAndDispatch({ admit: admitOf(makeReq('x')), dispatch: dispatchOf({ bands: [0.5] }) }),
+        ).rejects.toThrow(/dispatch\.bands\[0\]/);
+        expect(await s.snapshot('p', 0)).toEqual({ counters: {}, backlogged: [], queued: {} });
+      });
+    });
+
     describe('validation', () => {
       it('rejects malformed input naming the field', async () => {
         await expect(s.admit(admitOf(makeReq('x', { reserveTokens: -1 })))).rejects.toThrow(

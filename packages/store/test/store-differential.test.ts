@@ -1,7 +1,13 @@
 import { createRng, type Rng } from '@fairway/core';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryStore, type SchedulingStore, type WindowLimit } from '../src/index.ts';
+import {
+  type AdmitAndDispatchResult,
+  type DispatchInput,
+  MemoryStore,
+  type SchedulingStore,
+  type WindowLimit,
+} from '../src/index.ts';
 import { connect, deletePrefix, freshRedisStore } from './redis-harness.ts';
 
 let redis: Redis;
@@ -49,6 +55,25 @@ function randomOps(seed: number, count: number): Op[] {
       });
     return out;
   };
+  const dispatchInput = (t: number, pool?: string): DispatchInput => {
+    const n = rng.int(0, 3);
+    return {
+      pool: pool ?? pick(rng, pools),
+      bands: rng.next() < 0.5 ? [0, 1] : [1, 0],
+      ordering: rng.next() < 0.7 ? ('fair' as const) : ('score' as const),
+      nowMs: t,
+      picker: pick(rng, owners),
+      replicas: replicas.slice(0, n).map((id) => ({
+        id,
+        tokenCapacity: rng.int(50, 400),
+        seqCapacity: rng.int(1, 6),
+      })),
+      fit: rng.next() < 0.5 ? ('first' as const) : ('best' as const),
+      ...(rng.next() < 0.3 && ids.length > 0
+        ? { charges: [{ id: pick(rng, ids), amount: fractional(rng, 8) }] }
+        : {}),
+    };
+  };
   for (let i = 0; i < count; i++) {
     now += rng.int(0, 40);
     const t = now;
@@ -85,25 +110,20 @@ function randomOps(seed: number, count: number): Op[] {
         ...(rng.next() < 0.2 ? { maxQueuedFlow: rng.int(1, 4) } : {}),
         ...(rng.next() < 0.2 ? { maxQueuedPool: rng.int(3, 12) } : {}),
       };
-      ops.push({ name: `admit ${id}`, run: (s) => s.admit(input) });
+      if (rng.next() < 0.3) {
+        const dispatch = dispatchInput(t, rng.next() < 0.8 ? req.pool : undefined);
+        ops.push({
+          name: `admitAndDispatch ${id}`,
+          run: (s) => {
+            if (!s.admitAndDispatch) throw new Error('no admitAndDispatch');
+            return s.admitAndDispatch({ admit: input, dispatch });
+          },
+        });
+      } else {
+        ops.push({ name: `admit ${id}`, run: (s) => s.admit(input) });
+      }
     } else if (r < 0.6) {
-      const n = rng.int(0, 3);
-      const input = {
-        pool: pick(rng, pools),
-        bands: rng.next() < 0.5 ? [0, 1] : [1, 0],
-        ordering: rng.next() < 0.7 ? ('fair' as const) : ('score' as const),
-        nowMs: t,
-        picker: pick(rng, owners),
-        replicas: replicas.slice(0, n).map((id) => ({
-          id,
-          tokenCapacity: rng.int(50, 400),
-          seqCapacity: rng.int(1, 6),
-        })),
-        fit: rng.next() < 0.5 ? ('first' as const) : ('best' as const),
-        ...(rng.next() < 0.3 && ids.length > 0
-          ? { charges: [{ id: pick(rng, ids), amount: fractional(rng, 8) }] }
-          : {}),
-      };
+      const input = dispatchInput(t);
       ops.push({ name: 'dispatch', run: (s) => s.dispatch(input) });
     } else if (r < 0.72) {
       const items = Array.from({ length: rng.int(1, 5) }, () => ({
@@ -163,6 +183,11 @@ describe('MemoryStore and RedisStore', () => {
           if (typeof a === 'object' && a !== null) {
             if ('kind' in a) outcomes.add(String(a.kind));
             if ('code' in a) outcomes.add(String(a.code));
+            if ('admit' in a) {
+              const f = a as AdmitAndDispatchResult;
+              outcomes.add(f.admit.ok ? 'fused admitted' : 'fused rejected');
+              if (f.dispatch !== undefined) outcomes.add(`fused ${f.dispatch.kind}`);
+            }
             if ('dropped' in a && Array.isArray(a.dropped) && a.dropped.length > 0) outcomes.add('reclaimed');
           }
         }
@@ -172,6 +197,8 @@ describe('MemoryStore and RedisStore', () => {
         }
         expect(outcomes).toContain('reclaimed');
         expect(outcomes).toContain('queue_full');
+        for (const outcome of ['fused rejected', 'fused dispatched', 'fused blocked'])
+          expect(outcomes, outcome).toContain(outcome);
         for (const pool of ['p', 'q']) {
           for (const band of [0, 1])
             expect(await red.snapshot(pool, band)).toEqual(await memory.snapshot(pool, band));

@@ -1,0 +1,91 @@
+--[[
+  Admission (admit, admitAndDispatch): duplicate check, window limits (throttles only when
+  overloaded and outside an open interaction), queue bounds; then window usage, the interaction,
+  the owner's default lease, the counter lift and the enqueue. A rejection changes nothing.
+
+  admitRequest(o) reads the admission arguments from ARGV[o + 2] on, in admit-4.lua's layout (o = 0
+  there): ARGV[o + 2] id ... ARGV[o + 22] number of limits n, then 7 per limit. admissionEnd(o) is
+  the index of its last argument (nil if n is not a number).
+]]
+--- @include "numbers"
+--- @include "queue"
+--- @include "windows"
+--- @include "interactions"
+
+local function admissionEnd(o)
+  local n = tonumber(ARGV[o + 22])
+  if n == nil then return nil end
+  return o + 22 + n * 7
+end
+
+-- { 1, queued } admitted (queued = size of the (pool, band) queue), or { 0, code, retryAfterMs, key }.
+local function admitRequest(o)
+  local id, pool, band, flow = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
+  local owner = ARGV[o + 10]
+  local now = tonumber(ARGV[o + 13])
+  local ikey = ARGV[o + 16]
+  local nLimits = tonumber(ARGV[o + 22])
+  local reqKey = key_req(id)
+
+  if redis.call('EXISTS', reqKey) == 1 then return { 0, 'duplicate', '0', id } end
+
+  local interactionOpen = false
+  if ikey ~= '' then
+    local untilMs = redis.call('ZSCORE', key_interactions(), ikey)
+    interactionOpen = untilMs ~= false and now < tonumber(untilMs)
+  end
+  local throttleApplies = ARGV[o + 15] == '1' and not interactionOpen
+
+  for i = 0, nLimits - 1 do
+    local b = o + 23 + i * 7
+    local wkey, limit, amount, windowMs = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    if not (ARGV[b + 4] == '1' and not throttleApplies) then
+      purgeWindow(wkey, now - windowMs)
+      local retry = windowRetryAfter(wkey, amount, limit, windowMs, now)
+      if retry ~= nil then return { 0, ARGV[b + 5], fmt(retry), wkey } end
+    end
+  end
+
+  if ARGV[o + 18] ~= '' then
+    local n = redis.call('ZCARD', key_fifo(pool, band, flow))
+    if n >= tonumber(ARGV[o + 18]) then
+      return { 0, 'queue_full', ARGV[o + 21], 'flow:' .. pool .. ':' .. band .. ':' .. flow }
+    end
+  end
+  if ARGV[o + 19] ~= '' then
+    if num(redis.call('GET', key_poolQueued(pool))) >= tonumber(ARGV[o + 19]) then
+      return { 0, 'queue_full', ARGV[o + 21], 'pool:' .. pool }
+    end
+  end
+
+  local record = {
+    'rec', ARGV[o + 11], 'pool', pool, 'band', band, 'flow', flow, 'arrival', ARGV[o + 7],
+    'reserve', ARGV[o + 8], 'cost', ARGV[o + 9], 'owner', owner, 'cont', ARGV[o + 12], 'state', 'q',
+    'replica', '', 'charged', '0', 'ikey', ikey, 'ittl', ARGV[o + 17], 'wn', nLimits,
+  }
+  for i = 0, nLimits - 1 do
+    local b = o + 23 + i * 7
+    addToWindow(ARGV[b], id, now, tonumber(ARGV[b + 2]))
+    record[#record + 1] = 'wk' .. (i + 1)
+    record[#record + 1] = ARGV[b]
+    record[#record + 1] = 'wt' .. (i + 1)
+    record[#record + 1] = ARGV[b + 6]
+  end
+  if ikey ~= '' then
+    redis.call('ZREMRANGEBYSCORE', key_interactions(), '-inf', fmt(now))
+    openInteraction(ikey, now, tonumber(ARGV[o + 17]))
+  end
+  local leases = key_leases()
+  if not redis.call('ZSCORE', leases, owner) then
+    redis.call('ZADD', leases, fmt(now + tonumber(ARGV[o + 20])), owner)
+  end
+  redis.call('SADD', key_owner(owner), id)
+
+  local seq = redis.call('INCR', key_seq())
+  local fm = sortKey(tonumber(ARGV[o + 7])) .. id
+  record[#record + 1] = 'fm'
+  record[#record + 1] = fm
+  redis.call('HSET', reqKey, unpack(record))
+  local size = enqueue(pool, band, flow, id, fm, seq, ARGV[o + 6], ARGV[o + 7], ARGV[o + 12] == '1', ARGV[o + 14])
+  return { 1, size }
+end

@@ -1,0 +1,136 @@
+--[[
+  Dispatch (dispatch, admitAndDispatch): applies the dispatcher's coalesced charges, then picks the
+  next request of a pool (bands in priority order; `fair`: continuations first, then the
+  backlogged flow with the least counter, ties by head arrival then flow id; `score`: least
+  (score, id)), reserves it on the first or best-fitting candidate replica and charges its dispatch
+  cost to its flow's counter. If the pick fits no candidate nothing but the charges changes.
+
+  The dispatch arguments are the last ones of the script, from ARGV[o + 2] on, in dispatch-1.lua's
+  layout (o = 0 there): pool, ordering, fit, number of bands b and the bands, number of replicas n
+  and per replica id, tokenCapacity, seqCapacity, number of charges k and per charge id, amount.
+  dispatchArgsValid(o) checks that layout; dispatchReplicas(o) gives the index of the replica count.
+]]
+--- @include "numbers"
+--- @include "queue"
+--- @include "charge"
+
+local function dispatchReplicas(o)
+  local nBands = tonumber(ARGV[o + 5])
+  if nBands == nil then return nil end
+  return o + 6 + nBands
+end
+
+local function dispatchArgsValid(o)
+  local rBase = dispatchReplicas(o)
+  if rBase == nil then return false end
+  local nReplicas = tonumber(ARGV[rBase])
+  if nReplicas == nil then return false end
+  local cBase = rBase + 1 + nReplicas * 3
+  local nCharges = tonumber(ARGV[cBase])
+  return nCharges ~= nil and #ARGV == cBase + nCharges * 2
+end
+
+-- Tokens and seqs reserved on every candidate replica, flattened, in candidate order.
+local function candidateReservations(o)
+  local rBase = dispatchReplicas(o)
+  local out = {}
+  for i = 0, tonumber(ARGV[rBase]) - 1 do
+    local rep = redis.call('HMGET', key_replica(ARGV[rBase + 1 + i * 3]), 'tokens', 'seqs')
+    out[#out + 1] = fmt(num(rep[1]))
+    out[#out + 1] = fmt(num(rep[2]))
+  end
+  return out
+end
+
+-- { 'empty' } | { 'blocked', id, reserveTokens } | { 'dispatched', replica, request JSON } | -1 (state corrupt).
+local function dispatchNext(o)
+  local pool, ordering, fit = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
+  local nBands = tonumber(ARGV[o + 5])
+  local rBase = o + 6 + nBands
+  local nReplicas = tonumber(ARGV[rBase])
+  local cBase = rBase + 1 + nReplicas * 3
+  local nCharges = tonumber(ARGV[cBase])
+
+  for i = 0, nCharges - 1 do
+    chargeRequest(ARGV[cBase + 1 + i * 2], tonumber(ARGV[cBase + 2 + i * 2]))
+  end
+
+  for bi = 1, nBands do
+    local band = ARGV[o + 5 + bi]
+    local id, flow, counter, pickedCont, nextHead = nil, nil, nil, false, nil
+    if ordering == 'score' then
+      id = redis.call('ZRANGE', key_byScore(pool, band), 0, 0)[1]
+    else
+      local top = redis.call('ZRANGE', key_contBacklog(pool, band), 0, 0, 'WITHSCORES')
+      pickedCont = top[1] ~= nil
+      if not pickedCont then top = redis.call('ZRANGE', key_backlog(pool, band), 0, 0, 'WITHSCORES') end
+      if top[1] ~= nil then
+        flow, counter = memberFlow(top[1]), tonumber(top[2])
+        local fifoOf = pickedCont and key_contFifo or key_fifo
+        local heads = redis.call('ZRANGE', fifoOf(pool, band, flow), 0, 1)
+        if heads[1] == nil then return -1 end
+        id, nextHead = memberId(heads[1]), heads[2]
+      end
+    end
+
+    if id ~= nil then
+      local f = redis.call('HMGET', key_req(id), 'flow', 'reserve', 'cost', 'cont', 'rec', 'fm', 'charged')
+      if not f[1] then return -1 end
+      flow = f[1]
+      local reserve = tonumber(f[2])
+
+      local chosen, bestLeft, chosenTokens, chosenSeqs = nil, 0, 0, 0
+      for i = 0, nReplicas - 1 do
+        local b = rBase + 1 + i * 3
+        local rep = redis.call('HMGET', key_replica(ARGV[b]), 'tokens', 'seqs')
+        local tokens, seqs = num(rep[1]), num(rep[2])
+        local after = tokens + reserve
+        if after <= tonumber(ARGV[b + 1]) and seqs + 1 <= tonumber(ARGV[b + 2]) then
+          local left = tonumber(ARGV[b + 1]) - after
+          if chosen == nil or left < bestLeft then
+            chosen, bestLeft, chosenTokens, chosenSeqs = ARGV[b], left, after, seqs + 1
+          end
+          if fit == 'first' then break end
+        end
+      end
+      if chosen == nil then return { 'blocked', id, f[2] } end
+
+      -- Dequeue and charge in one pass: each backlog member of the flow is re-keyed once, with the
+      -- new counter and the new head.
+      local q = key_queue(pool, band)
+      local v = redis.call('HMGET', q, 'n:' .. flow, 'b:' .. flow, 'c:' .. flow)
+      if counter == nil then counter = num(v[1]) end
+      local c = fmt(counter + tonumber(f[3]))
+      local fields, gone = { 'n:' .. flow, c }, {}
+      local fifo = key_fifo(pool, band, flow)
+      redis.call('ZREM', fifo, f[6])
+      redis.call('ZREM', key_byScore(pool, band), id)
+      redis.call('DECR', key_poolQueued(pool))
+      if f[4] == '1' then
+        local cf = key_contFifo(pool, band, flow)
+        redis.call('ZREM', cf, f[6])
+        local head = pickedCont and nextHead or redis.call('ZRANGE', cf, 0, 0)[1]
+        rekey(key_contBacklog(pool, band), flow, 'c:', v[3], backlogMember(head, flow), c, true, fields, gone)
+      elseif v[3] then
+        redis.call('ZADD', key_contBacklog(pool, band), c, v[3])
+      end
+      local head
+      if ordering == 'fair' and not pickedCont then
+        head = nextHead
+      else
+        head = redis.call('ZRANGE', fifo, 0, 0)[1]
+      end
+      if not rekey(key_backlog(pool, band), flow, 'b:', v[2], backlogMember(head, flow), c, true, fields, gone) then
+        fields[#fields + 1] = 'l'
+        fields[#fields + 1] = flow
+      end
+      applyQueueHash(q, fields, gone)
+
+      redis.call('HSET', key_replica(chosen), 'tokens', fmt(chosenTokens), 'seqs', chosenSeqs)
+      -- A re-queued request keeps what it was charged before (see requeue).
+      redis.call('HSET', key_req(id), 'state', 'r', 'replica', chosen, 'charged', fmt(num(f[7]) + tonumber(f[3])))
+      return { 'dispatched', chosen, f[5] }
+    end
+  end
+  return { 'empty' }
+end
