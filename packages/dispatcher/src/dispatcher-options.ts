@@ -40,6 +40,18 @@ export interface DispatcherOptions {
   readonly flushTokens?: number;
   /** On shutdown, how long running requests may take to finish before connections are dropped, ms. @default 30000 */
   readonly drainTimeoutMs?: number;
+  /**
+   * How long a flow's predicted output (`vtc-predict`, `reserve: predicted`) is served from memory
+   * before it is re-read from the store in the background, ms; 0 reads it on every request.
+   * @default 1000
+   */
+  readonly predictionTtlMs?: number;
+  /**
+   * How old this dispatcher's view of the replicas' reservations may be before a dispatch round
+   * reads it from the store again, ms (arrivals never read it: every admission's reply refreshes
+   * it). Only placement order depends on it; the store's fit check is always exact. @default 100
+   */
+  readonly reservationsMaxAgeMs?: number;
   /** Under `policy.oit`: requests per minute one user may send while the pool is overloaded. @default 60 */
   readonly oitUserRpm?: number;
   /** Under `policy.oit`: requests per minute an app without its own `limits.rpm` may send while overloaded. @default 600 */
@@ -65,6 +77,8 @@ const optionsSchema = z
     flushMs: ms.optional(),
     flushTokens: z.number().int().positive().optional(),
     drainTimeoutMs: z.number().min(0).finite().optional(),
+    predictionTtlMs: z.number().min(0).finite().optional(),
+    reservationsMaxAgeMs: z.number().min(0).finite().optional(),
     oitUserRpm: z.number().int().min(0).optional(),
     oitAppRpm: z.number().int().min(0).optional(),
   })
@@ -95,6 +109,8 @@ export function resolveDispatcherOptions(
     flushMs: o.flushMs ?? config.policy.chargeFlushMs,
     flushTokens: o.flushTokens ?? 256,
     drainTimeoutMs: o.drainTimeoutMs ?? 30_000,
+    predictionTtlMs: o.predictionTtlMs ?? 1000,
+    reservationsMaxAgeMs: o.reservationsMaxAgeMs ?? 100,
     oitUserRpm: o.oitUserRpm ?? 60,
     oitAppRpm: o.oitAppRpm ?? 600,
   };

@@ -84,6 +84,8 @@ export class GatewayRuntime {
       admission: o.scheduling.admission,
       overloadKv: o.config.policy.overloadKv,
       leaseMs: opt.leaseMs,
+      predictionTtlMs: opt.predictionTtlMs,
+      reservationsMaxAgeMs: opt.reservationsMaxAgeMs,
     });
   }
 

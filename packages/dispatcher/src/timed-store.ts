@@ -1,5 +1,7 @@
 import type { Clock } from '@fairway/core';
 import type {
+  AdmitAndDispatchInput,
+  AdmitAndDispatchResult,
   AdmitInput,
   AdmitResult,
   ChargeItem,
@@ -25,6 +27,9 @@ export class TimedStore implements SchedulingStore {
     this.#inner = inner;
     this.#hist = hist;
     this.#timer = timer;
+    const fused = inner.admitAndDispatch?.bind(inner);
+    if (fused !== undefined)
+      this.admitAndDispatch = (input) => this.#time('admit_and_dispatch', fused(input));
   }
 
   async #time<T>(op: string, call: Promise<T>): Promise<T> {
@@ -39,6 +44,8 @@ export class TimedStore implements SchedulingStore {
   admit(input: AdmitInput): Promise<AdmitResult> {
     return this.#time('admit', this.#inner.admit(input));
   }
+  /** Present exactly when the inner store has it, so the gateway's fallback still applies. */
+  readonly admitAndDispatch?: (input: AdmitAndDispatchInput) => Promise<AdmitAndDispatchResult>;
   dispatch(input: DispatchInput): Promise<DispatchResult> {
     return this.#time('dispatch', this.#inner.dispatch(input));
   }

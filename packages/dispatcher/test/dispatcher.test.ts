@@ -431,7 +431,8 @@ describe('dispatcher', () => {
     // 9 prompt tokens + 2 x 4 output tokens.
     expect(text).toMatch(/fairway_tenant_service_total\{tenant="alpha"\} 17\n/);
     expect(text).toMatch(/fairway_requests_total\{tenant="alpha",outcome="completed"\} 1\n/);
-    expect(text).toMatch(/fairway_store_latency_seconds_count\{op="admit"\} 1\n/);
+    // Admission and the first dispatch are one store call.
+    expect(text).toMatch(/fairway_store_latency_seconds_count\{op="admit_and_dispatch"\} 1\n/);
     expect(text).toMatch(/fairway_queue_depth\{pool="llama"\} 0\n/);
     expect(text).toMatch(/fairway_overhead_seconds_count\{stream="false"\} 1\n/);
   });

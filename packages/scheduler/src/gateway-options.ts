@@ -99,6 +99,19 @@ export interface GatewayOptions {
   readonly overloadKv?: number;
   /** Lease renewed by `heartbeat()`, ms. @default 30000 */
   readonly leaseMs?: number;
+  /**
+   * How long a flow's predicted output is served from memory before it is re-read from the
+   * store (in the background), ms of the injected clock; 0 reads the store every time it is
+   * used. A live dispatcher sets it so no request waits for the read. @default 0
+   */
+  readonly predictionTtlMs?: number;
+  /**
+   * How old this gateway's view of the reservations may be before a dispatch round (`pump`)
+   * reads them from the store again, ms of the injected clock; 0 reads them every round.
+   * Arrivals never read them: they use the view, which every `admitAndDispatch` refreshes.
+   * @default 0
+   */
+  readonly reservationsMaxAgeMs?: number;
 }
 
 /** {@link GatewayOptions} with every default applied. */
@@ -156,6 +169,8 @@ const optionsSchema = z
     overloaded: fn.optional(),
     overloadKv: z.number().min(0).max(1).optional(),
     leaseMs: z.number().positive().optional(),
+    predictionTtlMs: z.number().min(0).finite().optional(),
+    reservationsMaxAgeMs: z.number().min(0).finite().optional(),
   })
   .strict();
 
@@ -199,5 +214,7 @@ export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayO
     overloaded: options.overloaded,
     overloadKv: options.overloadKv ?? 0.9,
     leaseMs: options.leaseMs ?? 30_000,
+    predictionTtlMs: options.predictionTtlMs ?? 0,
+    reservationsMaxAgeMs: options.reservationsMaxAgeMs ?? 0,
   };
 }

@@ -1,6 +1,14 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
 import { kvOverloaded, type PlacementPolicy, type ReplicaState } from '@fairway/policy';
-import type { AdmitRejectCode, QueuedRequest, ReplicaCandidate } from '@fairway/store';
+import type {
+  AdmitInput,
+  AdmitRejectCode,
+  DispatchInput,
+  DispatchResult,
+  QueuedRequest,
+  ReplicaCandidate,
+  Reservation,
+} from '@fairway/store';
 import { type AdmissionRules, composeRules, fromAdmissionPolicy, toRules } from './admission.ts';
 import { ChargeCoalescer } from './charge-coalescer.ts';
 import { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
@@ -10,11 +18,14 @@ import {
   type ResolvedGatewayOptions,
   resolveGatewayOptions,
 } from './gateway-options.ts';
-import { type ReplicaInfo, replicaState, toCandidate } from './replica-view.ts';
+import { replicaState, toCandidate } from './replica-view.ts';
 import { decodeRequest, encodeRequest, parseRequest } from './request-payload.ts';
 
 /** Room offered to a replica that takes everything routed to it (QLM without pulling). */
 const UNLIMITED = 1e15;
+/** Most flows whose predicted output a gateway keeps (flows can be users, which clients name). */
+const PREDICTION_CACHE_FLOWS = 10_000;
+const NOTHING: Reservation = { tokens: 0, seqs: 0 };
 
 /** Outcome of {@link Gateway.submit}. */
 export type SubmitResult =
@@ -35,6 +46,8 @@ interface Owned {
   predicted: number | undefined;
   state: 'queued' | 'running';
   replica: string | undefined;
+  /** Tokens it reserves on its replica while it runs. */
+  readonly reserveTokens: number;
   /** Output tokens it had when it was last evicted (it resumes from there); 0 if never evicted. */
   resumeFrom: number;
 }
@@ -77,6 +90,19 @@ export class Gateway {
   readonly #charges: ChargeCoalescer;
   readonly #pumping = new Set<string>();
   readonly #again = new Set<string>();
+  /**
+   * What the store has reserved on each replica, as this gateway last learned it: from every
+   * `admitAndDispatch` result (authoritative for its candidates), from dispatch rounds' reads, and
+   * from this gateway's own dispatches, settlements and evictions in between. Arrivals order
+   * replicas and judge overload from it, so the request path reads nothing; the store's own
+   * atomic fit check keeps reservations exact whatever the view says.
+   */
+  readonly #reservations = new Map<string, Reservation>();
+  /** Clock ms at which each pool's reservations were last read from the store. */
+  readonly #reservationsReadAt = new Map<string, number>();
+  /** Predicted output per flow with the clock ms it was read (`predictionTtlMs` > 0 only). */
+  readonly #predictions = new Map<string, { value: number | undefined; atMs: number }>();
+  readonly #refreshing = new Set<string>();
   #lastFlushMs: number;
   #admitted = 0;
   #rejected = 0;
@@ -98,8 +124,11 @@ export class Gateway {
   }
 
   /**
-   * Admits a request (limits, queue bounds, counter lift and enqueue in one store call), then
-   * dispatches whatever now fits. A rejection changes nothing and says why.
+   * Admits a request (limits, queue bounds, counter lift and enqueue) and dispatches what now fits.
+   * When the store offers `admitAndDispatch` and no router splits the pool, the admission and the
+   * first dispatch are one store call (one Redis round trip): a request that arrives while a
+   * replica has room is on its way to the engine after it, with replicas ordered and overload
+   * judged from this gateway's view of the reservations. A rejection changes nothing and says why.
    */
   async submit(request: RequestDescriptor): Promise<SubmitResult> {
     const o = this.options;
@@ -110,11 +139,9 @@ export class Gateway {
     const pool = o.poolOf(req);
     const flow = o.ordering.flowOf(req);
     const nowMs = o.clock.now();
-    // Read the flow's history only when something uses it: one store round trip less per request.
-    const usesPrediction =
-      o.reserve === 'predicted' ||
-      o.ordering.dispatchCost(req, undefined) !== o.ordering.dispatchCost(req, req.maxTokens);
-    const predicted = usesPrediction ? await o.store.predictedOutput(flow) : undefined;
+    // Read the flow's history only when something uses it.
+    const usesPrediction = o.reserve === 'predicted' || this.#pricesPrediction(req);
+    const predicted = usesPrediction ? await this.#predictedOutput(flow) : undefined;
 
     let reserveTokens = req.inputTokens + this.#reservedOutput(req, predicted);
     const largest = this.#largestCapacity(pool);
@@ -134,8 +161,9 @@ export class Gateway {
     parts.push(toRules(o.admission(req, ctx)));
     if (o.ordering.continuation?.(req)) parts.push({ limits: [], continuation: true });
     const rules = composeRules(parts);
+    const states = this.#viewStates(pool);
     const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)
-      ? await this.#isOverloaded(pool)
+      ? this.#isOverloaded(pool, states)
       : false;
     const queued: QueuedRequest = {
       id: req.id,
@@ -150,7 +178,7 @@ export class Gateway {
       payload: encodeRequest(req),
       ...(rules.continuation ? { continuation: true } : {}),
     };
-    const result = await o.store.admit({
+    const admit: AdmitInput = {
       req: queued,
       nowMs,
       lift: o.ordering.lift,
@@ -159,15 +187,49 @@ export class Gateway {
       ...(rules.interaction ? { interaction: rules.interaction } : {}),
       ...(rules.maxQueuedFlow !== undefined ? { maxQueuedFlow: rules.maxQueuedFlow } : {}),
       ...(rules.maxQueuedPool !== undefined ? { maxQueuedPool: rules.maxQueuedPool } : {}),
-    });
-    if (!result.ok) {
-      this.#rejected++;
+    };
+    const own: Owned = {
+      req,
+      pool,
+      predicted,
+      state: 'queued',
+      replica: undefined,
+      reserveTokens,
+      resumeFrom: 0,
+    };
+
+    const candidates = this.#candidates(states, undefined, false);
+    if (o.store.admitAndDispatch === undefined || o.router !== undefined || candidates.length === 0) {
+      const result = await o.store.admit(admit);
+      if (!result.ok) {
+        this.#rejected++;
+        return result;
+      }
+      this.#admitted++;
+      this.#owned.set(req.id, own);
+      await this.pump(pool);
       return result;
     }
+
+    const r = await o.store.admitAndDispatch({
+      admit,
+      dispatch: this.#dispatchInput(pool, this.#bands, candidates),
+    });
+    for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
+    if (!r.admit.ok) {
+      this.#rejected++;
+      return r.admit;
+    }
     this.#admitted++;
-    this.#owned.set(req.id, { req, pool, predicted, state: 'queued', replica: undefined, resumeFrom: 0 });
-    await this.pump(pool);
-    return result;
+    this.#owned.set(req.id, own);
+    if (r.dispatch?.kind === 'dispatched') {
+      this.#dispatched++;
+      // Its reservation is in the reported reservations already.
+      await this.#handOn(r.dispatch, false);
+      // More may fit: whatever else waits in the pool goes through a dispatch round.
+      if (r.poolQueued > 0) await this.pump(pool);
+    }
+    return r.admit;
   }
 
   /**
@@ -238,6 +300,7 @@ export class Gateway {
     });
     if (!(await store.requeue({ id, nowMs: this.options.clock.now(), servedCost }))) return false;
     this.#charges.close(id);
+    this.#release(own);
     own.state = 'queued';
     own.replica = undefined;
     own.resumeFrom = generated;
@@ -350,16 +413,47 @@ export class Gateway {
     return largest;
   }
 
-  async #states(pool: string): Promise<{ states: ReplicaState[]; infos: readonly ReplicaInfo[] }> {
-    const infos = this.options.replicas.replicas(pool);
-    // Concurrent reads: one round-trip time for all replicas instead of one per replica.
-    const reserved = await Promise.all(infos.map((info) => this.options.store.reserved(info.id)));
-    const states = infos.map((info, i) => replicaState(info, reserved[i]!, this.options.headroom));
-    return { states, infos };
+  /** The pool's replicas as placement sees them, with reservations from this gateway's view. */
+  #viewStates(pool: string): ReplicaState[] {
+    const h = this.options.headroom;
+    return this.options.replicas
+      .replicas(pool)
+      .map((info) => replicaState(info, this.#reservations.get(info.id) ?? NOTHING, h));
   }
 
-  async #isOverloaded(pool: string): Promise<boolean> {
-    const { states } = await this.#states(pool);
+  /**
+   * The pool's replicas for a dispatch round: reservations read from the store (concurrently, one
+   * round-trip time for all replicas) unless the view was read less than
+   * `reservationsMaxAgeMs` ago.
+   */
+  async #roundStates(pool: string): Promise<ReplicaState[]> {
+    const o = this.options;
+    const now = o.clock.now();
+    const readAt = this.#reservationsReadAt.get(pool);
+    if (readAt !== undefined && now - readAt < o.reservationsMaxAgeMs) return this.#viewStates(pool);
+    const infos = o.replicas.replicas(pool);
+    const reserved = await Promise.all(infos.map((info) => o.store.reserved(info.id)));
+    for (const [i, info] of infos.entries()) this.#setReservation(info.id, reserved[i] ?? NOTHING);
+    this.#reservationsReadAt.set(pool, now);
+    return infos.map((info, i) => replicaState(info, reserved[i] ?? NOTHING, o.headroom));
+  }
+
+  #setReservation(replica: string, r: Reservation): void {
+    if (r.seqs <= 0) this.#reservations.delete(replica);
+    else this.#reservations.set(replica, { tokens: Math.max(0, r.tokens), seqs: r.seqs });
+  }
+
+  #addReservation(replica: string, tokens: number, seqs: number): void {
+    const r = this.#reservations.get(replica) ?? NOTHING;
+    this.#setReservation(replica, { tokens: r.tokens + tokens, seqs: r.seqs + seqs });
+  }
+
+  /** A running request of this gateway left its replica (settled or re-queued). */
+  #release(own: Owned): void {
+    if (own.replica !== undefined) this.#addReservation(own.replica, -own.reserveTokens, -1);
+  }
+
+  #isOverloaded(pool: string, states: readonly ReplicaState[]): boolean {
     if (this.options.overloaded) return this.options.overloaded(pool, states);
     let used = 0;
     let capacity = 0;
@@ -369,6 +463,44 @@ export class Gateway {
       capacity += s.tokenCapacity;
     }
     return kvOverloaded(used, capacity, this.options.overloadKv);
+  }
+
+  /** Whether the ordering policy's dispatch price depends on the output prediction. */
+  #pricesPrediction(req: RequestDescriptor): boolean {
+    const o = this.options.ordering;
+    return o.dispatchCost(req, undefined) !== o.dispatchCost(req, req.maxTokens);
+  }
+
+  /**
+   * The flow's predicted output (mean of its last five outputs, from the store). With
+   * `predictionTtlMs` > 0 a known value is served from memory and refreshed in the background
+   * once older than that, so only a flow's first request waits for the store.
+   */
+  async #predictedOutput(flow: string): Promise<number | undefined> {
+    const o = this.options;
+    if (o.predictionTtlMs <= 0) return o.store.predictedOutput(flow);
+    const hit = this.#predictions.get(flow);
+    if (hit === undefined) return this.#readPrediction(flow);
+    if (o.clock.now() - hit.atMs >= o.predictionTtlMs && !this.#refreshing.has(flow)) {
+      this.#refreshing.add(flow);
+      // A failed refresh keeps the old value; the next request past the ttl tries again.
+      this.#readPrediction(flow)
+        .catch(() => undefined)
+        .finally(() => this.#refreshing.delete(flow));
+    }
+    return hit.value;
+  }
+
+  async #readPrediction(flow: string): Promise<number | undefined> {
+    const atMs = this.options.clock.now();
+    const value = await this.options.store.predictedOutput(flow);
+    this.#predictions.delete(flow);
+    if (this.#predictions.size >= PREDICTION_CACHE_FLOWS) {
+      const oldest = this.#predictions.keys().next().value;
+      if (oldest !== undefined) this.#predictions.delete(oldest);
+    }
+    this.#predictions.set(flow, { value, atMs });
+    return value;
   }
 
   /** The store's view of a candidate, bounded by the placement policy's capacity if it has one. */
@@ -384,8 +516,35 @@ export class Gateway {
     };
   }
 
+  /** Fresh replicas (of `allowed`, when given) in placement order, as store candidates. */
+  #candidates(
+    states: readonly ReplicaState[],
+    allowed: ReadonlySet<string> | undefined,
+    unlimited: boolean,
+  ): ReplicaCandidate[] {
+    const out: ReplicaCandidate[] = [];
+    for (const s of this.#placement.order(
+      allowed === undefined ? states : states.filter((x) => allowed.has(x.id)),
+    ))
+      if (!s.stale) out.push(this.#candidate(s, unlimited));
+    return out;
+  }
+
+  #dispatchInput(pool: string, bands: readonly number[], replicas: ReplicaCandidate[]): DispatchInput {
+    const o = this.options;
+    return {
+      pool,
+      bands,
+      ordering: o.ordering.mode,
+      nowMs: o.clock.now(),
+      picker: this.id,
+      replicas,
+      fit: o.fit,
+    };
+  }
+
   async #dispatchLoop(pool: string): Promise<number> {
-    const { states } = await this.#states(pool);
+    const states = await this.#roundStates(pool);
     if (!states.some((s) => !s.stale)) return 0;
     const router = this.options.router;
     if (router === undefined) return this.#dispatchRoute(pool, states, this.#bands, undefined, false);
@@ -415,24 +574,11 @@ export class Gateway {
     allowed: ReadonlySet<string> | undefined,
     unlimited: boolean,
   ): Promise<number> {
-    const o = this.options;
     let n = 0;
     for (;;) {
-      const candidates: ReplicaCandidate[] = [];
-      for (const s of this.#placement.order(
-        allowed === undefined ? states : states.filter((x) => allowed.has(x.id)),
-      ))
-        if (!s.stale) candidates.push(this.#candidate(s, unlimited));
+      const candidates = this.#candidates(states, allowed, unlimited);
       if (candidates.length === 0 || bands.length === 0) return n;
-      const res = await o.store.dispatch({
-        pool,
-        bands,
-        ordering: o.ordering.mode,
-        nowMs: o.clock.now(),
-        picker: this.id,
-        replicas: candidates,
-        fit: o.fit,
-      });
+      const res = await this.options.store.dispatch(this.#dispatchInput(pool, bands, candidates));
       if (res.kind !== 'dispatched') return n;
       n++;
       this.#dispatched++;
@@ -444,41 +590,54 @@ export class Gateway {
           reservedTokens: s.reservedTokens + res.req.reserveTokens,
           reservedSeqs: s.reservedSeqs + 1,
         };
-      const own = this.#owned.get(res.req.id);
-      const req = own?.req ?? decodeRequest(res.req.payload, this.id);
-      const resumeFrom = own?.resumeFrom ?? 0;
-      // A resumed request was already priced; its re-queue settled what it had been served.
-      const predicted = resumeFrom > 0 ? undefined : await this.#repriceAtDispatch(res.req, req);
-      const d: Dispatched = {
-        id: res.req.id,
-        req,
-        ...(predicted !== undefined ? { predicted } : {}),
-        ...(resumeFrom > 0 ? { resumeFrom } : {}),
-        replica: res.replica,
-        owner: res.req.owner,
-        picker: this.id,
-        reserveTokens: res.req.reserveTokens,
-        queued: res.req,
-      };
-      if (d.owner === this.id) this.started(d);
-      o.onDispatch(d);
+      await this.#handOn(res, true);
     }
+  }
+
+  /**
+   * A request was dispatched by this gateway (any owner): note its reservation in the view unless
+   * the store's reply already did, price its prediction, and hand it on — to `started` if this
+   * gateway owns it, and to `onDispatch`.
+   */
+  async #handOn(res: Extract<DispatchResult, { kind: 'dispatched' }>, note: boolean): Promise<void> {
+    if (note) this.#addReservation(res.replica, res.req.reserveTokens, 1);
+    const own = this.#owned.get(res.req.id);
+    const req = own?.req ?? decodeRequest(res.req.payload, this.id);
+    const resumeFrom = own?.resumeFrom ?? 0;
+    // A resumed request was already priced; its re-queue settled what it had been served.
+    const repriced = resumeFrom > 0 ? undefined : await this.#repriceAtDispatch(res.req, req);
+    const predicted = repriced?.predicted;
+    const d: Dispatched = {
+      id: res.req.id,
+      req,
+      ...(predicted !== undefined ? { predicted } : {}),
+      ...(resumeFrom > 0 ? { resumeFrom } : {}),
+      replica: res.replica,
+      owner: res.req.owner,
+      picker: this.id,
+      reserveTokens: res.req.reserveTokens,
+      queued: res.req,
+    };
+    if (d.owner === this.id) this.started(d);
+    this.options.onDispatch(d);
+    if (repriced !== undefined && repriced.delta !== 0)
+      await this.options.store.charge([{ id: res.req.id, amount: repriced.delta }]);
   }
 
   /**
    * VTC(predict) predicts a request's output when it is selected (VTC Algorithm 3, line 25), but the
    * queue priced it at admission, and a request may wait minutes while its flow's history changes
    * (at the start no flow has any). When the policy's dispatch price depends on the prediction,
-   * charge the difference to the price under the flow's prediction now; returns that prediction.
+   * the difference to the price under the flow's prediction now is charged (after the request is
+   * on its way); returns that prediction and the difference.
    */
-  async #repriceAtDispatch(q: QueuedRequest, req: RequestDescriptor): Promise<number | undefined> {
-    const o = this.options;
-    if (o.ordering.dispatchCost(req, undefined) === o.ordering.dispatchCost(req, req.maxTokens))
-      return undefined;
-    const fresh = await o.store.predictedOutput(q.flow);
-    const delta = o.ordering.dispatchCost(req, fresh) - q.dispatchCost;
-    if (delta !== 0) await o.store.charge([{ id: q.id, amount: delta }]);
-    return fresh;
+  async #repriceAtDispatch(
+    q: QueuedRequest,
+    req: RequestDescriptor,
+  ): Promise<{ predicted: number | undefined; delta: number } | undefined> {
+    if (!this.#pricesPrediction(req)) return undefined;
+    const fresh = await this.#predictedOutput(q.flow);
+    return { predicted: fresh, delta: this.options.ordering.dispatchCost(req, fresh) - q.dispatchCost };
   }
 
   async #settle(id: string, own: Owned, usage: Usage): Promise<void> {
@@ -486,12 +645,13 @@ export class Gateway {
     this.#owned.delete(id);
     this.#running--;
     this.#settled++;
-    await this.options.store.settle({
+    const settled = await this.options.store.settle({
       id,
       nowMs: this.options.clock.now(),
       finalCost: this.options.ordering.finalCost(own.req, usage),
       actualTokens: usage.inputTokens + usage.outputTokens,
       outputTokens: usage.outputTokens,
     });
+    if (settled) this.#release(own);
   }
 }
