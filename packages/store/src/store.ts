@@ -196,12 +196,14 @@ export interface SchedulingStore {
   /** Picks the next request by the ordering, reserves it on a replica and charges its dispatch cost. */
   dispatch(input: DispatchInput): Promise<DispatchResult>;
   /**
-   * `admit`, then — only if the request was admitted — `dispatch`, as one atomic step (one Redis
-   * round trip): the request path's common case, a request that arrives while a replica has room,
-   * admits and dispatches it at once. The dispatch picks by the ordering as usual, so a request
-   * queued ahead is served first. Also reports the pool's queued count and the candidates'
-   * reservations after the step, so the caller needs no further reads. Optional so that wrappers
-   * written before it still type-check; both built-in backends implement it.
+   * `admit`, then — only if the request was admitted — `dispatch`: the request path's common case,
+   * a request that arrives while a replica has room, admitted and dispatched in one call. Each
+   * step has its own operation's semantics (the dispatch picks by the ordering, so a request
+   * queued ahead is served first); the Redis backend runs both in one script — one round trip,
+   * nothing in between — and the memory backend calls `admit` and `dispatch` in turn. Also
+   * reports the pool's queued count and the candidates' reservations after the call, so the
+   * caller needs no further reads. Optional so that wrappers written before it still type-check;
+   * both built-in backends implement it.
    */
   admitAndDispatch?(input: AdmitAndDispatchInput): Promise<AdmitAndDispatchResult>;
   /** Adds streamed-output costs to counters (coalesced per dispatcher). Unknown or queued ids are ignored. */
