@@ -27,6 +27,8 @@ export type {
   RequeueInput,
   Reservation,
   SchedulingStore,
+  SettleAndDispatchInput,
+  SettleAndDispatchResult,
   SettleInput,
   WindowLimit,
 } from './store.ts';

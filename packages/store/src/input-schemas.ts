@@ -86,6 +86,12 @@ export const settleInputSchema = z.object({
   outputTokens: nonNegative,
 });
 
+/** {@link SettleAndDispatchInput} */
+export const settleAndDispatchInputSchema = z.object({
+  settle: settleInputSchema,
+  dispatch: dispatchInputSchema,
+});
+
 /** {@link RequeueInput} */
 export const requeueInputSchema = z.object({
   id,

@@ -9,6 +9,7 @@ import {
   idSchema,
   renewInputSchema,
   requeueInputSchema,
+  settleAndDispatchInputSchema,
   settleInputSchema,
   snapshotInputSchema,
 } from './input-schemas.ts';
@@ -24,7 +25,10 @@ import type {
   QueueSnapshot,
   ReplicaCandidate,
   RequeueInput,
+  Reservation,
   SchedulingStore,
+  SettleAndDispatchInput,
+  SettleAndDispatchResult,
   SettleInput,
 } from './store.ts';
 import {
@@ -177,8 +181,15 @@ export class MemoryStore implements SchedulingStore {
     return {
       admit,
       ...(dispatch !== undefined ? { dispatch } : {}),
-      poolQueued: this.#poolQueued.get(input.dispatch.pool) ?? 0,
-      reserved: input.dispatch.replicas.map((c) => {
+      ...this.#after(input.dispatch),
+    };
+  }
+
+  /** The pool's queued count and the candidates' reservations, reported by the fused operations. */
+  #after(d: DispatchInput): { poolQueued: number; reserved: Reservation[] } {
+    return {
+      poolQueued: this.#poolQueued.get(d.pool) ?? 0,
+      reserved: d.replicas.map((c) => {
         const r = this.#replicas.get(c.id);
         return { tokens: r?.tokens ?? 0, seqs: r?.seqs ?? 0 };
       }),
@@ -338,6 +349,15 @@ export class MemoryStore implements SchedulingStore {
       this.#openInteraction(rs.interaction.key, input.nowMs, rs.interaction.ttlMs);
     this.#forget(rs);
     return true;
+  }
+
+  async settleAndDispatch(input: SettleAndDispatchInput): Promise<SettleAndDispatchResult> {
+    this.#open('settleAndDispatch');
+    if (this.#opts.validate) parseInput('settleAndDispatch', settleAndDispatchInputSchema, input);
+    // Through the public operations, like admitAndDispatch.
+    const settled = await this.settle(input.settle);
+    const dispatch = await this.dispatch(input.dispatch);
+    return { settled, dispatch, ...this.#after(input.dispatch) };
   }
 
   async requeue(input: RequeueInput): Promise<boolean> {

@@ -10,6 +10,7 @@ import {
   idSchema,
   renewInputSchema,
   requeueInputSchema,
+  settleAndDispatchInputSchema,
   settleInputSchema,
   snapshotInputSchema,
 } from './input-schemas.ts';
@@ -29,6 +30,8 @@ import type {
   RequeueInput,
   Reservation,
   SchedulingStore,
+  SettleAndDispatchInput,
+  SettleAndDispatchResult,
   SettleInput,
 } from './store.ts';
 import {
@@ -91,6 +94,24 @@ function admitReply(script: string, r: Reply): AdmitResult {
     retryAfterMs: Number(asString(reply[2])),
     key: asString(reply[3]),
   };
+}
+
+/** ARGV[2 ..] of settle-1.lua. */
+function settleArgs(input: SettleInput): string[] {
+  return [
+    input.id,
+    str(input.nowMs),
+    str(input.finalCost),
+    str(input.actualTokens),
+    str(input.outputTokens),
+    str(HISTORY_LENGTH),
+  ];
+}
+
+/** The flat { tokens, seqs, … } list the fused scripts report, one pair per candidate. */
+function reservationsReply(script: string, r: Reply, n: number): Reservation[] {
+  const flat = expectArray(script, r).map((x) => Number(asString(x)));
+  return Array.from({ length: n }, (_, i) => ({ tokens: flat[2 * i] ?? 0, seqs: flat[2 * i + 1] ?? 0 }));
 }
 
 /** ARGV[2 ..] of dispatch-1.lua. */
@@ -196,11 +217,7 @@ export class RedisStore implements SchedulingStore {
       ),
     );
     const admit = admitReply(script, reply[0] ?? null);
-    const flat = expectArray(script, reply[3] ?? null).map((x) => Number(asString(x)));
-    const reserved = input.dispatch.replicas.map((_, i) => ({
-      tokens: flat[2 * i] ?? 0,
-      seqs: flat[2 * i + 1] ?? 0,
-    }));
+    const reserved = reservationsReply(script, reply[3] ?? null, input.dispatch.replicas.length);
     return {
       admit,
       ...(admit.ok ? { dispatch: dispatchReply(script, reply[1] ?? null) } : {}),
@@ -279,17 +296,29 @@ export class RedisStore implements SchedulingStore {
     this.#open('settle');
     if (this.#opts.validate) parseInput('settle', settleInputSchema, input);
     const { invoke } = this.#cmd('settle');
-    const reply = await invoke(
-      this.#keys.key('req', input.id),
-      this.#keys.base,
-      input.id,
-      str(input.nowMs),
-      str(input.finalCost),
-      str(input.actualTokens),
-      str(input.outputTokens),
-      str(HISTORY_LENGTH),
-    );
+    const reply = await invoke(this.#keys.key('req', input.id), this.#keys.base, ...settleArgs(input));
     return reply === 1;
+  }
+
+  async settleAndDispatch(input: SettleAndDispatchInput): Promise<SettleAndDispatchResult> {
+    this.#open('settleAndDispatch');
+    if (this.#opts.validate) parseInput('settleAndDispatch', settleAndDispatchInputSchema, input);
+    const { script, invoke } = this.#cmd('settleAndDispatch');
+    const reply = expectArray(
+      script,
+      await invoke(
+        this.#keys.key('req', input.settle.id),
+        this.#keys.base,
+        ...settleArgs(input.settle),
+        ...dispatchArgs(input.dispatch),
+      ),
+    );
+    return {
+      settled: reply[0] === 1,
+      dispatch: dispatchReply(script, reply[1] ?? null),
+      poolQueued: Number(reply[2]),
+      reserved: reservationsReply(script, reply[3] ?? null, input.dispatch.replicas.length),
+    };
   }
 
   async requeue(input: RequeueInput): Promise<boolean> {

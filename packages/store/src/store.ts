@@ -132,6 +132,24 @@ export interface AdmitAndDispatchResult {
   readonly reserved: readonly Reservation[];
 }
 
+/** Input of {@link SchedulingStore.settleAndDispatch}: a settlement and the dispatch that follows it. */
+export interface SettleAndDispatchInput {
+  readonly settle: SettleInput;
+  readonly dispatch: DispatchInput;
+}
+
+/** Outcome of {@link SchedulingStore.settleAndDispatch}. */
+export interface SettleAndDispatchResult {
+  /** Whether the request was running and is now settled (as `settle` returns). */
+  readonly settled: boolean;
+  /** What the dispatch did (it runs whether or not the settlement found the request). */
+  readonly dispatch: DispatchResult;
+  /** Requests queued in the dispatch's pool, all bands, after the call. */
+  readonly poolQueued: number;
+  /** What is reserved on each candidate replica after the call, in candidate order. */
+  readonly reserved: readonly Reservation[];
+}
+
 /** Output-cost increments coalesced by a dispatcher and flushed in one call. */
 export interface ChargeItem {
   readonly id: string;
@@ -215,6 +233,13 @@ export interface SchedulingStore {
    * Returns false if the request was not running.
    */
   settle(input: SettleInput): Promise<boolean>;
+  /**
+   * `settle`, then `dispatch` into the room it freed: the completion path's common case in one
+   * call, as `admitAndDispatch` is for arrivals (the Redis backend runs both in one script; the
+   * memory backend calls `settle` and `dispatch` in turn). The dispatch runs even if the request
+   * was not running. Optional like `admitAndDispatch`.
+   */
+  settleAndDispatch?(input: SettleAndDispatchInput): Promise<SettleAndDispatchResult>;
   /**
    * Puts a running request back at the head of its flow's FIFO in its (pool, band) queue, as QLM
    * evicts a lower-band request to make room (QLM section 5, request eviction): releases its

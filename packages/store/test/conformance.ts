@@ -659,6 +659,63 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       });
     });
 
+    describe('settle and dispatch in one step', () => {
+      const settleOf = (id: string, nowMs = 5) => ({
+        id,
+        nowMs,
+        finalCost: 10,
+        actualTokens: 60,
+        outputTokens: 7,
+      });
+      const one = { id: 'r1', tokenCapacity: 100, seqCapacity: 10 };
+      const fused = (id: string, d: Partial<DispatchInput> = {}) => {
+        if (!s.settleAndDispatch) throw new Error('backend has no settleAndDispatch');
+        return s.settleAndDispatch({ settle: settleOf(id), dispatch: dispatchOf({ replicas: [one], ...d }) });
+      };
+
+      it('settles a request and dispatches the next one into the room it freed', async () => {
+        await s.admit(admitOf(makeReq('x', { reserveTokens: 60, arrivalMs: 1 })));
+        await s.admit(admitOf(makeReq('y', { reserveTokens: 60, arrivalMs: 2, flow: 'b' })));
+        await s.admit(admitOf(makeReq('z', { reserveTokens: 60, arrivalMs: 3, flow: 'c' })));
+        await s.dispatch(dispatchOf({ replicas: [one] }));
+        const r = await fused('x');
+        expect(r.settled).toBe(true);
+        expect(r.dispatch).toMatchObject({ kind: 'dispatched', replica: 'r1', req: { id: 'y' } });
+        expect(r.poolQueued).toBe(1);
+        expect(r.reserved).toEqual([{ tokens: 60, seqs: 1 }]);
+        expect(await s.predictedOutput('a')).toBe(7);
+        expect((await s.snapshot('p', 0)).counters.a).toBe(10);
+      });
+
+      it('still dispatches when the request was not running, and reports an empty queue', async () => {
+        const r = await fused('nope');
+        expect(r).toEqual({
+          settled: false,
+          dispatch: { kind: 'empty' },
+          poolQueued: 0,
+          reserved: [{ tokens: 0, seqs: 0 }],
+        });
+      });
+
+      it('reports a blocked head when the freed room is not enough', async () => {
+        await s.admit(admitOf(makeReq('x', { reserveTokens: 30, arrivalMs: 1 })));
+        await s.admit(admitOf(makeReq('w', { reserveTokens: 30, arrivalMs: 2, flow: 'b' })));
+        await s.admit(admitOf(makeReq('big', { reserveTokens: 90, arrivalMs: 3, flow: 'c' })));
+        await s.dispatch(dispatchOf({ replicas: [one] }));
+        await s.dispatch(dispatchOf({ replicas: [one] }));
+        const r = await fused('x');
+        expect(r).toMatchObject({ settled: true, dispatch: { kind: 'blocked', id: 'big' }, poolQueued: 1 });
+        expect(r.reserved).toEqual([{ tokens: 30, seqs: 1 }]);
+      });
+
+      it('rejects malformed input naming the field', async () => {
+        if (!s.settleAndDispatch) throw new Error('backend has no settleAndDispatch');
+        await expect(
+          s.settleAndDispatch({ settle: { ...settleOf('x'), actualTokens: -1 }, dispatch: dispatchOf() }),
+        ).rejects.toThrow(/settle\.actualTokens/);
+      });
+    });
+
     describe('validation', () => {
       it('rejects malformed input naming the field', async () => {
         await expect(s.admit(admitOf(makeReq('x', { reserveTokens: -1 })))).rejects.toThrow(

@@ -6,6 +6,7 @@ import {
   type DispatchInput,
   MemoryStore,
   type SchedulingStore,
+  type SettleAndDispatchResult,
   type WindowLimit,
 } from '../src/index.ts';
 import { connect, deletePrefix, freshRedisStore } from './redis-harness.ts';
@@ -140,7 +141,18 @@ function randomOps(seed: number, count: number): Op[] {
         actualTokens: rng.int(0, 150),
         outputTokens: rng.int(0, 100),
       };
-      ops.push({ name: `settle ${id}`, run: (s) => s.settle(input) });
+      if (rng.next() < 0.3) {
+        const dispatch = dispatchInput(t);
+        ops.push({
+          name: `settleAndDispatch ${id}`,
+          run: (s) => {
+            if (!s.settleAndDispatch) throw new Error('no settleAndDispatch');
+            return s.settleAndDispatch({ settle: input, dispatch });
+          },
+        });
+      } else {
+        ops.push({ name: `settle ${id}`, run: (s) => s.settle(input) });
+      }
     } else if (r < 0.89) {
       const id = ids.length > 0 ? pick(rng, ids) : 'nope';
       ops.push({ name: `cancel ${id}`, run: (s) => s.cancel(id, t) });
@@ -183,6 +195,11 @@ describe('MemoryStore and RedisStore', () => {
           if (typeof a === 'object' && a !== null) {
             if ('kind' in a) outcomes.add(String(a.kind));
             if ('code' in a) outcomes.add(String(a.code));
+            if ('settled' in a) {
+              const f = a as SettleAndDispatchResult;
+              outcomes.add(`settled-fused ${f.settled}`);
+              outcomes.add(`settled-fused ${f.dispatch.kind}`);
+            }
             if ('admit' in a) {
               const f = a as AdmitAndDispatchResult;
               outcomes.add(f.admit.ok ? 'fused admitted' : 'fused rejected');
@@ -197,7 +214,14 @@ describe('MemoryStore and RedisStore', () => {
         }
         expect(outcomes).toContain('reclaimed');
         expect(outcomes).toContain('queue_full');
-        for (const outcome of ['fused rejected', 'fused dispatched', 'fused blocked'])
+        for (const outcome of [
+          'fused rejected',
+          'fused dispatched',
+          'fused blocked',
+          'settled-fused true',
+          'settled-fused false',
+          'settled-fused dispatched',
+        ])
           expect(outcomes, outcome).toContain(outcome);
         for (const pool of ['p', 'q']) {
           for (const band of [0, 1])

@@ -10,21 +10,7 @@
 
   Output: 1 settled, 0 the request was not running
 ]]
---- @include "includes/numbers"
---- @include "includes/request"
---- @include "includes/queue"
---- @include "includes/windows"
---- @include "includes/interactions"
+--- @include "includes/settlement"
 
-local id = ARGV[2]
-local r = loadReq(id)
-if r == nil or r.state ~= 'r' then return 0 end
-addToCounter(r.pool, r.band, r.flow, tonumber(ARGV[4]) - tonumber(r.charged))
-release(r)
-trueUpWindows(id, r, tonumber(ARGV[5]))
-local hist = key_history(r.flow)
-redis.call('RPUSH', hist, ARGV[6])
-redis.call('LTRIM', hist, -tonumber(ARGV[7]), -1)
-if r.ikey ~= '' then openInteraction(r.ikey, tonumber(ARGV[3]), tonumber(r.ittl)) end
-forgetReq(id, r)
-return 1
+if #ARGV ~= 7 then return -2 end
+return settleRequest(0)

@@ -1,0 +1,29 @@
+--[[
+  Settlement (settle, settleAndDispatch): ends a running request — corrects its flow's counter to
+  the final cost, releases its replica reservation, trues up its TPM windows, records its output
+  length (VTC(predict)) and keeps its interaction open for another ttl.
+
+  settleRequest(o) reads its arguments from ARGV[o + 2] on, in settle-1.lua's layout (o = 0 there):
+  id, nowMs, finalCost, actualTokens, outputTokens, history length; the last is ARGV[o + 7].
+]]
+--- @include "numbers"
+--- @include "request"
+--- @include "queue"
+--- @include "windows"
+--- @include "interactions"
+
+-- 1 settled, 0 the request was not running.
+local function settleRequest(o)
+  local id = ARGV[o + 2]
+  local r = loadReq(id)
+  if r == nil or r.state ~= 'r' then return 0 end
+  addToCounter(r.pool, r.band, r.flow, tonumber(ARGV[o + 4]) - tonumber(r.charged))
+  release(r)
+  trueUpWindows(id, r, tonumber(ARGV[o + 5]))
+  local hist = key_history(r.flow)
+  redis.call('RPUSH', hist, ARGV[o + 6])
+  redis.call('LTRIM', hist, -tonumber(ARGV[o + 7]), -1)
+  if r.ikey ~= '' then openInteraction(r.ikey, tonumber(ARGV[o + 3]), tonumber(r.ittl)) end
+  forgetReq(id, r)
+  return 1
+end
