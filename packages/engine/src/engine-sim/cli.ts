@@ -3,6 +3,9 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import type { EngineSimOptionsInput } from './options.ts';
 import { type EngineSimHandle, startEngineSim } from './server.ts';
 
+/** Longest a graceful shutdown may take before the process exits anyway, ms. */
+const SHUTDOWN_GRACE_MS = 5_000;
+
 function num(value: string): number {
   const n = Number(value);
   if (!Number.isFinite(n)) throw new InvalidArgumentError('must be a number');
@@ -174,6 +177,8 @@ export async function runEngineSimCommand(
   if (hooks.handleSignals ?? true) {
     const stop = (signal: string): void => {
       logger.info({ signal }, 'engine-sim shutting down');
+      // A close stuck on a half-open connection must not keep the process alive.
+      setTimeout(() => process.exit(1), SHUTDOWN_GRACE_MS).unref();
       handle.close().then(
         () => process.exit(0),
         () => process.exit(1),

@@ -3,8 +3,8 @@ import type { EngineEvent, EngineModelApi, EngineSeqInput, EngineStats, StepResu
 
 /** Most overdue steps run in one turn of the event loop before I/O gets a turn. */
 const MAX_STEPS_PER_TURN = 16;
-/** Real ms of overdue steps one turn of the event loop may spend before I/O gets a turn. */
-const TURN_BUDGET_MS = 5;
+/** Real ms one turn of the event loop may spend handing out events before I/O gets a turn. */
+const TURN_BUDGET_MS = 2;
 
 /** A monotonic millisecond clock (`performance.now()`), immune to wall-clock jumps. */
 export const monotonicClock: Clock = { now: () => performance.now() };
@@ -46,10 +46,14 @@ export class RealtimeDriver {
   readonly #listeners = new Map<string, SeqListener>();
   readonly #startMs: number;
   #looping = false;
+  #modelBusyMs = 0;
+  #steps = 0;
   #closed = false;
   /** Real time at which the step in flight ends. */
   #deadline = 0;
-  #inFlight: { readonly step: StepResult; readonly startedAt: number } | undefined;
+  #inFlight: { readonly step: StepResult; readonly startedAt: number; readonly endsAt: number } | undefined;
+  /** Steps whose events are being handed out, oldest first, with the index of the next event. */
+  readonly #delivering: { readonly step: StepResult; readonly startedAt: number; next: number }[] = [];
   #timeout: NodeJS.Timeout | undefined;
   #immediate: NodeJS.Immediate | undefined;
 
@@ -72,6 +76,19 @@ export class RealtimeDriver {
   /** Model milliseconds elapsed since the driver started (real elapsed × speed). */
   modelNowMs(): number {
     return (this.#clock.now() - this.#startMs) * this.#speed;
+  }
+
+  /**
+   * Model milliseconds of the steps taken so far. Compared with real time × speed it says whether
+   * the driver keeps up with its speed factor (1) or the machine holds it back (< 1 while busy).
+   */
+  get modelBusyMs(): number {
+    return this.#modelBusyMs;
+  }
+
+  /** Steps taken so far. */
+  get steps(): number {
+    return this.#steps;
   }
 
   /** Model milliseconds per real millisecond. */
@@ -115,6 +132,7 @@ export class RealtimeDriver {
   close(): void {
     this.#closed = true;
     this.#inFlight = undefined;
+    this.#delivering.length = 0;
     if (this.#timeout !== undefined) clearTimeout(this.#timeout);
     if (this.#immediate !== undefined) clearImmediate(this.#immediate);
     this.#timeout = undefined;
@@ -140,14 +158,32 @@ export class RealtimeDriver {
     this.#timeout = undefined;
     this.#immediate = undefined;
     if (this.#closed) return;
+    const turnStart = this.#clock.now();
+    // Finish handing out earlier steps' events first: events keep their order.
+    if (!this.#drain(turnStart)) {
+      this.#schedule(0);
+      return;
+    }
     const flight = this.#inFlight;
-    this.#inFlight = undefined;
-    if (flight) this.#deliver(flight.step, flight.startedAt);
+    if (flight) {
+      // Timers fire on the loop's millisecond clock, up to ~1 ms before the precise deadline.
+      const wait = flight.endsAt - this.#clock.now();
+      if (wait > 1) {
+        this.#schedule(wait);
+        return;
+      }
+      this.#inFlight = undefined;
+      this.#delivering.push({ step: flight.step, startedAt: flight.startedAt, next: 0 });
+      if (!this.#drain(turnStart)) {
+        this.#schedule(0);
+        return;
+      }
+    }
     const now = this.#clock.now();
     if (now - this.#deadline > this.#maxLagMs) this.#deadline = now - this.#maxLagMs;
-    // Steps whose end is already past run back to back in this turn of the event loop: a loaded
-    // engine catches up, and the chunks a stream gets from them leave in one socket write.
-    for (let n = 0; n < MAX_STEPS_PER_TURN && this.#clock.now() - now < TURN_BUDGET_MS; n++) {
+    // Steps whose end is already past run back to back: a loaded engine catches up, and the
+    // chunks a stream gets from them leave in one socket write.
+    for (let n = 0; n < MAX_STEPS_PER_TURN; n++) {
       if (this.#closed) return;
       if (!this.#model.hasWork()) {
         this.#looping = false;
@@ -162,28 +198,46 @@ export class RealtimeDriver {
         return;
       }
       this.#deadline = startedAt + step.durationMs / this.#speed;
-      if (this.#deadline > now) {
-        this.#inFlight = { step, startedAt };
+      this.#modelBusyMs += step.durationMs;
+      this.#steps++;
+      if (this.#deadline > this.#clock.now()) {
+        this.#inFlight = { step, startedAt, endsAt: this.#deadline };
         this.#schedule(this.#deadline - this.#clock.now());
         return;
       }
-      this.#deliver(step, startedAt);
+      this.#delivering.push({ step, startedAt, next: 0 });
+      if (!this.#drain(turnStart)) break;
     }
-    // Let I/O (new requests, disconnects) in before catching up further.
+    // Let I/O (new requests, disconnects) in before going on.
     this.#schedule(0);
   };
 
-  #deliver(step: StepResult, startedAt: number): void {
-    for (const ev of step.events) {
-      const listener = this.#listeners.get(ev.id);
-      if (!listener) continue;
-      if (ev.kind === 'finished') this.#listeners.delete(ev.id);
-      try {
-        listener(ev);
-      } catch (error) {
-        this.#onListenerError?.(error, ev);
+  /**
+   * Hands out queued events until the turn's budget is spent; true when the queue is empty. A
+   * step of thousands of sequences is spread over several turns of the event loop, because Node
+   * accepts about one new connection per turn when the loop is busy.
+   */
+  #drain(turnStart: number): boolean {
+    const queue = this.#delivering;
+    while (queue.length > 0) {
+      const d = queue[0]!;
+      const events = d.step.events;
+      while (d.next < events.length) {
+        const ev = events[d.next++]!;
+        const listener = this.#listeners.get(ev.id);
+        if (listener) {
+          if (ev.kind === 'finished') this.#listeners.delete(ev.id);
+          try {
+            listener(ev);
+          } catch (error) {
+            this.#onListenerError?.(error, ev);
+          }
+        }
+        if ((d.next & 63) === 0 && this.#clock.now() - turnStart > TURN_BUDGET_MS) return false;
       }
+      queue.shift();
+      this.#onStep?.(d.step, d.startedAt);
     }
-    this.#onStep?.(step, startedAt);
+    return true;
   }
 }

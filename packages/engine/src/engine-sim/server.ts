@@ -308,6 +308,15 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
 
   app.get('/fairway/faults', async () => faults.config);
 
+  // Private: how the real-time loop keeps up with its speed factor (benchmarks, debugging).
+  app.get('/fairway/stats', async () => ({
+    speed: options.speed,
+    realMs: driver.modelNowMs() / options.speed,
+    modelBusyMs: driver.modelBusyMs,
+    steps: driver.steps,
+    inflight: inflight.size,
+  }));
+
   app.post('/fairway/faults', async (req, reply) => {
     const b = faultPatchSchema.safeParse(req.body ?? {});
     if (!b.success) return sendError(reply, 400, 'BadRequestError', describeIssues(b.error));
@@ -361,7 +370,8 @@ export async function startEngineSim(input: StartEngineSimOptions = {}): Promise
     rng: createRng(options.seed),
     ...(logger === undefined ? {} : { logger }),
   });
-  await sim.app.listen({ host: options.host, port: options.port });
+  // uvicorn's default backlog: thousands of clients connecting at once must queue, not be dropped.
+  await sim.app.listen({ host: options.host, port: options.port, backlog: 2048 });
   const address = sim.app.server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
