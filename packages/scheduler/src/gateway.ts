@@ -8,6 +8,7 @@ import type {
   QueuedRequest,
   ReplicaCandidate,
   Reservation,
+  SettleInput,
 } from '@fairway/store';
 import { type AdmissionRules, composeRules, fromAdmissionPolicy, toRules } from './admission.ts';
 import { ChargeCoalescer } from './charge-coalescer.ts';
@@ -351,7 +352,6 @@ export class Gateway {
         },
       );
     await this.#settle(id, own, usage);
-    await this.pump(own.pool);
   }
 
   /**
@@ -367,7 +367,6 @@ export class Gateway {
       return removed;
     }
     await this.#settle(id, own, usage ?? { inputTokens: own.req.inputTokens, outputTokens: 0 });
-    await this.pump(own.pool);
     return true;
   }
 
@@ -413,12 +412,20 @@ export class Gateway {
     return largest;
   }
 
-  /** The pool's replicas as placement sees them, with reservations from this gateway's view. */
-  #viewStates(pool: string): ReplicaState[] {
+  /**
+   * The pool's replicas as placement sees them, with reservations from this gateway's view; the
+   * room of `leaving` (a request being settled in the same call) already counted as free.
+   */
+  #viewStates(pool: string, leaving?: Owned): ReplicaState[] {
     const h = this.options.headroom;
-    return this.options.replicas
-      .replicas(pool)
-      .map((info) => replicaState(info, this.#reservations.get(info.id) ?? NOTHING, h));
+    return this.options.replicas.replicas(pool).map((info) => {
+      const r = this.#reservations.get(info.id) ?? NOTHING;
+      const freed =
+        leaving !== undefined && leaving.replica === info.id
+          ? { tokens: Math.max(0, r.tokens - leaving.reserveTokens), seqs: Math.max(0, r.seqs - 1) }
+          : r;
+      return replicaState(info, freed, h);
+    });
   }
 
   /**
@@ -640,18 +647,42 @@ export class Gateway {
     return { predicted: fresh, delta: this.options.ordering.dispatchCost(req, fresh) - q.dispatchCost };
   }
 
+  /**
+   * Settles a running request with its true usage and dispatches into the room it freed: one
+   * `settleAndDispatch` call when the store has it and no router splits the pool (a dispatch round
+   * follows only when work is left queued), else `settle` and a dispatch round.
+   */
   async #settle(id: string, own: Owned, usage: Usage): Promise<void> {
+    const o = this.options;
     this.#charges.close(id);
     this.#owned.delete(id);
     this.#running--;
     this.#settled++;
-    const settled = await this.options.store.settle({
+    const settle: SettleInput = {
       id,
-      nowMs: this.options.clock.now(),
-      finalCost: this.options.ordering.finalCost(own.req, usage),
+      nowMs: o.clock.now(),
+      finalCost: o.ordering.finalCost(own.req, usage),
       actualTokens: usage.inputTokens + usage.outputTokens,
       outputTokens: usage.outputTokens,
+    };
+    const pool = own.pool;
+    const candidates =
+      o.store.settleAndDispatch === undefined || o.router !== undefined
+        ? []
+        : this.#candidates(this.#viewStates(pool, own), undefined, false);
+    if (o.store.settleAndDispatch === undefined || candidates.length === 0) {
+      if (await o.store.settle(settle)) this.#release(own);
+      await this.pump(pool);
+      return;
+    }
+    const r = await o.store.settleAndDispatch({
+      settle,
+      dispatch: this.#dispatchInput(pool, this.#bands, candidates),
     });
-    if (settled) this.#release(own);
+    for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
+    if (r.dispatch.kind !== 'dispatched') return;
+    this.#dispatched++;
+    await this.#handOn(r.dispatch, false);
+    if (r.poolQueued > 0) await this.pump(pool);
   }
 }

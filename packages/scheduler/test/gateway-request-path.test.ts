@@ -119,8 +119,14 @@ describe('Gateway request path', () => {
     for (const r of reqs) await gw.submit(r);
     expect(calls).toEqual(['admitAndDispatch', 'admitAndDispatch', 'admitAndDispatch']);
     expect(dispatched.map((d) => d.id)).toEqual([reqs[0]!.id, reqs[1]!.id]);
+    // Settling frees the room and the queued request takes it, in one call.
     await gw.complete(reqs[0]!.id, { inputTokens: 100, outputTokens: 50 });
     expect(dispatched.map((d) => d.id)).toEqual(reqs.map((r) => r.id));
+    expect(calls.slice(3)).toEqual(['settleAndDispatch']);
+    // With nothing queued, completing is one call too.
+    await gw.complete(reqs[1]!.id, { inputTokens: 100, outputTokens: 50 });
+    expect(calls.slice(4)).toEqual(['settleAndDispatch']);
+    expect(await store.reserved('r1')).toEqual({ tokens: 300, seqs: 1 });
   });
 
   it('goes on dispatching the work queued behind an arrival that found room', async () => {
