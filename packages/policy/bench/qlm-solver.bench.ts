@@ -128,7 +128,11 @@ for (const queued of [1_000, 10_000]) {
     const t2 = performance.now();
     const start = improvePlan(instance, edf.plan);
     const t3 = performance.now();
-    const result = solveGlobalSchedule(instance, { solver, budget: { timeLimitS: TIME_LIMIT_S } });
+    const result = solveGlobalSchedule(instance, {
+      solver,
+      budget: { timeLimitS: TIME_LIMIT_S },
+      ...(process.env.QLM_BENCH_HEAD ? { headPositions: Number(process.env.QLM_BENCH_HEAD) } : {}),
+    });
     const t4 = performance.now();
     groups = instance.groups.length;
     binaries = result.milp?.binaries ?? 0;

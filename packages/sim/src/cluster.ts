@@ -22,6 +22,8 @@ export class Cluster implements ReplicaSource {
   readonly members: readonly ClusterMember[];
   readonly #byId = new Map<string, ClusterMember>();
   readonly #byPool = new Map<string, ClusterMember[]>();
+  /** Each member's configuration as given, to rebuild its engine for another model. */
+  readonly #configs = new Map<string, EngineConfig>();
 
   /** Builds one {@link EngineModel} per entry; engine configs are validated and named `engines[i].config`. */
   constructor(engines: readonly { readonly id: string; readonly config: EngineConfig }[]) {
@@ -39,6 +41,7 @@ export class Cluster implements ReplicaSource {
       const m: ClusterMember = { id: e.id, pool: engine.config.model, engine, index };
       members.push(m);
       this.#byId.set(e.id, m);
+      this.#configs.set(e.id, e.config);
       const pool = this.#byPool.get(m.pool);
       if (pool) pool.push(m);
       else this.#byPool.set(m.pool, [m]);
@@ -74,5 +77,28 @@ export class Cluster implements ReplicaSource {
 
   pools(): readonly string[] {
     return [...this.#byPool.keys()];
+  }
+
+  /**
+   * Reloads an idle member's engine with another model (a model swap, QLM section 5): a fresh
+   * engine of the same GPU, TP and options, with the KV capacity and step cost of `model` (an
+   * explicit capacity or cost model belonged to the old model and is dropped). The member moves
+   * to `model`'s pool. Throws if the engine still has work.
+   */
+  swapModel(id: string, model: string): void {
+    const m = this.member(id) as { -readonly [K in keyof ClusterMember]: ClusterMember[K] };
+    if (m.engine.hasWork())
+      throw new SimError(SimErrorCode.RUN_INPUT_INVALID, `engine "${id}" must be idle to swap models`, {
+        subject: id,
+      });
+    const { costModel: _cost, kvCapacityTokens: _kv, ...rest } = this.#configs.get(id) as EngineConfig;
+    m.engine = new EngineModel({ ...rest, model }, `swap of ${id} to ${model}`);
+    const old = this.#byPool.get(m.pool) ?? [];
+    old.splice(old.indexOf(m), 1);
+    if (old.length === 0) this.#byPool.delete(m.pool);
+    m.pool = model;
+    const pool = this.#byPool.get(model);
+    if (pool) pool.push(m);
+    else this.#byPool.set(model, [m]);
   }
 }

@@ -76,7 +76,32 @@ export {
   windowServiceDifference,
 } from './metrics.ts';
 export { ServiceCurve, type ServiceSpan } from './metrics-curve.ts';
+export {
+  LORA_ADAPTER_GB,
+  LORA_OVERHEAD_S,
+  modelSwapSeconds,
+  NODE_BANDWIDTH,
+  type NodeBandwidth,
+  RESTART_OVERHEAD_S,
+  swapCostOf,
+  WAKE_OVERHEAD_S,
+} from './model-swap.ts';
+export {
+  fitEnginePerformance,
+  type ProfiledModel,
+  type ProfilingGrid,
+  type ProfilingSamples,
+  profileEngine,
+  qlmProfile,
+  type WorkloadLengths,
+} from './plan-profiling.ts';
 export { type Plot, renderPlots, renderSvg } from './plots.ts';
+export {
+  QlmControl,
+  type QlmControlOptions,
+  type QlmControlStats,
+  type SwapCost,
+} from './qlm-control.ts';
 export type { EngineSample, RequestRecord, SimRun } from './records.ts';
 export {
   buildReport,
@@ -98,6 +123,21 @@ export {
 } from './scenario.ts';
 export { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 export { FAIRSERVE_ABUSE_WINDOW_S, FAIRSERVE_ABUSER } from './scenarios/fairserve.ts';
+export type {
+  ControlOp,
+  ControlReplica,
+  RunningRequest,
+  SloControl,
+  SloControlContext,
+} from './slo-control.ts';
+export {
+  type ClassAttainment,
+  runSloExperiment,
+  SLO_POLICIES,
+  type SloExperimentOptions,
+  type SloExperimentResult,
+  type SloPolicy,
+} from './slo-experiments.ts';
 export {
   loadTrace,
   parseTraceCsv,

@@ -21,6 +21,8 @@ export interface RequestRecord {
   readonly generated: number;
   /** Times the engine preempted it (recompute). */
   readonly preemptions: number;
+  /** Times an SLO control evicted it and re-queued it at the gateway (QLM); absent when never. */
+  readonly evictions?: number | undefined;
 }
 
 /** A sample of one engine's state, taken after each step (thinned by the runner). */
@@ -44,6 +46,8 @@ export interface SimRun {
   readonly samples: readonly EngineSample[];
   readonly engineSteps: number;
   readonly preemptions: number;
+  /** Model swaps an SLO control completed (multi-model pools); absent without a control. */
+  readonly swaps?: number | undefined;
   /** Tenant id → weight, for weighted fairness metrics. */
   readonly tenantWeights: Readonly<Record<string, number>>;
 }

@@ -20,6 +20,7 @@ import { Cluster, type ClusterMember } from './cluster.ts';
 import type { EngineConfig, StepResult } from './engine-api.ts';
 import { EventQueue } from './event-queue.ts';
 import type { EngineSample, RequestRecord, SimRun } from './records.ts';
+import type { ControlOp, ControlReplica, SloControl } from './slo-control.ts';
 
 /** Everything one simulation run needs: the fleet, the workload and the policies. */
 export interface RunInput {
@@ -62,6 +63,14 @@ export interface RunInput {
    * neither submitted nor recorded. @default true
    */
   readonly abandonRejectedInteractions?: boolean | undefined;
+  /**
+   * An SLO-class control beside the gateways (QLM): the gateways dispatch through its router, its
+   * `tick` runs as a timed event every `intervalMs` of virtual time, and the runner executes the
+   * evictions and model swaps it returns. @default none
+   */
+  readonly control?: SloControl | undefined;
+  /** Output predictor for `reserve: 'predicted'` (see the gateway's `outputPredictor`). @default none */
+  readonly outputPredictor?: ((req: RequestDescriptor) => number | undefined) | undefined;
 }
 
 const runInputSchema = z
@@ -115,12 +124,19 @@ interface Rec {
   finishS: number | undefined;
   generated: number;
   preemptions: number;
+  /** Output tokens it had when its current run on an engine started (after an eviction). */
+  resumeFrom: number;
+  evictions: number;
+  /** Virtual ms of its latest dispatch, to tell its current run's events from an evicted run's. */
+  dispatchMs: number;
 }
 
 type SimEvent =
   | { readonly kind: 'arrival'; readonly index: number }
   | { readonly kind: 'step'; readonly member: ClusterMember; readonly result: StepResult }
-  | { readonly kind: 'flush'; readonly gateway: number };
+  | { readonly kind: 'flush'; readonly gateway: number }
+  | { readonly kind: 'control' }
+  | { readonly kind: 'swap-done'; readonly member: ClusterMember; readonly model: string };
 
 /**
  * Runs a discrete-event simulation in virtual time (DESIGN.md principle 1): the production
@@ -145,6 +161,15 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   const busy = cluster.members.map(() => false);
   const toKick = new Set<ClusterMember>();
   const nowS = () => clock.now() / 1000;
+  const control = input.control;
+  /** Requests dispatched to each member and not finished, in dispatch order. */
+  const onMember = cluster.members.map(() => new Set<string>());
+  /** A swap each member waits to start (after draining) or is doing. */
+  const swaps = cluster.members.map(
+    () => undefined as { to: string; costS: number; started: boolean } | undefined,
+  );
+  let swapsDone = 0;
+  const stepStartMs = cluster.members.map(() => 0);
 
   const dispatchers = input.dispatchers ?? 1;
   const flushMs = input.flushMs ?? 50;
@@ -153,16 +178,22 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   const onDispatch = (d: Dispatched): void => {
     const rec = recs.get(d.id)!;
     rec.dispatchS = nowS();
+    rec.dispatchMs = clock.now();
     rec.replica = d.replica;
     if (d.owner !== d.picker) gateways[gatewayIndex.get(d.owner)!]!.started(d);
     const member = cluster.member(d.replica);
+    // A request re-queued by an eviction resumes: its output so far is part of its prompt now.
+    const done = rec.generated;
+    rec.resumeFrom = done;
     member.engine.add({
       id: d.id,
-      inputTokens: d.req.inputTokens,
-      outputTokens: d.req.outputTokens ?? d.req.maxTokens,
-      maxTokens: d.req.maxTokens,
+      inputTokens: d.req.inputTokens + done,
+      outputTokens: Math.max(1, (d.req.outputTokens ?? d.req.maxTokens) - done),
+      maxTokens: Math.max(1, d.req.maxTokens - done),
       ...(d.req.priority !== undefined ? { priority: d.req.priority } : {}),
     });
+    onMember[member.index]!.add(d.id);
+    control?.onDispatched(d.id, d.replica);
     toKick.add(member);
   };
   for (let k = 0; k < dispatchers; k++) {
@@ -183,29 +214,43 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         ...(input.reserve !== undefined ? { reserve: input.reserve } : {}),
         ...(input.headroom !== undefined ? { headroom: input.headroom } : {}),
         ...(input.sloClasses !== undefined ? { sloClasses: input.sloClasses } : {}),
+        ...(control?.router !== undefined ? { router: control.router } : {}),
+        ...(input.outputPredictor !== undefined ? { outputPredictor: input.outputPredictor } : {}),
       }),
     );
     queue.push((k * flushMs) / dispatchers, { kind: 'flush', gateway: k });
   }
 
   const kick = (m: ClusterMember): void => {
-    if (busy[m.index] || !m.engine.hasWork()) return;
+    const swap = swaps[m.index];
+    if (swap !== undefined && !swap.started && !busy[m.index] && !m.engine.hasWork()) {
+      // Drained: load the other model, which takes the swap cost in virtual time.
+      swap.started = true;
+      queue.push(clock.now() + swap.costS * 1000, { kind: 'swap-done', member: m, model: swap.to });
+      return;
+    }
+    if (swap?.started || busy[m.index] || !m.engine.hasWork()) return;
     const result = m.engine.step();
     if (result.durationMs === 0 && result.events.length === 0) return;
     busy[m.index] = true;
+    stepStartMs[m.index] = clock.now();
     queue.push(clock.now() + result.durationMs, { kind: 'step', member: m, result });
   };
 
   const onStepEnd = async (m: ClusterMember, result: StepResult): Promise<void> => {
     busy[m.index] = false;
     const t = nowS();
+    const here = onMember[m.index]!;
     for (const e of result.events) {
+      // A request evicted while this step ran has left the engine (and may already run again,
+      // dispatched after the step began): the step's events for it are void.
+      if (control && (!here.has(e.id) || recs.get(e.id)!.dispatchMs > stepStartMs[m.index]!)) continue;
       switch (e.kind) {
         case 'token': {
           const rec = recs.get(e.id)!;
-          rec.generated = e.generated;
+          rec.generated = rec.resumeFrom + e.generated;
           const gw = gateways[rec.gateway]!;
-          if (gw.recordTokens(e.id, e.generated)) await gw.flush();
+          if (gw.recordTokens(e.id, rec.generated)) await gw.flush();
           break;
         }
         case 'first-token': {
@@ -218,12 +263,14 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           break;
         case 'finished': {
           const rec = recs.get(e.id)!;
-          rec.generated = e.generated;
+          rec.generated = rec.resumeFrom + e.generated;
           if (e.ignored) rec.rejected = { code: 'context_too_long', atS: t };
           else rec.finishS = t;
+          here.delete(e.id);
+          control?.onFinished(rec.req, rec.generated);
           await gateways[rec.gateway]!.complete(e.id, {
             inputTokens: rec.req.inputTokens,
-            outputTokens: e.generated,
+            outputTokens: rec.generated,
           });
           break;
         }
@@ -238,6 +285,56 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     }
     toKick.add(m);
   };
+
+  const pumpAll = async (): Promise<void> => {
+    for (const gw of gateways) await gw.pump();
+  };
+
+  const execute = async (ops: readonly ControlOp[]): Promise<void> => {
+    for (const op of ops) {
+      const m = cluster.member(op.replica);
+      if (op.kind === 'swap') {
+        if (swaps[m.index] === undefined && m.pool !== op.to) {
+          swaps[m.index] = { to: op.to, costS: op.costS, started: false };
+          toKick.add(m);
+        }
+        continue;
+      }
+      for (const id of op.requestIds) {
+        const rec = recs.get(id);
+        if (rec === undefined || !onMember[m.index]!.has(id)) continue;
+        // An engine that already finished it (in the step now running) keeps it: no eviction.
+        if (!m.engine.abort(id)) continue;
+        onMember[m.index]!.delete(id);
+        if (await gateways[rec.gateway]!.evict(id, rec.generated)) {
+          rec.evictions++;
+          control?.onEvicted(id, rec.generated);
+        }
+      }
+      toKick.add(m);
+    }
+  };
+
+  if (control) {
+    control.start({
+      store,
+      replicas: (): ControlReplica[] =>
+        cluster.members.map((m) => ({
+          id: m.id,
+          model: m.pool,
+          gpu: m.engine.config.gpu,
+          tp: m.engine.config.tp,
+          kvCapacityTokens: m.engine.config.kvCapacityTokens,
+          maxNumSeqs: m.engine.config.maxNumSeqs,
+          swapping: swaps[m.index] !== undefined,
+          running: [...onMember[m.index]!].map((id) => {
+            const rec = recs.get(id)!;
+            return { req: rec.req, generated: rec.generated };
+          }),
+        })),
+    });
+    queue.push(control.intervalMs, { kind: 'control' });
+  }
 
   const arrivals = input.arrivals;
   const abandon = input.abandonRejectedInteractions ?? true;
@@ -270,11 +367,16 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           finishS: undefined,
           generated: 0,
           preemptions: 0,
+          resumeFrom: 0,
+          evictions: 0,
+          dispatchMs: 0,
         };
         recs.set(req.id, rec);
         records.push(rec);
+        control?.onArrival(req);
         const res = await gateways[g]!.submit(req);
         if (!res.ok) {
+          control?.onRejected(req.id);
           rec.rejected = { code: res.code, atS: nowS() };
           if (abandon && req.interactionId !== undefined) abandoned.add(req.interactionId);
         }
@@ -286,6 +388,20 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
       case 'flush':
         await gateways[item.gateway]!.flush();
         queue.push(ev.timeMs + flushMs, item);
+        break;
+      case 'control':
+        if (control) {
+          await execute(await control.tick(ev.timeMs));
+          await pumpAll();
+          queue.push(ev.timeMs + control.intervalMs, item);
+        }
+        break;
+      case 'swap-done':
+        cluster.swapModel(item.member.id, item.model);
+        swaps[item.member.index] = undefined;
+        swapsDone++;
+        control?.onSwapped(item.member.id, item.model);
+        await pumpAll();
         break;
     }
     for (const m of toKick) kick(m);
@@ -314,6 +430,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     samples,
     engineSteps,
     preemptions,
+    ...(control ? { swaps: swapsDone } : {}),
     tenantWeights:
       input.tenantWeights ?? Object.fromEntries((input.tenants ?? []).map((t) => [t.id, t.weight])),
   };
@@ -330,5 +447,6 @@ function toRecord(r: Rec): RequestRecord {
     finishS: r.finishS,
     generated: r.generated,
     preemptions: r.preemptions,
+    ...(r.evictions > 0 ? { evictions: r.evictions } : {}),
   };
 }

@@ -7,6 +7,7 @@ import type { RequestDescriptor, Tenant } from '@fairway/core';
 import { ConfigError, ErrorCode, parseWith, readStructuredFile } from '@fairway/core';
 import type { LengthSpec } from './distributions.ts';
 import type { EngineConfig } from './engine-api.ts';
+import { QLM_SCENARIOS } from './qlm-scenarios.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';
 import { FAIRSERVE_SCENARIOS } from './scenarios/fairserve.ts';
@@ -20,6 +21,7 @@ const BUILTIN: Readonly<Record<string, ScenarioInput>> = {
   ...VTC_APPENDIX_SCENARIOS,
   ...AZURE_SCENARIOS,
   ...FAIRSERVE_SCENARIOS,
+  ...QLM_SCENARIOS,
 };
 
 /** A scenario ready to run: validated, named, and where relative trace paths resolve from. */

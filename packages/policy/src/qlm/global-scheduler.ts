@@ -1,6 +1,6 @@
 import { PolicyInputError } from '../errors.ts';
 import { listPlan } from './list-planner.ts';
-import { buildMilp } from './milp-model.ts';
+import { buildMilp, type MilpTail } from './milp-model.ts';
 import type { MilpBudget, MilpSolver } from './milp-solver.ts';
 import {
   evaluatePlan,
@@ -24,6 +24,15 @@ export interface GlobalScheduleOptions {
    * solve stopped by its budget is never worse than that plan. @default true
    */
   readonly warmStart?: boolean | undefined;
+  /**
+   * Rolling horizon: the MILP decides only the first `headPositions` groups of every virtual queue
+   * of the starting plan (which groups run next, where, in what order, and which running groups
+   * they evict), with each queue's remaining groups following in their starting order — their
+   * lateness priced from the head's end. The model stays small however long the queues are, so a
+   * node-limited solve explores it instead of stalling at the root. @default undefined (the
+   * whole plan is one MILP)
+   */
+  readonly headPositions?: number | undefined;
 }
 
 /** Where the chosen plan came from. */
@@ -90,17 +99,31 @@ export function solveGlobalSchedule(
   if (solvable.groups.length === 0) return fallback('nothing to schedule');
   if (!options.solver) return fallback('no MILP solver configured');
 
-  const model = buildMilp(solvable, { maxPositions: options.maxPositions });
+  const horizon =
+    options.headPositions === undefined
+      ? undefined
+      : splitHorizon(solvable, start.plan, options.headPositions);
+  const sub = horizon ? withoutGroups(solvable, horizon.tailIds) : solvable;
+  const model = buildMilp(sub, {
+    maxPositions: horizon ? (options.headPositions as number) + 1 : options.maxPositions,
+    tails: horizon?.tails,
+  });
   const milp = { binaries: model.binaries, rows: model.rows };
   const result = options.solver.solve(
     model.lp,
     options.budget ?? { timeLimitS: 1 },
-    warm ? model.start(start.plan) : undefined,
+    warm ? model.start(horizon ? horizon.heads : start.plan) : undefined,
   );
   if (result.status !== 'optimal' && result.status !== 'feasible') {
     return fallback(`MILP ${result.status} (${result.detail})`, { solverStatus: result.status, milp });
   }
-  const plan = model.decode(result.value);
+  const decoded = model.decode(result.value);
+  const plan =
+    decoded && horizon
+      ? Object.fromEntries(
+          solvable.queues.map((q) => [q.id, [...(decoded[q.id] ?? []), ...(horizon.rest[q.id] ?? [])]]),
+        )
+      : decoded;
   const evaluation = plan ? evaluatePlan(solvable, plan) : undefined;
   if (!plan || !evaluation?.feasible) {
     return fallback('MILP solution is not a valid plan', { solverStatus: result.status, milp });
@@ -121,4 +144,53 @@ export function solveGlobalSchedule(
     };
   }
   return { plan, source: 'milp', evaluation, solverStatus: result.status, milp, ...base };
+}
+
+/**
+ * Splits a plan into the heads the rolling-horizon MILP decides (the first `head` groups of each
+ * queue, and any group that must run first) and the fixed tails after them, with each tail
+ * group's start offset from the head's end under the instance's service and swap times.
+ */
+function splitHorizon(
+  instance: PlanInstance,
+  plan: QueuePlan,
+  head: number,
+): {
+  heads: QueuePlan;
+  rest: Record<string, string[]>;
+  tailIds: Set<string>;
+  tails: MilpTail[];
+} {
+  const index = new Map(instance.groups.map((g, i) => [g.id, i]));
+  const heads: Record<string, string[]> = {};
+  const rest: Record<string, string[]> = {};
+  const tailIds = new Set<string>();
+  const tails: MilpTail[] = [];
+  for (const [q, queue] of instance.queues.entries()) {
+    const ids = plan[queue.id] ?? [];
+    heads[queue.id] = ids.slice(0, head);
+    const tail = ids.slice(head);
+    rest[queue.id] = tail;
+    if (tail.length === 0) continue;
+    let t = 0;
+    let model: string | undefined;
+    const groups: MilpTail['groups'][number][] = [];
+    for (const id of tail) {
+      tailIds.add(id);
+      const i = index.get(id) as number;
+      const g = instance.groups[i] as PlanInstance['groups'][number];
+      if (model !== undefined && g.model !== model) t += queue.drainS + (queue.swapS[g.model] ?? 0);
+      model = g.model;
+      groups.push({
+        weight: g.weight,
+        size: g.size,
+        offsetS: (instance.lateOffsetS[i] as readonly number[])[q] as number,
+        afterHeadS: t,
+      });
+      t += (instance.serviceS[i] as readonly number[])[q] as number;
+    }
+    const first = instance.groups[index.get(tail[0] as string) as number] as PlanInstance['groups'][number];
+    tails.push({ queue: q, firstModel: first.model, groups });
+  }
+  return { heads, rest, tailIds, tails };
 }

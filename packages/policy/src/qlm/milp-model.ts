@@ -14,6 +14,28 @@ export interface MilpModel {
   start(plan: QueuePlan): Map<string, number>;
 }
 
+/**
+ * Groups that follow the decided positions of one queue in a fixed order (the rolling-horizon
+ * MILP decides only the heads of the queues; see `solveGlobalSchedule`'s `headPositions`). Their
+ * start is the end of the queue's head, plus a drain and load when the head ends on another model
+ * than the tail's first, plus their fixed offset inside the tail.
+ */
+export interface MilpTail {
+  /** Index of the queue in `instance.queues`. */
+  readonly queue: number;
+  /** Model of the tail's first group. */
+  readonly firstModel: string;
+  readonly groups: readonly {
+    /** Penalty per second late (as `PlanGroup.weight`). */
+    readonly weight: number;
+    readonly size: number;
+    /** Lateness offset on this queue (as `PlanInstance.lateOffsetS`). */
+    readonly offsetS: number;
+    /** Start after the head's end: services and swaps of the tail groups before it, s. */
+    readonly afterHeadS: number;
+  }[];
+}
+
 /** Options of {@link buildMilp}. */
 export interface MilpBuildOptions {
   /**
@@ -22,6 +44,8 @@ export interface MilpBuildOptions {
    * @default ceil(2·groups / queues) + 1, at most the number of groups
    */
   readonly maxPositions?: number | undefined;
+  /** Fixed groups after the decided positions of some queues (rolling horizon). @default none */
+  readonly tails?: readonly MilpTail[] | undefined;
 }
 
 function num(v: number): string {
@@ -241,6 +265,59 @@ export function buildMilp(instance: PlanInstance, options: MilpBuildOptions = {}
     }
   }
 
+  // Tails: each queue's fixed remainder starts when its head ends (te), after a boundary swap
+  // (bs, drain + load) when the last head group's model differs from the tail's first.
+  const tailVars: string[] = [];
+  for (const tail of options.tails ?? []) {
+    const q = tail.queue;
+    const queue = queues[q] as PlanInstance['queues'][number];
+    const P = positions[q] as number;
+    const te = `te${q}`;
+    const bs = `bs${q}`;
+    tailVars.push(bs);
+    if (P === 0) lp.row(`tend${q}`, [[1, te]], '=', queue.readyS);
+    else {
+      const service: [number, string][] = [];
+      for (let i = 0; i < G; i++)
+        if (canSit(i, q, P - 1))
+          service.push([-((instance.serviceS[i] as readonly number[])[q] as number), x(i, q, P - 1)]);
+      lp.row(`tend${q}`, [[1, te], [-1, t(q, P - 1)], ...service], '=', 0);
+    }
+    for (let j = 0; j < P; j++) {
+      const terms: [number, string][] = [[1, bs]];
+      for (let i = 0; i < G; i++) {
+        if (canSit(i, q, j) && groups[i]?.model !== tail.firstModel) terms.push([-1, x(i, q, j)]);
+        if (j + 1 < P && canSit(i, q, j + 1)) terms.push([1, x(i, q, j + 1)]);
+      }
+      lp.row(`tbs${q}_${j}`, terms, '>=', 0);
+    }
+    if (queue.currentModel !== tail.firstModel) {
+      const empty: [number, string][] = [[1, bs]];
+      for (let i = 0; i < G; i++) if (P > 0 && canSit(i, q, 0)) empty.push([1, x(i, q, 0)]);
+      lp.row(`tbe${q}`, empty, '>=', 1);
+    }
+    const boundary = queue.drainS + (queue.swapS[tail.firstModel] ?? 0);
+    let waitCoef = 0;
+    for (const [k, g] of tail.groups.entries()) {
+      waitCoef += instance.waitWeight * g.size;
+      if (g.weight <= 0) continue;
+      const l = `tl${q}_${k}`;
+      // tl ≥ te + boundary·bs + afterHead + offset (and tl ≥ 0 by its bound)
+      lp.row(
+        `tlate${q}_${k}`,
+        [
+          [1, l],
+          [-1, te],
+          [-boundary, bs],
+        ],
+        '>=',
+        g.afterHeadS + g.offsetS,
+      );
+      objective.push([g.weight, l]);
+    }
+    if (waitCoef > 0) objective.push([waitCoef, te], [waitCoef * boundary, bs]);
+  }
+
   // Symmetry breaking: consecutive groups of one kind keep their order on any queue they share,
   // i.e. Σ_j j·x[a,q,j] − Σ_j j·x[b,q,j] + L·Σ_j x[b,q,j] ≤ L.
   const lastOfKind = new Map<string, number>();
@@ -268,6 +345,7 @@ export function buildMilp(instance: PlanInstance, options: MilpBuildOptions = {}
     ...lp.lines,
     'Bounds',
     ...swaps.map((s) => ` 0 <= ${s} <= 1`),
+    ...tailVars.map((v) => ` 0 <= ${v} <= 1`),
     ' zero = 0',
     'Binary',
     ...chunk(binaries, 10).map((c) => ` ${c.join(' ')}`),

@@ -8,6 +8,7 @@ import {
   type SwapMechanism,
 } from './qlm-state.ts';
 import type { GroupKey, RequestGroup } from './request-group.ts';
+import { tokenThroughput } from './rwt-estimator.ts';
 
 /**
  * A serving operation the planner decides and a runner (simulator or live dispatcher) executes
@@ -58,6 +59,14 @@ export interface OperationOptions {
   readonly flags?: QlmFlags;
   /** Output-length statistics, to reserve a pulled request's expected tokens. */
   readonly outputStats: (key: GroupKey) => LengthStats;
+  /**
+   * A swap is ordered only when the consecutive groups of the new model at the head of the queue
+   * hold at least this many times the swap's cost in service time (their expected output tokens
+   * over the replica's throughput for that model): a swap for a few requests costs the replica more
+   * than it serves, and the plan, which sees only queued work, cannot weigh the loaded model's
+   * future arrivals. @default 0 (any head of another model swaps)
+   */
+  readonly minSwapWorkFactor?: number;
 }
 
 /**
@@ -124,6 +133,18 @@ export function planOperations(state: QlmState, plan: QueuePlan, options: Operat
     if (head.key.model !== model) {
       const load = replica.loadable[head.key.model];
       if (!load) continue;
+      const factor = options.minSwapWorkFactor ?? 0;
+      if (factor > 0) {
+        const profile = replica.profiles[head.key.model];
+        let workS = 0;
+        for (const g of queued) {
+          if (g.key.model !== head.key.model) break;
+          const mean = options.outputStats(g.key).mean;
+          for (const m of g.members) workS += Math.max(mean - (m.generated ?? 0), 1);
+        }
+        if (profile) workS /= tokenThroughput(profile);
+        if (workS < factor * load.costS) continue;
+      }
       ops.push({
         kind: 'swap',
         replica: replica.id,

@@ -28,6 +28,10 @@ export interface QueuePlannerOptions extends EstimatorOptions {
   readonly solver?: MilpSolver | undefined;
   readonly budget?: MilpBudget | undefined;
   readonly maxPositions?: number | undefined;
+  /** See `OperationOptions.minSwapWorkFactor`. @default 0 */
+  readonly minSwapWorkFactor?: number | undefined;
+  /** See `GlobalScheduleOptions.headPositions`. @default undefined (whole queues) */
+  readonly headPositions?: number | undefined;
 }
 
 /** A group the estimator expects to miss its SLO under the current virtual queues. */
@@ -108,6 +112,7 @@ export function planQueues(state: QlmState, options: QueuePlannerOptions): Queue
         solver: options.solver,
         budget: options.budget,
         maxPositions: options.maxPositions,
+        headPositions: options.headPositions,
       });
       queues = schedule.plan;
       unplaced = schedule.unplaced;
@@ -119,7 +124,11 @@ export function planQueues(state: QlmState, options: QueuePlannerOptions): Queue
     unplaced = list.unplaced;
     replanned = true;
   }
-  const ops = planOperations(state, queues, { flags: options.flags, outputStats: options.outputStats });
+  const ops = planOperations(state, queues, {
+    flags: options.flags,
+    outputStats: options.outputStats,
+    ...(options.minSwapWorkFactor !== undefined ? { minSwapWorkFactor: options.minSwapWorkFactor } : {}),
+  });
   const evaluation = evaluatePlan(withoutGroups(instance, new Set(unplaced)), queues);
   return { queues, ops, replanned, predicted, schedule, evaluation, unplaced };
 }
