@@ -4,6 +4,7 @@ import type { Clock, FairwayConfig, Logger } from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { keyRingFromConfig } from './auth.ts';
+import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
 import { ARRIVED_AT, type CompletionContext, type TimedRequest } from './completion-handler.ts';
 import { type DispatcherOptions, resolveDispatcherOptions } from './dispatcher-options.ts';
 import { type EngineFactory, EnginePool } from './engine-pool.ts';
@@ -11,6 +12,7 @@ import { toApiError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import { GatewayMetrics } from './gateway-metrics.ts';
 import { GatewayRuntime } from './gateway-runtime.ts';
+import { useStrictJsonBodies } from './json-body.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { opsRoutes } from './routes/ops.ts';
@@ -106,9 +108,18 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     logger,
   };
 
-  const app = Fastify({ bodyLimit: options.bodyLimitBytes, logger: false, return503OnClosing: true });
+  const app = Fastify({
+    bodyLimit: options.bodyLimitBytes,
+    logger: false,
+    return503OnClosing: true,
+    // Every refusal, even of malformed HTTP, is an OpenAI-shaped error (see client-errors.ts).
+    http: { requireHostHeader: false },
+    clientErrorHandler: answerClientError,
+    frameworkErrors: answerFrameworkError,
+  });
   // The API takes JSON only; anything else is a 415, not a string body that fails validation.
   app.removeContentTypeParser('text/plain');
+  useStrictJsonBodies(app);
   // Requests in flight, so closing can wait for them and then drop every socket left: clients
   // may hold idle or never-used keep-alive connections that would otherwise keep the server open.
   const inflight = new Set<string>();
@@ -117,6 +128,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   };
   app.addHook('onRequest', async (request: TimedRequest, reply) => {
     request[ARRIVED_AT] = deps.timer.now();
+    checkHost(request);
     inflight.add(request.id);
     reply.raw.once('close', () => settled(request.id));
   });

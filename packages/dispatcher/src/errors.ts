@@ -18,6 +18,8 @@ export const ApiErrors = {
   METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error', code: 'method_not_allowed' },
   BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error', code: 'request_too_large' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error', code: 'unsupported_media_type' },
+  HEADERS_TOO_LARGE: { status: 431, type: 'invalid_request_error', code: 'request_header_fields_too_large' },
+  CLIENT_TIMEOUT: { status: 408, type: 'invalid_request_error', code: 'request_timeout' },
   RPM_LIMITED: { status: 429, type: 'requests', code: 'rate_limit_exceeded' },
   TPM_LIMITED: { status: 429, type: 'tokens', code: 'rate_limit_exceeded' },
   THROTTLED: { status: 429, type: 'requests', code: 'throttled_overloaded' },
