@@ -7,7 +7,7 @@ export {
   reservedTokensOf,
   type WindowLimit,
 } from './admission.ts';
-export { aladdinPlacement } from './aladdin/aladdin-placement.ts';
+export { type AladdinPlacementOptions, aladdinPlacement } from './aladdin/aladdin-placement.ts';
 export {
   asPlaced,
   byCapacityNorm,
@@ -120,8 +120,14 @@ export {
   type PlacementPolicy,
   queueLength,
   type ReplicaState,
+  type SequenceProgress,
 } from './placement/placement-policy.ts';
-export { PLACEMENT_NAMES, type PlacementName, placementByName } from './placement/placement-registry.ts';
+export {
+  PLACEMENT_NAMES,
+  type PlacementName,
+  type PlacementPolicyOptions,
+  placementByName,
+} from './placement/placement-registry.ts';
 export { powerOfTwoPlacement } from './placement/power-of-two.ts';
 export { roundRobinPlacement } from './placement/round-robin.ts';
 export {

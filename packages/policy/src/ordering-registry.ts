@@ -1,5 +1,6 @@
-import { type CostFunction, linearCost } from '@fairway/core';
+import { type CostFunction, DEFAULT_SLO_CLASSES, linearCost, type SloClass } from '@fairway/core';
 import { type AdmissionPolicy, composeAdmission } from './admission.ts';
+import { edfPolicy } from './edf.ts';
 import { PolicyInputError } from './errors.ts';
 import { fcfsPolicy } from './fcfs.ts';
 import { type OitOptions, oitAdmission } from './oit.ts';
@@ -19,6 +20,8 @@ export const ORDERING_POLICY_NAMES = [
   'vtc-oracle',
   'wsc',
   'wsc-oit',
+  'edf',
+  'qlm',
 ] as const;
 
 /** Name of a policy in {@link ORDERING_POLICY_NAMES}. */
@@ -38,6 +41,8 @@ export interface OrderingPolicyOptions {
   readonly wsc?: WscOptions;
   /** OIT's user and app limits (required by `wsc-oit`). */
   readonly oit?: OitOptions;
+  /** SLO classes whose TTFT targets set `edf`'s deadlines. @default QLM's three classes */
+  readonly sloClasses?: readonly SloClass[];
 }
 
 function missing(name: string, field: string, what: string): PolicyInputError {
@@ -49,7 +54,9 @@ function missing(name: string, field: string, what: string): PolicyInputError {
 /**
  * Builds a policy by name: `fcfs`; `rpm` (FCFS plus a per-tenant RPM limit, the VTC paper's RPM
  * baseline); `lcf`; `vtc`; `vtc-weighted`; `vtc-predict`; `vtc-oracle`; `wsc`; `wsc-oit` (WSC
- * plus OIT throttling). `rpm`/`tpm` options add exact rate limits to any of them.
+ * plus OIT throttling); `edf` (earliest deadline first, QLM's baseline); `qlm` (the order inside
+ * each SLO band under QLM: VTC — QLM's own control, the virtual queues, evictions and swaps, runs
+ * beside the gateway and routes it). `rpm`/`tpm` options add exact rate limits to any of them.
  */
 export function orderingPolicyByName(
   name: OrderingPolicyName,
@@ -99,6 +106,12 @@ export function orderingPolicyByName(
         if (options.oit === undefined) throw missing(name, 'oit', 'user and app limits');
         admissions.unshift(oitAdmission(options.oit));
       }
+      break;
+    case 'edf':
+      ordering = edfPolicy(options.sloClasses ?? DEFAULT_SLO_CLASSES, cost);
+      break;
+    case 'qlm':
+      ordering = { ...vtcPolicy({ cost }), name: 'qlm' };
       break;
   }
   if (admissions.length === 0) return ordering;

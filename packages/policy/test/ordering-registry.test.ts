@@ -34,6 +34,8 @@ describe('orderingPolicyByName', () => {
       'vtc-oracle': ['fair', 'vtc', '-'],
       wsc: ['fair', 'vtc', '-'],
       'wsc-oit': ['fair', 'vtc', 'oit'],
+      edf: ['score', 'none', '-'],
+      qlm: ['fair', 'vtc', '-'],
     });
   });
 
@@ -49,6 +51,12 @@ describe('orderingPolicyByName', () => {
     expect(() => orderingPolicyByName('vtc-weighted')).toThrow(/weightOf: required/);
     expect(() => orderingPolicyByName('wsc')).toThrow(/wsc: required/);
     expect(() => orderingPolicyByName('wsc-oit', { wsc })).toThrow(/oit: required/);
+  });
+
+  it('orders EDF by arrival plus the class TTFT target', () => {
+    const edf = orderingPolicyByName('edf');
+    expect(edf.score({ ...req, arrivalMs: 1000, sloClass: 'batch-1' })).toBe(61_000);
+    expect(edf.score({ ...req, arrivalMs: 1000 })).toBe(21_000);
   });
 
   it('charges weighted costs under vtc-weighted', () => {

@@ -1,4 +1,4 @@
-import type { ReplicaState } from '@fairway/policy';
+import type { ReplicaState, SequenceProgress } from '@fairway/policy';
 import type { ReplicaCandidate } from '@fairway/store';
 
 /**
@@ -19,6 +19,8 @@ export interface ReplicaInfo {
   readonly kvUsage: number;
   /** True when the last report is too old to trust; the replica then gets no new requests. */
   readonly stale: boolean;
+  /** Progress of each sequence on it, when the source reports it (Aladdin's decode-SLO check). */
+  readonly sequences?: readonly SequenceProgress[] | undefined;
 }
 
 /** Where a gateway reads replicas from: a registry fed by heartbeats, or the simulator's cluster. */
@@ -62,6 +64,7 @@ export function replicaState(
     waiting: info.waiting,
     kvUsage: info.kvUsage,
     stale: info.stale,
+    ...(info.sequences !== undefined ? { sequences: info.sequences } : {}),
   };
 }
 

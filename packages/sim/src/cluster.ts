@@ -25,8 +25,17 @@ export class Cluster implements ReplicaSource {
   /** Each member's configuration as given, to rebuild its engine for another model. */
   readonly #configs = new Map<string, EngineConfig>();
 
-  /** Builds one {@link EngineModel} per entry; engine configs are validated and named `engines[i].config`. */
-  constructor(engines: readonly { readonly id: string; readonly config: EngineConfig }[]) {
+  readonly #reportSequences: boolean;
+
+  /**
+   * Builds one {@link EngineModel} per entry; engine configs are validated and named `engines[i].config`.
+   * @param reportSequences report each replica's sequences (SLO-aware placement reads them). @default false
+   */
+  constructor(
+    engines: readonly { readonly id: string; readonly config: EngineConfig }[],
+    reportSequences = false,
+  ) {
+    this.#reportSequences = reportSequences;
     const members: ClusterMember[] = [];
     engines.forEach((e, index) => {
       if (this.#byId.has(e.id))
@@ -71,6 +80,7 @@ export class Cluster implements ReplicaSource {
         waiting: s.waiting,
         kvUsage: s.kvUsage,
         stale: false,
+        ...(this.#reportSequences ? { sequences: m.engine.sequences() } : {}),
       };
     });
   }

@@ -31,6 +31,8 @@ class Seq {
   state: 'waiting' | 'running' | 'gone' = 'waiting';
   /** Position in the waiting heap, -1 when not in it. */
   heapIndex = -1;
+  /** Engine time since its first token, ms (steps it ran in and steps that stalled it). */
+  decodeMs = 0;
 
   constructor(input: EngineSeqInput, order: number) {
     this.id = input.id;
@@ -212,6 +214,22 @@ export class EngineModel implements EngineModelApi {
     return this.#running.length > 0 || this.#waiting.size > 0;
   }
 
+  /**
+   * Progress of every sequence in the engine, running then waiting: prompt, output so far, engine
+   * time since its first token and whether it has been prefilled (for SLO-aware placement).
+   */
+  sequences(): { inputTokens: number; generated: number; decodeMs: number; prefilled: boolean }[] {
+    const out: { inputTokens: number; generated: number; decodeMs: number; prefilled: boolean }[] = [];
+    for (const s of this.#seqs.values())
+      out.push({
+        inputTokens: s.prompt,
+        generated: s.generated,
+        decodeMs: s.decodeMs,
+        prefilled: s.state === 'running' && s.computed >= s.prompt,
+      });
+    return out;
+  }
+
   /** Output tokens a sequence in the engine has generated so far, or undefined if it is not here. */
   generatedOf(id: string): number | undefined {
     return this.#seqs.get(id)?.generated;
@@ -353,6 +371,7 @@ export class EngineModel implements EngineModelApi {
 
   /** Applies the batch: advances every sequence, emits its tokens, retires finished ones, prices the step. */
   #run(batch: Seq[], events: EngineEvent[]): StepResult {
+    const decoding = this.#running.filter((s) => s.generated > 0);
     let decodeSeqs = 0;
     let prefillTokens = 0;
     let prefillChunkSq = 0;
@@ -391,6 +410,8 @@ export class EngineModel implements EngineModelApi {
     const shape: BatchShape = { decodeSeqs, prefillTokens, prefillChunkSq, kvTokensRead };
     const durationMs = batch.length === 0 ? 0 : this.config.costModel.stepMs(shape);
     if (batch.length > 0) this.#steps++;
+    // Every sequence past its first token before the step waits it out, in the batch or stalled.
+    for (const s of decoding) s.decodeMs += durationMs;
     return { durationMs, shape, events };
   }
 }

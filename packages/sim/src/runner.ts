@@ -69,6 +69,8 @@ export interface RunInput {
    * evictions and model swaps it returns. @default none
    */
   readonly control?: SloControl | undefined;
+  /** Replicas report their sequences' progress to placement (Aladdin's decode-SLO check). @default false */
+  readonly reportSequences?: boolean | undefined;
   /** Output predictor for `reserve: 'predicted'` (see the gateway's `outputPredictor`). @default none */
   readonly outputPredictor?: ((req: RequestDescriptor) => number | undefined) | undefined;
 }
@@ -150,7 +152,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   parseWith(runInputSchema, input, `simulation "${input.scenario}"`, ErrorCode.SCENARIO_INVALID);
   const durationMs = input.durationS * 1000;
   const clock = new ManualClock(0);
-  const cluster = new Cluster(input.engines);
+  const cluster = new Cluster(input.engines, input.reportSequences ?? false);
   const store = input.store ?? new MemoryStore({ validate: false });
   const queue = new EventQueue<SimEvent>();
   const recs = new Map<string, Rec>();

@@ -5,6 +5,22 @@
  * apart from their own cursor or seeded RNG, so the simulator and the live dispatcher run the same code.
  */
 
+/**
+ * Progress of one sequence on a replica, when the replica reports it (the simulator does; a live
+ * agent could from vLLM's per-request state): what Aladdin needs to keep every running request's
+ * decode SLO when a new prefill would stall it (Aladdin section 4.2, constraint d).
+ */
+export interface SequenceProgress {
+  /** Prompt tokens (including output re-fed after a preemption or eviction). */
+  readonly inputTokens: number;
+  /** Output tokens generated so far on this replica. */
+  readonly generated: number;
+  /** Time since its first token, ms: the numerator of its average token generation time. */
+  readonly decodeMs: number;
+  /** Whether its prompt has been prefilled (a waiting sequence will be prefilled with the next). */
+  readonly prefilled: boolean;
+}
+
 /** What placement knows about one replica: capacity, what the gateway reserved on it, engine load. */
 export interface ReplicaState {
   readonly id: string;
@@ -27,6 +43,8 @@ export interface ReplicaState {
    * so it is ordered after every fresh one and the gateway gives it no room.
    */
   readonly stale: boolean;
+  /** Its sequences' progress, when the replica source reports it. @default unknown */
+  readonly sequences?: readonly SequenceProgress[] | undefined;
 }
 
 /** A placement policy: orders replicas, best first. */
