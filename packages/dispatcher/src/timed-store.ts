@@ -9,6 +9,8 @@ import type {
   DispatchResult,
   QueueSnapshot,
   SchedulingStore,
+  SettleAndDispatchInput,
+  SettleAndDispatchResult,
   SettleInput,
 } from '@fairway/store';
 import type { Histogram } from 'prom-client';
@@ -30,6 +32,9 @@ export class TimedStore implements SchedulingStore {
     const fused = inner.admitAndDispatch?.bind(inner);
     if (fused !== undefined)
       this.admitAndDispatch = (input) => this.#time('admit_and_dispatch', fused(input));
+    const settled = inner.settleAndDispatch?.bind(inner);
+    if (settled !== undefined)
+      this.settleAndDispatch = (input) => this.#time('settle_and_dispatch', settled(input));
   }
 
   async #time<T>(op: string, call: Promise<T>): Promise<T> {
@@ -46,6 +51,8 @@ export class TimedStore implements SchedulingStore {
   }
   /** Present exactly when the inner store has it, so the gateway's fallback still applies. */
   readonly admitAndDispatch?: (input: AdmitAndDispatchInput) => Promise<AdmitAndDispatchResult>;
+  /** Present exactly when the inner store has it. */
+  readonly settleAndDispatch?: (input: SettleAndDispatchInput) => Promise<SettleAndDispatchResult>;
   dispatch(input: DispatchInput): Promise<DispatchResult> {
     return this.#time('dispatch', this.#inner.dispatch(input));
   }

@@ -435,5 +435,11 @@ describe('dispatcher', () => {
     expect(text).toMatch(/fairway_store_latency_seconds_count\{op="admit_and_dispatch"\} 1\n/);
     expect(text).toMatch(/fairway_queue_depth\{pool="llama"\} 0\n/);
     expect(text).toMatch(/fairway_overhead_seconds_count\{stream="false"\} 1\n/);
+    // …and so are the settlement and the dispatch into the room it frees (after the response).
+    await waitFor(async () =>
+      /fairway_store_latency_seconds_count\{op="settle_and_dispatch"\} 1\n/.test(
+        (await app.inject({ method: 'GET', url: '/metrics' })).body,
+      ),
+    );
   });
 });
