@@ -3,6 +3,7 @@ import { describeError, ExitCode } from './cli-error.ts';
 import { type CliIo, processIo } from './cli-io.ts';
 import { registerAgentCommand } from './commands/agent.ts';
 import { registerEngineSimCommand } from './commands/engine-sim.ts';
+import { registerPlanCommand } from './commands/plan.ts';
 import { registerServeCommand } from './commands/serve.ts';
 import { registerSimCommand } from './commands/sim.ts';
 import { registerUpCommand } from './commands/up.ts';
@@ -16,6 +17,7 @@ export function buildProgram(io: CliIo, setCode: (code: number) => void): Comman
     .configureOutput({ writeOut: (s) => io.out(s), writeErr: (s) => io.err(s) });
   registerUpCommand(program, io, setCode);
   registerSimCommand(program, io, setCode);
+  registerPlanCommand(program, io, setCode);
   registerServeCommand(program, io, setCode);
   registerAgentCommand(program, io, setCode);
   registerEngineSimCommand(program, io, setCode);

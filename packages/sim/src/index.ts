@@ -87,6 +87,21 @@ export {
   WAKE_OVERHEAD_S,
 } from './model-swap.ts';
 export {
+  bucketedOutputPredictor,
+  type FleetPlan,
+  type FleetPlanOptions,
+  type PlanPoint,
+  type PlanSlo,
+  type PolicyPlan,
+  planFleet,
+} from './plan.ts';
+export {
+  planPlotSpec,
+  renderAttainmentPlot,
+  renderPlanPlot,
+  renderThroughputPlot,
+} from './plan-plot.ts';
+export {
   fitEnginePerformance,
   type ProfiledModel,
   type ProfilingGrid,

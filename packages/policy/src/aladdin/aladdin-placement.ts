@@ -27,6 +27,12 @@ export interface AladdinPlacementOptions extends AladdinOptions {
    */
   readonly predictOutput?: ((inputTokens: number) => number) | undefined;
   /**
+   * A low estimate of a running sequence's total output (e.g. a low quantile of the outputs of
+   * similar prompts): its ATGT slack is computed as if it ended that soon, so a request that turns
+   * out short is not stalled past its target by a long prefill. @default `predictOutput`
+   */
+  readonly shortOutput?: ((inputTokens: number) => number) | undefined;
+  /**
    * Smallest value `predictOutput` returns: a reservation of at most `maxPrompt + this` tokens
    * guarantees a prompt of at most `maxPrompt`, which is how the prefill-stall bound is handed to
    * the store. @default 0
@@ -56,6 +62,7 @@ export function aladdinPlacement(options: AladdinPlacementOptions = {}): Placeme
   const meanIn = options.workload?.meanInputTokens ?? 0;
   const meanOut = Math.max(options.workload?.meanOutputTokens ?? 1, 1);
   const predict = options.predictOutput ?? (() => meanOut);
+  const short = options.shortOutput ?? predict;
   const minPred = options.minPredictedOutput ?? 0;
   // Reservations count the whole predicted output; the ATGT limit is on l_in + γ·l_out.
   const weighted = options.workload ? (meanIn + meanOut) / (meanIn + opts.gamma * meanOut) : 1;
@@ -76,17 +83,24 @@ export function aladdinPlacement(options: AladdinPlacementOptions = {}): Placeme
 
     if (r.sequences !== undefined) {
       let context = 0;
-      for (const s of r.sequences) context += s.inputTokens + s.generated;
+      let seen = 0;
+      for (const s of r.sequences) {
+        context += s.inputTokens + s.generated;
+        seen += s.inputTokens + predict(s.inputTokens);
+      }
       const iterationMs = decodeIterationMs(perf.decode, batch, context + meanIn);
       let budget = Number.POSITIVE_INFINITY;
-      let pending = Math.max(0, r.reservedSeqs - r.sequences.length) * meanIn;
+      // Requests reserved here that the replica does not report yet (dispatched this round) will
+      // be prefilled with the next one: their prompts are their reservations less their outputs.
+      const unseen = Math.max(0, r.reservedSeqs - r.sequences.length);
+      let pending = unseen > 0 ? Math.max(0, r.reservedTokens - seen - unseen * minPred) : 0;
       for (const s of r.sequences) {
         if (!s.prefilled) {
           pending += s.inputTokens;
           continue;
         }
         if (s.generated < 1) continue;
-        const length = Math.max(predict(s.inputTokens), s.generated + 1);
+        const length = Math.max(short(s.inputTokens), s.generated + 1);
         const slack = opts.theta * atgt * (length - 1) - s.decodeMs - (length - s.generated) * iterationMs;
         // A sequence already past its target is lost; holding the replica for it saves nothing.
         if (slack >= 0) budget = Math.min(budget, slack);

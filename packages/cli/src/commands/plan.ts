@@ -1,0 +1,179 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { GPUS, MODELS } from '@fairway/core';
+import { PLACEMENT_NAMES } from '@fairway/policy';
+import { type FleetPlan, planFleet, renderPlanPlot } from '@fairway/sim';
+import type { Command } from 'commander';
+import { z } from 'zod';
+import { ExitCode, UsageError } from '../cli-error.ts';
+import type { CliIo } from '../cli-io.ts';
+
+/** Parsed options of `fairway plan`. */
+export interface PlanOptions {
+  readonly trace?: string | undefined;
+  readonly model?: string | undefined;
+  readonly gpu?: string | undefined;
+  /** `ttft=<t>,atgt=<t>`, each in s or with an `ms` suffix. */
+  readonly slo?: string | undefined;
+  /** Comma-separated multiples of the trace's mean arrival rate. */
+  readonly rates?: string | undefined;
+  /** Simulated seconds of the trace replayed per check. */
+  readonly window?: string | undefined;
+  /** Comma-separated placement policies. */
+  readonly placements?: string | undefined;
+  /** Comma-separated tensor-parallel degrees to consider. */
+  readonly tp?: string | undefined;
+  readonly maxReplicas?: string | undefined;
+  readonly seed?: string | undefined;
+  readonly json?: boolean | undefined;
+  readonly out?: string | undefined;
+}
+
+const duration = z
+  .string()
+  .regex(/^\d+(\.\d+)?(ms|s)?$/, 'must be a duration like 1.5, 1.5s or 400ms')
+  .transform((v) => (v.endsWith('ms') ? Number(v.slice(0, -2)) / 1000 : Number(v.replace(/s$/, ''))))
+  .refine((v) => v > 0, 'must be positive');
+
+/** Parses `ttft=…,atgt=…` into seconds; problems name the key. */
+export function parseSlo(text: string): { ttftS: number; atgtS: number } | string[] {
+  const fields: Record<string, string> = {};
+  const problems: string[] = [];
+  for (const part of text.split(',')) {
+    const [k, v] = part.split('=').map((x) => x.trim());
+    if (!k || v === undefined) problems.push(`--slo: "${part}" is not key=value`);
+    else fields[k] = v;
+  }
+  const out: Record<string, number> = {};
+  for (const key of ['ttft', 'atgt']) {
+    const raw = fields[key];
+    if (raw === undefined) {
+      problems.push(`--slo: ${key} is required (e.g. --slo ttft=1s,atgt=25ms)`);
+      continue;
+    }
+    const r = duration.safeParse(raw);
+    if (!r.success) problems.push(`--slo: ${key}: ${r.error.issues[0]?.message ?? 'invalid'}`);
+    else out[key] = r.data;
+  }
+  for (const k of Object.keys(fields))
+    if (k !== 'ttft' && k !== 'atgt') problems.push(`--slo: unknown key "${k}" (known: ttft, atgt)`);
+  if (problems.length > 0) return problems;
+  return { ttftS: out.ttft as number, atgtS: out.atgt as number };
+}
+
+function numberList(flag: string, text: string | undefined, integer: boolean, problems: string[]) {
+  if (text === undefined) return undefined;
+  const values = text.split(',').map((x) => Number(x.trim()));
+  if (values.some((v) => !Number.isFinite(v) || v <= 0 || (integer && !Number.isInteger(v)))) {
+    problems.push(`${flag}: must be a comma-separated list of positive ${integer ? 'integers' : 'numbers'}`);
+    return undefined;
+  }
+  return values;
+}
+
+/** Adds `fairway plan` to the program. */
+export function registerPlanCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
+  program
+    .command('plan')
+    .description(
+      'fewest GPUs meeting the SLOs of every request (P100) per placement policy, the tensor-parallel degree, and GPUs against arrival rate',
+    )
+    .option('--trace <name|file>', 'built-in trace (azure-conv, azure-code) or a CSV trace')
+    .option('--model <name>', `model: ${Object.keys(MODELS).join(', ')}`)
+    .option('--gpu <name>', `GPU: ${Object.keys(GPUS).join(', ')}`)
+    .option('--slo <ttft=…,atgt=…>', 'SLO targets, in s or ms, e.g. ttft=1s,atgt=25ms')
+    .option('--rates <list>', 'arrival rates as multiples of the trace mean rate (default 1,2,4)')
+    .option('--window <s>', 'simulated seconds of the trace replayed per check (default 300)')
+    .option('--placements <list>', `placement policies (default ${PLACEMENT_NAMES.join(',')})`)
+    .option('--tp <list>', 'tensor-parallel degrees to consider (default 1,2,4,8)')
+    .option('--max-replicas <n>', 'largest fleet searched (default 64)')
+    .option('--seed <n>', 'seed (default 1)')
+    .option('--json', 'print exactly one JSON object on stdout')
+    .option('--out <dir>', 'also write plan.json and gpus-vs-rate.svg to this directory')
+    .action(async (opts: PlanOptions) => {
+      setCode(await planCommand(opts, io));
+    });
+}
+
+function table(plan: FleetPlan): string {
+  const scales = plan.policies[0]?.points.map((p) => p) ?? [];
+  const head = ['placement', ...scales.map((p) => `${p.rate.toFixed(1)} req/s`)];
+  const rows = plan.policies.map((p) => [
+    p.placement,
+    ...p.points.map((pt) => (pt.gpus === undefined ? '>max' : String(pt.gpus))),
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ');
+  return [line(head), ...rows.map(line)].join('\n');
+}
+
+/** Runs `fairway plan` and returns its exit code; bad input throws a `UsageError`. */
+export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number> {
+  const problems: string[] = [];
+  if (!opts.trace) problems.push('--trace is required (azure-conv, azure-code or a CSV file)');
+  if (!opts.model) problems.push('--model is required');
+  else if (!(opts.model in MODELS))
+    problems.push(`--model: unknown model "${opts.model}"; known: ${Object.keys(MODELS).join(', ')}`);
+  if (!opts.gpu) problems.push('--gpu is required');
+  else if (!(opts.gpu in GPUS))
+    problems.push(`--gpu: unknown GPU "${opts.gpu}"; known: ${Object.keys(GPUS).join(', ')}`);
+  let slo: { ttftS: number; atgtS: number } | undefined;
+  if (!opts.slo) problems.push('--slo is required (e.g. --slo ttft=1s,atgt=25ms)');
+  else {
+    const parsed = parseSlo(opts.slo);
+    if (Array.isArray(parsed)) problems.push(...parsed);
+    else slo = parsed;
+  }
+  const rates = numberList('--rates', opts.rates, false, problems);
+  const window = numberList('--window', opts.window, false, problems)?.[0];
+  const tps = numberList('--tp', opts.tp, true, problems);
+  const maxReplicas = numberList('--max-replicas', opts.maxReplicas, true, problems)?.[0];
+  const seed = numberList('--seed', opts.seed, true, problems)?.[0];
+  const placements = opts.placements?.split(',').map((p) => p.trim());
+  for (const p of placements ?? [])
+    if (!(PLACEMENT_NAMES as readonly string[]).includes(p))
+      problems.push(`--placements: unknown placement "${p}"; known: ${PLACEMENT_NAMES.join(', ')}`);
+  if (problems.length > 0 || !opts.trace || !opts.model || !opts.gpu || !slo) throw new UsageError(problems);
+
+  const plan = await planFleet({
+    trace: opts.trace,
+    model: opts.model,
+    gpu: opts.gpu,
+    slo,
+    rateScales: rates,
+    windowS: window,
+    placements,
+    tps,
+    maxReplicas,
+    seed,
+    onProgress: opts.json ? undefined : (m) => io.err(`${m}\n`),
+  });
+  if (opts.json) io.out(`${JSON.stringify(plan)}\n`);
+  else {
+    const fit = plan.performance.fit;
+    const savings = plan.aladdinSavingsVsJsq
+      .map((s) => `${(plan.traceRate * s.rateScale).toFixed(1)} req/s: ${(s.saving * 100).toFixed(0)}%`)
+      .join(', ');
+    io.out(
+      [
+        `${plan.model} on ${plan.gpu}, SLO TTFT ≤ ${plan.slo.ttftS} s and ATGT ≤ ${plan.slo.atgtS * 1000} ms for every request (P100)`,
+        `tensor parallelism: ${plan.tp.chosen} GPU(s) per replica (${plan.tp.candidates
+          .map((c) => `tp${c.tp} ${c.feasible ? `${c.tokensPerSPerGpu.toFixed(0)} tok/s/GPU` : 'infeasible'}`)
+          .join(', ')})`,
+        `performance model fit error (MAPE): prefill ${(fit.prefill.mape * 100).toFixed(1)}%, decode ${(fit.decode.mape * 100).toFixed(1)}%, KV ${((fit.kv?.mape ?? 0) * 100).toFixed(1)}%`,
+        `GPUs needed (window ${plan.windowS} s of ${plan.trace}; ${plan.infeasible} requests excluded as infeasible on any fleet):`,
+        table(plan),
+        ...(savings ? [`Aladdin vs JSQ: ${savings} fewer GPUs`] : []),
+        '',
+      ].join('\n'),
+    );
+  }
+  if (opts.out) {
+    const dir = resolve(opts.out);
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'plan.json'), `${JSON.stringify(plan, null, 2)}\n`);
+    writeFileSync(join(dir, 'gpus-vs-rate.svg'), await renderPlanPlot(plan));
+    if (!opts.json) io.out(`wrote plan.json and gpus-vs-rate.svg to ${dir}\n`);
+  }
+  return ExitCode.OK;
+}

@@ -1,0 +1,386 @@
+/**
+ * Capacity planning (Aladdin sections 4–5, `fairway plan`): for a trace scaled to several arrival
+ * rates, the fewest GPUs with which every request meets its TTFT and ATGT targets (P100), under
+ * each placement policy, at the tensor-parallel degree that maximises per-GPU throughput under the
+ * SLOs. Performance models are fitted from profiling runs of the simulated engine (with their fit
+ * error reported); each candidate fleet size is checked by simulating a window of the trace
+ * through the production gateway, and the search over fleet sizes is a doubling-then-bisection
+ * search, so the work is bounded by the window and a logarithmic number of runs.
+ */
+
+import { createRng, type RequestDescriptor, type SloClass } from '@fairway/core';
+import {
+  chooseTensorParallel,
+  fcfsPolicy,
+  fitWorkerCount,
+  maxDecodeBatch,
+  type PerformanceFitReport,
+  type PerformanceModel,
+  PLACEMENT_NAMES,
+  placementByName,
+  type TpEvaluation,
+  type WorkerCountModel,
+  type WorkloadProfile,
+} from '@fairway/policy';
+import type { EngineConfig } from './engine-api.ts';
+import { resolveEngineConfig } from './engine-config.ts';
+import { fitEnginePerformance } from './plan-profiling.ts';
+import { runSimulation } from './runner.ts';
+import { loadTrace, traceWorkload } from './trace.ts';
+
+/** SLO targets of a plan, seconds. */
+export interface PlanSlo {
+  /** Time to first token. */
+  readonly ttftS: number;
+  /** Average token generation time, seconds per output token after the first. */
+  readonly atgtS: number;
+}
+
+/** Options of {@link planFleet}. */
+export interface FleetPlanOptions {
+  /** Built-in trace name (`azure-conv`, `azure-code`) or a CSV path. */
+  readonly trace: string;
+  readonly model: string;
+  readonly gpu: string;
+  readonly slo: PlanSlo;
+  /** Arrival rates as multiples of the trace's mean rate. @default [1, 2, 4] */
+  readonly rateScales?: readonly number[] | undefined;
+  /** Simulated seconds of the trace replayed for each check (at the scaled rate). @default 300 */
+  readonly windowS?: number | undefined;
+  /** Where the window starts in the trace, trace seconds. @default 0 */
+  readonly startS?: number | undefined;
+  /** Simulated seconds after the window for the requests in it to finish. @default 120 */
+  readonly drainS?: number | undefined;
+  /** Placement policies to plan for. @default every registered one */
+  readonly placements?: readonly string[] | undefined;
+  /** Tensor-parallel degrees to consider (those whose weights fit). @default [1, 2, 4, 8] */
+  readonly tps?: readonly number[] | undefined;
+  /** Largest fleet searched, replicas. @default 64 */
+  readonly maxReplicas?: number | undefined;
+  /** Aladdin's θ (share of the ATGT context limit it fills). @default 0.9 */
+  readonly theta?: number | undefined;
+  /**
+   * Quantile of similar prompts' outputs Aladdin assumes a running request may end at when it
+   * bounds the next prefill (its ATGT slack): 0 protects even the shortest, as P100 needs. @default 0
+   */
+  readonly shortQuantile?: number | undefined;
+  /** Aladdin's γ (weight of output tokens in the context). @default 0.5 */
+  readonly gamma?: number | undefined;
+  readonly seed?: number | undefined;
+  /** Called with a line of progress now and then. */
+  readonly onProgress?: ((message: string) => void) | undefined;
+}
+
+/** The fewest replicas found for one rate. */
+export interface PlanPoint {
+  /** Multiple of the trace's mean rate. */
+  readonly rateScale: number;
+  /** Arrival rate, requests per second. */
+  readonly rate: number;
+  /** Fewest replicas meeting P100, or undefined when even `maxReplicas` did not. */
+  readonly replicas: number | undefined;
+  /** `replicas × tp`. */
+  readonly gpus: number | undefined;
+  /** Simulations run for this point. */
+  readonly runs: number;
+}
+
+/** One placement policy's plan. */
+export interface PolicyPlan {
+  readonly placement: string;
+  readonly points: readonly PlanPoint[];
+  /** Aladdin's worker-count model `n = ceil(k·r + c)` fitted to the points (two needed). */
+  readonly workerModel: WorkerCountModel | undefined;
+}
+
+/** What `fairway plan` reports. */
+export interface FleetPlan {
+  readonly trace: string;
+  readonly model: string;
+  readonly gpu: string;
+  readonly slo: PlanSlo;
+  readonly windowS: number;
+  /** Mean arrival rate of the trace, requests per second. */
+  readonly traceRate: number;
+  readonly workload: WorkloadProfile;
+  /** Chosen tensor-parallel degree and every candidate's evaluation. */
+  readonly tp: { readonly chosen: number; readonly candidates: readonly TpEvaluation[] };
+  /** Fitted performance model of the chosen configuration and its fit error. */
+  readonly performance: { readonly model: PerformanceModel; readonly fit: PerformanceFitReport };
+  /** Requests of the windows that no fleet could serve within the SLOs (their prefill or a lone decode is too slow). */
+  readonly infeasible: number;
+  readonly policies: readonly PolicyPlan[];
+  /** `1 − gpus(aladdin) / gpus(jsq)` per rate scale, where both found a fleet. */
+  readonly aladdinSavingsVsJsq: readonly { readonly rateScale: number; readonly saving: number }[];
+}
+
+/** An output-length predictor from history: the mean output of prompts of a similar length (Aladdin section 2.3). */
+export function bucketedOutputPredictor(
+  rows: readonly { inputTokens: number; outputTokens: number }[],
+  lowQuantile = 0.1,
+): {
+  /** Mean output of the prompt's length bucket. */
+  predict: (inputTokens: number) => number;
+  /** The `lowQuantile` of the bucket's outputs: a short but plausible length. */
+  short: (inputTokens: number) => number;
+  /** Smallest bucket mean. */
+  min: number;
+} {
+  const bucket = (n: number) => Math.max(0, Math.floor(Math.log2(Math.max(1, n))));
+  const outs = new Map<number, number[]>();
+  const all: number[] = [];
+  for (const r of rows) {
+    const o = Math.max(1, r.outputTokens);
+    const b = bucket(r.inputTokens);
+    const list = outs.get(b) ?? [];
+    list.push(o);
+    outs.set(b, list);
+    all.push(o);
+  }
+  const stats = (xs: number[]) => {
+    const sorted = [...xs].sort((a, b) => a - b);
+    let sum = 0;
+    for (const x of sorted) sum += x;
+    return {
+      mean: sorted.length ? sum / sorted.length : 1,
+      low: sorted[Math.floor(lowQuantile * (sorted.length - 1))] ?? 1,
+    };
+  };
+  const overall = stats(all);
+  const byBucket = new Map<number, { mean: number; low: number }>();
+  for (const [b, xs] of outs) byBucket.set(b, xs.length >= 20 ? stats(xs) : overall);
+  let min = overall.mean;
+  for (const s of byBucket.values()) min = Math.min(min, s.mean);
+  return {
+    predict: (n) => (byBucket.get(bucket(n)) ?? overall).mean,
+    short: (n) => (byBucket.get(bucket(n)) ?? overall).low,
+    min,
+  };
+}
+
+/**
+ * Plans the fleet (see the module comment). Runs many simulations; `windowS` and the rate list
+ * bound its run time.
+ */
+export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
+  const log = options.onProgress ?? (() => {});
+  const rows = loadTrace(options.trace);
+  const traceSpan = Math.max(1, (rows.at(-1)?.arrivalS ?? 1) - (rows[0]?.arrivalS ?? 0));
+  const traceRate = rows.length / traceSpan;
+  const windowS = options.windowS ?? 300;
+  const startS = options.startS ?? 0;
+  const drainS = options.drainS ?? 120;
+  const seed = options.seed ?? 1;
+  const ttftMs = options.slo.ttftS * 1000;
+  const atgtMs = options.slo.atgtS * 1000;
+  let inSum = 0;
+  let outSum = 0;
+  for (const r of rows) {
+    inSum += Math.max(1, r.inputTokens);
+    outSum += Math.max(1, r.outputTokens);
+  }
+  const workload: WorkloadProfile = {
+    meanInputTokens: inSum / Math.max(1, rows.length),
+    meanOutputTokens: outSum / Math.max(1, rows.length),
+  };
+
+  // Worker configuration: a performance model per TP degree that fits, fitted over the batches an
+  // ATGT-bound replica runs (the decode model is linear; the engine's step time is not, far out).
+  const fitted = new Map<number, { model: PerformanceModel; fit: PerformanceFitReport }>();
+  for (const tp of options.tps ?? [1, 2, 4, 8]) {
+    const config: EngineConfig = { model: options.model, gpu: options.gpu, tp };
+    try {
+      resolveEngineConfig(config);
+    } catch {
+      continue;
+    }
+    const coarse = fitEnginePerformance(config).model;
+    const ctx = workload.meanInputTokens + workload.meanOutputTokens / 2;
+    const relevant = maxDecodeBatch(coarse.decode, ctx, atgtMs);
+    const maxBatch = Math.max(
+      8,
+      Math.min(coarse.maxSeqs, Number.isFinite(relevant) ? 2 * relevant : coarse.maxSeqs),
+    );
+    const fine = fitEnginePerformance(config, { maxBatch });
+    fitted.set(tp, { model: { ...fine.model, maxSeqs: coarse.maxSeqs }, fit: fine.report });
+    log(
+      `profiled ${options.model} on ${options.gpu} × ${tp}: fit error ${(fine.report.worstMape * 100).toFixed(1)}%`,
+    );
+  }
+  const choice = chooseTensorParallel(
+    [...fitted.values()].map((f) => f.model),
+    workload,
+    { ttftMs, atgtMs },
+  );
+  const chosenTp = choice.best?.tp ?? [...fitted.keys()][0];
+  const perf = chosenTp === undefined ? undefined : fitted.get(chosenTp);
+  if (chosenTp === undefined || perf === undefined)
+    throw new RangeError(`${options.model} fits on no tensor-parallel degree of ${options.gpu}`);
+
+  // Aladdin's output predictor learns from the trace outside the windows it is checked on.
+  const history = rows.filter(
+    (r) =>
+      r.arrivalS < startS || r.arrivalS >= startS + windowS * Math.max(...(options.rateScales ?? [1, 2, 4])),
+  );
+  const predictor = bucketedOutputPredictor(
+    history.length > 100 ? history : rows,
+    options.shortQuantile ?? 0,
+  );
+  const engineConfig: EngineConfig = { model: options.model, gpu: options.gpu, tp: chosenTp };
+  const costModel = resolveEngineConfig(engineConfig).costModel;
+  const feasibleAlone = (r: RequestDescriptor): boolean => {
+    const prefill = costModel.stepMs({
+      decodeSeqs: 0,
+      prefillTokens: r.inputTokens,
+      prefillChunkSq: r.inputTokens * r.inputTokens,
+      kvTokensRead: 0,
+    });
+    const decode = costModel.stepMs({
+      decodeSeqs: 1,
+      prefillTokens: 0,
+      prefillChunkSq: 0,
+      kvTokensRead: r.inputTokens + (r.outputTokens ?? 1),
+    });
+    return prefill <= ttftMs && ((r.outputTokens ?? 1) <= 1 || decode <= atgtMs);
+  };
+  const slo: SloClass = {
+    name: 'interactive',
+    ttftS: options.slo.ttftS,
+    atgtS: options.slo.atgtS,
+    band: 0,
+    sheddable: false,
+  };
+
+  let infeasible = 0;
+  const windows = new Map<number, RequestDescriptor[]>();
+  for (const scale of options.rateScales ?? [1, 2, 4]) {
+    const arrivals = traceWorkload({
+      trace: options.trace,
+      split: { tenants: 1 },
+      seed,
+      model: options.model,
+      rateScale: scale,
+      startS,
+      durationS: windowS,
+    });
+    infeasible += arrivals.filter((a) => !feasibleAlone(a)).length;
+    windows.set(scale, arrivals);
+  }
+
+  const placementFor = (name: string) =>
+    placementByName(name, createRng(seed), {
+      aladdin: {
+        perfOf: () => perf.model,
+        atgtMs,
+        workload,
+        predictOutput: predictor.predict,
+        shortOutput: predictor.short,
+        minPredictedOutput: predictor.min,
+        ...(options.theta !== undefined ? { theta: options.theta } : {}),
+        ...(options.gamma !== undefined ? { gamma: options.gamma } : {}),
+      },
+    });
+
+  const meets = async (placement: string, arrivals: readonly RequestDescriptor[], replicas: number) => {
+    const run = await runSimulation({
+      scenario: `plan-${placement}`,
+      seed,
+      durationS: windowS + drainS,
+      engines: Array.from({ length: replicas }, (_, i) => ({ id: `replica-${i}`, config: engineConfig })),
+      arrivals,
+      ordering: fcfsPolicy(),
+      placement: placementFor(placement),
+      reserve: 'predicted',
+      outputPredictor: (r) => predictor.predict(r.inputTokens),
+      reportSequences: placement === 'aladdin',
+      sloClasses: [slo],
+    });
+    for (const r of run.records) {
+      if (!feasibleAlone(r.req)) continue;
+      if (r.rejected || r.firstTokenS === undefined || r.finishS === undefined) return false;
+      if (r.firstTokenS - r.arrivalS > options.slo.ttftS + 1e-9) return false;
+      if (r.generated > 1 && (r.finishS - r.firstTokenS) / (r.generated - 1) > options.slo.atgtS + 1e-9)
+        return false;
+    }
+    return true;
+  };
+
+  const maxReplicas = options.maxReplicas ?? 64;
+  const policies: PolicyPlan[] = [];
+  for (const placement of options.placements ?? PLACEMENT_NAMES) {
+    const points: PlanPoint[] = [];
+    let floor = 1;
+    for (const [scale, arrivals] of windows) {
+      let runs = 0;
+      const check = async (n: number) => {
+        runs++;
+        const ok = await meets(placement, arrivals, n);
+        log(
+          `${placement} × ${scale} (${(traceRate * scale).toFixed(1)} req/s): ${n} replicas ${ok ? 'meet' : 'miss'} P100`,
+        );
+        return ok;
+      };
+      // More load never needs fewer replicas: start from the previous rate's answer.
+      let lo = floor - 1;
+      let hi = Math.max(floor, 1);
+      while (hi <= maxReplicas && !(await check(hi))) {
+        lo = hi;
+        hi *= 2;
+      }
+      let replicas: number | undefined;
+      if (hi <= maxReplicas || (lo < maxReplicas && (await check(maxReplicas)))) {
+        if (hi > maxReplicas) hi = maxReplicas;
+        while (hi - lo > 1) {
+          const mid = Math.floor((lo + hi) / 2);
+          if (await check(mid)) hi = mid;
+          else lo = mid;
+        }
+        replicas = hi;
+        floor = hi;
+      }
+      points.push({
+        rateScale: scale,
+        rate: traceRate * scale,
+        replicas,
+        gpus: replicas === undefined ? undefined : replicas * chosenTp,
+        runs,
+      });
+    }
+    const known = points.filter((p) => p.replicas !== undefined);
+    let workerModel: WorkerCountModel | undefined;
+    if (new Set(known.map((p) => p.rate)).size >= 2) {
+      try {
+        workerModel = fitWorkerCount(
+          known.map((p) => ({ rate: p.rate, replicas: p.replicas as number })),
+          { thresholdRate: Number.NEGATIVE_INFINITY, envelope: true },
+        );
+      } catch {
+        workerModel = undefined;
+      }
+    }
+    policies.push({ placement, points, workerModel });
+  }
+
+  const gpusOf = (name: string, scale: number) =>
+    policies.find((p) => p.placement === name)?.points.find((p) => p.rateScale === scale)?.gpus;
+  const savings: { rateScale: number; saving: number }[] = [];
+  for (const scale of windows.keys()) {
+    const a = gpusOf('aladdin', scale);
+    const j = gpusOf('jsq', scale);
+    if (a !== undefined && j !== undefined && j > 0) savings.push({ rateScale: scale, saving: 1 - a / j });
+  }
+  return {
+    trace: options.trace,
+    model: options.model,
+    gpu: options.gpu,
+    slo: options.slo,
+    windowS,
+    traceRate,
+    workload,
+    tp: { chosen: chosenTp, candidates: choice.candidates },
+    performance: perf ? { model: perf.model, fit: perf.fit } : (undefined as never),
+    infeasible,
+    policies,
+    aladdinSavingsVsJsq: savings,
+  };
+}
