@@ -26,3 +26,8 @@ export {
   toCandidate,
 } from './replica-view.ts';
 export { decodeRequest, encodeRequest, parseRequest, requestDescriptorSchema } from './request-payload.ts';
+export {
+  type DesiredReplicasAdvice,
+  ScalingAdvisor,
+  type ScalingAdvisorOptions,
+} from './scaling-advisor.ts';
