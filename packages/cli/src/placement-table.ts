@@ -16,4 +16,8 @@ export const PLACEMENT_POLICIES: Readonly<Record<string, PlacementEntry>> = {
   'round-robin': { description: 'replicas in turn', create: byName('round-robin') },
   jsq: { description: 'join the shortest queue (running + waiting)', create: byName('jsq') },
   'power-of-two': { description: 'the less loaded of two random replicas', create: byName('power-of-two') },
+  aladdin: {
+    description: 'Aladdin best fit: fullest replica first by capacity norm (SLO capacities: fairway plan)',
+    create: byName('aladdin'),
+  },
 };

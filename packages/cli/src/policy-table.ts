@@ -60,4 +60,12 @@ export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
     description: 'FairServe WSC plus overload- and interaction-driven throttling (OIT)',
     create: (c) => orderingPolicyByName('wsc-oit', fairserveOptionsOf(c.history ?? [])),
   },
+  edf: {
+    description: 'earliest deadline first: arrival + the SLO class TTFT target (QLM baseline)',
+    create: () => orderingPolicyByName('edf'),
+  },
+  qlm: {
+    description: 'QLM band order with VTC inside each SLO band (QLM control: npm run report:slo)',
+    create: () => orderingPolicyByName('qlm'),
+  },
 };

@@ -44,8 +44,8 @@ describe('fairway sim (in process)', () => {
     const r = await fairway('sim', '--scenario', 'vtc-overload', '--policy', 'nope', '--placement', 'bogus');
     expect(r.code).toBe(2);
     expect(r.stderr.trim().split('\n')).toEqual([
-      'error: unknown policy "nope"; known: fcfs, rpm, lcf, vtc, vtc-weighted, vtc-predict, vtc-oracle, wsc, wsc-oit',
-      'error: unknown placement "bogus"; known: least-kv, round-robin, jsq, power-of-two',
+      'error: unknown policy "nope"; known: fcfs, rpm, lcf, vtc, vtc-weighted, vtc-predict, vtc-oracle, wsc, wsc-oit, edf, qlm',
+      'error: unknown placement "bogus"; known: least-kv, round-robin, jsq, power-of-two, aladdin',
     ]);
     const s = await fairway('sim', '--scenario', 'vtc-nope');
     expect(s.code).toBe(2);
@@ -150,5 +150,48 @@ describe('fairway sim (as a process)', () => {
     expect(err.code).toBe(2);
     expect(err.stderr).toMatch(/^error: scenario: unknown scenario "nope"/);
     expect(err.stderr).not.toMatch(/\n\s+at /);
+  });
+});
+
+describe('fairway plan (in process)', () => {
+  it('explains every missing or bad option on its own line with exit code 2', async () => {
+    const r = await fairway('plan', '--trace', 'azure-conv', '--model', 'gpt-9', '--slo', 'ttft=fast,foo=1');
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n')).toEqual([
+      'error: --model: unknown model "gpt-9"; known: llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b',
+      'error: --gpu is required',
+      'error: --slo: ttft: must be a duration like 1.5, 1.5s or 400ms',
+      'error: --slo: atgt is required (e.g. --slo ttft=1s,atgt=25ms)',
+      'error: --slo: unknown key "foo" (known: ttft, atgt)',
+    ]);
+  });
+
+  it('prints one JSON plan: GPUs per placement, the TP degree and the fit error', async () => {
+    const r = await fairway(
+      'plan',
+      '--trace',
+      'azure-conv',
+      '--model',
+      'llama-2-7b',
+      '--gpu',
+      'A100-80GB',
+      '--slo',
+      'ttft=1s,atgt=25ms',
+      '--rates',
+      '2',
+      '--window',
+      '30',
+      '--placements',
+      'jsq,aladdin',
+      '--tp',
+      '1',
+      '--json',
+    );
+    expect(r.code).toBe(0);
+    const plan = JSON.parse(r.stdout);
+    expect(plan.tp.chosen).toBe(1);
+    expect(plan.performance.fit.worstMape).toBeLessThan(0.1);
+    expect(plan.policies.map((p: { placement: string }) => p.placement)).toEqual(['jsq', 'aladdin']);
+    for (const p of plan.policies) expect(p.points[0].gpus).toBeGreaterThan(0);
   });
 });
