@@ -403,7 +403,12 @@ async function main(): Promise<void> {
       const per = cols
         .map((c) => f2(ss.reduce((a, s) => a + (s.cpu[c] ?? 0), 0) / Math.max(1, completed)).padStart(12))
         .join('');
-      console.log(`${k.padEnd(18)}${`${completed}/${sent}`.padStart(14)}${per}`);
+      const failed = ss.map((s) => s.report).find((r) => r.errors > 0);
+      const why =
+        failed === undefined
+          ? ''
+          : `  (first error: ${failed.firstError}; ${JSON.stringify(failed.statuses)})`;
+      console.log(`${k.padEnd(18)}${`${completed}/${sent}`.padStart(14)}${per}${why}`);
     }
 
     const via = total.get('via') ?? [];
