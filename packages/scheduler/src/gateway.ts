@@ -1,6 +1,7 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
 import { kvOverloaded, type PlacementPolicy, type ReplicaState } from '@fairway/policy';
 import type {
+  AdmitAndDispatchResult,
   AdmitInput,
   AdmitRejectCode,
   DispatchInput,
@@ -199,30 +200,46 @@ export class Gateway {
       resumeFrom: 0,
     };
 
+    if (this.#owned.has(req.id)) {
+      this.#rejected++;
+      return { ok: false, code: 'duplicate', retryAfterMs: 0, key: req.id };
+    }
+    // Owned before the store call: another gateway may dispatch the request the moment it is
+    // queued, and its assignment can arrive before this call's reply.
+    this.#owned.set(req.id, own);
+    const refused = (result: SubmitResult): SubmitResult => {
+      if (this.#owned.get(req.id) === own) this.#owned.delete(req.id);
+      this.#rejected++;
+      return result;
+    };
     const candidates = this.#candidates(states, undefined, false);
     if (o.store.admitAndDispatch === undefined || o.router !== undefined || candidates.length === 0) {
-      const result = await o.store.admit(admit);
-      if (!result.ok) {
-        this.#rejected++;
-        return result;
+      let result: SubmitResult;
+      try {
+        result = await o.store.admit(admit);
+      } catch (err) {
+        this.#owned.delete(req.id);
+        throw err;
       }
+      if (!result.ok) return refused(result);
       this.#admitted++;
-      this.#owned.set(req.id, own);
       await this.pump(pool);
       return result;
     }
 
-    const r = await o.store.admitAndDispatch({
-      admit,
-      dispatch: this.#dispatchInput(pool, this.#bands, candidates),
-    });
-    for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
-    if (!r.admit.ok) {
-      this.#rejected++;
-      return r.admit;
+    let r: AdmitAndDispatchResult;
+    try {
+      r = await o.store.admitAndDispatch({
+        admit,
+        dispatch: this.#dispatchInput(pool, this.#bands, candidates),
+      });
+    } catch (err) {
+      this.#owned.delete(req.id);
+      throw err;
     }
+    for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
+    if (!r.admit.ok) return refused(r.admit);
     this.#admitted++;
-    this.#owned.set(req.id, own);
     if (r.dispatch?.kind === 'dispatched') {
       this.#dispatched++;
       // Its reservation is in the reported reservations already.

@@ -146,6 +146,38 @@ describe('Gateway request path', () => {
     ]);
   });
 
+  it('starts a request whose assignment from another gateway arrives before its own admission reply', async () => {
+    const inner = new MemoryStore();
+    let a: ReturnType<typeof gateway> | undefined;
+    // The admission's reply is held back while gateway a dispatches the request and says so.
+    const slow = new Proxy(inner, {
+      get(target, prop) {
+        const v = Reflect.get(target, prop, target);
+        if (prop === 'admit')
+          return async (input: Parameters<MemoryStore['admit']>[0]) => {
+            const res = await target.admit(input);
+            await a?.gw.pump();
+            return res;
+          };
+        return typeof v === 'function' ? v.bind(target) : v;
+      },
+    });
+    const b = gateway(fleet(), slow, { id: 'gw-b', onDispatch: () => undefined });
+    const picked: string[] = [];
+    a = gateway(fleet(['r1', 10_000]), inner, {
+      onDispatch: (d) => {
+        picked.push(d.id);
+        if (d.owner === 'gw-b') b.gw.started(d);
+      },
+    });
+    const r = req();
+    expect(await b.gw.submit(r)).toMatchObject({ ok: true });
+    expect(picked).toEqual([r.id]);
+    expect(b.gw.stats()).toMatchObject({ admitted: 1, running: 1, queued: 0 });
+    await b.gw.complete(r.id, { inputTokens: 100, outputTokens: 1 });
+    expect(await inner.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+  });
+
   it('falls back to an admission and a dispatch round on a store without admitAndDispatch', async () => {
     const inner = new MemoryStore();
     const { store, calls } = recorded({
