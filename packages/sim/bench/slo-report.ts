@@ -5,7 +5,8 @@
  * the performance models. Writes JSON, SVG plots and summary tables to reports/slo/.
  *
  * Run with `npm run report:slo` (about 15–20 minutes on two cores). Env: SLO_REPORT_ONLY=qlm|plan|fit
- * runs one part; SLO_REPORT_WINDOW_S (300) and SLO_REPORT_RATES (1,2,4,8) size the plan.
+ * runs one part; SLO_REPORT_WINDOW_S (300), SLO_REPORT_RATES (1,2,4,8) and SLO_REPORT_TPS (1,2,4)
+ * size the plan.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -109,7 +110,7 @@ async function planPart(): Promise<void> {
     slo: { ttftS: 1, atgtS: 0.025 },
     rateScales,
     windowS,
-    tps: [1, 2, 4],
+    tps: (process.env.SLO_REPORT_TPS ?? '1,2,4').split(',').map(Number),
     onProgress: (m) => console.log(`plan: ${m}`),
   });
   console.log(`plan done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);

@@ -57,7 +57,11 @@ export interface FleetPlanOptions {
   readonly tps?: readonly number[] | undefined;
   /** Largest fleet searched, replicas. @default 64 */
   readonly maxReplicas?: number | undefined;
-  /** Aladdin's θ (share of the ATGT context limit it fills). @default 0.9 */
+  /**
+   * Aladdin's θ: the share of each decode budget (ATGT context limit, running requests' slack) it
+   * fills. P100 leaves no room for the linear models' error (prefill is slightly superlinear), so
+   * the plan keeps a 20% margin. @default 0.8
+   */
   readonly theta?: number | undefined;
   /**
    * Quantile of similar prompts' outputs Aladdin assumes a running request may end at when it
@@ -276,7 +280,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
         predictOutput: predictor.predict,
         shortOutput: predictor.short,
         minPredictedOutput: predictor.min,
-        ...(options.theta !== undefined ? { theta: options.theta } : {}),
+        theta: options.theta ?? 0.8,
         ...(options.gamma !== undefined ? { gamma: options.gamma } : {}),
       },
     });
