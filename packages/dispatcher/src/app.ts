@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import type { Bus, ReplicaRegistry } from '@fairway/bus';
+import type { Bus, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger } from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
 import Fastify, { type FastifyInstance } from 'fastify';
+import { AdminEventApplier, followAdminEvents } from './admin-events.ts';
 import { keyRingFromConfig } from './auth.ts';
 import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
 import { ARRIVED_AT, type CompletionContext, type TimedRequest } from './completion-handler.ts';
@@ -17,6 +18,7 @@ import { RegistryReplicaSource } from './replica-source.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { opsRoutes } from './routes/ops.ts';
 import { schedulingFromConfig } from './scheduling-config.ts';
+import { TenantDirectory } from './tenant-directory.ts';
 import { TimedStore } from './timed-store.ts';
 
 /** What a dispatcher is built from: everything with I/O or time is injected. */
@@ -64,7 +66,8 @@ const KNOWN_ROUTES: Record<string, string> = {
  */
 export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const options = resolveDispatcherOptions(deps.options ?? {}, deps.config);
-  const scheduling = schedulingFromConfig(deps.config, options, deps.id);
+  const tenants = TenantDirectory.fromConfig(deps.config);
+  const scheduling = schedulingFromConfig(deps.config, options, deps.id, tenants);
   const metrics = new GatewayMetrics(deps.config.tenants.map((t) => t.id));
   const store = new TimedStore(deps.store, metrics.storeLatency, deps.timer);
   const logger = deps.logger.child({ dispatcher: deps.id });
@@ -91,11 +94,20 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const defaultSloClass = sloClasses.has('interactive')
     ? 'interactive'
     : ([...scheduling.sloClasses].sort((a, b) => a.band - b.band)[0]?.name ?? 'interactive');
+  const keys = keyRingFromConfig(deps.config, tenants);
+  const admin = new AdminEventApplier({
+    keys,
+    tenants,
+    sloClasses: new Set(sloClasses.keys()),
+    onTenant: (t) => metrics.addTenant(t),
+    logger,
+  });
+  let stopAdmin: Unsubscribe | undefined;
   const ctx: CompletionContext = {
     runtime,
     replicas,
     engines,
-    keys: keyRingFromConfig(deps.config),
+    keys,
     metrics,
     options,
     sloClasses,
@@ -133,8 +145,13 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     reply.raw.once('close', () => settled(request.id));
   });
   app.addHook('onResponse', async (request) => settled(request.id));
-  app.addHook('onReady', async () => runtime.start());
+  app.addHook('onReady', async () => {
+    // Operator changes first, so the first request sees the same tenants and keys as every dispatcher.
+    stopAdmin = await followAdminEvents(deps.bus, admin);
+    await runtime.start();
+  });
   app.addHook('preClose', async () => {
+    stopAdmin?.();
     await runtime.stop();
     const deadline = deps.timer.now() + options.drainTimeoutMs;
     while (inflight.size > 0 && deps.timer.now() < deadline) await new Promise((r) => setTimeout(r, 10));

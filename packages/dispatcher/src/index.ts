@@ -1,5 +1,11 @@
+export {
+  AdminEventApplier,
+  type AdminEventApplierOptions,
+  type AdminOutcome,
+  followAdminEvents,
+} from './admin-events.ts';
 export { buildDispatcher, type Dispatcher, type DispatcherDeps } from './app.ts';
-export { hashApiKey, KeyRing, keyRingFromConfig, type Principal } from './auth.ts';
+export { hashApiKey, type KeyGrant, KeyRing, keyRingFromConfig, type Principal } from './auth.ts';
 export {
   type DispatcherOptions,
   type ResolvedDispatcherOptions,
@@ -39,4 +45,5 @@ export {
   type StartDispatcherInput,
   startDispatcher,
 } from './start-dispatcher.ts';
+export { type LimitsScope, TenantDirectory, type TenantEntry } from './tenant-directory.ts';
 export { UsageChunkFilter } from './usage-chunk-filter.ts';

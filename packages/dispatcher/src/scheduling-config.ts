@@ -25,6 +25,7 @@ import {
 } from '@fairway/policy';
 import type { AdmissionFunction, AdmissionRules } from '@fairway/scheduler';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
+import { TenantDirectory } from './tenant-directory.ts';
 
 /** Everything the gateway scheduler needs, derived once from the config file. */
 export interface SchedulingSetup {
@@ -45,14 +46,40 @@ function unsupported(path: string, message: string): ConfigError {
   return new ConfigError(ErrorCode.CONFIG_INVALID, 'fairway config', [{ path, message }]);
 }
 
-function hasLimits(l: LimitsConfig): boolean {
-  return l.rpm !== undefined || l.tpm !== undefined || l.maxQueued !== undefined;
+/** RPM and TPM windows of an app's or end user's limits (tenant windows come from policy). */
+function scopeWindows(
+  scope: 'app' | 'user',
+  id: string,
+  l: LimitsConfig | undefined,
+  reservedTokens: number,
+): WindowLimit[] {
+  const out: WindowLimit[] = [];
+  if (l?.rpm !== undefined)
+    out.push({
+      key: `rpm:${scope}:${id}`,
+      limit: l.rpm,
+      amount: 1,
+      windowMs: MINUTE_MS,
+      code: 'rpm_limited',
+    });
+  if (l?.tpm !== undefined)
+    out.push({
+      key: `tpm:${scope}:${id}`,
+      limit: l.tpm,
+      amount: reservedTokens,
+      windowMs: MINUTE_MS,
+      code: 'tpm_limited',
+      trueUp: true,
+    });
+  return out;
 }
 
-function orderingFromConfig(config: FairwayConfig, cost: CostFunction): OrderingPolicy {
-  const weights = new Map(config.tenants.map((t) => [t.id, t.weight]));
-  // Unknown tenants cannot authenticate, so the fallback weight only guards against a removed tenant.
-  const weightOf = (tenant: string): number => weights.get(tenant) ?? 1;
+function orderingFromConfig(
+  config: FairwayConfig,
+  cost: CostFunction,
+  tenants: TenantDirectory,
+): OrderingPolicy {
+  const weightOf = (tenant: string): number => tenants.weightOf(tenant);
   switch (config.policy.ordering) {
     case 'fcfs':
     case 'rpm':
@@ -97,21 +124,19 @@ function placementFromConfig(config: FairwayConfig): PlacementPolicy {
 
 /**
  * Builds the scheduling policies of a dispatcher from the config file. Unsupported choices fail
- * here, at start-up, with a `ConfigError` naming the field.
+ * here, at start-up, with a `ConfigError` naming the field. Weights and limits are read from
+ * `tenants` on every request, so admin events change them live.
  */
 export function schedulingFromConfig(
   config: FairwayConfig,
   options: ResolvedDispatcherOptions,
   dispatcherId: string,
+  tenants: TenantDirectory = TenantDirectory.fromConfig(config),
 ): SchedulingSetup {
   const cost = costFunctionByName(config.policy.cost.fn, config.policy.cost.wIn, config.policy.cost.wOut);
-  const ordering = orderingFromConfig(config, cost);
+  const ordering = orderingFromConfig(config, cost, tenants);
   const placement = placementFromConfig(config).forDispatcher(dispatcherId);
 
-  const tenantLimits = new Map(
-    config.tenants.map((t) => [t.id, hasLimits(t.limits) ? t.limits : config.defaultLimits]),
-  );
-  const appLimits = new Map(config.apps.filter((a) => hasLimits(a.limits)).map((a) => [a.id, a.limits]));
   const poolByModel = new Map(config.pools.map((p) => [p.model, p.id]));
   const poolMaxQueued = new Map(config.pools.map((p) => [p.id, p.maxQueued]));
 
@@ -120,33 +145,19 @@ export function schedulingFromConfig(
     oit = oitAdmission({
       userLimit: options.oitUserRpm,
       appLimit: options.oitAppRpm,
-      appLimitOf: (app) => appLimits.get(app)?.rpm,
+      appLimitOf: (app) => tenants.appLimits(app)?.rpm,
     });
   }
 
   const admission: AdmissionFunction = (req: RequestDescriptor, ctx): AdmissionRules => {
     const limits: WindowLimit[] = [];
-    const t = tenantLimits.get(req.tenant) ?? config.defaultLimits;
+    const t = tenants.tenantLimits(req.tenant);
     if (t.rpm !== undefined) limits.push(rpmWindow(req.tenant, t.rpm));
     if (t.tpm !== undefined) limits.push(tpmWindow(req.tenant, t.tpm, ctx.reservedTokens));
-    const a = req.app === undefined ? undefined : appLimits.get(req.app);
-    if (a?.rpm !== undefined)
-      limits.push({
-        key: `rpm:app:${req.app}`,
-        limit: a.rpm,
-        amount: 1,
-        windowMs: MINUTE_MS,
-        code: 'rpm_limited',
-      });
-    if (a?.tpm !== undefined)
-      limits.push({
-        key: `tpm:app:${req.app}`,
-        limit: a.tpm,
-        amount: ctx.reservedTokens,
-        windowMs: MINUTE_MS,
-        code: 'tpm_limited',
-        trueUp: true,
-      });
+    if (req.app !== undefined)
+      limits.push(...scopeWindows('app', req.app, tenants.appLimits(req.app), ctx.reservedTokens));
+    if (req.user !== undefined)
+      limits.push(...scopeWindows('user', req.user, tenants.userLimits(req.user), ctx.reservedTokens));
     let interaction: AdmissionRules['interaction'];
     if (oit) {
       limits.push(...oit.limits(req, ctx));

@@ -3,16 +3,14 @@ import { hashApiKey, KeyRing } from '../src/auth.ts';
 import { ApiError } from '../src/errors.ts';
 import { chatCompletionSchema } from '../src/openai-schemas.ts';
 import { bearerToken, readFairwayHeaders } from '../src/request-headers.ts';
+import { TenantDirectory } from '../src/tenant-directory.ts';
 
 describe('KeyRing', () => {
   it('authenticates a key stored only as its hash and rejects others', () => {
-    const ring = new KeyRing();
-    ring.add(hashApiKey('sk-alpha-123456'), {
-      tenant: 'alpha',
-      weight: 1,
-      app: undefined,
-      sloClass: undefined,
-    });
+    const tenants = new TenantDirectory();
+    tenants.upsertTenant({ id: 'alpha', weight: 1, sloClass: undefined, limits: {} });
+    const ring = new KeyRing(tenants);
+    ring.add(hashApiKey('sk-alpha-123456'), { tenant: 'alpha' });
     expect(ring.authenticate('sk-alpha-123456')?.tenant).toBe('alpha');
     expect(ring.authenticate('sk-alpha-123457')).toBeUndefined();
     expect(ring.revoke(hashApiKey('sk-alpha-123456'))).toBe(true);

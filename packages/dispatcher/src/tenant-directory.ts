@@ -1,0 +1,116 @@
+import type { FairwayConfig, LimitsConfig } from '@fairway/core';
+
+/** A tenant as the dispatcher serves it now: the config file's entry with admin changes applied. */
+export interface TenantEntry {
+  readonly id: string;
+  /** Weight of its share (weighted VTC). */
+  readonly weight: number;
+  /** SLO class of its keys that name none. */
+  readonly sloClass: string | undefined;
+  /** Its own limits; empty means the default limits apply. */
+  readonly limits: LimitsConfig;
+}
+
+/** A limits scope an operator can set (admin event `limitsSet`). */
+export type LimitsScope = 'tenant' | 'app' | 'user' | 'default';
+
+function hasLimits(l: LimitsConfig | undefined): l is LimitsConfig {
+  return l !== undefined && (l.rpm !== undefined || l.tpm !== undefined || l.maxQueued !== undefined);
+}
+
+/**
+ * The tenants, their weights and every scope's limits, starting from the config file and changed
+ * live by admin events. Admission and ordering read it on every request, so a change applies to
+ * the next request; it is the only place the dispatcher keeps them.
+ */
+export class TenantDirectory {
+  readonly #tenants = new Map<string, TenantEntry>();
+  readonly #apps = new Map<string, LimitsConfig>();
+  readonly #users = new Map<string, LimitsConfig>();
+  #defaults: LimitsConfig;
+
+  constructor(defaults: LimitsConfig = {}) {
+    this.#defaults = defaults;
+  }
+
+  /** The directory of a config file: its tenants, apps with limits and default limits. */
+  static fromConfig(config: FairwayConfig): TenantDirectory {
+    const d = new TenantDirectory(config.defaultLimits);
+    for (const t of config.tenants)
+      d.upsertTenant({ id: t.id, weight: t.weight, sloClass: t.sloClass, limits: t.limits });
+    for (const a of config.apps) if (hasLimits(a.limits)) d.setLimits('app', a.id, a.limits);
+    return d;
+  }
+
+  /** Whether `tenant` exists (keys of unknown tenants are refused). */
+  has(tenant: string): boolean {
+    return this.#tenants.has(tenant);
+  }
+
+  /** The tenant's entry, if it exists. */
+  get(tenant: string): TenantEntry | undefined {
+    return this.#tenants.get(tenant);
+  }
+
+  /** Ids of every tenant, in the order they were added. */
+  ids(): string[] {
+    return [...this.#tenants.keys()];
+  }
+
+  /** The tenant's weight; 1 for a tenant that no longer exists (its queued requests still drain). */
+  weightOf(tenant: string): number {
+    return this.#tenants.get(tenant)?.weight ?? 1;
+  }
+
+  /** Limits of a tenant: its own if it has any, else the default limits. */
+  tenantLimits(tenant: string): LimitsConfig {
+    const own = this.#tenants.get(tenant)?.limits;
+    return hasLimits(own) ? own : this.#defaults;
+  }
+
+  /** Limits of an app, if it has any. */
+  appLimits(app: string): LimitsConfig | undefined {
+    return this.#apps.get(app);
+  }
+
+  /** Limits of an end user (`x-fairway-user`), if an operator set any. */
+  userLimits(user: string): LimitsConfig | undefined {
+    return this.#users.get(user);
+  }
+
+  /** Adds a tenant or replaces one (weight, default SLO class and limits together). */
+  upsertTenant(entry: TenantEntry): void {
+    this.#tenants.set(entry.id, entry);
+  }
+
+  /** Removes a tenant; true if it existed. */
+  deleteTenant(id: string): boolean {
+    return this.#tenants.delete(id);
+  }
+
+  /**
+   * Replaces the limits of one scope; empty limits remove an app's or user's limits and make a
+   * tenant use the defaults. Returns false for a tenant that does not exist.
+   */
+  setLimits(scope: LimitsScope, id: string | undefined, limits: LimitsConfig): boolean {
+    switch (scope) {
+      case 'default':
+        this.#defaults = limits;
+        return true;
+      case 'tenant': {
+        const t = id === undefined ? undefined : this.#tenants.get(id);
+        if (t === undefined) return false;
+        this.#tenants.set(t.id, { ...t, limits });
+        return true;
+      }
+      case 'app':
+      case 'user': {
+        if (id === undefined) return false;
+        const map = scope === 'app' ? this.#apps : this.#users;
+        if (hasLimits(limits)) map.set(id, limits);
+        else map.delete(id);
+        return true;
+      }
+    }
+  }
+}
