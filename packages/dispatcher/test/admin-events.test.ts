@@ -1,0 +1,211 @@
+import { NodeAgent } from '@fairway/agent';
+import { type Bus, MemoryBus, NatsBus, Subjects } from '@fairway/bus';
+import { parseConfig, silentLogger, systemClock } from '@fairway/core';
+import { type EngineSimHandle, startEngineSim, VllmClient } from '@fairway/engine';
+import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { afterEach, describe, expect, it } from 'vitest';
+import { AdminEventApplier, followAdminEvents } from '../src/admin-events.ts';
+import { hashApiKey, KeyRing } from '../src/auth.ts';
+import { type RunningDispatcher, serveSettings, startDispatcher } from '../src/index.ts';
+import { TenantDirectory } from '../src/tenant-directory.ts';
+
+const MODEL = 'llama-2-7b';
+const CONFIG = {
+  pools: [{ id: 'chat', model: MODEL }],
+  tenants: [{ id: 'alpha', keys: [{ key: 'sk-alpha-0000000001' }] }],
+  policy: { ordering: 'vtc' },
+};
+
+function applierOn(tenants: TenantDirectory, keys: KeyRing): AdminEventApplier {
+  return new AdminEventApplier({
+    keys,
+    tenants,
+    sloClasses: new Set(['interactive', 'batch-1']),
+    logger: silentLogger,
+  });
+}
+
+describe('AdminEventApplier', () => {
+  it('replays the stored history in order, then follows new events', async () => {
+    const bus = new MemoryBus();
+    const tenants = new TenantDirectory();
+    const keys = new KeyRing(tenants);
+    const applier = applierOn(tenants, keys);
+    await bus.publishAdminEvent({ type: 'tenantUpsert', at: 1, tenant: { id: 'carol', weight: 3 } });
+    await bus.publishAdminEvent({
+      type: 'keyAdd',
+      at: 2,
+      tenantId: 'carol',
+      keyHash: hashApiKey('sk-carol-1'),
+    });
+    const stop = await followAdminEvents(bus, applier);
+    expect(applier.lastSeq).toBe(2);
+    expect(keys.authenticate('sk-carol-1')).toMatchObject({ tenant: 'carol', weight: 3 });
+
+    await bus.publishAdminEvent({
+      type: 'limitsSet',
+      at: 3,
+      scope: 'tenant',
+      id: 'carol',
+      limits: { rpm: 7 },
+    });
+    await bus.publishAdminEvent({ type: 'keyRevoke', at: 4, keyHash: hashApiKey('sk-carol-1') });
+    await waitUntil(() => applier.lastSeq === 4);
+    expect(tenants.tenantLimits('carol')).toEqual({ rpm: 7 });
+    expect(keys.authenticate('sk-carol-1')).toBeUndefined();
+    stop();
+    await bus.close();
+  });
+
+  it('skips what it cannot apply, the same way on every dispatcher, and ignores redeliveries', () => {
+    const tenants = new TenantDirectory({ rpm: 10 });
+    const keys = new KeyRing(tenants);
+    const applier = applierOn(tenants, keys);
+    const key = hashApiKey('sk-ghost');
+    expect(
+      applier.apply({ seq: 1, event: { type: 'keyAdd', at: 1, tenantId: 'ghost', keyHash: key } }),
+    ).toEqual({
+      applied: false,
+      reason: 'no tenant "ghost"',
+    });
+    expect(
+      applier.apply({
+        seq: 2,
+        event: {
+          type: 'tenantUpsert',
+          at: 2,
+          tenant: { id: 'dave', weight: 1, sloClass: 'nope', limits: {} },
+        },
+      }).applied,
+    ).toBe(false);
+    expect(
+      applier.apply({
+        seq: 3,
+        event: {
+          type: 'tenantUpsert',
+          at: 3,
+          tenant: { id: 'dave', weight: 2, sloClass: 'batch-1', limits: {} },
+        },
+      }).applied,
+    ).toBe(true);
+    expect(applier.apply({ seq: 3, event: { type: 'tenantDelete', at: 4, tenantId: 'dave' } }).applied).toBe(
+      false,
+    );
+    expect(tenants.has('dave')).toBe(true);
+    // A tenant without limits of its own gets the defaults; deleting it revokes its keys.
+    expect(tenants.tenantLimits('dave')).toEqual({ rpm: 10 });
+    applier.apply({ seq: 4, event: { type: 'keyAdd', at: 5, tenantId: 'dave', keyHash: key } });
+    expect(keys.authenticate('sk-ghost')).toMatchObject({ tenant: 'dave', weight: 2, sloClass: 'batch-1' });
+    applier.apply({ seq: 5, event: { type: 'tenantDelete', at: 6, tenantId: 'dave' } });
+    applier.apply({
+      seq: 6,
+      event: { type: 'tenantUpsert', at: 7, tenant: { id: 'dave', weight: 1, limits: {} } },
+    });
+    expect(keys.authenticate('sk-ghost')).toBeUndefined();
+  });
+});
+
+async function waitUntil(check: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('admin events across dispatchers (Redis + NATS)', () => {
+  const cleanups: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  async function fleet(prefix: string): Promise<{ operator: Bus; start: () => Promise<RunningDispatcher> }> {
+    const operator = await NatsBus.connect({ servers: natsUrl(), prefix, name: 'operator' });
+    cleanups.push(async () => {
+      await operator.close();
+      const nc = await connect({ servers: natsUrl() });
+      const jsm = await jetstreamManager(nc);
+      await jsm.streams.delete(new Subjects(prefix).adminStream).catch(() => false);
+      await nc.close();
+    });
+    const sim: EngineSimHandle = await startEngineSim({ servedModelName: MODEL, speed: 50, seed: 1 });
+    const engine = new VllmClient({ url: sim.url });
+    const agent = new NodeAgent({
+      bus: operator,
+      engine,
+      clock: systemClock,
+      replicaId: 'sim-1',
+      pool: 'chat',
+      model: MODEL,
+      maxNumSeqs: 64,
+      heartbeatIntervalMs: 100,
+    });
+    await agent.start();
+    cleanups.push(async () => {
+      await agent.stop();
+      await engine.close();
+      await sim.close();
+    });
+    const config = parseConfig(CONFIG, 'test config');
+    const start = async (): Promise<RunningDispatcher> => {
+      const settings = serveSettings({}, { port: 0, prefix, redisUrl: redisUrl(), natsUrl: natsUrl() });
+      const d = await startDispatcher({ settings, config, logger: silentLogger });
+      cleanups.push(() => d.close());
+      await waitUntil(() => d.infrastructure.registry.list().some((v) => v.acceptsWork));
+      return d;
+    };
+    return { operator, start };
+  }
+
+  async function call(d: RunningDispatcher, key: string): Promise<number> {
+    const res = await fetch(`${d.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+    });
+    await res.arrayBuffer();
+    return res.status;
+  }
+
+  it('adds a tenant and its key on every dispatcher, limits it exactly across them, and revokes the key', async () => {
+    const prefix = uniquePrefix('admin');
+    const { operator, start } = await fleet(prefix);
+    const [d1, d2] = [await start(), await start()];
+    const key = 'sk-carol-live-000001';
+    expect(await call(d1, key)).toBe(401);
+
+    await operator.publishAdminEvent({
+      type: 'tenantUpsert',
+      at: Date.now(),
+      tenant: { id: 'carol', limits: { rpm: 3 } },
+    });
+    await operator.publishAdminEvent({
+      type: 'keyAdd',
+      at: Date.now(),
+      tenantId: 'carol',
+      keyHash: hashApiKey(key),
+    });
+    await waitUntil(async () => (await call(d2, key)) === 200);
+    // RPM 3 in the shared store: one admitted above via d2, two more across both, then 429 on both.
+    expect([await call(d1, key), await call(d2, key)]).toEqual([200, 200]);
+    expect([await call(d1, key), await call(d2, key)]).toEqual([429, 429]);
+    expect(await call(d1, 'sk-alpha-0000000001')).toBe(200);
+
+    // A dispatcher started after the events replays them before it serves.
+    await operator.publishAdminEvent({
+      type: 'limitsSet',
+      at: Date.now(),
+      scope: 'tenant',
+      id: 'carol',
+      limits: {},
+    });
+    const d3 = await start();
+    expect(await call(d3, key)).toBe(200);
+
+    await operator.publishAdminEvent({ type: 'keyRevoke', at: Date.now(), keyHash: hashApiKey(key) });
+    await waitUntil(async () => (await call(d1, key)) === 401 && (await call(d2, key)) === 401);
+    expect(await call(d3, key)).toBe(401);
+  }, 30_000);
+});
