@@ -1,6 +1,7 @@
 import { Command, CommanderError } from 'commander';
 import { describeError, ExitCode } from './cli-error.ts';
 import { type CliIo, processIo } from './cli-io.ts';
+import { registerAdminCommand } from './commands/admin.ts';
 import { registerAgentCommand } from './commands/agent.ts';
 import { registerEngineSimCommand } from './commands/engine-sim.ts';
 import { registerPlanCommand } from './commands/plan.ts';
@@ -21,6 +22,7 @@ export function buildProgram(io: CliIo, setCode: (code: number) => void): Comman
   registerServeCommand(program, io, setCode);
   registerAgentCommand(program, io, setCode);
   registerEngineSimCommand(program, io, setCode);
+  registerAdminCommand(program, io, setCode);
   return program;
 }
 

@@ -1,0 +1,207 @@
+import { randomBytes } from 'node:crypto';
+import { type AdminEventInput, adminEventSchema, type Bus, NatsBus } from '@fairway/bus';
+import { hashApiKey } from '@fairway/dispatcher';
+import { type Command, InvalidArgumentError } from 'commander';
+import { ExitCode, UsageError } from '../cli-error.ts';
+import type { CliIo } from '../cli-io.ts';
+
+/** Connection flags every `fairway admin` subcommand takes. */
+interface BusFlags {
+  natsUrl: string;
+  prefix: string;
+  by?: string;
+}
+
+/** Limit flags of `tenant` and `limits`. */
+interface LimitFlags {
+  rpm?: number;
+  tpm?: number;
+  maxQueued?: number;
+}
+
+function whole(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('must be a whole number');
+  return n;
+}
+
+function positive(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
+  return n;
+}
+
+function limitsOf(f: LimitFlags): { rpm?: number; tpm?: number; maxQueued?: number } {
+  return {
+    ...(f.rpm !== undefined ? { rpm: f.rpm } : {}),
+    ...(f.tpm !== undefined ? { tpm: f.tpm } : {}),
+    ...(f.maxQueued !== undefined ? { maxQueued: f.maxQueued } : {}),
+  };
+}
+
+/** Validates an event as every dispatcher will, so a bad one is refused here with one line per problem. */
+function checked(event: AdminEventInput): AdminEventInput {
+  const parsed = adminEventSchema.safeParse(event);
+  if (!parsed.success)
+    throw new UsageError(
+      parsed.error.issues.map((i) => `${i.path.length > 0 ? `${i.path.join('.')}: ` : ''}${i.message}`),
+    );
+  return event;
+}
+
+/** A new API key: `sk-fw-` and 32 random bytes in base64url. */
+export function newApiKey(): string {
+  return `sk-fw-${randomBytes(32).toString('base64url')}`;
+}
+
+async function withBus<T>(flags: BusFlags, fn: (bus: Bus) => Promise<T>): Promise<T> {
+  const bus = await NatsBus.connect({ servers: flags.natsUrl, prefix: flags.prefix, name: 'fairway admin' });
+  try {
+    return await fn(bus);
+  } finally {
+    await bus.close();
+  }
+}
+
+/**
+ * Adds `fairway admin` to the program: operator changes (tenants, API keys, limits) published to
+ * the fleet's durable admin-event stream on NATS, which every dispatcher replays at start and
+ * follows live.
+ */
+export function registerAdminCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
+  const admin = program
+    .command('admin')
+    .description(
+      'change tenants, API keys and limits on a running fleet: events on the NATS admin stream that every dispatcher applies in order (and replays when it starts)',
+    );
+  const common = (cmd: Command): Command =>
+    cmd
+      .option('--nats-url <url>', 'NATS server', process.env.NATS_URL ?? 'nats://127.0.0.1:4222')
+      .option(
+        '--prefix <prefix>',
+        'NATS subject prefix of the fleet',
+        process.env.FAIRWAY_PREFIX ?? 'fairway',
+      )
+      .option('--by <name>', 'who makes the change (recorded in the event)');
+  const publish = async (flags: BusFlags, event: AdminEventInput): Promise<void> => {
+    const seq = await withBus(flags, (bus) => bus.publishAdminEvent(checked(event)));
+    io.out(`published ${event.type} as admin event ${seq}\n`);
+    setCode(ExitCode.OK);
+  };
+  const by = (f: BusFlags): { by?: string } => (f.by !== undefined ? { by: f.by } : {});
+
+  common(
+    admin
+      .command('tenant')
+      .description('add a tenant or replace its weight, default SLO class and limits')
+      .argument('<id>', 'tenant id')
+      .option('--weight <w>', 'share weight (weighted VTC)', positive, 1)
+      .option('--slo-class <name>', 'SLO class of its keys that name none')
+      .option('--rpm <n>', 'requests per minute', whole)
+      .option('--tpm <n>', 'tokens per minute', whole)
+      .option('--max-queued <n>', 'requests it may have queued at once', whole),
+  ).action(async (id: string, f: BusFlags & LimitFlags & { weight: number; sloClass?: string }) => {
+    await publish(f, {
+      type: 'tenantUpsert',
+      at: Date.now(),
+      ...by(f),
+      tenant: {
+        id,
+        weight: f.weight,
+        ...(f.sloClass !== undefined ? { sloClass: f.sloClass } : {}),
+        limits: limitsOf(f),
+      },
+    });
+  });
+
+  common(
+    admin
+      .command('tenant-delete')
+      .description('remove a tenant and revoke all its keys (its queued requests still finish)')
+      .argument('<id>', 'tenant id'),
+  ).action(async (id: string, f: BusFlags) => {
+    await publish(f, { type: 'tenantDelete', at: Date.now(), ...by(f), tenantId: id });
+  });
+
+  common(
+    admin
+      .command('key-add')
+      .description('issue an API key for a tenant; prints the key once (only its SHA-256 hash is sent)')
+      .argument('<tenant>', 'tenant id')
+      .option('--key <key>', 'use this key instead of a new random one')
+      .option('--app <id>', 'bind the key to an app')
+      .option('--slo-class <name>', "the key's SLO class (default: the tenant's)"),
+  ).action(async (tenant: string, f: BusFlags & { key?: string; app?: string; sloClass?: string }) => {
+    const key = f.key ?? newApiKey();
+    if (key.length < 8) throw new UsageError(['--key: must be at least 8 characters']);
+    await publish(f, {
+      type: 'keyAdd',
+      at: Date.now(),
+      ...by(f),
+      tenantId: tenant,
+      keyHash: hashApiKey(key),
+      ...(f.app !== undefined ? { app: f.app } : {}),
+      ...(f.sloClass !== undefined ? { sloClass: f.sloClass } : {}),
+    });
+    if (f.key === undefined) io.out(`api key (shown once): ${key}\n`);
+  });
+
+  common(
+    admin
+      .command('key-revoke')
+      .description('revoke an API key, given the key or its hash')
+      .option('--key <key>', 'the key')
+      .option('--hash <sha256:hex>', "the key's stored hash"),
+  ).action(async (f: BusFlags & { key?: string; hash?: string }) => {
+    if ((f.key === undefined) === (f.hash === undefined))
+      throw new UsageError(['give exactly one of --key and --hash']);
+    await publish(f, {
+      type: 'keyRevoke',
+      at: Date.now(),
+      ...by(f),
+      keyHash: f.hash ?? hashApiKey(f.key ?? ''),
+    });
+  });
+
+  common(
+    admin
+      .command('limits')
+      .description(
+        'set the RPM/TPM/queue limits of a tenant, app or user, or the defaults; no limit flags clears them',
+      )
+      .argument('<scope>', 'tenant, app, user or default')
+      .argument('[id]', 'the tenant, app or user (none for default)')
+      .option('--rpm <n>', 'requests per minute', whole)
+      .option('--tpm <n>', 'tokens per minute', whole)
+      .option('--max-queued <n>', 'requests it may have queued at once', whole),
+  ).action(async (scope: string, id: string | undefined, f: BusFlags & LimitFlags) => {
+    if (!['tenant', 'app', 'user', 'default'].includes(scope))
+      throw new UsageError([`scope: must be tenant, app, user or default, not "${scope}"`]);
+    await publish(f, {
+      type: 'limitsSet',
+      at: Date.now(),
+      ...by(f),
+      scope: scope as 'tenant' | 'app' | 'user' | 'default',
+      ...(id !== undefined ? { id } : {}),
+      limits: limitsOf(f),
+    });
+  });
+
+  common(
+    admin
+      .command('events')
+      .description('print the admin-event history, oldest first')
+      .option('--from <seq>', 'first sequence number', whole, 1)
+      .option('--json', 'one JSON object per line'),
+  ).action(async (f: BusFlags & { from: number; json?: boolean }) => {
+    const records = await withBus(f, (bus) => bus.replayAdminEvents(Math.max(1, f.from)));
+    for (const r of records) {
+      if (f.json) io.out(`${JSON.stringify(r)}\n`);
+      else {
+        const { type, at, ...rest } = r.event;
+        io.out(`${r.seq}\t${new Date(at).toISOString()}\t${type}\t${JSON.stringify(rest)}\n`);
+      }
+    }
+    setCode(ExitCode.OK);
+  });
+}
