@@ -18,6 +18,12 @@ export {
   resolveGatewayOptions,
 } from './gateway-options.ts';
 export {
+  QlmControl,
+  type QlmControlOptions,
+  type QlmControlStats,
+  type SwapCost,
+} from './qlm-control.ts';
+export {
   type Headroom,
   type ReplicaInfo,
   type ReplicaSource,
@@ -31,3 +37,10 @@ export {
   ScalingAdvisor,
   type ScalingAdvisorOptions,
 } from './scaling-advisor.ts';
+export type {
+  ControlOp,
+  ControlReplica,
+  RunningRequest,
+  SloControl,
+  SloControlContext,
+} from './slo-control.ts';
