@@ -122,6 +122,63 @@ export const desiredReplicasSchema = z.object({
 /** A desired-replicas signal. */
 export type DesiredReplicas = z.infer<typeof desiredReplicasSchema>;
 
+/** A request a dispatcher holds, as its control report describes it (QLM's request groups need these). */
+const controlRequest = {
+  requestId: id,
+  model: z.string().min(1),
+  sloClass: z.string().min(1),
+  inputTokens: posInt,
+  maxTokens: nonNegInt,
+  /** Admission time on the store's clock, ms. */
+  arrivalMs: timestampMs,
+  /** Output tokens it has produced so far (before an eviction, for a queued one), tokens. */
+  generated: nonNegInt.default(0),
+};
+
+/**
+ * What one dispatcher holds, published every control interval (QLM's global queue, built without
+ * touching the request path): its queued requests, its running ones with their replica and output
+ * so far, and those that finished since its last report (output-length history). The control
+ * leader merges the latest report of each dispatcher and ignores reports older than a few
+ * intervals (a dead dispatcher's work is reclaimed through the store).
+ */
+export const controlReportSchema = z.object({
+  dispatcherId: id,
+  /** Increases by one per report of a dispatcher, so a reordered report is ignored. */
+  seq: nonNegInt,
+  queued: z.array(z.object(controlRequest)).max(100_000),
+  running: z.array(z.object({ ...controlRequest, replicaId: id })).max(100_000),
+  finished: z
+    .array(z.object({ ...controlRequest, generated: nonNegInt }))
+    .max(100_000)
+    .default([]),
+  at: timestampMs,
+});
+/** A dispatcher's control report. */
+export type ControlReport = z.infer<typeof controlReportSchema>;
+
+/**
+ * The control leader's routes after a planning round (QLM virtual queues projected onto the
+ * gateways' priority bands): which bands each replica pulls, in order, and which replicas take
+ * nothing (draining for or loading another model). Every dispatcher's gateway routes through it.
+ */
+export const controlRoutesSchema = z.object({
+  leaderId: id,
+  /** Increases with every round of a leader; a new leader starts above its predecessor's. */
+  round: nonNegInt,
+  /** Replica id → bands in pull order. Replicas absent here pull every band in priority order. */
+  queues: z.record(z.string().min(1), z.array(z.number().int())),
+  /** Replicas held out of dispatch (model swap in progress). */
+  held: z.array(id).default([]),
+  /** Replicas take only what fits (request pulling); false pushes to engine queues. @default true */
+  pull: z.boolean().default(true),
+  /** A replica whose queue runs dry takes the other bands too. @default true */
+  workConserving: z.boolean().default(true),
+  at: timestampMs,
+});
+/** The control leader's routes. */
+export type ControlRoutes = z.infer<typeof controlRoutesSchema>;
+
 const commandBase = { replicaId: id };
 
 /** A command to one replica's agent (QLM section 5 serving operations, plus lifecycle). */
@@ -226,6 +283,8 @@ export const messageSchemas = {
   assignment: assignmentSchema,
   evict: evictSchema,
   desiredReplicas: desiredReplicasSchema,
+  controlReport: controlReportSchema,
+  controlRoutes: controlRoutesSchema,
 } as const;
 /** A publish/subscribe message kind. */
 export type MessageKind = keyof typeof messageSchemas;

@@ -9,6 +9,8 @@
  * | assignment | `<p>.dispatcher.<dispatcherId>.assign` | dispatcher that holds the connection |
  * | evict | `<p>.request.evict` | — (every dispatcher) |
  * | desiredReplicas | `<p>.pool.<pool>.desired` | pool |
+ * | controlReport | `<p>.control.<dispatcherId>.report` | dispatcher that reports |
+ * | controlRoutes | `<p>.control.routes` | — (every dispatcher) |
  * | command (request/reply) | `<p>.node.<replicaId>.command` | replica |
  * | admin (JetStream) | `<p>.admin.<type>` in stream `<p>_admin` | — |
  */
@@ -56,8 +58,11 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
       return (msg as MessageOf<'assignment'>).dispatcherId;
     case 'desiredReplicas':
       return (msg as MessageOf<'desiredReplicas'>).pool;
+    case 'controlReport':
+      return (msg as MessageOf<'controlReport'>).dispatcherId;
     case 'discover':
     case 'evict':
+    case 'controlRoutes':
       return undefined;
     default:
       return assertNever(kind);
@@ -101,6 +106,10 @@ export class Subjects {
         return `${p}.request.evict`;
       case 'desiredReplicas':
         return `${p}.pool.${k}.desired`;
+      case 'controlReport':
+        return `${p}.control.${k}.report`;
+      case 'controlRoutes':
+        return `${p}.control.routes`;
       case 'command':
         return `${p}.node.${k}.command`;
       default:
