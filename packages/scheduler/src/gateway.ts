@@ -52,6 +52,8 @@ interface Owned {
   readonly reserveTokens: number;
   /** Output tokens it had when it was last evicted (it resumes from there); 0 if never evicted. */
   resumeFrom: number;
+  /** Dispatch cost of its queue record (what `requeueUnserved` restores). */
+  readonly queuedCost: number;
 }
 
 /** Counters of one gateway, for metrics and tests. */
@@ -198,6 +200,7 @@ export class Gateway {
       replica: undefined,
       reserveTokens,
       resumeFrom: 0,
+      queuedCost: queued.dispatchCost,
     };
 
     if (this.#owned.has(req.id)) {
@@ -325,6 +328,44 @@ export class Gateway {
     this.#running--;
     this.#evicted++;
     return true;
+  }
+
+  /**
+   * Puts a running request this gateway owns whose engine call failed before it produced
+   * anything (connection refused or reset, engine 5xx) back at the head of its flow's queue, as
+   * if it had never been dispatched: its reservation is released, its charge undone, and its next
+   * dispatch charges (and prices its prediction) as the first did. The caller dispatches it again
+   * with `pump`. Returns false if the request is not running here or the store cannot re-queue.
+   */
+  async requeueUnserved(id: string): Promise<boolean> {
+    const own = this.#owned.get(id);
+    const store = this.options.store;
+    if (own === undefined || own.state !== 'running' || store.requeue === undefined) return false;
+    const replica = own.replica;
+    // Queued before the store call: once it is back in the queue another gateway may dispatch it,
+    // and that assignment can arrive before the store's reply.
+    this.#charges.close(id);
+    own.state = 'queued';
+    own.replica = undefined;
+    this.#running--;
+    let ok = false;
+    try {
+      ok = await store.requeue({
+        id,
+        nowMs: this.options.clock.now(),
+        servedCost: 0,
+        dispatchCost: own.queuedCost,
+      });
+    } finally {
+      if (!ok && own.state === 'queued') {
+        own.state = 'running';
+        own.replica = replica;
+        this.#running++;
+        this.#charges.open(id, own.req, own.predicted, own.resumeFrom);
+      }
+    }
+    if (ok && replica !== undefined) this.#addReservation(replica, -own.reserveTokens, -1);
+    return ok;
   }
 
   /**
@@ -489,10 +530,14 @@ export class Gateway {
     return kvOverloaded(used, capacity, this.options.overloadKv);
   }
 
-  /** Whether the ordering policy's dispatch price depends on the output prediction. */
+  /**
+   * Whether the ordering policy's dispatch price depends on the flow's output history. Compared
+   * between two histories (none and `max_tokens` are not enough: VTC(predict) prices a flow
+   * without history at `max_tokens` too).
+   */
   #pricesPrediction(req: RequestDescriptor): boolean {
     const o = this.options.ordering;
-    return o.dispatchCost(req, undefined) !== o.dispatchCost(req, req.maxTokens);
+    return o.dispatchCost(req, 0) !== o.dispatchCost(req, req.maxTokens);
   }
 
   /**

@@ -1,0 +1,117 @@
+import { ManualClock, type RequestDescriptor } from '@fairway/core';
+import { joinShortestQueuePlacement, vtcPolicy } from '@fairway/policy';
+import { MemoryStore } from '@fairway/store';
+import { describe, expect, it } from 'vitest';
+import { type Dispatched, Gateway, type ReplicaInfo, type ReplicaSource } from '../src/index.ts';
+
+class Fleet implements ReplicaSource {
+  readonly infos: ReplicaInfo[];
+  constructor(...ids: string[]) {
+    this.infos = ids.map((id) => ({
+      id,
+      pool: 'm',
+      kvCapacityTokens: 1000,
+      maxNumSeqs: 8,
+      running: 0,
+      waiting: 0,
+      kvUsage: 0,
+      stale: false,
+    }));
+  }
+  down(id: string): void {
+    this.infos.splice(
+      this.infos.findIndex((r) => r.id === id),
+      1,
+    );
+  }
+  replicas(pool: string): readonly ReplicaInfo[] {
+    return this.infos.filter((r) => r.pool === pool);
+  }
+  pools(): readonly string[] {
+    return ['m'];
+  }
+}
+
+function req(id: string, tenant = 'a'): RequestDescriptor {
+  return {
+    id,
+    tenant,
+    model: 'm',
+    sloClass: 'interactive',
+    inputTokens: 100,
+    maxTokens: 100,
+    arrivalMs: 0,
+  };
+}
+
+function setup(fleet: Fleet) {
+  const store = new MemoryStore();
+  const dispatched: Dispatched[] = [];
+  const gw = new Gateway({
+    id: 'gw',
+    store,
+    clock: new ManualClock(0),
+    ordering: vtcPolicy(),
+    placement: joinShortestQueuePlacement(),
+    replicas: fleet,
+    onDispatch: (d) => dispatched.push(d),
+    headroom: { tokenFraction: 0 },
+  });
+  return { store, dispatched, gw };
+}
+
+describe('Gateway.requeueUnserved (retry after an engine failure)', () => {
+  it('puts a request whose engine failed back in the queue as if never dispatched, then runs it elsewhere', async () => {
+    const fleet = new Fleet('r1', 'r2');
+    const { gw, store, dispatched } = setup(fleet);
+    await gw.submit(req('x'));
+    const first = dispatched[0]?.replica as string;
+    const charged = (await store.snapshot('m', 0)).counters.a;
+    expect(charged).toBeGreaterThan(0);
+
+    expect(await gw.requeueUnserved('x')).toBe(true);
+    // Nothing reserved and nothing charged for the failed attempt.
+    expect(await store.reserved(first)).toEqual({ tokens: 0, seqs: 0 });
+    expect((await store.snapshot('m', 0)).counters.a).toBe(0);
+    expect(gw.stats()).toMatchObject({ queued: 1, running: 0 });
+
+    fleet.down(first);
+    await gw.pump();
+    expect(dispatched.map((d) => d.id)).toEqual(['x', 'x']);
+    expect(dispatched[1]?.replica).not.toBe(first);
+    expect(dispatched[1]?.resumeFrom).toBeUndefined();
+    // Charged again exactly what its first dispatch charged, then settled to its true cost.
+    expect((await store.snapshot('m', 0)).counters.a).toBe(charged);
+    await gw.complete('x', { inputTokens: 100, outputTokens: 10 });
+    expect((await store.snapshot('m', 0)).counters.a).toBe(
+      vtcPolicy().finalCost(req('x'), {
+        inputTokens: 100,
+        outputTokens: 10,
+      }),
+    );
+    expect(gw.stats()).toMatchObject({ queued: 0, running: 0 });
+  });
+
+  it('goes back to the head of its flow, ahead of the flow requests queued after it', async () => {
+    const fleet = new Fleet('r1');
+    fleet.infos[0] = { ...(fleet.infos[0] as ReplicaInfo), maxNumSeqs: 1 };
+    const { gw, dispatched } = setup(fleet);
+    await gw.submit(req('x'));
+    await gw.submit(req('y'));
+    expect(dispatched.map((d) => d.id)).toEqual(['x']);
+    expect(await gw.requeueUnserved('x')).toBe(true);
+    await gw.pump();
+    expect(dispatched.map((d) => d.id)).toEqual(['x', 'x']);
+  });
+
+  it('refuses a request that is not running here', async () => {
+    const fleet = new Fleet('r1');
+    fleet.infos[0] = { ...(fleet.infos[0] as ReplicaInfo), maxNumSeqs: 1 };
+    const { gw } = setup(fleet);
+    await gw.submit(req('x'));
+    await gw.submit(req('y'));
+    expect(await gw.requeueUnserved('y')).toBe(false);
+    expect(await gw.requeueUnserved('nope')).toBe(false);
+    expect(gw.stats()).toMatchObject({ queued: 1, running: 1 });
+  });
+});
