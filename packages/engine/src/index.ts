@@ -21,7 +21,7 @@ export {
   faultConfigSchema,
   faultPatchSchema,
 } from './engine-sim/faults.ts';
-export { EngineSimMetrics, type FinishedReason } from './engine-sim/metrics.ts';
+export { EngineSimMetrics, type FinishedReason, type RequestTimings } from './engine-sim/metrics.ts';
 export {
   type EngineSimOptions,
   type EngineSimOptionsInput,
@@ -54,6 +54,7 @@ export {
   MetricsFormatError,
 } from './errors.ts';
 export {
+  type HistogramTotals,
   type ParseVllmMetricsOptions,
   parseVllmMetrics,
   VLLM_METRIC,

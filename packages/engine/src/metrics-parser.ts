@@ -17,7 +17,20 @@ export const VLLM_METRIC = {
   e2eLatency: 'vllm:e2e_request_latency_seconds',
   queueTime: 'vllm:request_queue_time_seconds',
   interTokenLatency: 'vllm:inter_token_latency_seconds',
+  /** The per-token histogram's name before vLLM 0.11 (same observations as `interTokenLatency`). */
+  timePerOutputToken: 'vllm:time_per_output_token_seconds',
+  prefillTime: 'vllm:request_prefill_time_seconds',
+  decodeTime: 'vllm:request_decode_time_seconds',
+  inferenceTime: 'vllm:request_inference_time_seconds',
+  iterationTokens: 'vllm:iteration_tokens_total',
 } as const;
+
+/** Sum and count of one histogram, added over its series. */
+export interface HistogramTotals {
+  /** Sum of the observations (seconds for latency histograms). */
+  readonly sum: number;
+  readonly count: number;
+}
 
 /** What a replica's `/metrics` says about its load and capacity. Counters are totals since start. */
 export interface VllmMetrics {
@@ -42,6 +55,50 @@ export interface VllmMetrics {
   readonly modelNames: readonly string[];
   /** Every metric family on the page, by name, as parsed. */
   readonly families: ReadonlyMap<string, PrometheusFamily>;
+  /**
+   * Sum and count of every histogram on the page, by family name (e.g.
+   * `vllm:inter_token_latency_seconds`), over the series of the wanted model. Differences between
+   * two scrapes give the mean of what was observed in between.
+   */
+  readonly histograms: ReadonlyMap<string, HistogramTotals>;
+}
+
+const SAMPLE_LINE = /^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/;
+const MODEL_LABEL = /(?:^|,)\s*model_name\s*=\s*"((?:[^"\\]|\\.)*)"/;
+
+/**
+ * Sums `<name>_sum` and `<name>_count` of every histogram family. Read from the text because the
+ * Prometheus parser in use drops the sum and count of labelled histograms.
+ */
+function histogramTotals(text: string, modelName: string | undefined): Map<string, HistogramTotals> {
+  const types = new Set<string>();
+  const totals = new Map<string, { sum: number; count: number }>();
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line.startsWith('# TYPE ')) {
+      const [, , name, type] = line.split(/\s+/);
+      if (name && type === 'histogram') types.add(name);
+      continue;
+    }
+    if (line === '' || line.startsWith('#')) continue;
+    const m = SAMPLE_LINE.exec(line);
+    if (!m) continue;
+    const metric = m[1] as string;
+    const suffix = metric.endsWith('_sum') ? '_sum' : metric.endsWith('_count') ? '_count' : undefined;
+    if (!suffix) continue;
+    const family = metric.slice(0, -suffix.length);
+    if (!types.has(family)) continue;
+    const model = m[2] === undefined ? undefined : MODEL_LABEL.exec(m[2])?.[1];
+    if (modelName !== undefined && model !== undefined && model !== modelName) continue;
+    const value = toNumber(m[3]);
+    if (Number.isNaN(value))
+      throw new MetricsFormatError(`${metric} has a non-numeric value "${m[3]}"`, family);
+    const t = totals.get(family) ?? { sum: 0, count: 0 };
+    if (suffix === '_sum') t.sum += value;
+    else t.count += value;
+    totals.set(family, t);
+  }
+  return totals;
 }
 
 /** Options of {@link parseVllmMetrics}. */
@@ -151,5 +208,6 @@ export function parseVllmMetrics(text: string, options: ParseVllmMetricsOptions 
     requestSuccessTotal: sum(VLLM_METRIC.requestSuccess) ?? 0,
     modelNames: [...modelNames],
     families,
+    histograms: histogramTotals(text, options.modelName),
   };
 }

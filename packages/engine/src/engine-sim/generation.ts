@@ -2,7 +2,7 @@ import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { EngineEvent, EngineSeqInput } from '@fairway/sim';
 import type { FaultPlan } from './faults.ts';
-import type { EngineSimMetrics, FinishedReason } from './metrics.ts';
+import type { EngineSimMetrics, FinishedReason, RequestTimings } from './metrics.ts';
 import type { RealtimeDriver } from './realtime-driver.ts';
 import { ChunkWriter, completionBody, type ResponseIdentity, tokenText } from './response-format.ts';
 import type { Flushable, StreamFlusher } from './stream-flusher.ts';
@@ -42,10 +42,13 @@ export class Generation implements Flushable {
   readonly id: string;
   readonly #init: GenerationInit;
   readonly #chunks: ChunkWriter | undefined;
+  /** Model ms (the driver's clock) of arrival, first scheduling and first and last tokens. */
   readonly #arrivalMs: number;
+  #scheduledMs: number | undefined;
+  #firstTokenMs: number | undefined;
+  #lastTokenMs = 0;
   #state: State = 'waiting';
   #generated = 0;
-  #lastTokenMs = 0;
   #silent = false;
   /** The injected drop point was reached; the connection is about to be destroyed. */
   #dropping = false;
@@ -63,7 +66,7 @@ export class Generation implements Flushable {
     this.#init = init;
     this.id = init.seq.id;
     this.#chunks = init.stream ? new ChunkWriter(init.identity, init.seq.inputTokens) : undefined;
-    this.#arrivalMs = init.driver.modelNowMs();
+    this.#arrivalMs = init.driver.arrivalModelMs();
   }
 
   /** Sends the response headers (streaming) and hands the sequence to the engine. */
@@ -96,12 +99,13 @@ export class Generation implements Flushable {
   }
 
   readonly #onEvent = (ev: EngineEvent): void => {
-    const { metrics, driver } = this.#init;
+    const { driver } = this.#init;
     switch (ev.kind) {
       case 'scheduled':
         if (this.#state === 'waiting') {
           this.#state = 'running';
-          metrics.observeQueueTime((driver.modelNowMs() - this.#arrivalMs) / 1000);
+          // Scheduled when its step began; a request never runs before it arrived.
+          this.#scheduledMs ??= Math.max(this.#arrivalMs, this.#stepMs(driver, 'start'));
         }
         return;
       case 'first-token':
@@ -122,9 +126,13 @@ export class Generation implements Flushable {
   #onToken(generated: number): void {
     if (generated <= this.#generated || this.#state === 'finished' || this.#state === 'aborted') return;
     const { metrics, driver, fault, res, seq } = this.#init;
-    const now = driver.modelNowMs();
-    if (this.#generated === 0) metrics.observeTtft((now - this.#arrivalMs) / 1000);
-    else metrics.observeInterToken((now - this.#lastTokenMs) / 1000);
+    // A token exists when the step that produced it ends.
+    const now = Math.max(this.#arrivalMs, this.#stepMs(driver, 'end'));
+    if (this.#generated === 0) {
+      this.#firstTokenMs = now;
+      this.#scheduledMs ??= this.#arrivalMs;
+      metrics.observeTtft((now - this.#arrivalMs) / 1000);
+    } else metrics.observeInterToken((now - this.#lastTokenMs) / 1000);
     this.#lastTokenMs = now;
     const previous = this.#generated;
     this.#generated = generated;
@@ -161,7 +169,10 @@ export class Generation implements Flushable {
     this.#state = 'finished';
     const finishReason = ignored ? 'length' : this.#init.finishReason;
     const { metrics, driver, res, identity, seq } = this.#init;
-    metrics.observeFinished((driver.modelNowMs() - this.#arrivalMs) / 1000, finishReason);
+    metrics.observeFinished(
+      this.#timings(Math.max(this.#lastTokenMs, this.#stepMs(driver, 'end'))),
+      finishReason,
+    );
     // A hanging response stays open until the client gives up; the engine is done with it.
     if (
       this.#silent ||
@@ -225,8 +236,30 @@ export class Generation implements Flushable {
     this.#state = 'aborted';
     const { driver, metrics } = this.#init;
     driver.abort(this.id);
-    metrics.observeFinished((driver.modelNowMs() - this.#arrivalMs) / 1000, 'abort' satisfies FinishedReason);
+    metrics.observeFinished(this.#timings(driver.modelNowMs()), 'abort' satisfies FinishedReason);
     this.#settle();
+  }
+
+  /** Model ms at which the step being delivered started or ends; now, outside a delivery. */
+  #stepMs(driver: RealtimeDriver, which: 'start' | 'end'): number {
+    const step = driver.currentStepModelMs();
+    if (step === undefined) return driver.modelNowMs();
+    return which === 'start' ? step.startMs : step.endMs;
+  }
+
+  /** The request's phase durations, seconds, finishing at model ms `finishMs`. */
+  #timings(finishMs: number): RequestTimings {
+    const s = (ms: number): number => Math.max(0, ms) / 1000;
+    const sched = this.#scheduledMs;
+    const first = this.#firstTokenMs;
+    return {
+      e2eS: s(finishMs - this.#arrivalMs),
+      queueS: sched === undefined ? undefined : s(sched - this.#arrivalMs),
+      prefillS: sched === undefined || first === undefined ? undefined : s(first - sched),
+      decodeS: first === undefined ? undefined : s(this.#lastTokenMs - first),
+      inferenceS: sched === undefined || first === undefined ? undefined : s(this.#lastTokenMs - sched),
+      generated: this.#generated,
+    };
   }
 
   #settle(): void {

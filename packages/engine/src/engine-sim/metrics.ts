@@ -10,18 +10,39 @@ const TTFT_BUCKETS = [
 const ITL_BUCKETS = [
   0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
 ];
-/** vLLM's buckets for request-level latencies (`e2e_request_latency_seconds`, queue time). */
+/** vLLM's buckets for request-level latencies (e2e, queue, prefill, decode and inference time). */
 const REQUEST_BUCKETS = [
   0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680,
 ];
+/** vLLM's buckets for `iteration_tokens_total` (tokens per engine step). */
+const ITERATION_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
 
 /** Why a request finished, as vLLM labels `request_success_total`. */
 export type FinishedReason = 'stop' | 'length' | 'abort';
 
 /**
- * The simulated engine's `/metrics`, with vLLM's names and labels. Gauges and token counters are
- * read from the engine model at scrape time; latency histograms are observed by the server in
- * model seconds (real seconds × speed factor), so they read as the simulated GPU would report.
+ * Phase durations of a finished request, model seconds, as vLLM's engine core timestamps them:
+ * queued → first scheduled (queue), → first token (prefill), → last token (decode); inference is
+ * prefill + decode. A phase the request never reached is undefined and not observed.
+ */
+export interface RequestTimings {
+  /** Arrival to finish. */
+  readonly e2eS: number;
+  readonly queueS?: number | undefined;
+  readonly prefillS?: number | undefined;
+  readonly decodeS?: number | undefined;
+  readonly inferenceS?: number | undefined;
+  /** Output tokens generated; a mean time per output token is observed when there are two or more. */
+  readonly generated: number;
+}
+
+/**
+ * The simulated engine's `/metrics`, with vLLM's names, labels, buckets and semantics. Gauges and
+ * token counters are read from the engine model at scrape time; latency histograms are observed in
+ * model seconds on the engine's step schedule (see `RealtimeDriver.currentStepModelMs`), so at any
+ * speed factor they read as the simulated GPU would report at speed 1 — `fairway profile` needs no
+ * scaling. Request-level histograms (queue, prefill, decode, inference, e2e, mean time per output
+ * token) are observed when the request finishes, as vLLM does.
  */
 export class EngineSimMetrics {
   readonly registry = new Registry();
@@ -29,6 +50,12 @@ export class EngineSimMetrics {
   readonly #itl: Histogram<'model_name'>;
   readonly #e2e: Histogram<'model_name'>;
   readonly #queue: Histogram<'model_name'>;
+  readonly #tpot: Histogram<'model_name'>;
+  readonly #prefill: Histogram<'model_name'>;
+  readonly #decode: Histogram<'model_name'>;
+  readonly #inference: Histogram<'model_name'>;
+  readonly #requestTpot: Histogram<'model_name'>;
+  readonly #iterationTokens: Histogram<'model_name'>;
   readonly #success: Counter<'model_name' | 'finished_reason'>;
   readonly #labels: { model_name: string };
 
@@ -124,10 +151,41 @@ export class EngineSimMetrics {
       'Histogram of e2e request latency in seconds.',
       REQUEST_BUCKETS,
     );
+    // The name before vLLM 0.11 of the same per-token observations; scrapers of older vLLM read it.
+    this.#tpot = histogram(
+      'vllm:time_per_output_token_seconds',
+      'Histogram of time per output token in seconds.',
+      ITL_BUCKETS,
+    );
+    this.#requestTpot = histogram(
+      'vllm:request_time_per_output_token_seconds',
+      'Histogram of time_per_output_token_seconds per request.',
+      ITL_BUCKETS,
+    );
     this.#queue = histogram(
       'vllm:request_queue_time_seconds',
       'Histogram of time spent in WAITING phase for request.',
       REQUEST_BUCKETS,
+    );
+    this.#prefill = histogram(
+      'vllm:request_prefill_time_seconds',
+      'Histogram of time spent in PREFILL phase for request.',
+      REQUEST_BUCKETS,
+    );
+    this.#decode = histogram(
+      'vllm:request_decode_time_seconds',
+      'Histogram of time spent in DECODE phase for request.',
+      REQUEST_BUCKETS,
+    );
+    this.#inference = histogram(
+      'vllm:request_inference_time_seconds',
+      'Histogram of time spent in RUNNING phase for request.',
+      REQUEST_BUCKETS,
+    );
+    this.#iterationTokens = histogram(
+      'vllm:iteration_tokens_total',
+      'Histogram of number of tokens per engine_step.',
+      ITERATION_TOKEN_BUCKETS,
     );
   }
 
@@ -139,17 +197,26 @@ export class EngineSimMetrics {
   /** Records the gap between two output tokens of a request, model seconds. */
   observeInterToken(seconds: number): void {
     this.#itl.observe(this.#labels, seconds);
+    this.#tpot.observe(this.#labels, seconds);
   }
 
-  /** Records a request's time from arrival to first scheduling, model seconds. */
-  observeQueueTime(seconds: number): void {
-    this.#queue.observe(this.#labels, seconds);
+  /** Records one engine step: prompt tokens prefilled plus tokens generated in it. */
+  observeIteration(tokens: number): void {
+    if (tokens > 0) this.#iterationTokens.observe(this.#labels, tokens);
   }
 
-  /** Records a finished request: its end-to-end latency (model seconds) and why it finished. */
-  observeFinished(seconds: number, reason: FinishedReason): void {
-    this.#e2e.observe(this.#labels, seconds);
-    this.#success.inc({ ...this.#labels, finished_reason: reason });
+  /** Records a finished request: its phase durations (model seconds) and why it finished. */
+  observeFinished(timings: RequestTimings, reason: FinishedReason): void {
+    const l = this.#labels;
+    this.#e2e.observe(l, timings.e2eS);
+    if (timings.queueS !== undefined) this.#queue.observe(l, timings.queueS);
+    if (timings.prefillS !== undefined) this.#prefill.observe(l, timings.prefillS);
+    if (timings.decodeS !== undefined) {
+      this.#decode.observe(l, timings.decodeS);
+      if (timings.generated > 1) this.#requestTpot.observe(l, timings.decodeS / (timings.generated - 1));
+    }
+    if (timings.inferenceS !== undefined) this.#inference.observe(l, timings.inferenceS);
+    this.#success.inc({ ...l, finished_reason: reason });
   }
 
   /** The Prometheus text exposition. */

@@ -54,6 +54,8 @@ export class RealtimeDriver {
   #inFlight: { readonly step: StepResult; readonly startedAt: number; readonly endsAt: number } | undefined;
   /** Steps whose events are being handed out, oldest first, with the index of the next event. */
   readonly #delivering: { readonly step: StepResult; readonly startedAt: number; next: number }[] = [];
+  /** The step whose events are being handed out right now, if any. */
+  #current: { readonly step: StepResult; readonly startedAt: number } | undefined;
   #timeout: NodeJS.Timeout | undefined;
   #immediate: NodeJS.Immediate | undefined;
 
@@ -76,6 +78,31 @@ export class RealtimeDriver {
   /** Model milliseconds elapsed since the driver started (real elapsed × speed). */
   modelNowMs(): number {
     return (this.#clock.now() - this.#startMs) * this.#speed;
+  }
+
+  /**
+   * Model ms at which a request submitted now arrives: now, unless the loop has fallen behind the
+   * model's schedule (a busy machine at a high speed factor), in which case the start of the next
+   * scheduled step — the request is taken by that step, and latencies measured on the schedule
+   * must not start later than the step that serves them.
+   */
+  arrivalModelMs(): number {
+    const now = this.modelNowMs();
+    if (!this.#looping) return now;
+    return Math.min(now, (this.#deadline - this.#startMs) * this.#speed);
+  }
+
+  /**
+   * While a listener runs: when the step that produced its event started and ended on the model's
+   * schedule, model ms since the driver started. Unlike {@link modelNowMs} at delivery, it carries
+   * no timer overshoot (which a high speed factor would magnify), so latencies measured with it
+   * are what the simulated GPU would take. Undefined outside a listener call.
+   */
+  currentStepModelMs(): { readonly startMs: number; readonly endMs: number } | undefined {
+    const c = this.#current;
+    if (c === undefined) return undefined;
+    const startMs = (c.startedAt - this.#startMs) * this.#speed;
+    return { startMs, endMs: startMs + c.step.durationMs };
   }
 
   /**
@@ -227,10 +254,13 @@ export class RealtimeDriver {
         const listener = this.#listeners.get(ev.id);
         if (listener) {
           if (ev.kind === 'finished') this.#listeners.delete(ev.id);
+          this.#current = d;
           try {
             listener(ev);
           } catch (error) {
             this.#onListenerError?.(error, ev);
+          } finally {
+            this.#current = undefined;
           }
         }
         if ((d.next & 63) === 0 && this.#clock.now() - turnStart > TURN_BUDGET_MS) return false;

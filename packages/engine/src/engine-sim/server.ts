@@ -109,11 +109,16 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   const idPrefix = deps.rng.fork('ids').int(0, 0xffffff).toString(16).padStart(6, '0');
   let nextId = 0;
   const readyAtMs = clock.now() + options.faults.slowStartMs;
+  const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
   const driver = new RealtimeDriver(model, {
     speed: options.speed,
+    onStep: (step) => {
+      let generated = 0;
+      for (const e of step.events) if (e.kind === 'token') generated++;
+      metrics.observeIteration(step.shape.prefillTokens + generated);
+    },
     onListenerError: (error, event) => logger.error({ err: error, event }, 'engine-sim listener failed'),
   });
-  const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
   const adapters = new Map<string, string>();
   const inflight = new Set<Generation>();
   const flusher = options.streamFlushMs > 0 ? new StreamFlusher(options.streamFlushMs) : undefined;
