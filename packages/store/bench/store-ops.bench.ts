@@ -5,6 +5,7 @@
  *
  *   npm run bench:store            (REDIS_URL defaults to redis://127.0.0.1:6379)
  *   BENCH_N=50000 npm run bench:store
+ *   BENCH_ONLY=redis npm run bench:store   (skip the memory runs and the exact-limit demo)
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -17,6 +18,7 @@ import {
 } from '../src/index.ts';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
+const ONLY_REDIS = process.env.BENCH_ONLY === 'redis';
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const FLOWS = 100;
 const IN_FLIGHT = 256;
@@ -57,6 +59,32 @@ async function redisCpuSeconds(redis: Redis | undefined): Promise<number> {
   return user + sys;
 }
 
+/** Calls and µs per Redis command (INFO commandstats), to diff around a run. */
+async function commandStats(redis: Redis | undefined): Promise<Map<string, { calls: number; usec: number }>> {
+  const out = new Map<string, { calls: number; usec: number }>();
+  if (redis === undefined) return out;
+  for (const m of (await redis.info('commandstats')).matchAll(/cmdstat_([^:]+):calls=(\d+),usec=(\d+)/g)) {
+    out.set(m[1] as string, { calls: Number(m[2]), usec: Number(m[3]) });
+  }
+  return out;
+}
+
+/** Per operation: Lua script calls, commands the scripts ran, and µs inside scripts (all from the diff). */
+function perOp(
+  before: Map<string, { calls: number; usec: number }>,
+  after: Map<string, { calls: number; usec: number }>,
+  n: number,
+): { scriptUs: number; innerCalls: number } {
+  let scriptUsec = 0;
+  let inner = 0;
+  for (const [name, a] of after) {
+    const b = before.get(name) ?? { calls: 0, usec: 0 };
+    if (name === 'evalsha' || name === 'eval') scriptUsec += a.usec - b.usec;
+    else if (!['info', 'scan', 'quit'].includes(name)) inner += a.calls - b.calls;
+  }
+  return { scriptUs: scriptUsec / n, innerCalls: inner / n };
+}
+
 async function measure(
   label: string,
   store: SchedulingStore,
@@ -65,10 +93,13 @@ async function measure(
 ): Promise<void> {
   const results: Record<string, number> = {};
   const cpuPerOp: Record<string, number> = {};
+  const scripts: Record<string, { scriptUs: number; innerCalls: number }> = {};
   const rate = async (name: string, n: number, op: (i: number) => Promise<unknown>): Promise<void> => {
+    const stats = await commandStats(redis);
     const before = await redisCpuSeconds(redis);
     results[name] = await run(n, inFlight, op);
     cpuPerOp[name] = (((await redisCpuSeconds(redis)) - before) * 1e6) / n;
+    scripts[name] = perOp(stats, await commandStats(redis), n);
   };
   await rate('admit', N, (i) =>
     store.admit({ req: req(i), nowMs: i, lift: 'vtc', limits: [], overloaded: false }),
@@ -122,7 +153,13 @@ async function measure(
   );
   console.log(`\n${label} (N=${N}, ${FLOWS} flows, ${inFlight} in flight)`);
   for (const [op, perS] of Object.entries(results)) {
-    const cpu = redis === undefined ? '' : `   redis CPU ${(cpuPerOp[op] ?? 0).toFixed(1).padStart(6)} µs/op`;
+    const sc = scripts[op] ?? { scriptUs: 0, innerCalls: 0 };
+    const cpu =
+      redis === undefined
+        ? ''
+        : `   redis CPU ${(cpuPerOp[op] ?? 0).toFixed(1).padStart(6)} µs/op` +
+          `   in scripts ${sc.scriptUs.toFixed(1).padStart(6)} µs/op` +
+          `   redis.call ${sc.innerCalls.toFixed(1).padStart(5)}/op`;
     console.log(`  ${op.padEnd(26)} ${Math.round(perS).toLocaleString('en-US').padStart(10)} ops/s${cpu}`);
   }
 }
@@ -173,8 +210,10 @@ async function exactLimitDemo(): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  await measure('memory', new MemoryStore(), 1);
-  await measure('memory, validation off', new MemoryStore({ validate: false }), 1);
+  if (!ONLY_REDIS) {
+    await measure('memory', new MemoryStore(), 1);
+    await measure('memory, validation off', new MemoryStore({ validate: false }), 1);
+  }
   const redis = new Redis(REDIS_URL);
   const store = new RedisStore({ redis, prefix: `bench-${randomBytes(4).toString('hex')}` });
   try {
@@ -183,7 +222,7 @@ async function main(): Promise<void> {
     await deletePrefix(redis, store);
     await redis.quit();
   }
-  await exactLimitDemo();
+  if (!ONLY_REDIS) await exactLimitDemo();
 }
 
 await main();

@@ -91,12 +91,14 @@ export class StoreKeys {
  * script. `BASE` is the script's `ARGV[1]` (the store's {@link StoreKeys.base}).
  */
 export function luaKeyFunctions(only?: ReadonlySet<string>): string {
-  const lines = [
-    'local BASE = ARGV[1]',
-    "local function lp(s) s = tostring(s) return #s .. '.' .. s .. ':' end",
-  ];
-  for (const [kind, names] of Object.entries(KEY_LAYOUT) as [KeyKind, readonly string[]][]) {
-    if (only !== undefined && !only.has(kind)) continue;
+  const kinds = (Object.entries(KEY_LAYOUT) as [KeyKind, readonly string[]][]).filter(
+    ([kind]) => only === undefined || only.has(kind),
+  );
+  const lines = ['local BASE = ARGV[1]'];
+  if (kinds.some(([, names]) => names.length > 1)) {
+    lines.push("local function lp(s) s = tostring(s) return #s .. '.' .. s .. ':' end");
+  }
+  for (const [kind, names] of kinds) {
     const args = names.join(', ');
     const body = names.map((n, i) => (i === names.length - 1 ? `tostring(${n})` : `lp(${n})`));
     lines.push(

@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { KEY_LAYOUT, ScriptErrorCode, StoreErrorCode, StoreKeys, scriptErrorFromCode } from '../src/index.ts';
-import { loadCommands } from '../src/script-loader.ts';
+import { loadCommands, pruneUnusedFunctions } from '../src/script-loader.ts';
 
 const commandsDir = join(dirname(fileURLToPath(import.meta.url)), '../src/commands');
 
@@ -40,6 +40,38 @@ describe('loadCommands', () => {
       const used = new Set([...c.lua.matchAll(/\bkey_(\w+)\(/g)].map((m) => m[1]));
       expect(new Set(defined)).toEqual(used);
       for (const k of defined) expect(Object.keys(KEY_LAYOUT)).toContain(k);
+    }
+  });
+});
+
+describe('pruneUnusedFunctions', () => {
+  it('drops functions nothing calls, also those only dropped functions called', () => {
+    const src = [
+      'local function used(x)',
+      '  return x',
+      'end',
+      'local function helper(x)',
+      '  return x + 1',
+      'end',
+      'local function unused(x)',
+      '  return helper(x) -- used(x) in a comment does not count',
+      'end',
+      'return used(1)',
+    ];
+    expect(pruneUnusedFunctions(src)).toEqual([
+      'local function used(x)',
+      '  return x',
+      'end',
+      'return used(1)',
+    ]);
+  });
+
+  it('leaves no script defining a function it never calls', () => {
+    for (const c of loadCommands()) {
+      for (const [, name] of c.lua.matchAll(/^local function (\w+)\(/gm)) {
+        const calls = c.lua.match(new RegExp(`\\b${name}\\b`, 'g')) ?? [];
+        expect(calls.length, `${c.name}: ${name}`).toBeGreaterThan(1);
+      }
     }
   });
 });
