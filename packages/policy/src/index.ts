@@ -94,6 +94,13 @@ export {
   type PerformanceSamples,
 } from './perf-model/performance-model.ts';
 export {
+  type PerformanceMeasurement,
+  type PerformanceModelFile,
+  parsePerformanceModelFile,
+  performanceModelFileSchema,
+  toPerformanceModelFile,
+} from './perf-model/performance-model-file.ts';
+export {
   fitPrefillModel,
   maxPrefillTokens,
   type PrefillModel,
