@@ -16,6 +16,8 @@ export const EngineErrorCode = {
   ABORTED: 'FAIRWAY_ENGINE_ABORTED',
   /** A `/metrics` page is not Prometheus text or lacks a metric vLLM always exports. */
   METRICS_INVALID: 'FAIRWAY_ENGINE_METRICS_INVALID',
+  /** A profiling run could not measure enough to fit a performance model. */
+  PROFILE_FAILED: 'FAIRWAY_ENGINE_PROFILE_FAILED',
 } as const;
 export type EngineErrorCode = (typeof EngineErrorCode)[keyof typeof EngineErrorCode];
 
@@ -134,5 +136,16 @@ export class MetricsFormatError extends FairwayError {
   constructor(message: string, metric?: string, options?: { cause?: unknown }) {
     super(EngineErrorCode.METRICS_INVALID, message, options);
     this.metric = metric;
+  }
+}
+
+/** `fairway profile` could not measure enough of an engine to fit its performance model. */
+export class EngineProfileError extends FairwayError {
+  override readonly name = 'EngineProfileError';
+  readonly url: string;
+
+  constructor(url: string, message: string, options?: { cause?: unknown }) {
+    super(EngineErrorCode.PROFILE_FAILED, `profiling ${url}: ${message}`, options);
+    this.url = url;
   }
 }

@@ -9,6 +9,14 @@ export type {
   StreamOptions,
 } from './engine.ts';
 export {
+  type EngineProfileOptions,
+  type EngineProfileSamples,
+  type FittedEngineProfile,
+  fitEngineProfile,
+  type ProfiledReplica,
+  profileEngineMetrics,
+} from './engine-profiler.ts';
+export {
   addEngineSimFlags,
   engineSimOptionsFromFlags,
   type RunEngineSimHooks,
@@ -48,6 +56,7 @@ export {
   EngineError,
   EngineErrorCode,
   EngineHttpError,
+  EngineProfileError,
   EngineTimeoutError,
   type EngineTimeoutPhase,
   EngineUnreachableError,
