@@ -110,60 +110,78 @@ export async function handleCompletion(
   const ticket = sub.ticket;
 
   if (request.raw.socket?.destroyed === true) gone.abort();
-  const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone.signal);
-  if (waited !== 'dispatched') {
-    if (waited === 'timeout') {
-      m.requests.inc({ tenant, outcome: 'timed_out' });
-      throw new ApiError('QUEUE_TIMEOUT', `no capacity within ${ctx.options.queueTimeoutMs} ms`);
-    }
-    if (waited === 'shutdown')
-      throw new ApiError('NOT_READY', 'this dispatcher is shutting down; retry', { retryAfterS: 1 });
-    m.requests.inc({ tenant, outcome: 'cancelled' });
-    reply.hijack();
-    reply.raw.destroy();
-    return;
-  }
-  m.queueWait.observe({ slo_class: req.sloClass }, ticket.queueMs() / 1000);
-
-  const url = ctx.replicas.urlOf(ticket.replica ?? '');
-  if (url === undefined) {
-    await ctx.runtime.abandon(ticket, { inputTokens: req.inputTokens, outputTokens: 0 });
-    throw new ApiError('NO_REPLICA', 'the replica chosen for this request left the fleet; retry', {
-      retryAfterS: 1,
-    });
-  }
-  const call = {
-    runtime: ctx.runtime,
-    engine: ctx.engines.get(url),
-    endpoint,
-    ticket,
-    described,
-    signal: AbortSignal.any([gone.signal, ticket.evicted.signal]),
-    timer: ctx.timer,
-    arrivedAt,
-  };
-  let result: ProxyResult;
-  if (described.stream) {
-    result = await proxyStream(call, (h: TimingHeaders) => {
+  const signal = AbortSignal.any([gone.signal, ticket.evicted.signal]);
+  const attempts = ctx.options.engineAttempts;
+  let result: ProxyResult | undefined;
+  // Why the last engine call failed, when it is being retried on another replica.
+  let failure: ApiError | undefined;
+  for (let attempt = 1; result === undefined; attempt++) {
+    const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, signal);
+    if (waited !== 'dispatched') {
+      if (waited === 'timeout') {
+        m.requests.inc({ tenant, outcome: failure === undefined ? 'timed_out' : 'failed' });
+        throw failure ?? new ApiError('QUEUE_TIMEOUT', `no capacity within ${ctx.options.queueTimeoutMs} ms`);
+      }
+      if (waited === 'shutdown')
+        throw new ApiError('NOT_READY', 'this dispatcher is shutting down; retry', { retryAfterS: 1 });
+      m.requests.inc({ tenant, outcome: 'cancelled' });
       reply.hijack();
-      reply.raw.writeHead(200, {
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-cache',
-        ...h,
+      reply.raw.destroy();
+      return;
+    }
+    if (attempt === 1) m.queueWait.observe({ slo_class: req.sloClass }, ticket.queueMs() / 1000);
+    const retry = attempt < attempts ? () => ctx.runtime.retry(ticket) : undefined;
+    const replica = ticket.replica ?? '';
+    const url = ctx.replicas.urlOf(replica);
+    if (url === undefined) {
+      failure = new ApiError('NO_REPLICA', 'the replica chosen for this request left the fleet; retry', {
+        retryAfterS: 1,
       });
-      return reply.raw;
-    });
-  } else {
-    result = await proxyCompletion(call, (h, body) => {
-      void reply
-        .code(200)
-        .headers({ 'content-type': 'application/json', ...h })
-        .send(Buffer.from(body));
-    });
-    if (result.outcome === 'cancelled') {
+      if (retry !== undefined && (await retry())) continue;
+      await ctx.runtime.abandon(ticket, { inputTokens: req.inputTokens, outputTokens: 0 });
+      throw failure;
+    }
+    const call = {
+      runtime: ctx.runtime,
+      engine: ctx.engines.get(url),
+      endpoint,
+      ticket,
+      described,
+      signal,
+      timer: ctx.timer,
+      arrivedAt,
+      retry,
+    };
+    const r = described.stream
+      ? await proxyStream(call, (h: TimingHeaders) => {
+          reply.hijack();
+          reply.raw.writeHead(200, {
+            'content-type': 'text/event-stream; charset=utf-8',
+            'cache-control': 'no-cache',
+            ...h,
+          });
+          return reply.raw;
+        })
+      : await proxyCompletion(call, (h, body) => {
+          void reply
+            .code(200)
+            .headers({ 'content-type': 'application/json', ...h })
+            .send(Buffer.from(body));
+        });
+    if (r.outcome === 'retried') {
+      m.engineRetries.inc();
+      ctx.logger.warn(
+        { requestId: req.id, replica, err: r.failure?.message },
+        'dispatcher: engine call failed before answering; retrying on another replica',
+      );
+      failure = r.failure;
+      continue;
+    }
+    if (r.outcome === 'cancelled' && !described.stream) {
       reply.hijack();
       reply.raw.destroy();
     }
+    result = r;
   }
   m.requests.inc({ tenant, outcome: result.outcome });
   m.service.inc({ tenant }, ctx.cost.cost(result.usage.inputTokens, result.usage.outputTokens));

@@ -52,6 +52,14 @@ export interface DispatcherOptions {
    * it). Only placement order depends on it; the store's fit check is always exact. @default 100
    */
   readonly reservationsMaxAgeMs?: number;
+  /**
+   * Most engine calls one request makes: when a call fails before anything reached the client
+   * (connection refused or reset, engine 5xx), the request goes back to the head of its queue and
+   * is dispatched again on another replica, up to this many calls in all; 1 never retries. @default 2
+   */
+  readonly engineAttempts?: number;
+  /** How long a replica whose engine failed a call is offered no new work by this dispatcher, ms. @default 5000 */
+  readonly suspectMs?: number;
   /** Under `policy.oit`: requests per minute one user may send while the pool is overloaded. @default 60 */
   readonly oitUserRpm?: number;
   /** Under `policy.oit`: requests per minute an app without its own `limits.rpm` may send while overloaded. @default 600 */
@@ -79,6 +87,8 @@ const optionsSchema = z
     drainTimeoutMs: z.number().min(0).finite().optional(),
     predictionTtlMs: z.number().min(0).finite().optional(),
     reservationsMaxAgeMs: z.number().min(0).finite().optional(),
+    engineAttempts: z.number().int().min(1).max(10).optional(),
+    suspectMs: z.number().min(0).finite().optional(),
     oitUserRpm: z.number().int().min(0).optional(),
     oitAppRpm: z.number().int().min(0).optional(),
   })
@@ -111,6 +121,8 @@ export function resolveDispatcherOptions(
     drainTimeoutMs: o.drainTimeoutMs ?? 30_000,
     predictionTtlMs: o.predictionTtlMs ?? 1000,
     reservationsMaxAgeMs: o.reservationsMaxAgeMs ?? 100,
+    engineAttempts: o.engineAttempts ?? 2,
+    suspectMs: o.suspectMs ?? 5000,
     oitUserRpm: o.oitUserRpm ?? 60,
     oitAppRpm: o.oitAppRpm ?? 600,
   };

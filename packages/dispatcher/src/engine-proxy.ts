@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { Clock, Usage } from '@fairway/core';
 import type { CompletionEndpoint, Engine, EngineStream } from '@fairway/engine';
-import { engineApiError } from './error-mapping.ts';
+import { engineApiError, isReplicaFailure } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
 import type { DescribedRequest } from './request-descriptor.ts';
@@ -28,6 +28,12 @@ export interface ProxyCall {
   readonly timer: Clock;
   /** Monotonic ms at which the request reached the dispatcher. */
   readonly arrivedAt: number;
+  /**
+   * Asked when the engine call failed before anything reached the client in a way another replica
+   * may not (see `isReplicaFailure`); resolves true once the request is back in the queue to be
+   * dispatched again — the proxy then neither settles nor answers. Absent: no retry.
+   */
+  readonly retry?: (() => Promise<boolean>) | undefined;
 }
 
 /** What happened, for metrics and logs. */
@@ -37,7 +43,10 @@ export interface ProxyResult {
   readonly overheadMs: number;
   /** ms from arrival to the first byte sent to the client. */
   readonly firstByteMs: number | undefined;
-  readonly outcome: 'completed' | 'failed' | 'cancelled';
+  /** `retried`: the engine failed before answering and the request was re-queued (see `retry`). */
+  readonly outcome: 'completed' | 'failed' | 'cancelled' | 'retried';
+  /** Why the last engine call failed, for `retried` (what the client gets if no retry succeeds). */
+  readonly failure?: ApiError;
 }
 
 function timing(call: ProxyCall, engineMs: number): { overheadMs: number; headers: TimingHeaders } {
@@ -71,16 +80,33 @@ export async function proxyCompletion(
       headers: { 'x-request-id': ticket.id },
     });
   } catch (err) {
-    const usage = { inputTokens: ticket.req.inputTokens, outputTokens: 0 };
-    await runtime.abandon(ticket, usage);
-    if (clientGone(call)) return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
-    throw call.signal.aborted ? evicted() : engineApiError(err);
+    return failedBeforeAnswer(call, err);
   }
   const { overheadMs, headers } = timing(call, call.timer.now() - t0);
   send(headers, result.bytes);
   const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
   void runtime.finish(ticket, usage);
   return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
+}
+
+/**
+ * The engine call failed before anything reached the client: re-queued for another replica when
+ * the failure is the replica's and `retry` allows it; else settled with the input it was sent,
+ * and thrown as the client's error (or `cancelled` when the client left).
+ */
+async function failedBeforeAnswer(call: ProxyCall, err: unknown): Promise<ProxyResult> {
+  const usage = { inputTokens: call.ticket.req.inputTokens, outputTokens: 0 };
+  if (!call.signal.aborted && call.retry !== undefined && isReplicaFailure(err) && (await call.retry()))
+    return {
+      usage: { inputTokens: 0, outputTokens: 0 },
+      overheadMs: 0,
+      firstByteMs: undefined,
+      outcome: 'retried',
+      failure: engineApiError(err),
+    };
+  await call.runtime.abandon(call.ticket, usage);
+  if (clientGone(call)) return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
+  throw call.signal.aborted ? evicted() : engineApiError(err);
 }
 
 /** The client went away (as opposed to an eviction, which also aborts the engine call). */
@@ -138,10 +164,7 @@ export async function proxyStream(
       headers: { 'x-request-id': ticket.id },
     });
   } catch (err) {
-    const usage = { inputTokens: ticket.req.inputTokens, outputTokens: 0 };
-    await runtime.abandon(ticket, usage);
-    if (clientGone(call)) return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
-    throw call.signal.aborted ? evicted() : engineApiError(err);
+    return failedBeforeAnswer(call, err);
   }
   const { overheadMs, headers } = timing(call, call.timer.now() - t0);
   const res = open(headers);

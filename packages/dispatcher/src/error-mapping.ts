@@ -1,5 +1,11 @@
 import { formatPath } from '@fairway/core';
-import { EngineError, EngineHttpError, EngineTimeoutError } from '@fairway/engine';
+import {
+  EngineConnectionLostError,
+  EngineError,
+  EngineHttpError,
+  EngineTimeoutError,
+  EngineUnreachableError,
+} from '@fairway/engine';
 import type { AdmitRejectCode } from '@fairway/store';
 import { ZodError } from 'zod';
 import { ApiError, type ApiErrorName } from './errors.ts';
@@ -50,6 +56,18 @@ export function engineApiError(err: unknown): ApiError {
   if (err instanceof EngineError)
     return new ApiError('ENGINE_ERROR', 'the engine failed while serving the request', { cause: err });
   return new ApiError('INTERNAL', 'internal error', { cause: err });
+}
+
+/**
+ * Whether a failed engine call is worth sending to another replica: the engine could not be
+ * reached (refused, no route, connect timeout), dropped the connection before answering, or
+ * answered 5xx — a fault of that replica, not of the request. A 4xx is the request's own fault,
+ * and a headers or body timeout may mean the engine is still working on it.
+ */
+export function isReplicaFailure(err: unknown): boolean {
+  if (err instanceof EngineUnreachableError || err instanceof EngineConnectionLostError) return true;
+  if (err instanceof EngineTimeoutError) return err.phase === 'connect';
+  return err instanceof EngineHttpError && err.status >= 500;
 }
 
 /** A 400 naming the first offending body field of a failed validation. */

@@ -28,6 +28,7 @@ export class GatewayMetrics {
   readonly storeLatency: Histogram<'op'>;
   readonly queueWait: Histogram<'slo_class'>;
   readonly inflight: Gauge<'state'>;
+  readonly engineRetries: Counter;
 
   constructor(tenants: Iterable<string>) {
     this.#tenants = new Set(tenants);
@@ -42,6 +43,11 @@ export class GatewayMetrics {
       name: 'fairway_requests_total',
       help: 'Requests by tenant and outcome',
       labelNames: ['tenant', 'outcome'],
+      registers,
+    });
+    this.engineRetries = new Counter({
+      name: 'fairway_engine_retries_total',
+      help: 'Engine calls that failed before anything reached the client and were sent to another replica',
       registers,
     });
     this.queueDepth = new Gauge({

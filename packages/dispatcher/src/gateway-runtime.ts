@@ -5,6 +5,7 @@ import type { SchedulingStore } from '@fairway/store';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import type { SchedulingSetup } from './scheduling-config.ts';
+import { SuspectReplicas } from './suspect-replicas.ts';
 import { Ticket } from './ticket.ts';
 
 /** Options of {@link GatewayRuntime}. */
@@ -58,6 +59,8 @@ export class GatewayRuntime {
   /** Running streams: how many output tokens each has streamed so far, read on every charge tick. */
   readonly #meters = new Map<string, () => number>();
   readonly #shutdown = new AbortController();
+  /** The fleet placement sees: replicas that just failed an engine call are skipped for a while. */
+  readonly #suspects: SuspectReplicas;
   #flushing = false;
   #started = false;
   /** Store-clock ms of the last successful lease renewal. */
@@ -67,13 +70,14 @@ export class GatewayRuntime {
     this.#o = o;
     this.id = o.id;
     const opt = o.options;
+    this.#suspects = new SuspectReplicas(o.replicas, o.timer, opt.suspectMs);
     this.gateway = new Gateway({
       id: o.id,
       store: o.store,
       clock: o.clock,
       ordering: o.scheduling.ordering,
       placement: o.scheduling.placement,
-      replicas: o.replicas,
+      replicas: this.#suspects,
       onDispatch: (d) => this.#onDispatch(d),
       sloClasses: o.scheduling.sloClasses,
       poolOf: (req) => o.poolFor(req.model) ?? req.model,
@@ -224,6 +228,37 @@ export class GatewayRuntime {
     } catch (err) {
       this.#o.logger.warn({ requestId: ticket.id, err: errText(err) }, 'dispatcher: settle failed');
     }
+  }
+
+  /**
+   * The engine call of a running request failed before anything reached the client: its replica
+   * is skipped for `suspectMs`, and the request goes back to the head of its flow's queue (its
+   * reservation released, its charge undone) to be dispatched again — `waitForDispatch` then
+   * waits for that. Returns false if no other replica of its pool takes work now or it could not
+   * be re-queued; the caller then abandons it.
+   */
+  async retry(ticket: Ticket): Promise<boolean> {
+    const failed = ticket.replica;
+    if (failed !== undefined) this.#suspects.mark(failed);
+    // Nowhere else to go: waiting for the failed replica's suspicion to lapse would only delay the error.
+    if (!this.#suspects.replicas(ticket.pool).some((r) => !r.stale && r.id !== failed)) return false;
+    this.#meters.delete(ticket.id);
+    // Renewed before the store call: another dispatcher may pick it as soon as it is queued again.
+    ticket.requeued();
+    let ok = false;
+    try {
+      ok = await this.gateway.requeueUnserved(ticket.id);
+    } catch (err) {
+      this.#o.logger.warn({ requestId: ticket.id, err: errText(err) }, 'dispatcher: re-queue failed');
+    }
+    if (!ok) {
+      if (failed !== undefined) ticket.markDispatched(failed, this.#o.timer.now());
+      return false;
+    }
+    this.gateway.pump(ticket.pool).catch((err: unknown) => {
+      this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
+    });
+    return true;
   }
 
   /** Settles a running request that ended early (error, disconnect, eviction) with what it used. */

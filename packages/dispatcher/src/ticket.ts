@@ -11,8 +11,8 @@ export class Ticket {
   readonly pool: string;
   /** Aborted when an agent evicts the request: the proxy closes the engine connection. */
   readonly evicted = new AbortController();
-  /** Resolves with the replica once the request is dispatched (never rejects). */
-  readonly dispatched: Promise<string>;
+  /** Resolves with the replica once the request is dispatched (never rejects); renewed by `requeued`. */
+  dispatched: Promise<string>;
   /** The replica, once dispatched. */
   replica: string | undefined;
   /** Monotonic ms at which `submit` returned; undefined while it runs. */
@@ -25,7 +25,11 @@ export class Ticket {
     this.id = req.id;
     this.req = req;
     this.pool = pool;
-    this.dispatched = new Promise((resolve) => {
+    this.dispatched = this.#nextDispatch();
+  }
+
+  #nextDispatch(): Promise<string> {
+    return new Promise((resolve) => {
       this.#resolve = resolve;
     });
   }
@@ -36,6 +40,13 @@ export class Ticket {
     this.replica = replica;
     this.dispatchedAt = atMs;
     this.#resolve(replica);
+  }
+
+  /** The request is back in the queue (its engine failed before answering): it waits for a new dispatch. */
+  requeued(): void {
+    this.replica = undefined;
+    this.dispatchedAt = undefined;
+    this.dispatched = this.#nextDispatch();
   }
 
   /**

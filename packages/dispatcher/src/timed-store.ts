@@ -8,6 +8,7 @@ import type {
   DispatchInput,
   DispatchResult,
   QueueSnapshot,
+  RequeueInput,
   SchedulingStore,
   SettleAndDispatchInput,
   SettleAndDispatchResult,
@@ -35,6 +36,8 @@ export class TimedStore implements SchedulingStore {
     const settled = inner.settleAndDispatch?.bind(inner);
     if (settled !== undefined)
       this.settleAndDispatch = (input) => this.#time('settle_and_dispatch', settled(input));
+    const requeue = inner.requeue?.bind(inner);
+    if (requeue !== undefined) this.requeue = (input) => this.#time('requeue', requeue(input));
   }
 
   async #time<T>(op: string, call: Promise<T>): Promise<T> {
@@ -51,6 +54,8 @@ export class TimedStore implements SchedulingStore {
   }
   /** Present exactly when the inner store has it, so the gateway's fallback still applies. */
   readonly admitAndDispatch?: (input: AdmitAndDispatchInput) => Promise<AdmitAndDispatchResult>;
+  /** Present exactly when the inner store has it (engine retries and evictions re-queue with it). */
+  readonly requeue?: (input: RequeueInput) => Promise<boolean>;
   /** Present exactly when the inner store has it. */
   readonly settleAndDispatch?: (input: SettleAndDispatchInput) => Promise<SettleAndDispatchResult>;
   dispatch(input: DispatchInput): Promise<DispatchResult> {
