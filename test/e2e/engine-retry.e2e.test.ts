@@ -1,0 +1,175 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { RedisStore, StoreKeys } from '@fairway/store';
+import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type FairwayProcess, startFairway } from './support/processes.ts';
+
+/**
+ * One `fairway serve` over two `fairway engine-sim` processes on the machine's Redis and NATS. A
+ * replica is killed (SIGKILL: its port refuses connections, its pooled connections are reset)
+ * while the registry still lists it — the dispatcher sees replicas as stale only after 10 s
+ * without a heartbeat here — so requests placed on it fail before any byte reaches the client.
+ * They must be re-queued and served by the other replica.
+ */
+const MODEL = 'llama-2-7b';
+const POOL = 'llama';
+const KEY = 'sk-retry-alpha-0001';
+const CONFIG = `
+tenants:
+  - { id: alpha, keys: [{ key: ${KEY} }] }
+pools:
+  - { id: ${POOL}, model: ${MODEL} }
+policy:
+  ordering: vtc
+  placement: least-kv
+  queueTimeoutS: 3
+`;
+
+interface Answer {
+  readonly status: number;
+  readonly text: string;
+}
+
+async function chat(url: string, stream: boolean, tokens = 4): Promise<Answer> {
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'x'.repeat(36) }],
+      max_tokens: tokens,
+      fairway_output_tokens: tokens,
+      ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+    }),
+  });
+  return { status: res.status, text: await res.text() };
+}
+
+async function metric(url: string, name: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
+  return line === undefined ? 0 : Number(line.split(' ')[1]);
+}
+
+/** Sum of an engine-sim metric's series (vLLM's exposition: `name{labels} value`). */
+async function engineMetric(url: string, name: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+    .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+}
+
+describe('a request whose replica fails before answering is retried on another replica', () => {
+  const prefix = uniquePrefix('retry');
+  const engines: FairwayProcess[] = [];
+  let dispatcher: FairwayProcess;
+  let store: RedisStore;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-retry-'));
+    const configPath = join(dir, 'fairway.yaml');
+    writeFileSync(configPath, CONFIG);
+    const common = ['--nats-url', natsUrl(), '--prefix', prefix, '--pool', POOL, '--log-level', 'warn'];
+    engines.push(
+      ...(await Promise.all(
+        [1, 2].map((i) =>
+          startFairway(
+            ['engine-sim', '--port', '0', '--speed', '20', '--seed', String(i)]
+              .concat(common)
+              .concat(['--replica-id', `sim-${i}`]),
+            /listening on (http:\/\/\S+)/,
+          ),
+        ),
+      )),
+    );
+    dispatcher = await startFairway(['serve', '--id', 'retry'], /listening on (http:\/\/\S+)/, {
+      FAIRWAY_CONFIG: configPath,
+      REDIS_URL: redisUrl(),
+      NATS_URL: natsUrl(),
+      FAIRWAY_PREFIX: prefix,
+      PORT: '0',
+      FAIRWAY_STALE_MS: '10000',
+      FAIRWAY_LOG_LEVEL: 'error',
+    });
+    redis = new Redis(redisUrl());
+    store = new RedisStore({ redis, prefix });
+    // Both replicas registered and used (keep-alive connections to each in the dispatcher's pool).
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      const served = await Promise.all(Array.from({ length: 8 }, () => chat(dispatcher.url, false)));
+      const prompts = await Promise.all(engines.map((e) => engineMetric(e.url, 'vllm:prompt_tokens_total')));
+      if (served.every((a) => a.status === 200) && prompts.every((n) => n > 0)) break;
+      if (Date.now() > deadline) throw new Error(`never served by both:\n${dispatcher.output.join('\n')}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }, 90_000);
+
+  afterAll(async () => {
+    await Promise.all([dispatcher, ...engines].filter(Boolean).map((p) => p.stop()));
+    if (redis) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await redis.scan(
+          cursor,
+          'MATCH',
+          new StoreKeys(prefix).pattern(),
+          'COUNT',
+          1000,
+        );
+        cursor = next;
+        if (keys.length > 0) await redis.del(...keys);
+      } while (cursor !== '0');
+      await store.close();
+      redis.disconnect();
+    }
+  }, 30_000);
+
+  it('serves every request after one replica is killed, streamed or not, and leaks no reservation', async () => {
+    const before = await metric(dispatcher.url, 'fairway_engine_retries_total');
+    const dead = engines[0] as FairwayProcess;
+    const exited = new Promise((r) => dead.proc.once('exit', r));
+    dead.kill9();
+    await exited;
+
+    // Concurrent, so least-kv spreads the first ones over both replicas (the dead one included).
+    const answers = await Promise.all(
+      Array.from({ length: 24 }, (_, i) => chat(dispatcher.url, i % 2 === 1)),
+    );
+    for (const a of answers) expect(a, a.text).toMatchObject({ status: 200 });
+    for (const [i, a] of answers.entries()) {
+      if (i % 2 === 1) {
+        expect(a.text).toContain('data: [DONE]');
+        expect(a.text).not.toContain('"error"');
+      } else expect(JSON.parse(a.text).usage).toMatchObject({ completion_tokens: 4 });
+    }
+    // The failures really happened and were retried (not just avoided).
+    expect(await metric(dispatcher.url, 'fairway_engine_retries_total')).toBeGreaterThan(before);
+    expect(await store.reserved('sim-1')).toEqual({ tokens: 0, seqs: 0 });
+    expect(await store.reserved('sim-2')).toEqual({ tokens: 0, seqs: 0 });
+  }, 60_000);
+
+  it('answers 502 with an OpenAI-style error when every replica fails', async () => {
+    const last = engines[1] as FairwayProcess;
+    const exited = new Promise((r) => last.proc.once('exit', r));
+    last.kill9();
+    await exited;
+
+    const a = await chat(dispatcher.url, false);
+    expect(a.status).toBe(502);
+    const body = JSON.parse(a.text);
+    expect(body).toEqual({
+      error: { message: expect.any(String), type: 'server_error', param: null, code: 'engine_error' },
+    });
+    expect(a.text).not.toMatch(/\bat .*\.ts:\d+/);
+    const s = await chat(dispatcher.url, true);
+    expect(s.status).toBe(502);
+    expect(JSON.parse(s.text).error.code).toBe('engine_error');
+    expect(await store.reserved('sim-1')).toEqual({ tokens: 0, seqs: 0 });
+    expect(await store.reserved('sim-2')).toEqual({ tokens: 0, seqs: 0 });
+  }, 60_000);
+});
