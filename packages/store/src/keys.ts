@@ -31,11 +31,16 @@ export const KEY_LAYOUT = {
   /** STRING: requests queued in a pool, all bands. */
   poolQueued: ['pool'],
   /**
-   * HASH of one (pool, band) queue: `n:<flow>` → virtual counter (%.17g), `b:<flow>` / `c:<flow>`
-   * → the flow's member in `backlog` / `contBacklog` (present iff it is in them), `l` → the last
-   * flow to leave the backlog.
+   * HASH of one flow in one (pool, band) queue: `n` → virtual counter (%.17g), `b` / `c` → the
+   * flow's member in `backlog` / `contBacklog` (present iff it is in them). One small hash per flow
+   * keeps every read and write of a flow's state O(1), whatever the number of flows (a hash of
+   * every flow stays a listpack up to 512 fields, scanned linearly on each access).
    */
-  queue: ['pool', 'band'],
+  flow: ['pool', 'band', 'flow'],
+  /** SET of the flows of a (pool, band) queue that have a counter (`snapshot` lists them). */
+  flows: ['pool', 'band'],
+  /** STRING: the last flow to leave a (pool, band) queue's backlog (VTC lift with an empty backlog). */
+  lastFlow: ['pool', 'band'],
   /** ZSET backlogged flows scored by counter; member `sortKey(head arrival) .. flow` (fair order). */
   backlog: ['pool', 'band'],
   /** ZSET flows with queued continuations, as `backlog` (head = oldest continuation). */

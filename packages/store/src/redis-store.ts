@@ -382,7 +382,7 @@ export class RedisStore implements SchedulingStore {
     const { script, invoke } = this.#cmd('snapshot');
     const reply = expectArray(
       script,
-      await invoke(this.#keys.key('queue', pool, band), this.#keys.base, pool, str(band)),
+      await invoke(this.#keys.key('flows', pool, band), this.#keys.base, pool, str(band)),
     );
     const flat = expectArray(script, reply[0] ?? null).map(asString);
     const counters: Record<string, number> = {};

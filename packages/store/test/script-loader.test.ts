@@ -87,7 +87,7 @@ describe('StoreKeys', () => {
 
   it('never lets names with separators collide', () => {
     expect(keys.key('fifo', 'a:1', 0, 'b')).not.toBe(keys.key('fifo', 'a', '1:0', 'b'));
-    expect(keys.key('queue', 'a', 1)).not.toBe(keys.key('queue', 'a:1', ''));
+    expect(keys.key('backlog', 'a', 1)).not.toBe(keys.key('backlog', 'a:1', ''));
   });
 });
 

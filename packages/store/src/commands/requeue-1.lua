@@ -29,21 +29,23 @@ local function frontScore(key)
   return tonumber(first[2]) - 1
 end
 
-local q = key_queue(pool, band)
-local v = redis.call('HMGET', q, 'n:' .. flow, 'b:' .. flow, 'c:' .. flow)
+local fk = key_flow(pool, band, flow)
+local v = redis.call('HMGET', fk, 'n', 'b', 'c')
 local c = fmt(num(v[1]))
-local fields, gone = { 'n:' .. flow, c }, {}
+local fields, gone = { 'n', c }, {}
 local member = backlogMember(r.fm, flow)
 local fifo = key_fifo(pool, band, flow)
 redis.call('ZADD', fifo, fmt(frontScore(fifo)), r.fm)
-rekey(key_backlog(pool, band), flow, 'b:', v[2], member, c, true, fields, gone)
+rekey(key_backlog(pool, band), 'b', v[2], member, c, true, fields, gone)
 if r.cont == '1' then
   local cf = key_contFifo(pool, band, flow)
   redis.call('ZADD', cf, fmt(frontScore(cf)), r.fm)
-  rekey(key_contBacklog(pool, band), flow, 'c:', v[3], member, c, true, fields, gone)
+  rekey(key_contBacklog(pool, band), 'c', v[3], member, c, true, fields, gone)
 end
-applyQueueHash(q, fields, gone)
-redis.call('ZADD', key_byScore(pool, band), fmt(cjson.decode(r.rec).score), id)
+applyFlowHash(fk, fields, gone)
+local byScore = key_byScore(pool, band)
+redis.call('ZADD', byScore, fmt(cjson.decode(r.rec).score), id)
+grow(byScore, redis.call('ZCARD', byScore))
 redis.call('INCR', key_poolQueued(pool))
 redis.call('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(tonumber(ARGV[5])))
 return 1

@@ -3,7 +3,7 @@
   head arrival, flow) with its queue length.
 
   Input:
-    KEYS[1] the queue's hash key_queue(pool, band)
+    KEYS[1] the queue's flows key_flows(pool, band)
     ARGV[1] key base  ARGV[2] pool  ARGV[3] band
 
   Output: { { flow, counter, ... }, { flow, queued, ... } }
@@ -19,11 +19,8 @@ for _, member in ipairs(redis.call('ZRANGE', key_backlog(pool, band), 0, -1)) do
   backlogged[#backlogged + 1] = redis.call('ZCARD', key_fifo(pool, band, flow))
 end
 local counters = {}
-local flat = redis.call('HGETALL', KEYS[1])
-for i = 1, #flat, 2 do
-  if string.sub(flat[i], 1, 2) == 'n:' then
-    counters[#counters + 1] = string.sub(flat[i], 3)
-    counters[#counters + 1] = flat[i + 1]
-  end
+for _, flow in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  counters[#counters + 1] = flow
+  counters[#counters + 1] = redis.call('HGET', key_flow(pool, band, flow), 'n') or '0'
 end
 return { counters, backlogged }

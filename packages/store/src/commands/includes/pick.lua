@@ -97,11 +97,11 @@ local function dispatchNext(o)
 
       -- Dequeue and charge in one pass: each backlog member of the flow is re-keyed once, with the
       -- new counter and the new head.
-      local q = key_queue(pool, band)
-      local v = redis.call('HMGET', q, 'n:' .. flow, 'b:' .. flow, 'c:' .. flow)
+      local fk = key_flow(pool, band, flow)
+      local v = redis.call('HMGET', fk, 'n', 'b', 'c')
       if counter == nil then counter = num(v[1]) end
       local c = fmt(counter + tonumber(f[3]))
-      local fields, gone = { 'n:' .. flow, c }, {}
+      local fields, gone = { 'n', c }, {}
       local fifo = key_fifo(pool, band, flow)
       redis.call('ZREM', fifo, f[6])
       redis.call('ZREM', key_byScore(pool, band), id)
@@ -110,7 +110,7 @@ local function dispatchNext(o)
         local cf = key_contFifo(pool, band, flow)
         redis.call('ZREM', cf, f[6])
         local head = pickedCont and nextHead or redis.call('ZRANGE', cf, 0, 0)[1]
-        rekey(key_contBacklog(pool, band), flow, 'c:', v[3], backlogMember(head, flow), c, true, fields, gone)
+        rekey(key_contBacklog(pool, band), 'c', v[3], backlogMember(head, flow), c, true, fields, gone)
       elseif v[3] then
         redis.call('ZADD', key_contBacklog(pool, band), c, v[3])
       end
@@ -120,11 +120,10 @@ local function dispatchNext(o)
       else
         head = redis.call('ZRANGE', fifo, 0, 0)[1]
       end
-      if not rekey(key_backlog(pool, band), flow, 'b:', v[2], backlogMember(head, flow), c, true, fields, gone) then
-        fields[#fields + 1] = 'l'
-        fields[#fields + 1] = flow
+      if not rekey(key_backlog(pool, band), 'b', v[2], backlogMember(head, flow), c, true, fields, gone) then
+        redis.call('SET', key_lastFlow(pool, band), flow)
       end
-      applyQueueHash(q, fields, gone)
+      applyFlowHash(fk, fields, gone)
 
       redis.call('HSET', key_replica(chosen), 'tokens', fmt(chosenTokens), 'seqs', chosenSeqs)
       -- A re-queued request keeps what it was charged before (see requeue).
