@@ -5,6 +5,7 @@ import { registerAdminCommand } from './commands/admin.ts';
 import { registerAgentCommand } from './commands/agent.ts';
 import { registerEngineSimCommand } from './commands/engine-sim.ts';
 import { registerPlanCommand } from './commands/plan.ts';
+import { registerProfileCommand } from './commands/profile.ts';
 import { registerServeCommand } from './commands/serve.ts';
 import { registerSimCommand } from './commands/sim.ts';
 import { registerUpCommand } from './commands/up.ts';
@@ -19,6 +20,7 @@ export function buildProgram(io: CliIo, setCode: (code: number) => void): Comman
   registerUpCommand(program, io, setCode);
   registerSimCommand(program, io, setCode);
   registerPlanCommand(program, io, setCode);
+  registerProfileCommand(program, io, setCode);
   registerServeCommand(program, io, setCode);
   registerAgentCommand(program, io, setCode);
   registerEngineSimCommand(program, io, setCode);
