@@ -45,12 +45,16 @@ export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
     create: (c) => orderingPolicyByName('vtc-weighted', { weightOf: (t) => c.tenantWeights[t] ?? 1 }),
   },
   'vtc-predict': {
-    description: 'VTC charging predicted output at dispatch (mean of the last 5)',
+    description: 'VTC charging predicted output at dispatch (mean of the last 5; max_tokens before any)',
     create: () => orderingPolicyByName('vtc-predict'),
   },
   'vtc-oracle': {
     description: 'VTC charging the true output length at dispatch',
     create: () => orderingPolicyByName('vtc-oracle'),
+  },
+  'vtc-noisy-oracle': {
+    description: 'VTC charging the true output length ±50% at dispatch (VTC Table 5; seed 0)',
+    create: () => orderingPolicyByName('vtc-noisy-oracle'),
   },
   wsc: {
     description: 'FairServe weighted service counter: per user@app, normalised by app profiles',

@@ -18,6 +18,7 @@ export const ORDERING_POLICY_NAMES = [
   'vtc-weighted',
   'vtc-predict',
   'vtc-oracle',
+  'vtc-noisy-oracle',
   'wsc',
   'wsc-oit',
   'edf',
@@ -43,6 +44,8 @@ export interface OrderingPolicyOptions {
   readonly oit?: OitOptions;
   /** SLO classes whose TTFT targets set `edf`'s deadlines. @default QLM's three classes */
   readonly sloClasses?: readonly SloClass[];
+  /** Seed of `vtc-noisy-oracle`'s prediction errors. @default 0 */
+  readonly seed?: number;
 }
 
 function missing(name: string, field: string, what: string): PolicyInputError {
@@ -53,7 +56,7 @@ function missing(name: string, field: string, what: string): PolicyInputError {
 
 /**
  * Builds a policy by name: `fcfs`; `rpm` (FCFS plus a per-tenant RPM limit, the VTC paper's RPM
- * baseline); `lcf`; `vtc`; `vtc-weighted`; `vtc-predict`; `vtc-oracle`; `wsc`; `wsc-oit` (WSC
+ * baseline); `lcf`; `vtc`; `vtc-weighted`; `vtc-predict`; `vtc-oracle`; `vtc-noisy-oracle` (the true output ±50%, VTC Table 5); `wsc`; `wsc-oit` (WSC
  * plus OIT throttling); `edf` (earliest deadline first, QLM's baseline); `qlm` (the order inside
  * each SLO band under QLM: VTC — QLM's own control, the virtual queues, evictions and swaps, runs
  * beside the gateway and routes it). `rpm`/`tpm` options add exact rate limits to any of them.
@@ -97,6 +100,9 @@ export function orderingPolicyByName(
       break;
     case 'vtc-oracle':
       ordering = vtcPolicy({ cost, prediction: 'oracle' });
+      break;
+    case 'vtc-noisy-oracle':
+      ordering = vtcPolicy({ cost, prediction: 'noisy-oracle', seed: options.seed ?? 0 });
       break;
     case 'wsc':
     case 'wsc-oit':

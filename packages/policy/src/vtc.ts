@@ -1,4 +1,4 @@
-import { type CostFunction, linearCost, type RequestDescriptor, type Usage } from '@fairway/core';
+import { type CostFunction, createRng, linearCost, type RequestDescriptor, type Usage } from '@fairway/core';
 import { PolicyInputError } from './errors.ts';
 import type { LiftMode, OrderingPolicy } from './ordering.ts';
 
@@ -6,10 +6,18 @@ import type { LiftMode, OrderingPolicy } from './ordering.ts';
 export type OutputPrediction =
   /** Nothing is predicted: output is charged only as it streams (plain VTC, Algorithm 2). */
   | 'none'
-  /** Mean of the flow's last five outputs (`SchedulingStore.predictedOutput`), VTC(predict). */
+  /**
+   * Mean of the flow's last five outputs (`SchedulingStore.predictedOutput`), VTC(predict); a flow
+   * without history is priced at {@link VtcOptions.expectedOutput}.
+   */
   | 'history'
   /** The true output length (`RequestDescriptor.outputTokens`), VTC(oracle). */
-  | 'oracle';
+  | 'oracle'
+  /**
+   * The true output length with a uniform relative error of ±{@link VtcOptions.noise}, drawn per
+   * request from a seeded RNG: VTC Table 5's "VTC (±50%)" row (appendix B.3).
+   */
+  | 'noisy-oracle';
 
 /** Options of {@link vtcPolicy}. */
 export interface VtcOptions {
@@ -21,6 +29,18 @@ export interface VtcOptions {
   readonly weightOf?: (tenant: string) => number;
   /** Output-length prediction charged at dispatch and corrected as tokens stream. @default 'none' */
   readonly prediction?: OutputPrediction;
+  /**
+   * Output tokens predicted for a flow with no finished request yet (`history` only). Every flow
+   * is then charged for its in-flight output from its first request, as it is once it has
+   * history; without a prior, the first requests of each flow would be charged only as they
+   * stream and flows would switch to predicted charging at different moments.
+   * @default the request's `max_tokens` (the most it can cost; the excess is refunded at settle)
+   */
+  readonly expectedOutput?: number;
+  /** Relative error range of `noisy-oracle`: predictions are uniform in output·(1 ± noise). @default 0.5 */
+  readonly noise?: number;
+  /** Seed of `noisy-oracle`'s errors; a request's error depends only on the seed and its id. @default 0 */
+  readonly seed?: number;
   /** Policy name in reports. @default derived from the options */
   readonly name?: string;
 }
@@ -47,14 +67,32 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
     }
     return w;
   };
+  const expected = options.expectedOutput;
+  if (expected !== undefined && !(expected >= 0 && Number.isFinite(expected)))
+    throw new PolicyInputError('vtcPolicy', [
+      { path: 'expectedOutput', message: `must be a non-negative number of tokens, got ${expected}` },
+    ]);
+  const noise = options.noise ?? 0.5;
+  if (!(noise >= 0 && noise <= 1))
+    throw new PolicyInputError('vtcPolicy', [{ path: 'noise', message: `must be in [0, 1], got ${noise}` }]);
+  const seed = options.seed ?? 0;
   const predicted = (req: RequestDescriptor, history: number | undefined): number => {
-    let p = 0;
-    if (prediction === 'oracle') p = req.outputTokens ?? history ?? 0;
-    else if (prediction === 'history') p = history ?? 0;
-    return Math.max(0, Math.min(p, req.maxTokens));
+    switch (prediction) {
+      case 'none':
+        return 0;
+      case 'oracle':
+        return clip(req.outputTokens ?? history ?? 0, req.maxTokens);
+      case 'history':
+        return clip(history ?? expected ?? req.maxTokens, req.maxTokens);
+      case 'noisy-oracle': {
+        // As the artifact (`--predict-range`): not clipped to max_tokens, so errors stay symmetric.
+        const out = req.outputTokens ?? history ?? 0;
+        return Math.max(0, out * (1 + noise * (2 * requestUniform(seed, req.id) - 1)));
+      }
+    }
   };
   const base = lift === 'none' ? 'lcf' : 'vtc';
-  const variant = prediction === 'history' ? '-predict' : prediction === 'oracle' ? '-oracle' : '';
+  const variant = VARIANT_SUFFIX[prediction];
   const weighted = weightOf !== undefined ? '-weighted' : '';
   return {
     name: options.name ?? `${base}${weighted}${variant}`,
@@ -72,6 +110,31 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
     },
     finalCost: (req, usage: Usage) => cost.cost(req.inputTokens, usage.outputTokens) / weight(req.tenant),
   };
+}
+
+const VARIANT_SUFFIX: Readonly<Record<OutputPrediction, string>> = {
+  none: '',
+  history: '-predict',
+  oracle: '-oracle',
+  'noisy-oracle': '-noisy-oracle',
+};
+
+/**
+ * Uniform in [0, 1) for one request, the same on every call and every dispatcher: a seeded RNG
+ * keyed by a well-mixed hash of (seed, id). (`Rng.fork` is not enough: labels that differ in a
+ * digit, like consecutive request ids, give strongly correlated first draws.)
+ */
+function requestUniform(seed: number, id: string): number {
+  let h = 0x811c9dc5 ^ seed;
+  for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193);
+  // murmur3's finaliser: every input bit reaches every output bit.
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return createRng((h ^ (h >>> 16)) >>> 0).next();
+}
+
+function clip(p: number, maxTokens: number): number {
+  return Math.max(0, Math.min(p, maxTokens));
 }
 
 /** Least Counter First: VTC's counters without the lift (the VTC paper's LCF baseline, section 5.1). */

@@ -32,6 +32,7 @@ describe('orderingPolicyByName', () => {
       'vtc-weighted': ['fair', 'vtc', '-'],
       'vtc-predict': ['fair', 'vtc', '-'],
       'vtc-oracle': ['fair', 'vtc', '-'],
+      'vtc-noisy-oracle': ['fair', 'vtc', '-'],
       wsc: ['fair', 'vtc', '-'],
       'wsc-oit': ['fair', 'vtc', 'oit'],
       edf: ['score', 'none', '-'],

@@ -70,10 +70,23 @@ describe('vtcPolicy', () => {
     expect(streamed(p, req(), 20, 50)).toEqual({ streamed: 200, final: 140 });
   });
 
-  it('clips the prediction to max_tokens and treats no history as no prediction', () => {
+  it('clips the prediction to max_tokens', () => {
     const p = vtcPolicy({ prediction: 'history' });
     expect(p.dispatchCost(req({ maxTokens: 30 }), 50)).toBe(160);
-    expect(p.dispatchCost(req(), undefined)).toBe(100);
+  });
+
+  it('prices a flow without history at max_tokens, refunding the excess at settle', () => {
+    const p = vtcPolicy({ prediction: 'history' });
+    expect(p.dispatchCost(req(), undefined)).toBe(100 + 2 * 300);
+    expect(p.outputCost(req(), 0, 300, undefined)).toBe(0);
+    expect(streamed(p, req(), 40, undefined)).toEqual({ streamed: 700, final: 180 });
+  });
+
+  it('prices a flow without history at the configured expected output instead', () => {
+    const p = vtcPolicy({ prediction: 'history', expectedOutput: 64 });
+    expect(p.dispatchCost(req(), undefined)).toBe(100 + 2 * 64);
+    expect(p.dispatchCost(req(), 10)).toBe(120);
+    expect(() => vtcPolicy({ prediction: 'history', expectedOutput: -1 })).toThrow(/expectedOutput/);
   });
 
   it('charges the true output length at dispatch under VTC(oracle)', () => {
@@ -82,5 +95,48 @@ describe('vtcPolicy', () => {
     const r = req({ outputTokens: 70 });
     expect(p.dispatchCost(r, 10)).toBe(240);
     expect(streamed(p, r, 70)).toEqual({ streamed: 240, final: 240 });
+  });
+
+  describe('noisy oracle (VTC Table 5, "VTC (±50%)")', () => {
+    const p = vtcPolicy({ prediction: 'noisy-oracle', seed: 7 });
+    const predictionOf = (policy: ReturnType<typeof vtcPolicy>, r: RequestDescriptor) =>
+      (policy.dispatchCost(r, undefined) - r.inputTokens) / 2;
+    const reqs = Array.from({ length: 2000 }, (_, i) =>
+      req({ id: `client1-${i}`, outputTokens: 200, maxTokens: 200 }),
+    );
+
+    it('predicts within ±50% of the true output, the same value on every call', () => {
+      expect(p.name).toBe('vtc-noisy-oracle');
+      for (const r of reqs.slice(0, 50)) {
+        const x = predictionOf(p, r);
+        expect(x).toBeGreaterThanOrEqual(100);
+        expect(x).toBeLessThanOrEqual(300);
+        expect(predictionOf(p, r)).toBe(x);
+      }
+    });
+
+    it('draws errors that are uniform, unbiased and independent between consecutive requests', () => {
+      const u = reqs.map((r) => (predictionOf(p, r) - 100) / 200);
+      const mean = u.reduce((a, b) => a + b, 0) / u.length;
+      expect(mean).toBeGreaterThan(0.47);
+      expect(mean).toBeLessThan(0.53);
+      expect(u.filter((x) => x < 0.1).length / u.length).toBeCloseTo(0.1, 1);
+      let lag = 0;
+      for (let i = 1; i < u.length; i++) lag += (u[i]! - 0.5) * (u[i - 1]! - 0.5);
+      expect(Math.abs((12 * lag) / (u.length - 1))).toBeLessThan(0.1);
+    });
+
+    it('is not clipped to max_tokens, charges the excess as it streams and settles exactly', () => {
+      const over = reqs.find((r) => predictionOf(p, r) > 200)!;
+      const under = reqs.find((r) => predictionOf(p, r) < 200)!;
+      expect(streamed(p, over, 200)).toEqual({ streamed: expect.any(Number), final: 500 });
+      expect(streamed(p, over, 200).streamed).toBeGreaterThan(500);
+      expect(streamed(p, under, 200).streamed).toBeCloseTo(500, 9);
+    });
+
+    it('changes its errors with the seed', () => {
+      const q = vtcPolicy({ prediction: 'noisy-oracle', seed: 8 });
+      expect(reqs.slice(0, 20).filter((r) => predictionOf(p, r) !== predictionOf(q, r)).length).toBe(20);
+    });
   });
 });
