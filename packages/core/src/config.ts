@@ -89,6 +89,59 @@ export const poolSchema = z
   })
   .strict();
 
+/**
+ * The SLO-class control plane of `policy.ordering: edf | qlm` (QLM's global scheduler serving live
+ * traffic): one dispatcher, the holder of a lease in the store, plans every `intervalMs` from the
+ * reports all dispatchers publish, and every dispatcher routes by its plan.
+ */
+export const controlConfigSchema = z
+  .object({
+    /** How often dispatchers report what they hold and the leader plans, ms. @default 500 */
+    intervalMs: positive.default(500),
+    /** Leader lease in the store; a new leader takes over within it when one dies, ms. @default 3000 */
+    leaseMs: positive.default(3000),
+    /** Reports older than this many intervals are dropped from the leader's view. @default 4 */
+    staleIntervals: z.number().int().min(1).default(4),
+    /** QLM serving operations; turning one off is QLM's ablation. @default all on */
+    pull: z.boolean().default(true),
+    evict: z.boolean().default(true),
+    loadBalance: z.boolean().default(true),
+    swap: z.boolean().default(true),
+    /** Output-length prior (tokens) of a request group with too little history. @default 256 ± 256 */
+    outputMean: positive.default(256),
+    outputStd: z.number().nonnegative().default(256),
+    /** Mean prompt length the estimator profiles assume before any history, tokens. @default 512 */
+    inputMean: positive.default(512),
+    /**
+     * Cost preset (sim `costModelPreset`) used when a replica's (model, gpu) has none: engines
+     * report their served-model name, which need not name a preset. @default llama-2-7b on A100-80GB
+     */
+    profileModel: z.string().min(1).default('llama-2-7b'),
+    profileGpu: z.string().min(1).default('A100-80GB'),
+    /** Engines run this many times faster than the preset (engine-sim `--speed`). @default 1 */
+    speedup: positive.default(1),
+    /** Models every replica may swap to (multi-model pools); none keeps each replica's model. @default [] */
+    swappable: z.array(z.string().min(1)).default([]),
+  })
+  .strict();
+
+/**
+ * Aladdin's desired-replicas signal for one pool (`n = ceil(k·r + c)`, fitted by `fairway plan`):
+ * the control leader publishes it on the bus and as the `fairway_desired_replicas` gauge.
+ */
+export const scalingConfigSchema = z
+  .object({
+    pool: id,
+    /** Replicas per request/s. */
+    k: z.number().nonnegative(),
+    c: z.number(),
+    /** Arrival-rate window, seconds. @default 60 */
+    windowS: positive.default(60),
+    minReplicas: nonNegInt.default(1),
+    maxReplicas: z.number().int().positive().optional(),
+  })
+  .strict();
+
 export const policyConfigSchema = z
   .object({
     ordering: z
@@ -111,6 +164,10 @@ export const policyConfigSchema = z
     chargeFlushMs: positive.default(50),
     /** Gateway queue timeout, seconds. @default 300 */
     queueTimeoutS: positive.default(300),
+    /** Control plane of `ordering: edf | qlm` (and of `scaling`). */
+    control: controlConfigSchema.default(controlConfigSchema.parse({})),
+    /** Desired-replicas signals per pool. @default none */
+    scaling: z.array(scalingConfigSchema).default([]),
   })
   .strict();
 
@@ -176,6 +233,10 @@ export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
 export type TenantConfig = z.infer<typeof tenantSchema>;
 export type LimitsConfig = z.infer<typeof limitsSchema>;
 export type PolicyConfig = z.infer<typeof policyConfigSchema>;
+/** The SLO-class control plane's settings. */
+export type ControlConfig = z.infer<typeof controlConfigSchema>;
+/** One pool's desired-replicas model. */
+export type ScalingConfig = z.infer<typeof scalingConfigSchema>;
 
 /** Validates config data (already parsed from YAML/JSON). */
 export function parseConfig(data: unknown, source?: string): FairwayConfig {

@@ -1,5 +1,7 @@
 export { type Clock, ManualClock, systemClock } from './clock.ts';
 export {
+  type ControlConfig,
+  controlConfigSchema,
   type FairwayConfig,
   fairwayConfigSchema,
   type LimitsConfig,
@@ -8,6 +10,8 @@ export {
   type PolicyConfig,
   parseConfig,
   policyConfigSchema,
+  type ScalingConfig,
+  scalingConfigSchema,
   type TenantConfig,
 } from './config.ts';
 export {

@@ -14,6 +14,7 @@ import { ApiError } from './errors.ts';
 import { GatewayMetrics } from './gateway-metrics.ts';
 import { GatewayRuntime } from './gateway-runtime.ts';
 import { useStrictJsonBodies } from './json-body.ts';
+import type { LeaseBackend } from './leader-lease.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { opsRoutes } from './routes/ops.ts';
@@ -41,6 +42,8 @@ export interface DispatcherDeps {
   readonly options?: DispatcherOptions;
   /** Request ids. @default random UUIDs */
   readonly newId?: () => string;
+  /** The control plane's leader lease (`Infrastructure.lease`). @default this process's memory */
+  readonly lease?: LeaseBackend;
 }
 
 /** A built dispatcher: the fastify app (not listening) and its parts, for tests and tools. */
@@ -88,6 +91,8 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     clock: deps.clock,
     timer: deps.timer,
     logger,
+    lease: deps.lease,
+    desiredReplicasGauge: (pool, desired) => metrics.desiredReplicas.set({ pool }, desired),
   });
   const engines = new EnginePool(deps.engines);
   const sloClasses = new Map(scheduling.sloClasses.map((c) => [c.name, c]));

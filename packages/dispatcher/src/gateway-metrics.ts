@@ -29,6 +29,8 @@ export class GatewayMetrics {
   readonly queueWait: Histogram<'slo_class'>;
   readonly inflight: Gauge<'state'>;
   readonly engineRetries: Counter;
+  /** Aladdin's desired replicas per pool, set by the control leader (`policy.scaling`). */
+  readonly desiredReplicas: Gauge<'pool'>;
 
   constructor(tenants: Iterable<string>) {
     this.#tenants = new Set(tenants);
@@ -48,6 +50,12 @@ export class GatewayMetrics {
     this.engineRetries = new Counter({
       name: 'fairway_engine_retries_total',
       help: 'Engine calls that failed before anything reached the client and were sent to another replica',
+      registers,
+    });
+    this.desiredReplicas = new Gauge({
+      name: 'fairway_desired_replicas',
+      help: "Replicas a pool needs for its arrival rate (Aladdin's n = ceil(k*r + c)), on the control leader",
+      labelNames: ['pool'],
       registers,
     });
     this.queueDepth = new Gauge({

@@ -1,8 +1,10 @@
-import type { Assignment, Bus, Evict, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
+import type { Assignment, Bus, ControlReport, Evict, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger, RequestDescriptor, Usage } from '@fairway/core';
 import { type Dispatched, Gateway, type GatewayStats, type SubmitResult } from '@fairway/scheduler';
 import type { SchedulingStore } from '@fairway/store';
+import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
+import { type LeaseBackend, MemoryLeaseBackend } from './leader-lease.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import type { SchedulingSetup } from './scheduling-config.ts';
 import { SuspectReplicas } from './suspect-replicas.ts';
@@ -26,7 +28,17 @@ export interface GatewayRuntimeOptions {
   /** Monotonic clock (ms) for queue and overhead timings. */
   readonly timer: Clock;
   readonly logger: Logger;
+  /**
+   * Where the control plane's leader lease lives (Redis for a fleet); used with `ordering: edf |
+   * qlm` or `policy.scaling`. @default a lease in this process's memory (one dispatcher)
+   */
+  readonly lease?: LeaseBackend | undefined;
+  /** Sets the `fairway_desired_replicas{pool}` gauge. @default none */
+  readonly desiredReplicasGauge?: ((pool: string, desired: number) => void) | undefined;
 }
+
+/** What this dispatcher holds, as a control report carries it. */
+export type RuntimeHoldings = Pick<ControlReport, 'queued' | 'running' | 'finished'>;
 
 /** Outcome of {@link GatewayRuntime.submit}. */
 export type RuntimeSubmit =
@@ -59,6 +71,14 @@ export class GatewayRuntime {
   /** Running streams: how many output tokens each has streamed so far, read on every charge tick. */
   readonly #meters = new Map<string, () => number>();
   readonly #shutdown = new AbortController();
+  /** The SLO-class control plane (`ordering: edf | qlm`) and desired-replicas signal, if configured. */
+  readonly control: ControlPlane | undefined;
+  /** Abort controllers of resumable engine runs (control plane on): an eviction aborts the run. */
+  readonly #runs = new Map<string, AbortController>();
+  /** Output tokens an evicted request had, while it waits to resume. */
+  readonly #resumeFrom = new Map<string, number>();
+  /** Finished since the last `holdings()` (only with a control plane). */
+  #finished: RuntimeHoldings['finished'] = [];
   /** The fleet placement sees: replicas that just failed an engine call are skipped for a while. */
   readonly #suspects: SuspectReplicas;
   #flushing = false;
@@ -70,6 +90,33 @@ export class GatewayRuntime {
     this.#o = o;
     this.id = o.id;
     const opt = o.options;
+    const policy = o.config.policy;
+    this.control =
+      o.scheduling.planner === undefined && policy.scaling.length === 0
+        ? undefined
+        : new ControlPlane({
+            id: o.id,
+            control: policy.control,
+            scaling: policy.scaling,
+            planner: o.scheduling.planner,
+            sloClasses: o.config.sloClasses,
+            gatewayBandOf: (c) => o.scheduling.sloClasses.find((x) => x.name === c)?.band ?? 0,
+            bus: o.bus,
+            registry: o.registry,
+            replicas: o.replicas,
+            store: o.store,
+            lease: o.lease ?? new MemoryLeaseBackend(o.clock),
+            clock: o.clock,
+            logger: o.logger,
+            holdings: () => this.holdings(),
+            onRoutes: () => {
+              this.gateway.pump().catch((err: unknown) => {
+                o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
+              });
+            },
+            headroomFraction: opt.headroomFraction,
+            gauge: o.desiredReplicasGauge,
+          });
     this.#suspects = new SuspectReplicas(o.replicas, o.timer, opt.suspectMs);
     this.gateway = new Gateway({
       id: o.id,
@@ -90,7 +137,83 @@ export class GatewayRuntime {
       leaseMs: opt.leaseMs,
       predictionTtlMs: opt.predictionTtlMs,
       reservationsMaxAgeMs: opt.reservationsMaxAgeMs,
+      ...(this.control?.router !== undefined ? { router: this.control.router } : {}),
     });
+  }
+
+  /** Whether evicted requests resume (an SLO-class control plane routes this gateway). */
+  get resumable(): boolean {
+    return this.control?.router !== undefined;
+  }
+
+  /**
+   * What this dispatcher holds for its control report: queued requests (with the output they had
+   * when evicted), running ones with their replica and output so far, and what finished since the
+   * last call. Runs on the control timer, never on the request path.
+   */
+  holdings(): RuntimeHoldings {
+    const queued: RuntimeHoldings['queued'] = [];
+    const running: RuntimeHoldings['running'] = [];
+    for (const t of this.#tickets.values()) {
+      const r = t.req;
+      const base = {
+        requestId: r.id,
+        model: r.model,
+        sloClass: r.sloClass,
+        inputTokens: r.inputTokens,
+        maxTokens: r.maxTokens,
+        arrivalMs: r.arrivalMs,
+      };
+      if (t.replica === undefined) queued.push({ ...base, generated: this.#resumeFrom.get(r.id) ?? 0 });
+      else if (t.replica !== 'unknown')
+        running.push({
+          ...base,
+          replicaId: t.replica,
+          generated: this.#meters.get(r.id)?.() ?? this.#resumeFrom.get(r.id) ?? 0,
+        });
+    }
+    const finished = this.#finished;
+    this.#finished = [];
+    return { queued, running, finished };
+  }
+
+  /**
+   * Opens one engine run of a resumable request: the returned signal aborts when the control
+   * plane evicts the request from its replica.
+   */
+  openRun(ticket: Ticket): AbortSignal {
+    const c = new AbortController();
+    this.#runs.set(ticket.id, c);
+    return c.signal;
+  }
+
+  /**
+   * Evicts a running request this dispatcher holds, after its engine call was aborted with
+   * `generated` output tokens delivered (QLM section 5): the gateway re-queues it at the head of
+   * its flow, charged for what was served, and the ticket waits for its next dispatch, from
+   * which it resumes. Returns false (the request still counts as running) if it cannot be re-queued.
+   */
+  async evict(ticket: Ticket, generated: number): Promise<boolean> {
+    this.#meters.delete(ticket.id);
+    this.#runs.delete(ticket.id);
+    const replica = ticket.replica;
+    // Renewed before the store call: another dispatcher may pick it as soon as it is queued again.
+    ticket.requeued();
+    this.#resumeFrom.set(ticket.id, generated);
+    let ok = false;
+    try {
+      ok = await this.gateway.evict(ticket.id, generated);
+    } catch (err) {
+      this.#o.logger.warn({ requestId: ticket.id, err: errText(err) }, 'dispatcher: eviction failed');
+    }
+    if (!ok) {
+      if (replica !== undefined) ticket.markDispatched(replica, this.#o.timer.now());
+      return false;
+    }
+    this.gateway.pump(ticket.pool).catch((err: unknown) => {
+      this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
+    });
+    return true;
   }
 
   /** Renews the lease, subscribes to assignments, evictions and replica changes, starts the timers. */
@@ -116,6 +239,7 @@ export class GatewayRuntime {
     every(o.options.reclaimEveryMs, () => this.#reclaim(), 'reclaim');
     every(o.options.flushMs, () => this.#chargeTick(), 'flush');
     every(o.options.pumpEveryMs, () => this.gateway.pump(), 'pump');
+    await this.control?.start();
   }
 
   /**
@@ -128,6 +252,7 @@ export class GatewayRuntime {
     this.#shutdown.abort();
     for (const t of this.#timers.splice(0)) clearInterval(t);
     for (const u of this.#unsubs.splice(0)) u();
+    await this.control?.stop().catch(() => undefined);
     await this.gateway.flush().catch(() => undefined);
   }
 
@@ -223,6 +348,7 @@ export class GatewayRuntime {
   async finish(ticket: Ticket, usage: Usage): Promise<void> {
     this.#tickets.delete(ticket.id);
     this.#meters.delete(ticket.id);
+    if (this.control !== undefined) this.#forget(ticket, usage.outputTokens);
     try {
       await this.gateway.complete(ticket.id, usage);
     } catch (err) {
@@ -265,6 +391,7 @@ export class GatewayRuntime {
   async abandon(ticket: Ticket, usage: Usage): Promise<void> {
     this.#tickets.delete(ticket.id);
     this.#meters.delete(ticket.id);
+    if (this.control !== undefined) this.#forget(ticket, undefined);
     try {
       await this.gateway.cancel(ticket.id, usage);
     } catch (err) {
@@ -340,10 +467,31 @@ export class GatewayRuntime {
     else void this.gateway.cancel(a.requestId);
   }
 
+  /** A finished or abandoned request leaves the control's view (finished ones with their output). */
+  #forget(ticket: Ticket, outputTokens: number | undefined): void {
+    this.#runs.delete(ticket.id);
+    this.#resumeFrom.delete(ticket.id);
+    if (outputTokens === undefined) return;
+    const r = ticket.req;
+    this.#finished.push({
+      requestId: r.id,
+      model: r.model,
+      sloClass: r.sloClass,
+      inputTokens: r.inputTokens,
+      maxTokens: r.maxTokens,
+      arrivalMs: r.arrivalMs,
+      generated: outputTokens,
+    });
+  }
+
   #onEvict(e: Evict): void {
     for (const id of e.requestIds) {
       const t = this.#tickets.get(id);
-      if (t?.replica !== undefined) t.evicted.abort(e.reason ?? 'evicted');
+      // Only the run the eviction is about: the request may have moved on since it was planned.
+      if (t?.replica === undefined || t.replica !== e.replicaId) continue;
+      const run = this.#runs.get(id);
+      if (run !== undefined) run.abort(e.reason ?? 'evicted');
+      else t.evicted.abort(e.reason ?? 'evicted');
     }
   }
 

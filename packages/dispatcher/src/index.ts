@@ -6,6 +6,9 @@ export {
 } from './admin-events.ts';
 export { buildDispatcher, type Dispatcher, type DispatcherDeps } from './app.ts';
 export { hashApiKey, type KeyGrant, KeyRing, keyRingFromConfig, type Principal } from './auth.ts';
+export { ControlFeed } from './control-feed.ts';
+export { ControlPlane, type ControlPlaneOptions, type Holdings } from './control-plane.ts';
+export { liveProfiles, type ReplicaShape } from './control-profiles.ts';
 export {
   type DispatcherOptions,
   type ResolvedDispatcherOptions,
@@ -24,10 +27,18 @@ export { GatewayMetrics, type RequestOutcome } from './gateway-metrics.ts';
 export {
   GatewayRuntime,
   type GatewayRuntimeOptions,
+  type RuntimeHoldings,
   type RuntimeSubmit,
   type WaitOutcome,
 } from './gateway-runtime.ts';
 export { connectInfrastructure, type Infrastructure, type InfrastructureOptions } from './infrastructure.ts';
+export {
+  LeaderLease,
+  type LeaderLeaseOptions,
+  type LeaseBackend,
+  MemoryLeaseBackend,
+  RedisLeaseBackend,
+} from './leader-lease.ts';
 export { chatCompletionSchema, completionSchema } from './openai-schemas.ts';
 export { RegistryReplicaSource } from './replica-source.ts';
 export { FairwayHeaders } from './request-headers.ts';

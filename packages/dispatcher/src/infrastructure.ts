@@ -3,6 +3,7 @@ import type { Clock, Logger } from '@fairway/core';
 import { MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { Redis } from 'ioredis';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
+import { type LeaseBackend, MemoryLeaseBackend, RedisLeaseBackend } from './leader-lease.ts';
 
 /** The shared state and messaging a dispatcher runs on. */
 export interface Infrastructure {
@@ -10,6 +11,11 @@ export interface Infrastructure {
   readonly bus: Bus;
   /** Started; fed by agents' registrations and heartbeats. */
   readonly registry: ReplicaRegistry;
+  /**
+   * The control plane's leader lease: a key under the store's prefix in Redis (one leader among
+   * the dispatchers sharing the store), or memory (the dispatchers of this process).
+   */
+  readonly lease: LeaseBackend;
   /** `redis` or `memory`, for start-up messages. */
   readonly storeKind: 'redis' | 'memory';
   readonly busKind: 'nats' | 'memory';
@@ -114,6 +120,9 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
     store,
     bus,
     registry,
+    lease: redis
+      ? new RedisLeaseBackend(redis, `{${o.prefix}}:control-leader`)
+      : new MemoryLeaseBackend(o.clock),
     storeKind: redis ? 'redis' : 'memory',
     busKind: o.natsUrl !== undefined ? 'nats' : 'memory',
     async close() {

@@ -11,12 +11,14 @@ import {
 import {
   type AdmissionPolicy,
   aladdinPlacement,
+  edfPolicy,
   fcfsPolicy,
   MINUTE_MS,
   type OrderingPolicy,
   oitAdmission,
   type PlacementPolicy,
   placementByName,
+  type QueuePlanner,
   rpmWindow,
   tpmWindow,
   vtcPolicy,
@@ -33,7 +35,13 @@ export interface SchedulingSetup {
   readonly placement: PlacementPolicy;
   /** Tenant and app RPM/TPM windows, OIT throttles, per-tenant and per-pool queue bounds. */
   readonly admission: AdmissionFunction;
+  /** SLO classes as the gateway queues them (EDF queues every class in one band). */
   readonly sloClasses: readonly SloClass[];
+  /**
+   * The planner of the SLO-class control plane: `qlm` for `ordering: qlm`, `edf` for `ordering:
+   * edf`; undefined for the other orderings, which run without one.
+   */
+  readonly planner: QueuePlanner | undefined;
   /** The cost function service is measured with (metrics). */
   readonly cost: CostFunction;
   /** The pool a model is served by: configured pools first, else the model name itself. */
@@ -107,11 +115,11 @@ function orderingFromConfig(
       });
     }
     case 'edf':
+      // Earliest deadline first over every class in one band, as the simulator's EDF baseline.
+      return edfPolicy(config.sloClasses, cost);
     case 'qlm':
-      throw unsupported(
-        'policy.ordering',
-        `${config.policy.ordering} is not served by the dispatcher yet; use fcfs, lcf, vtc, vtc-predict or wsc`,
-      );
+      // QLM: fairness (VTC) inside each class's band; the control plane orders the bands.
+      return { ...vtcPolicy({ cost, weightOf }), name: 'qlm' };
   }
 }
 
@@ -171,11 +179,18 @@ export function schedulingFromConfig(
     };
   };
 
+  const edf = config.policy.ordering === 'edf';
+  const planner: QueuePlanner | undefined = edf
+    ? 'edf'
+    : config.policy.ordering === 'qlm'
+      ? 'qlm'
+      : undefined;
   return {
     ordering,
     placement,
     admission,
-    sloClasses: config.sloClasses,
+    sloClasses: edf ? config.sloClasses.map((c) => ({ ...c, band: 0 })) : config.sloClasses,
+    planner,
     cost,
     poolOf: (model) => poolByModel.get(model) ?? model,
     configuredModels: config.pools.map((p) => p.model),

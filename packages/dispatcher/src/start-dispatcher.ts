@@ -63,6 +63,7 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
       store: infrastructure.store,
       bus: infrastructure.bus,
       registry: infrastructure.registry,
+      lease: infrastructure.lease,
       engines: input.engines ?? ((url) => new VllmClient({ url })),
       clock: systemClock,
       timer: monotonicTimer,

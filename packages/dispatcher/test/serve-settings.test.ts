@@ -71,14 +71,27 @@ describe('dispatcher options and policies from config', () => {
   it('refuses policies the dispatcher cannot serve at start-up, naming the field (and builds the rest)', () => {
     const opts = resolveDispatcherOptions({}, parseConfig({}));
     expect(
-      issues(() => schedulingFromConfig(parseConfig({ policy: { ordering: 'qlm' } }), opts, 'd'))[0],
-    ).toMatch(/^policy\.ordering: qlm is not served/);
+      issues(() => schedulingFromConfig(parseConfig({ policy: { ordering: 'vtc-oracle' } }), opts, 'd'))[0],
+    ).toMatch(/^policy\.ordering: vtc-oracle needs true output lengths/);
     expect(
       schedulingFromConfig(parseConfig({ policy: { placement: 'aladdin' } }), opts, 'd').placement.name,
     ).toBe('aladdin');
     expect(
       issues(() => schedulingFromConfig(parseConfig({ policy: { ordering: 'wsc' } }), opts, 'd'))[0],
     ).toMatch(/^apps: /);
+  });
+
+  it('serves qlm as fairness inside class bands under the control plane, and edf as deadlines in one band', () => {
+    const opts = resolveDispatcherOptions({}, parseConfig({}));
+    const qlm = schedulingFromConfig(parseConfig({ policy: { ordering: 'qlm' } }), opts, 'd');
+    expect(qlm.planner).toBe('qlm');
+    expect(qlm.ordering.name).toBe('qlm');
+    expect(new Set(qlm.sloClasses.map((c) => c.band)).size).toBeGreaterThan(1);
+    const edf = schedulingFromConfig(parseConfig({ policy: { ordering: 'edf' } }), opts, 'd');
+    expect(edf.planner).toBe('edf');
+    expect(edf.ordering.mode).toBe('score');
+    expect(edf.sloClasses.map((c) => c.band)).toEqual(edf.sloClasses.map(() => 0));
+    expect(schedulingFromConfig(parseConfig({}), opts, 'd').planner).toBeUndefined();
   });
 
   it('applies tenant limits (or the defaults), app limits and queue bounds at admission', () => {
