@@ -38,6 +38,27 @@ function twoClients(rates: readonly [number, number]) {
 
 const tenants = (n: number) => Array.from({ length: n }, (_, i) => ({ id: `client${i + 1}`, weight: 1 }));
 
+/**
+ * Shares of the three most active clients in each 200 s era of `vtc-real` (the rest goes to a
+ * Zipf(1) tail of 24 clients). In the LMSYS trace the paper samples, a client is one model of the
+ * Chatbot Arena, and which models are popular shifts over the months the trace spans; sampled
+ * conversations are re-scaled onto 10 minutes, so the shift happens within the run. Read off the
+ * artifact's published per-request results (Ying1123/VTC-artifact,
+ * `fair_bench/FCFS/all_results_real.jsonl`, about 85 requests each at 0–26 s, 137–164 s and
+ * 316–353 s, and the last 30 at 589–600 s): `rank-8-0` sends about half at first, a quarter by
+ * 150 s and almost nothing after 300 s; `rank-8-2` a fifth to a third throughout; `rank-8-10`
+ * none at first and a fifth from the middle on.
+ */
+const REAL_ERAS: readonly {
+  readonly startS: number;
+  readonly endS: number;
+  readonly top: readonly number[];
+}[] = [
+  { startS: 0, endS: 200, top: [0.45, 0.2, 0] },
+  { startS: 200, endS: 400, top: [0.1, 0.25, 0.22] },
+  { startS: 400, endS: 600, top: [0.05, 0.3, 0.18] },
+];
+
 /** Built-in VTC scenarios by name. */
 export const VTC_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
   'vtc-overload': {
@@ -193,7 +214,8 @@ export const VTC_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
   'vtc-real': {
     description:
       'Like VTC section 5.3 (27 clients of a chat service, 210 req/min over 10 minutes, mean 136 in / 256 out): ' +
-      'Zipf(1)-skewed client rates, bursty Gamma(CV 2) arrivals, lognormal lengths clipped to [2,1021] / [2,977]',
+      'three dominant clients whose shares shift over three 200 s eras, a Zipf(1) tail of 24, ' +
+      'bursty Gamma(CV 2) arrivals, lognormal lengths clipped to [2,1021] / [2,977]',
     durationS: 600,
     seed: 42,
     cluster: A10G_VTC,
@@ -203,21 +225,35 @@ export const VTC_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
 };
 
 /**
- * 27 chat clients sharing 3.5 req/s (210 req/min) with Zipf(s = 1) shares, as in VTC section 5.3
- * where "a few clients have sent many more requests than others". The LMSYS Chatbot Arena trace the
- * paper samples is not redistributable here, so arrivals are Gamma with CV 2 (bursty) and lengths
- * lognormal with the paper's means (136 in, 256 out) and ranges ([2,1021], [2,977], its Figure 20).
+ * 27 chat clients sharing 3.5 req/s (210 req/min), as in VTC section 5.3, where "a few clients have
+ * sent many more requests than others" and "the request rate of individual clients and the total
+ * request rate are all highly dynamic". The LMSYS Chatbot Arena trace the paper samples is not
+ * redistributable here, so: three dominant clients whose shares shift by era ({@link REAL_ERAS}),
+ * a stationary Zipf(1) tail, Gamma arrivals with CV 2 (bursty), and lengths lognormal with the
+ * paper's means (136 in, 256 out) and ranges ([2,1021], [2,977], its Figure 20).
  */
 function realStreams(): ScenarioInput['streams'] {
   const n = 27;
-  let h = 0;
-  for (let k = 1; k <= n; k++) h += 1 / k;
-  return Array.from({ length: n }, (_, i) => ({
-    tenant: `client${i + 1}`,
-    arrival: { process: 'gamma' as const, rate: (3.5 * (1 / (i + 1))) / h, cv: 2 },
-    input: { kind: 'lognormal' as const, mean: 136, sigma: 1, min: 2, max: 1021 },
-    output: { kind: 'lognormal' as const, mean: 256, sigma: 0.8, min: 2, max: 977 },
-    // The artifact sends max_new_tokens = the sampled output length, so memory is reserved exactly.
-    maxTokens: 'output' as const,
-  }));
+  const tail = Array.from({ length: n - 3 }, (_, k) => 1 / (k + 1));
+  const h = tail.reduce((a, b) => a + b, 0);
+  const streams: NonNullable<ScenarioInput['streams']> = [];
+  for (const era of REAL_ERAS) {
+    const rest = 1 - era.top.reduce((a, b) => a + b, 0);
+    const shares = [...era.top, ...tail.map((w) => (rest * w) / h)];
+    shares.forEach((share, i) => {
+      if (share <= 0) return;
+      streams.push({
+        tenant: `client${i + 1}`,
+        name: `client${i + 1}-${era.startS}s`,
+        startS: era.startS,
+        endS: era.endS,
+        arrival: { process: 'gamma' as const, rate: 3.5 * share, cv: 2 },
+        input: { kind: 'lognormal' as const, mean: 136, sigma: 1, min: 2, max: 1021 },
+        output: { kind: 'lognormal' as const, mean: 256, sigma: 0.8, min: 2, max: 977 },
+        // The artifact sends max_new_tokens = the sampled output length, so memory is reserved exactly.
+        maxTokens: 'output' as const,
+      });
+    });
+  }
+  return streams;
 }
