@@ -106,6 +106,8 @@ export {
   type ProfiledModel,
   type ProfilingGrid,
   type ProfilingSamples,
+  performanceCostModel,
+  performanceEngineConfig,
   profileEngine,
   qlmProfile,
   type WorkloadLengths,

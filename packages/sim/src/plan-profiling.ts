@@ -18,7 +18,7 @@ import {
   type RwtProfile,
   rwtProfileFromPerformance,
 } from '@fairway/policy';
-import type { EngineConfig } from './engine-api.ts';
+import type { BatchShape, EngineConfig, StepCostModel } from './engine-api.ts';
 import { EngineModel } from './engine-model.ts';
 
 /** Which shapes a profiling run measures. */
@@ -217,4 +217,35 @@ export function qlmProfile(
   }
   const inefficiency = measureInefficiency(ideal, { generatedTokens: generated, elapsedMs });
   return { ...ideal, inefficiency };
+}
+
+/**
+ * A step cost model that runs at a fitted performance model's speed (e.g. one `fairway profile`
+ * measured on real hardware): a step's prefill costs `k1·tokens + c1` and its decode
+ * `k2·context + c2·sequences + c3`, added when a step does both (Aladdin section 3.2).
+ */
+export function performanceCostModel(perf: PerformanceModel): StepCostModel {
+  return {
+    name: `profiled ${perf.model} on ${perf.gpu} × ${perf.tp}`,
+    stepMs(shape: BatchShape): number {
+      const prefill = shape.prefillTokens > 0 ? perf.prefill.k1 * shape.prefillTokens + perf.prefill.c1 : 0;
+      const decode =
+        shape.decodeSeqs > 0
+          ? perf.decode.k2 * shape.kvTokensRead + perf.decode.c2 * shape.decodeSeqs + perf.decode.c3
+          : 0;
+      return Math.max(0, prefill) + Math.max(0, decode);
+    },
+  };
+}
+
+/** An engine configuration whose replicas have a fitted model's capacity and speed. */
+export function performanceEngineConfig(perf: PerformanceModel): EngineConfig {
+  return {
+    model: perf.model,
+    gpu: perf.gpu,
+    tp: perf.tp,
+    kvCapacityTokens: Math.floor(perf.kvCapacityTokens),
+    maxNumSeqs: perf.maxSeqs,
+    costModel: performanceCostModel(perf),
+  };
 }

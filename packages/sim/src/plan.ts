@@ -24,7 +24,7 @@ import {
 } from '@fairway/policy';
 import type { EngineConfig } from './engine-api.ts';
 import { resolveEngineConfig } from './engine-config.ts';
-import { fitEnginePerformance } from './plan-profiling.ts';
+import { fitEnginePerformance, performanceEngineConfig } from './plan-profiling.ts';
 import { runSimulation } from './runner.ts';
 import { loadTrace, traceWorkload } from './trace.ts';
 
@@ -40,6 +40,15 @@ export interface PlanSlo {
 export interface FleetPlanOptions {
   /** Built-in trace name (`azure-conv`, `azure-code`) or a CSV path. */
   readonly trace: string;
+  /**
+   * A fitted performance model (e.g. from `fairway profile`) to plan with instead of profiling the
+   * simulator's preset: its TP degree is used, and the simulated replicas run at its speed and
+   * capacity, so the plan is for the hardware it was measured on. `model`, `gpu` and `tps` are
+   * then ignored. @default none (profile the preset at each TP degree)
+   */
+  readonly performanceModel?:
+    | { readonly model: PerformanceModel; readonly fit: PerformanceFitReport }
+    | undefined;
   readonly model: string;
   readonly gpu: string;
   readonly slo: PlanSlo;
@@ -191,7 +200,16 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
   // Worker configuration: a performance model per TP degree that fits, fitted over the batches an
   // ATGT-bound replica runs (the decode model is linear; the engine's step time is not, far out).
   const fitted = new Map<number, { model: PerformanceModel; fit: PerformanceFitReport }>();
-  for (const tp of options.tps ?? [1, 2, 4, 8]) {
+  const given = options.performanceModel;
+  const modelName = given?.model.model ?? options.model;
+  const gpuName = given?.model.gpu ?? options.gpu;
+  if (given) {
+    fitted.set(given.model.tp, given);
+    log(
+      `using the given performance model of ${given.model.model} on ${given.model.gpu} × ${given.model.tp}: fit error ${(given.fit.worstMape * 100).toFixed(1)}%`,
+    );
+  }
+  for (const tp of given ? [] : (options.tps ?? [1, 2, 4, 8])) {
     const config: EngineConfig = { model: options.model, gpu: options.gpu, tp };
     try {
       resolveEngineConfig(config);
@@ -230,7 +248,9 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
     history.length > 100 ? history : rows,
     options.shortQuantile ?? 0,
   );
-  const engineConfig: EngineConfig = { model: options.model, gpu: options.gpu, tp: chosenTp };
+  const engineConfig: EngineConfig = given
+    ? performanceEngineConfig(given.model)
+    : { model: options.model, gpu: options.gpu, tp: chosenTp };
   const costModel = resolveEngineConfig(engineConfig).costModel;
   const feasibleAlone = (r: RequestDescriptor): boolean => {
     const prefill = costModel.stepMs({
@@ -262,7 +282,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
       trace: options.trace,
       split: { tenants: 1 },
       seed,
-      model: options.model,
+      model: modelName,
       rateScale: scale,
       startS,
       durationS: windowS,
@@ -375,8 +395,8 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
   }
   return {
     trace: options.trace,
-    model: options.model,
-    gpu: options.gpu,
+    model: modelName,
+    gpu: gpuName,
     slo: options.slo,
     windowS,
     traceRate,

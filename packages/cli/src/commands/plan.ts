@@ -1,7 +1,13 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { GPUS, MODELS } from '@fairway/core';
-import { PLACEMENT_NAMES } from '@fairway/policy';
+import {
+  type PerformanceFitReport,
+  type PerformanceModel,
+  PLACEMENT_NAMES,
+  PolicyInputError,
+  parsePerformanceModelFile,
+} from '@fairway/policy';
 import { type FleetPlan, planFleet, renderPlanPlot } from '@fairway/sim';
 import type { Command } from 'commander';
 import { z } from 'zod';
@@ -27,6 +33,31 @@ export interface PlanOptions {
   readonly seed?: string | undefined;
   readonly json?: boolean | undefined;
   readonly out?: string | undefined;
+  /** A performance-model file from `fairway profile`, used instead of profiling the presets. */
+  readonly perfModel?: string | undefined;
+}
+
+/** Reads a performance-model file; problems (unreadable, not JSON, invalid fields) are appended. */
+function readPerfModel(
+  path: string,
+  problems: string[],
+): { model: PerformanceModel; fit: PerformanceFitReport } | undefined {
+  let json: unknown;
+  try {
+    json = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    problems.push(`--perf-model: cannot read ${path} as JSON (${(err as Error).message})`);
+    return undefined;
+  }
+  try {
+    const { model, file } = parsePerformanceModelFile(json);
+    return { model, fit: { ...file.fit, kv: file.fit.kv } };
+  } catch (err) {
+    if (!(err instanceof PolicyInputError)) throw err;
+    for (const i of err.issues)
+      problems.push(`--perf-model: ${path}: ${i.path ? `${i.path}: ` : ''}${i.message}`);
+    return undefined;
+  }
 }
 
 const duration = z
@@ -81,6 +112,10 @@ export function registerPlanCommand(program: Command, io: CliIo, setCode: (code:
     .option('--trace <name|file>', 'built-in trace (azure-conv, azure-code) or a CSV trace')
     .option('--model <name>', `model: ${Object.keys(MODELS).join(', ')}`)
     .option('--gpu <name>', `GPU: ${Object.keys(GPUS).join(', ')}`)
+    .option(
+      '--perf-model <file>',
+      'plan with a performance model from fairway profile (its model, GPU and TP) instead of the presets',
+    )
     .option('--slo <ttft=…,atgt=…>', 'SLO targets, in s or ms, e.g. ttft=1s,atgt=25ms')
     .option('--rates <list>', 'arrival rates as multiples of the trace mean rate (default 1,2,4)')
     .option('--window <s>', 'simulated seconds of the trace replayed per check (default 300)')
@@ -111,12 +146,18 @@ function table(plan: FleetPlan): string {
 export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number> {
   const problems: string[] = [];
   if (!opts.trace) problems.push('--trace is required (azure-conv, azure-code or a CSV file)');
-  if (!opts.model) problems.push('--model is required');
-  else if (!(opts.model in MODELS))
-    problems.push(`--model: unknown model "${opts.model}"; known: ${Object.keys(MODELS).join(', ')}`);
-  if (!opts.gpu) problems.push('--gpu is required');
-  else if (!(opts.gpu in GPUS))
-    problems.push(`--gpu: unknown GPU "${opts.gpu}"; known: ${Object.keys(GPUS).join(', ')}`);
+  const perf = opts.perfModel === undefined ? undefined : readPerfModel(opts.perfModel, problems);
+  if (opts.perfModel === undefined) {
+    if (!opts.model) problems.push('--model is required');
+    else if (!(opts.model in MODELS))
+      problems.push(`--model: unknown model "${opts.model}"; known: ${Object.keys(MODELS).join(', ')}`);
+    if (!opts.gpu) problems.push('--gpu is required');
+    else if (!(opts.gpu in GPUS))
+      problems.push(`--gpu: unknown GPU "${opts.gpu}"; known: ${Object.keys(GPUS).join(', ')}`);
+  } else {
+    for (const flag of ['model', 'gpu', 'tp'] as const)
+      if (opts[flag] !== undefined) problems.push(`--${flag}: not with --perf-model (the file names it)`);
+  }
   let slo: { ttftS: number; atgtS: number } | undefined;
   if (!opts.slo) problems.push('--slo is required (e.g. --slo ttft=1s,atgt=25ms)');
   else {
@@ -133,12 +174,15 @@ export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number>
   for (const p of placements ?? [])
     if (!(PLACEMENT_NAMES as readonly string[]).includes(p))
       problems.push(`--placements: unknown placement "${p}"; known: ${PLACEMENT_NAMES.join(', ')}`);
-  if (problems.length > 0 || !opts.trace || !opts.model || !opts.gpu || !slo) throw new UsageError(problems);
+  const model = perf?.model.model ?? opts.model;
+  const gpu = perf?.model.gpu ?? opts.gpu;
+  if (problems.length > 0 || !opts.trace || !model || !gpu || !slo) throw new UsageError(problems);
 
   const plan = await planFleet({
     trace: opts.trace,
-    model: opts.model,
-    gpu: opts.gpu,
+    model,
+    gpu,
+    performanceModel: perf,
     slo,
     rateScales: rates,
     windowS: window,
