@@ -11,6 +11,8 @@ import type { Flushable, StreamFlusher } from './stream-flusher.ts';
 export interface GenerationInit {
   readonly identity: ResponseIdentity;
   readonly seq: EngineSeqInput;
+  /** Index of the first output token: tokens a continuation already has (0 for a new request). */
+  readonly firstToken?: number;
   /** `stop` when the request ends by itself, `length` when `max_tokens` cuts it. */
   readonly finishReason: 'stop' | 'length';
   readonly stream: boolean;
@@ -147,7 +149,7 @@ export class Generation implements Flushable {
       let out = previous === 0 && this.#init.identity.kind === 'chat' ? c.roleChunk(usage) : '';
       for (let n = previous + 1; n <= upTo; n++) {
         const last = n === seq.outputTokens ? this.#init.finishReason : null;
-        out += c.tokenChunk(tokenText(n - 1), last, usage, n);
+        out += c.tokenChunk(tokenText((this.#init.firstToken ?? 0) + n - 1), last, usage, n);
       }
       if (this.#init.flusher && fault.kind !== 'drop') {
         this.#pending += out;
@@ -192,7 +194,13 @@ export class Generation implements Flushable {
       this.#send(this.#takePending() + out);
       res.end();
     } else {
-      const body = completionBody(identity, seq.inputTokens, this.#generated, finishReason);
+      const body = completionBody(
+        identity,
+        seq.inputTokens,
+        this.#generated,
+        finishReason,
+        this.#init.firstToken ?? 0,
+      );
       res.writeHead(200, {
         'content-type': 'application/json',
         'content-length': Buffer.byteLength(body),

@@ -35,6 +35,10 @@ export const chatRequestSchema = z.looseObject({
     )
     .min(1, 'must contain at least one message'),
   max_completion_tokens: z.number().int().positive().nullish(),
+  /** vLLM: continue the final (assistant) message instead of starting a new one. */
+  continue_final_message: z.boolean().nullish(),
+  /** vLLM: open a new assistant turn after the messages (its default is true). */
+  add_generation_prompt: z.boolean().nullish(),
 });
 
 /** `POST /v1/completions` as the simulated engine reads it. */
@@ -61,6 +65,13 @@ export function chatPromptTokens(req: ChatRequest): number {
     return '';
   });
   return Math.max(1, estimateChatTokens(contents));
+}
+
+/** The text of a message's content (string or text parts). */
+export function messageText(content: ChatRequest['messages'][number]['content']): string {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) return content.map((p) => p.text ?? '').join('');
+  return '';
 }
 
 /** Prompt tokens of a completion request: the token ids' count, or the text's estimate. */

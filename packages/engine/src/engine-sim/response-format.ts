@@ -79,11 +79,26 @@ export function tokenText(index: number): string {
   return WORDS[index % WORDS.length]!;
 }
 
-/** The text of `count` output tokens. */
-export function syntheticText(count: number): string {
+/** The text of `count` output tokens, starting at token `from` (a continuation's first). */
+export function syntheticText(count: number, from = 0): string {
   let s = '';
-  for (let i = 0; i < count; i++) s += tokenText(i);
+  for (let i = from; i < from + count; i++) s += tokenText(i);
   return s;
+}
+
+/**
+ * How many of the engine's own output tokens `text` begins with: the length of a partial answer
+ * a continuation (`continue_final_message`) hands back, so the engine goes on where it stopped.
+ */
+export function syntheticPrefixTokens(text: string): number {
+  let pos = 0;
+  let n = 0;
+  for (;;) {
+    const t = tokenText(n);
+    if (!text.startsWith(t, pos)) return n;
+    pos += t.length;
+    n++;
+  }
 }
 
 /** `usage` as vLLM serialises it. */
@@ -158,8 +173,9 @@ export function completionBody(
   promptTokens: number,
   completionTokens: number,
   finishReason: string,
+  firstToken = 0,
 ): string {
-  const text = JSON.stringify(syntheticText(completionTokens));
+  const text = JSON.stringify(syntheticText(completionTokens, firstToken));
   const head = `{"id":${JSON.stringify(identity.id)},"object":"${identity.kind === 'chat' ? 'chat.completion' : 'text_completion'}","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":[`;
   const choice =
     identity.kind === 'chat'

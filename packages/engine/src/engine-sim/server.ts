@@ -30,8 +30,9 @@ import {
   chatRequestSchema,
   completionPromptTokens,
   completionRequestSchema,
+  messageText,
 } from './request-schema.ts';
-import { errorBody, type ResponseKind } from './response-format.ts';
+import { errorBody, type ResponseKind, syntheticPrefixTokens } from './response-format.ts';
 import { StreamFlusher } from './stream-flusher.ts';
 
 /** What {@link buildEngineSimApp} needs: validated options and the engine model it serves. */
@@ -173,9 +174,34 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       );
     }
     const maxTokens = requestedMax ?? maxModelLen - promptTokens;
+    // A continuation goes on where the partial answer it carries stopped, as the model would: the
+    // tokens it already has count toward the request's natural length and the text continues.
+    let firstToken = headerInt(req, 'x-fairway-resumed-tokens') ?? 0;
+    if (kind === 'chat') {
+      const chat = body as ChatRequest;
+      if (chat.continue_final_message === true) {
+        if (chat.add_generation_prompt === true)
+          return sendError(
+            reply,
+            400,
+            'BadRequestError',
+            'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
+          );
+        const last = chat.messages[chat.messages.length - 1];
+        if (last?.role !== 'assistant')
+          return sendError(
+            reply,
+            400,
+            'BadRequestError',
+            'continue_final_message is set but the final message is not an assistant message.',
+          );
+        firstToken = syntheticPrefixTokens(messageText(last.content));
+      }
+    }
     const natural = Math.max(
       1,
-      body.fairway_output_tokens ?? headerInt(req, 'x-fairway-output-tokens') ?? outputLength(),
+      (body.fairway_output_tokens ?? headerInt(req, 'x-fairway-output-tokens') ?? outputLength()) -
+        firstToken,
     );
     const outputTokens = body.ignore_eos ? maxTokens : Math.min(natural, maxTokens);
     const finishReason =
@@ -202,6 +228,7 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
         ...(adapter === undefined ? {} : { adapter }),
       },
       finishReason,
+      ...(firstToken > 0 ? { firstToken } : {}),
       stream: body.stream === true,
       includeUsage: body.stream_options?.include_usage === true,
       continuousUsage: body.stream_options?.continuous_usage_stats === true,
