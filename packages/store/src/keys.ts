@@ -101,7 +101,12 @@ export function luaKeyFunctions(only?: ReadonlySet<string>): string {
   );
   const lines = ['local BASE = ARGV[1]'];
   if (kinds.some(([, names]) => names.length > 1)) {
-    lines.push("local function lp(s) s = tostring(s) return #s .. '.' .. s .. ':' end");
+    // Memoised: `#s .. '.'` formats a number (a printf) and scripts build keys of the same pool,
+    // band and flow many times.
+    lines.push(
+      'local LP = {}',
+      "local function lp(s) local r = LP[s] if r == nil then r = tostring(s) r = #r .. '.' .. r .. ':' LP[s] = r end return r end",
+    );
   }
   for (const [kind, names] of kinds) {
     const args = names.join(', ');

@@ -10,7 +10,7 @@ local function chargeRequest(id, amount)
   local key = key_req(id)
   local r = redis.call('HMGET', key, 'state', 'pool', 'band', 'flow', 'charged')
   if r[1] ~= 'r' then return 0 end
-  redis.call('HSET', key, 'charged', fmt(tonumber(r[5]) + amount))
+  redis.call('HSET', key, 'charged', tonumber(r[5]) + amount)
   addToCounter(r[2], r[3], r[4], amount)
   return 1
 end

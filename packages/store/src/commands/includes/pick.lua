@@ -57,58 +57,80 @@ local function dispatchNext(o)
 
   for bi = 1, nBands do
     local band = ARGV[o + 5 + bi]
-    local id, flow, counter, pickedCont, nextHead = nil, nil, nil, false, nil
+    -- Under `fair` with no continuations queued in the band the pick already tells the flow, its
+    -- backlog member and the request's FIFO member, and that the flow has no continuation member:
+    -- the reads below then fetch only what is still unknown (each reply element costs the script).
+    local id, flow, fm, pickedCont, nextHead, member = nil, nil, nil, false, nil, nil
     if ordering == 'score' then
       id = redis.call('ZRANGE', key_byScore(pool, band), 0, 0)[1]
     else
-      local top = redis.call('ZRANGE', key_contBacklog(pool, band), 0, 0, 'WITHSCORES')
+      -- The counter is read from the flow's hash below: a score in a reply costs a double to string
+      -- and back.
+      local top = redis.call('ZRANGE', key_contBacklog(pool, band), 0, 0)
       pickedCont = top[1] ~= nil
-      if not pickedCont then top = redis.call('ZRANGE', key_backlog(pool, band), 0, 0, 'WITHSCORES') end
+      if not pickedCont then
+        top = redis.call('ZRANGE', key_backlog(pool, band), 0, 0)
+        member = top[1]
+      end
       if top[1] ~= nil then
-        flow, counter = memberFlow(top[1]), tonumber(top[2])
+        flow = memberFlow(top[1])
         local fifoOf = pickedCont and key_contFifo or key_fifo
         local heads = redis.call('ZRANGE', fifoOf(pool, band, flow), 0, 1)
         if heads[1] == nil then return -1 end
-        id, nextHead = memberId(heads[1]), heads[2]
+        fm, nextHead = heads[1], heads[2]
+        id = memberId(fm)
       end
     end
 
     if id ~= nil then
-      local f = redis.call('HMGET', key_req(id), 'flow', 'reserve', 'cost', 'cont', 'rec', 'fm', 'charged')
-      if not f[1] then return -1 end
-      flow = f[1]
-      local reserve = tonumber(f[2])
+      local reqKey = key_req(id)
+      local f
+      if fm == nil then
+        f = redis.call('HMGET', reqKey, 'reserve', 'cost', 'cont', 'rec', 'charged', 'flow', 'fm')
+        if not f[6] then return -1 end
+        flow, fm = f[6], f[7]
+      else
+        f = redis.call('HMGET', reqKey, 'reserve', 'cost', 'cont', 'rec', 'charged')
+        if not f[1] then return -1 end
+      end
+      local reserve = tonumber(f[1])
 
       local chosen, bestLeft, chosenTokens, chosenSeqs = nil, 0, 0, 0
       for i = 0, nReplicas - 1 do
         local b = rBase + 1 + i * 3
         local rep = redis.call('HMGET', key_replica(ARGV[b]), 'tokens', 'seqs')
-        local tokens, seqs = num(rep[1]), num(rep[2])
+        local tokens, seqs, capacity = num(rep[1]), num(rep[2]), tonumber(ARGV[b + 1])
         local after = tokens + reserve
-        if after <= tonumber(ARGV[b + 1]) and seqs + 1 <= tonumber(ARGV[b + 2]) then
-          local left = tonumber(ARGV[b + 1]) - after
+        if after <= capacity and seqs + 1 <= tonumber(ARGV[b + 2]) then
+          local left = capacity - after
           if chosen == nil or left < bestLeft then
             chosen, bestLeft, chosenTokens, chosenSeqs = ARGV[b], left, after, seqs + 1
           end
           if fit == 'first' then break end
         end
       end
-      if chosen == nil then return { 'blocked', id, f[2] } end
+      if chosen == nil then return { 'blocked', id, f[1] } end
 
       -- Dequeue and charge in one pass: each backlog member of the flow is re-keyed once, with the
       -- new counter and the new head.
       local fk = key_flow(pool, band, flow)
-      local v = redis.call('HMGET', fk, 'n', 'b', 'c')
-      if counter == nil then counter = num(v[1]) end
-      local c = fmt(counter + tonumber(f[3]))
+      local v
+      if member ~= nil then
+        v = { redis.call('HGET', fk, 'n'), member, false }
+      else
+        v = redis.call('HMGET', fk, 'n', 'b', 'c')
+      end
+      local cost = tonumber(f[2])
+      -- Numbers go to redis.call as they are: Redis formats them with %.17g, as fmt does.
+      local c = num(v[1]) + cost
       local fields, gone = { 'n', c }, {}
       local fifo = key_fifo(pool, band, flow)
-      redis.call('ZREM', fifo, f[6])
+      redis.call('ZREM', fifo, fm)
       redis.call('ZREM', key_byScore(pool, band), id)
       redis.call('DECR', key_poolQueued(pool))
-      if f[4] == '1' then
+      if f[3] == '1' then
         local cf = key_contFifo(pool, band, flow)
-        redis.call('ZREM', cf, f[6])
+        redis.call('ZREM', cf, fm)
         local head = pickedCont and nextHead or redis.call('ZRANGE', cf, 0, 0)[1]
         rekey(key_contBacklog(pool, band), 'c', v[3], backlogMember(head, flow), c, true, fields, gone)
       elseif v[3] then
@@ -125,10 +147,10 @@ local function dispatchNext(o)
       end
       applyFlowHash(fk, fields, gone)
 
-      redis.call('HSET', key_replica(chosen), 'tokens', fmt(chosenTokens), 'seqs', chosenSeqs)
+      redis.call('HSET', key_replica(chosen), 'tokens', chosenTokens, 'seqs', chosenSeqs)
       -- A re-queued request keeps what it was charged before (see requeue).
-      redis.call('HSET', key_req(id), 'state', 'r', 'replica', chosen, 'charged', fmt(num(f[7]) + tonumber(f[3])))
-      return { 'dispatched', chosen, f[5] }
+      redis.call('HSET', reqKey, 'state', 'r', 'replica', chosen, 'charged', num(f[5]) + cost)
+      return { 'dispatched', chosen, f[4] }
     end
   end
   return { 'empty' }

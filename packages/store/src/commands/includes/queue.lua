@@ -67,7 +67,7 @@ end
 local function addToCounter(pool, band, flow, amount)
   local fk = key_flow(pool, band, flow)
   local v = redis.call('HMGET', fk, 'n', 'b', 'c')
-  local s = fmt(num(v[1]) + amount)
+  local s = num(v[1]) + amount
   redis.call('HSET', fk, 'n', s)
   if v[2] then redis.call('ZADD', key_backlog(pool, band), s, v[2]) end
   if v[3] then redis.call('ZADD', key_contBacklog(pool, band), s, v[3]) end
@@ -127,7 +127,7 @@ local function enqueue(pool, band, flow, id, fm, seq, score, arrival, cont, lift
       end
       if floor ~= nil and floor > n then n = floor end
     end
-    c = fmt(n)
+    c = n
     local m = backlogMember(fm, flow)
     join(bl, c, m)
     fields[#fields + 1] = 'n'
@@ -187,6 +187,6 @@ local function release(r)
   if seqs <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('HSET', key, 'tokens', fmt(num(rep[1]) - tonumber(r.reserve)), 'seqs', seqs)
+    redis.call('HSET', key, 'tokens', num(rep[1]) - tonumber(r.reserve), 'seqs', seqs)
   end
 end
