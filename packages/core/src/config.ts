@@ -168,6 +168,24 @@ export const policyConfigSchema = z
     control: controlConfigSchema.default(controlConfigSchema.parse({})),
     /** Desired-replicas signals per pool. @default none */
     scaling: z.array(scalingConfigSchema).default([]),
+    /**
+     * Performance-model files written by `fairway profile` (paths relative to the working
+     * directory), one per (model, GPU, TP). `placement: aladdin` bounds each replica whose model,
+     * GPU and TP match one by its SLO constraints; other replicas keep KV and sequence capacity.
+     * @default none
+     */
+    performanceModels: z.array(z.string().min(1)).default([]),
+    /** Targets `placement: aladdin` places for (with `performanceModels`). @default none */
+    slo: z
+      .object({
+        /**
+         * Average token generation time, seconds per output token after the first: a replica is
+         * given no more sequences and context than keep its decode iterations within it.
+         */
+        atgtS: positive,
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 

@@ -70,7 +70,13 @@ const KNOWN_ROUTES: Record<string, string> = {
 export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const options = resolveDispatcherOptions(deps.options ?? {}, deps.config);
   const tenants = TenantDirectory.fromConfig(deps.config);
-  const scheduling = schedulingFromConfig(deps.config, options, deps.id, tenants);
+  const scheduling = schedulingFromConfig(
+    deps.config,
+    options,
+    deps.id,
+    tenants,
+    (id) => deps.registry.get(id)?.registration,
+  );
   const metrics = new GatewayMetrics(deps.config.tenants.map((t) => t.id));
   const store = new TimedStore(deps.store, metrics.storeLatency, deps.timer);
   const logger = deps.logger.child({ dispatcher: deps.id });

@@ -27,6 +27,7 @@ import {
 } from '@fairway/policy';
 import type { AdmissionFunction, AdmissionRules } from '@fairway/scheduler';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
+import { loadPerformanceModels, performanceModelOf, type ReplicaIdentity } from './performance-models.ts';
 import { TenantDirectory } from './tenant-directory.ts';
 
 /** Everything the gateway scheduler needs, derived once from the config file. */
@@ -123,11 +124,27 @@ function orderingFromConfig(
   }
 }
 
-function placementFromConfig(config: FairwayConfig): PlacementPolicy {
-  // Aladdin's best fit by capacity norm over the store's reservations (its SLO checks need each
-  // replica's requests and performance model, which the placement contract does not carry).
-  if (config.policy.placement === 'aladdin') return aladdinPlacement();
-  return placementByName(config.policy.placement);
+function placementFromConfig(
+  config: FairwayConfig,
+  identityOf: ((replicaId: string) => ReplicaIdentity | undefined) | undefined,
+): PlacementPolicy {
+  const { placement, performanceModels, slo } = config.policy;
+  if (placement !== 'aladdin') {
+    if (performanceModels.length > 0)
+      throw unsupported('policy.performanceModels', 'performance models are used by placement aladdin only');
+    if (slo !== undefined) throw unsupported('policy.slo', 'SLO targets are used by placement aladdin only');
+    return placementByName(placement);
+  }
+  if (performanceModels.length === 0) {
+    if (slo !== undefined)
+      throw unsupported('policy.slo', 'aladdin needs policy.performanceModels to place for SLO targets');
+    // Best fit by capacity norm over the store's reservations, bounded by KV and sequence slots.
+    return aladdinPlacement();
+  }
+  // Each replica with a performance model gets the room its SLO constraints allow (Aladdin
+  // section 4.2 via the placement's capacity hook); replicas without one keep KV and sequences.
+  const perfOf = performanceModelOf(loadPerformanceModels(performanceModels), config, identityOf);
+  return aladdinPlacement({ perfOf, ...(slo === undefined ? {} : { atgtMs: slo.atgtS * 1000 }) });
 }
 
 /**
@@ -140,10 +157,12 @@ export function schedulingFromConfig(
   options: ResolvedDispatcherOptions,
   dispatcherId: string,
   tenants: TenantDirectory = TenantDirectory.fromConfig(config),
+  /** A replica's model, GPU and TP (the registry's registration), for its performance model. */
+  replicaIdentity?: (replicaId: string) => ReplicaIdentity | undefined,
 ): SchedulingSetup {
   const cost = costFunctionByName(config.policy.cost.fn, config.policy.cost.wIn, config.policy.cost.wOut);
   const ordering = orderingFromConfig(config, cost, tenants);
-  const placement = placementFromConfig(config).forDispatcher(dispatcherId);
+  const placement = placementFromConfig(config, replicaIdentity).forDispatcher(dispatcherId);
 
   const poolByModel = new Map(config.pools.map((p) => [p.model, p.id]));
   const poolMaxQueued = new Map(config.pools.map((p) => [p.id, p.maxQueued]));

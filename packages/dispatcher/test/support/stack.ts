@@ -80,6 +80,9 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       replicaId,
       pool: o.agentPool ?? pool?.id ?? model,
       model,
+      // The replica announces its GPU and TP as a real agent would (Aladdin's performance models).
+      ...(e.gpu === undefined ? {} : { gpu: e.gpu }),
+      ...(e.tp === undefined ? {} : { tp: e.tp }),
       maxNumSeqs: e.maxNumSeqs ?? 256,
       heartbeatIntervalMs: 100,
     });
