@@ -85,4 +85,28 @@ vllm:kv_cache_usage_perc{engine="1",model_name="llama"} 0.7
     const m = parseVllmMetrics(page);
     expect([m.blockSize, m.numGpuBlocks, m.kvCapacityTokens]).toEqual([undefined, undefined, undefined]);
   });
+
+  it('sums histogram sums and counts over engines, for the wanted model only', () => {
+    const page = `${OLD_VLLM}
+# HELP vllm:inter_token_latency_seconds Histogram of inter-token latency in seconds.
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="llama"} 3.0
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="llama"} 4.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="llama"} 4.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="llama"} 0.05
+vllm:inter_token_latency_seconds_count{engine="1",model_name="llama"} 6.0
+vllm:inter_token_latency_seconds_sum{engine="1",model_name="llama"} 0.07
+vllm:inter_token_latency_seconds_count{engine="0",model_name="other"} 100.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="other"} 9.0
+vllm:inter_token_latency_seconds_created{engine="0",model_name="llama"} 1.7e9
+`;
+    const h = parseVllmMetrics(page, { modelName: 'llama' }).histograms.get(
+      'vllm:inter_token_latency_seconds',
+    );
+    expect(h?.count).toBe(10);
+    expect(h?.sum).toBeCloseTo(0.12, 9);
+    expect(parseVllmMetrics(page).histograms.get('vllm:inter_token_latency_seconds')?.count).toBe(110);
+    // Counters ending in _count or _sum that are not histograms are not taken for one.
+    expect(parseVllmMetrics(page).histograms.has('vllm:request_success')).toBe(false);
+  });
 });
