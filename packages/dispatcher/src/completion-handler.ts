@@ -10,6 +10,7 @@ import type { GatewayMetrics } from './gateway-metrics.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
 import { chatCompletionSchema, completionSchema } from './openai-schemas.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
+import { proxyResumable } from './resumable-proxy.ts';
 import { describeRequest, type Endpoint } from './request-descriptor.ts';
 import { bearerToken, readFairwayHeaders } from './request-headers.ts';
 
@@ -152,22 +153,33 @@ export async function handleCompletion(
       arrivedAt,
       retry,
     };
-    const r = described.stream
-      ? await proxyStream(call, (h: TimingHeaders) => {
-          reply.hijack();
-          reply.raw.writeHead(200, {
-            'content-type': 'text/event-stream; charset=utf-8',
-            'cache-control': 'no-cache',
-            ...h,
-          });
-          return reply.raw;
+    const r = ctx.runtime.resumable
+      ? // The control plane may evict it: resume on the next replica rather than fail.
+        await proxyResumable(call, {
+          reply,
+          engineFor: (id) => {
+            const u = ctx.replicas.urlOf(id);
+            return u === undefined ? undefined : ctx.engines.get(u);
+          },
+          queueTimeoutMs: ctx.options.queueTimeoutMs,
+          gone: gone.signal,
         })
-      : await proxyCompletion(call, (h, body) => {
-          void reply
-            .code(200)
-            .headers({ 'content-type': 'application/json', ...h })
-            .send(Buffer.from(body));
-        });
+      : described.stream
+        ? await proxyStream(call, (h: TimingHeaders) => {
+            reply.hijack();
+            reply.raw.writeHead(200, {
+              'content-type': 'text/event-stream; charset=utf-8',
+              'cache-control': 'no-cache',
+              ...h,
+            });
+            return reply.raw;
+          })
+        : await proxyCompletion(call, (h, body) => {
+            void reply
+              .code(200)
+              .headers({ 'content-type': 'application/json', ...h })
+              .send(Buffer.from(body));
+          });
     if (r.outcome === 'retried') {
       m.engineRetries.inc();
       ctx.logger.warn(
