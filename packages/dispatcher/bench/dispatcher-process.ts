@@ -2,7 +2,12 @@
 // the config file), plus a `baseline` mode that hides the store's fused operations so the
 // gateway makes the calls it made before them — per arrival an admission, reservation reads
 // and a dispatch round; per completion a settlement, reads and a round — for a before/after
-// comparison in one run. Prints "listening on <url>" when ready; stops on SIGTERM.
+// comparison in one run. Prints "listening on <url>" when ready; stops on SIGTERM. On SIGUSR2 it
+// prints one `diag {json}` line — event-loop delay percentiles and GC pauses by kind since the
+// previous SIGUSR2 — so the orchestrator can see, per phase, how long the loop stalled and why.
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { createLogger, loadConfig, systemClock } from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
 import { connectInfrastructure, serveSettings, startDispatcher } from '../src/index.ts';
@@ -14,6 +19,13 @@ interface Args {
   readonly prefix: string;
   readonly name: string;
   readonly baseline: boolean;
+  /** Measure event-loop delay and GC pauses, reported on SIGUSR2. */
+  readonly diagnose: boolean;
+  /**
+   * Where to write a sampling heap profile of every allocation (collected ones included) made
+   * until SIGTERM, to find what the request path allocates; none when absent.
+   */
+  readonly heapProfile?: string;
 }
 
 const FUSED = new Set(['admitAndDispatch', 'settleAndDispatch']);
@@ -30,7 +42,68 @@ function withoutFused(store: SchedulingStore): SchedulingStore {
   });
 }
 
+/** Event-loop delay (sampled every 2 ms) and GC pauses, reset at every report. */
+function startDiagnostics(): () => string {
+  const loop = monitorEventLoopDelay({ resolution: 2 });
+  loop.enable();
+  const kinds: Record<number, string> = {
+    [constants.NODE_PERFORMANCE_GC_MINOR]: 'scavenge',
+    [constants.NODE_PERFORMANCE_GC_MAJOR]: 'mark-compact',
+    [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental',
+    [constants.NODE_PERFORMANCE_GC_WEAKCB]: 'weak-callbacks',
+  };
+  let gc: Record<string, { n: number; totalMs: number; maxMs: number; over2ms: number }> = {};
+  const obs = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const kind = kinds[(e as { detail?: { kind?: number } }).detail?.kind ?? -1] ?? 'other';
+      const g = (gc[kind] ??= { n: 0, totalMs: 0, maxMs: 0, over2ms: 0 });
+      g.n++;
+      g.totalMs += e.duration;
+      g.maxMs = Math.max(g.maxMs, e.duration);
+      if (e.duration > 2) g.over2ms++;
+    }
+  });
+  obs.observe({ entryTypes: ['gc'] });
+  return () => {
+    const ms = (ns: number): number => Math.round(ns / 1e4) / 100;
+    const out = JSON.stringify({
+      // monitorEventLoopDelay reports how late each 2 ms sample fired, so ~2 ms is "no delay".
+      loop: {
+        p50: ms(loop.percentile(50)),
+        p99: ms(loop.percentile(99)),
+        p999: ms(loop.percentile(99.9)),
+        max: ms(loop.max),
+        samples: loop.count,
+      },
+      gc,
+      heapMb: Math.round(process.memoryUsage().heapUsed / 1e6),
+    });
+    loop.reset();
+    gc = {};
+    return out;
+  };
+}
+
 const a = JSON.parse(process.argv[2] ?? '{}') as Args;
+if (a.diagnose) {
+  const report = startDiagnostics();
+  process.on('SIGUSR2', () => console.log(`diag ${report()}`));
+}
+let stopHeapProfile = async (): Promise<void> => undefined;
+if (a.heapProfile !== undefined) {
+  const path = a.heapProfile;
+  const session = new Session();
+  session.connect();
+  await session.post('HeapProfiler.startSampling', {
+    samplingInterval: 4096,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+  stopHeapProfile = async () => {
+    const { profile } = await session.post('HeapProfiler.stopSampling');
+    writeFileSync(path, JSON.stringify(profile));
+  };
+}
 const settings = serveSettings(
   {},
   {
@@ -64,8 +137,8 @@ const running = await startDispatcher({
 });
 console.log(`dispatcher ${running.id}${a.baseline ? ' (baseline)' : ''} listening on ${running.url}`);
 process.once('SIGTERM', () => {
-  void running
-    .close()
+  void stopHeapProfile()
+    .then(() => running.close())
     .then(() => infra.close())
     .finally(() => process.exit(0));
 });

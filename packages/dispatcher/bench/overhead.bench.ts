@@ -14,9 +14,13 @@
  * `--baseline` adds a second dispatcher on the same store with the fused store operations hidden
  * (the calls made before admitAndDispatch/settleAndDispatch), measured in the same rounds.
  * `--cpu-prof` writes the dispatcher's V8 CPU profile and prints its heaviest functions.
+ * `--diagnose` prints each dispatcher phase's event-loop delay and GC pauses (by kind);
+ * `--heap-profile <file>` writes a sampling heap profile of everything the dispatcher allocated.
+ * The dispatchers run with the production image's `NODE_OPTIONS` (infra/Dockerfile);
+ * `--node-options "<flags>"` replaces them for an experiment.
  *
  * Usage: npm run bench:overhead [-- --duration 8 --rate 500 --stream-rate 500 --rounds 2
- *        --max-rates 500,1000,1500,2000 --baseline --skip-max --cpu-prof]
+ *        --max-rates 500,1000,1500,2000 --baseline --skip-max --cpu-prof --diagnose]
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -41,6 +45,9 @@ const { values: args } = parseArgs({
     'stream-tokens': { type: 'string', default: '8' },
     'cpu-prof': { type: 'boolean', default: false },
     'skip-max': { type: 'boolean', default: false },
+    diagnose: { type: 'boolean', default: false },
+    'heap-profile': { type: 'string' },
+    'node-options': { type: 'string' },
     baseline: { type: 'boolean', default: false },
     'redis-url': { type: 'string', default: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
     'nats-url': { type: 'string', default: process.env.NATS_URL ?? 'nats://127.0.0.1:4222' },
@@ -70,18 +77,45 @@ interface Proc {
   readonly child: ChildProcess;
   readonly url: string;
   stop(): Promise<void>;
+  /** Sends SIGUSR2 and resolves with the `diag {json}` line it answers with (dispatchers with diagnose). */
+  diag(): Promise<Diag>;
+}
+
+/** A dispatcher's event-loop delay and GC pauses over one phase (dispatcher-process.ts). */
+interface Diag {
+  readonly loop: { p50: number; p99: number; p999: number; max: number; samples: number };
+  readonly gc: Record<string, { n: number; totalMs: number; maxMs: number; over2ms: number }>;
+  readonly heapMb: number;
+}
+
+/**
+ * The `NODE_OPTIONS` of the production image (infra/Dockerfile), with which the dispatchers run
+ * here too, so the bench measures the process `fairway serve` ships as.
+ */
+function productionNodeOptions(): string {
+  const dockerfile = readFileSync(
+    resolve(import.meta.dirname, '..', '..', '..', 'infra', 'Dockerfile'),
+    'utf8',
+  );
+  const m = /^ENV NODE_OPTIONS="([^"]*)"/m.exec(dockerfile);
+  return m?.[1] ?? '';
 }
 
 /** Spawns `node <execArgv> <argv>` and resolves with the URL of its "listening on" line. */
-function startProcess(argv: readonly string[], execArgv: readonly string[]): Promise<Proc> {
+function startProcess(
+  argv: readonly string[],
+  execArgv: readonly string[],
+  env: Readonly<Record<string, string>> = {},
+): Promise<Proc> {
   const child = spawn(process.execPath, [...execArgv, ...argv], {
-    env: { ...process.env, FAIRWAY_LOG_LEVEL: 'warn' },
+    env: { ...process.env, FAIRWAY_LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const what = argv.slice(0, 2).join(' ');
   const output: string[] = [];
   createInterface({ input: child.stderr! }).on('line', (l) => output.push(l));
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const diags: ((d: Diag) => void)[] = [];
   return new Promise((resolvePromise, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
@@ -89,6 +123,10 @@ function startProcess(argv: readonly string[], execArgv: readonly string[]): Pro
     }, 30_000);
     child.once('exit', (code) => reject(new Error(`${what} exited ${code}:\n${output.join('\n')}`)));
     createInterface({ input: child.stdout! }).on('line', (l) => {
+      if (l.startsWith('diag ')) {
+        diags.shift()?.(JSON.parse(l.slice(5)) as Diag);
+        return;
+      }
       output.push(l);
       const m = /listening on (\S+)/.exec(l);
       if (!m) return;
@@ -102,6 +140,12 @@ function startProcess(argv: readonly string[], execArgv: readonly string[]): Pro
           const t = setTimeout(() => child.kill('SIGKILL'), 10_000);
           await exited;
           clearTimeout(t);
+        },
+        diag() {
+          return new Promise((r) => {
+            diags.push(r);
+            child.kill('SIGUSR2');
+          });
         },
       });
     });
@@ -187,6 +231,8 @@ function bodies(stream: boolean, tokens: number): string[] {
 interface Sample {
   readonly report: PhaseReport;
   readonly cpu: Record<string, number>;
+  /** The target dispatcher's event-loop delay and GC over the phase (`--diagnose`). */
+  readonly diag?: Diag;
 }
 
 /** Where a phase sends its load. */
@@ -253,16 +299,27 @@ async function main(): Promise<void> {
     procs.push(engine);
     const dispatcherArgs = (name: string, baseline: boolean) => [
       DISPATCHER,
-      JSON.stringify({ configPath, redisUrl, natsUrl, prefix, name, baseline }),
+      JSON.stringify({
+        configPath,
+        redisUrl,
+        natsUrl,
+        prefix,
+        name,
+        baseline,
+        diagnose: args.diagnose,
+        ...(args['heap-profile'] !== undefined && !baseline ? { heapProfile: args['heap-profile'] } : {}),
+      }),
     ];
-    const dispatcher = await startProcess(dispatcherArgs('bench-dispatcher', false), [
-      '--import',
-      'tsx',
-      ...(args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []),
-    ]);
+    // `--node-options` replaces the production image's, for experiments.
+    const nodeOptions = { NODE_OPTIONS: args['node-options'] ?? productionNodeOptions() };
+    const dispatcher = await startProcess(
+      dispatcherArgs('bench-dispatcher', false),
+      ['--import', 'tsx', ...(args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [])],
+      nodeOptions,
+    );
     procs.push(dispatcher);
     const baseline = args.baseline
-      ? await startProcess(dispatcherArgs('bench-baseline', true), ['--import', 'tsx'])
+      ? await startProcess(dispatcherArgs('bench-baseline', true), ['--import', 'tsx'], nodeOptions)
       : undefined;
     if (baseline) procs.push(baseline);
     gen = new Generator();
@@ -309,6 +366,8 @@ async function main(): Promise<void> {
       rate: number,
       durationMs: number,
     ): Promise<Sample> => {
+      const proc = target === 'via' ? dispatcher : target === 'baseline' ? baseline : undefined;
+      if (args.diagnose) await proc?.diag();
       const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuMs(pid)]));
       const busyBefore = machineBusyMs();
       const report = await g.run({
@@ -328,11 +387,13 @@ async function main(): Promise<void> {
       const ours = Object.values(cpu).reduce((a, x) => a + x, 0);
       // Everything else on the machine: other work running beside the bench, NATS, the kernel.
       cpu.other = Math.max(0, machineBusyMs() - busyBefore - ours);
-      return { report, cpu };
+      const diag = args.diagnose ? await proc?.diag() : undefined;
+      return { report, cpu, ...(diag ? { diag } : {}) };
     };
 
     console.log(
-      `fairway overhead bench: engine-sim ${engine.url} (speed 1000), dispatcher ${dispatcher.url}` +
+      `fairway overhead bench: engine-sim ${engine.url} (speed 1000), dispatcher ${dispatcher.url} ` +
+        `(NODE_OPTIONS "${nodeOptions.NODE_OPTIONS}")` +
         `${baseline ? `, baseline dispatcher ${baseline.url}` : ''} (Redis ${redisUrl}, prefix ${prefix}, VTC, ` +
         `least-kv); ${ROUNDS} rounds of ${DURATION_MS / 1000} s per phase, load generator in its own process\n`,
     );
@@ -409,6 +470,27 @@ async function main(): Promise<void> {
           ? ''
           : `  (first error: ${failed.firstError}; ${JSON.stringify(failed.statuses)})`;
       console.log(`${k.padEnd(18)}${`${completed}/${sent}`.padStart(14)}${per}${why}`);
+    }
+
+    if (args.diagnose) {
+      console.log(
+        '\ndispatcher event loop per phase (delay of 2 ms samples, ms; ~2 = no stall) and GC pauses:',
+      );
+      for (const [k, ss] of results)
+        for (const s of ss) {
+          if (s.diag === undefined) continue;
+          const l = s.diag.loop;
+          const gc = Object.entries(s.diag.gc)
+            .map(
+              ([kind, g]) =>
+                `${kind} ${g.n}× total ${f2(g.totalMs)} max ${f2(g.maxMs)} (>2 ms: ${g.over2ms})`,
+            )
+            .join('; ');
+          console.log(
+            `  ${k.padEnd(16)} loop p50 ${f2(l.p50)} p99 ${f2(l.p99)} p99.9 ${f2(l.p999)} max ${f2(l.max)}; ` +
+              `heap ${s.diag.heapMb} MB; ${gc || 'no GC'}`,
+          );
+        }
     }
 
     const via = total.get('via') ?? [];

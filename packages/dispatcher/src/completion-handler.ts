@@ -55,8 +55,15 @@ export async function handleCompletion(
   const arrivedAt = request[ARRIVED_AT] ?? ctx.timer.now();
   // The client may leave at any time: a queued request leaves the queue, a running one is aborted.
   const gone = new AbortController();
+  // …and the engine call also stops when the request is evicted (one controller, not
+  // AbortSignal.any: that costs weak references and a finalizer per request).
+  const stop = new AbortController();
+  const leave = (): void => {
+    gone.abort();
+    stop.abort();
+  };
   reply.raw.once('close', () => {
-    if (!reply.raw.writableFinished) gone.abort();
+    if (!reply.raw.writableFinished) leave();
   });
   const key = bearerToken(request.headers);
   if (key === undefined)
@@ -110,14 +117,15 @@ export async function handleCompletion(
   m.requests.inc({ tenant, outcome: 'admitted' });
   const ticket = sub.ticket;
 
-  if (request.raw.socket?.destroyed === true) gone.abort();
-  const signal = AbortSignal.any([gone.signal, ticket.evicted.signal]);
+  if (request.raw.socket?.destroyed === true) leave();
+  ticket.evicted.signal.addEventListener('abort', () => stop.abort(), { once: true });
+  const signal = stop.signal;
   const attempts = ctx.options.engineAttempts;
   let result: ProxyResult | undefined;
   // Why the last engine call failed, when it is being retried on another replica.
   let failure: ApiError | undefined;
   for (let attempt = 1; result === undefined; attempt++) {
-    const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, signal);
+    const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone.signal);
     if (waited !== 'dispatched') {
       if (waited === 'timeout') {
         m.requests.inc({ tenant, outcome: failure === undefined ? 'timed_out' : 'failed' });
@@ -178,7 +186,7 @@ export async function handleCompletion(
             void reply
               .code(200)
               .headers({ 'content-type': 'application/json', ...h })
-              .send(Buffer.from(body));
+              .send(body);
           });
     if (r.outcome === 'retried') {
       m.engineRetries.inc();
