@@ -204,7 +204,7 @@ export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number>
         `tensor parallelism: ${plan.tp.chosen} GPU(s) per replica (${plan.tp.candidates
           .map((c) => `tp${c.tp} ${c.feasible ? `${c.tokensPerSPerGpu.toFixed(0)} tok/s/GPU` : 'infeasible'}`)
           .join(', ')})`,
-        `performance model fit error (MAPE): prefill ${(fit.prefill.mape * 100).toFixed(1)}%, decode ${(fit.decode.mape * 100).toFixed(1)}%, KV ${((fit.kv?.mape ?? 0) * 100).toFixed(1)}%`,
+        `performance model${opts.perfModel ? ` (from ${opts.perfModel})` : ''} fit error (MAPE): prefill ${(fit.prefill.mape * 100).toFixed(1)}%, decode ${(fit.decode.mape * 100).toFixed(1)}%, KV ${((fit.kv?.mape ?? 0) * 100).toFixed(1)}%`,
         `GPUs needed (window ${plan.windowS} s of ${plan.trace}; ${plan.infeasible} requests excluded as infeasible on any fleet):`,
         table(plan),
         ...(savings ? [`Aladdin vs JSQ: ${savings} fewer GPUs`] : []),
