@@ -246,6 +246,10 @@ describe('QLM serving live traffic (Redis, NATS, engine-sim)', () => {
     await waitFor(() => desired.length > 0, 3000, 'desiredReplicas');
     expect(desired[0]?.pool).toBe('p');
     expect(desired[0]?.desired).toBeGreaterThanOrEqual(1);
+    // …and the leader's /metrics carries it as a gauge.
+    const leader = fleet.dispatchers.find((d) => d.dispatcher.runtime.control?.isLeader);
+    const metrics = await (await fetch(`${leader?.url}/metrics`)).text();
+    expect(metrics).toMatch(/^fairway_desired_replicas\{pool="p"\} [1-9]/m);
   }, 60_000);
 
   it('misses interactive TTFT under fcfs on the same burst (no eviction)', async () => {
