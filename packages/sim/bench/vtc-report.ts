@@ -10,10 +10,12 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { type OrderingPolicyName, orderingPolicyByName, placementByName } from '@fairway/policy';
+import { linearCost } from '@fairway/core';
+import { type OrderingPolicyName, orderingPolicyByName, placementByName, vtcPolicy } from '@fairway/policy';
 import type { TopLevelSpec } from 'vega-lite';
 import { vtcFairnessBound } from '../src/fairness-bound.ts';
-import { computeMetrics, type SimMetrics } from '../src/metrics.ts';
+import { computeMetrics, type SimMetrics, windowServiceDifference } from '../src/metrics.ts';
+import { ServiceCurve } from '../src/metrics-curve.ts';
 import { renderSvg } from '../src/plots.ts';
 import type { SimRun } from '../src/records.ts';
 import { runSimulation } from '../src/runner.ts';
@@ -43,23 +45,46 @@ interface Sim {
 
 const cache = new Map<string, Sim>();
 
-/** Runs a scenario (built-in name or loaded) under a policy; RPM takes its limit, others none. */
+/**
+ * Runs a scenario (built-in name or loaded) under a policy; RPM takes its limit, others none.
+ * `seed` replaces the scenario's (arrivals and the noisy oracle's errors); `noPrior` runs
+ * VTC(predict) as it was before flows without history got a prior (no output charged up front),
+ * `expectedOutput` runs it with that prior instead of `max_tokens`.
+ */
 async function simulate(
   scenario: string | LoadedScenario,
   policy: OrderingPolicyName,
-  o: { durationS?: number; rpm?: number; dispatchers?: number; flushMs?: number; flushTokens?: number } = {},
+  o: {
+    durationS?: number;
+    rpm?: number;
+    dispatchers?: number;
+    flushMs?: number;
+    flushTokens?: number;
+    seed?: number;
+    noPrior?: boolean;
+    expectedOutput?: number;
+  } = {},
 ): Promise<Sim> {
   const loaded = typeof scenario === 'string' ? loadScenario(scenario) : scenario;
   const key = JSON.stringify([loaded.name, policy, o]);
   const hit = cache.get(key);
   if (hit) return hit;
-  const input = buildRunInput(loaded, { durationS: o.durationS });
+  const input = buildRunInput(loaded, {
+    durationS: o.durationS,
+    ...(o.seed !== undefined ? { seed: o.seed } : {}),
+  });
+  const prior = o.noPrior ? 0 : o.expectedOutput;
+  const ordering =
+    prior !== undefined
+      ? vtcPolicy({ prediction: 'history', expectedOutput: prior, name: `vtc-predict-prior-${prior}` })
+      : orderingPolicyByName(policy, {
+          ...(o.rpm !== undefined ? { rpm: o.rpm } : {}),
+          weightOf: (t) => input.tenantWeights[t] ?? 1,
+          seed: input.seed,
+        });
   const run = await runSimulation({
     ...input,
-    ordering: orderingPolicyByName(policy, {
-      ...(o.rpm !== undefined ? { rpm: o.rpm } : {}),
-      weightOf: (t) => input.tenantWeights[t] ?? 1,
-    }),
+    ordering,
     placement: placementByName('least-kv'),
     ...(o.dispatchers !== undefined ? { dispatchers: o.dispatchers } : {}),
     ...(o.flushMs !== undefined ? { flushMs: o.flushMs } : {}),
@@ -489,7 +514,7 @@ async function table2(): Promise<Map<string, Sim>> {
     "Each cell is **paper / fairway**. Max/Avg Diff and Diff Var are the windowed service difference of section 5.1 (cost units per second, 60 s windows, the artifact's 19 ticks); throughput is input + output tokens per second. The last column is fairway's share of requests rejected at admission.",
     table(['scheduler', 'Max Diff', 'Avg Diff', 'Diff Var', 'throughput', 'rejected'], rows),
     `The ordering the paper draws from Table 2 holds: VTC's Avg Diff (${f1(vtc.fairness.avgDiff)}) is ${pct(1 - vtc.fairness.avgDiff / fcfs.fairness.avgDiff)} below FCFS's and ${pct(1 - vtc.fairness.avgDiff / lcf.fairness.avgDiff)} below LCF's (paper: 42% and 22%) at the same throughput (±${pct(Math.abs(vtc.throughput.tokensPerS - fcfs.throughput.tokensPerS) / fcfs.throughput.tokensPerS)}), and RPM(5) reaches the smallest difference only by rejecting ${pct(rpm5.requests.rejected / rpm5.requests.arrived)} of the requests, which cuts throughput to ${pct(R.rpm5Ratio)} of VTC's (paper: ${pct(340 / 779)}).`,
-    predictionNote(sims),
+    await predictionNote(sims),
   );
   const ordered =
     vtc.fairness.avgDiff < 0.8 * lcf.fairness.avgDiff &&
@@ -499,111 +524,320 @@ async function table2(): Promise<Map<string, Sim>> {
     'Table 2',
     "VTC's Avg Diff well below FCFS's and LCF's at equal throughput; RPM(5) cuts throughput",
     `Avg Diff VTC ${f0(vtc.fairness.avgDiff)}, LCF ${f0(lcf.fairness.avgDiff)}, FCFS ${f0(fcfs.fairness.avgDiff)}; RPM(5) ${pct(R.rpm5Ratio)} of VTC's throughput`,
-    yes(ordered && R.rpm5Ratio < 2 / 3, `RPM(5) cut milder than the paper's ${pct(340 / 779)}`),
+    yes(
+      ordered && R.rpm5Ratio < 2 / 3,
+      R.rpm5Ratio > 0.5 ? `RPM(5) cut milder than the paper's ${pct(340 / 779)}` : '',
+    ),
   ]);
   return sims;
 }
 
-/** Where the prediction variants stand against VTC on vtc-real, stated from the numbers. */
-function predictionNote(sims: ReadonlyMap<string, Sim>): string {
+/** Seeds of the prediction sweep on `vtc-real`: the scenario's own and six others. */
+const SWEEP_SEEDS = [42, 1, 2, 3, 4, 5, 6];
+
+/**
+ * Where the prediction variants stand against VTC on vtc-real, stated from the numbers: one
+ * seed's Max Diff is the largest of 19 windows and moves by ±100 between seeds, so the sweep says
+ * more than the table row.
+ */
+async function predictionNote(sims: ReadonlyMap<string, Sim>): Promise<string> {
   const f = (k: string) => sims.get(k)!.m.fairness;
   const cmp = (k: string, metric: 'maxDiff' | 'avgDiff' | 'diffVar') =>
     f(k)[metric] < f('VTC')[metric] ? 'below' : 'above';
-  const avgOrdered =
-    f('VTC(oracle)').avgDiff < f('VTC(predict)').avgDiff && f('VTC(predict)').avgDiff < f('VTC').avgDiff;
-  return (
-    `Prediction: the paper's VTC > VTC(predict) > VTC(oracle) ordering ${avgOrdered ? 'holds' : 'does not hold'} for Avg Diff ` +
-    `(${f1(f('VTC').avgDiff)} > ${f1(f('VTC(predict)').avgDiff)} > ${f1(f('VTC(oracle)').avgDiff)}), but VTC(predict) is ${cmp('VTC(predict)', 'maxDiff')} VTC on Max Diff and ${cmp('VTC(predict)', 'diffVar')} on Diff Var, and VTC(oracle) ${cmp('VTC(oracle)', 'maxDiff')} on Max Diff and ${cmp('VTC(oracle)', 'diffVar')} on Diff Var. ` +
-    "We have not isolated why; with 27 mostly non-backlogged, bursty clients the worst windows are bursts of one or two clients, and charging a burst's predicted output at dispatch changes which of its requests wait, which need not shrink the worst window."
-  );
+  const policies: [string, OrderingPolicyName][] = [
+    ['VTC', 'vtc'],
+    ['VTC(predict)', 'vtc-predict'],
+    ['VTC(oracle)', 'vtc-oracle'],
+  ];
+  const runs = new Map<string, SimMetrics['fairness'][]>();
+  for (const [label, policy] of policies) {
+    const list: SimMetrics['fairness'][] = [];
+    for (const seed of SWEEP_SEEDS) list.push((await simulate('vtc-real', policy, { seed })).m.fairness);
+    runs.set(label, list);
+  }
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const vtcRuns = runs.get('VTC')!;
+  const rows = policies.map(([label]) => {
+    const list = runs.get(label)!;
+    const below = (k: 'maxDiff' | 'avgDiff' | 'diffVar') =>
+      label === 'VTC'
+        ? ''
+        : ` (${list.filter((x, i) => x[k] < vtcRuns[i]![k]).length}/${list.length} below VTC)`;
+    return [
+      label,
+      `${f1(mean(list.map((x) => x.maxDiff)))}${below('maxDiff')}`,
+      `${f1(mean(list.map((x) => x.avgDiff)))}${below('avgDiff')}`,
+      `${f0(mean(list.map((x) => x.diffVar)))}${below('diffVar')}`,
+    ];
+  });
+  return [
+    `Prediction: with seed 42, VTC(predict) is ${cmp('VTC(predict)', 'maxDiff')} VTC on Max Diff, ${cmp('VTC(predict)', 'avgDiff')} on Avg Diff and ${cmp('VTC(predict)', 'diffVar')} on Diff Var; VTC(oracle) is ${cmp('VTC(oracle)', 'maxDiff')}, ${cmp('VTC(oracle)', 'avgDiff')} and ${cmp('VTC(oracle)', 'diffVar')}. One seed's Max Diff is the largest of 19 windows and moves by about ±100 from seed to seed, so here are the means over seeds ${SWEEP_SEEDS.join(', ')} (arrivals re-drawn; the paper's row is one run of one trace):`,
+    table(['scheduler', 'Max Diff', 'Avg Diff', 'Diff Var'], rows),
+    "On this stand-in the paper's VTC > VTC(predict) > VTC(oracle) ordering does not hold on average: VTC(predict) (whose history is a client's last five outputs) is about level with VTC and VTC(oracle) is above it. With the stationary Zipf(1) shares `vtc-real` had before (table below) the oracle was below VTC on Avg Diff, so the sign depends on how client shares move over the run. Burstiness alone is not the cause (with Poisson arrivals the oracle is still above VTC, see below). We have not isolated the mechanism; a candidate, not verified, is that charging a request's whole output when it starts makes a light client's next request wait for the others to catch up, which the windowed difference counts as unmet demand.",
+  ].join('\n\n');
 }
 
-/** VTC Table 5 (appendix B.3), quoted; the paper's middle row is a ±50% noisy oracle, fairway's is VTC(predict). */
+/**
+ * The windowed service difference (60 s windows, as the table's) at every whole-second centre
+ * from 30 s on, rather than only at the artifact's 19 ticks: shows how long the start-up lasts.
+ */
+function everySecondDiff(sim: Sim): number[] {
+  const cost = linearCost();
+  const T = sim.run.durationS;
+  const ids = sim.m.tenants.map((t) => t.id);
+  const of = (id: string) => sim.run.records.filter((r) => r.req.tenant === id && !r.rejected);
+  const served = ids.map(
+    (id) =>
+      new ServiceCurve(
+        of(id)
+          .filter((r) => r.dispatchS !== undefined)
+          .map((r) => ({
+            start: r.dispatchS!,
+            end: Math.min(r.finishS ?? T, T),
+            cost: cost.cost(r.req.inputTokens, r.generated),
+          })),
+      ),
+  );
+  const asked = ids.map(
+    (id) =>
+      new ServiceCurve(
+        of(id).map((r) => ({
+          start: r.arrivalS,
+          end: r.arrivalS,
+          cost: cost.cost(r.req.inputTokens, r.req.outputTokens ?? r.generated),
+        })),
+      ),
+  );
+  const out: number[] = [];
+  for (let c = 30; c <= T - 30; c++)
+    out.push(
+      windowServiceDifference(
+        served.map((x) => x.between(c - 30, c + 30) / 60),
+        asked.map((x) => x.between(c - 30 - 1e-9, c + 30) / 60),
+      ),
+    );
+  return out;
+}
+
+/** Last whole-second window centre (s) at which the difference is above `level`. */
+function settledBy(diffs: readonly number[], level: number): number {
+  let last = 30;
+  diffs.forEach((d, i) => {
+    if (d > level) last = 30 + i;
+  });
+  return last;
+}
+
+/**
+ * VTC Table 5 (appendix B.3), quoted, with fairway's rows: the paper's three (VTC, the ±50% noisy
+ * oracle, the oracle) and VTC(predict) with and without the prior for flows without history.
+ */
 async function table5(): Promise<void> {
-  const paper: [string, OrderingPolicyName, string, number, number, number, number][] = [
-    ['VTC', 'vtc', 'VTC', 192.88, 103.77, 6981.24, 893],
-    ['VTC (±50%)', 'vtc-predict', 'VTC(predict)', 33.98, 12.54, 111.94, 904],
-    ['VTC (oracle)', 'vtc-oracle', 'VTC(oracle)', 5.87, 0.51, 1.71, 895],
+  type Row = { label: string; policy: OrderingPolicyName; noPrior?: boolean; paper?: number[] };
+  const spec: Row[] = [
+    { label: 'VTC', policy: 'vtc', paper: [192.88, 103.77, 6981.24, 893] },
+    { label: 'VTC(±50%)', policy: 'vtc-noisy-oracle', paper: [33.98, 12.54, 111.94, 904] },
+    { label: 'VTC(oracle)', policy: 'vtc-oracle', paper: [5.87, 0.51, 1.71, 895] },
+    { label: 'VTC(predict)', policy: 'vtc-predict' },
+    { label: 'VTC(predict) without prior', policy: 'vtc-predict', noPrior: true },
   ];
+  const got = new Map<string, Sim>();
   const rows: string[][] = [];
-  const t5Rows: { maxDiff: number; avgDiff: number; diffVar: number; acc: number }[] = [];
-  for (const [p, policy, ours, pMax, pAvg, pVar, pTput] of paper) {
-    const s = await simulate('vtc-overload', policy, { durationS: 360 });
+  const cell = (p: number | undefined, x: string) =>
+    p === undefined ? `— / **${x}**` : `${f2(p)} / **${x}**`;
+  for (const r of spec) {
+    const s = await simulate('vtc-overload', r.policy, {
+      durationS: 360,
+      ...(r.noPrior ? { noPrior: true } : {}),
+    });
+    got.set(r.label, s);
     const f = s.m.fairness;
     rows.push([
-      `${p} / ${ours}`,
-      `${f2(pMax)} / **${f2(f.maxDiff)}**`,
-      `${f2(pAvg)} / **${f2(f.avgDiff)}**`,
-      `${f2(pVar)} / **${f2(f.diffVar)}**`,
-      `${pTput} / **${f0(s.m.throughput.tokensPerS)}**`,
+      r.label,
+      cell(r.paper?.[0], f2(f.maxDiff)),
+      cell(r.paper?.[1], f2(f.avgDiff)),
+      cell(r.paper?.[2], f2(f.diffVar)),
+      r.paper
+        ? `${r.paper[3]} / **${f0(s.m.throughput.tokensPerS)}**`
+        : `— / **${f0(s.m.throughput.tokensPerS)}**`,
       f0(f.accumulatedMaxDiff),
     ]);
-    if (policy === 'vtc')
-      Object.assign(R.t5, { vtcMax: f.maxDiff, vtcAvg: f.avgDiff, vtcAcc: f.accumulatedMaxDiff });
-    if (policy === 'vtc-predict') R.t5.predictAcc = f.accumulatedMaxDiff;
-    t5Rows.push({ maxDiff: f.maxDiff, avgDiff: f.avgDiff, diffVar: f.diffVar, acc: f.accumulatedMaxDiff });
   }
-  const [v, p, o] = t5Rows;
-  const exceptions: string[] = [];
-  for (const [label, row] of [
-    ['VTC(predict)', p],
-    ['VTC(oracle)', o],
-  ] as const)
-    for (const k of ['maxDiff', 'diffVar'] as const)
-      if (row![k] >= v![k]) exceptions.push(`${label}'s ${k === 'maxDiff' ? 'Max Diff' : 'Diff Var'}`);
+  const f = (label: string) => got.get(label)!.m.fairness;
+  const v = f('VTC');
+  const p = f('VTC(predict)');
+  const o = f('VTC(oracle)');
+  const n = f('VTC(predict) without prior');
+  const noisy = f('VTC(±50%)');
+  Object.assign(R.t5, {
+    vtcMax: v.maxDiff,
+    vtcAvg: v.avgDiff,
+    vtcAcc: v.accumulatedMaxDiff,
+    predictAcc: p.accumulatedMaxDiff,
+  });
+  const noisySeeds: SimMetrics['fairness'][] = [];
+  for (const seed of [1, 2, 3, 4, 5, 6])
+    noisySeeds.push(
+      (await simulate('vtc-overload', 'vtc-noisy-oracle', { durationS: 360, seed })).m.fairness,
+    );
+  const range = (k: 'maxDiff' | 'avgDiff') =>
+    `${f1(Math.min(...noisySeeds.map((x) => x[k])))}–${f1(Math.max(...noisySeeds.map((x) => x[k])))}`;
+  const below = (x: typeof v, k: 'maxDiff' | 'avgDiff' | 'diffVar') => x[k] < v[k];
+  const early = (tenant: string) =>
+    got.get('VTC(oracle)')!.run.records.filter((r) => r.req.tenant === tenant && (r.dispatchS ?? 99) < 5)
+      .length;
+  const fine = (label: string) => everySecondDiff(got.get(label)!).slice(0, 120);
+  const settle = {
+    n: settledBy(fine('VTC(predict) without prior'), 5),
+    v: settledBy(fine('VTC'), 5),
+    o: settledBy(fine('VTC(oracle)'), 5),
+  };
+  const later = n.diffSeries.slice(1);
+  const sameAfter = later.every((d, i) => Math.abs(d - o.diffSeries[i + 1]!) < 1e-6);
   add(
     '## Table 5 — length prediction on two overloaded clients (`vtc-overload`, 360 s as in the artifact)',
-    "Each cell is **paper / fairway**; the last column is fairway's largest accumulated service difference (Figure 19's quantity). The paper's middle row is an oracle with ±50% noise; fairway's is VTC(predict), the mean of the client's last five outputs (exact here after the first five, since every output is 256 tokens).",
+    "Each cell is **paper / fairway**; the last column is fairway's largest accumulated service difference (Figure 19's quantity). VTC(±50%) is the paper's middle row, `vtc-noisy-oracle`: the true output times a factor uniform in [0.5, 1.5], drawn per request from the scenario's seed (42), charged at dispatch and corrected as in Algorithm 3 (the artifact's `--predict-range 0.5`). VTC(predict) is the history predictor of Table 2 (mean of the client's last five outputs); a client with no finished request yet is priced at its request's `max_tokens`. The last row is VTC(predict) as it was before that prior.",
     table(
       ['scheduler (paper / fairway)', 'Max Diff', 'Avg Diff', 'Diff Var', 'throughput', 'acc. diff'],
       rows,
     ),
-    `The ordering VTC > prediction > oracle ${o!.avgDiff < p!.avgDiff && p!.avgDiff < v!.avgDiff ? 'holds' : 'does not hold'} for Avg Diff and ${o!.acc < p!.acc && p!.acc < v!.acc ? 'holds' : 'does not hold'} for the accumulated difference.` +
-      (exceptions.length
-        ? ` Exceptions: ${exceptions.join(', ')} ${exceptions.length > 1 ? 'are' : 'is'} not below VTC's. VTC(predict)'s first window still contains the start-up, when no client has five finished requests yet and outputs are charged only as they stream, so the two clients switch to predicted charging at different moments; the oracle's Diff Var compares numbers that are all within a few units.`
-        : ''),
+    `**VTC(predict) and VTC(oracle)** are below VTC on Max Diff (${f2(p.maxDiff)} and ${f2(o.maxDiff)} against ${f2(v.maxDiff)}), Avg Diff (${f2(p.avgDiff)}, ${f2(o.avgDiff)} against ${f2(v.avgDiff)}) and the accumulated difference (${f0(p.accumulatedMaxDiff)}, ${f0(o.accumulatedMaxDiff)} against ${f0(v.accumulatedMaxDiff)}); Diff Var is ${below(o, 'diffVar') ? 'below' : 'above'} (${f2(o.diffVar)} against ${f2(v.diffVar)}, the variance of windows that all lie within a few units). Every output here is 256 tokens = \`max_tokens\`, so the prior is exact and VTC(predict) prices every request as the oracle does: their rows are the same run.`,
+    `**Why VTC(predict) used to be worse than VTC here** (Max Diff ${f2(n.maxDiff)}, Diff Var ${f2(n.diffVar)}). Measured per window: the largest of its 19 windows is the first (${f2(n.diffSeries[0]!)}, centred at ${f0(n.diffTicks[0]!)} s, against ${f2(o.diffSeries[0]!)} for the oracle), and ${sameAfter ? "every later window equals the oracle's to 10⁻⁶" : "later windows differ from the oracle's"}. The run starts with an empty engine: in the first five seconds it admits whatever arrives (${early('client2')} requests of client 2, ${early('client1')} of client 1), and the windowed difference then swings with the batch period until the counters have evened it out. Measured at every whole-second window centre (the last centre before 150 s whose difference is above 5 units/s), that start-up lasts until ${settle.n} s without a prior (plain VTC: ${settle.v} s), but only until ${settle.o} s when every request is charged its output up front (oracle, and VTC(predict) now). The artifact's first window (centred at ${f0(n.diffTicks[0]!)} s) falls inside the longer start-up. Without a prior the first batch was charged only as it streamed, while every later request was charged up front: the counters of the first ~10 s did not see the output already committed. The paper's Algorithm 3 starts each client's prediction at 0 as well (the artifact's \`vtc_pred_len_req_queue.py\`), so the paper's VTC(predict) had the same start-up; its Table 5 has no VTC(predict) row.`,
+    `**VTC(±50%) does not reproduce the paper's middle row**: it is ${below(noisy, 'maxDiff') ? 'below' : 'above'} VTC on Max Diff (${f2(noisy.maxDiff)}) and ${below(noisy, 'avgDiff') ? 'below' : 'above'} on Avg Diff (${f2(noisy.avgDiff)}); over seeds 1–6 its Max Diff ranges ${range('maxDiff')} and its Avg Diff ${range('avgDiff')}. In the paper plain VTC's windows differ by ~100 units/s on a real server, and a ±50% prediction still beats that; fairway's simulated engine is deterministic and plain VTC's windows differ by only ${f1(v.avgDiff)}, while each noisy prediction misprices a request by up to ±256 cost units until it finishes (~10 s later), which is larger than what it corrects.`,
   );
-}
-
-/** How much of Table 2's gap comes from the stand-in trace's skew: vtc-real with steeper Zipf exponents. */
-async function skewSensitivity(): Promise<void> {
-  const base = VTC_SCENARIOS['vtc-real']!;
-  const rows: string[][] = [];
-  for (const s of [1, 1.3, 1.5]) {
-    let h = 0;
-    for (let k = 1; k <= 27; k++) h += k ** -s;
-    const streams = (base.streams ?? []).map((st, i) => ({
-      ...st,
-      arrival: { ...st.arrival, rate: (3.5 * (i + 1) ** -s) / h },
-    }));
-    const loaded: LoadedScenario = {
-      name: `vtc-real-zipf-${s}`,
-      scenario: parseScenario({ ...base, streams }, `vtc-real (Zipf ${s})`),
+  const loose: string[][] = [];
+  const LOOSE_LABELS = ['the max_tokens prior', 'no prior', 'expectedOutput 256', 'the oracle'];
+  const notBelow: string[] = [];
+  for (const maxTokens of [256, 512, 1024]) {
+    const base = VTC_SCENARIOS['vtc-overload']!;
+    const scenario: LoadedScenario = {
+      name: `vtc-overload-max-${maxTokens}`,
+      scenario: parseScenario(
+        { ...base, streams: (base.streams ?? []).map((st) => ({ ...st, maxTokens })) },
+        `vtc-overload (max_tokens ${maxTokens})`,
+      ),
       baseDir: process.cwd(),
     };
+    const run = async (policy: OrderingPolicyName, o: { noPrior?: boolean; expectedOutput?: number } = {}) =>
+      (await simulate(scenario, policy, { durationS: 360, ...o })).m.fairness;
+    const runs = [
+      await run('vtc'),
+      await run('vtc-predict'),
+      await run('vtc-predict', { noPrior: true }),
+      await run('vtc-predict', { expectedOutput: 256 }),
+      await run('vtc-oracle'),
+    ];
+    const [plain, ...variants] = runs;
+    variants.forEach((x, i) => {
+      if (!(x.maxDiff < plain!.maxDiff && x.avgDiff < plain!.avgDiff))
+        notBelow.push(`${LOOSE_LABELS[i]} at ${maxTokens}`);
+    });
+    loose.push([String(maxTokens), ...runs.map((x) => `${f2(x.maxDiff)} / ${f2(x.avgDiff)}`)]);
+  }
+  add(
+    "**How good must the prior be?** `max_tokens` is exact above because the suite sets it to the output. When clients ask for more than they get, the prior over-charges a flow's first requests until they settle. Max Diff / Avg Diff on `vtc-overload` (360 s) with `max_tokens` raised (outputs stay 256; the engine then holds fewer requests at once, so VTC's own numbers change too):",
+    table(
+      [
+        'max_tokens',
+        'VTC',
+        'VTC(predict), max_tokens prior',
+        'no prior',
+        'expectedOutput 256',
+        'VTC(oracle)',
+      ],
+      loose,
+    ),
+    `${notBelow.length === 0 ? 'Every variant is below VTC on both measures at every max_tokens.' : `Below VTC on both measures everywhere except: ${notBelow.join('; ')}.`} A configured \`expectedOutput\` close to the true mean does as well as the oracle. A loose \`max_tokens\` prior can cost start-up fairness against no prior (compare the columns at 1024), but it never under-charges; without a prior a flow's first requests are charged only their input, the under-estimate the paper blames for VTC's larger differences (section 4.4). A prior from the pool's recent outputs would avoid both; it needs the store or the gateway to keep outputs across flows, which fairway does not yet do.`,
+  );
+  summary.push([
+    'Table 5',
+    'VTC(±50%) and VTC(oracle) reduce the service difference below VTC (VTC(predict) too, section 4.4)',
+    `Max/Avg Diff VTC ${f2(v.maxDiff)}/${f2(v.avgDiff)}, VTC(predict) and VTC(oracle) ${f2(o.maxDiff)}/${f2(o.avgDiff)}, VTC(±50%) ${f2(noisy.maxDiff)}/${f2(noisy.avgDiff)}`,
+    (() => {
+      const exact = below(p, 'maxDiff') && below(p, 'avgDiff') && below(o, 'maxDiff') && below(o, 'avgDiff');
+      const noisyOk = below(noisy, 'maxDiff') && below(noisy, 'avgDiff');
+      const varNote = `Diff Var ${below(o, 'diffVar') ? 'below' : 'not below'} VTC's`;
+      if (exact && noisyOk) return yes(true, varNote);
+      if (exact) return `partly (VTC(predict) and VTC(oracle) yes, VTC(±50%) no; ${varNote})`;
+      return yes(false, varNote);
+    })(),
+  ]);
+}
+
+/** `vtc-real` with every stream's rate scaled by `factor` (same shares, fewer requests). */
+function scaledReal(factor: number, name: string): LoadedScenario {
+  const base = VTC_SCENARIOS['vtc-real']!;
+  const streams = (base.streams ?? []).map((st) => ({
+    ...st,
+    arrival: { ...st.arrival, rate: (st.arrival.rate ?? 0) * factor },
+  }));
+  return { name, scenario: parseScenario({ ...base, streams }, name), baseDir: process.cwd() };
+}
+
+/** The share model `vtc-real` had before: 27 stationary streams with Zipf(1) shares of 3.5 req/s. */
+function zipfReal(): LoadedScenario {
+  const base = VTC_SCENARIOS['vtc-real']!;
+  const template = base.streams![0]!;
+  let h = 0;
+  for (let k = 1; k <= 27; k++) h += 1 / k;
+  const streams = Array.from({ length: 27 }, (_, i) => ({
+    tenant: `client${i + 1}`,
+    arrival: { process: 'gamma' as const, rate: 3.5 / (i + 1) / h, cv: 2 },
+    input: template.input,
+    output: template.output,
+    maxTokens: template.maxTokens,
+  }));
+  return {
+    name: 'vtc-real-zipf1',
+    scenario: parseScenario({ ...base, streams }, 'vtc-real (Zipf 1)'),
+    baseDir: process.cwd(),
+  };
+}
+
+/** Table 2's key numbers under the share models we tried, against the paper's. */
+async function shareModels(): Promise<void> {
+  const models: [string, string | LoadedScenario][] = [
+    ['stationary Zipf(1), 210 req/min (before)', zipfReal()],
+    ['three shifting dominant clients + Zipf(1) tail, 210 req/min (built-in)', 'vtc-real'],
+    ['the same at 150 req/min (the published results file)', scaledReal(2.5 / 3.5, 'vtc-real-150')],
+  ];
+  const rows: string[][] = [];
+  for (const [label, scenario] of models) {
     const m = async (p: OrderingPolicyName, rpm?: number) =>
-      (await simulate(loaded, p, rpm === undefined ? {} : { rpm })).m;
+      (await simulate(scenario, p, rpm === undefined ? {} : { rpm })).m;
     const fcfs = await m('fcfs');
-    const lcf = await m('lcf');
+    const first = (await simulate(scenario, 'fcfs')).run.records.filter((r) => r.arrivalS < 200);
+    const top = Math.max(
+      ...fcfs.tenants.map((t) => first.filter((r) => r.req.tenant === t.id).length / first.length),
+    );
+    const avg = [fcfs, await m('lcf'), await m('vtc'), await m('vtc-predict'), await m('vtc-oracle')].map(
+      (x) => f0(x.fairness.avgDiff),
+    );
     const vtc = await m('vtc');
     const r5 = await m('rpm', 5);
-    const r20 = await m('rpm', 20);
-    const r30 = await m('rpm', 30);
     rows.push([
-      s === 1 ? '1 (built-in)' : String(s),
-      pct(1 / h),
-      `${f0(fcfs.fairness.avgDiff)} / ${f0(lcf.fairness.avgDiff)} / ${f0(vtc.fairness.avgDiff)}`,
-      `${f0(r5.throughput.tokensPerS)} / ${f0(r20.throughput.tokensPerS)} / ${f0(r30.throughput.tokensPerS)} / ${f0(vtc.throughput.tokensPerS)}`,
+      label,
+      pct(top),
+      avg.join(' / '),
+      pct(r5.requests.rejected / r5.requests.arrived),
+      `${f0(r5.throughput.tokensPerS)} / ${f0(vtc.throughput.tokensPerS)} (${pct(r5.throughput.tokensPerS / vtc.throughput.tokensPerS)})`,
     ]);
   }
-  rows.push(['paper (LMSYS trace)', '≈ 50%', '434 / 324 / 252', '340 / 694 / 747 / 779']);
+  rows.push([
+    'paper (LMSYS trace)',
+    '≈ 50% (first 26 s)',
+    '434 / 324 / 252 / 240 / 228',
+    '—',
+    '340 / 779 (43.6%)',
+  ]);
   add(
     table(
       [
-        'Zipf exponent',
-        'top client',
-        'Avg Diff FCFS / LCF / VTC',
-        'throughput RPM(5) / RPM(20) / RPM(30) / VTC',
+        'share model',
+        'top client, first 200 s',
+        'Avg Diff FCFS / LCF / VTC / VTC(predict) / VTC(oracle)',
+        'RPM(5) rejects',
+        'throughput RPM(5) / VTC',
       ],
       rows,
     ),
@@ -660,9 +894,10 @@ await table2();
 const table2Md = md.splice(0);
 add(
   '### Why Table 2 differs',
-  "The LMSYS Chatbot Arena log the paper samples is not redistributable, so `vtc-real` is a stand-in with the paper's aggregate statistics (27 clients, 210 requests/min, mean 136 input / 256 output tokens, lengths clipped to the paper's ranges, bursty Gamma CV 2 arrivals) and Zipf(1) client shares. In the artifact's published per-request results (`fair_bench/FCFS/all_results_real.jsonl` in Ying1123/VTC-artifact) one client, `dummy-lora-7b-rank-8-0`, sends about half of the first hundred requests; Zipf(1) over 27 clients gives the top client 26%. RPM(5) throttles only clients above 5 requests/minute, so its throughput depends on how much traffic the heaviest clients carry. Steepening the skew reproduces the paper's RPM throughputs almost exactly — but then LCF and VTC draw level, because a few dominant clients leave little for the counter lift to correct:",
+  "The LMSYS Chatbot Arena log the paper samples is not redistributable, so `vtc-real` is a stand-in with the paper's aggregate statistics (27 clients, 210 requests/min, mean 136 input / 256 output tokens, lengths clipped to the paper's ranges, bursty Gamma CV 2 arrivals). Its client shares follow the artifact's published per-request results (`fair_bench/FCFS/all_results_real.jsonl` in Ying1123/VTC-artifact). There a client is one Chatbot Arena model, and the sampled conversations span the months of the log re-scaled onto 10 minutes, so which clients dominate shifts during the run: in samples of about 85 requests, `rank-8-0` sends about half at 0–26 s, over a quarter at 137–164 s and one in twenty at 316–353 s, while `rank-8-2` sends a seventh at first and a quarter to a third later, and `rank-8-10` none in the first two samples and a sixth to a fifth from the middle on. `vtc-real` models this as three dominant clients whose shares change every 200 s (45/20/0%, 10/25/22%, 5/30/18%) and a stationary Zipf(1) tail of 24 clients. Before, it used stationary Zipf(1) shares over all 27, which gives the top client 26% throughout.",
+  "RPM(5) throttles only clients above 5 requests/minute, so its throughput depends on how much of the traffic the heaviest clients carry in each minute. With shifting dominant clients RPM(5) rejects more and cuts throughput to well under two thirds, and VTC's lead over LCF grows, because clients that fall quiet and return are what LCF's missing counter lift gets wrong. (The published results file was generated at 150 requests/min — its header says `req_rate` 2.5 — while the paper's text and `exp_suite.py` say 210; the last row shows the built-in model at 150.)",
 );
-await skewSensitivity();
+await shareModels();
 {
   const base = VTC_SCENARIOS['vtc-real']!;
   const poissonReal: LoadedScenario = {
@@ -676,8 +911,9 @@ await skewSensitivity();
   const fcfs2 = (await simulate('vtc-real', 'fcfs')).m.fairness.avgDiff;
   const fcfs1 = (await simulate(poissonReal, 'fcfs')).m.fairness.avgDiff;
   const vtc1 = (await simulate(poissonReal, 'vtc')).m.fairness.avgDiff;
+  const oracle1 = (await simulate(poissonReal, 'vtc-oracle')).m.fairness.avgDiff;
   add(
-    `FCFS's Avg Diff is also far above the paper's (${f0(fcfs2)} against 434). Part of it is the stand-in's burstiness: with Poisson arrivals (CV 1) instead of Gamma CV 2, FCFS's Avg Diff falls to ${f0(fcfs1)} (VTC's to ${f0(vtc1)}); the rest we cannot attribute without the original trace.`,
+    `FCFS's Avg Diff is also far above the paper's (${f0(fcfs2)} against 434). Part of it is the stand-in's burstiness: with Poisson arrivals (CV 1) instead of Gamma CV 2, FCFS's Avg Diff falls to ${f0(fcfs1)} (VTC's to ${f0(vtc1)}, VTC(oracle)'s to ${f0(oracle1)}); the rest we cannot attribute without the original trace.`,
   );
 }
 const why2 = md.splice(0);
@@ -702,10 +938,10 @@ const out = [
   ...table5Md,
   '## Where and why fairway differs from the paper',
   '',
-  `- **Magnitudes of the windowed service difference on synthetic workloads.** fairway's VTC keeps two backlogged clients within a few cost units per second of each other (Table 5: Max Diff ${f1(R.t5.vtcMax)} vs the paper's 192.9; Avg ${f1(R.t5.vtcAvg)} vs 103.8), and its VTC(oracle) likewise. The simulated engine is deterministic — every step takes exactly its cost model's time and the gateway refills the batch the moment memory frees — while S-LoRA's router interleaves prefill batches with runs of decode steps and measures service on a real clock with jitter. Both are well inside Theorem 4.4's bound (40,000 here). We have not identified which real-system effect contributes most; the orderings, which are what the paper argues from, are the same.`,
+  `- **Magnitudes of the windowed service difference on synthetic workloads.** fairway's VTC keeps two backlogged clients within a few cost units per second of each other (Table 5: Max Diff ${f1(R.t5.vtcMax)} vs the paper's 192.9; Avg ${f1(R.t5.vtcAvg)} vs 103.8), and its VTC(oracle) likewise. The simulated engine is deterministic — every step takes exactly its cost model's time and the gateway refills the batch the moment memory frees — while S-LoRA's router interleaves prefill batches with runs of decode steps and measures service on a real clock with jitter. Both are well inside Theorem 4.4's bound (40,000 here). We have not identified which real-system effect contributes most. The orderings, which are what the paper argues from, are the same, except where the magnitude itself decides: the ±50% noisy oracle of Table 5 adds more error than plain VTC has here.`,
   `- **Throughput.** fairway's A10G model serves ${f0(R.overloadTput)} tokens/s on the 256/256 synthetic suites (paper: 875–904 in Tables 4–6) and ${f0(R.realTput)} on \`vtc-real\` (paper 777–781); the cost model comes from the authors' profile, not from our own GPU measurements.`,
-  `- **Real workload.** \`vtc-real\` is a synthetic stand-in for the LMSYS trace (see *Why Table 2 differs*): the ordering of Table 2 holds, RPM(5) cuts throughput less (${pct(R.rpm5Ratio)} of VTC's against ${pct(340 / 779)}), and the prediction variants improve Avg Diff only, not Max Diff.`,
-  "- **VTC(predict).** The paper predicts a request's output when it is selected (Algorithm 3). fairway predicted it at admission until commit 56fca6c: a request that waited minutes kept the prediction of its arrival, which on `vtc-overload` left a permanent offset of ~2,400 cost units between the clients (largest accumulated difference 2,623 against plain VTC's 807). The gateway now re-prices at dispatch (`packages/scheduler/src/gateway.ts`), which is what Table 5's ordering above reflects. The paper's ±50% noisy oracle is not implemented; fairway's VTC(predict) is the history-based predictor of Table 2.",
+  `- **Real workload.** \`vtc-real\` is a synthetic stand-in for the LMSYS trace whose client shares follow the artifact's published per-request results (see *Why Table 2 differs*): the ordering of Table 2 holds and RPM(5) cuts throughput to ${pct(R.rpm5Ratio)} of VTC's (paper ${pct(340 / 779)}); the prediction variants do not improve on VTC there.`,
+  "- **VTC(predict).** The paper predicts a request's output when it is selected (Algorithm 3). fairway predicted it at admission until commit 56fca6c: a request that waited minutes kept the prediction of its arrival, which on `vtc-overload` left a permanent offset of ~2,400 cost units between the clients. The gateway re-prices at dispatch (`packages/scheduler/src/gateway.ts`, the same `Gateway` the live dispatcher runs), and a flow without history is priced at `max_tokens` (or a configured `expectedOutput`, `packages/policy/src/vtc.ts`) and refunded at settle, so every flow's in-flight output is in its counter from its first request. The artifact starts each client's prediction at 0; on `vtc-overload` that made VTC(predict)'s start-up longer (Table 5).",
   '- **Response times** are cut at the end of the run (the artifact drains the queue after the last arrival), so late curves of overloaded clients omit requests that never started.',
   '',
   ...beyond,

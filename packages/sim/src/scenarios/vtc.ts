@@ -45,9 +45,9 @@ const tenants = (n: number) => Array.from({ length: n }, (_, i) => ({ id: `clien
  * conversations are re-scaled onto 10 minutes, so the shift happens within the run. Read off the
  * artifact's published per-request results (Ying1123/VTC-artifact,
  * `fair_bench/FCFS/all_results_real.jsonl`, about 85 requests each at 0–26 s, 137–164 s and
- * 316–353 s, and the last 30 at 589–600 s): `rank-8-0` sends about half at first, a quarter by
- * 150 s and almost nothing after 300 s; `rank-8-2` a fifth to a third throughout; `rank-8-10`
- * none at first and a fifth from the middle on.
+ * 316–353 s, and the last 30 at 589–600 s): `rank-8-0` sends about half at first, over a quarter
+ * at 150 s and one in twenty after 300 s; `rank-8-2` a seventh at first and a quarter to a third
+ * later; `rank-8-10` none in the first two samples and a sixth to a fifth from the middle on.
  */
 const REAL_ERAS: readonly {
   readonly startS: number;
