@@ -92,22 +92,20 @@ export class StoreKeys {
 }
 
 /**
- * Lua source defining `key_<kind>(...)` for every kind (or only those in `only`), prepended to every
- * script. `BASE` is the script's `ARGV[1]` (the store's {@link StoreKeys.base}).
+ * Lua source defining `key_<kind>(...)` for every kind (or only those in `only`), and `lp`, the
+ * length prefix they use. They read the upvalues `BASE` (the store's {@link StoreKeys.base}, the
+ * call's first argument) and `LP` (a table memoising `lp`, fresh for each call), which the caller
+ * declares before this source and sets on every call.
  */
 export function luaKeyFunctions(only?: ReadonlySet<string>): string {
   const kinds = (Object.entries(KEY_LAYOUT) as [KeyKind, readonly string[]][]).filter(
     ([kind]) => only === undefined || only.has(kind),
   );
-  const lines = ['local BASE = ARGV[1]'];
-  if (kinds.some(([, names]) => names.length > 1)) {
-    // Memoised: `#s .. '.'` formats a number (a printf) and scripts build keys of the same pool,
-    // band and flow many times.
-    lines.push(
-      'local LP = {}',
-      "local function lp(s) local r = LP[s] if r == nil then r = tostring(s) r = #r .. '.' .. r .. ':' LP[s] = r end return r end",
-    );
-  }
+  // Memoised: `#s .. '.'` formats a number (a printf) and calls build keys of the same pool, band
+  // and flow many times.
+  const lines = [
+    "local function lp(s) local r = LP[s] if r == nil then r = tostring(s) r = #r .. '.' .. r .. ':' LP[s] = r end return r end",
+  ];
   for (const [kind, names] of kinds) {
     const args = names.join(', ');
     const body = names.map((n, i) => (i === names.length - 1 ? `tostring(${n})` : `lp(${n})`));

@@ -15,7 +15,7 @@ import {
   snapshotInputSchema,
 } from './input-schemas.ts';
 import { StoreKeys } from './keys.ts';
-import { defineCommands, type LuaCommand, loadCommands } from './script-loader.ts';
+import { type LuaLibrary, loadLibrary } from './script-loader.ts';
 import type {
   AdmitAndDispatchInput,
   AdmitAndDispatchResult,
@@ -63,7 +63,16 @@ const optionsSchema = z.object({
     .regex(/^[^{}]+$/, 'must not contain { or }'),
 });
 
-let cachedCommands: readonly LuaCommand[] | undefined;
+let cachedLibrary: LuaLibrary | undefined;
+
+/** Per client, the loading of the current library (by whichever store on it called first). */
+const loading = new WeakMap<Redis, Promise<void>>();
+/** Clients whose Redis holds the current library, as far as they know. */
+const loaded = new WeakSet<Redis>();
+
+function functionMissing(err: unknown): boolean {
+  return err instanceof Error && /function not found/i.test(err.message);
+}
 
 function str(n: number): string {
   return String(n);
@@ -175,17 +184,61 @@ export class RedisStore implements SchedulingStore {
     this.#ownsClient = typeof options.redis === 'string';
     this.#redis = typeof options.redis === 'string' ? new Redis(options.redis) : options.redis;
     this.#keys = new StoreKeys(options.prefix);
-    cachedCommands ??= loadCommands();
-    const commands = defineCommands(this.#redis, cachedCommands);
-    const client = this.#redis as unknown as Record<string, Invoke>;
+    const library = (cachedLibrary ??= loadLibrary());
     this.#cmd = (name) => {
-      const c = commands.get(name);
-      const invoke = c === undefined ? undefined : client[c.versionedName];
-      if (c === undefined || invoke === undefined) {
-        throw new StoreError(StoreErrorCode.SCRIPT_ARGS, name, 'no such script');
-      }
-      return { script: c.versionedName, invoke: invoke.bind(this.#redis) };
+      const c = library.commands.get(name);
+      if (c === undefined) throw new StoreError(StoreErrorCode.SCRIPT_ARGS, name, 'no such script');
+      const { functionName, numberOfKeys } = c;
+      return {
+        script: functionName,
+        invoke: (...args) => this.#fcall(library, functionName, numberOfKeys, args),
+      };
     };
+  }
+
+  /**
+   * FCALL, loading the library first if this client has not yet, and again if Redis lost it
+   * (restart without persistence, FUNCTION FLUSH): then the call is retried once.
+   */
+  async #fcall(
+    library: LuaLibrary,
+    fn: string,
+    numberOfKeys: number,
+    args: (string | number)[],
+  ): Promise<Reply> {
+    if (!loaded.has(this.#redis)) await this.#load(library);
+    try {
+      return (await this.#redis.fcall(fn, numberOfKeys, ...args)) as Reply;
+    } catch (err) {
+      if (!functionMissing(err)) throw err;
+      loaded.delete(this.#redis);
+      loading.delete(this.#redis);
+      await this.#load(library);
+      return (await this.#redis.fcall(fn, numberOfKeys, ...args)) as Reply;
+    }
+  }
+
+  #load(library: LuaLibrary): Promise<void> {
+    const redis = this.#redis;
+    let p = loading.get(redis);
+    if (p === undefined) {
+      p = redis.function('LOAD', library.code).then(
+        () => {
+          loaded.add(redis);
+        },
+        (err: unknown) => {
+          // Another client (a store in another process) loaded the same version first.
+          if (err instanceof Error && /already exists/i.test(err.message)) {
+            loaded.add(redis);
+            return;
+          }
+          loading.delete(redis);
+          throw err;
+        },
+      );
+      loading.set(redis, p);
+    }
+    return p;
   }
 
   /** The key builder of this store (tests and admin tools use it to find or clean up keys). */

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadLibrary } from '../src/script-loader.ts';
 import { describeStoreConformance } from './conformance.ts';
 import { connect, deletePrefix, freshRedisStore } from './redis-harness.ts';
 
@@ -20,4 +21,35 @@ describeStoreConformance('redis', async () => {
       await store.close();
     },
   };
+});
+
+describe('redis functions library', () => {
+  it('is loaded again when Redis loses it, and the call that found it missing still succeeds', async () => {
+    const store = freshRedisStore(redis);
+    try {
+      const req = {
+        pool: 'p',
+        band: 0,
+        flow: 'f',
+        score: 0,
+        arrivalMs: 0,
+        reserveTokens: 1,
+        dispatchCost: 1,
+      };
+      const admit = (id: string) =>
+        store.admit({
+          req: { ...req, id, owner: 'd1', payload: '' },
+          nowMs: 0,
+          lift: 'vtc',
+          limits: [],
+          overloaded: false,
+        });
+      expect(await admit('a')).toEqual({ ok: true, queued: 1 });
+      await redis.function('DELETE', loadLibrary().name);
+      expect(await admit('b')).toEqual({ ok: true, queued: 2 });
+      expect((await store.snapshot('p', 0)).queued).toEqual({ f: 2 });
+    } finally {
+      await deletePrefix(redis, store);
+    }
+  });
 });

@@ -1,22 +1,29 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { KEY_LAYOUT, ScriptErrorCode, StoreErrorCode, StoreKeys, scriptErrorFromCode } from '../src/index.ts';
-import { loadCommands, pruneUnusedFunctions } from '../src/script-loader.ts';
+import { loadLibrary, pruneUnusedFunctions } from '../src/script-loader.ts';
 
 const commandsDir = join(dirname(fileURLToPath(import.meta.url)), '../src/commands');
 
-describe('loadCommands', () => {
-  const commands = loadCommands();
+describe('loadLibrary', () => {
+  const library = loadLibrary();
+  const commands = [...library.commands.values()];
 
-  it('loads every <camelName>-<numKeys>.lua with a versioned name', () => {
+  it('has one function per <camelName>-<numKeys>.lua, named by the library version', () => {
     const files = readdirSync(commandsDir).filter((f) => f.endsWith('.lua'));
     expect(commands.map((c) => `${c.name}-${c.numberOfKeys}.lua`).sort()).toEqual(files.sort());
-    for (const c of commands) expect(c.versionedName).toMatch(new RegExp(`^${c.name}:[0-9a-f]{10}$`));
+    expect(library.name).toBe(`fairway_${library.version}`);
+    expect(library.code.startsWith(`#!lua name=${library.name}\n`)).toBe(true);
+    for (const c of commands) {
+      expect(c.functionName).toBe(`fairway_${library.version}_${c.name}`);
+      expect(library.code).toContain(`redis.register_function('${c.functionName}',`);
+    }
   });
 
-  it('opens every script with a header naming its input and output', () => {
+  it('opens every command file with a header naming its input and output', () => {
     for (const c of commands) {
       const src = readFileSync(join(commandsDir, `${c.name}-${c.numberOfKeys}.lua`), 'utf8');
       expect(src.startsWith('--[[')).toBe(true);
@@ -28,18 +35,33 @@ describe('loadCommands', () => {
   });
 
   it('inlines each include once and leaves no include directive', () => {
-    for (const c of commands) {
-      expect(c.lua).not.toMatch(/--- @include/);
-      expect(c.lua.match(/local function fmt\(/g) ?? []).toHaveLength(c.lua.includes('fmt(') ? 1 : 0);
-    }
+    expect(library.code).not.toMatch(/--- @include/);
+    expect(library.code.match(/local function fmt\(/g) ?? []).toHaveLength(1);
+    expect(library.code.match(/local function enqueue\(/g) ?? []).toHaveLength(1);
   });
 
-  it('defines exactly the key builders a script uses', () => {
-    for (const c of commands) {
-      const defined = [...c.lua.matchAll(/local function key_(\w+)\(/g)].map((m) => m[1]);
-      const used = new Set([...c.lua.matchAll(/\bkey_(\w+)\(/g)].map((m) => m[1]));
-      expect(new Set(defined)).toEqual(used);
-      for (const k of defined) expect(Object.keys(KEY_LAYOUT)).toContain(k);
+  it('defines exactly the key builders it uses', () => {
+    const defined = [...library.code.matchAll(/local function key_(\w+)\(/g)].map((m) => m[1]);
+    const used = new Set([...library.code.matchAll(/\bkey_(\w+)\(/g)].map((m) => m[1]));
+    expect(new Set(defined)).toEqual(used);
+    for (const k of defined) expect(Object.keys(KEY_LAYOUT)).toContain(k);
+  });
+
+  it('is versioned by its code: the same files give the same version, a changed include another', () => {
+    expect(library.version).toMatch(/^[0-9a-f]{10}$/);
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-lua-'));
+    try {
+      cpSync(commandsDir, dir, { recursive: true });
+      expect(loadLibrary(dir).version).toBe(library.version);
+      const numbers = join(dir, 'includes', 'numbers.lua');
+      writeFileSync(numbers, readFileSync(numbers, 'utf8').replace("'%.17g'", "'%.16g'"));
+      const changed = loadLibrary(dir);
+      expect(changed.version).not.toBe(library.version);
+      expect([...changed.commands.values()].map((c) => c.functionName)).not.toContain(
+        commands[0]?.functionName,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
@@ -66,12 +88,11 @@ describe('pruneUnusedFunctions', () => {
     ]);
   });
 
-  it('leaves no script defining a function it never calls', () => {
-    for (const c of loadCommands()) {
-      for (const [, name] of c.lua.matchAll(/^local function (\w+)\(/gm)) {
-        const calls = c.lua.match(new RegExp(`\\b${name}\\b`, 'g')) ?? [];
-        expect(calls.length, `${c.name}: ${name}`).toBeGreaterThan(1);
-      }
+  it('leaves the library no function it never calls', () => {
+    const code = loadLibrary().code;
+    for (const [, name] of code.matchAll(/^local function (\w+)\(/gm)) {
+      const calls = code.match(new RegExp(`\\b${name}\\b`, 'g')) ?? [];
+      expect(calls.length, name).toBeGreaterThan(1);
     }
   });
 });
