@@ -231,7 +231,9 @@ async function profileWith(client: VllmClient, options: EngineProfileOptions): P
   const decodePhase = async (b: number, l: number, label: string): Promise<void> => {
     const start = await idle(label);
     const controllers = Array.from({ length: b }, () => new AbortController());
-    const maxTokens = Math.min(maxModelLen - l - 1, 4096);
+    // Long enough for the ramp and the windows; short enough that an engine which does not abort
+    // a request whose client left (some vLLM versions, non-streamed) soon frees the batch anyway.
+    const maxTokens = Math.min(maxModelLen - l - 1, 1024);
     const running = controllers.map((c) => generate(l, maxTokens, c.signal).catch(() => undefined));
     try {
       const ttft = (m: VllmMetrics) => deltaOf(m, start, VLLM_METRIC.timeToFirstToken)?.count ?? 0;
