@@ -10,6 +10,8 @@ export interface PolicyContext {
   readonly rpm?: number | undefined;
   /** Past traffic like the run's, from which WSC learns app profiles and OIT its limits. */
   readonly history?: readonly RequestDescriptor[] | undefined;
+  /** The run's seed (the scenario's, or `--seed`): seeds `vtc-noisy-oracle`'s errors. */
+  readonly seed?: number | undefined;
 }
 
 /** An ordering policy selectable by name on the command line. */
@@ -53,8 +55,8 @@ export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
     create: () => orderingPolicyByName('vtc-oracle'),
   },
   'vtc-noisy-oracle': {
-    description: 'VTC charging the true output length ±50% at dispatch (VTC Table 5; seed 0)',
-    create: () => orderingPolicyByName('vtc-noisy-oracle'),
+    description: 'VTC charging the true output length ±50% at dispatch (VTC Table 5), seeded by the run',
+    create: (c) => orderingPolicyByName('vtc-noisy-oracle', c.seed === undefined ? {} : { seed: c.seed }),
   },
   wsc: {
     description: 'FairServe weighted service counter: per user@app, normalised by app profiles',

@@ -128,7 +128,12 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
   try {
     run = await runSimulation({
       ...input,
-      ordering: policyEntry.create({ tenantWeights: input.tenantWeights, rpm: opts.rpm, history }),
+      ordering: policyEntry.create({
+        tenantWeights: input.tenantWeights,
+        rpm: opts.rpm,
+        history,
+        seed: input.seed,
+      }),
       placement: placementEntry.create(input.seed),
       dispatchers: opts.dispatchers,
       flushMs: opts.flushMs,
