@@ -69,7 +69,7 @@ async function commandStats(redis: Redis | undefined): Promise<Map<string, { cal
   return out;
 }
 
-/** Per operation: Lua script calls, commands the scripts ran, and µs inside scripts (all from the diff). */
+/** Per operation: µs inside the Lua functions and commands they ran (from the diff; other clients of the Redis count too). */
 function perOp(
   before: Map<string, { calls: number; usec: number }>,
   after: Map<string, { calls: number; usec: number }>,
@@ -79,8 +79,8 @@ function perOp(
   let inner = 0;
   for (const [name, a] of after) {
     const b = before.get(name) ?? { calls: 0, usec: 0 };
-    if (name === 'evalsha' || name === 'eval') scriptUsec += a.usec - b.usec;
-    else if (!['info', 'scan', 'quit'].includes(name)) inner += a.calls - b.calls;
+    if (name === 'fcall' || name === 'evalsha' || name === 'eval') scriptUsec += a.usec - b.usec;
+    else if (!['info', 'scan', 'quit', 'function|load'].includes(name)) inner += a.calls - b.calls;
   }
   return { scriptUs: scriptUsec / n, innerCalls: inner / n };
 }

@@ -44,7 +44,7 @@ if r.cont == '1' then
 end
 applyFlowHash(fk, fields, gone)
 local byScore = key_byScore(pool, band)
-redis.call('ZADD', byScore, fmt(cjson.decode(r.rec).score), id)
+redis.call('ZADD', byScore, cjson.decode(redis.call('HGET', KEYS[1], 'rec')).score, id)
 grow(byScore, redis.call('ZCARD', byScore))
 redis.call('INCR', key_poolQueued(pool))
 redis.call('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(tonumber(ARGV[5])))

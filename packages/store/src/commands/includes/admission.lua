@@ -75,10 +75,7 @@ local function admitRequest(o)
     redis.call('ZREMRANGEBYSCORE', key_interactions(), '-inf', fmt(now))
     openInteraction(ikey, now, tonumber(ARGV[o + 17]))
   end
-  local leases = key_leases()
-  if not redis.call('ZSCORE', leases, owner) then
-    redis.call('ZADD', leases, fmt(now + tonumber(ARGV[o + 20])), owner)
-  end
+  redis.call('ZADD', key_leases(), 'NX', now + tonumber(ARGV[o + 20]), owner)
   redis.call('SADD', key_owner(owner), id)
 
   local seq = redis.call('INCR', key_seq())

@@ -17,15 +17,16 @@
 --- @include "numbers"
 --- @include "request"
 
--- Order-preserving fixed-width encoding of a double (16 hex digits).
+-- Order-preserving fixed-width encoding of a double (16 hex digits): the IEEE bits, negatives
+-- inverted, positives with the sign bit set; in two 32-bit halves (Lua numbers hold them exactly).
 local function sortKey(x)
-  local b = { string.byte(struct.pack('>d', x + 0.0), 1, 8) }
-  if b[1] >= 128 then
-    for i = 1, 8 do b[i] = 255 - b[i] end
+  local hi, lo = struct.unpack('>I4I4', struct.pack('>d', x + 0.0))
+  if hi >= 2147483648 then
+    hi, lo = 4294967295 - hi, 4294967295 - lo
   else
-    b[1] = b[1] + 128
+    hi = hi + 2147483648
   end
-  return string.format('%02x%02x%02x%02x%02x%02x%02x%02x', unpack(b))
+  return string.format('%08x%08x', hi, lo)
 end
 
 local function memberFlow(member)

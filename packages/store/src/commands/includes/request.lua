@@ -6,11 +6,26 @@
     state ('q' queued, 'r' running), replica, charged,
     ikey, ittl (interaction, '' if none), wn (number of windows), wk<i>, wt<i> (window key, '1' if true-up).
 ]]
+local REQ_FIELDS = { 'state', 'pool', 'band', 'flow', 'charged', 'replica', 'reserve', 'owner', 'cont', 'fm', 'ikey', 'ittl', 'wn' }
+
+-- The record's fields but `rec`, `arrival` and `cost` (each field in a reply costs the script),
+-- with wk<i>, wt<i> of its windows; nil if there is no record.
 local function loadReq(id)
-  local flat = redis.call('HGETALL', key_req(id))
-  if #flat == 0 then return nil end
+  local key = key_req(id)
+  local v = redis.call('HMGET', key, unpack(REQ_FIELDS))
+  if not v[1] then return nil end
   local r = {}
-  for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
+  for i = 1, #REQ_FIELDS do r[REQ_FIELDS[i]] = v[i] end
+  local n = tonumber(r.wn) or 0
+  if n > 0 then
+    local names = {}
+    for i = 1, n do
+      names[#names + 1] = 'wk' .. i
+      names[#names + 1] = 'wt' .. i
+    end
+    local w = redis.call('HMGET', key, unpack(names))
+    for i = 1, #names do r[names[i]] = w[i] end
+  end
   return r
 end
 
