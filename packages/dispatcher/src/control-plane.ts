@@ -229,16 +229,19 @@ export class ControlPlane {
   #newLeaderState(): LeaderState {
     const o = this.#o;
     const c = o.control;
-    const shapes = new Map<string, ReplicaShape>();
-    for (const v of o.registry.list()) {
-      const r = v.registration;
-      const key = `${r.model}|${r.gpu ?? c.profileGpu}|${r.tp}`;
-      if (!shapes.has(key))
-        shapes.set(key, { kvCapacityTokens: r.kvCapacityTokens, maxNumSeqs: r.maxNumSeqs });
-    }
+    // A profile is built the first time its (model, gpu, tp) is planned for, from a replica of
+    // that shape registered then (its KV capacity and batch limit).
+    const shapeOf = (model: string, gpu: string, tp: number): ReplicaShape | undefined => {
+      const v = o.registry
+        .list({ model })
+        .find((x) => (x.registration.gpu ?? c.profileGpu) === gpu && x.registration.tp === tp);
+      return (
+        v && { kvCapacityTokens: v.registration.kvCapacityTokens, maxNumSeqs: v.registration.maxNumSeqs }
+      );
+    };
     let control: QlmControl | undefined;
     if (o.planner !== undefined) {
-      const profileOf = liveProfiles(c, (m, g, tp) => shapes.get(`${m}|${g}|${tp}`));
+      const profileOf = liveProfiles(c, shapeOf);
       const first = o.registry.list()[0]?.registration;
       const batch = first
         ? profileOf(first.model, first.gpu ?? c.profileGpu, first.tp).batchSize
