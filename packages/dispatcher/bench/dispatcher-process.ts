@@ -7,8 +7,9 @@
 // previous SIGUSR2 — so the orchestrator can see, per phase, how long the loop stalled and why.
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
-import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
+import { constants, monitorEventLoopDelay, PerformanceObserver, performance } from 'node:perf_hooks';
 import { createLogger, loadConfig, systemClock } from '@fairway/core';
+import { type Engine, VllmClient } from '@fairway/engine';
 import type { SchedulingStore } from '@fairway/store';
 import { connectInfrastructure, serveSettings, startDispatcher } from '../src/index.ts';
 
@@ -41,6 +42,30 @@ function withoutFused(store: SchedulingStore): SchedulingStore {
     },
   });
 }
+
+/** ms the engine calls took as the dispatcher saw them (to the body, or to a stream's headers). */
+let engineMs: number[] = [];
+
+/** A `VllmClient` whose generation calls are timed into `engineMs`. */
+function timedEngine(url: string): Engine {
+  const e = new VllmClient({ url });
+  const complete = e.complete.bind(e);
+  const stream = e.stream.bind(e);
+  const timed = async <T>(call: Promise<T>): Promise<T> => {
+    const t0 = performance.now();
+    const out = await call;
+    engineMs.push(performance.now() - t0);
+    return out;
+  };
+  e.complete = (endpoint, body, options) => timed(complete(endpoint, body, options));
+  e.stream = (endpoint, body, options) => timed(stream(endpoint, body, options));
+  return e;
+}
+
+const quantile = (xs: number[], q: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return Math.round((s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? Number.NaN) * 100) / 100;
+};
 
 /** Event-loop delay (sampled every 2 ms) and GC pauses, reset at every report. */
 function startDiagnostics(): () => string {
@@ -76,10 +101,12 @@ function startDiagnostics(): () => string {
         samples: loop.count,
       },
       gc,
+      engine: { p50: quantile(engineMs, 0.5), p99: quantile(engineMs, 0.99), n: engineMs.length },
       heapMb: Math.round(process.memoryUsage().heapUsed / 1e6),
     });
     loop.reset();
     gc = {};
+    engineMs = [];
     return out;
   };
 }
@@ -134,6 +161,7 @@ const running = await startDispatcher({
   config: loadConfig(a.configPath),
   logger,
   infrastructure: a.baseline ? { ...infra, store: withoutFused(infra.store) } : infra,
+  ...(a.diagnose ? { engines: timedEngine } : {}),
 });
 console.log(`dispatcher ${running.id}${a.baseline ? ' (baseline)' : ''} listening on ${running.url}`);
 process.once('SIGTERM', () => {
