@@ -426,12 +426,18 @@ export class VllmClient implements Engine {
     const o = this.#options;
     const abort = new AbortController();
     const outer = options.signal;
+    // A stream has an abort of its own (`EngineStream.abort`), linked to the caller's signal; any
+    // other call just uses the caller's signal (one controller and listener less per request).
+    const own = streaming || outer === undefined;
+    const signal = own ? abort.signal : outer;
     const onOuterAbort = (): void => abort.abort(outer?.reason);
-    if (outer) {
+    if (outer && own) {
       if (outer.aborted) abort.abort(outer.reason);
       else outer.addEventListener('abort', onOuterAbort, { once: true });
     }
-    const unlink = (): void => outer?.removeEventListener('abort', onOuterAbort);
+    const unlink = own
+      ? (): void => outer?.removeEventListener('abort', onOuterAbort)
+      : (): void => undefined;
     const headersTimeoutMs = options.control
       ? o.controlTimeoutMs
       : (options.headersTimeoutMs ?? o.headersTimeoutMs);
@@ -442,7 +448,7 @@ export class VllmClient implements Engine {
       connectTimeoutMs: o.connectTimeoutMs,
       headersTimeoutMs,
       bodyTimeoutMs,
-      aborted: () => abort.signal.aborted,
+      aborted: () => signal.aborted,
     };
     const headers: Record<string, string> = { ...this.#auth, ...options.headers };
     if (payload !== undefined) headers['content-type'] = 'application/json';
@@ -454,7 +460,7 @@ export class VllmClient implements Engine {
         path,
         headers,
         body: payload,
-        signal: abort.signal,
+        signal,
         headersTimeout: headersTimeoutMs,
         bodyTimeout: bodyTimeoutMs,
       });
