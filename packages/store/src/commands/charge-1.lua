@@ -6,12 +6,10 @@
     KEYS[1] admission sequence key_seq() (only routes the call to the store's slot)
     ARGV[1] key base  ARGV[2] number of items n, then per item: request id, amount
 
-  Output: number of items applied
+  Output: number of items applied; -2 arguments not understood (client/library version skew)
 ]]
 --- @include "includes/charge"
 
-local applied = 0
-for i = 0, tonumber(ARGV[2]) - 1 do
-  applied = applied + chargeRequest(ARGV[3 + i * 2], tonumber(ARGV[4 + i * 2]))
-end
-return applied
+local n = tonumber(ARGV[2])
+if n == nil or #ARGV ~= 2 + n * 2 then return -2 end
+return chargeRequests(2, n)

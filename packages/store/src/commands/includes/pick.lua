@@ -51,9 +51,7 @@ local function dispatchNext(o)
   local cBase = rBase + 1 + nReplicas * 3
   local nCharges = tonumber(ARGV[cBase])
 
-  for i = 0, nCharges - 1 do
-    chargeRequest(ARGV[cBase + 1 + i * 2], tonumber(ARGV[cBase + 2 + i * 2]))
-  end
+  chargeRequests(cBase, nCharges)
 
   for bi = 1, nBands do
     local band = ARGV[o + 5 + bi]
