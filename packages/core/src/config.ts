@@ -102,6 +102,11 @@ export const controlConfigSchema = z
     leaseMs: positive.default(3000),
     /** Reports older than this many intervals are dropped from the leader's view. @default 4 */
     staleIntervals: z.number().int().min(1).default(4),
+    /**
+     * Most queued requests one report carries, earliest admitted first (about 130 bytes each: a
+     * report must stay under NATS's 1 MB default payload). @default 4000
+     */
+    maxReportedQueued: z.number().int().positive().default(4000),
     /** QLM serving operations; turning one off is QLM's ablation. @default all on */
     pull: z.boolean().default(true),
     evict: z.boolean().default(true),

@@ -190,7 +190,11 @@ export class ControlPlane {
     o.bus.publish('controlReport', {
       dispatcherId: o.id,
       seq: this.#seq++,
-      queued: h.queued,
+      // The earliest admitted first (tickets are kept in admission order); the rest wait unseen.
+      queued:
+        h.queued.length > o.control.maxReportedQueued
+          ? h.queued.slice(0, o.control.maxReportedQueued)
+          : h.queued,
       running: h.running,
       finished: h.finished,
       at: o.clock.now(),
