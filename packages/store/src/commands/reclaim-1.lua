@@ -12,7 +12,7 @@
 --- @include "includes/drop"
 
 local dropped, released = {}, {}
-local owners = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(tonumber(ARGV[2])))
+local owners = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(num(ARGV[2])))
 for _, owner in ipairs(owners) do
   local ids = redis.call('SMEMBERS', key_owner(owner))
   table.sort(ids, bless)

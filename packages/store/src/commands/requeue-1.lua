@@ -18,15 +18,15 @@ local id = ARGV[2]
 local r = loadReq(id)
 if r == nil or r.state ~= 'r' then return 0 end
 local pool, band, flow = r.pool, r.band, r.flow
-local served = tonumber(ARGV[4])
-addToCounter(pool, band, flow, served - tonumber(r.charged))
+local served = num(ARGV[4])
+addToCounter(pool, band, flow, served - num(r.charged))
 release(r)
 
 -- The head of a FIFO is its least score (admission sequence); go one below it.
 local function frontScore(key)
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   if first[1] == nil then return 0 end
-  return tonumber(first[2]) - 1
+  return num(first[2]) - 1
 end
 
 local fk = key_flow(pool, band, flow)
@@ -47,5 +47,5 @@ local byScore = key_byScore(pool, band)
 redis.call('ZADD', byScore, cjson.decode(redis.call('HGET', KEYS[1], 'rec')).score, id)
 grow(byScore, redis.call('ZCARD', byScore))
 redis.call('INCR', key_poolQueued(pool))
-redis.call('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(tonumber(ARGV[5])))
+redis.call('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(num(ARGV[5])))
 return 1

@@ -13,7 +13,7 @@
 
 local pool, band = ARGV[2], ARGV[3]
 local backlogged = {}
-for _, member in ipairs(redis.call('ZRANGE', key_backlog(pool, band), 0, -1)) do
+for _, member in ipairs(redis.call('ZRANGE', key_backlog(pool, band), '0', '-1')) do
   local flow = memberFlow(member)
   backlogged[#backlogged + 1] = flow
   backlogged[#backlogged + 1] = redis.call('ZCARD', key_fifo(pool, band, flow))

@@ -22,9 +22,9 @@ end
 local function admitRequest(o)
   local id, pool, band, flow = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
   local owner = ARGV[o + 10]
-  local now = tonumber(ARGV[o + 13])
+  local now = num(ARGV[o + 13])
   local ikey = ARGV[o + 16]
-  local nLimits = tonumber(ARGV[o + 22])
+  local nLimits = num(ARGV[o + 22])
   local reqKey = key_req(id)
 
   if redis.call('EXISTS', reqKey) == 1 then return { 0, 'duplicate', '0', id } end
@@ -32,13 +32,13 @@ local function admitRequest(o)
   local interactionOpen = false
   if ikey ~= '' then
     local untilMs = redis.call('ZSCORE', key_interactions(), ikey)
-    interactionOpen = untilMs ~= false and now < tonumber(untilMs)
+    interactionOpen = untilMs ~= false and now < num(untilMs)
   end
   local throttleApplies = ARGV[o + 15] == '1' and not interactionOpen
 
   for i = 0, nLimits - 1 do
     local b = o + 23 + i * 7
-    local wkey, limit, amount, windowMs = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    local wkey, limit, amount, windowMs = ARGV[b], num(ARGV[b + 1]), num(ARGV[b + 2]), num(ARGV[b + 3])
     if not (ARGV[b + 4] == '1' and not throttleApplies) then
       purgeWindow(wkey, now - windowMs)
       local retry = windowRetryAfter(wkey, amount, limit, windowMs, now)
@@ -48,12 +48,12 @@ local function admitRequest(o)
 
   if ARGV[o + 18] ~= '' then
     local n = redis.call('ZCARD', key_fifo(pool, band, flow))
-    if n >= tonumber(ARGV[o + 18]) then
+    if n >= num(ARGV[o + 18]) then
       return { 0, 'queue_full', ARGV[o + 21], 'flow:' .. pool .. ':' .. band .. ':' .. flow }
     end
   end
   if ARGV[o + 19] ~= '' then
-    if num(redis.call('GET', key_poolQueued(pool))) >= tonumber(ARGV[o + 19]) then
+    if num(redis.call('GET', key_poolQueued(pool))) >= num(ARGV[o + 19]) then
       return { 0, 'queue_full', ARGV[o + 21], 'pool:' .. pool }
     end
   end
@@ -65,7 +65,7 @@ local function admitRequest(o)
   }
   for i = 0, nLimits - 1 do
     local b = o + 23 + i * 7
-    addToWindow(ARGV[b], id, now, tonumber(ARGV[b + 2]))
+    addToWindow(ARGV[b], id, now, num(ARGV[b + 2]))
     record[#record + 1] = 'wk' .. (i + 1)
     record[#record + 1] = ARGV[b]
     record[#record + 1] = 'wt' .. (i + 1)
@@ -73,13 +73,13 @@ local function admitRequest(o)
   end
   if ikey ~= '' then
     redis.call('ZREMRANGEBYSCORE', key_interactions(), '-inf', fmt(now))
-    openInteraction(ikey, now, tonumber(ARGV[o + 17]))
+    openInteraction(ikey, now, num(ARGV[o + 17]))
   end
-  redis.call('ZADD', key_leases(), 'NX', now + tonumber(ARGV[o + 20]), owner)
+  redis.call('ZADD', key_leases(), 'NX', now + num(ARGV[o + 20]), owner)
   redis.call('SADD', key_owner(owner), id)
 
   local seq = redis.call('INCR', key_seq())
-  local fm = sortKey(tonumber(ARGV[o + 7])) .. id
+  local fm = sortKey(num(ARGV[o + 7])) .. id
   record[#record + 1] = 'fm'
   record[#record + 1] = fm
   redis.call('HSET', reqKey, unpack(record))

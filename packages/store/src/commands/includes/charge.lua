@@ -12,7 +12,7 @@ local function chargeRequest(id, amount)
   local key = key_req(id)
   local r = redis.call('HMGET', key, 'state', 'pool', 'band', 'flow', 'charged')
   if r[1] ~= 'r' then return 0 end
-  redis.call('HSET', key, 'charged', tonumber(r[5]) + amount)
+  redis.call('HSET', key, 'charged', num(r[5]) + amount)
   addToCounter(r[2], r[3], r[4], amount)
   return 1
 end
@@ -21,7 +21,7 @@ end
 local function chargeRequests(base, n)
   local applied = 0
   for i = 0, n - 1 do
-    applied = applied + chargeRequest(ARGV[base + 1 + i * 2], tonumber(ARGV[base + 2 + i * 2]))
+    applied = applied + chargeRequest(ARGV[base + 1 + i * 2], num(ARGV[base + 2 + i * 2]))
   end
   return applied
 end

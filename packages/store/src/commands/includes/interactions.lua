@@ -6,7 +6,7 @@
 local function openInteraction(ikey, now, ttl)
   local untilMs = now + ttl
   local cur = redis.call('ZSCORE', key_interactions(), ikey)
-  if not cur or untilMs > tonumber(cur) then
+  if not cur or untilMs > num(cur) then
     redis.call('ZADD', key_interactions(), fmt(untilMs), ikey)
   end
 end

@@ -34,7 +34,7 @@ end
 local function candidateReservations(o)
   local rBase = dispatchReplicas(o)
   local out = {}
-  for i = 0, tonumber(ARGV[rBase]) - 1 do
+  for i = 0, num(ARGV[rBase]) - 1 do
     local rep = redis.call('HMGET', key_replica(ARGV[rBase + 1 + i * 3]), 'tokens', 'seqs')
     out[#out + 1] = fmt(num(rep[1]))
     out[#out + 1] = fmt(num(rep[2]))
@@ -45,11 +45,11 @@ end
 -- { 'empty' } | { 'blocked', id, reserveTokens } | { 'dispatched', replica, request JSON } | -1 (state corrupt).
 local function dispatchNext(o)
   local pool, ordering, fit = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
-  local nBands = tonumber(ARGV[o + 5])
+  local nBands = num(ARGV[o + 5])
   local rBase = o + 6 + nBands
-  local nReplicas = tonumber(ARGV[rBase])
+  local nReplicas = num(ARGV[rBase])
   local cBase = rBase + 1 + nReplicas * 3
-  local nCharges = tonumber(ARGV[cBase])
+  local nCharges = num(ARGV[cBase])
 
   chargeRequests(cBase, nCharges)
 
@@ -60,20 +60,20 @@ local function dispatchNext(o)
     -- the reads below then fetch only what is still unknown (each reply element costs the script).
     local id, flow, fm, pickedCont, nextHead, member = nil, nil, nil, false, nil, nil
     if ordering == 'score' then
-      id = redis.call('ZRANGE', key_byScore(pool, band), 0, 0)[1]
+      id = redis.call('ZRANGE', key_byScore(pool, band), '0', '0')[1]
     else
       -- The counter is read from the flow's hash below: a score in a reply costs a double to string
       -- and back.
-      local top = redis.call('ZRANGE', key_contBacklog(pool, band), 0, 0)
+      local top = redis.call('ZRANGE', key_contBacklog(pool, band), '0', '0')
       pickedCont = top[1] ~= nil
       if not pickedCont then
-        top = redis.call('ZRANGE', key_backlog(pool, band), 0, 0)
+        top = redis.call('ZRANGE', key_backlog(pool, band), '0', '0')
         member = top[1]
       end
       if top[1] ~= nil then
         flow = memberFlow(top[1])
         local fifoOf = pickedCont and key_contFifo or key_fifo
-        local heads = redis.call('ZRANGE', fifoOf(pool, band, flow), 0, 1)
+        local heads = redis.call('ZRANGE', fifoOf(pool, band, flow), '0', '1')
         if heads[1] == nil then return -1 end
         fm, nextHead = heads[1], heads[2]
         id = memberId(fm)
@@ -91,15 +91,15 @@ local function dispatchNext(o)
         f = redis.call('HMGET', reqKey, 'reserve', 'cost', 'cont', 'rec', 'charged')
         if not f[1] then return -1 end
       end
-      local reserve = tonumber(f[1])
+      local reserve = num(f[1])
 
       local chosen, bestLeft, chosenTokens, chosenSeqs = nil, 0, 0, 0
       for i = 0, nReplicas - 1 do
         local b = rBase + 1 + i * 3
         local rep = redis.call('HMGET', key_replica(ARGV[b]), 'tokens', 'seqs')
-        local tokens, seqs, capacity = num(rep[1]), num(rep[2]), tonumber(ARGV[b + 1])
+        local tokens, seqs, capacity = num(rep[1]), num(rep[2]), num(ARGV[b + 1])
         local after = tokens + reserve
-        if after <= capacity and seqs + 1 <= tonumber(ARGV[b + 2]) then
+        if after <= capacity and seqs + 1 <= num(ARGV[b + 2]) then
           local left = capacity - after
           if chosen == nil or left < bestLeft then
             chosen, bestLeft, chosenTokens, chosenSeqs = ARGV[b], left, after, seqs + 1
@@ -118,7 +118,7 @@ local function dispatchNext(o)
       else
         v = redis.call('HMGET', fk, 'n', 'b', 'c')
       end
-      local cost = tonumber(f[2])
+      local cost = num(f[2])
       -- Numbers go to redis.call as they are: Redis formats them with %.17g, as fmt does.
       local c = num(v[1]) + cost
       local fields, gone = { 'n', c }, {}
@@ -129,7 +129,7 @@ local function dispatchNext(o)
       if f[3] == '1' then
         local cf = key_contFifo(pool, band, flow)
         redis.call('ZREM', cf, fm)
-        local head = pickedCont and nextHead or redis.call('ZRANGE', cf, 0, 0)[1]
+        local head = pickedCont and nextHead or redis.call('ZRANGE', cf, '0', '0')[1]
         rekey(key_contBacklog(pool, band), 'c', v[3], backlogMember(head, flow), c, true, fields, gone)
       elseif v[3] then
         redis.call('ZADD', key_contBacklog(pool, band), c, v[3])
@@ -138,7 +138,7 @@ local function dispatchNext(o)
       if ordering == 'fair' and not pickedCont then
         head = nextHead
       else
-        head = redis.call('ZRANGE', fifo, 0, 0)[1]
+        head = redis.call('ZRANGE', fifo, '0', '0')[1]
       end
       if not rekey(key_backlog(pool, band), 'b', v[2], backlogMember(head, flow), c, true, fields, gone) then
         redis.call('SET', key_lastFlow(pool, band), flow)

@@ -119,9 +119,9 @@ local function enqueue(pool, band, flow, id, fm, seq, score, arrival, cont, lift
     local n = num(v[1])
     if lift == 'vtc' then
       local floor = nil
-      local top = redis.call('ZRANGE', bl, 0, 0, 'WITHSCORES')
+      local top = redis.call('ZRANGE', bl, '0', '0', 'WITHSCORES')
       if top[1] ~= nil then
-        floor = tonumber(top[2])
+        floor = num(top[2])
       else
         local last = redis.call('GET', key_lastFlow(pool, band))
         if last then floor = counterOf(pool, band, last) end
@@ -167,12 +167,12 @@ local function unqueue(id, r)
   if r.cont == '1' then
     local cf = key_contFifo(pool, band, flow)
     redis.call('ZREM', cf, r.fm)
-    local head = redis.call('ZRANGE', cf, 0, 0)[1]
+    local head = redis.call('ZRANGE', cf, '0', '0')[1]
     rekey(key_contBacklog(pool, band), 'c', v[3], backlogMember(head, flow), v[1], false, fields, gone)
   end
   redis.call('ZREM', key_byScore(pool, band), id)
   redis.call('DECR', key_poolQueued(pool))
-  local head = redis.call('ZRANGE', fifo, 0, 0)[1]
+  local head = redis.call('ZRANGE', fifo, '0', '0')[1]
   if not rekey(key_backlog(pool, band), 'b', v[2], backlogMember(head, flow), v[1], false, fields, gone) then
     redis.call('SET', key_lastFlow(pool, band), flow)
   end
@@ -188,6 +188,6 @@ local function release(r)
   if seqs <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('HSET', key, 'tokens', num(rep[1]) - tonumber(r.reserve), 'seqs', seqs)
+    redis.call('HSET', key, 'tokens', num(rep[1]) - num(r.reserve), 'seqs', seqs)
   end
 end

@@ -16,7 +16,7 @@ local function loadReq(id)
   if not v[1] then return nil end
   local r = {}
   for i = 1, #REQ_FIELDS do r[REQ_FIELDS[i]] = v[i] end
-  local n = tonumber(r.wn) or 0
+  local n = num(r.wn) or 0
   if n > 0 then
     local names = {}
     for i = 1, n do

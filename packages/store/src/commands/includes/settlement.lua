@@ -17,13 +17,13 @@ local function settleRequest(o)
   local id = ARGV[o + 2]
   local r = loadReq(id)
   if r == nil or r.state ~= 'r' then return 0 end
-  addToCounter(r.pool, r.band, r.flow, tonumber(ARGV[o + 4]) - tonumber(r.charged))
+  addToCounter(r.pool, r.band, r.flow, num(ARGV[o + 4]) - num(r.charged))
   release(r)
-  trueUpWindows(id, r, tonumber(ARGV[o + 5]))
+  trueUpWindows(id, r, num(ARGV[o + 5]))
   local hist = key_history(r.flow)
   redis.call('RPUSH', hist, ARGV[o + 6])
-  redis.call('LTRIM', hist, -tonumber(ARGV[o + 7]), -1)
-  if r.ikey ~= '' then openInteraction(r.ikey, tonumber(ARGV[o + 3]), tonumber(r.ittl)) end
+  redis.call('LTRIM', hist, -num(ARGV[o + 7]), -1)
+  if r.ikey ~= '' then openInteraction(r.ikey, num(ARGV[o + 3]), num(r.ittl)) end
   forgetReq(id, r)
   return 1
 end

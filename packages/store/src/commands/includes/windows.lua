@@ -28,12 +28,12 @@ local function windowRetryAfter(wkey, amount, limit, windowMs, now)
   local tot = num(redis.call('GET', key_windowTotal(wkey)))
   if tot + amount <= limit then return nil end
   if amount > limit then return windowMs end
-  local entries = redis.call('ZRANGE', key_windowLog(wkey), 0, -1, 'WITHSCORES')
+  local entries = redis.call('ZRANGE', key_windowLog(wkey), '0', '-1', 'WITHSCORES')
   local amounts = key_windowAmounts(wkey)
   local rem = tot
   for i = 1, #entries, 2 do
     rem = rem - num(redis.call('HGET', amounts, entries[i]))
-    if rem + amount <= limit then return tonumber(entries[i + 1]) + windowMs - now end
+    if rem + amount <= limit then return num(entries[i + 1]) + windowMs - now end
   end
   return windowMs
 end
@@ -53,7 +53,7 @@ local function trueUpWindows(id, r, amount)
       local old = redis.call('HGET', key_windowAmounts(wkey), id)
       if old then
         local tk = key_windowTotal(wkey)
-        redis.call('SET', tk, fmt(num(redis.call('GET', tk)) - tonumber(old) + amount))
+        redis.call('SET', tk, fmt(num(redis.call('GET', tk)) - num(old) + amount))
         redis.call('HSET', key_windowAmounts(wkey), id, fmt(amount))
       end
     end
