@@ -164,6 +164,36 @@ describe.each(harnesses)('$name', ({ make }) => {
     expect(toC).toEqual([]);
   });
 
+  it('carries control reports keyed by dispatcher and control routes to every dispatcher, defaults applied', async () => {
+    const reports: string[] = [];
+    const routes: { held: string[]; pull: boolean; queues: Record<string, number[]> }[] = [];
+    h.b.subscribe('controlReport', (m) => void reports.push(`${m.dispatcherId}:${m.queued[0]?.generated}`));
+    h.b.subscribe('controlRoutes', (m) => void routes.push(m));
+    await settle(h);
+    const q = {
+      requestId: 'q1',
+      model: 'm',
+      sloClass: 'interactive',
+      inputTokens: 5,
+      maxTokens: 9,
+      arrivalMs: 1,
+    };
+    h.a.publish('controlReport', { dispatcherId: 'd.1', seq: 0, queued: [q], running: [], at: 2 });
+    h.a.publish('controlRoutes', { leaderId: 'd.1', round: 3, queues: { r1: [0, 2] }, at: 2 });
+    await waitFor(() => reports.length === 1 && routes.length === 1);
+    expect(reports).toEqual(['d.1:0']);
+    expect(routes[0]).toMatchObject({ held: [], pull: true, queues: { r1: [0, 2] } });
+    expect(() =>
+      h.a.publish('controlReport', {
+        dispatcherId: 'd1',
+        seq: 1,
+        queued: [{ ...q, inputTokens: 0 }],
+        running: [],
+        at: 2,
+      }),
+    ).toThrow(/queued\[0\]\.inputTokens/);
+  });
+
   it('stops delivering after unsubscribe', async () => {
     const got: number[] = [];
     const off = h.b.subscribe('heartbeat', (m) => void got.push(m.seq));
