@@ -169,6 +169,8 @@ describe.each(harnesses)('$name', ({ make }) => {
     const routes: { held: string[]; pull: boolean; queues: Record<string, number[]> }[] = [];
     h.b.subscribe('controlReport', (m) => void reports.push(`${m.dispatcherId}:${m.queued[0]?.generated}`));
     h.b.subscribe('controlRoutes', (m) => void routes.push(m));
+    const forOther: string[] = [];
+    h.b.subscribe('controlReport', (m) => void forOther.push(m.dispatcherId), { key: 'd.2' });
     await settle(h);
     const q = {
       requestId: 'q1',
@@ -182,6 +184,7 @@ describe.each(harnesses)('$name', ({ make }) => {
     h.a.publish('controlRoutes', { leaderId: 'd.1', round: 3, queues: { r1: [0, 2] }, at: 2 });
     await waitFor(() => reports.length === 1 && routes.length === 1);
     expect(reports).toEqual(['d.1:0']);
+    expect(forOther).toEqual([]);
     expect(routes[0]).toMatchObject({ held: [], pull: true, queues: { r1: [0, 2] } });
     expect(() =>
       h.a.publish('controlReport', {
