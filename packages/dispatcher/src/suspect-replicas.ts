@@ -45,6 +45,9 @@ export class SuspectReplicas implements ReplicaSource {
   replicas(pool: string): readonly ReplicaInfo[] {
     const all = this.#inner.replicas(pool);
     if (this.#until.size === 0) return all;
+    const now = this.#clock.now();
+    for (const [id, until] of this.#until) if (now >= until) this.#until.delete(id);
+    if (this.#until.size === 0) return all;
     let healthy = false;
     let suspects = false;
     for (const r of all) {
