@@ -6,6 +6,7 @@
  *   npm run bench:store            (REDIS_URL defaults to redis://127.0.0.1:6379)
  *   BENCH_N=50000 npm run bench:store
  *   BENCH_ONLY=redis npm run bench:store   (skip the memory runs and the exact-limit demo)
+ *   BENCH_VALIDATE=0 npm run bench:store   (Redis store without input validation, as the dispatcher runs it)
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -19,6 +20,7 @@ import {
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const ONLY_REDIS = process.env.BENCH_ONLY === 'redis';
+const VALIDATE = process.env.BENCH_VALIDATE !== '0';
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const FLOWS = 100;
 const IN_FLIGHT = 256;
@@ -93,11 +95,15 @@ async function measure(
 ): Promise<void> {
   const results: Record<string, number> = {};
   const cpuPerOp: Record<string, number> = {};
+  const clientPerOp: Record<string, number> = {};
   const scripts: Record<string, { scriptUs: number; innerCalls: number }> = {};
   const rate = async (name: string, n: number, op: (i: number) => Promise<unknown>): Promise<void> => {
     const stats = await commandStats(redis);
     const before = await redisCpuSeconds(redis);
+    const client = process.cpuUsage();
     results[name] = await run(n, inFlight, op);
+    const used = process.cpuUsage(client);
+    clientPerOp[name] = (used.user + used.system) / n;
     cpuPerOp[name] = (((await redisCpuSeconds(redis)) - before) * 1e6) / n;
     scripts[name] = perOp(stats, await commandStats(redis), n);
   };
@@ -158,8 +164,12 @@ async function measure(
       redis === undefined
         ? ''
         : `   redis CPU ${(cpuPerOp[op] ?? 0).toFixed(1).padStart(6)} µs/op` +
+          ` (${Math.round(((cpuPerOp[op] ?? 0) * perS) / 1e4)
+            .toString()
+            .padStart(3)}% busy)` +
           `   in scripts ${sc.scriptUs.toFixed(1).padStart(6)} µs/op` +
-          `   redis.call ${sc.innerCalls.toFixed(1).padStart(5)}/op`;
+          `   redis.call ${sc.innerCalls.toFixed(1).padStart(5)}/op` +
+          `   client CPU ${(clientPerOp[op] ?? 0).toFixed(1).padStart(6)} µs/op`;
     console.log(`  ${op.padEnd(26)} ${Math.round(perS).toLocaleString('en-US').padStart(10)} ops/s${cpu}`);
   }
 }
@@ -215,9 +225,13 @@ async function main(): Promise<void> {
     await measure('memory, validation off', new MemoryStore({ validate: false }), 1);
   }
   const redis = new Redis(REDIS_URL);
-  const store = new RedisStore({ redis, prefix: `bench-${randomBytes(4).toString('hex')}` });
+  const store = new RedisStore({
+    redis,
+    prefix: `bench-${randomBytes(4).toString('hex')}`,
+    validate: VALIDATE,
+  });
   try {
-    await measure('redis, one connection', store, IN_FLIGHT, redis);
+    await measure(`redis, one connection${VALIDATE ? '' : ', validation off'}`, store, IN_FLIGHT, redis);
   } finally {
     await deletePrefix(redis, store);
     await redis.quit();
