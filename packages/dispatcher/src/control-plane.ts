@@ -111,6 +111,7 @@ export class ControlPlane {
   #held = new Set<string>();
   #busy = false;
   #started = false;
+  #stopReports: Unsubscribe | undefined;
 
   constructor(o: ControlPlaneOptions) {
     this.#o = o;
@@ -124,9 +125,7 @@ export class ControlPlane {
       leaseMs: o.control.leaseMs,
       clock: o.clock,
       logger: o.logger,
-      onChange: (leader) => {
-        if (!leader) this.#leader = undefined;
-      },
+      onChange: (leader) => this.#onLeadership(leader),
     });
   }
 
@@ -145,14 +144,7 @@ export class ControlPlane {
     if (this.#started) return;
     this.#started = true;
     const o = this.#o;
-    this.#unsubs.push(
-      o.bus.subscribe('controlReport', (r) => {
-        const last = this.#reports.get(r.dispatcherId);
-        if (last !== undefined && last.report.seq >= r.seq && r.seq !== 0) return;
-        this.#reports.set(r.dispatcherId, { report: r, receivedAt: o.clock.now() });
-      }),
-      o.bus.subscribe('controlRoutes', (r) => this.#applyRoutes(r)),
-    );
+    this.#unsubs.push(o.bus.subscribe('controlRoutes', (r) => this.#applyRoutes(r)));
     await o.bus.flush();
     await this.#lease.start();
     const t = setInterval(() => {
@@ -162,13 +154,31 @@ export class ControlPlane {
     this.#timers.push(t);
   }
 
+  /**
+   * Only the leader reads the reports (each is validated on receipt, so followers would spend CPU
+   * on every dispatcher's report for nothing); a new leader has them within one interval.
+   */
+  #onLeadership(leader: boolean): void {
+    const o = this.#o;
+    this.#stopReports?.();
+    this.#stopReports = undefined;
+    this.#reports.clear();
+    this.#leader = undefined;
+    if (!leader || !this.#started) return;
+    this.#stopReports = o.bus.subscribe('controlReport', (r) => {
+      const last = this.#reports.get(r.dispatcherId);
+      if (last !== undefined && last.report.seq >= r.seq && r.seq !== 0) return;
+      this.#reports.set(r.dispatcherId, { report: r, receivedAt: o.clock.now() });
+    });
+  }
+
   /** Stops reporting and planning and gives the lease up. */
   async stop(): Promise<void> {
     if (!this.#started) return;
     this.#started = false;
     for (const t of this.#timers.splice(0)) clearInterval(t);
     for (const u of this.#unsubs.splice(0)) u();
-    this.#leader = undefined;
+    this.#onLeadership(false);
     await this.#lease.stop();
   }
 
