@@ -2,10 +2,10 @@ import { Buffer } from 'node:buffer';
 
 /**
  * Every Redis key of the store, defined once. TypeScript builds keys with {@link StoreKeys}; the Lua
- * scripts get the same builders generated from {@link KEY_LAYOUT} by {@link luaKeyFunctions}, so
+ * library gets the same builders generated from {@link KEY_LAYOUT} by {@link luaKeyFunctions}, so
  * the two can never disagree.
  *
- * All keys of one store share the hash tag `{<prefix>}`, so every script runs in one Redis Cluster
+ * All keys of one store share the hash tag `{<prefix>}`, so every function runs in one Redis Cluster
  * slot: a pool's keys always share a slot, and so do the owner leases, request records and windows
  * that operations on a pool touch atomically. To spread pools over a cluster, give each group of
  * pools its own store (its own prefix).

@@ -161,10 +161,13 @@ function dispatchReply(script: string, r: Reply): DispatchResult {
 }
 
 /**
- * The Redis {@link SchedulingStore}: every multi-step operation is one Lua script (`commands/`),
+ * The Redis {@link SchedulingStore}: every multi-step operation is one Lua function (`commands/`,
+ * loaded as one Redis Functions library by `FUNCTION LOAD` and run by `FCALL`; Redis 7.0 or later),
  * so admission, dispatch and a batch of charges are each one round trip and exact across any
- * number of dispatchers. Scripts get times from their arguments and never read a clock, and store
- * numbers with 17 significant digits, so results match {@link MemoryStore} exactly.
+ * number of dispatchers. Functions get times from their arguments and never read a clock, and store
+ * numbers with 17 significant digits, so results match {@link MemoryStore} exactly. The client
+ * loads the library on its first call; on Redis Cluster every primary needs it, which FCALL's
+ * retry after "function not found" gives only for the node the client talks to.
  */
 export class RedisStore implements SchedulingStore {
   readonly #redis: Redis;
