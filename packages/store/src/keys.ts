@@ -104,11 +104,13 @@ export function luaKeyFunctions(only?: ReadonlySet<string>): string {
   // Memoised: `#s .. '.'` formats a number (a printf) and calls build keys of the same pool, band
   // and flow many times.
   const lines = [
-    "local function lp(s) local r = LP[s] if r == nil then r = tostring(s) r = #r .. '.' .. r .. ':' LP[s] = r end return r end",
+    "local function lp(s) local r = LP[s] if r == nil then r = '' .. s r = #r .. '.' .. r .. ':' LP[s] = r end return r end",
   ];
   for (const [kind, names] of kinds) {
     const args = names.join(', ');
-    const body = names.map((n, i) => (i === names.length - 1 ? `tostring(${n})` : `lp(${n})`));
+    // `..` takes strings and numbers as they are (numbers as tostring writes them); a nil or a
+    // boolean is a bug and raises an error rather than building a key.
+    const body = names.map((n, i) => (i === names.length - 1 ? n : `lp(${n})`));
     lines.push(
       `local function key_${kind}(${args}) return ${[`BASE .. '${kind}:'`, ...body].join(' .. ')} end`,
     );
