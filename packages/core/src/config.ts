@@ -125,6 +125,16 @@ export const controlConfigSchema = z
     profileGpu: z.string().min(1).default('A100-80GB'),
     /** Engines run this many times faster than the preset (engine-sim `--speed`). @default 1 */
     speedup: positive.default(1),
+    /**
+     * QLM's global scheduler solves its MILP (HiGHS, loaded when a dispatcher first leads) at most
+     * every `milpIntervalMs`, within `milpMaxNodes` branch-and-bound nodes and `milpTimeLimitS`;
+     * off, it plans with EDF improved by local search (milliseconds). The solve runs on the leader's
+     * event loop, so the time limit bounds the pause its own requests see. @default false
+     */
+    milp: z.boolean().default(false),
+    milpIntervalMs: positive.default(10_000),
+    milpMaxNodes: z.number().int().positive().default(50),
+    milpTimeLimitS: positive.default(0.2),
     /** Models every replica may swap to (multi-model pools); none keeps each replica's model. @default [] */
     swappable: z.array(z.string().min(1)).default([]),
   })

@@ -1,6 +1,6 @@
 import type { Bus, ControlReport, ControlRoutes, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
 import type { Clock, ControlConfig, Logger, ScalingConfig, SloClass } from '@fairway/core';
-import { type QueuePlanner, VirtualQueueRouter } from '@fairway/policy';
+import { loadHighsSolver, type MilpSolver, type QueuePlanner, VirtualQueueRouter } from '@fairway/policy';
 import {
   type ControlOp,
   type ControlReplica,
@@ -112,6 +112,7 @@ export class ControlPlane {
   #busy = false;
   #started = false;
   #stopReports: Unsubscribe | undefined;
+  #milp: Promise<MilpSolver | undefined> | undefined;
 
   constructor(o: ControlPlaneOptions) {
     this.#o = o;
@@ -240,7 +241,17 @@ export class ControlPlane {
     this.#o.onRoutes?.();
   }
 
-  #newLeaderState(): LeaderState {
+  /** HiGHS, loaded once when `milp` is on (undefined: EDF + local search). */
+  async #solver(): Promise<MilpSolver | undefined> {
+    if (!this.#o.control.milp) return undefined;
+    this.#milp ??= loadHighsSolver().catch((err: unknown) => {
+      this.#o.logger.warn({ err: errText(err) }, 'control: MILP solver not loaded; planning with EDF');
+      return undefined;
+    });
+    return this.#milp;
+  }
+
+  #newLeaderState(solver: MilpSolver | undefined): LeaderState {
     const o = this.#o;
     const c = o.control;
     // A profile is built the first time its (model, gpu, tp) is planned for, from a replica of
@@ -272,6 +283,9 @@ export class ControlPlane {
             : { pull: c.pull, evict: c.evict, loadBalance: c.loadBalance, swap: c.swap },
           intervalMs: c.intervalMs,
           profileOf,
+          solver,
+          budget: { maxNodes: c.milpMaxNodes, timeLimitS: c.milpTimeLimitS },
+          milpIntervalMs: c.milpIntervalMs,
           ...(c.swappable.length > 0
             ? {
                 swappable: Object.fromEntries(c.swappable.map((m) => [m, restartCost(m)])),
@@ -344,7 +358,11 @@ export class ControlPlane {
 
   async #round(): Promise<void> {
     const o = this.#o;
-    this.#leader ??= this.#newLeaderState();
+    if (this.#leader === undefined) {
+      const solver = await this.#solver();
+      if (!this.#lease.isLeader) return;
+      this.#leader = this.#newLeaderState(solver);
+    }
     const st = this.#leader;
     const now = o.clock.now();
     const fresh: ControlReport[] = [];

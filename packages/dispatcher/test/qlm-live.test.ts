@@ -26,7 +26,11 @@ interface Fleet {
   close(): Promise<void>;
 }
 
-async function startFleet(ordering: 'fcfs' | 'qlm', dispatchers: number): Promise<Fleet> {
+async function startFleet(
+  ordering: 'fcfs' | 'qlm',
+  dispatchers: number,
+  control: Record<string, unknown> = {},
+): Promise<Fleet> {
   const prefix = uniquePrefix('qlm');
   // Four sequences at most: four long batch requests fill the replica.
   const sim = await startEngineSim({
@@ -61,7 +65,14 @@ async function startFleet(ordering: 'fcfs' | 'qlm', dispatchers: number): Promis
     ],
     policy: {
       ordering,
-      control: { intervalMs: 150, leaseMs: 1200, outputMean: BATCH_OUTPUT, outputStd: 200, speedup: SPEED },
+      control: {
+        intervalMs: 150,
+        leaseMs: 1200,
+        outputMean: BATCH_OUTPUT,
+        outputStd: 200,
+        speedup: SPEED,
+        ...control,
+      },
       scaling: [{ pool: 'p', k: 0.5, c: 1, windowS: 10 }],
     },
   });
@@ -250,6 +261,14 @@ describe('QLM serving live traffic (Redis, NATS, engine-sim)', () => {
     const leader = fleet.dispatchers.find((d) => d.dispatcher.runtime.control?.isLeader);
     const metrics = await (await fetch(`${leader?.url}/metrics`)).text();
     expect(metrics).toMatch(/^fairway_desired_replicas\{pool="p"\} [1-9]/m);
+  }, 60_000);
+
+  it('meets interactive TTFT with the MILP global scheduler (HiGHS) planning too', async () => {
+    fleet = await startFleet('qlm', 1, { milp: true, milpTimeLimitS: 0.1 });
+    const { interactive, batch } = await burst(fleet);
+    for (const a of interactive) expect(a.ttftS).toBeLessThan(INTERACTIVE_TTFT_S);
+    for (const a of batch) expect(a.completionTokens).toBe(BATCH_OUTPUT);
+    expect(fleet.dispatchers[0]?.dispatcher.runtime.control?.stats()?.milpSolves).toBeGreaterThanOrEqual(1);
   }, 60_000);
 
   it('misses interactive TTFT under fcfs on the same burst (no eviction)', async () => {
