@@ -60,6 +60,9 @@ interface LeaderState {
   round: number;
 }
 
+/** How long an agent may take to load another model before the swap counts as failed, ms. */
+const SWAP_TIMEOUT_MS = 600_000;
+
 const NOOP_CONTROL: SloControl = {
   name: 'none',
   intervalMs: 0,
@@ -376,7 +379,7 @@ export class ControlPlane {
       if (this.#leader !== st) return; // leadership lost while planning
       this.#publishRoutes(st);
       this.#execute(st, ops);
-      await this.#progressSwaps(st);
+      this.#progressSwaps(st);
     }
     for (const [pool, advisor] of st.advisors)
       advisor.advise(o.replicas.replicas(pool).filter((r) => !r.stale).length);
@@ -423,7 +426,7 @@ export class ControlPlane {
    * A replica drains (held, so it takes nothing new) until none of its requests runs, then its
    * agent loads the other model; it is released once the registry shows it serving that model.
    */
-  async #progressSwaps(st: LeaderState): Promise<void> {
+  #progressSwaps(st: LeaderState): void {
     const o = this.#o;
     const running = st.feed.running();
     for (const [replica, swap] of st.swaps) {
@@ -442,18 +445,23 @@ export class ControlPlane {
       }
       if ((running.get(replica)?.length ?? 0) > 0) continue;
       swap.sent = true;
-      try {
-        const reply = await o.bus.request('command', {
-          replicaId: replica,
-          type: 'swapModel',
-          model: swap.to,
+      // Not awaited: a restart takes as long as the engine needs to load (minutes for vLLM), and
+      // the rounds go on meanwhile; success shows in the registry, a refusal releases the replica.
+      o.bus
+        .request(
+          'command',
+          { replicaId: replica, type: 'swapModel', model: swap.to },
+          { timeoutMs: SWAP_TIMEOUT_MS },
+        )
+        .then((reply) => {
+          if (!reply.ok) throw new Error(reply.error ?? 'refused');
+        })
+        .catch((err: unknown) => {
+          o.logger.warn({ replica, model: swap.to, err: errText(err) }, 'control: model swap failed');
+          if (st.swaps.get(replica) !== swap) return;
+          st.swaps.delete(replica);
+          st.control?.onSwapped(replica);
         });
-        if (!reply.ok) throw new Error(reply.error ?? 'refused');
-      } catch (err) {
-        o.logger.warn({ replica, model: swap.to, err: errText(err) }, 'control: model swap failed');
-        st.swaps.delete(replica);
-        st.control?.onSwapped(replica);
-      }
     }
   }
 }
