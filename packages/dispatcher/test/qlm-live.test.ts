@@ -27,7 +27,7 @@ interface Fleet {
 }
 
 async function startFleet(
-  ordering: 'fcfs' | 'qlm',
+  ordering: 'fcfs' | 'qlm' | 'edf',
   dispatchers: number,
   control: Record<string, unknown> = {},
 ): Promise<Fleet> {
@@ -269,6 +269,20 @@ describe('QLM serving live traffic (Redis, NATS, engine-sim)', () => {
     for (const a of interactive) expect(a.ttftS).toBeLessThan(INTERACTIVE_TTFT_S);
     for (const a of batch) expect(a.completionTokens).toBe(BATCH_OUTPUT);
     expect(fleet.dispatchers[0]?.dispatcher.runtime.control?.stats()?.milpSolves).toBeGreaterThanOrEqual(1);
+  }, 60_000);
+
+  it('serves edf: deadline order in one band under the control plane, which routes but never evicts', async () => {
+    fleet = await startFleet('edf', 1);
+    const routes: number[] = [];
+    fleet.observer.subscribe('controlRoutes', (r) => {
+      routes.push(r.round);
+    });
+    await fleet.observer.flush();
+    const { interactive, batch } = await burst(fleet);
+    for (const a of [...interactive, ...batch]) expect(a.status).toBe(200);
+    for (const a of batch) expect(a.completionTokens).toBe(BATCH_OUTPUT);
+    expect(fleet.dispatchers[0]?.dispatcher.runtime.stats().evicted).toBe(0);
+    expect(routes.length).toBeGreaterThan(0);
   }, 60_000);
 
   it('misses interactive TTFT under fcfs on the same burst (no eviction)', async () => {
