@@ -11,6 +11,8 @@ export const StoreErrorCode = {
   SCRIPT_ARGS: 'FAIRWAY_STORE_SCRIPT_ARGS',
   /** Redis answered with something the typed wrapper cannot decode. */
   REPLY_INVALID: 'FAIRWAY_STORE_REPLY_INVALID',
+  /** The store's state was written by another key layout version (see `STORE_LAYOUT_VERSION`). */
+  LAYOUT_MISMATCH: 'FAIRWAY_STORE_LAYOUT_MISMATCH',
   /** The store was used after `close()`. */
   CLOSED: 'FAIRWAY_STORE_CLOSED',
 } as const;

@@ -67,6 +67,13 @@ function part(value: string | number, last: boolean): string {
   return last ? s : `${Buffer.byteLength(s)}.${s}:`;
 }
 
+/**
+ * Version of the key layout and record formats the functions read and write. A store refuses to
+ * run on state another layout wrote (a rolling upgrade across a layout change would misread it):
+ * raise it whenever a change makes old state unreadable.
+ */
+export const STORE_LAYOUT_VERSION = 2;
+
 /** Builds the keys of one store (one prefix). */
 export class StoreKeys {
   /** Common beginning of every key, including the hash tag: `{<prefix>}:`. */
@@ -83,6 +90,11 @@ export class StoreKeys {
     let out = `${this.base}${kind}:`;
     for (let i = 0; i < names.length; i++) out += part(params[i] ?? '', i === names.length - 1);
     return out;
+  }
+
+  /** The key recording which {@link STORE_LAYOUT_VERSION} wrote this store's state. */
+  layout(): string {
+    return `${this.base}layout`;
   }
 
   /** Pattern matching every key of this store (for cleanup in tests and admin tools). */

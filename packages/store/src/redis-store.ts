@@ -14,7 +14,7 @@ import {
   settleInputSchema,
   snapshotInputSchema,
 } from './input-schemas.ts';
-import { StoreKeys } from './keys.ts';
+import { STORE_LAYOUT_VERSION, StoreKeys } from './keys.ts';
 import { type LuaLibrary, loadLibrary } from './script-loader.ts';
 import type {
   AdmitAndDispatchInput,
@@ -176,6 +176,9 @@ export class RedisStore implements SchedulingStore {
   readonly #opts: ResolvedStoreOptions;
   readonly #cmd: (name: string) => { readonly script: string; readonly invoke: Invoke };
   #closed = false;
+  /** The layout check of this store's prefix, made once before its first function call. */
+  #layout: Promise<void> | undefined;
+  #layoutChecked = false;
 
   constructor(options: RedisStoreOptions) {
     parseInput('options', optionsSchema, { prefix: options.prefix });
@@ -209,6 +212,7 @@ export class RedisStore implements SchedulingStore {
     numberOfKeys: number,
     args: (string | number)[],
   ): Promise<Reply> {
+    if (!this.#layoutChecked) await (this.#layout ??= this.#checkLayout());
     if (!loaded.has(this.#redis)) await this.#load(library);
     try {
       return (await this.#redis.fcall(fn, numberOfKeys, ...args)) as Reply;
@@ -219,6 +223,25 @@ export class RedisStore implements SchedulingStore {
       await this.#load(library);
       return (await this.#redis.fcall(fn, numberOfKeys, ...args)) as Reply;
     }
+  }
+
+  /**
+   * Claims the prefix for this layout version, or finds it already claimed by the same version;
+   * state written by another version is refused rather than misread (drain the old fleet, or run
+   * the new one under another prefix).
+   */
+  async #checkLayout(): Promise<void> {
+    const key = this.#keys.layout();
+    const found = await this.#redis.set(key, String(STORE_LAYOUT_VERSION), 'NX', 'GET');
+    if (found !== null && found !== String(STORE_LAYOUT_VERSION)) {
+      this.#layout = undefined;
+      throw new StoreError(
+        StoreErrorCode.LAYOUT_MISMATCH,
+        'connect',
+        `the state under ${this.#keys.base} was written by store layout ${found}, this fairway uses layout ${STORE_LAYOUT_VERSION}; drain the fleet that wrote it or use another prefix`,
+      );
+    }
+    this.#layoutChecked = true;
   }
 
   #load(library: LuaLibrary): Promise<void> {

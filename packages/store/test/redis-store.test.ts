@@ -1,5 +1,8 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { StoreError, StoreErrorCode } from '../src/errors.ts';
+import { STORE_LAYOUT_VERSION } from '../src/keys.ts';
+import { RedisStore } from '../src/redis-store.ts';
 import { loadLibrary } from '../src/script-loader.ts';
 import { describeStoreConformance } from './conformance.ts';
 import { connect, deletePrefix, freshRedisStore } from './redis-harness.ts';
@@ -48,6 +51,28 @@ describe('redis functions library', () => {
       await redis.function('DELETE', loadLibrary().name);
       expect(await admit('b')).toEqual({ ok: true, queued: 2 });
       expect((await store.snapshot('p', 0)).queued).toEqual({ f: 2 });
+    } finally {
+      await deletePrefix(redis, store);
+    }
+  });
+});
+
+describe('store layout version', () => {
+  it('claims its prefix for its layout and refuses state another layout wrote, naming both', async () => {
+    const store = freshRedisStore(redis);
+    try {
+      await store.snapshot('p', 0);
+      expect(await redis.get(store.keys.layout())).toBe(String(STORE_LAYOUT_VERSION));
+
+      await redis.set(store.keys.layout(), '1');
+      const other = new RedisStore({ redis, prefix: store.keys.base.slice(1, -2) });
+      const err = await other.snapshot('p', 0).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(StoreError);
+      expect((err as StoreError).code).toBe(StoreErrorCode.LAYOUT_MISMATCH);
+      expect((err as Error).message).toMatch(/written by store layout 1, this fairway uses layout 2/);
     } finally {
       await deletePrefix(redis, store);
     }
