@@ -190,7 +190,8 @@ export class RedisStore implements SchedulingStore {
     this.#ownsClient = typeof options.redis === 'string';
     this.#redis = typeof options.redis === 'string' ? new Redis(options.redis) : options.redis;
     this.#keys = new StoreKeys(options.prefix);
-    const library = (cachedLibrary ??= loadLibrary());
+    cachedLibrary ??= loadLibrary();
+    const library = cachedLibrary;
     this.#cmd = (name) => {
       const c = library.commands.get(name);
       if (c === undefined) throw new StoreError(StoreErrorCode.SCRIPT_ARGS, name, 'no such script');
@@ -212,7 +213,10 @@ export class RedisStore implements SchedulingStore {
     numberOfKeys: number,
     args: (string | number)[],
   ): Promise<Reply> {
-    if (!this.#layoutChecked) await (this.#layout ??= this.#checkLayout());
+    if (!this.#layoutChecked) {
+      this.#layout ??= this.#checkLayout();
+      await this.#layout;
+    }
     if (!loaded.has(this.#redis)) await this.#load(library);
     try {
       return (await this.#redis.fcall(fn, numberOfKeys, ...args)) as Reply;
