@@ -15,7 +15,9 @@
  * (the calls made before admitAndDispatch/settleAndDispatch), measured in the same rounds.
  * `--cpu-prof` writes the dispatcher's V8 CPU profile and prints its heaviest functions.
  * `--diagnose` prints each dispatcher phase's event-loop delay and GC pauses (by kind);
- * `--heap-profile <file>` writes a sampling heap profile of everything the dispatcher allocated.
+ * `--heap-profile <file>` writes a sampling heap profile of everything the dispatcher allocated;
+ * `--trace-gc` runs it with V8's `--trace-gc-nvp` and prints each phase's scavenges (pause, bytes
+ * copied and promoted).
  * The dispatchers run with the production image's `NODE_OPTIONS` (infra/Dockerfile);
  * `--node-options "<flags>"` replaces them for an experiment.
  *
@@ -48,6 +50,7 @@ const { values: args } = parseArgs({
     diagnose: { type: 'boolean', default: false },
     'heap-profile': { type: 'string' },
     'node-options': { type: 'string' },
+    'trace-gc': { type: 'boolean', default: false },
     baseline: { type: 'boolean', default: false },
     'redis-url': { type: 'string', default: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
     'nats-url': { type: 'string', default: process.env.NATS_URL ?? 'nats://127.0.0.1:4222' },
@@ -79,6 +82,15 @@ interface Proc {
   stop(): Promise<void>;
   /** Sends SIGUSR2 and resolves with the `diag {json}` line it answers with (dispatchers with diagnose). */
   diag(): Promise<Diag>;
+  /** The scavenges V8 traced (`--trace-gc-nvp`) since the last call. */
+  scavenges(): Scavenge[];
+}
+
+/** One scavenge as V8's `--trace-gc-nvp` prints it: pause, and bytes copied within new space and promoted. */
+interface Scavenge {
+  readonly pauseMs: number;
+  readonly survivedBytes: number;
+  readonly promotedBytes: number;
 }
 
 /** A dispatcher's event-loop delay and GC pauses over one phase (dispatcher-process.ts). */
@@ -118,6 +130,7 @@ function startProcess(
   createInterface({ input: child.stderr! }).on('line', (l) => output.push(l));
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   const diags: ((d: Diag) => void)[] = [];
+  let scavenges: Scavenge[] = [];
   return new Promise((resolvePromise, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
@@ -125,6 +138,16 @@ function startProcess(
     }, 30_000);
     child.once('exit', (code) => reject(new Error(`${what} exited ${code}:\n${output.join('\n')}`)));
     createInterface({ input: child.stdout! }).on('line', (l) => {
+      if (l.includes(' gc=s ')) {
+        const field = (name: string): number => Number(new RegExp(`\\b${name}=([\\d.]+)`).exec(l)?.[1] ?? 0);
+        scavenges.push({
+          pauseMs: field('pause'),
+          survivedBytes: field('new_space_survived'),
+          promotedBytes: field('promoted'),
+        });
+        return;
+      }
+      if (l.includes(' gc=') && l.includes(' pause=')) return;
       if (l.startsWith('diag ')) {
         diags.shift()?.(JSON.parse(l.slice(5)) as Diag);
         return;
@@ -142,6 +165,11 @@ function startProcess(
           const t = setTimeout(() => child.kill('SIGKILL'), 10_000);
           await exited;
           clearTimeout(t);
+        },
+        scavenges() {
+          const out = scavenges;
+          scavenges = [];
+          return out;
         },
         diag() {
           return new Promise((r) => {
@@ -250,6 +278,8 @@ interface Sample {
   readonly runWait: Record<string, number>;
   /** The target dispatcher's event-loop delay and GC over the phase (`--diagnose`). */
   readonly diag?: Diag;
+  /** The target dispatcher's scavenges over the phase (`--trace-gc`). */
+  readonly scavenges?: Scavenge[];
 }
 
 /** Where a phase sends its load. */
@@ -331,7 +361,12 @@ async function main(): Promise<void> {
     const nodeOptions = { NODE_OPTIONS: args['node-options'] ?? productionNodeOptions() };
     const dispatcher = await startProcess(
       dispatcherArgs('bench-dispatcher', false),
-      ['--import', 'tsx', ...(args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [])],
+      [
+        '--import',
+        'tsx',
+        ...(args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []),
+        ...(args['trace-gc'] ? ['--trace-gc-nvp'] : []),
+      ],
       nodeOptions,
     );
     procs.push(dispatcher);
@@ -385,6 +420,7 @@ async function main(): Promise<void> {
     ): Promise<Sample> => {
       const proc = target === 'via' ? dispatcher : target === 'baseline' ? baseline : undefined;
       if (args.diagnose) await proc?.diag();
+      proc?.scavenges();
       const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuMs(pid)]));
       const waitBefore = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, runWaitMs(pid)]));
       const busyBefore = machineBusyMs();
@@ -409,7 +445,8 @@ async function main(): Promise<void> {
         Object.entries(pids).map(([k, pid]) => [k, runWaitMs(pid) - (waitBefore[k] ?? 0)]),
       );
       const diag = args.diagnose ? await proc?.diag() : undefined;
-      return { report, cpu, runWait, ...(diag ? { diag } : {}) };
+      const scavenges = args['trace-gc'] ? proc?.scavenges() : undefined;
+      return { report, cpu, runWait, ...(diag ? { diag } : {}), ...(scavenges ? { scavenges } : {}) };
     };
 
     console.log(
@@ -512,6 +549,21 @@ async function main(): Promise<void> {
           console.log(
             `  ${k.padEnd(16)} loop p50 ${f2(l.p50)} p99 ${f2(l.p99)} p99.9 ${f2(l.p999)} max ${f2(l.max)}; ` +
               `engine call p50 ${f2(e.p50)} p99 ${f2(e.p99)}; heap ${s.diag.heapMb} MB; ${gc || 'no GC'}`,
+          );
+        }
+    }
+
+    if (args['trace-gc']) {
+      console.log('\ndispatcher scavenges per phase (V8 --trace-gc-nvp): pause, and what each copied:');
+      for (const [k, ss] of results)
+        for (const s of ss) {
+          const sc = s.scavenges ?? [];
+          const mean = (f: (x: Scavenge) => number): number =>
+            sc.reduce((a, x) => a + f(x), 0) / Math.max(1, sc.length);
+          console.log(
+            `  ${k.padEnd(16)} ${sc.length} scavenges; pause mean ${f2(mean((x) => x.pauseMs))} max ` +
+              `${f2(Math.max(0, ...sc.map((x) => x.pauseMs)))} ms; survived mean ` +
+              `${f2(mean((x) => x.survivedBytes) / 1e6)} MB, promoted mean ${f2(mean((x) => x.promotedBytes) / 1e6)} MB`,
           );
         }
     }
