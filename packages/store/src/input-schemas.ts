@@ -57,7 +57,9 @@ export const replicaCandidateSchema = z.object({
 });
 
 /** {@link ChargeItem}[] */
-export const chargeItemsSchema = z.array(z.object({ id, amount: finite }));
+export const chargeItemsSchema = z.array(
+  z.object({ id, amount: finite, reserveTokens: nonNegative.optional() }),
+);
 
 /** {@link DispatchInput} */
 export const dispatchInputSchema = z.object({

@@ -49,6 +49,8 @@ interface RequestState {
   replica: string;
   /** Cost charged to the flow's counter so far (dispatch cost plus streamed charges). */
   charged: number;
+  /** Tokens its reservation grew by while it runs (`ChargeItem.reserveTokens`), beyond `req.reserveTokens`. */
+  grown: number;
   /** Cost charged at the next dispatch: the admitted dispatch cost, or what `requeue` set. */
   cost: number;
   /** Windows this request consumed, for true-up at settle or cancel. */
@@ -271,6 +273,7 @@ export class MemoryStore implements SchedulingStore {
       state: 'queued',
       replica: '',
       charged: 0,
+      grown: 0,
       cost: req.dispatchCost,
       windows,
       interaction: input.interaction,
@@ -324,8 +327,20 @@ export class MemoryStore implements SchedulingStore {
     for (const item of items) {
       const rs = this.#requests.get(item.id);
       if (rs === undefined || rs.state !== 'running') continue;
-      rs.charged += item.amount;
-      this.#addToCounter(this.#queue(rs.req.pool, rs.req.band, true) as QueueState, rs.req.flow, item.amount);
+      if (item.amount !== 0) {
+        rs.charged += item.amount;
+        this.#addToCounter(
+          this.#queue(rs.req.pool, rs.req.band, true) as QueueState,
+          rs.req.flow,
+          item.amount,
+        );
+      }
+      const grow = item.reserveTokens ?? 0;
+      if (grow > 0) {
+        rs.grown += grow;
+        const r = this.#replicas.get(rs.replica);
+        if (r !== undefined) r.tokens += grow;
+      }
     }
   }
 
@@ -374,6 +389,7 @@ export class MemoryStore implements SchedulingStore {
       state: 'queued',
       replica: '',
       charged: input.servedCost,
+      grown: 0,
       cost: input.dispatchCost ?? 0,
     };
     this.#requests.set(input.id, rs);
@@ -584,7 +600,7 @@ export class MemoryStore implements SchedulingStore {
   #release(rs: RequestState): void {
     const r = this.#replicas.get(rs.replica);
     if (r === undefined) return;
-    r.tokens -= rs.req.reserveTokens;
+    r.tokens = r.tokens - rs.req.reserveTokens - rs.grown;
     r.seqs -= 1;
     if (r.seqs <= 0) this.#replicas.delete(rs.replica);
   }

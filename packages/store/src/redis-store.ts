@@ -136,7 +136,7 @@ function dispatchArgs(input: DispatchInput): string[] {
   for (const r of input.replicas) args.push(r.id, str(r.tokenCapacity), str(r.seqCapacity));
   const charges = input.charges ?? [];
   args.push(str(charges.length));
-  for (const c of charges) args.push(c.id, str(c.amount));
+  for (const c of charges) args.push(c.id, str(c.amount), str(c.reserveTokens ?? 0));
   return args;
 }
 
@@ -369,7 +369,7 @@ export class RedisStore implements SchedulingStore {
     if (this.#opts.validate) parseInput('charge', chargeItemsSchema, items);
     if (items.length === 0) return;
     const args: (string | number)[] = [this.#keys.key('seq'), this.#keys.base, str(items.length)];
-    for (const item of items) args.push(item.id, str(item.amount));
+    for (const item of items) args.push(item.id, str(item.amount), str(item.reserveTokens ?? 0));
     const { script, invoke } = this.#cmd('charge');
     const reply = await invoke(...args);
     if (typeof reply !== 'number' || reply < 0) throw scriptErrorFromCode(script, Number(reply));

@@ -155,6 +155,14 @@ export interface ChargeItem {
   readonly id: string;
   /** Cost to add to the request's flow counter (already divided by weight). */
   readonly amount: number;
+  /**
+   * Tokens to add to the request's reservation on its replica, ≥ 0: its output outran the
+   * prediction it reserved for (Aladdin section 4.3, re-prediction). Added whatever the replica's
+   * capacity (the tokens are in its KV cache already); `settle`, `requeue` and `reclaim` release
+   * the grown reservation with the rest, and a re-queued request is dispatched again with the
+   * reservation it was queued with. @default 0
+   */
+  readonly reserveTokens?: number;
 }
 
 export interface SettleInput {
@@ -224,7 +232,10 @@ export interface SchedulingStore {
    * both built-in backends implement it.
    */
   admitAndDispatch?(input: AdmitAndDispatchInput): Promise<AdmitAndDispatchResult>;
-  /** Adds streamed-output costs to counters (coalesced per dispatcher). Unknown or queued ids are ignored. */
+  /**
+   * Adds streamed-output costs to counters (coalesced per dispatcher) and grows the reservations
+   * of items with `reserveTokens`. Unknown or queued ids are ignored.
+   */
   charge(items: readonly ChargeItem[]): Promise<void>;
   /**
    * Ends a running request: corrects its flow's counter so the request was charged `finalCost` in

@@ -257,6 +257,120 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
         expect((await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }))).kind).toBe('dispatched');
       });
+
+      describe('growth by charge (output past its prediction)', () => {
+        const settle = (id: string) =>
+          s.settle({ id, nowMs: 5, finalCost: 10, actualTokens: 90, outputTokens: 80 });
+
+        it("grows the running request's reservation with its charge, beyond capacity too", async () => {
+          await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+          await s.admit(admitOf(makeReq('y', { reserveTokens: 30, flow: 'b' })));
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          await s.charge([{ id: 'x', amount: 3, reserveTokens: 25 }]);
+          expect(await s.reserved('r1')).toEqual({ tokens: 85, seqs: 1 });
+          // The grown reservation is what the fit sees: y (30) no longer fits beside x.
+          expect(await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }))).toMatchObject({
+            kind: 'blocked',
+            id: 'y',
+          });
+          // The tokens are in the cache already: growth is not refused at capacity.
+          await s.charge([{ id: 'x', amount: 0, reserveTokens: 50 }]);
+          expect(await s.reserved('r1')).toEqual({ tokens: 135, seqs: 1 });
+          // The amount was still charged as before.
+          expect((await s.snapshot('p', 0)).counters.a).toBe(13);
+        });
+
+        it('grows through the charges a dispatch applies', async () => {
+          await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+          await s.admit(admitOf(makeReq('y', { reserveTokens: 30, flow: 'b' })));
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          const r = await s.dispatch(
+            dispatchOf({
+              replicas: [small('r1', 100)],
+              charges: [{ id: 'x', amount: 1, reserveTokens: 20 }],
+            }),
+          );
+          expect(r).toMatchObject({ kind: 'blocked', id: 'y' });
+          expect(await s.reserved('r1')).toEqual({ tokens: 80, seqs: 1 });
+        });
+
+        it('ignores growth of queued and unknown requests', async () => {
+          await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+          await s.charge([
+            { id: 'x', amount: 1, reserveTokens: 20 },
+            { id: 'nobody', amount: 1, reserveTokens: 20 },
+          ]);
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          expect(await s.reserved('r1')).toEqual({ tokens: 60, seqs: 1 });
+        });
+
+        it('settle releases exactly what is held, growth included', async () => {
+          await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+          await s.admit(admitOf(makeReq('y', { reserveTokens: 10, flow: 'b' })));
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          await s.charge([{ id: 'x', amount: 1, reserveTokens: 15 }]);
+          await s.charge([{ id: 'x', amount: 1, reserveTokens: 5 }]);
+          expect(await s.reserved('r1')).toEqual({ tokens: 90, seqs: 2 });
+          expect(await settle('x')).toBe(true);
+          expect(await s.reserved('r1')).toEqual({ tokens: 10, seqs: 1 });
+          expect(await settle('y')).toBe(true);
+          expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+        });
+
+        it('settleAndDispatch releases the growth before its pick', async () => {
+          await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          await s.charge([{ id: 'x', amount: 1, reserveTokens: 30 }]);
+          await s.admit(admitOf(makeReq('y', { reserveTokens: 95, flow: 'b' })));
+          if (!s.settleAndDispatch) throw new Error('backend has no settleAndDispatch');
+          const r = await s.settleAndDispatch({
+            settle: { id: 'x', nowMs: 5, finalCost: 10, actualTokens: 90, outputTokens: 80 },
+            dispatch: dispatchOf({ replicas: [small('r1', 100)] }),
+          });
+          expect(r).toMatchObject({ settled: true, dispatch: { kind: 'dispatched', replica: 'r1' } });
+          expect(r.reserved).toEqual([{ tokens: 95, seqs: 1 }]);
+        });
+
+        it('requeue releases the growth and the next dispatch reserves what it was queued with', async () => {
+          if (!s.requeue) throw new Error('backend has no requeue');
+          await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+          await s.admit(admitOf(makeReq('y', { reserveTokens: 10, flow: 'b' })));
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          await s.charge([{ id: 'x', amount: 1, reserveTokens: 25 }]);
+          expect(await s.requeue({ id: 'x', nowMs: 3, servedCost: 11 })).toBe(true);
+          expect(await s.reserved('r1')).toEqual({ tokens: 10, seqs: 1 });
+          expect(await s.dispatch(dispatchOf({ replicas: [small('r2', 100)] }))).toMatchObject({
+            kind: 'dispatched',
+            replica: 'r2',
+          });
+          expect(await s.reserved('r2')).toEqual({ tokens: 60, seqs: 1 });
+          expect(await settle('x')).toBe(true);
+          expect(await settle('y')).toBe(true);
+          expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+          expect(await s.reserved('r2')).toEqual({ tokens: 0, seqs: 0 });
+        });
+
+        it('reclaim releases a grown reservation of an expired owner', async () => {
+          await s.renewOwner('d1', 0, 1000);
+          await s.admit(admitOf(makeReq('x', { reserveTokens: 60 })));
+          await s.admit(admitOf(makeReq('y', { reserveTokens: 10, flow: 'b', owner: 'd2' })));
+          await s.renewOwner('d2', 0, 5000);
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          await s.dispatch(dispatchOf({ replicas: [small('r1', 100)] }));
+          await s.charge([{ id: 'x', amount: 1, reserveTokens: 40 }]);
+          expect(await s.reserved('r1')).toEqual({ tokens: 110, seqs: 2 });
+          expect(await s.reclaim(1000)).toEqual({ dropped: [], released: ['x'] });
+          expect(await s.reserved('r1')).toEqual({ tokens: 10, seqs: 1 });
+        });
+
+        it('rejects a negative growth', async () => {
+          await expect(s.charge([{ id: 'x', amount: 1, reserveTokens: -1 }])).rejects.toThrow(
+            /reserveTokens/,
+          );
+        });
+      });
     });
 
     describe('window limits', () => {

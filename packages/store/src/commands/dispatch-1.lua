@@ -12,7 +12,7 @@
     ARGV[1] key base  ARGV[2] pool  ARGV[3] ordering ('fair' | 'score')  ARGV[4] fit ('first' | 'best')
     ARGV[5] number of bands b, then b bands
     then number of replicas n, then per replica: id, tokenCapacity, seqCapacity
-    then number of charges k, then per charge: request id, amount
+    then number of charges k, then per charge: request id, amount, reservation growth
 
   Output:
     { 'empty' }

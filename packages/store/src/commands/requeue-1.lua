@@ -1,6 +1,6 @@
 --[[
   Puts a running request back at the head of its flow's FIFO (QLM eviction): releases its replica
-  reservation, corrects its flow's counter so the request was charged exactly `servedCost`, keeps
+  reservation (grown included), corrects its flow's counter so the request was charged exactly `servedCost`, keeps
   that as its charge and sets the cost its next dispatch adds. A flow that was not backlogged
   rejoins without a lift; a continuation also goes back to the head of its continuation FIFO.
 
@@ -48,4 +48,6 @@ redis.call('ZADD', byScore, cjson.decode(redis.call('HGET', KEYS[1], 'rec')).sco
 grow(byScore, redis.call('ZCARD', byScore))
 redis.call('INCR', key_poolQueued(pool))
 redis.call('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(num(ARGV[5])))
+-- The growth belonged to that run; the next dispatch reserves what the request was queued with.
+if r.grown then redis.call('HDEL', KEYS[1], 'grown') end
 return 1

@@ -7,7 +7,8 @@
 
   The dispatch arguments are the last ones of the script, from ARGV[o + 2] on, in dispatch-1.lua's
   layout (o = 0 there): pool, ordering, fit, number of bands b and the bands, number of replicas n
-  and per replica id, tokenCapacity, seqCapacity, number of charges k and per charge id, amount.
+  and per replica id, tokenCapacity, seqCapacity, number of charges k and per charge id, amount,
+  reservation growth.
   dispatchArgsValid(o) checks that layout; dispatchReplicas(o) gives the index of the replica count.
 ]]
 --- @include "numbers"
@@ -27,7 +28,7 @@ local function dispatchArgsValid(o)
   if nReplicas == nil then return false end
   local cBase = rBase + 1 + nReplicas * 3
   local nCharges = tonumber(ARGV[cBase])
-  return nCharges ~= nil and #ARGV == cBase + nCharges * 2
+  return nCharges ~= nil and #ARGV == cBase + nCharges * 3
 end
 
 -- Tokens and seqs reserved on every candidate replica, flattened, in candidate order.

@@ -179,7 +179,8 @@ local function unqueue(id, r)
   applyFlowHash(fk, fields, gone)
 end
 
--- Frees a running request's reservation on its replica.
+-- Frees a running request's reservation on its replica: what it reserved at dispatch and what
+-- its reservation grew by since (charge), so nothing is left behind.
 local function release(r)
   local key = key_replica(r.replica)
   local rep = redis.call('HMGET', key, 'tokens', 'seqs')
@@ -188,6 +189,6 @@ local function release(r)
   if seqs <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('HSET', key, 'tokens', num(rep[1]) - num(r.reserve), 'seqs', seqs)
+    redis.call('HSET', key, 'tokens', num(rep[1]) - num(r.reserve) - num(r.grown), 'seqs', seqs)
   end
 end
