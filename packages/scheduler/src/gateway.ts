@@ -107,6 +107,8 @@ export class Gateway {
   /** Predicted output per flow with the clock ms it was read (`predictionTtlMs` > 0 only). */
   readonly #predictions = new Map<string, { value: number | undefined; atMs: number }>();
   readonly #refreshing = new Set<string>();
+  /** Requests whose admission reply was lost: the store may hold them; see {@link Gateway.heartbeat}. */
+  readonly #orphans = new Set<string>();
   #lastFlushMs: number;
   #admitted = 0;
   #rejected = 0;
@@ -222,6 +224,7 @@ export class Gateway {
         result = await o.store.admit(admit);
       } catch (err) {
         this.#owned.delete(req.id);
+        this.#forget(req.id);
         throw err;
       }
       if (!result.ok) return refused(result);
@@ -238,6 +241,7 @@ export class Gateway {
       });
     } catch (err) {
       this.#owned.delete(req.id);
+      this.#forget(req.id);
       throw err;
     }
     for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
@@ -428,9 +432,40 @@ export class Gateway {
     return true;
   }
 
-  /** Renews this gateway's lease on everything it holds in the store. */
+  /**
+   * Renews this gateway's lease on everything it holds in the store, and retries removing what a
+   * lost admission reply may have left there (see `#forget`).
+   */
   async heartbeat(): Promise<void> {
     await this.options.store.renewOwner(this.id, this.options.clock.now(), this.options.leaseMs);
+    for (const id of [...this.#orphans]) await this.#removeOrphan(id);
+  }
+
+  /**
+   * An admission call failed without an answer (the connection dropped, or timed out, after the
+   * store may have run it): the request may be queued, or even dispatched, under this gateway's
+   * lease, which it keeps renewing. The client was told the request failed, so nothing may stay
+   * held for it: remove it now, and on every heartbeat until the store answers.
+   */
+  #forget(id: string): void {
+    this.#orphans.add(id);
+    this.#removeOrphan(id).catch(() => undefined);
+  }
+
+  /**
+   * Cancels an orphan if it is queued; if it was dispatched, puts it back with its charge refunded
+   * (nothing was served) and cancels it. Done once the store says it holds neither; a pick by
+   * another gateway between the two calls leaves it for the next heartbeat.
+   */
+  async #removeOrphan(id: string): Promise<void> {
+    const store = this.options.store;
+    const nowMs = this.options.clock.now();
+    if (await store.cancel(id, nowMs)) {
+      this.#orphans.delete(id);
+      return;
+    }
+    const requeued = store.requeue !== undefined && (await store.requeue({ id, nowMs, servedCost: 0 }));
+    if (!requeued || (await store.cancel(id, this.options.clock.now()))) this.#orphans.delete(id);
   }
 
   stats(): GatewayStats {

@@ -1,0 +1,99 @@
+import { ManualClock, type RequestDescriptor } from '@fairway/core';
+import { joinShortestQueuePlacement, vtcPolicy } from '@fairway/policy';
+import { MemoryStore, type SchedulingStore } from '@fairway/store';
+import { describe, expect, it } from 'vitest';
+import { Gateway, type ReplicaInfo, type ReplicaSource } from '../src/index.ts';
+
+const fleet = (maxNumSeqs: number): ReplicaSource => {
+  const infos: ReplicaInfo[] = [
+    {
+      id: 'r1',
+      pool: 'm',
+      kvCapacityTokens: 1000,
+      maxNumSeqs,
+      running: 0,
+      waiting: 0,
+      kvUsage: 0,
+      stale: false,
+    },
+  ];
+  return { replicas: () => infos, pools: () => ['m'] };
+};
+
+function req(id: string): RequestDescriptor {
+  return {
+    id,
+    tenant: 'a',
+    model: 'm',
+    sloClass: 'interactive',
+    inputTokens: 100,
+    maxTokens: 100,
+    arrivalMs: 0,
+  };
+}
+
+/**
+ * The store as a dispatcher sees it over a connection that drops: the first admission runs in the
+ * store but its reply is lost, and the store is unreachable for the next `downCalls` calls.
+ */
+function lossy(store: MemoryStore, downCalls: number): SchedulingStore {
+  let lost = false;
+  let down = 0;
+  return new Proxy(store, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (typeof value !== 'function') return value;
+      return async (...args: unknown[]) => {
+        if (down > 0) {
+          down--;
+          throw new Error('connection is closed');
+        }
+        const result = await value.apply(target, args);
+        if (!lost && (prop === 'admit' || prop === 'admitAndDispatch')) {
+          lost = true;
+          down = downCalls;
+          throw new Error('connection is closed');
+        }
+        return result;
+      };
+    },
+  });
+}
+
+function setup(maxNumSeqs: number, downCalls: number) {
+  const store = new MemoryStore();
+  const gw = new Gateway({
+    id: 'gw',
+    store: lossy(store, downCalls),
+    clock: new ManualClock(0),
+    ordering: vtcPolicy(),
+    placement: joinShortestQueuePlacement(),
+    replicas: fleet(maxNumSeqs),
+    onDispatch: () => undefined,
+    headroom: { tokenFraction: 0 },
+  });
+  return { store, gw };
+}
+
+describe('Gateway after a lost admission reply', () => {
+  it('frees the reservation and refunds the charge of a request the lost call dispatched', async () => {
+    const { store, gw } = setup(8, 0);
+    await expect(gw.submit(req('x'))).rejects.toThrow(/connection is closed/);
+    await gw.heartbeat();
+    expect(await store.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+    expect((await store.snapshot('m', 0)).counters.a ?? 0).toBe(0);
+    expect((await store.snapshot('m', 0)).queued).toEqual({});
+  });
+
+  it('removes a request the lost call queued, once the store answers again', async () => {
+    const { store, gw } = setup(0, 2);
+    await expect(gw.submit(req('y'))).rejects.toThrow(/connection is closed/);
+    // Still unreachable for the immediate attempt: the request stays queued in the store…
+    expect((await store.snapshot('m', 0)).queued).toEqual({ a: 1 });
+    await gw.heartbeat().catch(() => undefined);
+    // …until a heartbeat reaches the store.
+    await gw.heartbeat();
+    expect((await store.snapshot('m', 0)).queued).toEqual({});
+    expect(await store.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+  });
+});
