@@ -19,6 +19,13 @@ export {
 } from './aladdin/best-fit.ts';
 export { capacityNorm, weightedContext } from './aladdin/capacity-norm.ts';
 export {
+  conditionalMeanOutput,
+  OutputHistory,
+  type OutputHistoryOptions,
+  promptBucket,
+  repredictOutput,
+} from './aladdin/output-repredict.ts';
+export {
   type FinishedRequest,
   type PredictionError,
   predictionErrors,
