@@ -46,7 +46,7 @@ describe('VTC(predict) and VTC(oracle) on vtc-overload (VTC Table 5)', () => {
     expect(first).toBeGreaterThan(5 * oracle.fairness.diffSeries[0]!);
     const later = oracle.fairness.diffSeries.slice(1);
     expect(rest).toHaveLength(later.length);
-    rest.forEach((d, i) => expect(d).toBeCloseTo(later[i]!, 6));
+    for (const [i, d] of rest.entries()) expect(d).toBeCloseTo(later[i]!, 6);
   });
 
   it('with ±50% noise (the paper\'s "VTC (±50%)", seeded) is less fair than the exact oracle, at the same throughput', async () => {
