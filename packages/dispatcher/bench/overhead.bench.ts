@@ -546,8 +546,13 @@ async function main(): Promise<void> {
             )
             .join('; ');
           const e = s.diag.engine;
+          // This phase's own client latency (TTFT when streamed) and the rest of the machine's
+          // CPU per request, to tell quiet rounds from disturbed ones.
+          const lat = k.endsWith('-stream') ? s.report.firstBytes : s.report.latencies;
+          const other = (s.cpu.other ?? 0) / Math.max(1, s.report.completed);
           console.log(
-            `  ${k.padEnd(16)} loop p50 ${f2(l.p50)} p99 ${f2(l.p99)} p99.9 ${f2(l.p999)} max ${f2(l.max)}; ` +
+            `  ${k.padEnd(16)} client p50 ${f2(pct(lat, 50))} p99 ${f2(pct(lat, 99))} (other CPU ${f2(other)} ms/req); ` +
+              `loop p50 ${f2(l.p50)} p99 ${f2(l.p99)} p99.9 ${f2(l.p999)} max ${f2(l.max)}; ` +
               `engine call p50 ${f2(e.p50)} p99 ${f2(e.p99)}; heap ${s.diag.heapMb} MB; ${gc || 'no GC'}`,
           );
         }
