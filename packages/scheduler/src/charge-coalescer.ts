@@ -11,6 +11,8 @@ interface Stream {
   generated: number;
   /** Output tokens already charged to the store. */
   charged: number;
+  /** Tokens to grow its reservation by, not yet sent to the store. */
+  grow: number;
 }
 
 /**
@@ -34,7 +36,7 @@ export class ChargeCoalescer {
    * from the `generated` tokens it already had, which were settled by the re-queue.
    */
   open(id: string, req: RequestDescriptor, predicted: number | undefined, generated = 0): void {
-    this.#streams.set(id, { id, req, predicted, generated, charged: generated });
+    this.#streams.set(id, { id, req, predicted, generated, charged: generated, grow: 0 });
   }
 
   /** Stops charging (the request settles with its true usage). */
@@ -58,6 +60,18 @@ export class ChargeCoalescer {
     return this.#pending >= this.#flushTokens;
   }
 
+  /**
+   * Grows request `id`'s reservation on its replica by `tokens` with the next flush (its output
+   * outran its prediction); the growth rides on the charge call that flush makes. Unknown ids
+   * are ignored.
+   */
+  grow(id: string, tokens: number): void {
+    const s = this.#streams.get(id);
+    if (s === undefined || tokens <= 0) return;
+    s.grow += tokens;
+    this.#dirty.add(s);
+  }
+
   /** Tokens recorded but not yet charged. */
   get pendingTokens(): number {
     return this.#pending;
@@ -68,13 +82,20 @@ export class ChargeCoalescer {
     return this.#streams.size;
   }
 
-  /** Takes the charges due since the last flush, priced by the ordering policy's output cost. */
+  /**
+   * Takes the charges due since the last flush, priced by the ordering policy's output cost, with
+   * the reservation growth of each request (`reserveTokens`) when it has some.
+   */
   drain(ordering: OrderingPolicy): ChargeItem[] {
     const items: ChargeItem[] = [];
     for (const s of this.#dirty) {
-      const amount = ordering.outputCost(s.req, s.charged, s.generated, s.predicted);
+      const amount =
+        s.generated > s.charged ? ordering.outputCost(s.req, s.charged, s.generated, s.predicted) : 0;
       s.charged = s.generated;
-      if (amount !== 0) items.push({ id: s.id, amount });
+      if (s.grow > 0) {
+        items.push({ id: s.id, amount, reserveTokens: s.grow });
+        s.grow = 0;
+      } else if (amount !== 0) items.push({ id: s.id, amount });
     }
     this.#dirty.clear();
     this.#pending = 0;

@@ -71,6 +71,23 @@ export interface GatewayOptions {
    */
   readonly outputPredictor?: (req: RequestDescriptor) => number | undefined;
   /**
+   * Aladdin's re-prediction (section 4.3), with `reserve: 'predicted'`: when a running request's
+   * streamed output passes the output its reservation covers, its output is predicted again —
+   * the conditional average of past outputs longer than what it has (`outputRepredictor`, else
+   * this gateway's own history of outputs of the pool and prompt-length bucket) — and its
+   * reservation on its replica grows by the difference with the next charge flush (no extra
+   * store call). New requests then see the replica as fuller than the first prediction said and
+   * go elsewhere. Per-replica prediction errors (`l^e`, `b^e`) are in `stats().predictionErrors`.
+   * @default false
+   */
+  readonly repredict?: boolean;
+  /**
+   * Conditional average output, in tokens, of past requests like `req` that were longer than
+   * `generated` (Aladdin section 4.3), for `repredict`; undefined falls back to this gateway's
+   * history, then to twice `generated`. @default this gateway's history only
+   */
+  readonly outputRepredictor?: (req: RequestDescriptor, generated: number) => number | undefined;
+  /**
    * SLO-class routing (QLM virtual queues): each dispatch round takes the routes it gives —
    * which bands each replica takes, in which order, and whether it pulls only while it has room.
    * @default every band in priority order onto every fresh replica in placement order
@@ -117,12 +134,16 @@ export interface GatewayOptions {
 /** {@link GatewayOptions} with every default applied. */
 export interface ResolvedGatewayOptions
   extends Required<
-    Omit<GatewayOptions, 'headroom' | 'overloaded' | 'admission' | 'outputPredictor' | 'router'>
+    Omit<
+      GatewayOptions,
+      'headroom' | 'overloaded' | 'admission' | 'outputPredictor' | 'outputRepredictor' | 'router'
+    >
   > {
   readonly headroom: Headroom;
   readonly admission: AdmissionFunction;
   readonly overloaded: ((pool: string, replicas: readonly ReplicaState[]) => boolean) | undefined;
   readonly outputPredictor: ((req: RequestDescriptor) => number | undefined) | undefined;
+  readonly outputRepredictor: ((req: RequestDescriptor, generated: number) => number | undefined) | undefined;
   readonly router: DispatchRouter | undefined;
 }
 
@@ -154,6 +175,8 @@ const optionsSchema = z
     poolOf: fn.optional(),
     reserve: z.enum(['max-tokens', 'predicted', 'oracle']).optional(),
     outputPredictor: fn.optional(),
+    repredict: z.boolean().optional(),
+    outputRepredictor: fn.optional(),
     router: obj(['routes']).optional(),
     headroom: z
       .object({
@@ -200,6 +223,8 @@ export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayO
     poolOf: options.poolOf ?? ((req) => req.model),
     reserve: options.reserve ?? 'max-tokens',
     outputPredictor: options.outputPredictor,
+    repredict: options.repredict ?? false,
+    outputRepredictor: options.outputRepredictor,
     router: options.router,
     headroom: { tokenFraction: options.headroom?.tokenFraction ?? 0.01, seqs: options.headroom?.seqs ?? 0 },
     fit: options.fit ?? 'first',

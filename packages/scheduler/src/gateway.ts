@@ -1,5 +1,12 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
-import { kvOverloaded, type PlacementPolicy, type ReplicaState } from '@fairway/policy';
+import {
+  kvOverloaded,
+  OutputHistory,
+  type PlacementPolicy,
+  promptBucket,
+  type ReplicaState,
+  repredictOutput,
+} from '@fairway/policy';
 import type {
   AdmitAndDispatchResult,
   AdmitInput,
@@ -54,6 +61,31 @@ interface Owned {
   resumeFrom: number;
   /** Dispatch cost of its queue record (what `requeueUnserved` restores). */
   readonly queuedCost: number;
+  /**
+   * Output tokens its reservation covers in its current run: what it reserved beyond its input,
+   * raised by each re-prediction (`repredict`).
+   */
+  outputBound: number;
+  /** Tokens its reservation grew by in its current run, as sent to the store (flushed). */
+  grown: number;
+  /** Whether its output outran its prediction in its current run (Aladdin: under-estimated). */
+  underEstimated: boolean;
+}
+
+/**
+ * Aladdin's output-length prediction errors on one replica (section 4.3), accumulated over the
+ * gateway's life: requests that outran their prediction (under-estimated) and requests that
+ * finished before it (over-estimated).
+ */
+export interface ReplicaPredictionErrors {
+  /** `l^e`: tokens re-predicted beyond the first predictions, minus tokens predicted but not generated. */
+  readonly lengthError: number;
+  /** `b^e`: under-estimated requests minus over-estimated ones. */
+  readonly batchError: number;
+  readonly underEstimated: number;
+  readonly overEstimated: number;
+  /** Reservation growth sent to the store (tokens). */
+  readonly grownTokens: number;
 }
 
 /** Counters of one gateway, for metrics and tests. */
@@ -72,6 +104,10 @@ export interface GatewayStats {
   readonly flushes: number;
   /** Running requests this gateway evicted and re-queued (`evict`). */
   readonly evicted: number;
+  /** Times a running request's output was predicted again (`repredict`). */
+  readonly repredictions: number;
+  /** Prediction errors per replica (`reserve: 'predicted'` only), by replica id. */
+  readonly predictionErrors: Readonly<Record<string, ReplicaPredictionErrors>>;
 }
 
 /**
@@ -117,6 +153,19 @@ export class Gateway {
   #flushes = 0;
   #running = 0;
   #evicted = 0;
+  #repredictions = 0;
+  /** Past outputs by pool and prompt bucket, for re-prediction (`repredict` without a repredictor). */
+  readonly #outputs = new OutputHistory();
+  readonly #errors = new Map<
+    string,
+    {
+      lengthError: number;
+      batchError: number;
+      underEstimated: number;
+      overEstimated: number;
+      grownTokens: number;
+    }
+  >();
 
   /** Validates `options` (throws a `GatewayError` naming the field) and builds an idle gateway. */
   constructor(options: GatewayOptions) {
@@ -203,6 +252,9 @@ export class Gateway {
       reserveTokens,
       resumeFrom: 0,
       queuedCost: queued.dispatchCost,
+      outputBound: reserveTokens - req.inputTokens,
+      grown: 0,
+      underEstimated: false,
     };
 
     if (this.#owned.has(req.id)) {
@@ -303,6 +355,9 @@ export class Gateway {
     own.state = 'running';
     own.replica = d.replica;
     if (d.predicted !== undefined) own.predicted = d.predicted;
+    own.outputBound = own.reserveTokens - own.req.inputTokens;
+    own.grown = 0;
+    own.underEstimated = false;
     this.#running++;
     this.#charges.open(d.id, own.req, own.predicted, own.resumeFrom);
   }
@@ -368,7 +423,10 @@ export class Gateway {
         this.#charges.open(id, own.req, own.predicted, own.resumeFrom);
       }
     }
-    if (ok && replica !== undefined) this.#addReservation(replica, -own.reserveTokens, -1);
+    if (ok && replica !== undefined) {
+      this.#addReservation(replica, -own.reserveTokens - own.grown, -1);
+      own.grown = 0;
+    }
     return ok;
   }
 
@@ -377,7 +435,52 @@ export class Gateway {
    * enough tokens wait to be charged that the caller should `flush()` now.
    */
   recordTokens(id: string, generated: number): boolean {
-    return this.#charges.record(id, generated);
+    const due = this.#charges.record(id, generated);
+    if (this.options.repredict && this.options.reserve === 'predicted') {
+      const own = this.#owned.get(id);
+      if (own !== undefined && own.state === 'running' && generated > own.outputBound)
+        this.#repredict(own, generated);
+    }
+    return due;
+  }
+
+  /**
+   * Aladdin section 4.3: a running request passed the output its reservation covers — predict its
+   * output again (the conditional average of past outputs longer than `generated`) and grow its
+   * reservation by the difference with the next flush; its replica is marked under-estimated.
+   */
+  #repredict(own: Owned, generated: number): void {
+    const o = this.options;
+    const req = own.req;
+    const mean =
+      o.outputRepredictor?.(req, generated) ??
+      this.#outputs.conditionalMean(this.#historyKey(own), generated);
+    const next = repredictOutput(generated, req.maxTokens, mean);
+    const growth = next - own.outputBound;
+    if (growth <= 0 || own.replica === undefined) return;
+    own.outputBound = next;
+    this.#repredictions++;
+    this.#charges.grow(req.id, growth);
+    const e = this.#errorsOf(own.replica);
+    e.lengthError += growth;
+    if (!own.underEstimated) {
+      own.underEstimated = true;
+      e.underEstimated++;
+      e.batchError++;
+    }
+  }
+
+  #historyKey(own: Owned): string {
+    return `${own.pool}\u0000${promptBucket(own.req.inputTokens)}`;
+  }
+
+  #errorsOf(replica: string) {
+    let e = this.#errors.get(replica);
+    if (e === undefined) {
+      e = { lengthError: 0, batchError: 0, underEstimated: 0, overEstimated: 0, grownTokens: 0 };
+      this.#errors.set(replica, e);
+    }
+    return e;
   }
 
   /** True when `flushMs` has passed since the last flush and tokens wait to be charged. */
@@ -394,6 +497,15 @@ export class Gateway {
     const items = this.#charges.drain(this.options.ordering);
     if (items.length === 0) return 0;
     this.#flushes++;
+    for (const item of items) {
+      if (item.reserveTokens === undefined) continue;
+      // The store grows it in this call; a request it no longer runs is ignored there and here.
+      const own = this.#owned.get(item.id);
+      if (own === undefined || own.state !== 'running' || own.replica === undefined) continue;
+      own.grown += item.reserveTokens;
+      this.#addReservation(own.replica, item.reserveTokens, 0);
+      this.#errorsOf(own.replica).grownTokens += item.reserveTokens;
+    }
     await this.options.store.charge(items);
     return items.length;
   }
@@ -413,6 +525,7 @@ export class Gateway {
           requestId: id,
         },
       );
+    if (this.options.reserve === 'predicted') this.#noteFinished(own, usage.outputTokens);
     await this.#settle(id, own, usage);
   }
 
@@ -468,6 +581,17 @@ export class Gateway {
     if (!requeued || (await store.cancel(id, this.options.clock.now()))) this.#orphans.delete(id);
   }
 
+  /** A request finished: its output joins the history; an early finish marks its replica over-estimated. */
+  #noteFinished(own: Owned, outputTokens: number): void {
+    this.#outputs.record(this.#historyKey(own), outputTokens);
+    const predicted = own.reserveTokens - own.req.inputTokens;
+    if (own.replica === undefined || own.underEstimated || outputTokens >= predicted) return;
+    const e = this.#errorsOf(own.replica);
+    e.lengthError += outputTokens - predicted;
+    e.batchError--;
+    e.overEstimated++;
+  }
+
   stats(): GatewayStats {
     return {
       queued: this.#owned.size - this.#running,
@@ -479,6 +603,8 @@ export class Gateway {
       settled: this.#settled,
       flushes: this.#flushes,
       evicted: this.#evicted,
+      repredictions: this.#repredictions,
+      predictionErrors: Object.fromEntries([...this.#errors].map(([id, e]) => [id, { ...e }])),
     };
   }
 
@@ -515,7 +641,10 @@ export class Gateway {
       const r = this.#reservations.get(info.id) ?? NOTHING;
       const freed =
         leaving !== undefined && leaving.replica === info.id
-          ? { tokens: Math.max(0, r.tokens - leaving.reserveTokens), seqs: Math.max(0, r.seqs - 1) }
+          ? {
+              tokens: Math.max(0, r.tokens - leaving.reserveTokens - leaving.grown),
+              seqs: Math.max(0, r.seqs - 1),
+            }
           : r;
       return replicaState(info, freed, h);
     });
@@ -550,7 +679,8 @@ export class Gateway {
 
   /** A running request of this gateway left its replica (settled or re-queued). */
   #release(own: Owned): void {
-    if (own.replica !== undefined) this.#addReservation(own.replica, -own.reserveTokens, -1);
+    if (own.replica !== undefined) this.#addReservation(own.replica, -own.reserveTokens - own.grown, -1);
+    own.grown = 0;
   }
 
   #isOverloaded(pool: string, states: readonly ReplicaState[]): boolean {

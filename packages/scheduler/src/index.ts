@@ -9,7 +9,7 @@ export {
 } from './admission.ts';
 export { ChargeCoalescer } from './charge-coalescer.ts';
 export { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
-export { Gateway, type GatewayStats, type SubmitResult } from './gateway.ts';
+export { Gateway, type GatewayStats, type ReplicaPredictionErrors, type SubmitResult } from './gateway.ts';
 export {
   type Dispatched,
   type GatewayOptions,
