@@ -81,7 +81,8 @@ function startDiagnostics(): () => string {
   const obs = new PerformanceObserver((list) => {
     for (const e of list.getEntries()) {
       const kind = kinds[(e as { detail?: { kind?: number } }).detail?.kind ?? -1] ?? 'other';
-      const g = (gc[kind] ??= { n: 0, totalMs: 0, maxMs: 0, over2ms: 0 });
+      const g = gc[kind] ?? { n: 0, totalMs: 0, maxMs: 0, over2ms: 0 };
+      gc[kind] = g;
       g.n++;
       g.totalMs += e.duration;
       g.maxMs = Math.max(g.maxMs, e.duration);
