@@ -10,9 +10,9 @@ import type { GatewayMetrics } from './gateway-metrics.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
 import { chatCompletionSchema, completionSchema } from './openai-schemas.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
-import { proxyResumable } from './resumable-proxy.ts';
 import { describeRequest, type Endpoint } from './request-descriptor.ts';
 import { bearerToken, readFairwayHeaders } from './request-headers.ts';
+import { proxyResumable } from './resumable-proxy.ts';
 
 /** What the completion routes share (built once per dispatcher). */
 export interface CompletionContext {
