@@ -125,6 +125,11 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     defaultSloClass,
     cost: scheduling.cost,
     poolFor,
+    swapTargets: new Set(
+      scheduling.planner !== undefined && deps.config.policy.control.swap
+        ? deps.config.policy.control.swappable
+        : [],
+    ),
     clock: deps.clock,
     timer: deps.timer,
     newId: deps.newId ?? (() => `fw-${randomUUID()}`),

@@ -27,6 +27,11 @@ export interface CompletionContext {
   readonly cost: CostFunction;
   /** The pool serving `model`, or undefined for a model nothing serves or is configured for. */
   readonly poolFor: (model: string) => string | undefined;
+  /**
+   * Models the control plane may swap a replica to (`policy.control.swappable` with swapping on):
+   * their requests are queued while no replica serves them, so the planner sees the demand.
+   */
+  readonly swapTargets: ReadonlySet<string>;
   /** The store's clock (ms). */
   readonly clock: Clock;
   /** Monotonic ms clock for timings. */
@@ -91,7 +96,7 @@ export async function handleCompletion(
   const pool = ctx.poolFor(req.model);
   if (pool === undefined)
     throw new ApiError('MODEL_NOT_FOUND', `model "${req.model}" does not exist`, { param: 'model' });
-  if (!ctx.replicas.serving(pool)) {
+  if (!ctx.replicas.serving(pool) && !ctx.swapTargets.has(req.model)) {
     m.requests.inc({ tenant, outcome: 'no_replica' });
     throw new ApiError('NO_REPLICA', `no replica serves model "${req.model}" now`, { retryAfterS: 1 });
   }
