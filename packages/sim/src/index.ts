@@ -91,6 +91,7 @@ export {
   type FleetPlan,
   type FleetPlanOptions,
   type PlanPoint,
+  type PlanProbe,
   type PlanSlo,
   type PolicyPlan,
   planFleet,

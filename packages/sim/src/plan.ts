@@ -79,6 +79,19 @@ export interface FleetPlanOptions {
   readonly shortQuantile?: number | undefined;
   /** Aladdin's γ (weight of output tokens in the context). @default 0.5 */
   readonly gamma?: number | undefined;
+  /**
+   * Aladdin's re-prediction (section 4.3): a request whose output outruns its prediction is
+   * predicted again with the conditional average output of its prompt bucket's longer outputs
+   * (learned from the trace outside the windows, like the first prediction), and its
+   * reservation grows (the gateway's `repredict`). @default false
+   */
+  readonly repredict?: boolean | undefined;
+  /**
+   * Fleet sizes to simulate for each rate after the search (given the size it found), besides the
+   * searched ones, so two plans can be compared at equal fleets (their runs are in
+   * `PlanPoint.probes`). @default none
+   */
+  readonly probeReplicas?: ((rateScale: number, found: number | undefined) => readonly number[]) | undefined;
   readonly seed?: number | undefined;
   /** Called with a line of progress now and then. */
   readonly onProgress?: ((message: string) => void) | undefined;
@@ -96,6 +109,28 @@ export interface PlanPoint {
   readonly gpus: number | undefined;
   /** Simulations run for this point. */
   readonly runs: number;
+  /** Every simulation of this point (search and `probeReplicas`), by fleet size. */
+  readonly probes: readonly PlanProbe[];
+}
+
+/** One simulation of a plan: a fleet size and how the window's requests fared on it. */
+export interface PlanProbe {
+  readonly replicas: number;
+  /** Whether every feasible request met both SLOs (P100). */
+  readonly met: boolean;
+  /** Feasible requests of the window. */
+  readonly requests: number;
+  /** Share of feasible requests that finished within the TTFT SLO. */
+  readonly ttftAttainment: number;
+  /** Share of feasible requests that finished within the ATGT SLO (one-token outputs meet it). */
+  readonly atgtAttainment: number;
+  /** P99 TTFT of the feasible requests that got a first token, s. */
+  readonly ttftP99S: number | undefined;
+  /** P99 ATGT of the feasible requests that finished with more than one token, s. */
+  readonly atgtP99S: number | undefined;
+  readonly preemptions: number;
+  /** Re-predictions the gateway made (`repredict`). */
+  readonly repredictions: number;
 }
 
 /** One placement policy's plan. */
@@ -138,6 +173,8 @@ export function bucketedOutputPredictor(
   short: (inputTokens: number) => number;
   /** Smallest bucket mean. */
   min: number;
+  /** Mean of the bucket's outputs longer than `generated` (Aladdin's conditional average); undefined if none. */
+  conditionalMean: (inputTokens: number, generated: number) => number | undefined;
 } {
   const bucket = (n: number) => Math.max(0, Math.floor(Math.log2(Math.max(1, n))));
   const outs = new Map<number, number[]>();
@@ -162,12 +199,35 @@ export function bucketedOutputPredictor(
   const overall = stats(all);
   const byBucket = new Map<number, { mean: number; low: number }>();
   for (const [b, xs] of outs) byBucket.set(b, xs.length >= 20 ? stats(xs) : overall);
+  // Sorted outputs with suffix sums: the conditional mean is one binary search.
+  const suffixed = (xs: readonly number[]) => {
+    const sorted = [...xs].sort((a, b) => a - b);
+    const suffix = new Array<number>(sorted.length + 1).fill(0);
+    for (let i = sorted.length - 1; i >= 0; i--)
+      suffix[i] = (suffix[i + 1] as number) + (sorted[i] as number);
+    return { sorted, suffix };
+  };
+  const allTail = suffixed(all);
+  const tails = new Map<number, ReturnType<typeof suffixed>>();
+  for (const [b, xs] of outs) tails.set(b, xs.length >= 20 ? suffixed(xs) : allTail);
+  const tailMean = (t: ReturnType<typeof suffixed>, generated: number): number | undefined => {
+    let lo = 0;
+    let hi = t.sorted.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((t.sorted[mid] as number) > generated) hi = mid;
+      else lo = mid + 1;
+    }
+    const n = t.sorted.length - lo;
+    return n === 0 ? undefined : (t.suffix[lo] as number) / n;
+  };
   let min = overall.mean;
   for (const s of byBucket.values()) min = Math.min(min, s.mean);
   return {
     predict: (n) => (byBucket.get(bucket(n)) ?? overall).mean,
     short: (n) => (byBucket.get(bucket(n)) ?? overall).low,
     min,
+    conditionalMean: (n, generated) => tailMean(tails.get(bucket(n)) ?? allTail, generated),
   };
 }
 
@@ -305,7 +365,12 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
       },
     });
 
-  const meets = async (placement: string, arrivals: readonly RequestDescriptor[], replicas: number) => {
+  const repredict = options.repredict === true;
+  const meets = async (
+    placement: string,
+    arrivals: readonly RequestDescriptor[],
+    replicas: number,
+  ): Promise<PlanProbe> => {
     const run = await runSimulation({
       scenario: `plan-${placement}`,
       seed,
@@ -316,17 +381,50 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
       placement: placementFor(placement),
       reserve: 'predicted',
       outputPredictor: (r) => predictor.predict(r.inputTokens),
+      ...(repredict
+        ? {
+            repredict: true,
+            outputRepredictor: (r: RequestDescriptor, generated: number) =>
+              predictor.conditionalMean(r.inputTokens, generated),
+          }
+        : {}),
       reportSequences: placement === 'aladdin',
       sloClasses: [slo],
     });
+    let requests = 0;
+    let ttftMet = 0;
+    let atgtMet = 0;
+    const ttfts: number[] = [];
+    const atgts: number[] = [];
     for (const r of run.records) {
       if (!feasibleAlone(r.req)) continue;
-      if (r.rejected || r.firstTokenS === undefined || r.finishS === undefined) return false;
-      if (r.firstTokenS - r.arrivalS > options.slo.ttftS + 1e-9) return false;
-      if (r.generated > 1 && (r.finishS - r.firstTokenS) / (r.generated - 1) > options.slo.atgtS + 1e-9)
-        return false;
+      requests++;
+      if (r.rejected || r.firstTokenS === undefined) continue;
+      const ttft = r.firstTokenS - r.arrivalS;
+      ttfts.push(ttft);
+      if (ttft <= options.slo.ttftS + 1e-9) ttftMet++;
+      if (r.finishS === undefined) continue;
+      if (r.generated <= 1) {
+        atgtMet++;
+        continue;
+      }
+      const atgt = (r.finishS - r.firstTokenS) / (r.generated - 1);
+      atgts.push(atgt);
+      if (atgt <= options.slo.atgtS + 1e-9) atgtMet++;
     }
-    return true;
+    const p99 = (xs: number[]) =>
+      xs.length === 0 ? undefined : xs.sort((a, b) => a - b)[Math.ceil(0.99 * xs.length) - 1];
+    return {
+      replicas,
+      met: ttftMet === requests && atgtMet === requests,
+      requests,
+      ttftAttainment: requests === 0 ? 1 : ttftMet / requests,
+      atgtAttainment: requests === 0 ? 1 : atgtMet / requests,
+      ttftP99S: p99(ttfts),
+      atgtP99S: p99(atgts),
+      preemptions: run.preemptions,
+      repredictions: run.prediction?.repredictions ?? 0,
+    };
   };
 
   const maxReplicas = options.maxReplicas ?? 64;
@@ -336,9 +434,12 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
     let floor = 1;
     for (const [scale, arrivals] of windows) {
       let runs = 0;
+      const probes: PlanProbe[] = [];
       const check = async (n: number) => {
         runs++;
-        const ok = await meets(placement, arrivals, n);
+        const probe = await meets(placement, arrivals, n);
+        probes.push(probe);
+        const ok = probe.met;
         log(
           `${placement} × ${scale} (${(traceRate * scale).toFixed(1)} req/s): ${n} replicas ${ok ? 'meet' : 'miss'} P100`,
         );
@@ -362,12 +463,19 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
         replicas = hi;
         floor = hi;
       }
+      for (const n of options.probeReplicas?.(scale, replicas) ?? [])
+        if (n >= 1 && !probes.some((p) => p.replicas === n)) {
+          runs++;
+          probes.push(await meets(placement, arrivals, n));
+        }
+      probes.sort((a, b) => a.replicas - b.replicas);
       points.push({
         rateScale: scale,
         rate: traceRate * scale,
         replicas,
         gpus: replicas === undefined ? undefined : replicas * chosenTp,
         runs,
+        probes,
       });
     }
     const known = points.filter((p) => p.replicas !== undefined);

@@ -1,4 +1,5 @@
 import type { RequestDescriptor } from '@fairway/core';
+import type { ReplicaPredictionErrors } from '@fairway/scheduler';
 
 /**
  * What the simulator records about every request: the boundary between the runner (which drives
@@ -48,6 +49,16 @@ export interface SimRun {
   readonly preemptions: number;
   /** Model swaps an SLO control completed (multi-model pools); absent without a control. */
   readonly swaps?: number | undefined;
+  /**
+   * Aladdin's output-length prediction errors per replica (`l^e`, `b^e`, section 4.3), summed
+   * over the gateways, with the number of re-predictions; absent unless `reserve: 'predicted'`.
+   */
+  readonly prediction?:
+    | {
+        readonly repredictions: number;
+        readonly errors: Readonly<Record<string, ReplicaPredictionErrors>>;
+      }
+    | undefined;
   /** Tenant id → weight, for weighted fairness metrics. */
   readonly tenantWeights: Readonly<Record<string, number>>;
 }

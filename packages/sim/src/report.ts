@@ -59,6 +59,8 @@ export interface SimReport {
     readonly e2eP99S: number | null;
   };
   readonly preemptions: number;
+  /** Aladdin's prediction errors per replica and re-predictions (`reserve: 'predicted'` runs only). */
+  readonly prediction?: SimRun['prediction'];
   readonly engineSteps: number;
   readonly kv: { readonly meanUsage: number | null; readonly maxUsage: number | null };
   readonly slo: readonly {
@@ -100,6 +102,7 @@ export function buildReport(run: SimRun, m: SimMetrics, wallMs: number): SimRepo
       e2eP99S: round(m.latency.e2eS.p99),
     },
     preemptions: m.preemptions,
+    ...(run.prediction ? { prediction: run.prediction } : {}),
     engineSteps: m.engineSteps,
     kv: { meanUsage: round(m.kv.meanUsage, 4), maxUsage: round(m.kv.maxUsage, 4) },
     slo: m.slo.map((s) => ({

@@ -12,6 +12,7 @@ import {
   type Dispatched,
   Gateway,
   type Headroom,
+  type ReplicaPredictionErrors,
   type ReserveMode,
 } from '@fairway/scheduler';
 import { MemoryStore, type SchedulingStore } from '@fairway/store';
@@ -73,6 +74,15 @@ export interface RunInput {
   readonly reportSequences?: boolean | undefined;
   /** Output predictor for `reserve: 'predicted'` (see the gateway's `outputPredictor`). @default none */
   readonly outputPredictor?: ((req: RequestDescriptor) => number | undefined) | undefined;
+  /**
+   * Aladdin's re-prediction of outputs that outrun their prediction, growing their reservations
+   * (the gateway's `repredict`). @default false
+   */
+  readonly repredict?: boolean | undefined;
+  /** Conditional average output for `repredict` (the gateway's `outputRepredictor`). @default the gateways' history */
+  readonly outputRepredictor?:
+    | ((req: RequestDescriptor, generated: number) => number | undefined)
+    | undefined;
 }
 
 const runInputSchema = z
@@ -218,6 +228,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         ...(input.sloClasses !== undefined ? { sloClasses: input.sloClasses } : {}),
         ...(control?.router !== undefined ? { router: control.router } : {}),
         ...(input.outputPredictor !== undefined ? { outputPredictor: input.outputPredictor } : {}),
+        ...(input.repredict !== undefined ? { repredict: input.repredict } : {}),
+        ...(input.outputRepredictor !== undefined ? { outputRepredictor: input.outputRepredictor } : {}),
       }),
     );
     queue.push((k * flushMs) / dispatchers, { kind: 'flush', gateway: k });
@@ -433,9 +445,33 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     engineSteps,
     preemptions,
     ...(control ? { swaps: swapsDone } : {}),
+    ...(input.reserve === 'predicted' ? { prediction: predictionOf(gateways) } : {}),
     tenantWeights:
       input.tenantWeights ?? Object.fromEntries((input.tenants ?? []).map((t) => [t.id, t.weight])),
   };
+}
+
+/** The gateways' prediction errors, summed per replica. */
+function predictionOf(gateways: readonly Gateway[]): NonNullable<SimRun['prediction']> {
+  let repredictions = 0;
+  const errors: Record<string, ReplicaPredictionErrors> = {};
+  for (const gw of gateways) {
+    const st = gw.stats();
+    repredictions += st.repredictions;
+    for (const [id, e] of Object.entries(st.predictionErrors)) {
+      const sum = errors[id];
+      errors[id] = sum
+        ? {
+            lengthError: sum.lengthError + e.lengthError,
+            batchError: sum.batchError + e.batchError,
+            underEstimated: sum.underEstimated + e.underEstimated,
+            overEstimated: sum.overEstimated + e.overEstimated,
+            grownTokens: sum.grownTokens + e.grownTokens,
+          }
+        : { ...e };
+    }
+  }
+  return { repredictions, errors };
 }
 
 function toRecord(r: Rec): RequestRecord {
