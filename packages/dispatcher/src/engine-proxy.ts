@@ -119,7 +119,7 @@ function evicted(): ApiError {
 }
 
 /** Waits until `res` can take more bytes, is closed, or `signal` aborts (client gone, eviction). */
-function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
+export function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
   if (res.destroyed || signal.aborted) return Promise.resolve();
   return new Promise((resolve) => {
     const done = (): void => {
@@ -134,7 +134,8 @@ function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
   });
 }
 
-function sseError(err: ApiError): string {
+/** An error as the SSE event that ends a stream which already started. */
+export function sseError(err: ApiError): string {
   return `data: ${JSON.stringify(err.body())}\n\n`;
 }
 

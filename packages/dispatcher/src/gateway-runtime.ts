@@ -196,15 +196,24 @@ export class GatewayRuntime {
   async evict(ticket: Ticket, generated: number): Promise<boolean> {
     this.#meters.delete(ticket.id);
     this.#runs.delete(ticket.id);
+    this.#resumeFrom.set(ticket.id, generated);
+    return this.#putBack(ticket, 'eviction', () => this.gateway.evict(ticket.id, generated));
+  }
+
+  /**
+   * Puts a running ticket back to waiting and re-queues its request with `requeue` (the gateway's
+   * eviction or unserved re-queue), then pumps its pool; if the store refuses or fails, the ticket
+   * runs on where it was and false is returned.
+   */
+  async #putBack(ticket: Ticket, what: string, requeue: () => Promise<boolean>): Promise<boolean> {
     const replica = ticket.replica;
     // Renewed before the store call: another dispatcher may pick it as soon as it is queued again.
     ticket.requeued();
-    this.#resumeFrom.set(ticket.id, generated);
     let ok = false;
     try {
-      ok = await this.gateway.evict(ticket.id, generated);
+      ok = await requeue();
     } catch (err) {
-      this.#o.logger.warn({ requestId: ticket.id, err: errText(err) }, 'dispatcher: eviction failed');
+      this.#o.logger.warn({ requestId: ticket.id, err: errText(err) }, `dispatcher: ${what} failed`);
     }
     if (!ok) {
       if (replica !== undefined) ticket.markDispatched(replica, this.#o.timer.now());
@@ -369,22 +378,7 @@ export class GatewayRuntime {
     // Nowhere else to go: waiting for the failed replica's suspicion to lapse would only delay the error.
     if (!this.#suspects.replicas(ticket.pool).some((r) => !r.stale && r.id !== failed)) return false;
     this.#meters.delete(ticket.id);
-    // Renewed before the store call: another dispatcher may pick it as soon as it is queued again.
-    ticket.requeued();
-    let ok = false;
-    try {
-      ok = await this.gateway.requeueUnserved(ticket.id);
-    } catch (err) {
-      this.#o.logger.warn({ requestId: ticket.id, err: errText(err) }, 'dispatcher: re-queue failed');
-    }
-    if (!ok) {
-      if (failed !== undefined) ticket.markDispatched(failed, this.#o.timer.now());
-      return false;
-    }
-    this.gateway.pump(ticket.pool).catch((err: unknown) => {
-      this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
-    });
-    return true;
+    return this.#putBack(ticket, 're-queue', () => this.gateway.requeueUnserved(ticket.id));
   }
 
   /** Settles a running request that ended early (error, disconnect, eviction) with what it used. */

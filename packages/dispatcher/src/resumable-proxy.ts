@@ -2,7 +2,7 @@ import type { ServerResponse } from 'node:http';
 import type { Usage } from '@fairway/core';
 import type { CompletionBody, CompletionEndpoint, Engine, EngineStream, SseDataLine } from '@fairway/engine';
 import type { FastifyReply } from 'fastify';
-import type { ProxyCall, ProxyResult, TimingHeaders } from './engine-proxy.ts';
+import { drained, type ProxyCall, type ProxyResult, sseError, type TimingHeaders } from './engine-proxy.ts';
 import { engineApiError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 
@@ -224,25 +224,6 @@ function timingHeaders(call: ProxyCall, overheadMs: number): TimingHeaders {
   };
 }
 
-function sse(err: ApiError): string {
-  return `data: ${JSON.stringify(err.body())}\n\n`;
-}
-
-function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
-  if (res.destroyed || signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = (): void => {
-      res.off('drain', done);
-      res.off('close', done);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    res.once('drain', done);
-    res.once('close', done);
-    signal.addEventListener('abort', done, { once: true });
-  });
-}
-
 /**
  * Serves a request under the SLO-class control plane (`ordering: edf | qlm`), where the leader may
  * evict it from its replica (QLM section 5): when that happens the engine call is aborted, the
@@ -263,7 +244,7 @@ export async function proxyResumable(call: ProxyCall, deps: ResumeDeps): Promise
   const overheadMs = Math.max(0, call.timer.now() - call.arrivedAt - ticket.queueMs());
   const fail = (err: ApiError, usage: Usage): ProxyResult => {
     if (res === undefined) throw err;
-    if (!res.destroyed && !res.writableEnded) res.end(sse(err));
+    if (!res.destroyed && !res.writableEnded) res.end(sseError(err));
     return { usage, overheadMs, firstByteMs, outcome: 'failed' };
   };
   const write = async (text: string): Promise<void> => {
