@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { type AdminEventInput, adminEventSchema, type Bus, NatsBus } from '@fairway/bus';
 import { hashApiKey } from '@fairway/dispatcher';
-import { type Command, InvalidArgumentError } from 'commander';
+import type { Command } from 'commander';
+import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 
@@ -17,18 +18,6 @@ interface LimitFlags {
   rpm?: number;
   tpm?: number;
   maxQueued?: number;
-}
-
-function whole(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('must be a whole number');
-  return n;
-}
-
-function positive(value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
-  return n;
 }
 
 function limitsOf(f: LimitFlags): { rpm?: number; tpm?: number; maxQueued?: number } {
@@ -95,11 +84,11 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
       .command('tenant')
       .description('add a tenant or replace its weight, default SLO class and limits')
       .argument('<id>', 'tenant id')
-      .option('--weight <w>', 'share weight (weighted VTC)', positive, 1)
+      .option('--weight <w>', 'share weight (weighted VTC)', positiveNumber, 1)
       .option('--slo-class <name>', 'SLO class of its keys that name none')
-      .option('--rpm <n>', 'requests per minute', whole)
-      .option('--tpm <n>', 'tokens per minute', whole)
-      .option('--max-queued <n>', 'requests it may have queued at once', whole),
+      .option('--rpm <n>', 'requests per minute', wholeNumber)
+      .option('--tpm <n>', 'tokens per minute', wholeNumber)
+      .option('--max-queued <n>', 'requests it may have queued at once', wholeNumber),
   ).action(async (id: string, f: BusFlags & LimitFlags & { weight: number; sloClass?: string }) => {
     await publish(f, {
       type: 'tenantUpsert',
@@ -171,9 +160,9 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
       )
       .argument('<scope>', 'tenant, app, user or default')
       .argument('[id]', 'the tenant, app or user (none for default)')
-      .option('--rpm <n>', 'requests per minute', whole)
-      .option('--tpm <n>', 'tokens per minute', whole)
-      .option('--max-queued <n>', 'requests it may have queued at once', whole),
+      .option('--rpm <n>', 'requests per minute', wholeNumber)
+      .option('--tpm <n>', 'tokens per minute', wholeNumber)
+      .option('--max-queued <n>', 'requests it may have queued at once', wholeNumber),
   ).action(async (scope: string, id: string | undefined, f: BusFlags & LimitFlags) => {
     if (!['tenant', 'app', 'user', 'default'].includes(scope))
       throw new UsageError([`scope: must be tenant, app, user or default, not "${scope}"`]);
@@ -191,7 +180,7 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
     admin
       .command('events')
       .description('print the admin-event history, oldest first')
-      .option('--from <seq>', 'first sequence number', whole, 1)
+      .option('--from <seq>', 'first sequence number', wholeNumber, 1)
       .option('--json', 'one JSON object per line'),
   ).action(async (f: BusFlags & { from: number; json?: boolean }) => {
     const records = await withBus(f, (bus) => bus.replayAdminEvents(Math.max(1, f.from)));

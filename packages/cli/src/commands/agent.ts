@@ -2,7 +2,8 @@ import { EngineProcess, NodeAgent } from '@fairway/agent';
 import { type Bus, NatsBus } from '@fairway/bus';
 import { createLogger, type Logger, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
-import { type Command, InvalidArgumentError, Option } from 'commander';
+import { type Command, Option } from 'commander';
+import { positiveWholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 
@@ -58,12 +59,6 @@ export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
   };
 }
 
-function posInt(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive whole number');
-  return n;
-}
-
 /** Flags of `fairway agent`. */
 interface AgentFlags {
   engineUrl?: string;
@@ -105,9 +100,9 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
     .option('--pool <id>', 'pool the replica serves in (default: the model)')
     .option('--nats-url <url>', 'NATS server', process.env.NATS_URL ?? 'nats://127.0.0.1:4222')
     .option('--prefix <prefix>', 'NATS subject prefix', process.env.FAIRWAY_PREFIX ?? 'fairway')
-    .option('--max-num-seqs <n>', "the engine's --max-num-seqs", posInt)
+    .option('--max-num-seqs <n>', "the engine's --max-num-seqs", positiveWholeNumber)
     .option('--gpu <name>', 'GPU type, e.g. A100-80GB')
-    .option('--heartbeat-ms <ms>', 'heartbeat spacing', posInt, 200)
+    .option('--heartbeat-ms <ms>', 'heartbeat spacing', positiveWholeNumber, 200)
     .addOption(
       new Option('--log-level <level>', 'log level')
         .choices(['debug', 'info', 'warn', 'error', 'silent'])

@@ -1,6 +1,7 @@
 import { createLogger, loadConfig } from '@fairway/core';
 import { type ServeOverrides, serveSettings, startDispatcher } from '@fairway/dispatcher';
-import { type Command, InvalidArgumentError } from 'commander';
+import type { Command } from 'commander';
+import { wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { stopOnSignals } from './agent.ts';
@@ -17,12 +18,6 @@ interface ServeFlags {
   leaseMs?: number;
 }
 
-function whole(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('must be a whole number');
-  return n;
-}
-
 /** Adds `fairway serve` to the program: one stateless dispatcher on Redis and NATS. */
 export function registerServeCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
   program
@@ -31,7 +26,7 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       'run one dispatcher (OpenAI-compatible API) on the shared Redis store and NATS bus; engines are discovered from their agents',
     )
     .option('-c, --config <file>', 'fairway config file (env FAIRWAY_CONFIG)')
-    .option('-p, --port <port>', 'port to listen on (env PORT, default 8080)', whole)
+    .option('-p, --port <port>', 'port to listen on (env PORT, default 8080)', wholeNumber)
     .option('--host <host>', 'interface to listen on (env HOST, default 127.0.0.1)')
     .option('--redis-url <url>', 'Redis (env REDIS_URL, default redis://127.0.0.1:6379)')
     .option('--nats-url <url>', 'NATS (env NATS_URL, default nats://127.0.0.1:4222)')
@@ -40,7 +35,7 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       '--id <name>',
       'dispatcher name, suffixed with a random token per start (env FAIRWAY_DISPATCHER_ID, default host-pid)',
     )
-    .option('--lease-ms <ms>', 'lease on what this dispatcher holds (env FAIRWAY_LEASE_MS)', whole)
+    .option('--lease-ms <ms>', 'lease on what this dispatcher holds (env FAIRWAY_LEASE_MS)', wholeNumber)
     .action(async (flags: ServeFlags) => {
       const overrides: ServeOverrides = {
         ...(flags.config !== undefined ? { configPath: flags.config } : {}),

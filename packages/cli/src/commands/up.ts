@@ -8,7 +8,8 @@ import {
   startDispatcher,
 } from '@fairway/dispatcher';
 import { type EngineSimHandle, startEngineSim } from '@fairway/engine';
-import { type Command, InvalidArgumentError, Option } from 'commander';
+import { type Command, Option } from 'commander';
+import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { type AgentHandle, startAgent, stopOnSignals } from './agent.ts';
@@ -227,18 +228,6 @@ metrics ${h.url}/metrics   ·   Ctrl+C to stop
 `;
 }
 
-function whole(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('must be a whole number');
-  return n;
-}
-
-function positive(value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
-  return n;
-}
-
 interface UpFlags {
   config?: string;
   port: number;
@@ -257,14 +246,14 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
   program
     .command('up')
     .description(
-      'run the whole stack in one process: dispatcher, in-memory store and bus, simulated engines with agents, demo tenants',
+      'run the wholeNumber stack in one process: dispatcher, in-memory store and bus, simulated engines with agents, demo tenants',
     )
     .option('-c, --config <file>', 'fairway config file (default: infra/fairway.example.yaml)')
-    .option('-p, --port <port>', 'port to listen on (0 picks a free one)', whole, 8080)
+    .option('-p, --port <port>', 'port to listen on (0 picks a free one)', wholeNumber, 8080)
     .option('--host <host>', 'interface to listen on', '127.0.0.1')
-    .option('--engines <n>', 'simulated engines to start', whole, 2)
+    .option('--engines <n>', 'simulated engines to start', wholeNumber, 2)
     .option('--engine-url <url...>', 'real engine URLs (vLLM) to use instead of simulated ones')
-    .option('--speed <factor>', 'simulated engine speed (model ms per real ms)', positive, 1)
+    .option('--speed <factor>', 'simulated engine speed (model ms per real ms)', positiveNumber, 1)
     .option('--redis-url <url>', 'use Redis for the store (env REDIS_URL)')
     .option('--nats-url <url>', 'use NATS for the bus (env NATS_URL)')
     .option('--prefix <prefix>', 'Redis key and NATS subject prefix')
