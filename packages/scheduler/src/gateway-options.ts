@@ -77,8 +77,8 @@ export interface GatewayOptions {
    * this gateway's own history of outputs of the pool and prompt-length bucket) — and its
    * reservation on its replica grows by the difference with the next charge flush (no extra
    * store call). New requests then see the replica as fuller than the first prediction said and
-   * go elsewhere. Per-replica prediction errors (`l^e`, `b^e`) are in `stats().predictionErrors`.
-   * @default false
+   * go elsewhere. Per-replica prediction errors (`l^e`, `b^e`) are in `stats().predictionErrors`
+   * with `reserve: 'predicted'` either way (without `repredict` nothing grows). @default false
    */
   readonly repredict?: boolean;
   /**

@@ -62,8 +62,8 @@ interface Owned {
   /** Dispatch cost of its queue record (what `requeueUnserved` restores). */
   readonly queuedCost: number;
   /**
-   * Output tokens its reservation covers in its current run: what it reserved beyond its input,
-   * raised by each re-prediction (`repredict`).
+   * Output predicted for its current run: what it reserved beyond its input, raised by each
+   * re-prediction (the reservation grows to match only with `repredict`).
    */
   outputBound: number;
   /** Tokens its reservation grew by in its current run, as sent to the store (flushed). */
@@ -104,7 +104,10 @@ export interface GatewayStats {
   readonly flushes: number;
   /** Running requests this gateway evicted and re-queued (`evict`). */
   readonly evicted: number;
-  /** Times a running request's output was predicted again (`repredict`). */
+  /**
+   * Times a running request's output was predicted again (it outran its prediction); only with
+   * `repredict` does its reservation grow.
+   */
   readonly repredictions: number;
   /** Prediction errors per replica (`reserve: 'predicted'` only), by replica id. */
   readonly predictionErrors: Readonly<Record<string, ReplicaPredictionErrors>>;
@@ -436,7 +439,7 @@ export class Gateway {
    */
   recordTokens(id: string, generated: number): boolean {
     const due = this.#charges.record(id, generated);
-    if (this.options.repredict && this.options.reserve === 'predicted') {
+    if (this.options.reserve === 'predicted') {
       const own = this.#owned.get(id);
       if (own !== undefined && own.state === 'running' && generated > own.outputBound)
         this.#repredict(own, generated);
@@ -445,9 +448,9 @@ export class Gateway {
   }
 
   /**
-   * Aladdin section 4.3: a running request passed the output its reservation covers — predict its
-   * output again (the conditional average of past outputs longer than `generated`) and grow its
-   * reservation by the difference with the next flush; its replica is marked under-estimated.
+   * Aladdin section 4.3: a running request passed its predicted output — predict its output again
+   * (the conditional average of past outputs longer than `generated`) and mark its replica
+   * under-estimated; with `repredict`, grow its reservation by the difference with the next flush.
    */
   #repredict(own: Owned, generated: number): void {
     const o = this.options;
@@ -460,7 +463,7 @@ export class Gateway {
     if (growth <= 0 || own.replica === undefined) return;
     own.outputBound = next;
     this.#repredictions++;
-    this.#charges.grow(req.id, growth);
+    if (o.repredict) this.#charges.grow(req.id, growth);
     const e = this.#errorsOf(own.replica);
     e.lengthError += growth;
     if (!own.underEstimated) {

@@ -101,6 +101,11 @@ describe.each(backends)('Gateway re-prediction (Aladdin section 4.3) on the %s s
     expect(['a', 'b', 'c'].map(replicaOf)).toEqual(['r1', 'r1', 'r1']);
     // r1 holds 400 KV tokens of a and b, but its reservation still says 600 for all three.
     expect(await store.reserved('r1')).toEqual({ tokens: 600, seqs: 3 });
+    // The under-estimate is still observed (twice the tokens so far: 600), but nothing grew.
+    expect(gw.stats()).toMatchObject({
+      repredictions: 1,
+      predictionErrors: { r1: { lengthError: 500, batchError: 1, underEstimated: 1, grownTokens: 0 } },
+    });
   });
 
   it('grows the reservation of a request that outran its prediction and steers new requests away', async () => {
