@@ -71,7 +71,7 @@ function randomOps(seed: number, count: number): Op[] {
       })),
       fit: rng.next() < 0.5 ? ('first' as const) : ('best' as const),
       ...(rng.next() < 0.3 && ids.length > 0
-        ? { charges: [{ id: pick(rng, ids), amount: fractional(rng, 8) }] }
+        ? { charges: [{ id: pick(rng, ids), amount: fractional(rng, 8), reserveTokens: rng.int(0, 30) }] }
         : {}),
     };
   };
@@ -130,6 +130,8 @@ function randomOps(seed: number, count: number): Op[] {
       const items = Array.from({ length: rng.int(1, 5) }, () => ({
         id: ids.length > 0 && rng.next() < 0.9 ? pick(rng, ids) : 'nope',
         amount: fractional(rng, 8),
+        // Some items grow the request's reservation (an output past its prediction).
+        ...(rng.next() < 0.3 ? { reserveTokens: rng.int(1, 60) } : {}),
       }));
       ops.push({ name: 'charge', run: (s) => s.charge(items) });
     } else if (r < 0.84) {
