@@ -32,6 +32,12 @@ export interface DispatcherOptions {
   readonly bodyLimitBytes?: number;
   /** What a request reserves on its replica (see the scheduler's `ReserveMode`). @default 'max-tokens' */
   readonly reserve?: ReserveMode;
+  /**
+   * With `reserve: 'predicted'`: a request streaming past its predicted output is predicted again
+   * and its reservation grows with the next coalesced charge (Aladdin section 4.3), so new requests
+   * go to replicas with room. @default false
+   */
+  readonly repredict?: boolean;
   /** KV fraction never reserved on a replica, 0–0.9. @default 0.01 */
   readonly headroomFraction?: number;
   /** Streamed output is charged at least this often, ms. @default config `policy.chargeFlushMs` */
@@ -81,6 +87,7 @@ const optionsSchema = z
     defaultMaxTokens: z.number().int().positive().optional(),
     bodyLimitBytes: z.number().int().min(1024, 'must be at least 1024 bytes').optional(),
     reserve: z.enum(['max-tokens', 'predicted', 'oracle']).optional(),
+    repredict: z.boolean().optional(),
     headroomFraction: z.number().min(0).max(0.9).optional(),
     flushMs: ms.optional(),
     flushTokens: z.number().int().positive().optional(),
@@ -115,6 +122,7 @@ export function resolveDispatcherOptions(
     defaultMaxTokens: o.defaultMaxTokens ?? 1024,
     bodyLimitBytes: o.bodyLimitBytes ?? 4 * 1024 * 1024,
     reserve: o.reserve ?? 'max-tokens',
+    repredict: o.repredict ?? false,
     headroomFraction: o.headroomFraction ?? 0.01,
     flushMs: o.flushMs ?? config.policy.chargeFlushMs,
     flushTokens: o.flushTokens ?? 256,

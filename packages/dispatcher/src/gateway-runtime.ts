@@ -129,6 +129,7 @@ export class GatewayRuntime {
       sloClasses: o.scheduling.sloClasses,
       poolOf: (req) => o.poolFor(req.model) ?? req.model,
       reserve: opt.reserve,
+      repredict: opt.repredict,
       headroom: { tokenFraction: opt.headroomFraction },
       flushMs: opt.flushMs,
       flushTokens: opt.flushTokens,

@@ -63,6 +63,7 @@ export const serveEnvSchema = z.object({
   FAIRWAY_DEFAULT_MAX_TOKENS: int(1).optional(),
   FAIRWAY_BODY_LIMIT_BYTES: int(1024).optional(),
   FAIRWAY_RESERVE: z.enum(['max-tokens', 'predicted']).optional(),
+  FAIRWAY_REPREDICT: z.enum(['0', '1']).optional(),
   FAIRWAY_STALE_MS: int(10).optional(),
   FAIRWAY_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).optional(),
 });
@@ -76,7 +77,7 @@ export type ServeOverrides = Partial<Omit<ServeSettings, 'options'>> & {
  * Reads a dispatcher's settings from the environment (`FAIRWAY_CONFIG`, `REDIS_URL`, `NATS_URL`,
  * `PORT`, `HOST`, `FAIRWAY_PREFIX`, `FAIRWAY_DISPATCHER_ID`, `FAIRWAY_LEASE_MS`,
  * `FAIRWAY_QUEUE_TIMEOUT_MS`, `FAIRWAY_DEFAULT_MAX_TOKENS`, `FAIRWAY_BODY_LIMIT_BYTES`,
- * `FAIRWAY_RESERVE`, `FAIRWAY_STALE_MS`, `FAIRWAY_LOG_LEVEL`), with `overrides` on top. Throws a
+ * `FAIRWAY_RESERVE`, `FAIRWAY_REPREDICT`, `FAIRWAY_STALE_MS`, `FAIRWAY_LOG_LEVEL`), with `overrides` on top. Throws a
  * `ConfigError` naming every invalid variable.
  */
 export function serveSettings(
@@ -96,6 +97,7 @@ export function serveSettings(
     ...(e.FAIRWAY_DEFAULT_MAX_TOKENS !== undefined ? { defaultMaxTokens: e.FAIRWAY_DEFAULT_MAX_TOKENS } : {}),
     ...(e.FAIRWAY_BODY_LIMIT_BYTES !== undefined ? { bodyLimitBytes: e.FAIRWAY_BODY_LIMIT_BYTES } : {}),
     ...(e.FAIRWAY_RESERVE !== undefined ? { reserve: e.FAIRWAY_RESERVE } : {}),
+    ...(e.FAIRWAY_REPREDICT !== undefined ? { repredict: e.FAIRWAY_REPREDICT === '1' } : {}),
   };
   const s: ServeSettings = {
     configPath: overrides.configPath ?? e.FAIRWAY_CONFIG,

@@ -25,6 +25,7 @@ describe('serveSettings', () => {
         PORT: '9000',
         FAIRWAY_LEASE_MS: '5000',
         FAIRWAY_RESERVE: 'predicted',
+        FAIRWAY_REPREDICT: '1',
         UNRELATED: 'x',
       },
       { port: 9100 },
@@ -36,7 +37,7 @@ describe('serveSettings', () => {
       port: 9100,
       host: '127.0.0.1',
       prefix: 'fairway',
-      options: { leaseMs: 5000, reserve: 'predicted' },
+      options: { leaseMs: 5000, reserve: 'predicted', repredict: true },
     });
   });
 
