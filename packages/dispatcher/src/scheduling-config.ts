@@ -167,14 +167,18 @@ export function schedulingFromConfig(
   const poolByModel = new Map(config.pools.map((p) => [p.model, p.id]));
   const poolMaxQueued = new Map(config.pools.map((p) => [p.id, p.maxQueued]));
 
-  let oit: AdmissionPolicy | undefined;
-  if (config.policy.oit) {
-    oit = oitAdmission({
-      userLimit: options.oitUserRpm,
-      appLimit: options.oitAppRpm,
-      appLimitOf: (app) => tenants.appLimits(app)?.rpm,
-    });
-  }
+  // OIT's throttles apply only when configured; its interaction tracking also serves an ordering
+  // that serves continuations first (WSC): the store takes a call made while its interaction
+  // (`x-fairway-interaction`) is open as a continuation, whichever dispatcher admitted the others.
+  const interactions: AdmissionPolicy | undefined =
+    config.policy.oit || ordering.continuation !== undefined
+      ? oitAdmission({
+          userLimit: options.oitUserRpm,
+          appLimit: options.oitAppRpm,
+          appLimitOf: (app) => tenants.appLimits(app)?.rpm,
+        })
+      : undefined;
+  const oit = config.policy.oit ? interactions : undefined;
 
   const admission: AdmissionFunction = (req: RequestDescriptor, ctx): AdmissionRules => {
     const limits: WindowLimit[] = [];
@@ -185,11 +189,8 @@ export function schedulingFromConfig(
       limits.push(...scopeWindows('app', req.app, tenants.appLimits(req.app), ctx.reservedTokens));
     if (req.user !== undefined)
       limits.push(...scopeWindows('user', req.user, tenants.userLimits(req.user), ctx.reservedTokens));
-    let interaction: AdmissionRules['interaction'];
-    if (oit) {
-      limits.push(...oit.limits(req, ctx));
-      interaction = oit.interaction(req);
-    }
+    if (oit) limits.push(...oit.limits(req, ctx));
+    const interaction: AdmissionRules['interaction'] = interactions?.interaction(req);
     return {
       limits,
       interaction,

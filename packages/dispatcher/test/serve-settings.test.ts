@@ -125,4 +125,31 @@ describe('dispatcher options and policies from config', () => {
     expect(s.poolOf('m')).toBe('p');
     expect(s.poolOf('other')).toBe('other');
   });
+
+  it('tracks interactions for WSC (continuations first) without OIT throttles, and not for VTC', () => {
+    const ctx = { nowMs: 0, pool: 'm', band: 0, flow: 'a', reservedTokens: 42, gateway: 'd' };
+    const req = {
+      id: 'r',
+      tenant: 'a',
+      model: 'm',
+      sloClass: 'interactive',
+      inputTokens: 2,
+      maxTokens: 40,
+      arrivalMs: 0,
+      interactionId: 'conv-1',
+    };
+    const rulesOf = (policy: object) => {
+      const config = parseConfig({ apps: [{ id: 'chat', stages: [{ input: 1, output: 1 }] }], policy });
+      return toRules(
+        schedulingFromConfig(config, resolveDispatcherOptions({}, config), 'd').admission(req, ctx),
+      );
+    };
+    const wsc = rulesOf({ ordering: 'wsc' });
+    expect(wsc.interaction).toEqual({ key: 'ix:a:conv-1', ttlMs: 60_000 });
+    expect(wsc.limits.filter((l) => l.onlyWhenOverloaded)).toEqual([]);
+    expect(rulesOf({ ordering: 'vtc' }).interaction).toBeUndefined();
+    const oit = rulesOf({ ordering: 'wsc', oit: true });
+    expect(oit.interaction).toEqual({ key: 'ix:a:conv-1', ttlMs: 60_000 });
+    expect(oit.limits.filter((l) => l.onlyWhenOverloaded)).toHaveLength(2);
+  });
 });

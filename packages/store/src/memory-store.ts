@@ -269,7 +269,8 @@ export class MemoryStore implements SchedulingStore {
 
     const rs: RequestState = {
       req,
-      continuation: req.continuation === true,
+      // A call made while its interaction is open continues it, whoever says so (FairServe).
+      continuation: req.continuation === true || interactionOpen,
       state: 'queued',
       replica: '',
       charged: 0,

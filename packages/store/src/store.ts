@@ -40,7 +40,8 @@ export interface QueuedRequest {
   /**
    * Continues an ongoing interaction. Under `fair` ordering such requests are served before the
    * others of their queue, least-counter flow first (FairServe Algorithm 1, lines 31–35); counters
-   * stay shared with the flow's other requests. Ignored under `score` ordering.
+   * stay shared with the flow's other requests. Ignored under `score` ordering. A request admitted
+   * with an `interaction` that is open at that moment is a continuation whatever this says.
    * @default false
    */
   readonly continuation?: boolean;

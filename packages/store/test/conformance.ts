@@ -185,6 +185,24 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(order).toEqual(['c1', 'b2', 'a2', 'c2']);
       });
 
+      it('takes a call made while its interaction is open as a continuation, unmarked or not', async () => {
+        const none = { lift: 'none' } as const;
+        const ix = (key: string) => ({ ...none, interaction: { key, ttlMs: 1000 } });
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1 }), none));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', arrivalMs: 2 }), ix('i1')));
+        // i1 is open (b1 opened it): b2 continues it; c1 opens i2 and is not a continuation.
+        await s.admit(admitOf(makeReq('b2', { flow: 'b', arrivalMs: 3 }), ix('i1')));
+        await s.admit(admitOf(makeReq('c1', { flow: 'c', arrivalMs: 4 }), ix('i2')));
+        const order: string[] = [];
+        for (let i = 0; i < 4; i++) order.push(await dispatchedId());
+        // b2 first; then the least counter: a (0), c (0, after a's older head), b (charged for b2).
+        expect(order).toEqual(['b2', 'a1', 'c1', 'b1']);
+        // After its ttl without calls the interaction is closed: a late call is an ordinary one.
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', arrivalMs: 10 }), none));
+        await s.admit(admitOf(makeReq('b3', { flow: 'b', arrivalMs: 5000 }), ix('i1')));
+        expect(await dispatchedId()).toBe('a2');
+      });
+
       it('ignores continuation marks under score ordering', async () => {
         await s.admit(admitOf(makeReq('x1', { score: 1 })));
         await s.admit(admitOf(makeReq('x2', { score: 2, continuation: true })));

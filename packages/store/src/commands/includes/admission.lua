@@ -35,6 +35,8 @@ local function admitRequest(o)
     interactionOpen = untilMs ~= false and now < num(untilMs)
   end
   local throttleApplies = ARGV[o + 15] == '1' and not interactionOpen
+  -- A call made while its interaction is open continues it, whoever says so (FairServe).
+  local cont = (ARGV[o + 12] == '1' or interactionOpen) and '1' or '0'
 
   for i = 0, nLimits - 1 do
     local b = o + 23 + i * 7
@@ -60,7 +62,7 @@ local function admitRequest(o)
 
   local record = {
     'rec', ARGV[o + 11], 'pool', pool, 'band', band, 'flow', flow, 'arrival', ARGV[o + 7],
-    'reserve', ARGV[o + 8], 'cost', ARGV[o + 9], 'owner', owner, 'cont', ARGV[o + 12], 'state', 'q',
+    'reserve', ARGV[o + 8], 'cost', ARGV[o + 9], 'owner', owner, 'cont', cont, 'state', 'q',
     'replica', '', 'charged', '0', 'ikey', ikey, 'ittl', ARGV[o + 17], 'wn', nLimits,
   }
   for i = 0, nLimits - 1 do
@@ -83,6 +85,6 @@ local function admitRequest(o)
   record[#record + 1] = 'fm'
   record[#record + 1] = fm
   redis.call('HSET', reqKey, unpack(record))
-  local size = enqueue(pool, band, flow, id, fm, seq, ARGV[o + 6], ARGV[o + 7], ARGV[o + 12] == '1', ARGV[o + 14])
+  local size = enqueue(pool, band, flow, id, fm, seq, ARGV[o + 6], ARGV[o + 7], cont == '1', ARGV[o + 14])
   return { 1, size }
 end
