@@ -4,25 +4,7 @@ import { natsUrl, uniquePrefix } from '@fairway/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { CliIo } from '../src/cli-io.ts';
-import { run } from '../src/main.ts';
-
-async function fairway(...args: string[]) {
-  let stdout = '';
-  let stderr = '';
-  const io: CliIo = {
-    out: (t) => {
-      stdout += t;
-    },
-    err: (t) => {
-      stderr += t;
-    },
-    stderrIsTty: false,
-    progressStream: process.stderr,
-  };
-  const code = await run(['node', 'fairway', ...args], io);
-  return { code, stdout, stderr };
-}
+import { fairway } from './support/run-cli.ts';
 
 describe('fairway admin', () => {
   const prefixes: string[] = [];

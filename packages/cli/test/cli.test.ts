@@ -4,33 +4,10 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import type { CliIo } from '../src/cli-io.ts';
-import { run } from '../src/main.ts';
+import { fairway } from './support/run-cli.ts';
 
 const exec = promisify(execFile);
 const BIN = resolve(import.meta.dirname, '..', 'bin', 'fairway.js');
-
-function capture(): CliIo & { stdout: string; stderr: string } {
-  const io = {
-    stdout: '',
-    stderr: '',
-    out(t: string) {
-      io.stdout += t;
-    },
-    err(t: string) {
-      io.stderr += t;
-    },
-    stderrIsTty: false,
-    progressStream: process.stderr,
-  };
-  return io;
-}
-
-async function fairway(...args: string[]) {
-  const io = capture();
-  const code = await run(['node', 'fairway', ...args], io);
-  return { code, stdout: io.stdout, stderr: io.stderr };
-}
 
 describe('fairway sim (in process)', () => {
   it('lists the built-in scenarios', async () => {

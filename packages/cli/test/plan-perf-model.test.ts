@@ -4,30 +4,7 @@ import { join } from 'node:path';
 import { toPerformanceModelFile } from '@fairway/policy';
 import { fitEnginePerformance } from '@fairway/sim';
 import { describe, expect, it } from 'vitest';
-import type { CliIo } from '../src/cli-io.ts';
-import { run } from '../src/main.ts';
-
-function capture(): CliIo & { stdout: string; stderr: string } {
-  const io = {
-    stdout: '',
-    stderr: '',
-    out(t: string) {
-      io.stdout += t;
-    },
-    err(t: string) {
-      io.stderr += t;
-    },
-    stderrIsTty: false,
-    progressStream: process.stderr,
-  };
-  return io;
-}
-
-async function fairway(...args: string[]) {
-  const io = capture();
-  const code = await run(['node', 'fairway', ...args], io);
-  return { code, stdout: io.stdout, stderr: io.stderr };
-}
+import { fairway } from './support/run-cli.ts';
 
 /** A performance-model file of llama-2-7b on two A100s, as if measured and written by `fairway profile`. */
 function perfFile(dir: string, edit: (f: Record<string, unknown>) => void = () => {}): string {

@@ -4,30 +4,7 @@ import { join } from 'node:path';
 import { startEngineSim } from '@fairway/engine';
 import { parsePerformanceModelFile } from '@fairway/policy';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { CliIo } from '../src/cli-io.ts';
-import { run } from '../src/main.ts';
-
-function capture(): CliIo & { stdout: string; stderr: string } {
-  const io = {
-    stdout: '',
-    stderr: '',
-    out(t: string) {
-      io.stdout += t;
-    },
-    err(t: string) {
-      io.stderr += t;
-    },
-    stderrIsTty: false,
-    progressStream: process.stderr,
-  };
-  return io;
-}
-
-async function fairway(...args: string[]) {
-  const io = capture();
-  const code = await run(['node', 'fairway', ...args], io);
-  return { code, stdout: io.stdout, stderr: io.stderr };
-}
+import { fairway } from './support/run-cli.ts';
 
 describe('fairway profile (in process)', () => {
   let sim: Awaited<ReturnType<typeof startEngineSim>>;

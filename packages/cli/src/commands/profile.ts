@@ -1,10 +1,10 @@
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { EngineError, EngineProfileError, fitEngineProfile, profileEngineMetrics } from '@fairway/engine';
-import { Presets, SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
+import { progressBar } from '../progress-bar.ts';
 
 /** Parsed options of `fairway profile`. */
 export interface ProfileOptions {
@@ -75,20 +75,7 @@ export async function profileCommand(opts: ProfileOptions, io: CliIo): Promise<n
   const seed = integer('--seed', opts.seed, 0, problems) ?? 0;
   if (problems.length > 0 || !opts.engine) throw new UsageError(problems);
 
-  const bar =
-    io.stderrIsTty && !opts.json
-      ? new SingleBar(
-          {
-            stream: io.progressStream,
-            format: 'profiling {bar} {value}/{total} phases | {phase}',
-            hideCursor: true,
-            clearOnComplete: true,
-            barCompleteChar: '█',
-            barIncompleteChar: '░',
-          },
-          Presets.shades_classic,
-        )
-      : undefined;
+  const bar = progressBar(io, opts.json, 'profiling {bar} {value}/{total} phases | {phase}');
   let started = false;
   const t0 = performance.now();
   let samples: Awaited<ReturnType<typeof profileEngineMetrics>>;

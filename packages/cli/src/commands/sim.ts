@@ -12,12 +12,12 @@ import {
   reportJson,
   runSimulation,
 } from '@fairway/sim';
-import { Presets, SingleBar } from 'cli-progress';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { PLACEMENT_POLICIES } from '../placement-table.ts';
 import { ORDERING_POLICIES } from '../policy-table.ts';
+import { progressBar } from '../progress-bar.ts';
 
 /** Parsed options of `fairway sim`. */
 export interface SimOptions {
@@ -108,20 +108,7 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
   const input = buildRunInput(loaded, { seed: opts.seed, durationS: opts.duration });
   // FairServe policies learn from past traffic: the same scenario under the next seed.
   const history = buildRunInput(loaded, { seed: input.seed + 1, durationS: opts.duration }).arrivals;
-  const bar =
-    io.stderrIsTty && !opts.json
-      ? new SingleBar(
-          {
-            stream: io.progressStream,
-            format: 'simulating {bar} {percentage}% | {value}/{total} simulated s',
-            hideCursor: true,
-            clearOnComplete: true,
-            barCompleteChar: '█',
-            barIncompleteChar: '░',
-          },
-          Presets.shades_classic,
-        )
-      : undefined;
+  const bar = progressBar(io, opts.json, 'simulating {bar} {percentage}% | {value}/{total} simulated s');
   bar?.start(Math.round(input.durationS), 0);
   const started = performance.now();
   let run: Awaited<ReturnType<typeof runSimulation>>;
