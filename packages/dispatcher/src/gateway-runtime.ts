@@ -48,6 +48,18 @@ export type RuntimeSubmit =
 /** How waiting for capacity ended. */
 export type WaitOutcome = 'dispatched' | 'timeout' | 'aborted' | 'shutdown';
 
+/** A request as a control report describes it. */
+function reported(r: RequestDescriptor) {
+  return {
+    requestId: r.id,
+    model: r.model,
+    sloClass: r.sloClass,
+    inputTokens: r.inputTokens,
+    maxTokens: r.maxTokens,
+    arrivalMs: r.arrivalMs,
+  };
+}
+
 function errText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
@@ -157,14 +169,7 @@ export class GatewayRuntime {
     const running: RuntimeHoldings['running'] = [];
     for (const t of this.#tickets.values()) {
       const r = t.req;
-      const base = {
-        requestId: r.id,
-        model: r.model,
-        sloClass: r.sloClass,
-        inputTokens: r.inputTokens,
-        maxTokens: r.maxTokens,
-        arrivalMs: r.arrivalMs,
-      };
+      const base = reported(r);
       if (t.replica === undefined) queued.push({ ...base, generated: this.#resumeFrom.get(r.id) ?? 0 });
       else if (t.replica !== 'unknown')
         running.push({
@@ -467,16 +472,7 @@ export class GatewayRuntime {
     this.#runs.delete(ticket.id);
     this.#resumeFrom.delete(ticket.id);
     if (outputTokens === undefined) return;
-    const r = ticket.req;
-    this.#finished.push({
-      requestId: r.id,
-      model: r.model,
-      sloClass: r.sloClass,
-      inputTokens: r.inputTokens,
-      maxTokens: r.maxTokens,
-      arrivalMs: r.arrivalMs,
-      generated: outputTokens,
-    });
+    this.#finished.push({ ...reported(ticket.req), generated: outputTokens });
   }
 
   #onEvict(e: Evict): void {
