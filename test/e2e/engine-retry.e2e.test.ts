@@ -1,7 +1,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { RedisStore, StoreKeys } from '@fairway/store';
+import { purgeStore, RedisStore } from '@fairway/store';
 import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -112,18 +112,7 @@ describe('a request whose replica fails before answering is retried on another r
   afterAll(async () => {
     await Promise.all([dispatcher, ...engines].filter(Boolean).map((p) => p.stop()));
     if (redis) {
-      let cursor = '0';
-      do {
-        const [next, keys] = await redis.scan(
-          cursor,
-          'MATCH',
-          new StoreKeys(prefix).pattern(),
-          'COUNT',
-          1000,
-        );
-        cursor = next;
-        if (keys.length > 0) await redis.del(...keys);
-      } while (cursor !== '0');
+      await purgeStore(redis, prefix);
       await store.close();
       redis.disconnect();
     }

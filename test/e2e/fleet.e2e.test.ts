@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VllmClient } from '@fairway/engine';
-import { RedisStore, StoreKeys } from '@fairway/store';
+import { purgeStore, RedisStore } from '@fairway/store';
 import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
@@ -130,18 +130,7 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
   afterAll(async () => {
     await Promise.all([...dispatchers, ...engines].map((p) => p.stop()));
     if (redis) {
-      let cursor = '0';
-      do {
-        const [next, keys] = await redis.scan(
-          cursor,
-          'MATCH',
-          new StoreKeys(prefix).pattern(),
-          'COUNT',
-          1000,
-        );
-        cursor = next;
-        if (keys.length > 0) await redis.del(...keys);
-      } while (cursor !== '0');
+      await purgeStore(redis, prefix);
       await store.close();
       redis.disconnect();
     }

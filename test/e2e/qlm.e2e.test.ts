@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type ControlRoutes, type DesiredReplicas, type Evict, NatsBus } from '@fairway/bus';
 import { silentLogger } from '@fairway/core';
-import { StoreKeys } from '@fairway/store';
+import { purgeStore } from '@fairway/store';
 import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -184,8 +184,7 @@ describe('qlm across fairway serve processes', () => {
     await Promise.all([...dispatchers, engine].filter(Boolean).map((p) => p.stop()));
     await bus?.close();
     const r = new Redis(redisUrl());
-    const keys = await r.keys(new StoreKeys(prefix).pattern());
-    if (keys.length > 0) await r.del(...keys);
+    await purgeStore(r, prefix);
     await r.quit();
   }, 30_000);
 

@@ -31,7 +31,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
-import { StoreKeys } from '@fairway/store';
+import { purgeStore } from '@fairway/store';
 import { Redis } from 'ioredis';
 import type { PhaseReport, PhaseRequest } from './load-generator.ts';
 
@@ -642,13 +642,7 @@ async function main(): Promise<void> {
   } finally {
     gen?.stop();
     for (const p of procs.reverse()) await p.stop();
-    const keys = new StoreKeys(prefix);
-    let cursor = '0';
-    do {
-      const [next, found] = await redis.scan(cursor, 'MATCH', keys.pattern(), 'COUNT', 1000);
-      cursor = next;
-      if (found.length > 0) await redis.del(...found);
-    } while (cursor !== '0');
+    await purgeStore(redis, prefix);
     await redis.quit();
     if (args['cpu-prof']) printProfile(profDir);
     rmSync(dir, { recursive: true, force: true });

@@ -2,14 +2,17 @@ import { NodeAgent } from '@fairway/agent';
 import { type Bus, MemoryBus, NatsBus, Subjects } from '@fairway/bus';
 import { parseConfig, silentLogger, systemClock } from '@fairway/core';
 import { type EngineSimHandle, startEngineSim, VllmClient } from '@fairway/engine';
+import { purgeStore } from '@fairway/store';
 import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
+import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AdminEventApplier, followAdminEvents } from '../src/admin-events.ts';
 import { hashApiKey, KeyRing } from '../src/auth.ts';
 import { type RunningDispatcher, serveSettings, startDispatcher } from '../src/index.ts';
 import { TenantDirectory } from '../src/tenant-directory.ts';
+import { waitFor } from './support/stack.ts';
 
 const MODEL = 'llama-2-7b';
 const CONFIG = {
@@ -52,7 +55,7 @@ describe('AdminEventApplier', () => {
       limits: { rpm: 7 },
     });
     await bus.publishAdminEvent({ type: 'keyRevoke', at: 4, keyHash: hashApiKey('sk-carol-1') });
-    await waitUntil(() => applier.lastSeq === 4);
+    await waitFor(() => applier.lastSeq === 4);
     expect(tenants.tenantLimits('carol')).toEqual({ rpm: 7 });
     expect(keys.authenticate('sk-carol-1')).toBeUndefined();
     stop();
@@ -107,14 +110,6 @@ describe('AdminEventApplier', () => {
   });
 });
 
-async function waitUntil(check: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 describe('admin events across dispatchers (Redis + NATS)', () => {
   const cleanups: (() => Promise<void>)[] = [];
   afterEach(async () => {
@@ -129,6 +124,9 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
       const jsm = await jetstreamManager(nc);
       await jsm.streams.delete(new Subjects(prefix).adminStream).catch(() => false);
       await nc.close();
+      const redis = new Redis(redisUrl());
+      await purgeStore(redis, prefix);
+      await redis.quit();
     });
     const sim: EngineSimHandle = await startEngineSim({ servedModelName: MODEL, speed: 50, seed: 1 });
     const engine = new VllmClient({ url: sim.url });
@@ -153,7 +151,7 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
       const settings = serveSettings({}, { port: 0, prefix, redisUrl: redisUrl(), natsUrl: natsUrl() });
       const d = await startDispatcher({ settings, config, logger: silentLogger });
       cleanups.push(() => d.close());
-      await waitUntil(() => d.infrastructure.registry.list().some((v) => v.acceptsWork));
+      await waitFor(() => d.infrastructure.registry.list().some((v) => v.acceptsWork));
       return d;
     };
     return { operator, start };
@@ -187,7 +185,7 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
       tenantId: 'carol',
       keyHash: hashApiKey(key),
     });
-    await waitUntil(async () => (await call(d2, key)) === 200);
+    await waitFor(async () => (await call(d2, key)) === 200);
     // RPM 3 in the shared store: one admitted above via d2, two more across both, then 429 on both.
     expect([await call(d1, key), await call(d2, key)]).toEqual([200, 200]);
     expect([await call(d1, key), await call(d2, key)]).toEqual([429, 429]);
@@ -205,7 +203,7 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
     expect(await call(d3, key)).toBe(200);
 
     await operator.publishAdminEvent({ type: 'keyRevoke', at: Date.now(), keyHash: hashApiKey(key) });
-    await waitUntil(async () => (await call(d1, key)) === 401 && (await call(d2, key)) === 401);
+    await waitFor(async () => (await call(d1, key)) === 401 && (await call(d2, key)) === 401);
     expect(await call(d3, key)).toBe(401);
   }, 30_000);
 });

@@ -1,7 +1,8 @@
 import { ManualClock, type RequestDescriptor } from '@fairway/core';
 import { fcfsPolicy, joinShortestQueuePlacement } from '@fairway/policy';
-import { type ChargeItem, MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
+import { type ChargeItem, MemoryStore, purgeStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { redisUrl, uniquePrefix } from '@fairway/testkit';
+import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   type Dispatched,
@@ -51,15 +52,28 @@ function recording(store: SchedulingStore): { store: SchedulingStore; calls: Cha
   return { store, calls };
 }
 
+/** Prefixes of the Redis stores made, purged after each test. */
+const redisPrefixes: string[] = [];
 const backends: [string, () => SchedulingStore][] = [
   ['memory', () => new MemoryStore()],
-  ['redis', () => new RedisStore({ redis: redisUrl(), prefix: uniquePrefix('repredict') })],
+  [
+    'redis',
+    () => {
+      const prefix = uniquePrefix('repredict');
+      redisPrefixes.push(prefix);
+      return new RedisStore({ redis: redisUrl(), prefix });
+    },
+  ],
 ];
 
 describe.each(backends)('Gateway re-prediction (Aladdin section 4.3) on the %s store', (_, makeStore) => {
   const open: SchedulingStore[] = [];
   afterEach(async () => {
     for (const s of open.splice(0)) await s.close();
+    if (redisPrefixes.length === 0) return;
+    const redis = new Redis(redisUrl());
+    for (const p of redisPrefixes.splice(0)) await purgeStore(redis, p);
+    await redis.quit();
   });
 
   function setup(over: Partial<GatewayOptions> = {}) {

@@ -12,6 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import {
   MemoryStore,
+  purgeStore,
   type QueuedRequest,
   RedisStore,
   type SchedulingStore,
@@ -174,15 +175,6 @@ async function measure(
   }
 }
 
-async function deletePrefix(redis: Redis, store: RedisStore): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', store.keys.pattern(), 'COUNT', 1000);
-    if (keys.length > 0) await redis.del(...keys);
-    cursor = next;
-  } while (cursor !== '0');
-}
-
 /** 4 clients, one RPM limit of 60, 3 windows of 60 s (virtual time): admitted per window. */
 async function exactLimitDemo(): Promise<void> {
   const prefix = `bench-${randomBytes(4).toString('hex')}`;
@@ -215,7 +207,7 @@ async function exactLimitDemo(): Promise<void> {
       `  window ${w}: admitted ${admitted} (per client ${perClient.join(' / ')}), rejected ${200 - admitted}`,
     );
   }
-  await deletePrefix(clients[0] as Redis, stores[0] as RedisStore);
+  await purgeStore(clients[0] as Redis, prefix);
   await Promise.all(clients.map((c) => c.quit()));
 }
 
@@ -233,7 +225,7 @@ async function main(): Promise<void> {
   try {
     await measure(`redis, one connection${VALIDATE ? '' : ', validation off'}`, store, IN_FLIGHT, redis);
   } finally {
-    await deletePrefix(redis, store);
+    await purgeStore(redis, store.keys.prefix);
     await redis.quit();
   }
   if (!ONLY_REDIS) await exactLimitDemo();

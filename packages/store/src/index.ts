@@ -33,3 +33,4 @@ export type {
   WindowLimit,
 } from './store.ts';
 export { HISTORY_LENGTH, type StoreOptions } from './store-options.ts';
+export { purgeStore } from './store-purge.ts';

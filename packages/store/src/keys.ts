@@ -76,11 +76,14 @@ export const STORE_LAYOUT_VERSION = 2;
 
 /** Builds the keys of one store (one prefix). */
 export class StoreKeys {
+  /** The store's key prefix. */
+  readonly prefix: string;
   /** Common beginning of every key, including the hash tag: `{<prefix>}:`. */
   readonly base: string;
 
   /** @param prefix key prefix of this store; must not contain `{` or `}`. */
   constructor(prefix: string) {
+    this.prefix = prefix;
     this.base = `{${prefix}}:`;
   }
 

@@ -4,6 +4,7 @@ import { StoreError, StoreErrorCode } from '../src/errors.ts';
 import { STORE_LAYOUT_VERSION } from '../src/keys.ts';
 import { RedisStore } from '../src/redis-store.ts';
 import { loadLibrary } from '../src/script-loader.ts';
+import { purgeStore } from '../src/store-purge.ts';
 import { describeStoreConformance } from './conformance.ts';
 import { connect, deletePrefix, freshRedisStore } from './redis-harness.ts';
 
@@ -75,6 +76,42 @@ describe('store layout version', () => {
       expect((err as Error).message).toMatch(/written by store layout 1, this fairway uses layout 2/);
     } finally {
       await deletePrefix(redis, store);
+    }
+  });
+});
+
+describe('purgeStore', () => {
+  it("deletes every key of one store's prefix and nothing of another's", async () => {
+    const a = freshRedisStore(redis);
+    const b = freshRedisStore(redis);
+    const admit = (store: RedisStore, id: string) =>
+      store.admit({
+        req: {
+          id,
+          pool: 'p',
+          band: 0,
+          flow: 'f',
+          score: 0,
+          arrivalMs: 0,
+          reserveTokens: 1,
+          dispatchCost: 1,
+          owner: 'd',
+          payload: '',
+        },
+        nowMs: 0,
+        lift: 'vtc',
+        limits: [],
+        overloaded: false,
+      });
+    try {
+      await admit(a, 'x');
+      await admit(b, 'y');
+      expect(await purgeStore(redis, a.keys.prefix)).toBeGreaterThan(0);
+      expect(await redis.keys(a.keys.pattern())).toEqual([]);
+      expect((await b.snapshot('p', 0)).queued).toEqual({ f: 1 });
+    } finally {
+      await deletePrefix(redis, a);
+      await deletePrefix(redis, b);
     }
   });
 });

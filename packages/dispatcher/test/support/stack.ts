@@ -6,7 +6,7 @@ import {
   startEngineSim,
   VllmClient,
 } from '@fairway/engine';
-import { RedisStore, type SchedulingStore, StoreKeys } from '@fairway/store';
+import { purgeStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { redisUrl, uniquePrefix } from '@fairway/testkit';
 import {
   connectInfrastructure,
@@ -130,12 +130,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
 async function cleanRedis(prefix: string): Promise<void> {
   const { Redis } = await import('ioredis');
   const r = new Redis(redisUrl());
-  let cursor = '0';
-  do {
-    const [next, keys] = await r.scan(cursor, 'MATCH', new StoreKeys(prefix).pattern(), 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) await r.del(...keys);
-  } while (cursor !== '0');
+  await purgeStore(r, prefix);
   await r.quit();
 }
 
