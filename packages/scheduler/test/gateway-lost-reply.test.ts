@@ -2,23 +2,8 @@ import { ManualClock, type RequestDescriptor } from '@fairway/core';
 import { joinShortestQueuePlacement, vtcPolicy } from '@fairway/policy';
 import { MemoryStore, type SchedulingStore } from '@fairway/store';
 import { describe, expect, it } from 'vitest';
-import { Gateway, type ReplicaInfo, type ReplicaSource } from '../src/index.ts';
-
-const fleet = (maxNumSeqs: number): ReplicaSource => {
-  const infos: ReplicaInfo[] = [
-    {
-      id: 'r1',
-      pool: 'm',
-      kvCapacityTokens: 1000,
-      maxNumSeqs,
-      running: 0,
-      waiting: 0,
-      kvUsage: 0,
-      stale: false,
-    },
-  ];
-  return { replicas: () => infos, pools: () => ['m'] };
-};
+import { Gateway } from '../src/index.ts';
+import { Fleet } from './support/fleet.ts';
 
 function req(id: string): RequestDescriptor {
   return {
@@ -68,7 +53,7 @@ function setup(maxNumSeqs: number, downCalls: number) {
     clock: new ManualClock(0),
     ordering: vtcPolicy(),
     placement: joinShortestQueuePlacement(),
-    replicas: fleet(maxNumSeqs),
+    replicas: new Fleet(['r1', 1000, maxNumSeqs]),
     onDispatch: () => undefined,
     headroom: { tokenFraction: 0 },
   });

@@ -4,29 +4,11 @@ import { type ChargeItem, MemoryStore, purgeStore, RedisStore, type SchedulingSt
 import { redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  type Dispatched,
-  Gateway,
-  type GatewayOptions,
-  type ReplicaInfo,
-  type ReplicaSource,
-} from '../src/index.ts';
+import { type Dispatched, Gateway, type GatewayOptions } from '../src/index.ts';
+import { Fleet } from './support/fleet.ts';
 
 /** Two replicas of 1,000 KV tokens in pool `m`. */
-const fleet: ReplicaSource = {
-  replicas: (): readonly ReplicaInfo[] =>
-    ['r1', 'r2'].map((id) => ({
-      id,
-      pool: 'm',
-      kvCapacityTokens: 1000,
-      maxNumSeqs: 256,
-      running: 0,
-      waiting: 0,
-      kvUsage: 0,
-      stale: false,
-    })),
-  pools: () => ['m'],
-};
+const fleet = new Fleet(['r1', 1000], ['r2', 1000]);
 
 function req(id: string, over: Partial<RequestDescriptor> = {}): RequestDescriptor {
   return {

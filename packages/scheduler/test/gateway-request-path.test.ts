@@ -2,28 +2,8 @@ import { ManualClock, type RequestDescriptor } from '@fairway/core';
 import { fcfsPolicy, joinShortestQueuePlacement, type ReplicaState } from '@fairway/policy';
 import { MemoryStore, type SchedulingStore } from '@fairway/store';
 import { describe, expect, it } from 'vitest';
-import {
-  type Dispatched,
-  Gateway,
-  type GatewayOptions,
-  type ReplicaInfo,
-  type ReplicaSource,
-} from '../src/index.ts';
-
-/** Replicas of pool `m` with the given KV capacity, idle as far as their engines report. */
-function fleet(...replicas: [id: string, kvTokens: number][]): ReplicaSource {
-  const infos: ReplicaInfo[] = replicas.map(([id, kv]) => ({
-    id,
-    pool: 'm',
-    kvCapacityTokens: kv,
-    maxNumSeqs: 256,
-    running: 0,
-    waiting: 0,
-    kvUsage: 0,
-    stale: false,
-  }));
-  return { replicas: (pool) => infos.filter((r) => r.pool === pool), pools: () => ['m'] };
-}
+import { type Dispatched, Gateway, type GatewayOptions, type ReplicaSource } from '../src/index.ts';
+import { Fleet } from './support/fleet.ts';
 
 /** A real MemoryStore behind a proxy that records which operations the gateway calls. */
 function recorded(store: SchedulingStore = new MemoryStore()): { store: SchedulingStore; calls: string[] } {
@@ -76,7 +56,7 @@ function gateway(replicas: ReplicaSource, store: SchedulingStore, over: Partial<
 describe('Gateway request path', () => {
   it('admits and dispatches an arriving request in one store call, reading nothing', async () => {
     const { store, calls } = recorded();
-    const { gw, dispatched } = gateway(fleet(['r1', 10_000]), store);
+    const { gw, dispatched } = gateway(new Fleet(['r1', 10_000]), store);
     const r = req();
     expect(await gw.submit(r)).toEqual({ ok: true, queued: 1 });
     expect(calls).toEqual(['admitAndDispatch']);
@@ -87,7 +67,7 @@ describe('Gateway request path', () => {
   it('orders replicas and judges overload from what its own calls reported, without reads', async () => {
     const { store, calls } = recorded();
     const seen: number[][] = [];
-    const { gw, dispatched } = gateway(fleet(['r1', 10_000], ['r2', 10_000]), store, {
+    const { gw, dispatched } = gateway(new Fleet(['r1', 10_000], ['r2', 10_000]), store, {
       // A throttle limit makes the gateway ask whether the pool is overloaded.
       admission: () => [
         { key: 'u', limit: 1000, amount: 1, windowMs: 1000, code: 'throttled', onlyWhenOverloaded: true },
@@ -114,7 +94,7 @@ describe('Gateway request path', () => {
 
   it('leaves a request queued after one call when nothing fits, and dispatches it as room frees', async () => {
     const { store, calls } = recorded();
-    const { gw, dispatched } = gateway(fleet(['r1', 600]), store);
+    const { gw, dispatched } = gateway(new Fleet(['r1', 600]), store);
     const reqs = [req(), req(), req()];
     for (const r of reqs) await gw.submit(r);
     expect(calls).toEqual(['admitAndDispatch', 'admitAndDispatch', 'admitAndDispatch']);
@@ -132,10 +112,10 @@ describe('Gateway request path', () => {
   it('goes on dispatching the work queued behind an arrival that found room', async () => {
     const store = new MemoryStore();
     // Gateway b sees no replica yet: what it admits waits in the shared queue.
-    const b = gateway(fleet(), store, { id: 'gw-b', onDispatch: () => undefined });
+    const b = gateway(new Fleet(), store, { id: 'gw-b', onDispatch: () => undefined });
     const waiting = [req(), req()];
     for (const r of waiting) await b.gw.submit(r);
-    const a = gateway(fleet(['r1', 10_000]), store);
+    const a = gateway(new Fleet(['r1', 10_000]), store);
     const arrival = req();
     await a.gw.submit(arrival);
     // FCFS: the waiting requests first, then the arrival, all through a's call and dispatch round.
@@ -162,9 +142,9 @@ describe('Gateway request path', () => {
         return typeof v === 'function' ? v.bind(target) : v;
       },
     });
-    const b = gateway(fleet(), slow, { id: 'gw-b', onDispatch: () => undefined });
+    const b = gateway(new Fleet(), slow, { id: 'gw-b', onDispatch: () => undefined });
     const picked: string[] = [];
-    a = gateway(fleet(['r1', 10_000]), inner, {
+    a = gateway(new Fleet(['r1', 10_000]), inner, {
       onDispatch: (d) => {
         picked.push(d.id);
         if (d.owner === 'gw-b') b.gw.started(d);
@@ -193,7 +173,7 @@ describe('Gateway request path', () => {
       snapshot: (p, b) => inner.snapshot(p, b),
       close: () => inner.close(),
     });
-    const { gw, dispatched } = gateway(fleet(['r1', 10_000]), store);
+    const { gw, dispatched } = gateway(new Fleet(['r1', 10_000]), store);
     const r = req();
     expect(await gw.submit(r)).toEqual({ ok: true, queued: 1 });
     expect(dispatched.map((d) => d.id)).toEqual([r.id]);
@@ -202,7 +182,7 @@ describe('Gateway request path', () => {
 
   it('serves a flow’s predicted output from memory and refreshes it in the background after its ttl', async () => {
     const { store, calls } = recorded();
-    const { gw, dispatched, clock } = gateway(fleet(['r1', 100_000]), store, {
+    const { gw, dispatched, clock } = gateway(new Fleet(['r1', 100_000]), store, {
       reserve: 'predicted',
       predictionTtlMs: 1000,
     });
@@ -226,7 +206,7 @@ describe('Gateway request path', () => {
 
   it('reads reservations for a dispatch round only when its view is older than reservationsMaxAgeMs', async () => {
     const { store, calls } = recorded();
-    const { gw, clock } = gateway(fleet(['r1', 10_000]), store, { reservationsMaxAgeMs: 100 });
+    const { gw, clock } = gateway(new Fleet(['r1', 10_000]), store, { reservationsMaxAgeMs: 100 });
     await gw.pump();
     await gw.pump();
     expect(calls.filter((c) => c === 'reserved')).toHaveLength(1);

@@ -2,35 +2,8 @@ import { ManualClock, type RequestDescriptor } from '@fairway/core';
 import { joinShortestQueuePlacement, vtcPolicy } from '@fairway/policy';
 import { MemoryStore } from '@fairway/store';
 import { describe, expect, it } from 'vitest';
-import { type Dispatched, Gateway, type ReplicaInfo, type ReplicaSource } from '../src/index.ts';
-
-class Fleet implements ReplicaSource {
-  readonly infos: ReplicaInfo[];
-  constructor(...ids: string[]) {
-    this.infos = ids.map((id) => ({
-      id,
-      pool: 'm',
-      kvCapacityTokens: 1000,
-      maxNumSeqs: 8,
-      running: 0,
-      waiting: 0,
-      kvUsage: 0,
-      stale: false,
-    }));
-  }
-  down(id: string): void {
-    this.infos.splice(
-      this.infos.findIndex((r) => r.id === id),
-      1,
-    );
-  }
-  replicas(pool: string): readonly ReplicaInfo[] {
-    return this.infos.filter((r) => r.pool === pool);
-  }
-  pools(): readonly string[] {
-    return ['m'];
-  }
-}
+import { type Dispatched, Gateway } from '../src/index.ts';
+import { Fleet } from './support/fleet.ts';
 
 function req(id: string, tenant = 'a'): RequestDescriptor {
   return {
@@ -62,7 +35,7 @@ function setup(fleet: Fleet) {
 
 describe('Gateway.requeueUnserved (retry after an engine failure)', () => {
   it('puts a request whose engine failed back in the queue as if never dispatched, then runs it elsewhere', async () => {
-    const fleet = new Fleet('r1', 'r2');
+    const fleet = new Fleet(['r1', 1000, 8], ['r2', 1000, 8]);
     const { gw, store, dispatched } = setup(fleet);
     await gw.submit(req('x'));
     const first = dispatched[0]?.replica as string;
@@ -93,8 +66,7 @@ describe('Gateway.requeueUnserved (retry after an engine failure)', () => {
   });
 
   it('goes back to the head of its flow, ahead of the flow requests queued after it', async () => {
-    const fleet = new Fleet('r1');
-    fleet.infos[0] = { ...(fleet.infos[0] as ReplicaInfo), maxNumSeqs: 1 };
+    const fleet = new Fleet(['r1', 1000, 1]);
     const { gw, dispatched } = setup(fleet);
     await gw.submit(req('x'));
     await gw.submit(req('y'));
@@ -105,8 +77,7 @@ describe('Gateway.requeueUnserved (retry after an engine failure)', () => {
   });
 
   it('refuses a request that is not running here', async () => {
-    const fleet = new Fleet('r1');
-    fleet.infos[0] = { ...(fleet.infos[0] as ReplicaInfo), maxNumSeqs: 1 };
+    const fleet = new Fleet(['r1', 1000, 1]);
     const { gw } = setup(fleet);
     await gw.submit(req('x'));
     await gw.submit(req('y'));

@@ -8,35 +8,8 @@ import {
 } from '@fairway/policy';
 import { MemoryStore } from '@fairway/store';
 import { describe, expect, it } from 'vitest';
-import {
-  type Dispatched,
-  Gateway,
-  type GatewayOptions,
-  type ReplicaInfo,
-  type ReplicaSource,
-} from '../src/index.ts';
-
-class Fleet implements ReplicaSource {
-  readonly infos: ReplicaInfo[];
-  constructor(...replicas: [id: string, kvTokens: number, seqs?: number][]) {
-    this.infos = replicas.map(([id, kv, seqs]) => ({
-      id,
-      pool: 'm',
-      kvCapacityTokens: kv,
-      maxNumSeqs: seqs ?? 256,
-      running: 0,
-      waiting: 0,
-      kvUsage: 0,
-      stale: false,
-    }));
-  }
-  replicas(pool: string): readonly ReplicaInfo[] {
-    return this.infos.filter((r) => r.pool === pool);
-  }
-  pools(): readonly string[] {
-    return ['m'];
-  }
-}
+import { type Dispatched, Gateway, type GatewayOptions } from '../src/index.ts';
+import { Fleet } from './support/fleet.ts';
 
 let n = 0;
 function req(over: Partial<RequestDescriptor> = {}): RequestDescriptor {

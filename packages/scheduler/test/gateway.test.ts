@@ -13,37 +13,9 @@ import {
   Gateway,
   GatewayError,
   type GatewayOptions,
-  type ReplicaInfo,
-  type ReplicaSource,
   UnknownSloClassError,
 } from '../src/index.ts';
-
-/** A fleet whose sizes and reported load the test sets directly. */
-class Fleet implements ReplicaSource {
-  readonly infos = new Map<string, ReplicaInfo>();
-  constructor(...replicas: [id: string, kvTokens: number, seqs?: number][]) {
-    for (const [id, kv, seqs] of replicas)
-      this.infos.set(id, {
-        id,
-        pool: 'm',
-        kvCapacityTokens: kv,
-        maxNumSeqs: seqs ?? 256,
-        running: 0,
-        waiting: 0,
-        kvUsage: 0,
-        stale: false,
-      });
-  }
-  set(id: string, over: Partial<ReplicaInfo>): void {
-    this.infos.set(id, { ...this.infos.get(id)!, ...over });
-  }
-  replicas(pool: string): readonly ReplicaInfo[] {
-    return [...this.infos.values()].filter((r) => r.pool === pool);
-  }
-  pools(): readonly string[] {
-    return ['m'];
-  }
-}
+import { Fleet } from './support/fleet.ts';
 
 /** A MemoryStore that also records the charge calls it receives. */
 class CountingStore extends MemoryStore {
