@@ -49,17 +49,18 @@ export interface ProxyResult {
   readonly failure?: ApiError;
 }
 
-function timing(call: ProxyCall, engineMs: number): { overheadMs: number; headers: TimingHeaders } {
-  const queueMs = call.ticket.queueMs();
-  const overheadMs = Math.max(0, call.timer.now() - call.arrivedAt - queueMs - engineMs);
+/** The response headers saying what the gateway added (`overheadMs`) and how long it queued. */
+export function timingHeaders(call: ProxyCall, overheadMs: number): TimingHeaders {
   return {
-    overheadMs,
-    headers: {
-      'x-fairway-overhead-ms': overheadMs.toFixed(3),
-      'x-fairway-queue-ms': queueMs.toFixed(1),
-      'x-request-id': call.ticket.id,
-    },
+    'x-fairway-overhead-ms': overheadMs.toFixed(3),
+    'x-fairway-queue-ms': call.ticket.queueMs().toFixed(1),
+    'x-request-id': call.ticket.id,
   };
+}
+
+function timing(call: ProxyCall, engineMs: number): { overheadMs: number; headers: TimingHeaders } {
+  const overheadMs = Math.max(0, call.timer.now() - call.arrivedAt - call.ticket.queueMs() - engineMs);
+  return { overheadMs, headers: timingHeaders(call, overheadMs) };
 }
 
 /**

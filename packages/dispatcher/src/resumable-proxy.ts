@@ -2,7 +2,7 @@ import type { ServerResponse } from 'node:http';
 import type { Usage } from '@fairway/core';
 import type { CompletionBody, CompletionEndpoint, Engine, EngineStream, SseDataLine } from '@fairway/engine';
 import type { FastifyReply } from 'fastify';
-import { drained, type ProxyCall, type ProxyResult, sseError, type TimingHeaders } from './engine-proxy.ts';
+import { drained, type ProxyCall, type ProxyResult, sseError, timingHeaders } from './engine-proxy.ts';
 import { engineApiError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 
@@ -213,15 +213,6 @@ class ResumedAnswer {
       total_tokens: u.inputTokens + u.outputTokens,
     };
   }
-}
-
-function timingHeaders(call: ProxyCall, overheadMs: number): TimingHeaders {
-  const queueMs = call.ticket.queueMs();
-  return {
-    'x-fairway-overhead-ms': overheadMs.toFixed(3),
-    'x-fairway-queue-ms': queueMs.toFixed(1),
-    'x-request-id': call.ticket.id,
-  };
 }
 
 /**
