@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import {
   type Clock,
@@ -107,7 +108,9 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   );
   const outputRng = deps.rng.fork('output-length');
   const faults = new FaultInjector(options.faults, deps.rng.fork('faults'));
-  const idPrefix = deps.rng.fork('ids').int(0, 0xffffff).toString(16).padStart(6, '0');
+  // Response ids must differ across replicas, as vLLM's random ones do: not drawn from the seeded
+  // RNG, whose first draws for neighbouring seeds (engines 0, 1, … of one fleet) nearly coincide.
+  const idPrefix = randomBytes(4).toString('hex');
   let nextId = 0;
   const readyAtMs = clock.now() + options.faults.slowStartMs;
   const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
