@@ -1,10 +1,21 @@
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { DEFAULT_SLO_CLASSES } from './domain.ts';
 import { parseWith, readStructuredFile } from './validate.ts';
 
-const id = z
+/**
+ * Ids of tenants, apps, pools, engines and SLO classes: a safe alphabet without "/" (see
+ * `tenantUserId`), usable in store keys, metric labels and logs without escaping.
+ */
+export const configIdSchema = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/, 'must be 1-64 letters, digits, ".", "_", ":" or "-"');
+const id = configIdSchema;
+
+/** `sha256:<hex>` of an API key, the only form in which keys are stored and compared. */
+export function hashApiKey(key: string): string {
+  return `sha256:${createHash('sha256').update(key, 'utf8').digest('hex')}`;
+}
 const positive = z.number().positive();
 const nonNegInt = z.number().int().nonnegative();
 
@@ -238,6 +249,22 @@ export const fairwayConfigSchema = z
     });
     const classes = new Set(cfg.sloClasses.map((c) => c.name));
     const apps = new Set(cfg.apps.map((a) => a.id));
+    // A key authenticates as one tenant: the same key (plain or hashed) under two tenants is an
+    // error naming both, never "the later tenant wins" (which would bill the wrong one).
+    const keyOwner = new Map<string, string>();
+    cfg.tenants.forEach((t, i) => {
+      t.keys.forEach((k, j) => {
+        const hash = k.hash ?? hashApiKey(k.key ?? '');
+        const owner = keyOwner.get(hash);
+        if (owner !== undefined && owner !== t.id)
+          ctx.addIssue({
+            code: 'custom',
+            path: ['tenants', i, 'keys', j],
+            message: `this API key is also a key of tenant "${owner}"; a key may belong to one tenant only ("${owner}" and "${t.id}")`,
+          });
+        keyOwner.set(hash, owner ?? t.id);
+      });
+    });
     cfg.tenants.forEach((t, i) => {
       if (t.sloClass && !classes.has(t.sloClass))
         ctx.addIssue({

@@ -1,9 +1,11 @@
 export { type Clock, ManualClock, systemClock } from './clock.ts';
 export {
   type ControlConfig,
+  configIdSchema,
   controlConfigSchema,
   type FairwayConfig,
   fairwayConfigSchema,
+  hashApiKey,
   type LimitsConfig,
   limitsSchema,
   loadConfig,
@@ -30,6 +32,7 @@ export {
   type RequestDescriptor,
   type SloClass,
   type Tenant,
+  tenantUserId,
   type Usage,
 } from './domain.ts';
 export { ConfigError, ErrorCode, FairwayError } from './errors.ts';

@@ -1,4 +1,10 @@
-import { estimateChatTokens, estimateTextTokens, type RequestDescriptor, type SloClass } from '@fairway/core';
+import {
+  estimateChatTokens,
+  estimateTextTokens,
+  type RequestDescriptor,
+  type SloClass,
+  tenantUserId,
+} from '@fairway/core';
 import type { Principal } from './auth.ts';
 import { ApiError } from './errors.ts';
 import { type ChatCompletionBody, type CompletionBody, messageText } from './openai-schemas.ts';
@@ -46,7 +52,7 @@ function promptTokens(endpoint: Endpoint, body: ChatCompletionBody | CompletionB
 /**
  * Builds the scheduler's descriptor of a validated request (DESIGN.md request path, steps 1–2):
  * the tenant from the key; the app from the key, else `x-fairway-app` (a key bound to an app
- * may not claim another: 403); the user and interaction from headers; the SLO class from
+ * may not claim another: 403); the user (scoped by the tenant) and interaction from headers; the SLO class from
  * `x-fairway-slo-class`, else the key's or tenant's default; input tokens estimated the way the
  * engine-sim and the settle step count them; the output cap from `max_completion_tokens` or
  * `max_tokens`, else injected so the reservation bounds what the engine may generate.
@@ -86,7 +92,8 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
     maxTokens,
     arrivalMs: input.arrivalMs,
     ...((principal.app ?? headers.app) !== undefined ? { app: principal.app ?? headers.app } : {}),
-    ...(headers.user !== undefined ? { user: headers.user } : {}),
+    // The user is the tenant's own: two tenants' "alice" are two users (flows, windows, throttles).
+    ...(headers.user !== undefined ? { user: tenantUserId(principal.tenant, headers.user) } : {}),
     ...(headers.interaction !== undefined ? { interactionId: headers.interaction } : {}),
     ...(body.priority !== undefined ? { priority: body.priority } : {}),
   };

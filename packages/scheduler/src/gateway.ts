@@ -238,6 +238,7 @@ export class Gateway {
     };
     const admit: AdmitInput = {
       req: queued,
+      tenant: req.tenant,
       nowMs,
       lift: o.ordering.lift,
       limits: rules.limits,

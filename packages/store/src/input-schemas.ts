@@ -38,6 +38,7 @@ export const queuedRequestSchema = z.object({
 /** {@link AdmitInput} */
 export const admitInputSchema = z.object({
   req: queuedRequestSchema,
+  tenant: id,
   nowMs: finite,
   lift: z.enum(['vtc', 'none']),
   limits: z.array(windowLimitSchema).refine((ls) => new Set(ls.map((l) => l.key)).size === ls.length, {

@@ -338,6 +338,7 @@ export class RedisStore implements SchedulingStore {
       input.maxQueuedPool === undefined ? '' : str(input.maxQueuedPool),
       str(this.#opts.defaultLeaseMs),
       str(this.#opts.queueFullRetryMs),
+      input.tenant,
       str(input.limits.length),
     ];
     for (const l of input.limits) {

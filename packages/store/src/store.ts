@@ -50,6 +50,12 @@ export interface QueuedRequest {
 /** Everything admission needs, checked and applied in one atomic step (one Redis round trip). */
 export interface AdmitInput {
   readonly req: QueuedRequest;
+  /**
+   * The tenant the request belongs to. Its windows and its interaction are the tenant's own: the
+   * store scopes their keys by it, so no key a request names (a user, an app, another tenant's
+   * id) can reach another tenant's window or open interaction.
+   */
+  readonly tenant: string;
   readonly nowMs: number;
   readonly lift: LiftMode;
   readonly limits: readonly WindowLimit[];

@@ -27,7 +27,7 @@ export function makeReq(id: string, over: Partial<QueuedRequest> = {}): QueuedRe
 
 /** An admission with no limits and VTC lift, for tests. */
 export function admitOf(req: QueuedRequest, over: Partial<AdmitInput> = {}): AdmitInput {
-  return { req, nowMs: req.arrivalMs, lift: 'vtc', limits: [], overloaded: false, ...over };
+  return { req, tenant: 't', nowMs: req.arrivalMs, lift: 'vtc', limits: [], overloaded: false, ...over };
 }
 
 const BIG: ReplicaCandidate = { id: 'r1', tokenCapacity: 1_000_000, seqCapacity: 1_000 };
@@ -497,6 +497,105 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         await dispatchedId();
         await s.settle({ id: 'x0', nowMs: 650, finalCost: 1, actualTokens: 1, outputTokens: 1 });
         expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 1100, ...over }))).ok).toBe(true);
+      });
+
+      describe('tenant isolation', () => {
+        // A window key names a user or an app as the tenant's request gives it (x-fairway-user):
+        // the same key sent by two tenants is two windows.
+        const user: WindowLimit = { ...rpm(2), key: 'rpm:user:alice' };
+
+        it("keeps one tenant's windows apart from another's with the same key", async () => {
+          for (let i = 0; i < 2; i++) {
+            const r = await s.admit(admitOf(makeReq(`a${i}`), { tenant: 'alpha', nowMs: i, limits: [user] }));
+            expect(r.ok).toBe(true);
+          }
+          expect(
+            await s.admit(admitOf(makeReq('a2'), { tenant: 'alpha', nowMs: 2, limits: [user] })),
+          ).toMatchObject({ ok: false, code: 'rpm_limited', key: 'rpm:user:alice' });
+          // Beta's alice has her own window, untouched by alpha's flood.
+          for (let i = 0; i < 2; i++) {
+            const r = await s.admit(
+              admitOf(makeReq(`b${i}`), { tenant: 'beta', nowMs: 3 + i, limits: [user] }),
+            );
+            expect(r.ok).toBe(true);
+          }
+        });
+
+        it("does not let a tenant name another tenant's own window", async () => {
+          // Beta sends no user, so its throttle window is keyed by its own id; alpha names that id.
+          const beta: WindowLimit = { ...rpm(1), key: 'oit:user:beta' };
+          expect((await s.admit(admitOf(makeReq('a0'), { tenant: 'alpha', limits: [beta] }))).ok).toBe(true);
+          expect((await s.admit(admitOf(makeReq('b0'), { tenant: 'beta', limits: [beta] }))).ok).toBe(true);
+        });
+
+        it('cannot be crossed by tenant and key names that concatenate alike', async () => {
+          const k: WindowLimit = { ...rpm(1), key: 'b:c' };
+          const k2: WindowLimit = { ...rpm(1), key: 'c' };
+          expect((await s.admit(admitOf(makeReq('x0'), { tenant: 'a', limits: [k] }))).ok).toBe(true);
+          expect((await s.admit(admitOf(makeReq('x1'), { tenant: 'a:b', limits: [k2] }))).ok).toBe(true);
+        });
+
+        it("does not exempt a request by naming another tenant's open interaction", async () => {
+          const throttle: WindowLimit = { ...rpm(0), code: 'throttled', onlyWhenOverloaded: true };
+          const interaction = { key: 'ix:shared', ttlMs: 1000 };
+          await s.admit(admitOf(makeReq('a0'), { tenant: 'alpha', interaction }));
+          const b = await s.admit(
+            admitOf(makeReq('b0'), {
+              tenant: 'beta',
+              nowMs: 10,
+              limits: [throttle],
+              overloaded: true,
+              interaction,
+            }),
+          );
+          expect(b).toMatchObject({ ok: false, code: 'throttled' });
+          const a = await s.admit(
+            admitOf(makeReq('a1'), {
+              tenant: 'alpha',
+              nowMs: 10,
+              limits: [throttle],
+              overloaded: true,
+              interaction,
+            }),
+          );
+          expect(a.ok).toBe(true);
+        });
+
+        it("trues up a tenant's TPM window at settle without touching another's", async () => {
+          const t: WindowLimit = {
+            key: 'tpm:user:u',
+            limit: 1000,
+            amount: 0,
+            windowMs: 60_000,
+            code: 'tpm_limited',
+          };
+          await s.admit(
+            admitOf(makeReq('a0', { reserveTokens: 900 }), {
+              tenant: 'alpha',
+              limits: [{ ...t, amount: 900 }],
+            }),
+          );
+          await s.admit(
+            admitOf(makeReq('b0'), { tenant: 'beta', nowMs: 1, limits: [{ ...t, amount: 900 }] }),
+          );
+          await dispatchedId();
+          await s.settle({ id: 'a0', nowMs: 5, finalCost: 1, actualTokens: 100, outputTokens: 1 });
+          // Alpha's window holds 100 now; beta's still holds its 900.
+          expect(
+            (
+              await s.admit(
+                admitOf(makeReq('a1'), { tenant: 'alpha', nowMs: 6, limits: [{ ...t, amount: 800 }] }),
+              )
+            ).ok,
+          ).toBe(true);
+          expect(
+            (
+              await s.admit(
+                admitOf(makeReq('b1'), { tenant: 'beta', nowMs: 6, limits: [{ ...t, amount: 800 }] }),
+              )
+            ).ok,
+          ).toBe(false);
+        });
       });
     });
 
