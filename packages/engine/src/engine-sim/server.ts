@@ -108,10 +108,6 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   );
   const outputRng = deps.rng.fork('output-length');
   const faults = new FaultInjector(options.faults, deps.rng.fork('faults'));
-  // Response ids must differ across replicas, as vLLM's random ones do: not drawn from the seeded
-  // RNG, whose first draws for neighbouring seeds (engines 0, 1, … of one fleet) nearly coincide.
-  const idPrefix = randomBytes(4).toString('hex');
-  let nextId = 0;
   const readyAtMs = clock.now() + options.faults.slowStartMs;
   const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
   const driver = new RealtimeDriver(model, {
@@ -218,7 +214,9 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     if (fault.kind === 'error') {
       return sendError(reply, 500, 'InternalServerError', 'Injected fault: internal server error.');
     }
-    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${idPrefix}${(nextId++).toString(16).padStart(8, '0')}`;
+    // Random per request, as vLLM's are: not drawn from the seeded RNG (neighbouring seeds of one
+    // fleet's engines nearly coincide) nor counted (a client could guess its neighbours' ids).
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
     reply.hijack();
     const generation = new Generation({
       identity: { kind, id, created: Math.floor(clock.now() / 1000), model: requested },
