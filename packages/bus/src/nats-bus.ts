@@ -1,4 +1,4 @@
-import { type Logger, silentLogger } from '@fairway/core';
+import { type Logger, redactSecrets, silentLogger } from '@fairway/core';
 import {
   DeliverPolicy,
   JetStreamApiError,
@@ -135,7 +135,8 @@ export class NatsBus implements Bus {
     } catch (cause) {
       throw new BusError(
         BusErrorCode.SETUP_FAILED,
-        `cannot connect to NATS at ${String(servers)}: ${errorText(cause)}`,
+        // Server URLs may carry a user and password (or a token): redacted.
+        redactSecrets(`cannot connect to NATS at ${String(servers)}: ${errorText(cause)}`),
         {
           cause,
         },

@@ -215,6 +215,56 @@ export const policyConfigSchema = z
   })
   .strict();
 
+/**
+ * How a dispatcher's listeners are run: the operator port (metrics and health apart from the
+ * public API) and the limits that keep slow or numerous clients from holding connections.
+ */
+export const serverConfigSchema = z
+  .object({
+    /**
+     * Port of the operator listener (`/metrics`, `/health`, `/ready`); 0 disables it. The public
+     * API port never serves `/metrics`. Flag `--operator-port` and env `FAIRWAY_OPERATOR_PORT` win.
+     * @default 9464
+     */
+    operatorPort: z.number().int().min(0).max(65535).default(9464),
+    /** Interface the operator listener binds. @default '127.0.0.1' */
+    operatorHost: z.string().min(1).default('127.0.0.1'),
+    /** When set, `/metrics` requires `Authorization: Bearer <token>`. @default none */
+    metricsToken: z.string().min(16, 'must be at least 16 characters').optional(),
+    /** Most connections the API listener holds at once; more are closed on accept. @default 10000 */
+    maxConnections: z.number().int().positive().default(10_000),
+    /**
+     * Time a client has to send a whole request (headers and body), seconds; then 408 and the
+     * connection is closed. Streaming responses are not limited by it. @default 30
+     */
+    requestTimeoutS: positive.default(30),
+    /** Time a client has to send its request headers, seconds (≤ `requestTimeoutS`). @default 10 */
+    headersTimeoutS: positive.default(10),
+  })
+  .strict()
+  .refine((s) => s.headersTimeoutS <= s.requestTimeoutS, {
+    message: 'headersTimeoutS must not exceed requestTimeoutS',
+    path: ['headersTimeoutS'],
+  });
+
+/** What the gateway's Prometheus metrics may reveal. */
+export const metricsConfigSchema = z
+  .object({
+    /**
+     * Tenant label values: `plain` (the tenant id), `hashed` (a short HMAC of the id keyed by
+     * `labelKey`, stable across the deployment's dispatchers, unreadable without the key) or `none`
+     * (every tenant reported as one, empty label). @default 'plain'
+     */
+    tenantLabels: z.enum(['plain', 'hashed', 'none']).default('plain'),
+    /** Key of the `hashed` labels; required for `hashed`. */
+    labelKey: z.string().min(16, 'must be at least 16 characters').optional(),
+  })
+  .strict()
+  .refine((m) => m.tenantLabels !== 'hashed' || m.labelKey !== undefined, {
+    message: 'tenantLabels "hashed" needs labelKey (the same on every dispatcher)',
+    path: ['labelKey'],
+  });
+
 /** The fairway config file: tenants, apps, SLO classes, pools, engines, policies and limits. */
 export const fairwayConfigSchema = z
   .object({
@@ -226,6 +276,10 @@ export const fairwayConfigSchema = z
     policy: policyConfigSchema.default(policyConfigSchema.parse({})),
     /** Limits applied to every tenant that sets none of its own. */
     defaultLimits: limitsSchema.default({}),
+    /** Listeners: operator port, connection limits, request timeouts. */
+    server: serverConfigSchema.default(serverConfigSchema.parse({})),
+    /** What the Prometheus metrics reveal of tenants. */
+    metrics: metricsConfigSchema.default(metricsConfigSchema.parse({})),
   })
   .strict()
   .superRefine((cfg, ctx) => {
@@ -293,6 +347,10 @@ export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
 export type TenantConfig = z.infer<typeof tenantSchema>;
 export type LimitsConfig = z.infer<typeof limitsSchema>;
 export type PolicyConfig = z.infer<typeof policyConfigSchema>;
+/** A dispatcher's listener settings (`server`). */
+export type ServerConfig = z.infer<typeof serverConfigSchema>;
+/** What the gateway's metrics reveal (`metrics`). */
+export type MetricsConfig = z.infer<typeof metricsConfigSchema>;
 /** The SLO-class control plane's settings. */
 export type ControlConfig = z.infer<typeof controlConfigSchema>;
 /** One pool's desired-replicas model. */

@@ -9,11 +9,15 @@ export {
   type LimitsConfig,
   limitsSchema,
   loadConfig,
+  type MetricsConfig,
+  metricsConfigSchema,
   type PolicyConfig,
   parseConfig,
   policyConfigSchema,
   type ScalingConfig,
+  type ServerConfig,
   scalingConfigSchema,
+  serverConfigSchema,
   type TenantConfig,
 } from './config.ts';
 export {
@@ -37,6 +41,7 @@ export {
 } from './domain.ts';
 export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
 export { createLogger, type Logger, type LoggerOptions, silentLogger } from './logger.ts';
+export { REDACTED, redactSecrets, SECRET_FIELDS, secretLogPaths } from './redaction.ts';
 export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
 export { CHARS_PER_TOKEN, estimateChatTokens, estimateTextTokens, TOKENS_PER_MESSAGE } from './tokens.ts';

@@ -1,5 +1,5 @@
 import { type Bus, MemoryBus, NatsBus, ReplicaRegistry } from '@fairway/bus';
-import type { Clock, Logger } from '@fairway/core';
+import { type Clock, type Logger, redactSecrets } from '@fairway/core';
 import { MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { Redis } from 'ioredis';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
@@ -59,10 +59,12 @@ async function connectRedis(url: string, timeoutMs: number, logger: Logger): Pro
   } catch (cause) {
     redis.disconnect();
     const reason = (first ?? (cause instanceof Error ? cause : new Error(String(cause)))).message;
+    // The URL may carry a password: never in an error or a log line.
+    const shown = redactSecrets(url);
     throw new DispatcherError(
       DispatcherErrorCode.STORE_UNREACHABLE,
-      url,
-      `cannot reach Redis at ${url}: ${reason}`,
+      shown,
+      `cannot reach Redis at ${shown}: ${redactSecrets(reason)}`,
       {
         cause: first ?? cause,
       },
@@ -105,8 +107,8 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
     redis?.disconnect();
     throw new DispatcherError(
       DispatcherErrorCode.BUS_UNREACHABLE,
-      o.natsUrl ?? 'memory',
-      cause instanceof Error ? cause.message : String(cause),
+      redactSecrets(o.natsUrl ?? 'memory'),
+      redactSecrets(cause instanceof Error ? cause.message : String(cause)),
       { cause },
     );
   }

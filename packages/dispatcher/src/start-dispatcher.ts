@@ -11,6 +11,12 @@ import { newDispatcherId, type ServeSettings } from './serve-settings.ts';
 /** The real-time monotonic clock dispatchers time latencies with (ms, sub-ms resolution). */
 export const monotonicTimer: Clock = { now: () => performance.now() };
 
+/** `http://host:port`, with a wildcard host shown as loopback and IPv6 in brackets. */
+function baseUrl(bindHost: string, port: number): string {
+  const host = bindHost === '0.0.0.0' || bindHost === '::' ? '127.0.0.1' : bindHost;
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+}
+
 /** Inputs of {@link startDispatcher}. */
 export interface StartDispatcherInput {
   readonly settings: ServeSettings;
@@ -28,6 +34,8 @@ export interface RunningDispatcher {
   /** Base URL, e.g. `http://127.0.0.1:8080`. */
   readonly url: string;
   readonly port: number;
+  /** Base URL of the operator listener (`/metrics`, health); undefined when disabled (port 0). */
+  readonly operatorUrl: string | undefined;
   readonly dispatcher: Dispatcher;
   readonly infrastructure: Infrastructure;
   /** Stops accepting, lets running requests finish, releases connections it opened. */
@@ -55,6 +63,8 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
       clock: systemClock,
       logger,
     }));
+  const operatorPort = settings.operatorPort ?? config.server.operatorPort;
+  const operatorHost = settings.operatorHost ?? config.server.operatorHost;
   let dispatcher: Dispatcher;
   try {
     dispatcher = buildDispatcher({
@@ -75,12 +85,24 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     if (owned) await infrastructure.close();
     throw err;
   }
+  if (operatorPort !== 0) {
+    try {
+      await dispatcher.operator.listen({ host: operatorHost, port: operatorPort });
+    } catch (err) {
+      await dispatcher.app.close();
+      if (owned) await infrastructure.close();
+      throw err;
+    }
+  }
   const addr = dispatcher.app.server.address() as AddressInfo;
-  const host = settings.host === '0.0.0.0' || settings.host === '::' ? '127.0.0.1' : settings.host;
   return {
     id,
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`,
+    url: baseUrl(settings.host, addr.port),
     port: addr.port,
+    operatorUrl:
+      operatorPort === 0
+        ? undefined
+        : baseUrl(operatorHost, (dispatcher.operator.server.address() as AddressInfo).port),
     dispatcher,
     infrastructure,
     async close() {

@@ -148,7 +148,10 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
     });
     const config = parseConfig(CONFIG, 'test config');
     const start = async (): Promise<RunningDispatcher> => {
-      const settings = serveSettings({}, { port: 0, prefix, redisUrl: redisUrl(), natsUrl: natsUrl() });
+      const settings = serveSettings(
+        {},
+        { port: 0, operatorPort: 0, prefix, redisUrl: redisUrl(), natsUrl: natsUrl() },
+      );
       const d = await startDispatcher({ settings, config, logger: silentLogger });
       cleanups.push(() => d.close());
       await waitFor(() => d.infrastructure.registry.list().some((v) => v.acceptsWork));

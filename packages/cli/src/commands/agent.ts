@@ -1,6 +1,6 @@
 import { EngineProcess, NodeAgent } from '@fairway/agent';
 import { type Bus, NatsBus } from '@fairway/bus';
-import { createLogger, type Logger, systemClock } from '@fairway/core';
+import { createLogger, type Logger, redactSecrets, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
 import { type Command, Option } from 'commander';
 import { positiveWholeNumber } from '../cli-args.ts';
@@ -137,7 +137,9 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
         ...(proc !== undefined ? { process: proc } : {}),
       });
       io.out(
-        `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl} on ${flags.natsUrl}\n`,
+        redactSecrets(
+          `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl} on ${flags.natsUrl}\n`,
+        ),
       );
       stopOnSignals(async () => {
         await handle.stop();

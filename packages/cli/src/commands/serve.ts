@@ -1,4 +1,4 @@
-import { createLogger, loadConfig } from '@fairway/core';
+import { createLogger, loadConfig, redactSecrets } from '@fairway/core';
 import { type ServeOverrides, serveSettings, startDispatcher } from '@fairway/dispatcher';
 import type { Command } from 'commander';
 import { wholeNumber } from '../cli-args.ts';
@@ -11,6 +11,8 @@ interface ServeFlags {
   config?: string;
   port?: number;
   host?: string;
+  operatorPort?: number;
+  operatorHost?: string;
   redisUrl?: string;
   natsUrl?: string;
   prefix?: string;
@@ -28,6 +30,15 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
     .option('-c, --config <file>', 'fairway config file (env FAIRWAY_CONFIG)')
     .option('-p, --port <port>', 'port to listen on (env PORT, default 8080)', wholeNumber)
     .option('--host <host>', 'interface to listen on (env HOST, default 127.0.0.1)')
+    .option(
+      '--operator-port <port>',
+      'port of /metrics and health, apart from the API (env FAIRWAY_OPERATOR_PORT, config server.operatorPort, default 9464; 0 disables)',
+      wholeNumber,
+    )
+    .option(
+      '--operator-host <host>',
+      'interface of the operator port (env FAIRWAY_OPERATOR_HOST, config server.operatorHost, default 127.0.0.1)',
+    )
     .option('--redis-url <url>', 'Redis (env REDIS_URL, default redis://127.0.0.1:6379)')
     .option('--nats-url <url>', 'NATS (env NATS_URL, default nats://127.0.0.1:4222)')
     .option('--prefix <prefix>', 'Redis key and NATS subject prefix (env FAIRWAY_PREFIX, default fairway)')
@@ -41,6 +52,8 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
         ...(flags.config !== undefined ? { configPath: flags.config } : {}),
         ...(flags.port !== undefined ? { port: flags.port } : {}),
         ...(flags.host !== undefined ? { host: flags.host } : {}),
+        ...(flags.operatorPort !== undefined ? { operatorPort: flags.operatorPort } : {}),
+        ...(flags.operatorHost !== undefined ? { operatorHost: flags.operatorHost } : {}),
         ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
         ...(flags.id !== undefined ? { dispatcherId: flags.id } : {}),
         ...(flags.leaseMs !== undefined ? { options: { leaseMs: flags.leaseMs } } : {}),
@@ -54,7 +67,9 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       const logger = createLogger({ level: settings.logLevel, name: 'dispatcher' });
       const running = await startDispatcher({ settings, config, logger });
       io.out(
-        `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl}, bus ${settings.natsUrl}, prefix ${settings.prefix})\n`,
+        redactSecrets(
+          `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl}, bus ${settings.natsUrl}, prefix ${settings.prefix})${running.operatorUrl === undefined ? '' : `; metrics on ${running.operatorUrl}/metrics`}\n`,
+        ),
       );
       stopOnSignals(() => running.close(), logger);
       setCode(ExitCode.OK);
