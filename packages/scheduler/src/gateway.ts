@@ -20,6 +20,7 @@ import type {
 } from '@fairway/store';
 import { type AdmissionRules, composeRules, fromAdmissionPolicy, toRules } from './admission.ts';
 import { ChargeCoalescer } from './charge-coalescer.ts';
+import { DrainRate } from './drain-rate.ts';
 import { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
 import {
   type Dispatched,
@@ -152,6 +153,8 @@ export class Gateway {
   #admitted = 0;
   #rejected = 0;
   #dispatched = 0;
+  /** Dispatch rate per pool, for `queue_full`'s Retry-After. */
+  readonly #drain = new DrainRate();
   #settled = 0;
   #flushes = 0;
   #running = 0;
@@ -271,7 +274,11 @@ export class Gateway {
     const refused = (result: SubmitResult): SubmitResult => {
       if (this.#owned.get(req.id) === own) this.#owned.delete(req.id);
       this.#rejected++;
-      return result;
+      if (result.ok || result.code !== 'queue_full') return result;
+      // Room is likely once the requests ahead (the bound that was hit) have drained at the
+      // pool's measured rate: clamped to 1–60 s, 60 s when nothing has drained lately.
+      const depth = (result.key.startsWith('pool:') ? rules.maxQueuedPool : rules.maxQueuedFlow) ?? 1;
+      return { ...result, retryAfterMs: this.#drain.retryAfterS(pool, depth, o.clock.now()) * 1000 };
     };
     const candidates = this.#candidates(states, undefined, false);
     if (o.store.admitAndDispatch === undefined || o.router !== undefined || candidates.length === 0) {
@@ -304,7 +311,7 @@ export class Gateway {
     if (!r.admit.ok) return refused(r.admit);
     this.#admitted++;
     if (r.dispatch?.kind === 'dispatched') {
-      this.#dispatched++;
+      this.#countDispatch(pool);
       // Its reservation is in the reported reservations already.
       await this.#handOn(r.dispatch, false);
       // More may fit: whatever else waits in the pool goes through a dispatch round.
@@ -819,7 +826,7 @@ export class Gateway {
       const res = await this.options.store.dispatch(this.#dispatchInput(pool, bands, candidates));
       if (res.kind !== 'dispatched') return n;
       n++;
-      this.#dispatched++;
+      this.#countDispatch(pool);
       const i = states.findIndex((s) => s.id === res.replica);
       const s = states[i];
       if (s)
@@ -878,6 +885,12 @@ export class Gateway {
     return { predicted: fresh, delta: this.options.ordering.dispatchCost(req, fresh) - q.dispatchCost };
   }
 
+  /** Counts a dispatch from `pool` (stats and its drain rate). */
+  #countDispatch(pool: string): void {
+    this.#dispatched++;
+    this.#drain.dispatched(pool, this.options.clock.now());
+  }
+
   /**
    * Settles a running request with its true usage and dispatches into the room it freed: one
    * `settleAndDispatch` call when the store has it and no router splits the pool (a dispatch round
@@ -912,7 +925,7 @@ export class Gateway {
     });
     for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
     if (r.dispatch.kind !== 'dispatched') return;
-    this.#dispatched++;
+    this.#countDispatch(pool);
     await this.#handOn(r.dispatch, false);
     if (r.poolQueued > 0) await this.pump(pool);
   }
