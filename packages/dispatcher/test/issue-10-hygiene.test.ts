@@ -168,6 +168,25 @@ describe('issue 10: slow clients', () => {
     });
   }, 20_000);
 
+  it('does not cut a response that streams for longer than the request timeout', async () => {
+    const s = await startStack({
+      config: config({ server: { requestTimeoutS: 1, headersTimeoutS: 1 } }),
+      engines: [{ speed: 1 }],
+    });
+    stacks.push(s);
+    const started = performance.now();
+    const res = await fetch(`${s.dispatchers[0]!.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...CHAT, max_tokens: 300, fairway_output_tokens: 300, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    // The stream outlived the 1 s request timeout and ended normally.
+    expect(performance.now() - started).toBeGreaterThan(1500);
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+  }, 30_000);
+
   it('caps the connections the API listener holds', async () => {
     const s = await startStack({ config: config({ server: { maxConnections: 3 } }) });
     stacks.push(s);
