@@ -18,6 +18,7 @@ export const windowLimitSchema = z.object({
   onlyWhenOverloaded: z.boolean().optional(),
   code: z.enum(['rpm_limited', 'tpm_limited', 'throttled']),
   trueUp: z.boolean().optional(),
+  shared: z.boolean().optional(),
 });
 
 /** {@link QueuedRequest} */

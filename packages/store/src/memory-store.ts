@@ -208,7 +208,7 @@ export class MemoryStore implements SchedulingStore {
       input.interaction === undefined
         ? undefined
         : { key: tenantScoped(input.tenant, input.interaction.key), ttlMs: input.interaction.ttlMs };
-    const windowKeys = input.limits.map((l) => tenantScoped(input.tenant, l.key));
+    const windowKeys = input.limits.map((l) => tenantScoped(l.shared ? '' : input.tenant, l.key));
     const interactionOpen =
       interaction !== undefined && nowMs < (this.#interactions.get(interaction.key) ?? -Infinity);
     const throttleApplies = input.overloaded && !interactionOpen;

@@ -350,6 +350,7 @@ export class RedisStore implements SchedulingStore {
         l.onlyWhenOverloaded ? '1' : '0',
         l.code,
         (l.trueUp ?? l.code === 'tpm_limited') ? '1' : '0',
+        l.shared ? '1' : '0',
       );
     }
     return args;

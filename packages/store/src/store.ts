@@ -219,6 +219,7 @@ export interface QueueSnapshot {
  */
 export interface SchedulingStore {
   /**
+   * Windows are the request's tenant's own (a `shared` limit's window is one across tenants).
    * Rejects a known id (`duplicate`), then checks `limits` in order (throttle limits only when
    * `overloaded` and the interaction is not open), then `maxQueuedFlow` and `maxQueuedPool`. On
    * success records the request in every window (throttle windows included), opens or extends the

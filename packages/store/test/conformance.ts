@@ -561,6 +561,20 @@ export function describeStoreConformance(backend: string, create: () => Promise<
           expect(a.ok).toBe(true);
         });
 
+        it("keeps one window across tenants for a shared limit (the simulator's FairServe apps)", async () => {
+          const app: WindowLimit = { ...rpm(1), key: 'oit:app:qa', shared: true };
+          expect((await s.admit(admitOf(makeReq('a0'), { tenant: 'alpha', limits: [app] }))).ok).toBe(true);
+          expect(await s.admit(admitOf(makeReq('b0'), { tenant: 'beta', limits: [app] }))).toMatchObject({
+            ok: false,
+            key: 'oit:app:qa',
+          });
+          // …and apart from a tenant's own window of the same key.
+          expect(
+            (await s.admit(admitOf(makeReq('b1'), { tenant: 'beta', limits: [{ ...app, shared: false }] })))
+              .ok,
+          ).toBe(true);
+        });
+
         it("trues up a tenant's TPM window at settle without touching another's", async () => {
           const t: WindowLimit = {
             key: 'tpm:user:u',

@@ -17,7 +17,8 @@
     ARGV[18] maxQueuedFlow ('' if none)  ARGV[19] maxQueuedPool ('' if none)
     ARGV[20] default lease ms  ARGV[21] queue-full retry ms  ARGV[22] tenant (scopes windows and
     the interaction)  ARGV[23] number of limits n
-    then per limit: key, limit, amount, windowMs, onlyWhenOverloaded ('0'|'1'), code, trueUp ('0'|'1')
+    then per limit: key, limit, amount, windowMs, onlyWhenOverloaded ('0'|'1'), code, trueUp ('0'|'1'),
+    shared ('0'|'1': one window for all tenants)
 
   Output:
     { 1, queued }                          admitted; queued = size of the (pool, band) queue
