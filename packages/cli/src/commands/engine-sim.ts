@@ -41,30 +41,32 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
       let bus: NatsBus | undefined;
       let registeredAs = '';
       if (flags.natsUrl !== undefined) {
+        // An agent that cannot start must not leave the engine serving in a process that stays up.
         try {
           registeredAs = advertisedEngineUrl(flags.advertiseUrl, handle.url, '--host', logger).url;
+          const replicaId = flags.replicaId ?? `engine-sim-${handle.port}`;
+          bus = await NatsBus.connect({
+            servers: flags.natsUrl,
+            prefix: flags.prefix,
+            logger,
+            name: replicaId,
+          });
+          agent = await startAgent({
+            bus,
+            engineUrl: handle.url,
+            advertiseUrl: registeredAs,
+            replicaId,
+            pool: flags.pool ?? handle.servedModelName,
+            model: handle.servedModelName,
+            logger,
+            maxNumSeqs: flags.maxNumSeqs ?? 256,
+            ...(flags.heartbeatMs !== undefined ? { heartbeatIntervalMs: Number(flags.heartbeatMs) } : {}),
+          });
         } catch (err) {
+          await bus?.close();
           await handle.close();
           throw err;
         }
-        const replicaId = flags.replicaId ?? `engine-sim-${handle.port}`;
-        bus = await NatsBus.connect({
-          servers: flags.natsUrl,
-          prefix: flags.prefix,
-          logger,
-          name: replicaId,
-        });
-        agent = await startAgent({
-          bus,
-          engineUrl: handle.url,
-          advertiseUrl: registeredAs,
-          replicaId,
-          pool: flags.pool ?? handle.servedModelName,
-          model: handle.servedModelName,
-          logger,
-          maxNumSeqs: flags.maxNumSeqs ?? 256,
-          ...(flags.heartbeatMs !== undefined ? { heartbeatIntervalMs: Number(flags.heartbeatMs) } : {}),
-        });
       }
       io.out(
         `engine-sim ${handle.servedModelName} listening on ${handle.url}${agent ? ` (agent ${agent.agent.replicaId}, registered as ${registeredAs})` : ''}\n`,
