@@ -1,11 +1,12 @@
 import { EngineProcess, NodeAgent } from '@fairway/agent';
 import { type Bus, NatsBus } from '@fairway/bus';
-import { createLogger, type Logger, systemClock } from '@fairway/core';
+import { createLogger, type Logger, redactUrls, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
 import { type Command, Option } from 'commander';
 import { positiveWholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
+import { addNatsFlags, type NatsFlags, natsSecurityOf } from '../nats-flags.ts';
 
 /** Options of {@link startAgent}. */
 export interface StartAgentOptions {
@@ -60,7 +61,7 @@ export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
 }
 
 /** Flags of `fairway agent`. */
-interface AgentFlags {
+interface AgentFlags extends NatsFlags {
   engineUrl?: string;
   replicaId: string;
   pool?: string;
@@ -88,7 +89,7 @@ export function stopOnSignals(stop: () => Promise<void>, logger: Logger): void {
 
 /** Adds `fairway agent` to the program. */
 export function registerAgentCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
-  program
+  const cmd = program
     .command('agent')
     .description(
       'node agent beside one engine: registers it over NATS, heartbeats its capacity, serves drain/evict/sleep/LoRA/swap commands; give the engine command after -- to run and restart it',
@@ -107,8 +108,8 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       new Option('--log-level <level>', 'log level')
         .choices(['debug', 'info', 'warn', 'error', 'silent'])
         .default('info'),
-    )
-    .action(async (command: string[], flags: AgentFlags) => {
+    );
+  addNatsFlags(cmd).action(async (command: string[], flags: AgentFlags) => {
       const logger = createLogger({ level: flags.logLevel, name: 'agent' });
       const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
       if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
@@ -117,6 +118,7 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
         prefix: flags.prefix,
         logger,
         name: `agent ${flags.replicaId}`,
+        security: natsSecurityOf(flags),
       });
       const probe = new VllmClient({ url: engineUrl });
       const [bin, ...args] = command;
@@ -137,7 +139,7 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
         ...(proc !== undefined ? { process: proc } : {}),
       });
       io.out(
-        `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl} on ${flags.natsUrl}\n`,
+        `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl} on ${redactUrls(flags.natsUrl)}\n`,
       );
       stopOnSignals(async () => {
         await handle.stop();

@@ -4,9 +4,11 @@ import { addEngineSimFlags, engineSimOptionsFromFlags, startEngineSim } from '@f
 import type { Command } from 'commander';
 import { ExitCode } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
+import { addNatsFlags, type NatsFlags, natsSecurityOf } from '../nats-flags.ts';
 import { type AgentHandle, startAgent, stopOnSignals } from './agent.ts';
 
-type EngineSimFlags = Parameters<typeof engineSimOptionsFromFlags>[0] & {
+type EngineSimFlags = Parameters<typeof engineSimOptionsFromFlags>[0] &
+  NatsFlags & {
   natsUrl?: string;
   prefix: string;
   replicaId?: string;
@@ -23,23 +25,25 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
       'a vLLM-compatible simulated engine whose timing comes from the engine model; with --nats-url it also runs its node agent',
     );
   addEngineSimFlags(cmd)
-    .option('--nats-url <url>', 'run a node agent that registers this engine on NATS')
+    .option('--nats-url <url>', 'run a node agent that registers this engine on NATS (credentials: --nats-user … or NATS_USER …)')
     .option('--prefix <prefix>', 'NATS subject prefix', process.env.FAIRWAY_PREFIX ?? 'fairway')
     .option('--replica-id <id>', 'replica id for the agent (default: engine-sim-<port>)')
     .option('--pool <id>', 'pool the replica serves in (default: the served model name)')
-    .option('--heartbeat-ms <ms>', 'agent heartbeat spacing (default 200)')
-    .action(async (flags: EngineSimFlags) => {
+    .option('--heartbeat-ms <ms>', 'agent heartbeat spacing (default 200)');
+  addNatsFlags(cmd).action(async (flags: EngineSimFlags) => {
       const logger = createLogger({ level: flags.logLevel ?? 'info', name: 'engine-sim' });
       const handle = await startEngineSim({ ...engineSimOptionsFromFlags(flags), logger });
       let agent: AgentHandle | undefined;
       let bus: NatsBus | undefined;
-      if (flags.natsUrl !== undefined) {
+      const natsUrl = flags.natsUrl;
+      if (natsUrl !== undefined) {
         const replicaId = flags.replicaId ?? `engine-sim-${handle.port}`;
         bus = await NatsBus.connect({
-          servers: flags.natsUrl,
+          servers: natsUrl,
           prefix: flags.prefix,
           logger,
           name: replicaId,
+          security: natsSecurityOf(flags),
         });
         agent = await startAgent({
           bus,
