@@ -52,7 +52,9 @@ async function decoyEngine(): Promise<{ url: string; hits: () => number; close: 
       JSON.stringify({
         id: 'x',
         object: 'chat.completion',
-        choices: [{ index: 0, message: { role: 'assistant', content: 'attacker text' }, finish_reason: 'stop' }],
+        choices: [
+          { index: 0, message: { role: 'assistant', content: 'attacker text' }, finish_reason: 'stop' },
+        ],
         usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 },
       }),
     );
@@ -236,9 +238,15 @@ describe('the bus with the shipped NATS auth config', () => {
       keyHash: hashApiKey('sk-minted-by-dispatcher'),
     });
     await publishRaw(nc, 'fairway.replica.engine-a.register', registration('engine-a', 'http://127.0.0.1:9'));
-    await expect(jetstream(nc).jetstreamManager().then((jsm) => jsm.streams.delete('fairway_admin'))).rejects.toThrow();
+    await expect(
+      jetstream(nc)
+        .jetstreamManager()
+        .then((jsm) => jsm.streams.delete('fairway_admin')),
+    ).rejects.toThrow();
     await waitFor(() => errors.length >= 2, 5000, 'permission violations');
-    const denied = errors.filter((e) => e instanceof PermissionViolationError).map((e) => (e as PermissionViolationError).subject);
+    const denied = errors
+      .filter((e) => e instanceof PermissionViolationError)
+      .map((e) => (e as PermissionViolationError).subject);
     expect(denied).toEqual(
       expect.arrayContaining(['fairway.admin.keyAdd', 'fairway.replica.engine-a.register']),
     );
@@ -249,8 +257,19 @@ describe('the bus with the shipped NATS auth config', () => {
     const bus = await NatsBus.connect({ servers: natsAt(), security: { auth: ADMIN } });
     const minted = 'sk-minted-without-operator-key';
     const seqs = [
-      await bus.publishAdminEvent({ type: 'keyAdd', at: Date.now(), tenantId: 'alpha', keyHash: hashApiKey(minted) }),
-      await bus.publishAdminEvent({ type: 'limitsSet', at: Date.now(), scope: 'tenant', id: 'alpha', limits: { rpm: 0 } }),
+      await bus.publishAdminEvent({
+        type: 'keyAdd',
+        at: Date.now(),
+        tenantId: 'alpha',
+        keyHash: hashApiKey(minted),
+      }),
+      await bus.publishAdminEvent({
+        type: 'limitsSet',
+        at: Date.now(),
+        scope: 'tenant',
+        id: 'alpha',
+        limits: { rpm: 0 },
+      }),
       // A signature that does not verify, claiming the operator's key id.
       await bus.publishAdminEvent({
         payload: JSON.stringify({
@@ -322,7 +341,11 @@ describe('the bus with the shipped NATS auth config', () => {
       const own = registration('engine-b', decoy.url);
       await publishRaw(agentB, 'fairway.replica.engine-b.register', own);
       for (let seq = 1; seq <= 10; seq++) {
-        await publishRaw(agentB, 'fairway.replica.engine-b.heartbeat', heartbeat('engine-a', hijack.epoch, seq));
+        await publishRaw(
+          agentB,
+          'fairway.replica.engine-b.heartbeat',
+          heartbeat('engine-a', hijack.epoch, seq),
+        );
         await publishRaw(agentB, 'fairway.replica.engine-b.heartbeat', heartbeat('engine-b', own.epoch, seq));
         await new Promise((r) => setTimeout(r, 20));
       }
@@ -338,7 +361,9 @@ describe('the bus with the shipped NATS auth config', () => {
         expect(res.content).not.toContain('attacker');
       }
       expect(decoy.hits()).toBe(0);
-      expect(new Subjects('fairway').of('registration', 'engine-a')).toBe('fairway.replica.engine-a.register');
+      expect(new Subjects('fairway').of('registration', 'engine-a')).toBe(
+        'fairway.replica.engine-a.register',
+      );
     } finally {
       await decoy.close();
     }

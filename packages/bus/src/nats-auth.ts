@@ -59,7 +59,11 @@ export function natsSecurityFromEnv(env: Readonly<Record<string, string | undefi
       nkeySeedFile: e.NATS_NKEY_SEED_FILE,
       credsFile: e.NATS_CREDS_FILE,
     }),
-    tls: defined({ caFile: e.NATS_TLS_CA_FILE, certFile: e.NATS_TLS_CERT_FILE, keyFile: e.NATS_TLS_KEY_FILE }),
+    tls: defined({
+      caFile: e.NATS_TLS_CA_FILE,
+      certFile: e.NATS_TLS_CERT_FILE,
+      keyFile: e.NATS_TLS_KEY_FILE,
+    }),
   };
 }
 
@@ -77,7 +81,9 @@ export function mergeNatsSecurity(...layers: readonly (NatsSecurity | undefined)
     Object.assign(tls, defined(l?.tls ?? {}));
   }
   return {
-    ...(Object.keys(auth).length > 0 ? { auth: parseWith(natsAuthConfigSchema, auth, 'NATS credentials') } : {}),
+    ...(Object.keys(auth).length > 0
+      ? { auth: parseWith(natsAuthConfigSchema, auth, 'NATS credentials') }
+      : {}),
     ...(Object.keys(tls).length > 0 ? { tls: parseWith(natsTlsConfigSchema, tls, 'NATS TLS') } : {}),
   };
 }
@@ -91,7 +97,10 @@ function credentialsInUrl(url: string): { server: string; auth?: NatsAuthConfig 
   const auth: NatsAuthConfig =
     colon < 0
       ? { token: decodeURIComponent(info) }
-      : { user: decodeURIComponent(info.slice(0, colon)), password: decodeURIComponent(info.slice(colon + 1)) };
+      : {
+          user: decodeURIComponent(info.slice(0, colon)),
+          password: decodeURIComponent(info.slice(colon + 1)),
+        };
   return { server: `${scheme}${rest}`, auth };
 }
 
@@ -137,7 +146,10 @@ export function natsConnectionOptions(
   const fromUrls = parsed.flatMap((p) => (p.auth === undefined ? [] : [p.auth]));
   const distinct = new Set(fromUrls.map((a) => JSON.stringify(a)));
   if (distinct.size > 1)
-    throw new BusError(BusErrorCode.SETUP_FAILED, 'the NATS URLs carry different credentials; give them once');
+    throw new BusError(
+      BusErrorCode.SETUP_FAILED,
+      'the NATS URLs carry different credentials; give them once',
+    );
   const urlAuth = fromUrls[0];
   const given = security.auth !== undefined && Object.keys(defined(security.auth)).length > 0;
   if (urlAuth !== undefined && given)

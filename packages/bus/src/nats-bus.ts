@@ -38,7 +38,6 @@ import {
   runHandler,
   toBytes,
 } from './codec.ts';
-import { type NatsSecurity, natsConnectionOptions } from './nats-auth.ts';
 import { BusError, BusErrorCode, BusMessageError, BusNoRespondersError, BusTimeoutError } from './errors.ts';
 import {
   type AdminEventInput,
@@ -55,6 +54,7 @@ import {
   requestSchemas,
   type SignedAdminEnvelope,
 } from './messages.ts';
+import { type NatsSecurity, natsConnectionOptions } from './nats-auth.ts';
 import { DEFAULT_PREFIX, requestRouteKeyOf, routeKeyOf, Subjects } from './subjects.ts';
 
 /** JetStream's API error code for "stream not found". */

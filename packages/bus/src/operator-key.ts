@@ -74,7 +74,10 @@ export class OperatorSigner {
       throw new BusError(BusErrorCode.INVALID_KEY, `${source} is not a PEM private key`);
     }
     if (key.asymmetricKeyType !== 'ed25519')
-      throw new BusError(BusErrorCode.INVALID_KEY, `${source} is a ${key.asymmetricKeyType} key, not Ed25519`);
+      throw new BusError(
+        BusErrorCode.INVALID_KEY,
+        `${source} is a ${key.asymmetricKeyType} key, not Ed25519`,
+      );
     return new OperatorSigner(key);
   }
 
@@ -86,7 +89,10 @@ export class OperatorSigner {
   sign(event: AdminEventInput, nonce: string = randomBytes(16).toString('hex')): SignedAdminEnvelope {
     const parsed = adminEventSchema.safeParse({ ...event, nonce: event.nonce ?? nonce });
     if (!parsed.success)
-      throw new BusError(BusErrorCode.INVALID_MESSAGE, `cannot sign an invalid admin event: ${parsed.error.message}`);
+      throw new BusError(
+        BusErrorCode.INVALID_MESSAGE,
+        `cannot sign an invalid admin event: ${parsed.error.message}`,
+      );
     const payload = JSON.stringify(parsed.data);
     const sig = sign(null, signedBytes(payload), this.#key).toString('base64');
     return { payload, keyId: this.keyId, sig };
@@ -118,7 +124,10 @@ export class OperatorVerifier {
         throw new BusError(BusErrorCode.INVALID_KEY, `${source} is not a PEM public key`);
       }
       if (key.asymmetricKeyType !== 'ed25519')
-        throw new BusError(BusErrorCode.INVALID_KEY, `${source} is a ${key.asymmetricKeyType} key, not Ed25519`);
+        throw new BusError(
+          BusErrorCode.INVALID_KEY,
+          `${source} is a ${key.asymmetricKeyType} key, not Ed25519`,
+        );
       keys.set(operatorKeyId(key), key);
     });
     if (keys.size === 0) throw new BusError(BusErrorCode.INVALID_KEY, 'no operator public key given');

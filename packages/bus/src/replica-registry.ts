@@ -109,7 +109,9 @@ export class ReplicaRegistry {
   /** Subscribes to registrations and heartbeats and asks running agents to announce themselves. */
   start(): void {
     if (this.#unsubs.length > 0) return;
-    this.#unsubs.push(this.#bus.subscribe('registration', (r, meta) => this.#onRegistration(r, meta.subject)));
+    this.#unsubs.push(
+      this.#bus.subscribe('registration', (r, meta) => this.#onRegistration(r, meta.subject)),
+    );
     this.#unsubs.push(this.#bus.subscribe('heartbeat', (h) => this.#onHeartbeat(h)));
     this.#discover(true);
   }

@@ -72,7 +72,16 @@ describe('fairway admin', () => {
     ]);
     expect(JSON.stringify(events)).not.toContain(key);
 
-    const listed = await fairway('admin', 'events', '--from', '2', '--nats-url', natsUrl(), '--prefix', prefix);
+    const listed = await fairway(
+      'admin',
+      'events',
+      '--from',
+      '2',
+      '--nats-url',
+      natsUrl(),
+      '--prefix',
+      prefix,
+    );
     expect(
       listed.stdout
         .trim()

@@ -1,5 +1,11 @@
 import { readFileSync } from 'node:fs';
-import { type AdminEvent, type AdminEventRecord, type Bus, OperatorVerifier, type Unsubscribe } from '@fairway/bus';
+import {
+  type AdminEvent,
+  type AdminEventRecord,
+  type Bus,
+  OperatorVerifier,
+  type Unsubscribe,
+} from '@fairway/bus';
 import type { Logger } from '@fairway/core';
 import type { KeyRing } from './auth.ts';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
@@ -100,7 +106,10 @@ export class AdminEventApplier {
         'admin: no operator public key configured (FAIRWAY_OPERATOR_PUBLIC_KEY_FILE or bus.operatorPublicKeyFiles): every admin event on the bus is refused; tenants and keys come from the config file only',
       );
     else if (trust.kind === 'signed')
-      log.info({ keyIds: trust.verifier.keyIds }, 'admin: applying admin events signed by these operator keys');
+      log.info(
+        { keyIds: trust.verifier.keyIds },
+        'admin: applying admin events signed by these operator keys',
+      );
     else log.info({}, 'admin: in-process bus, admin events are applied unsigned');
   }
 
@@ -145,8 +154,7 @@ export class AdminEventApplier {
 
   #refusal(record: AdminEventRecord): string | undefined {
     const trust = this.#o.trust;
-    if (trust.kind === 'none')
-      return 'no operator public key is configured, so admin events are not applied';
+    if (trust.kind === 'none') return 'no operator public key is configured, so admin events are not applied';
     if (trust.kind === 'signed') {
       if (record.signed === undefined) return 'unsigned';
       const check = trust.verifier.check(record.signed, record.event);

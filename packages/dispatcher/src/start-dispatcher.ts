@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
+import { mergeNatsSecurity } from '@fairway/bus';
 import { type Clock, type FairwayConfig, type Logger, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
-import { mergeNatsSecurity } from '@fairway/bus';
 import { adminTrustOf } from './admin-events.ts';
 import { buildDispatcher, type Dispatcher } from './app.ts';
 import type { EngineFactory } from './engine-pool.ts';

@@ -1,10 +1,9 @@
-import { NodeAgent } from '@fairway/agent';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { NodeAgent } from '@fairway/agent';
 import {
   type AdminEventInput,
-  type Bus,
   generateOperatorKeyPair,
   MemoryBus,
   NatsBus,
@@ -132,7 +131,12 @@ describe('AdminEventApplier with an operator key', () => {
   const signer = OperatorSigner.fromPem(operator.privateKeyPem);
   const trust: AdminTrust = { kind: 'signed', verifier: OperatorVerifier.fromPems([operator.publicKeyPem]) };
   const tenant: AdminEventInput = { type: 'tenantUpsert', at: 1, tenant: { id: 'carol' } };
-  const keyAdd: AdminEventInput = { type: 'keyAdd', at: 2, tenantId: 'carol', keyHash: hashApiKey('sk-carol-1') };
+  const keyAdd: AdminEventInput = {
+    type: 'keyAdd',
+    at: 2,
+    tenantId: 'carol',
+    keyHash: hashApiKey('sk-carol-1'),
+  };
 
   async function follow(bus: MemoryBus, t: AdminTrust = trust) {
     const tenants = new TenantDirectory();
@@ -215,9 +219,10 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
-  async function fleet(
-    prefix: string,
-  ): Promise<{ operator: { publishAdminEvent(e: AdminEventInput): Promise<number> }; start: () => Promise<RunningDispatcher> }> {
+  async function fleet(prefix: string): Promise<{
+    operator: { publishAdminEvent(e: AdminEventInput): Promise<number> };
+    start: () => Promise<RunningDispatcher>;
+  }> {
     const bus = await NatsBus.connect({ servers: natsUrl(), prefix, name: 'operator' });
     const pair = generateOperatorKeyPair();
     const dir = mkdtempSync(join(tmpdir(), 'fairway-operator-'));
@@ -257,7 +262,13 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
     const start = async (): Promise<RunningDispatcher> => {
       const settings = serveSettings(
         {},
-        { port: 0, prefix, redisUrl: redisUrl(), natsUrl: natsUrl(), operatorPublicKeyFiles: [publicKeyFile] },
+        {
+          port: 0,
+          prefix,
+          redisUrl: redisUrl(),
+          natsUrl: natsUrl(),
+          operatorPublicKeyFiles: [publicKeyFile],
+        },
       );
       const d = await startDispatcher({ settings, config, logger: silentLogger });
       cleanups.push(() => d.close());

@@ -68,7 +68,9 @@ function operatorSigner(flags: BusFlags): OperatorSigner {
   try {
     pem = readFileSync(file);
   } catch (err) {
-    throw new UsageError([`--operator-key: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`]);
+    throw new UsageError([
+      `--operator-key: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`,
+    ]);
   }
   try {
     return OperatorSigner.fromPem(pem, file);
@@ -106,7 +108,11 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
     addNatsFlags(
       cmd
         .option('--nats-url <url>', 'NATS server', process.env.NATS_URL ?? 'nats://127.0.0.1:4222')
-        .option('--prefix <prefix>', 'NATS subject prefix of the fleet', process.env.FAIRWAY_PREFIX ?? 'fairway'),
+        .option(
+          '--prefix <prefix>',
+          'NATS subject prefix of the fleet',
+          process.env.FAIRWAY_PREFIX ?? 'fairway',
+        ),
     );
   const common = (cmd: Command): Command =>
     connection(cmd)
@@ -138,7 +144,9 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
       const pair = generateOperatorKeyPair();
       writeFileSync(privatePath, pair.privateKeyPem, { mode: 0o600, flag: 'wx' });
       writeFileSync(publicPath, pair.publicKeyPem, { mode: 0o644, flag: 'wx' });
-      io.out(`operator key ${pair.keyId}\n  private ${privatePath} (keep it secret; mode 0600)\n  public  ${publicPath}\n`);
+      io.out(
+        `operator key ${pair.keyId}\n  private ${privatePath} (keep it secret; mode 0600)\n  public  ${publicPath}\n`,
+      );
       setCode(ExitCode.OK);
     });
   const by = (f: BusFlags): { by?: string } => (f.by !== undefined ? { by: f.by } : {});
@@ -249,7 +257,8 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
   ).action(async (f: BusFlags & { from: number; json?: boolean }) => {
     const records = await withBus(f, (bus) => bus.replayAdminEvents(Math.max(1, f.from)));
     for (const r of records) {
-      if (f.json) io.out(`${JSON.stringify({ seq: r.seq, event: r.event, keyId: r.signed?.keyId ?? null })}\n`);
+      if (f.json)
+        io.out(`${JSON.stringify({ seq: r.seq, event: r.event, keyId: r.signed?.keyId ?? null })}\n`);
       else {
         const { type, at, nonce: _nonce, ...rest } = r.event;
         const signer = r.signed?.keyId ?? 'unsigned';

@@ -110,42 +110,42 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
         .default('info'),
     );
   addNatsFlags(cmd).action(async (command: string[], flags: AgentFlags) => {
-      const logger = createLogger({ level: flags.logLevel, name: 'agent' });
-      const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
-      if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
-      const bus = await NatsBus.connect({
-        servers: flags.natsUrl,
-        prefix: flags.prefix,
-        logger,
-        name: `agent ${flags.replicaId}`,
-        security: natsSecurityOf(flags),
-      });
-      const probe = new VllmClient({ url: engineUrl });
-      const [bin, ...args] = command;
-      const proc =
-        bin === undefined
-          ? undefined
-          : new EngineProcess({ command: bin, args, probe: () => probe.health(), logger });
-      const handle = await startAgent({
-        bus,
-        engineUrl,
-        replicaId: flags.replicaId,
-        pool: flags.pool ?? flags.model,
-        model: flags.model,
-        logger,
-        heartbeatIntervalMs: flags.heartbeatMs,
-        ...(flags.maxNumSeqs !== undefined ? { maxNumSeqs: flags.maxNumSeqs } : {}),
-        ...(flags.gpu !== undefined ? { gpu: flags.gpu } : {}),
-        ...(proc !== undefined ? { process: proc } : {}),
-      });
-      io.out(
-        `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl} on ${redactUrls(flags.natsUrl)}\n`,
-      );
-      stopOnSignals(async () => {
-        await handle.stop();
-        await probe.close();
-        await bus.close();
-      }, logger);
-      setCode(ExitCode.OK);
+    const logger = createLogger({ level: flags.logLevel, name: 'agent' });
+    const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
+    if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
+    const bus = await NatsBus.connect({
+      servers: flags.natsUrl,
+      prefix: flags.prefix,
+      logger,
+      name: `agent ${flags.replicaId}`,
+      security: natsSecurityOf(flags),
     });
+    const probe = new VllmClient({ url: engineUrl });
+    const [bin, ...args] = command;
+    const proc =
+      bin === undefined
+        ? undefined
+        : new EngineProcess({ command: bin, args, probe: () => probe.health(), logger });
+    const handle = await startAgent({
+      bus,
+      engineUrl,
+      replicaId: flags.replicaId,
+      pool: flags.pool ?? flags.model,
+      model: flags.model,
+      logger,
+      heartbeatIntervalMs: flags.heartbeatMs,
+      ...(flags.maxNumSeqs !== undefined ? { maxNumSeqs: flags.maxNumSeqs } : {}),
+      ...(flags.gpu !== undefined ? { gpu: flags.gpu } : {}),
+      ...(proc !== undefined ? { process: proc } : {}),
+    });
+    io.out(
+      `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl} on ${redactUrls(flags.natsUrl)}\n`,
+    );
+    stopOnSignals(async () => {
+      await handle.stop();
+      await probe.close();
+      await bus.close();
+    }, logger);
+    setCode(ExitCode.OK);
+  });
 }

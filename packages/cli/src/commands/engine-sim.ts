@@ -9,13 +9,13 @@ import { type AgentHandle, startAgent, stopOnSignals } from './agent.ts';
 
 type EngineSimFlags = Parameters<typeof engineSimOptionsFromFlags>[0] &
   NatsFlags & {
-  natsUrl?: string;
-  prefix: string;
-  replicaId?: string;
-  pool?: string;
-  heartbeatMs?: string;
-  logLevel?: 'debug' | 'info' | 'warn' | 'error' | 'silent';
-};
+    natsUrl?: string;
+    prefix: string;
+    replicaId?: string;
+    pool?: string;
+    heartbeatMs?: string;
+    logLevel?: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  };
 
 /** Adds `fairway engine-sim` to the program: the simulated engine, optionally with its node agent. */
 export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
@@ -25,45 +25,48 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
       'a vLLM-compatible simulated engine whose timing comes from the engine model; with --nats-url it also runs its node agent',
     );
   addEngineSimFlags(cmd)
-    .option('--nats-url <url>', 'run a node agent that registers this engine on NATS (credentials: --nats-user … or NATS_USER …)')
+    .option(
+      '--nats-url <url>',
+      'run a node agent that registers this engine on NATS (credentials: --nats-user … or NATS_USER …)',
+    )
     .option('--prefix <prefix>', 'NATS subject prefix', process.env.FAIRWAY_PREFIX ?? 'fairway')
     .option('--replica-id <id>', 'replica id for the agent (default: engine-sim-<port>)')
     .option('--pool <id>', 'pool the replica serves in (default: the served model name)')
     .option('--heartbeat-ms <ms>', 'agent heartbeat spacing (default 200)');
   addNatsFlags(cmd).action(async (flags: EngineSimFlags) => {
-      const logger = createLogger({ level: flags.logLevel ?? 'info', name: 'engine-sim' });
-      const handle = await startEngineSim({ ...engineSimOptionsFromFlags(flags), logger });
-      let agent: AgentHandle | undefined;
-      let bus: NatsBus | undefined;
-      const natsUrl = flags.natsUrl;
-      if (natsUrl !== undefined) {
-        const replicaId = flags.replicaId ?? `engine-sim-${handle.port}`;
-        bus = await NatsBus.connect({
-          servers: natsUrl,
-          prefix: flags.prefix,
-          logger,
-          name: replicaId,
-          security: natsSecurityOf(flags),
-        });
-        agent = await startAgent({
-          bus,
-          engineUrl: handle.url,
-          replicaId,
-          pool: flags.pool ?? handle.servedModelName,
-          model: handle.servedModelName,
-          logger,
-          maxNumSeqs: flags.maxNumSeqs ?? 256,
-          ...(flags.heartbeatMs !== undefined ? { heartbeatIntervalMs: Number(flags.heartbeatMs) } : {}),
-        });
-      }
-      io.out(
-        `engine-sim ${handle.servedModelName} listening on ${handle.url}${agent ? ` (agent ${agent.agent.replicaId})` : ''}\n`,
-      );
-      stopOnSignals(async () => {
-        await agent?.stop();
-        await bus?.close();
-        await handle.close();
-      }, logger);
-      setCode(ExitCode.OK);
-    });
+    const logger = createLogger({ level: flags.logLevel ?? 'info', name: 'engine-sim' });
+    const handle = await startEngineSim({ ...engineSimOptionsFromFlags(flags), logger });
+    let agent: AgentHandle | undefined;
+    let bus: NatsBus | undefined;
+    const natsUrl = flags.natsUrl;
+    if (natsUrl !== undefined) {
+      const replicaId = flags.replicaId ?? `engine-sim-${handle.port}`;
+      bus = await NatsBus.connect({
+        servers: natsUrl,
+        prefix: flags.prefix,
+        logger,
+        name: replicaId,
+        security: natsSecurityOf(flags),
+      });
+      agent = await startAgent({
+        bus,
+        engineUrl: handle.url,
+        replicaId,
+        pool: flags.pool ?? handle.servedModelName,
+        model: handle.servedModelName,
+        logger,
+        maxNumSeqs: flags.maxNumSeqs ?? 256,
+        ...(flags.heartbeatMs !== undefined ? { heartbeatIntervalMs: Number(flags.heartbeatMs) } : {}),
+      });
+    }
+    io.out(
+      `engine-sim ${handle.servedModelName} listening on ${handle.url}${agent ? ` (agent ${agent.agent.replicaId})` : ''}\n`,
+    );
+    stopOnSignals(async () => {
+      await agent?.stop();
+      await bus?.close();
+      await handle.close();
+    }, logger);
+    setCode(ExitCode.OK);
+  });
 }

@@ -43,28 +43,28 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       'operator public key(s) whose signed admin events apply (env FAIRWAY_OPERATOR_PUBLIC_KEY_FILE; without any, admin events are refused)',
     );
   addNatsFlags(cmd).action(async (flags: ServeFlags) => {
-      const overrides: ServeOverrides = {
-        ...(flags.config !== undefined ? { configPath: flags.config } : {}),
-        ...(flags.port !== undefined ? { port: flags.port } : {}),
-        ...(flags.host !== undefined ? { host: flags.host } : {}),
-        ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
-        ...(flags.id !== undefined ? { dispatcherId: flags.id } : {}),
-        ...(flags.leaseMs !== undefined ? { options: { leaseMs: flags.leaseMs } } : {}),
-        ...(flags.operatorPublicKey !== undefined ? { operatorPublicKeyFiles: flags.operatorPublicKey } : {}),
-        natsSecurity: natsFlagSecurity(flags),
-        redisUrl: flags.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-        natsUrl: flags.natsUrl ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
-      };
-      const settings = serveSettings(process.env, overrides);
-      if (settings.configPath === undefined)
-        throw new UsageError(['--config: required (or set FAIRWAY_CONFIG), e.g. infra/fairway.example.yaml']);
-      const config = loadConfig(settings.configPath);
-      const logger = createLogger({ level: settings.logLevel, name: 'dispatcher' });
-      const running = await startDispatcher({ settings, config, logger });
-      io.out(
-        `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${redactUrls(settings.redisUrl ?? '')}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})\n`,
-      );
-      stopOnSignals(() => running.close(), logger);
-      setCode(ExitCode.OK);
-    });
+    const overrides: ServeOverrides = {
+      ...(flags.config !== undefined ? { configPath: flags.config } : {}),
+      ...(flags.port !== undefined ? { port: flags.port } : {}),
+      ...(flags.host !== undefined ? { host: flags.host } : {}),
+      ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
+      ...(flags.id !== undefined ? { dispatcherId: flags.id } : {}),
+      ...(flags.leaseMs !== undefined ? { options: { leaseMs: flags.leaseMs } } : {}),
+      ...(flags.operatorPublicKey !== undefined ? { operatorPublicKeyFiles: flags.operatorPublicKey } : {}),
+      natsSecurity: natsFlagSecurity(flags),
+      redisUrl: flags.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      natsUrl: flags.natsUrl ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+    };
+    const settings = serveSettings(process.env, overrides);
+    if (settings.configPath === undefined)
+      throw new UsageError(['--config: required (or set FAIRWAY_CONFIG), e.g. infra/fairway.example.yaml']);
+    const config = loadConfig(settings.configPath);
+    const logger = createLogger({ level: settings.logLevel, name: 'dispatcher' });
+    const running = await startDispatcher({ settings, config, logger });
+    io.out(
+      `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${redactUrls(settings.redisUrl ?? '')}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})\n`,
+    );
+    stopOnSignals(() => running.close(), logger);
+    setCode(ExitCode.OK);
+  });
 }

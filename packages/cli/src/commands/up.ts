@@ -1,4 +1,5 @@
 import { fileURLToPath } from 'node:url';
+import { mergeNatsSecurity } from '@fairway/bus';
 import { createLogger, type FairwayConfig, type Logger, loadConfig, systemClock } from '@fairway/core';
 import {
   connectInfrastructure,
@@ -7,7 +8,6 @@ import {
   serveSettings,
   startDispatcher,
 } from '@fairway/dispatcher';
-import { mergeNatsSecurity } from '@fairway/bus';
 import { type EngineSimHandle, startEngineSim } from '@fairway/engine';
 import { type Command, Option } from 'commander';
 import { positiveNumber, wholeNumber } from '../cli-args.ts';
@@ -272,34 +272,34 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
         .default('warn'),
     );
   addNatsFlags(cmd).action(async (flags: UpFlags) => {
-      if (flags.engines < 1 && (flags.engineUrl ?? []).length === 0)
-        throw new UsageError(['--engines: must be at least 1 without --engine-url']);
-      const logger = createLogger({ level: flags.logLevel, name: 'fairway-up' });
-      const handle = await startUp({
-        ...(flags.config !== undefined ? { configPath: flags.config } : {}),
-        port: flags.port,
-        host: flags.host,
-        engines: flags.engines,
-        ...(flags.engineUrl !== undefined ? { engineUrls: flags.engineUrl } : {}),
-        speed: flags.speed,
-        ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
-        ...(flags.natsUrl !== undefined ? { natsUrl: flags.natsUrl } : {}),
-        ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
-        settings: {
-          natsSecurity: natsFlagSecurity(flags),
-          ...(flags.operatorPublicKey !== undefined ? { operatorPublicKeyFiles: flags.operatorPublicKey } : {}),
-        },
-        logger,
-      });
-      const infra = handle.dispatcher.infrastructure;
-      const engines =
-        handle.engines.length > 0
-          ? `${handle.engines.length} simulated engines`
-          : `${handle.agents.length} engines`;
-      const store = infra.storeKind === 'redis' ? 'Redis store' : 'in-memory store';
-      const bus = infra.busKind === 'nats' ? 'NATS bus' : 'in-process bus';
-      io.out(upBanner(handle, `${store}, ${bus}, ${engines}`));
-      stopOnSignals(() => handle.close(), logger);
-      setCode(ExitCode.OK);
+    if (flags.engines < 1 && (flags.engineUrl ?? []).length === 0)
+      throw new UsageError(['--engines: must be at least 1 without --engine-url']);
+    const logger = createLogger({ level: flags.logLevel, name: 'fairway-up' });
+    const handle = await startUp({
+      ...(flags.config !== undefined ? { configPath: flags.config } : {}),
+      port: flags.port,
+      host: flags.host,
+      engines: flags.engines,
+      ...(flags.engineUrl !== undefined ? { engineUrls: flags.engineUrl } : {}),
+      speed: flags.speed,
+      ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
+      ...(flags.natsUrl !== undefined ? { natsUrl: flags.natsUrl } : {}),
+      ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
+      settings: {
+        natsSecurity: natsFlagSecurity(flags),
+        ...(flags.operatorPublicKey !== undefined ? { operatorPublicKeyFiles: flags.operatorPublicKey } : {}),
+      },
+      logger,
     });
+    const infra = handle.dispatcher.infrastructure;
+    const engines =
+      handle.engines.length > 0
+        ? `${handle.engines.length} simulated engines`
+        : `${handle.agents.length} engines`;
+    const store = infra.storeKind === 'redis' ? 'Redis store' : 'in-memory store';
+    const bus = infra.busKind === 'nats' ? 'NATS bus' : 'in-process bus';
+    io.out(upBanner(handle, `${store}, ${bus}, ${engines}`));
+    stopOnSignals(() => handle.close(), logger);
+    setCode(ExitCode.OK);
+  });
 }
