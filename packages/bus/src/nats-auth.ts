@@ -158,8 +158,8 @@ export function natsConnectionOptions(
       `NATS credentials are given both in the URL (${redactUrls(list.join(','))}) and as settings; give them once`,
     );
   const auth = urlAuth ?? security.auth ?? {};
-  const tls = security.tls;
-  const useTls = tls !== undefined || list.some((s) => /^tls:\/\//i.test(s));
+  const tls = defined(security.tls ?? {});
+  const useTls = Object.keys(tls).length > 0 || list.some((s) => /^tls:\/\//i.test(s));
   const authenticator = authenticatorOf(auth);
   return {
     servers: parsed.map((p) => p.server),
@@ -167,7 +167,7 @@ export function natsConnectionOptions(
     ...(auth.password !== undefined ? { pass: auth.password } : {}),
     ...(auth.token !== undefined ? { token: auth.token } : {}),
     ...(authenticator !== undefined ? { authenticator } : {}),
-    ...(useTls ? { tls: { ...defined(tls ?? {}) } } : {}),
+    ...(useTls ? { tls } : {}),
   };
 }
 
@@ -184,5 +184,5 @@ export function describeNatsSecurity(security: NatsSecurity): string {
           : a.user !== undefined
             ? `user ${a.user}`
             : 'no credentials';
-  return security.tls !== undefined ? `${how}, TLS` : how;
+  return Object.keys(defined(security.tls ?? {})).length > 0 ? `${how}, TLS` : how;
 }

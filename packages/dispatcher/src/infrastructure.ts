@@ -1,4 +1,11 @@
-import { type Bus, MemoryBus, NatsBus, type NatsSecurity, ReplicaRegistry } from '@fairway/bus';
+import {
+  type Bus,
+  describeNatsSecurity,
+  MemoryBus,
+  NatsBus,
+  type NatsSecurity,
+  ReplicaRegistry,
+} from '@fairway/bus';
 import { type Clock, type Logger, redactUrls } from '@fairway/core';
 import { MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { Redis } from 'ioredis';
@@ -115,6 +122,11 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
       { cause },
     );
   }
+  if (o.natsUrl !== undefined)
+    o.logger.info(
+      { bus: redactUrls(o.natsUrl), auth: describeNatsSecurity(o.natsSecurity ?? {}) },
+      'bus: connected to NATS',
+    );
   const registry = new ReplicaRegistry({
     bus,
     clock: o.clock,
