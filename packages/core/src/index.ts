@@ -1,5 +1,7 @@
 export { type Clock, ManualClock, systemClock } from './clock.ts';
 export {
+  type BusConfig,
+  busConfigSchema,
   type ControlConfig,
   configIdSchema,
   controlConfigSchema,
@@ -11,6 +13,10 @@ export {
   loadConfig,
   type MetricsConfig,
   metricsConfigSchema,
+  type NatsAuthConfig,
+  type NatsTlsConfig,
+  natsAuthConfigSchema,
+  natsTlsConfigSchema,
   type PolicyConfig,
   parseConfig,
   policyConfigSchema,
@@ -41,7 +47,7 @@ export {
 } from './domain.ts';
 export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
 export { createLogger, type Logger, type LoggerOptions, silentLogger } from './logger.ts';
-export { REDACTED, redactSecrets, SECRET_FIELDS, secretLogPaths } from './redaction.ts';
+export { REDACTED, redactSecrets, redactUrls, SECRET_FIELDS, secretLogPaths } from './redaction.ts';
 export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
 export { CHARS_PER_TOKEN, estimateChatTokens, estimateTextTokens, TOKENS_PER_MESSAGE } from './tokens.ts';

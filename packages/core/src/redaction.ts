@@ -10,19 +10,25 @@ const SECRET_PARAM =
 const AUTH_SCHEME = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/g;
 
 /**
+ * `text` with the credentials of every URL in it masked: `nats://user:pass@host` becomes
+ * `nats://user:***@host`, and a URL with a user part only (NATS reads it as a token) becomes
+ * `nats://***@host`. Works on lists (`nats://a:b@h1,nats://h2`) and on messages that quote URLs.
+ */
+export function redactUrls(text: string): string {
+  return text.replace(URL_USERINFO, (_m, scheme: string, info: string) => {
+    const colon = info.indexOf(':');
+    return colon < 0 ? `${scheme}${REDACTED}@` : `${scheme}${info.slice(0, colon)}:${REDACTED}@`;
+  });
+}
+
+/**
  * A URL or any text with its secrets replaced by `***`: URL passwords (and bare userinfo, which is
- * a token for NATS), secret-looking query parameters, and `Bearer` / `Basic` credentials. The one
- * redaction of fairway: logs, error messages and start-up banners go through it, so a
- * `redis://:password@host` or a `nats://user:pass@host` never reaches a log line.
+ * a token for NATS: {@link redactUrls}), secret-looking query parameters, and `Bearer` / `Basic`
+ * credentials. The one redaction of fairway: loggers, error messages and start-up banners go
+ * through it, so a `redis://:password@host` or a `nats://user:pass@host` never reaches a log line.
  */
 export function redactSecrets(text: string): string {
-  return text
-    .replace(URL_USERINFO, (_m, scheme: string, info: string) => {
-      const colon = info.indexOf(':');
-      return colon < 0 ? `${scheme}${REDACTED}@` : `${scheme}${info.slice(0, colon)}:${REDACTED}@`;
-    })
-    .replace(SECRET_PARAM, `$1${REDACTED}`)
-    .replace(AUTH_SCHEME, `$1 ${REDACTED}`);
+  return redactUrls(text).replace(SECRET_PARAM, `$1${REDACTED}`).replace(AUTH_SCHEME, `$1 ${REDACTED}`);
 }
 
 /**

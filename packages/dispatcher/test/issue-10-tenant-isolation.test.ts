@@ -93,7 +93,13 @@ describe('issue 10: an API key belongs to one tenant', () => {
     const keys = new KeyRing(tenants);
     const warnings: unknown[] = [];
     const logger = { ...silentLogger, warn: (o: object | string) => void warnings.push(o) };
-    const applier = new AdminEventApplier({ keys, tenants, sloClasses: new Set(), logger });
+    const applier = new AdminEventApplier({
+      trust: { kind: 'in-process' },
+      keys,
+      tenants,
+      sloClasses: new Set(),
+      logger,
+    });
     const hash = hashApiKey('sk-victim-key-1');
     for (const [seq, id] of [
       [1, 'alpha'],
@@ -116,6 +122,7 @@ describe('issue 10: an API key belongs to one tenant', () => {
   it("refuses an admin tenant whose id could name another tenant's user", () => {
     const tenants = new TenantDirectory();
     const applier = new AdminEventApplier({
+      trust: { kind: 'in-process' },
       keys: new KeyRing(tenants),
       tenants,
       sloClasses: new Set(),
