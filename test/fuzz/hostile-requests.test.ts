@@ -150,6 +150,7 @@ describe('a dispatcher under 10,000 hostile requests', () => {
     up = await startUp({
       configPath,
       port: 0,
+      operatorPort: 0,
       engines: 1,
       speed: 50,
       redisUrl: redisUrl(),

@@ -234,6 +234,12 @@ export const serverConfigSchema = z
     /** Most connections the API listener holds at once; more are closed on accept. @default 10000 */
     maxConnections: z.number().int().positive().default(10_000),
     /**
+     * Most connections one client address may hold at once; more are closed on accept, so one
+     * host's slow or idle sockets cannot take the whole `maxConnections`. Off by default: behind a
+     * load balancer or NAT every client shares an address. @default none
+     */
+    maxConnectionsPerIp: z.number().int().positive().optional(),
+    /**
      * Time a client has to send a whole request (headers and body), seconds; then 408 and the
      * connection is closed. Streaming responses are not limited by it. @default 30
      */

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { Socket } from 'node:net';
 import type { Bus, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger } from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
@@ -70,6 +71,25 @@ const KNOWN_ROUTES: Record<string, string> = {
 };
 
 const OPERATOR_ROUTES: Record<string, string> = { '/metrics': 'GET', '/health': 'GET', '/ready': 'GET' };
+
+/** Closes, as it is accepted, a connection from an address that already holds `limit`. */
+function capConnectionsPerIp(app: FastifyInstance, limit: number): void {
+  const held = new Map<string, number>();
+  app.server.on('connection', (socket: Socket) => {
+    const ip = socket.remoteAddress ?? '';
+    const n = (held.get(ip) ?? 0) + 1;
+    if (n > limit) {
+      socket.destroy();
+      return;
+    }
+    held.set(ip, n);
+    socket.once('close', () => {
+      const left = (held.get(ip) ?? 1) - 1;
+      if (left <= 0) held.delete(ip);
+      else held.set(ip, left);
+    });
+  });
+}
 
 /**
  * Answers every error and unknown route of `app` with an OpenAI-shaped body and its catalogue
@@ -196,6 +216,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   // Connections beyond the cap are closed as they are accepted, so slow or idle clients cannot
   // exhaust the process's sockets and memory.
   app.server.maxConnections = server.maxConnections;
+  if (server.maxConnectionsPerIp !== undefined) capConnectionsPerIp(app, server.maxConnectionsPerIp);
   // The API takes JSON only; anything else is a 415, not a string body that fails validation.
   app.removeContentTypeParser('text/plain');
   useStrictJsonBodies(app);

@@ -1,4 +1,4 @@
-import { connect as connectSocket } from 'node:net';
+import { connect as connectSocket, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { createLogger, parseConfig, silentLogger } from '@fairway/core';
 import { freePort, startRedisServer, type TestServer } from '@fairway/testkit';
@@ -137,6 +137,31 @@ describe('issue 10: metrics on the operator port', () => {
   });
 });
 
+describe('issue 10: request ids', () => {
+  it('gives every request an id no other can be guessed from', async () => {
+    const s = await startStack({ config: config() });
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 8; i++) {
+        const res = await s.dispatchers[0]!.dispatcher.app.inject({
+          method: 'POST',
+          url: '/v1/chat/completions',
+          headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+          payload: CHAT,
+        });
+        ids.push(String(res.headers['x-request-id']));
+        // The engine's response id reaches the client as the engine made it: random too.
+        expect(res.json().id).toMatch(/^chatcmpl-[0-9a-f]{24}$/);
+      }
+      for (const id of ids) expect(id).toMatch(/^fw-[0-9a-f-]{36}$/);
+      // Random UUIDs: no shared prefix a counter or a clock would leave.
+      expect(new Set(ids.map((id) => id.slice(3, 11))).size).toBe(ids.length);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
 describe('issue 10: slow clients', () => {
   const stacks: Stack[] = [];
   afterEach(async () => {
@@ -186,6 +211,48 @@ describe('issue 10: slow clients', () => {
     expect(performance.now() - started).toBeGreaterThan(1500);
     expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
   }, 30_000);
+
+  it('closes a connection from an address that already holds its share', async () => {
+    const s = await startStack({ config: config({ server: { maxConnectionsPerIp: 2 } }) });
+    stacks.push(s);
+    const open = async (): Promise<{ socket: Socket; closed: Promise<void>; isClosed: () => boolean }> => {
+      const socket = connectSocket(s.dispatchers[0]!.port, '127.0.0.1');
+      let done = false;
+      const closed = new Promise<void>((resolve) =>
+        socket.on('close', () => {
+          done = true;
+          resolve();
+        }),
+      );
+      socket.on('error', () => undefined);
+      await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+      return { socket, closed, isClosed: () => done };
+    };
+    const a = await open();
+    const b = await open();
+    const c = await open();
+    // The third is closed without a word; the first two are still held.
+    await c.closed;
+    expect(a.isClosed()).toBe(false);
+    expect(b.isClosed()).toBe(false);
+    // When one goes, the address may connect again.
+    a.socket.destroy();
+    await a.closed;
+    // (The server sees the close a moment after the client does: try until it has.)
+    let res = '';
+    for (let i = 0; i < 50 && res === ''; i++) {
+      const d = await open();
+      res = await new Promise<string>((resolve) => {
+        d.socket.once('data', (chunk) => resolve(String(chunk)));
+        void d.closed.then(() => resolve(''));
+        d.socket.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n');
+      });
+      d.socket.destroy();
+      if (res === '') await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(res).toMatch(/^HTTP\/1\.1 200 /);
+    b.socket.destroy();
+  });
 
   it('caps the connections the API listener holds', async () => {
     const s = await startStack({ config: config({ server: { maxConnections: 3 } }) });
