@@ -7,6 +7,7 @@ import { VllmClient } from '@fairway/engine';
 import { adminTrustOf } from './admin-events.ts';
 import { buildDispatcher, type Dispatcher } from './app.ts';
 import type { EngineFactory } from './engine-pool.ts';
+import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { connectInfrastructure, type Infrastructure } from './infrastructure.ts';
 import { newDispatcherId, type ServeSettings } from './serve-settings.ts';
 
@@ -100,7 +101,13 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     } catch (err) {
       await dispatcher.app.close();
       if (owned) await infrastructure.close();
-      throw err;
+      const code = (err as NodeJS.ErrnoException).code ?? 'error';
+      throw new DispatcherError(
+        DispatcherErrorCode.OPERATOR_PORT_INVALID,
+        `${operatorHost}:${operatorPort}`,
+        `the operator port (metrics) cannot listen on ${operatorHost}:${operatorPort} (${code}): set --operator-port (or FAIRWAY_OPERATOR_PORT, server.operatorPort; 0 disables it) or --operator-host`,
+        { cause: err },
+      );
     }
   }
   const addr = dispatcher.app.server.address() as AddressInfo;

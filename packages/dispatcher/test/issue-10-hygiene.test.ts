@@ -73,6 +73,26 @@ describe('issue 10: metrics on the operator port', () => {
     expect((await fetch(`${d.operatorUrl}/health`)).status).toBe(200);
   });
 
+  it('says which setting to change when the operator port is taken', async () => {
+    const port = await freePort();
+    const first = await startDispatcher({
+      settings: serveSettings({}, { port: 0, operatorPort: port }),
+      config: parseConfig(config()),
+      logger: silentLogger,
+    });
+    running.push(first);
+    const err = await startDispatcher({
+      settings: serveSettings({}, { port: 0, operatorPort: port }),
+      config: parseConfig(config()),
+      logger: silentLogger,
+    }).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).toMatch(/operator port .* \(EADDRINUSE\): set --operator-port/);
+    expect((err as { code?: string }).code).toBe('FAIRWAY_DISPATCHER_OPERATOR_PORT_INVALID');
+  });
+
   it('runs no operator listener with operator port 0', async () => {
     const d = await startDispatcher({
       settings: serveSettings({ FAIRWAY_OPERATOR_PORT: '0' }, { port: 0 }),
