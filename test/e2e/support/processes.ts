@@ -30,15 +30,17 @@ export interface FairwayProcess {
 
 /**
  * Spawns `fairway <args>` and resolves once a stdout line matches `ready` (whose first group is
- * the URL), or rejects with the process's output after `timeoutMs`.
+ * the URL), or rejects with the process's output after `timeoutMs`. `bin` runs another copy of the
+ * CLI (the image test's reproduced install).
  */
 export function startFairway(
   args: readonly string[],
   ready: RegExp,
   env: Readonly<Record<string, string>> = {},
   timeoutMs = 30_000,
+  bin = FAIRWAY_BIN,
 ): Promise<FairwayProcess> {
-  const proc = spawn(process.execPath, [FAIRWAY_BIN, ...args], {
+  const proc = spawn(process.execPath, [bin, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
