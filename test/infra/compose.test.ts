@@ -184,6 +184,21 @@ describe('the configs the compose stack mounts', () => {
     expect(`${stdout}${stderr}`).toContain('is valid');
   });
 
+  it('every fairway process logs in to NATS as a user of nats-server.conf; each agent only under its replica', () => {
+    const conf = readFileSync(join(INFRA, 'nats/nats-server.conf'), 'utf8');
+    for (const [name, service] of Object.entries(services)) {
+      const user = service.environment?.NATS_USER;
+      if (service.build === undefined) continue;
+      expect(user, `${name}: NATS_USER`).toBeDefined();
+      expect(conf).toMatch(new RegExp(`user: ${user}\\b`));
+      const replica = flag(service.command, '--replica-id');
+      if (replica !== undefined) {
+        expect(user).toBe(`agent-${replica}`);
+        expect(conf).toContain(`"fairway.replica.${replica}.>"`);
+      }
+    }
+  });
+
   it('Prometheus scrapes compose services: the dispatchers and the engines', () => {
     const prometheus = parse(readFileSync(join(INFRA, 'prometheus/prometheus.yml'), 'utf8')) as {
       scrape_configs: { job_name: string; static_configs: { targets: string[] }[] }[];

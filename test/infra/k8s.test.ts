@@ -311,14 +311,46 @@ describe('infra/k8s', () => {
     });
   }
 
-  it("dev's in-cluster Redis and NATS run the same configs as the compose stack", () => {
-    const dev = renders.get('dev')!;
-    const redis = find(dev, 'ConfigMap', 'redis-config')?.data as Record<string, string>;
-    const nats = find(dev, 'ConfigMap', 'nats-config')?.data as Record<string, string>;
+  it("dev's in-cluster Redis runs the compose stack's redis.conf", () => {
+    const redis = find(renders.get('dev')!, 'ConfigMap', 'redis-config')?.data as Record<string, string>;
     expect(redis['redis.conf']).toBe(readFileSync(join(REPO_ROOT, 'infra/redis/redis.conf'), 'utf8'));
-    expect(nats['nats-server.conf']).toBe(
-      readFileSync(join(REPO_ROOT, 'infra/nats/nats-server.conf'), 'utf8'),
-    );
+  });
+
+  it("dev's in-cluster NATS: accepted by nats-server, the shipped roles, a user for every fairway container and every replica the ScaledObject may start", () => {
+    const dev = renders.get('dev')!;
+    const conf = (find(dev, 'ConfigMap', 'nats-config')!.data as Record<string, string>)['nats-server.conf']!;
+    const shipped = readFileSync(join(REPO_ROOT, 'infra/nats/nats-server.conf'), 'utf8');
+    const role = (text: string, name: string): string =>
+      text.slice(text.indexOf(`${name} = {`)).split('\n  }\n')[0]!;
+    for (const name of ['DISPATCHER', 'ADMIN']) expect(role(conf, name)).toBe(role(shipped, name));
+
+    const secret = find(dev, 'Secret', 'fairway-credentials')?.data as Record<string, string>;
+    const nats = find(dev, 'StatefulSet', 'nats') as Workload;
+    const env: Record<string, string> = {};
+    for (const e of nats.spec.template.spec.containers[0]!.env ?? [])
+      env[e.name] = Buffer.from(secret[e.valueFrom!.secretKeyRef!.key]!, 'base64').toString();
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-k8s-nats-'));
+    try {
+      writeFileSync(join(dir, 'nats-server.conf'), conf);
+      const out = execFileSync('nats-server', ['-t', '-c', join(dir, 'nats-server.conf')], {
+        env: { ...process.env, PATH: `${process.env.PATH}:/usr/sbin`, ...env },
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      expect(out).toBe('');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+
+    for (const w of workloads(dev))
+      for (const c of w.spec.template.spec.containers) {
+        const user = c.env?.find((e) => e.name === 'NATS_USER')?.value;
+        if (user !== undefined)
+          expect(conf, `${c.name}: NATS user ${user}`).toMatch(new RegExp(`user: ${user}[,\\s]`));
+      }
+    const scaled = dev.find((o) => o.kind === 'ScaledObject')!;
+    const max = (scaled.spec as { maxReplicaCount: number }).maxReplicaCount;
+    for (let i = 0; i < max; i++) expect(conf).toContain(`"fairway.replica.vllm-llama-2-7b-${i}.>"`);
   });
 });
 
