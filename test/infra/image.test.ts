@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import { DockerfileParser, type Instruction } from 'dockerfile-ast';
 import { validate } from 'dockerfile-utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFairway } from '../e2e/support/processes.ts';
+import { startProcess } from '../e2e/support/processes.ts';
 import { REPO_ROOT } from './support/repo.ts';
 
 /**
@@ -170,12 +170,20 @@ describe("the image's build stage, replayed with the same npm", () => {
   });
 
   it('`fairway up` finds its default config there and its /health passes the image health check', async () => {
-    const up = await startFairway(
-      ['up', '--port', '0', '--speed', '20', '--log-level', 'error'],
+    const up = await startProcess(
+      process.execPath,
+      [
+        join(app, 'packages/cli/bin/fairway.js'),
+        'up',
+        '--port',
+        '0',
+        '--speed',
+        '20',
+        '--log-level',
+        'error',
+      ],
       /^fairway is up: (http:\/\/\S+)/,
-      { REDIS_URL: '', NATS_URL: '', NODE_ENV: 'production' },
-      60_000,
-      join(app, 'packages/cli/bin/fairway.js'),
+      { env: { REDIS_URL: '', NATS_URL: '', NODE_ENV: 'production' }, timeoutMs: 60_000 },
     );
     const check = join(app, 'packages/cli/bin/healthcheck.js');
     try {

@@ -1,4 +1,5 @@
-import { EngineProcess, NodeAgent } from '@fairway/agent';
+import { networkInterfaces } from 'node:os';
+import { type AdvertisedUrl, chooseAdvertiseUrl, EngineProcess, NodeAgent } from '@fairway/agent';
 import { type Bus, NatsBus } from '@fairway/bus';
 import { createLogger, type Logger, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
@@ -10,8 +11,10 @@ import type { CliIo } from '../cli-io.ts';
 /** Options of {@link startAgent}. */
 export interface StartAgentOptions {
   readonly bus: Bus;
-  /** Base URL of the engine's OpenAI server. */
+  /** Base URL of the engine's OpenAI server, as the agent reaches it. */
   readonly engineUrl: string;
+  /** URL registered for dispatchers on any host to use. @default `engineUrl` */
+  readonly advertiseUrl?: string;
   readonly replicaId: string;
   readonly pool: string;
   /** The model name clients send (the engine's served model name). */
@@ -45,6 +48,7 @@ export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
     pool: o.pool,
     model: o.model,
     heartbeatIntervalMs: o.heartbeatIntervalMs ?? 200,
+    ...(o.advertiseUrl !== undefined ? { url: o.advertiseUrl } : {}),
     ...(o.maxNumSeqs !== undefined ? { maxNumSeqs: o.maxNumSeqs } : {}),
     ...(o.gpu !== undefined ? { gpu: o.gpu } : {}),
     ...(o.process !== undefined ? { process: o.process } : {}),
@@ -59,9 +63,30 @@ export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
   };
 }
 
+/**
+ * The URL an agent started by a command registers (`--advertise-url`, else the engine's own URL
+ * when other hosts can use it; see `chooseAdvertiseUrl`), logging a warning when only this host can.
+ */
+export function advertisedEngineUrl(
+  advertiseUrl: string | undefined,
+  engineUrl: string,
+  engineUrlFlag: string,
+  logger: Logger,
+): AdvertisedUrl {
+  const advertised = chooseAdvertiseUrl({
+    advertiseUrl,
+    engineUrl,
+    engineUrlFlag,
+    interfaces: networkInterfaces(),
+  });
+  if (advertised.warning !== undefined) logger.warn({ url: advertised.url }, advertised.warning);
+  return advertised;
+}
+
 /** Flags of `fairway agent`. */
 interface AgentFlags {
   engineUrl?: string;
+  advertiseUrl?: string;
   replicaId: string;
   pool?: string;
   model: string;
@@ -95,6 +120,11 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
     )
     .argument('[command...]', 'engine command line to run (e.g. vllm serve …), after --')
     .option('--engine-url <url>', 'base URL of the engine (default http://127.0.0.1:8000)')
+    .option(
+      '--advertise-url <url>',
+      "URL dispatchers on other hosts reach the engine at (env FAIRWAY_ADVERTISE_URL; default: --engine-url, a wildcard host replaced by this host's first non-internal IPv4 address)",
+      process.env.FAIRWAY_ADVERTISE_URL,
+    )
     .requiredOption('--replica-id <id>', 'replica id, unique in the fleet')
     .requiredOption('--model <name>', 'model name clients send (served model name)')
     .option('--pool <id>', 'pool the replica serves in (default: the model)')
@@ -112,6 +142,7 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       const logger = createLogger({ level: flags.logLevel, name: 'agent' });
       const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
       if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
+      const advertised = advertisedEngineUrl(flags.advertiseUrl, engineUrl, '--engine-url', logger);
       const bus = await NatsBus.connect({
         servers: flags.natsUrl,
         prefix: flags.prefix,
@@ -127,6 +158,7 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       const handle = await startAgent({
         bus,
         engineUrl,
+        advertiseUrl: advertised.url,
         replicaId: flags.replicaId,
         pool: flags.pool ?? flags.model,
         model: flags.model,
@@ -137,7 +169,7 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
         ...(proc !== undefined ? { process: proc } : {}),
       });
       io.out(
-        `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl} on ${flags.natsUrl}\n`,
+        `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl}, registered as ${advertised.url}, on ${flags.natsUrl}\n`,
       );
       stopOnSignals(async () => {
         await handle.stop();
