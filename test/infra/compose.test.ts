@@ -209,9 +209,15 @@ describe('the configs the compose stack mounts', () => {
     for (const [name, service] of Object.entries(services))
       if (service.command?.[0] === 'serve' || service.command?.[0] === 'engine-sim')
         expect(scraped.has(name), name).toBe(true);
-    for (const [name, service] of Object.entries(services))
+    for (const [name, service] of Object.entries(services)) {
       if (service.command?.[0] === 'engine-sim')
         expect(targets).toContain(`${name}:${flag(service.command, '--port')}`);
+      if (service.command?.[0] === 'serve') {
+        // The operator port (default 9464) binds loopback unless told otherwise.
+        expect(service.environment?.FAIRWAY_OPERATOR_HOST, name).toBe('0.0.0.0');
+        expect(targets).toContain(`${name}:${service.environment?.FAIRWAY_OPERATOR_PORT ?? '9464'}`);
+      }
+    }
   });
 
   it('the Grafana dashboard queries only metrics the dispatchers and engines export, on the provisioned datasource', async () => {

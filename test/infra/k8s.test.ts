@@ -273,6 +273,11 @@ describe('infra/k8s', () => {
         expect(find(objects, 'HorizontalPodAutoscaler', 'fairway-dispatcher')).toBeDefined();
         expect(find(objects, 'PodDisruptionBudget', 'fairway-dispatcher')).toBeDefined();
         expect(c.env?.find((e) => e.name === 'NATS_PASSWORD')?.valueFrom?.secretKeyRef).toBeDefined();
+        // Prometheus scrapes the operator port from outside the pod: it must not bind loopback.
+        expect(c.env?.find((e) => e.name === 'FAIRWAY_OPERATOR_HOST')?.value).toBe('0.0.0.0');
+        const annotations = d.spec.template.metadata as { annotations?: Record<string, string> };
+        const operator = c.ports?.find((p) => p.name === 'operator')?.containerPort;
+        expect(annotations.annotations?.['prometheus.io/port']).toBe(String(operator));
       });
 
       it('vLLM replicas: a pinned vLLM with startup and readiness probes on /health, a GPU, the agent beside it', () => {
