@@ -207,7 +207,10 @@ describe('infra/k8s', () => {
           (x) => x.kind === 'HorizontalPodAutoscaler' || x.kind === 'ScaledObject',
         )) {
           const target = (o.spec as { scaleTargetRef: { kind: string; name: string } }).scaleTargetRef;
-          expect(find(objects, target.kind, target.name), `${o.kind} ${o.metadata.name}`).toBeDefined();
+          const scaled = find(objects, target.kind, target.name);
+          expect(scaled, `${o.kind} ${o.metadata.name}`).toBeDefined();
+          // The autoscaler owns the count: a replicas field would reset it on every apply.
+          expect((scaled!.spec as { replicas?: number }).replicas, `${target.name} replicas`).toBeUndefined();
         }
         for (const pdb of objects.filter((o) => o.kind === 'PodDisruptionBudget')) {
           const selector = (pdb.spec as { selector: { matchLabels: Record<string, string> } }).selector
