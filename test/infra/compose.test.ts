@@ -11,6 +11,7 @@ import { DCLinter } from 'dclint';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import { cliArgsProblem } from './support/cli-args.ts';
 import { REPO_ROOT } from './support/repo.ts';
 
 /**
@@ -115,6 +116,13 @@ describe('infra/docker-compose.yml', () => {
       expect([node, script]).toEqual(['node', 'packages/cli/bin/healthcheck.js']);
       expect(url, name).toBe(`http://127.0.0.1:${flag(service.command, '--port')}/health`);
     }
+  });
+
+  it("every fairway service's command line parses with the real CLI", async () => {
+    for (const [name, service] of Object.entries(services))
+      if (service.build !== undefined)
+        expect(await cliArgsProblem(service.command ?? []), name).toBeUndefined();
+    expect(await cliArgsProblem(['engine-sim', '--advertise-ur', 'x'])).toMatch(/unknown option/);
   });
 
   it('engines advertise their service address, not the wildcard they bind', () => {

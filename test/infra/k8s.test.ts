@@ -10,6 +10,7 @@ import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Secret, Service } from 'kubernetes-models/v1';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
+import { cliArgsProblem } from './support/cli-args.ts';
 import {
   type K8sObject,
   objectId,
@@ -245,6 +246,15 @@ describe('infra/k8s', () => {
             });
             expect(c.args).toContain('--engine-url');
             expect(port).toBe('8000');
+          }
+      });
+
+      it("every fairway container's arguments parse with the real CLI", async () => {
+        for (const w of workloads(objects))
+          for (const c of w.spec.template.spec.containers) {
+            if (!splitImage(c.image)[0].endsWith('fairway')) continue;
+            const args = (c.args ?? []).map((a) => a.replaceAll('$(POD_NAME)', `${w.metadata.name}-0`));
+            expect(await cliArgsProblem(args), `${w.metadata.name}/${c.name}`).toBeUndefined();
           }
       });
 
