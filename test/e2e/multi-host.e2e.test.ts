@@ -59,7 +59,7 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
     options: { env?: Record<string, string>; readyOn?: 'stderr' } = {},
   ): Promise<StartedProcess> => {
     const [bin, ...args] = [...lab.launcher(host), ...command];
-    const p = await startProcess(bin!, args, ready, { timeoutMs: 40_000, keepLines: 5000, ...options });
+    const p = await startProcess(bin!, args, ready, { timeoutMs: 75_000, keepLines: 5000, ...options });
     (host === 'infra' ? infraProcesses : fleetProcesses).push(p);
     return p;
   };
@@ -119,7 +119,7 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
       dispatchers.set(host, await start(host, [...fairway, ...args], /listening on (http:\/\/\S+)/, { env }));
     });
     await Promise.all([...engineStarts, ...serveStarts]);
-  }, 60_000);
+  }, 90_000);
 
   afterAll(async () => {
     // Dispatchers and agents first (they leave the fleet), then Redis and NATS, then the network.
@@ -161,7 +161,7 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
       requests: REQUESTS,
       concurrency: 8,
       outputTokens: 8,
-      readyTimeoutMs: 20_000,
+      readyTimeoutMs: 30_000,
     };
     const { stdout } = await exec(
       'ip',
@@ -171,7 +171,7 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
         CLIENT,
         JSON.stringify(plan),
       ]),
-      { cwd: ROOT, timeout: 45_000 },
+      { cwd: ROOT, timeout: 60_000 },
     );
     const result = JSON.parse(stdout) as {
       dispatchers: { url: string; answered: number; failures: string[] }[];
@@ -184,5 +184,5 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
     for (const e of result.engines) expect(e.completed, e.url).toBeGreaterThan(0);
     const total = result.engines.reduce((a, e) => a + e.completed, 0);
     expect(total).toBeGreaterThanOrEqual(DISPATCHERS.length * REQUESTS);
-  }, 50_000);
+  }, 70_000);
 });
