@@ -173,7 +173,7 @@ export class ReplicaRegistry {
         lastSeenMs: now,
       });
       this.#logger.info(
-        { replicaId: r.replicaId, pool: r.pool, model: r.model, epoch: r.epoch },
+        { replicaId: r.replicaId, url: r.url, pool: r.pool, model: r.model, epoch: r.epoch },
         'registry: replica registered',
       );
     }

@@ -251,7 +251,7 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
   const cmd = program
     .command('up')
     .description(
-      'run the wholeNumber stack in one process: dispatcher, in-memory store and bus, simulated engines with agents, demo tenants',
+      'run the whole stack in one process: dispatcher, in-memory store and bus, simulated engines with agents, demo tenants',
     )
     .option('-c, --config <file>', 'fairway config file (default: infra/fairway.example.yaml)')
     .option('-p, --port <port>', 'port to listen on (0 picks a free one)', wholeNumber, 8080)
