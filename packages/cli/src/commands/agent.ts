@@ -114,7 +114,8 @@ export function stopOnSignals(stop: () => Promise<void>, logger: Logger): void {
 
 /** Adds `fairway agent` to the program. */
 export function registerAgentCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
-  addNatsFlags(program.command('agent'))
+  const cmd = program
+    .command('agent')
     .description(
       'node agent beside one engine: registers it over NATS, heartbeats its capacity, serves drain/evict/sleep/LoRA/swap commands; give the engine command after -- to run and restart it',
     )
@@ -137,46 +138,46 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       new Option('--log-level <level>', 'log level')
         .choices(['debug', 'info', 'warn', 'error', 'silent'])
         .default('info'),
-    )
-    .action(async (command: string[], flags: AgentFlags) => {
-      const logger = createLogger({ level: flags.logLevel, name: 'agent' });
-      const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
-      if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
-      const advertised = advertisedEngineUrl(flags.advertiseUrl, engineUrl, '--engine-url', logger);
-      const bus = await NatsBus.connect({
-        servers: flags.natsUrl,
-        prefix: flags.prefix,
-        logger,
-        name: `agent ${flags.replicaId}`,
-        security: natsSecurityOf(flags),
-      });
-      const probe = new VllmClient({ url: engineUrl });
-      const [bin, ...args] = command;
-      const proc =
-        bin === undefined
-          ? undefined
-          : new EngineProcess({ command: bin, args, probe: () => probe.health(), logger });
-      const handle = await startAgent({
-        bus,
-        engineUrl,
-        advertiseUrl: advertised.url,
-        replicaId: flags.replicaId,
-        pool: flags.pool ?? flags.model,
-        model: flags.model,
-        logger,
-        heartbeatIntervalMs: flags.heartbeatMs,
-        ...(flags.maxNumSeqs !== undefined ? { maxNumSeqs: flags.maxNumSeqs } : {}),
-        ...(flags.gpu !== undefined ? { gpu: flags.gpu } : {}),
-        ...(proc !== undefined ? { process: proc } : {}),
-      });
-      io.out(
-        `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl}, registered as ${advertised.url}, on ${redactUrls(flags.natsUrl)}\n`,
-      );
-      stopOnSignals(async () => {
-        await handle.stop();
-        await probe.close();
-        await bus.close();
-      }, logger);
-      setCode(ExitCode.OK);
+    );
+  addNatsFlags(cmd).action(async (command: string[], flags: AgentFlags) => {
+    const logger = createLogger({ level: flags.logLevel, name: 'agent' });
+    const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
+    if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
+    const advertised = advertisedEngineUrl(flags.advertiseUrl, engineUrl, '--engine-url', logger);
+    const bus = await NatsBus.connect({
+      servers: flags.natsUrl,
+      prefix: flags.prefix,
+      logger,
+      name: `agent ${flags.replicaId}`,
+      security: natsSecurityOf(flags),
     });
+    const probe = new VllmClient({ url: engineUrl });
+    const [bin, ...args] = command;
+    const proc =
+      bin === undefined
+        ? undefined
+        : new EngineProcess({ command: bin, args, probe: () => probe.health(), logger });
+    const handle = await startAgent({
+      bus,
+      engineUrl,
+      advertiseUrl: advertised.url,
+      replicaId: flags.replicaId,
+      pool: flags.pool ?? flags.model,
+      model: flags.model,
+      logger,
+      heartbeatIntervalMs: flags.heartbeatMs,
+      ...(flags.maxNumSeqs !== undefined ? { maxNumSeqs: flags.maxNumSeqs } : {}),
+      ...(flags.gpu !== undefined ? { gpu: flags.gpu } : {}),
+      ...(proc !== undefined ? { process: proc } : {}),
+    });
+    io.out(
+      `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl}, registered as ${advertised.url}, on ${redactUrls(flags.natsUrl)}\n`,
+    );
+    stopOnSignals(async () => {
+      await handle.stop();
+      await probe.close();
+      await bus.close();
+    }, logger);
+    setCode(ExitCode.OK);
+  });
 }

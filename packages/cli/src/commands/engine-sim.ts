@@ -25,7 +25,7 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
     .description(
       'a vLLM-compatible simulated engine whose timing comes from the engine model; with --nats-url it also runs its node agent',
     );
-  addEngineSimFlags(addNatsFlags(cmd))
+  addEngineSimFlags(cmd)
     .option(
       '--nats-url <url>',
       'run a node agent that registers this engine on NATS (credentials: --nats-user … or NATS_USER …)',
@@ -38,50 +38,51 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
     .option('--prefix <prefix>', 'NATS subject prefix', process.env.FAIRWAY_PREFIX ?? 'fairway')
     .option('--replica-id <id>', 'replica id for the agent (default: engine-sim-<port>)')
     .option('--pool <id>', 'pool the replica serves in (default: the served model name)')
-    .option('--heartbeat-ms <ms>', 'agent heartbeat spacing (default 200)')
-    .action(async (flags: EngineSimFlags) => {
-      const logger = createLogger({ level: flags.logLevel ?? 'info', name: 'engine-sim' });
-      const handle = await startEngineSim({ ...engineSimOptionsFromFlags(flags), logger });
-      let agent: AgentHandle | undefined;
-      let bus: NatsBus | undefined;
-      let registeredAs = '';
-      if (flags.natsUrl !== undefined) {
-        // An agent that cannot start must not leave the engine serving in a process that stays up.
-        try {
-          registeredAs = advertisedEngineUrl(flags.advertiseUrl, handle.url, '--host', logger).url;
-          const replicaId = flags.replicaId ?? `engine-sim-${handle.port}`;
-          bus = await NatsBus.connect({
-            servers: flags.natsUrl,
-            security: natsSecurityOf(flags),
-            prefix: flags.prefix,
-            logger,
-            name: replicaId,
-          });
-          agent = await startAgent({
-            bus,
-            engineUrl: handle.url,
-            advertiseUrl: registeredAs,
-            replicaId,
-            pool: flags.pool ?? handle.servedModelName,
-            model: handle.servedModelName,
-            logger,
-            maxNumSeqs: flags.maxNumSeqs ?? 256,
-            ...(flags.heartbeatMs !== undefined ? { heartbeatIntervalMs: Number(flags.heartbeatMs) } : {}),
-          });
-        } catch (err) {
-          await bus?.close();
-          await handle.close();
-          throw err;
-        }
-      }
-      io.out(
-        `engine-sim ${handle.servedModelName} listening on ${handle.url}${agent ? ` (agent ${agent.agent.replicaId}, registered as ${registeredAs})` : ''}\n`,
-      );
-      stopOnSignals(async () => {
-        await agent?.stop();
+    .option('--heartbeat-ms <ms>', 'agent heartbeat spacing (default 200)');
+  addNatsFlags(cmd).action(async (flags: EngineSimFlags) => {
+    const logger = createLogger({ level: flags.logLevel ?? 'info', name: 'engine-sim' });
+    const handle = await startEngineSim({ ...engineSimOptionsFromFlags(flags), logger });
+    let agent: AgentHandle | undefined;
+    let bus: NatsBus | undefined;
+    let registeredAs = '';
+    const natsUrl = flags.natsUrl;
+    if (natsUrl !== undefined) {
+      // An agent that cannot start must not leave the engine serving in a process that stays up.
+      try {
+        registeredAs = advertisedEngineUrl(flags.advertiseUrl, handle.url, '--host', logger).url;
+        const replicaId = flags.replicaId ?? `engine-sim-${handle.port}`;
+        bus = await NatsBus.connect({
+          servers: natsUrl,
+          prefix: flags.prefix,
+          logger,
+          name: replicaId,
+          security: natsSecurityOf(flags),
+        });
+        agent = await startAgent({
+          bus,
+          engineUrl: handle.url,
+          advertiseUrl: registeredAs,
+          replicaId,
+          pool: flags.pool ?? handle.servedModelName,
+          model: handle.servedModelName,
+          logger,
+          maxNumSeqs: flags.maxNumSeqs ?? 256,
+          ...(flags.heartbeatMs !== undefined ? { heartbeatIntervalMs: Number(flags.heartbeatMs) } : {}),
+        });
+      } catch (err) {
         await bus?.close();
         await handle.close();
-      }, logger);
-      setCode(ExitCode.OK);
-    });
+        throw err;
+      }
+    }
+    io.out(
+      `engine-sim ${handle.servedModelName} listening on ${handle.url}${agent ? ` (agent ${agent.agent.replicaId}, registered as ${registeredAs})` : ''}\n`,
+    );
+    stopOnSignals(async () => {
+      await agent?.stop();
+      await bus?.close();
+      await handle.close();
+    }, logger);
+    setCode(ExitCode.OK);
+  });
 }
