@@ -95,6 +95,7 @@ describe('issue 10: an API key belongs to one tenant', () => {
     const logger = { ...silentLogger, warn: (o: object | string) => void warnings.push(o) };
     const applier = new AdminEventApplier({
       trust: { kind: 'in-process' },
+      fleet: 'fairway',
       keys,
       tenants,
       sloClasses: new Set(),
@@ -123,6 +124,7 @@ describe('issue 10: an API key belongs to one tenant', () => {
     const tenants = new TenantDirectory();
     const applier = new AdminEventApplier({
       trust: { kind: 'in-process' },
+      fleet: 'fairway',
       keys: new KeyRing(tenants),
       tenants,
       sloClasses: new Set(),
