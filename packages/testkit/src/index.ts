@@ -1,8 +1,10 @@
 export { natsUrl, redisUrl, uniquePrefix } from './env.ts';
 export {
   freePort,
+  type RestartableRedisServer,
   startNatsServer,
   startRedisServer,
+  startRestartableRedisServer,
   type TestServer,
   TestServerError,
   waitForPort,

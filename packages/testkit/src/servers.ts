@@ -87,6 +87,59 @@ export async function startRedisServer(): Promise<TestServer> {
   return { url: `redis://127.0.0.1:${port}`, port, stop: () => stopProcess(child) };
 }
 
+/** A `redis-server` that can be restarted on the same port, keeping or losing its data. */
+export interface RestartableRedisServer extends TestServer {
+  /** Whether it persists with an append-only file (`appendfsync everysec`) in its temp directory. */
+  readonly aof: boolean;
+  /**
+   * Stops the server and starts it again on the same port: `SIGTERM` shuts it down as
+   * `SHUTDOWN` does (the AOF is flushed), `SIGKILL` crashes it (up to a second of AOF may be lost).
+   * Resolves once it accepts connections again; `downMs` is how long it stays down.
+   */
+  restart(options?: { readonly signal?: 'SIGTERM' | 'SIGKILL'; readonly downMs?: number }): Promise<void>;
+}
+
+/**
+ * Starts a `redis-server` on a free port with its working directory in a temp directory, with an
+ * append-only file (`aof: true`, `appendfsync everysec`) or no persistence at all, that a test can
+ * restart on the same port (clients reconnect to the same URL).
+ */
+export async function startRestartableRedisServer(options: {
+  readonly aof: boolean;
+}): Promise<RestartableRedisServer> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'fairway-redis-'));
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', ''];
+  args.push(...(options.aof ? ['--appendonly', 'yes', '--appendfsync', 'everysec'] : ['--appendonly', 'no']));
+  const start = async (): Promise<ChildProcess> => {
+    const c = startProcess('redis-server', args, 'apt-get install -y redis-server');
+    await waitForPort(port);
+    return c;
+  };
+  let child = await start();
+  const halt = async (signal: 'SIGTERM' | 'SIGKILL'): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    await new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
+      child.kill(signal);
+    });
+  };
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    aof: options.aof,
+    restart: async ({ signal = 'SIGTERM', downMs = 0 } = {}) => {
+      await halt(signal);
+      if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
+      child = await start();
+    },
+    stop: async () => {
+      await stopProcess(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
 /** Starts a throw-away `nats-server -js` with its JetStream store in a temp directory. */
 export async function startNatsServer(): Promise<TestServer> {
   const port = await freePort();
