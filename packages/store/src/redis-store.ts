@@ -273,6 +273,11 @@ export class RedisStore implements SchedulingStore {
     this.#epoch = epoch ?? proposal;
   }
 
+  /** The epoch this store works in; undefined until its first call claims it. */
+  get epoch(): string | undefined {
+    return this.#epoch;
+  }
+
   /**
    * Re-establishes the layout marker and the epoch after `STATE_LOST`: the first store to call
    * writes a new epoch, the others adopt it (the claim is `SET NX`).

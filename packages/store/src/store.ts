@@ -328,6 +328,13 @@ export interface SchedulingStore {
    * lost (memory). Optional like `requeue`.
    */
   adoptEpoch?(): Promise<void>;
+  /**
+   * The epoch this store instance works in, once known (undefined before its first call, and
+   * always for a store whose state cannot be lost). Dispatchers sharing one instance compare it
+   * with the epoch they last repaired for: one of them adopting a new epoch tells the others that
+   * the state they held was lost too.
+   */
+  readonly epoch?: string | undefined;
   /** Renews the owner's lease; everything it holds stays alive until `nowMs + leaseMs`. */
   renewOwner(owner: string, nowMs: number, leaseMs: number): Promise<void>;
   /**
