@@ -1,8 +1,10 @@
 export { natsUrl, redisUrl, uniquePrefix } from './env.ts';
 export {
   freePort,
+  type RedisSentinelGroup,
   type RestartableRedisServer,
   startNatsServer,
+  startRedisSentinelGroup,
   startRedisServer,
   startRestartableRedisServer,
   type TestServer,

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -138,6 +138,71 @@ export async function startRestartableRedisServer(options: {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** A Redis primary, one replica and one Sentinel monitoring them, each on its own free port. */
+export interface RedisSentinelGroup {
+  readonly primaryPort: number;
+  readonly replicaPort: number;
+  readonly sentinelPort: number;
+  /** The name the sentinel monitors the primary under. */
+  readonly name: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a primary, a replica of it and a Sentinel (`redis-server --sentinel`, quorum 1, down
+ * after 1 s) on free ports, their files in a temp directory; resolves once the replica is in sync
+ * and the sentinel knows it (so `SENTINEL FAILOVER` can promote it).
+ */
+export async function startRedisSentinelGroup(name = 'fairway'): Promise<RedisSentinelGroup> {
+  const dir = mkdtempSync(join(tmpdir(), 'fairway-sentinel-'));
+  const hint = 'apt-get install -y redis-server';
+  const [primaryPort, replicaPort, sentinelPort] = [await freePort(), await freePort(), await freePort()];
+  const base = (port: number) => ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', ''];
+  const children: ChildProcess[] = [];
+  const stop = async (): Promise<void> => {
+    for (const c of children.reverse()) await stopProcess(c);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    children.push(startProcess('redis-server', [...base(primaryPort), '--dbfilename', 'primary.rdb'], hint));
+    await waitForPort(primaryPort);
+    children.push(
+      startProcess(
+        'redis-server',
+        [
+          ...base(replicaPort),
+          '--dbfilename',
+          'replica.rdb',
+          '--replicaof',
+          '127.0.0.1',
+          String(primaryPort),
+        ],
+        hint,
+      ),
+    );
+    await waitForPort(replicaPort);
+    const conf = join(dir, 'sentinel.conf');
+    writeFileSync(
+      conf,
+      [
+        `port ${sentinelPort}`,
+        'bind 127.0.0.1',
+        `dir ${dir}`,
+        `sentinel monitor ${name} 127.0.0.1 ${primaryPort} 1`,
+        `sentinel down-after-milliseconds ${name} 1000`,
+        `sentinel failover-timeout ${name} 5000`,
+        '',
+      ].join('\n'),
+    );
+    children.push(startProcess('redis-server', [conf, '--sentinel'], hint));
+    await waitForPort(sentinelPort);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { primaryPort, replicaPort, sentinelPort, name, stop };
 }
 
 /** Starts a throw-away `nats-server -js` with its JetStream store in a temp directory. */
