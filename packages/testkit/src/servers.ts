@@ -65,6 +65,8 @@ function startProcess(bin: string, args: string[], installHint: string): ChildPr
 
 async function stopProcess(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
+  // Referenced while it stops, so a script (not only a test runner) waits for it.
+  child.ref();
   await new Promise<void>((resolve) => {
     child.once('exit', () => resolve());
     child.kill('SIGTERM');
@@ -119,6 +121,8 @@ export async function startRestartableRedisServer(options: {
   let child = await start();
   const halt = async (signal: 'SIGTERM' | 'SIGKILL'): Promise<void> => {
     if (child.exitCode !== null || child.signalCode !== null) return;
+    // Referenced while it stops: nothing else may keep this process's event loop alive.
+    child.ref();
     await new Promise<void>((resolve) => {
       child.once('exit', () => resolve());
       child.kill(signal);
