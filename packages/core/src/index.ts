@@ -20,6 +20,8 @@ export {
   type PolicyConfig,
   parseConfig,
   policyConfigSchema,
+  type RedisSentinelConfig,
+  redisSentinelConfigSchema,
   type ScalingConfig,
   type ServerConfig,
   scalingConfigSchema,

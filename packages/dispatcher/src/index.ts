@@ -33,7 +33,12 @@ export {
   type RuntimeSubmit,
   type WaitOutcome,
 } from './gateway-runtime.ts';
-export { connectInfrastructure, type Infrastructure, type InfrastructureOptions } from './infrastructure.ts';
+export {
+  connectInfrastructure,
+  type Infrastructure,
+  type InfrastructureOptions,
+  type RedisSentinelSettings,
+} from './infrastructure.ts';
 export {
   LeaderLease,
   type LeaderLeaseOptions,

@@ -3,8 +3,12 @@ export { type LogLine, RecordingLogger } from './recording-logger.ts';
 export {
   freePort,
   type NatsServerOptions,
+  type RedisSentinelGroup,
+  type RestartableRedisServer,
   startNatsServer,
+  startRedisSentinelGroup,
   startRedisServer,
+  startRestartableRedisServer,
   type TestServer,
   TestServerError,
   waitForPort,
