@@ -1,7 +1,7 @@
-import { estimateChatTokens, estimateTextTokens, type RequestDescriptor, type SloClass } from '@fairway/core';
+import { countPromptTokens, type RequestDescriptor, type SloClass, type TokenCounter } from '@fairway/core';
 import type { Principal } from './auth.ts';
 import { ApiError } from './errors.ts';
-import { type ChatCompletionBody, type CompletionBody, messageText } from './openai-schemas.ts';
+import type { ChatCompletionBody, CompletionBody } from './openai-schemas.ts';
 import type { FairwayHeaderValues } from './request-headers.ts';
 
 /** Which OpenAI endpoint a request came in on. */
@@ -32,15 +32,33 @@ export interface DescribeInput {
   readonly defaultSloClass: string;
   /** Output cap injected when the client gives none, tokens. */
   readonly defaultMaxTokens: number;
+  /** The pool's tokenizer, when one is configured (see {@link PoolTokenizer}). */
+  readonly tokenizer?: PoolTokenizer | undefined;
 }
 
-function promptTokens(endpoint: Endpoint, body: ChatCompletionBody | CompletionBody): number {
-  if (endpoint === 'chat') {
-    const messages = (body as ChatCompletionBody).messages;
-    return Math.max(1, estimateChatTokens(messages.map((m) => messageText(m.content))));
-  }
-  const prompt = (body as CompletionBody).prompt;
-  return Math.max(1, estimateTextTokens(typeof prompt === 'string' ? prompt : (prompt[0] ?? '')));
+/**
+ * A pool's real tokenizer and the largest prompt it is used for: tokenizing costs about 5 µs per
+ * character in JavaScript, so a prompt whose estimate is above `maxTokens` is counted by the
+ * estimate instead (it still pays its estimated tokens against limits and reservations).
+ */
+export interface PoolTokenizer {
+  readonly counter: TokenCounter;
+  readonly maxTokens: number;
+}
+
+/**
+ * Prompt tokens as admission, token limits and the engine reservation count them: the estimate of
+ * every field the engine tokenizes (`countPromptTokens` in core), or the pool's tokenizer over the
+ * approximately rendered chat template when one is configured and the prompt is not too large.
+ */
+export function promptTokens(
+  endpoint: Endpoint,
+  body: ChatCompletionBody | CompletionBody,
+  tokenizer?: PoolTokenizer,
+): number {
+  const estimate = countPromptTokens(endpoint, body);
+  if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
+  return countPromptTokens(endpoint, body, tokenizer.counter);
 }
 
 /**
@@ -82,7 +100,7 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
     tenant: principal.tenant,
     model: body.model,
     sloClass,
-    inputTokens: promptTokens(input.endpoint, body),
+    inputTokens: promptTokens(input.endpoint, body, input.tokenizer),
     maxTokens,
     arrivalMs: input.arrivalMs,
     ...((principal.app ?? headers.app) !== undefined ? { app: principal.app ?? headers.app } : {}),
