@@ -97,9 +97,9 @@ export const poolSchema = z
         path: z.string().min(1),
         /**
          * Prompts estimated above this many tokens are counted by the estimate instead (tokenizing
-         * in JavaScript costs about 5 µs per character on the request path). @default 8192
+         * in JavaScript costs about 5 µs per character on the request path). @default 2048
          */
-        maxPromptTokens: z.number().int().positive().default(8192),
+        maxPromptTokens: z.number().int().positive().default(2048),
       })
       .strict()
       .optional(),

@@ -246,9 +246,11 @@ for (const [engineName, tokenizer] of [
       for (const kind of Object.keys(KINDS) as Kind[]) {
         const errs: number[] = [];
         let t = 0;
+        let engineTotal = 0;
         for (const s of samples) {
           if (s.kind !== kind) continue;
           const engine = usage.get(s) ?? 0;
+          engineTotal += engine;
           const t0 = performance.now();
           const mine = count(s);
           t += performance.now() - t0;
@@ -256,7 +258,7 @@ for (const [engineName, tokenizer] of [
         }
         const mean = errs.reduce((a, b) => a + b, 0) / errs.length;
         rows.push(
-          `| ${engineName} | ${admissionName} | ${kind} | ${pct(mean)} | ${pct(quantile(errs, 0.5))} | ${pct(quantile(errs.map(Math.abs), 0.95))} | ${((1000 * t) / errs.length).toFixed(0)} |`,
+          `| ${engineName} | ${admissionName} | ${kind} | ${Math.round(engineTotal / errs.length)} | ${pct(mean)} | ${pct(quantile(errs, 0.5))} | ${pct(quantile(errs.map(Math.abs), 0.95))} | ${((1000 * t) / errs.length).toFixed(0)} |`,
         );
       }
     }

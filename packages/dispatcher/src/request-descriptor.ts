@@ -65,9 +65,10 @@ export function promptTokens(
  * Builds the scheduler's descriptor of a validated request (DESIGN.md request path, steps 1–2):
  * the tenant from the key; the app from the key, else `x-fairway-app` (a key bound to an app
  * may not claim another: 403); the user and interaction from headers; the SLO class from
- * `x-fairway-slo-class`, else the key's or tenant's default; input tokens estimated the way the
- * engine-sim and the settle step count them; the output cap from `max_completion_tokens` or
- * `max_tokens`, else injected so the reservation bounds what the engine may generate.
+ * `x-fairway-slo-class`, else the key's or tenant's default; input tokens by {@link promptTokens}
+ * (every field the engine tokenizes; the engine's usage settles them); the output cap from
+ * `max_completion_tokens` or `max_tokens`, else injected so the reservation bounds what the
+ * engine may generate.
  */
 export function describeRequest(input: DescribeInput): DescribedRequest {
   const { body, principal, headers } = input;
