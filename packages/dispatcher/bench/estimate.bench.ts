@@ -271,7 +271,7 @@ console.log(
   `${PER_KIND} requests per kind, seed ${args.seed}; error = (admission − engine usage.prompt_tokens) / engine\n`,
 );
 console.log(
-  '| engine counts with | admission counts with | kind | mean error | median error | p95 abs error | µs per count |',
+  '| engine counts with | admission counts with | kind | mean engine tokens | mean error | median error | p95 abs error | µs per count |',
 );
-console.log('|---|---|---|---|---|---|---|');
+console.log('|---|---|---|---|---|---|---|---|');
 for (const r of rows) console.log(r);
