@@ -132,7 +132,7 @@ describe('admission counts tools, content parts and unknown fields', () => {
         seen = (await s.store.reserved(s.replicas[0]!)).tokens;
         return seen > 0;
       },
-      HELD_MS,
+      15_000,
       'the reservation',
     );
     controller.abort();
@@ -198,7 +198,7 @@ describe('a pool with a tokenizer.json counts prompts with it', () => {
         seen = (await s.store.reserved(s.replicas[0]!)).tokens;
         return seen > 0;
       },
-      HELD_MS,
+      15_000,
       'the reservation',
     );
     controller.abort();
