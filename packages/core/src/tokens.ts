@@ -32,14 +32,14 @@ export const TOKENS_PER_TOOL = 8;
  * 2,880, Qwen2-VL about 1 per 28×28 pixels), an audio clip 750 (Whisper-style encoders: 30 s),
  * a video 4,096. Any other part type is counted by its JSON text.
  */
-export const MEDIA_PART_TOKENS: Readonly<Record<string, number>> = {
-  image_url: 1024,
-  input_image: 1024,
-  image_embeds: 1024,
-  input_audio: 750,
-  audio_url: 750,
-  video_url: 4096,
-};
+export const MEDIA_PART_TOKENS: ReadonlyMap<string, number> = new Map([
+  ['image_url', 1024],
+  ['input_image', 1024],
+  ['image_embeds', 1024],
+  ['input_audio', 750],
+  ['audio_url', 750],
+  ['video_url', 4096],
+]);
 
 /** Most non-text content parts one request may carry (the dispatcher refuses more: 400). */
 export const MAX_MEDIA_PARTS = 32;
@@ -73,7 +73,7 @@ function isObject(v: unknown): v is Json {
 /** Prompt tokens of a non-text part's media (a fixed cost per kind) or JSON text (anything else). */
 function partTokens(part: Json, counter: TokenCounter | undefined): number {
   const type = typeof part.type === 'string' ? part.type : '';
-  const media = MEDIA_PART_TOKENS[type];
+  const media = MEDIA_PART_TOKENS.get(type);
   if (media !== undefined) return media;
   const text = JSON.stringify(part) ?? '';
   return counter === undefined ? Math.ceil(text.length / JSON_CHARS_PER_TOKEN) : counter.count(text);

@@ -73,8 +73,16 @@ describe('countPromptTokens (admission, TPM limits and reservations)', () => {
         },
       ],
     });
-    expect(estimateChatPromptTokens(image(10))).toBe(base + MEDIA_PART_TOKENS.image_url!);
-    expect(estimateChatPromptTokens(image(3_000_000))).toBe(base + MEDIA_PART_TOKENS.image_url!);
+    expect(estimateChatPromptTokens(image(10))).toBe(base + MEDIA_PART_TOKENS.get('image_url')!);
+    expect(estimateChatPromptTokens(image(3_000_000))).toBe(base + MEDIA_PART_TOKENS.get('image_url')!);
+  });
+
+  it('counts a part whose type names an Object property by its JSON, never as NaN', () => {
+    for (const type of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) {
+      const n = estimateChatPromptTokens({ messages: [{ role: 'user', content: [{ type, text: 1 }] }] });
+      expect(Number.isInteger(n)).toBe(true);
+      expect(n).toBeGreaterThan(2 * TOKENS_PER_MESSAGE);
+    }
   });
 
   it('counts with a tokenizer over the rendered template when one is given', () => {

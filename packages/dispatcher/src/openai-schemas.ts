@@ -179,7 +179,7 @@ const common = {
 function mediaParts(messages: readonly z.infer<typeof chatMessageSchema>[]): number {
   let n = 0;
   for (const m of messages)
-    if (Array.isArray(m.content)) for (const p of m.content) if (MEDIA_PART_TOKENS[p.type] !== undefined) n++;
+    if (Array.isArray(m.content)) for (const p of m.content) if (MEDIA_PART_TOKENS.has(p.type)) n++;
   return n;
 }
 

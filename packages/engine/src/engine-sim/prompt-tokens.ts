@@ -10,14 +10,14 @@ import type { ChatRequest, CompletionRequest } from './request-schema.ts';
  */
 
 /** Encoder tokens per media part the simulated model reports (LLaVA-1.5 at 336 px: 576 per image). */
-export const SIM_MEDIA_TOKENS: Readonly<Record<string, number>> = {
-  image_url: 576,
-  input_image: 576,
-  image_embeds: 576,
-  input_audio: 750,
-  audio_url: 750,
-  video_url: 2304,
-};
+export const SIM_MEDIA_TOKENS: ReadonlyMap<string, number> = new Map([
+  ['image_url', 576],
+  ['input_image', 576],
+  ['image_embeds', 576],
+  ['input_audio', 750],
+  ['audio_url', 750],
+  ['video_url', 2304],
+]);
 
 /** Special tokens (`<s>`, `</s>`) the template adds, not tokenized from text. */
 const BOS_EOS = 2;
@@ -81,7 +81,7 @@ function textOf(m: Message): string {
 function mediaTokens(m: Message): number {
   if (!Array.isArray(m.content)) return 0;
   let n = 0;
-  for (const p of m.content) n += SIM_MEDIA_TOKENS[p.type] ?? 0;
+  for (const p of m.content) n += SIM_MEDIA_TOKENS.get(p.type) ?? 0;
   return n;
 }
 
