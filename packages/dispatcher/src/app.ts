@@ -16,6 +16,7 @@ import { GatewayMetrics } from './gateway-metrics.ts';
 import { GatewayRuntime } from './gateway-runtime.ts';
 import { useStrictJsonBodies } from './json-body.ts';
 import type { LeaseBackend } from './leader-lease.ts';
+import { loadPoolTokenizers } from './pool-tokenizers.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { healthRoutes, metricsRoute } from './routes/ops.ts';
@@ -172,6 +173,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     logger,
   });
   let stopAdmin: Unsubscribe | undefined;
+  const tokenizers = loadPoolTokenizers(deps.config);
   const ctx: CompletionContext = {
     runtime,
     replicas,
@@ -183,6 +185,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     defaultSloClass,
     cost: scheduling.cost,
     poolFor,
+    tokenizerFor: (pool) => tokenizers.get(pool),
     swapTargets: new Set(
       scheduling.planner !== undefined && deps.config.policy.control.swap
         ? deps.config.policy.control.swappable
