@@ -378,6 +378,23 @@ export const redisSentinelConfigSchema = z
   })
   .strict();
 
+/** OpenTelemetry tracing of requests (the standard `OTEL_*` environment variables also apply). */
+export const tracingConfigSchema = z
+  .object({
+    /** Export a trace per request. `OTEL_SDK_DISABLED=true` turns it off regardless. @default false */
+    enabled: z.boolean().default(false),
+    /** Fraction of new traces sampled (a client's sampled parent is followed); `OTEL_TRACES_SAMPLER` wins. @default 1 */
+    sampleRatio: z.number().min(0).max(1).default(1),
+  })
+  .strict();
+
+/** Telemetry beyond Prometheus metrics. */
+export const telemetryConfigSchema = z
+  .object({
+    tracing: tracingConfigSchema.default(tracingConfigSchema.parse({})),
+  })
+  .strict();
+
 /** The shared store: how dispatchers reach Redis when no `REDIS_URL` / `REDIS_SENTINELS` is given. */
 export const storeConfigSchema = z
   .object({
@@ -405,6 +422,8 @@ export const fairwayConfigSchema = z
     bus: busConfigSchema.default({ nats: {}, operatorPublicKeyFiles: [] }),
     /** Redis through Sentinel (see {@link storeConfigSchema}). */
     store: storeConfigSchema.default({}),
+    /** OpenTelemetry tracing (see {@link telemetryConfigSchema}). */
+    telemetry: telemetryConfigSchema.default(telemetryConfigSchema.parse({})),
   })
   .strict()
   .superRefine((cfg, ctx) => {

@@ -27,6 +27,8 @@ export {
   scalingConfigSchema,
   serverConfigSchema,
   type TenantConfig,
+  telemetryConfigSchema,
+  tracingConfigSchema,
 } from './config.ts';
 export {
   type CostFunction,

@@ -3,11 +3,12 @@ import type { Socket } from 'node:net';
 import type { Bus, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger } from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
+import type { Tracer } from '@opentelemetry/api';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { AdminEventApplier, type AdminTrust, followAdminEvents } from './admin-events.ts';
 import { keyRingFromConfig } from './auth.ts';
 import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
-import { ARRIVED_AT, type CompletionContext, type TimedRequest } from './completion-handler.ts';
+import type { CompletionContext } from './completion-handler.ts';
 import { type DispatcherOptions, resolveDispatcherOptions } from './dispatcher-options.ts';
 import { type EngineFactory, EnginePool } from './engine-pool.ts';
 import { toApiError } from './error-mapping.ts';
@@ -18,11 +19,13 @@ import { useStrictJsonBodies } from './json-body.ts';
 import type { LeaseBackend } from './leader-lease.ts';
 import { loadPoolTokenizers } from './pool-tokenizers.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
+import { logAccess, RECORD, type RecordedRequest, RequestRecord, requestIdOf } from './request-record.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { healthRoutes, metricsRoute } from './routes/ops.ts';
 import { schedulingFromConfig } from './scheduling-config.ts';
 import { TenantDirectory } from './tenant-directory.ts';
 import { TimedStore } from './timed-store.ts';
+import { extractTraceContext, RequestTrace } from './tracing.ts';
 
 /** What a dispatcher is built from: everything with I/O or time is injected. */
 export interface DispatcherDeps {
@@ -48,6 +51,8 @@ export interface DispatcherDeps {
   readonly lease?: LeaseBackend;
   /** Which admin events on the bus this dispatcher applies (see {@link adminTrustOf}). */
   readonly adminTrust: AdminTrust;
+  /** Traces requests (see `startTracing`). @default none: no span is built */
+  readonly tracer?: Tracer | undefined;
 }
 
 /** A built dispatcher: the fastify apps (not listening) and their parts, for tests and tools. */
@@ -97,8 +102,10 @@ function capConnectionsPerIp(app: FastifyInstance, limit: number): void {
  * status (no stack traces); 5xx are logged.
  */
 function answerErrorsAsOpenAi(app: FastifyInstance, routes: Record<string, string>, logger: Logger): void {
-  app.setErrorHandler((err, _request, reply) => {
+  app.setErrorHandler((err, request: RecordedRequest, reply) => {
     const api = toApiError(err);
+    const record = request[RECORD];
+    if (record !== undefined) record.outcome ??= api.kind;
     if (api.status >= 500)
       logger.error({ err: err instanceof Error ? err.message : String(err) }, 'request failed');
     if (api.retryAfterS !== undefined) void reply.header('retry-after', String(api.retryAfterS));
@@ -174,6 +181,10 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   let stopAdmin: Unsubscribe | undefined;
   const tokenizers = loadPoolTokenizers(deps.config);
+  const newId = deps.newId ?? (() => `fw-${randomUUID()}`);
+  const tracer = deps.tracer;
+  // One line per request, on its own logger so operators can route or silence it.
+  const access = deps.logger.child({ log: 'access', dispatcher: deps.id });
   const ctx: CompletionContext = {
     runtime,
     replicas,
@@ -193,7 +204,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     ),
     clock: deps.clock,
     timer: deps.timer,
-    newId: deps.newId ?? (() => `fw-${randomUUID()}`),
+    newId,
     logger,
   };
 
@@ -202,6 +213,8 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const app = Fastify({
     bodyLimit: options.bodyLimitBytes,
     logger: false,
+    // The client's x-request-id when sane, else a new one: returned on every response (below).
+    genReqId: (raw) => requestIdOf(raw.headers, newId),
     return503OnClosing: true,
     // A client must send its whole request (headers and body) in time, or gets a 408 and loses the
     // connection: without it a client sending headers and a trickle of body held its socket for
@@ -226,17 +239,43 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   useStrictJsonBodies(app);
   // Requests in flight, so closing can wait for them and then drop every socket left: clients
   // may hold idle or never-used keep-alive connections that would otherwise keep the server open.
-  const inflight = new Set<string>();
-  const settled = (id: string): void => {
-    inflight.delete(id);
+  // (By record: a client's x-request-id need not be unique.)
+  const inflight = new Set<RequestRecord>();
+  const settled = (record: RequestRecord | undefined): void => {
+    if (record !== undefined) inflight.delete(record);
   };
-  app.addHook('onRequest', async (request: TimedRequest, reply) => {
-    request[ARRIVED_AT] = deps.timer.now();
+  app.addHook('onRequest', async (request: RecordedRequest, reply) => {
+    const arrivedAt = deps.timer.now();
+    // On the raw response, so hijacked (streamed) and error answers carry it too.
+    reply.raw.setHeader('x-request-id', request.id);
+    const route = request.routeOptions.url;
+    const trace =
+      tracer === undefined
+        ? undefined
+        : new RequestTrace(
+            tracer,
+            route === undefined ? request.method : `${request.method} ${route}`,
+            extractTraceContext(request.headers),
+            {
+              'http.request.method': request.method,
+              'url.path': request.url.split('?')[0] ?? '',
+              ...(route === undefined ? {} : { 'http.route': route }),
+              'fairway.request_id': request.id,
+            },
+          );
+    const record = new RequestRecord(arrivedAt, trace);
+    request[RECORD] = record;
+    inflight.add(record);
+    reply.raw.once('close', () => {
+      settled(record);
+      const finished = reply.raw.writableFinished;
+      const status = reply.raw.statusCode;
+      trace?.end(status, finished);
+      logAccess(access, request, record, status, finished, deps.timer.now());
+    });
     checkHost(request);
-    inflight.add(request.id);
-    reply.raw.once('close', () => settled(request.id));
   });
-  app.addHook('onResponse', async (request) => settled(request.id));
+  app.addHook('onResponse', async (request: RecordedRequest) => settled(request[RECORD]));
   app.addHook('onReady', async () => {
     // Operator changes first, so the first request sees the same tenants and keys as every dispatcher.
     stopAdmin = await followAdminEvents(deps.bus, admin);

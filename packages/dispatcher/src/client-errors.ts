@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from './errors.ts';
@@ -5,7 +6,8 @@ import { ApiError } from './errors.ts';
 /**
  * A request Node's HTTP parser refused before fastify saw it (bad request line, bare CR or LF,
  * NUL bytes, conflicting framing, oversized headers): answered with an OpenAI-shaped error, as
- * every other error is, and the connection closed — its framing cannot be trusted.
+ * every other error is, with a new `x-request-id`, and the connection closed — its framing cannot
+ * be trusted.
  */
 export function answerClientError(err: Error & { code?: string }, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
@@ -19,7 +21,7 @@ export function answerClientError(err: Error & { code?: string }, socket: Socket
   if (socket.writable)
     socket.write(
       `HTTP/1.1 ${api.status} ${api.status === 431 ? 'Request Header Fields Too Large' : api.status === 408 ? 'Request Timeout' : 'Bad Request'}\r\n` +
-        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: fw-${randomUUID()}\r\nConnection: close\r\n\r\n${body}`,
     );
   socket.destroy();
 }

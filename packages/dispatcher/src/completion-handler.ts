@@ -1,5 +1,6 @@
 import type { Clock, CostFunction, Logger, SloClass } from '@fairway/core';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import { type Span, SpanKind } from '@opentelemetry/api';
+import type { FastifyReply } from 'fastify';
 import type { KeyRing } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
@@ -18,6 +19,7 @@ import {
 import type { RegistryReplicaSource } from './replica-source.ts';
 import { describeRequest, type Endpoint, type PoolTokenizer } from './request-descriptor.ts';
 import { bearerToken, readFairwayHeaders } from './request-headers.ts';
+import { RECORD, type RecordedRequest, RequestRecord } from './request-record.ts';
 import { proxyResumable } from './resumable-proxy.ts';
 
 /** What the completion routes share (built once per dispatcher). */
@@ -48,12 +50,6 @@ export interface CompletionContext {
   readonly logger: Logger;
 }
 
-/** Monotonic ms at which the request arrived (set by the app's `onRequest` hook). */
-export const ARRIVED_AT = Symbol('fairway.arrivedAt');
-
-/** A request carrying its arrival time. */
-export type TimedRequest = FastifyRequest & { [ARRIVED_AT]?: number };
-
 /**
  * Serves `POST /v1/chat/completions` and `POST /v1/completions` along DESIGN.md's request path:
  * authenticate, validate, describe, admit and enqueue (one store round trip), hold until a replica
@@ -62,10 +58,14 @@ export type TimedRequest = FastifyRequest & { [ARRIVED_AT]?: number };
 export async function handleCompletion(
   ctx: CompletionContext,
   endpoint: Endpoint,
-  request: TimedRequest,
+  request: RecordedRequest,
   reply: FastifyReply,
 ): Promise<void> {
-  const arrivedAt = request[ARRIVED_AT] ?? ctx.timer.now();
+  const record = request[RECORD] ?? new RequestRecord(ctx.timer.now(), undefined);
+  const arrivedAt = record.arrivedAt;
+  const tr = record.trace;
+  // Authentication, validation and admission (closed with the response if they throw).
+  const admission = tr?.child('fairway.admission');
   // The client may leave at any time: a queued request leaves the queue, a running one is aborted.
   const gone = new AbortController();
   // …and the engine call also stops when the request is evicted (one controller, not
@@ -83,14 +83,18 @@ export async function handleCompletion(
     throw new ApiError('MISSING_API_KEY', 'missing API key: send "Authorization: Bearer <key>"');
   const principal = ctx.keys.authenticate(key);
   if (principal === undefined) throw new ApiError('INVALID_API_KEY', 'invalid API key');
+  record.tenant = principal.tenant;
   const headers = readFairwayHeaders(request.headers);
   refuseUnknownFields(request.body, endpoint === 'chat' ? CHAT_FIELDS : COMPLETION_FIELDS);
   const parsed = (endpoint === 'chat' ? chatCompletionSchema : completionSchema).safeParse(request.body);
   if (!parsed.success) throw validationError(parsed.error);
   const pool = ctx.poolFor(parsed.data.model);
 
+  record.model = parsed.data.model;
+
   const described = describeRequest({
-    id: ctx.newId(),
+    // The request id when fairway made it; a client's own id need not be unique in the fleet.
+    id: request.headers['x-request-id'] === request.id ? ctx.newId() : request.id,
     endpoint,
     body: parsed.data,
     principal,
@@ -102,6 +106,19 @@ export async function handleCompletion(
     tokenizer: pool === undefined ? undefined : ctx.tokenizerFor(pool),
   });
   const req = described.descriptor;
+  if (req.id !== request.id) record.schedulerId = req.id;
+  record.inputTokens = req.inputTokens;
+  if (tr?.recording === true) {
+    const attrs = {
+      'gen_ai.operation.name': endpoint === 'chat' ? 'chat' : 'text_completion',
+      'gen_ai.request.model': req.model,
+      'gen_ai.request.max_tokens': req.maxTokens,
+      'fairway.tenant': req.tenant,
+      'fairway.slo_class': req.sloClass,
+    };
+    tr.server.setAttributes(attrs);
+    admission?.setAttributes({ ...attrs, 'gen_ai.usage.input_tokens': req.inputTokens });
+  }
   const m = ctx.metrics;
   const tenant = m.tenantLabel(req.tenant);
   if (pool === undefined)
@@ -131,6 +148,7 @@ export async function handleCompletion(
   }
   m.requests.inc({ tenant, outcome: 'admitted' });
   const ticket = sub.ticket;
+  tr?.close(admission);
 
   if (request.raw.socket?.destroyed === true) leave();
   ticket.evicted.signal.addEventListener('abort', () => stop.abort(), { once: true });
@@ -140,7 +158,9 @@ export async function handleCompletion(
   // Why the last engine call failed, when it is being retried on another replica.
   let failure: ApiError | undefined;
   for (let attempt = 1; result === undefined; attempt++) {
+    const queue = tr === undefined ? undefined : queueSpan(ctx, record, req, attempt);
     const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone.signal);
+    tr?.close(queue);
     if (waited !== 'dispatched') {
       if (waited === 'timeout') {
         m.requests.inc({ tenant, outcome: failure === undefined ? 'timed_out' : 'failed' });
@@ -149,14 +169,27 @@ export async function handleCompletion(
       if (waited === 'shutdown')
         throw new ApiError('NOT_READY', 'this dispatcher is shutting down; retry', { retryAfterS: 1 });
       m.requests.inc({ tenant, outcome: 'cancelled' });
+      record.outcome = 'cancelled';
       reply.hijack();
       reply.raw.destroy();
       return;
     }
     if (attempt === 1) m.queueWait.observe({ slo_class: req.sloClass }, ticket.queueMs() / 1000);
+    record.queueMs = Math.round(ticket.queueMs() * 10) / 10;
     const retry = attempt < attempts ? () => ctx.runtime.retry(ticket) : undefined;
     const replica = ticket.replica ?? '';
+    record.replica = replica;
     const url = ctx.replicas.urlOf(replica);
+    const engineAddress = url === undefined ? undefined : hostOf(url);
+    if (tr !== undefined) {
+      const dispatch = tr.child('fairway.dispatch');
+      if (dispatch.isRecording()) {
+        dispatch.setAttributes({ 'fairway.replica': replica, 'fairway.attempt': attempt });
+        if (engineAddress !== undefined) dispatch.setAttribute('server.address', engineAddress);
+        tr.server.setAttribute('fairway.replica', replica);
+      }
+      tr.close(dispatch);
+    }
     if (url === undefined) {
       failure = new ApiError('NO_REPLICA', 'the replica chosen for this request left the fleet; retry', {
         retryAfterS: 1,
@@ -175,6 +208,8 @@ export async function handleCompletion(
       timer: ctx.timer,
       arrivedAt,
       retry,
+      trace: tr,
+      engineAddress,
     };
     const r = ctx.runtime.resumable
       ? // The control plane may evict it: resume on the next replica rather than fail.
@@ -219,9 +254,43 @@ export async function handleCompletion(
     result = r;
   }
   m.requests.inc({ tenant, outcome: result.outcome });
+  record.outcome = result.outcome;
+  record.outputTokens = result.usage.outputTokens;
+  record.inputTokens = result.usage.inputTokens;
+  if (result.firstByteMs !== undefined) record.ttftMs = Math.round(result.firstByteMs * 10) / 10;
+  if (tr?.recording === true)
+    tr.server.setAttributes({
+      'gen_ai.usage.input_tokens': result.usage.inputTokens,
+      'gen_ai.usage.output_tokens': result.usage.outputTokens,
+    });
   m.service.inc({ tenant }, ctx.cost.cost(result.usage.inputTokens, result.usage.outputTokens));
   if (result.firstByteMs !== undefined) {
     m.ttft.observe({ slo_class: req.sloClass }, result.firstByteMs / 1000);
     m.overhead.observe({ stream: described.stream ? 'true' : 'false' }, result.overheadMs / 1000);
   }
+}
+
+/** `host:port` of an engine URL (the engine span's `server.address`). */
+function hostOf(url: string): string {
+  const i = url.indexOf('://');
+  return url.slice(i < 0 ? 0 : i + 3).replace(/\/.*$/, '');
+}
+
+/** The queue-wait span of a dispatch attempt, with the flow and band the fairness decision uses. */
+function queueSpan(
+  ctx: CompletionContext,
+  record: RequestRecord,
+  req: { tenant: string; app?: string | undefined; sloClass: string },
+  attempt: number,
+): Span | undefined {
+  const tr = record.trace;
+  if (tr === undefined) return undefined;
+  const span = tr.child('fairway.queue', SpanKind.INTERNAL);
+  if (span.isRecording())
+    span.setAttributes({
+      'fairway.flow': req.app === undefined ? req.tenant : `${req.tenant}/${req.app}`,
+      'fairway.band': ctx.sloClasses.get(req.sloClass)?.band ?? 0,
+      'fairway.attempt': attempt,
+    });
+  return span;
 }

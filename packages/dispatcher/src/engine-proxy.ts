@@ -1,18 +1,19 @@
 import type { ServerResponse } from 'node:http';
 import type { Clock, Usage } from '@fairway/core';
 import type { CompletionEndpoint, Engine, EngineStream } from '@fairway/engine';
+import { type Span, SpanKind } from '@opentelemetry/api';
 import { engineApiError, isReplicaFailure } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
 import type { DescribedRequest } from './request-descriptor.ts';
 import type { Ticket } from './ticket.ts';
+import { injectTraceContext, type RequestTrace } from './tracing.ts';
 import { UsageChunkFilter } from './usage-chunk-filter.ts';
 
-/** Timing headers fairway adds to every proxied response. */
+/** Timing headers fairway adds to every proxied response (`x-request-id` is on every response already). */
 export interface TimingHeaders {
   'x-fairway-overhead-ms': string;
   'x-fairway-queue-ms': string;
-  'x-request-id': string;
 }
 
 /** What the proxy needs for one dispatched request. */
@@ -34,6 +35,10 @@ export interface ProxyCall {
    * dispatched again — the proxy then neither settles nor answers. Absent: no retry.
    */
   readonly retry?: (() => Promise<boolean>) | undefined;
+  /** The request's spans (tracing on): the engine call, stream and settle are traced under it. */
+  readonly trace?: RequestTrace | undefined;
+  /** The engine's `host:port`, for the engine span's `server.address`. */
+  readonly engineAddress?: string | undefined;
 }
 
 /** What happened, for metrics and logs. */
@@ -54,8 +59,56 @@ export function timingHeaders(call: ProxyCall, overheadMs: number): TimingHeader
   return {
     'x-fairway-overhead-ms': overheadMs.toFixed(3),
     'x-fairway-queue-ms': call.ticket.queueMs().toFixed(1),
-    'x-request-id': call.ticket.id,
   };
+}
+
+/**
+ * Opens the engine call's client span (GenAI conventions) when tracing, and the headers of the
+ * engine request: fairway's request id and, traced, the W3C `traceparent` of that span.
+ */
+export function openEngineCall(call: ProxyCall): { span: Span | undefined; headers: Record<string, string> } {
+  const headers: Record<string, string> = { 'x-request-id': call.ticket.id };
+  const tr = call.trace;
+  if (tr === undefined) return { span: undefined, headers };
+  const op = call.endpoint === 'chat' ? 'chat' : 'text_completion';
+  const req = call.ticket.req;
+  const span = tr.child(`${op} ${req.model}`, SpanKind.CLIENT);
+  if (span.isRecording())
+    span.setAttributes({
+      'gen_ai.operation.name': op,
+      'gen_ai.system': 'vllm',
+      'gen_ai.request.model': req.model,
+      'gen_ai.request.max_tokens': req.maxTokens,
+      'server.address': call.engineAddress ?? '',
+      'fairway.replica': call.ticket.replica ?? '',
+    });
+  injectTraceContext(span, headers);
+  return { span, headers };
+}
+
+/** Ends the engine span with the usage the engine reported (and its response id, when known). */
+export function closeEngineCall(
+  call: ProxyCall,
+  span: Span | undefined,
+  usage: Usage,
+  responseId?: unknown,
+): void {
+  if (span === undefined) return;
+  if (span.isRecording()) {
+    span.setAttributes({
+      'gen_ai.usage.input_tokens': usage.inputTokens,
+      'gen_ai.usage.output_tokens': usage.outputTokens,
+    });
+    if (typeof responseId === 'string') span.setAttribute('gen_ai.response.id', responseId);
+  }
+  call.trace?.close(span);
+}
+
+/** Settles a completed request with the store (`finish`), traced as `fairway.settle`. */
+export function settle(call: ProxyCall, usage: Usage): void {
+  const span = call.trace?.child('fairway.settle', SpanKind.INTERNAL, undefined, false);
+  const done = call.runtime.finish(call.ticket, usage);
+  if (span !== undefined) void done.finally(() => span.end());
 }
 
 function timing(call: ProxyCall, engineMs: number): { overheadMs: number; headers: TimingHeaders } {
@@ -72,13 +125,14 @@ export async function proxyCompletion(
   call: ProxyCall,
   send: (headers: TimingHeaders, body: Uint8Array) => void,
 ): Promise<ProxyResult> {
-  const { ticket, runtime } = call;
+  const { ticket } = call;
   const t0 = call.timer.now();
+  const engineCall = openEngineCall(call);
   let result: Awaited<ReturnType<Engine['complete']>>;
   try {
     result = await call.engine.complete(call.endpoint, call.described.forwardBody, {
       signal: call.signal,
-      headers: { 'x-request-id': ticket.id },
+      headers: engineCall.headers,
     });
   } catch (err) {
     return failedBeforeAnswer(call, err);
@@ -86,7 +140,8 @@ export async function proxyCompletion(
   const { overheadMs, headers } = timing(call, call.timer.now() - t0);
   send(headers, result.bytes);
   const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
-  void runtime.finish(ticket, usage);
+  closeEngineCall(call, engineCall.span, usage, result.body.id);
+  settle(call, usage);
   return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
 }
 
@@ -158,12 +213,13 @@ export async function proxyStream(
 ): Promise<ProxyResult> {
   const { ticket, runtime } = call;
   const t0 = call.timer.now();
+  const engineCall = openEngineCall(call);
   let stream: EngineStream;
   try {
     stream = await call.engine.stream(call.endpoint, call.described.forwardBody, {
       signal: call.signal,
       continuousUsage: call.described.wantsContinuousUsage,
-      headers: { 'x-request-id': ticket.id },
+      headers: engineCall.headers,
     });
   } catch (err) {
     return failedBeforeAnswer(call, err);
@@ -171,9 +227,13 @@ export async function proxyStream(
   const { overheadMs, headers } = timing(call, call.timer.now() - t0);
   const res = open(headers);
   const filter = call.described.wantsUsage ? undefined : new UsageChunkFilter();
+  const streaming = call.trace?.child('fairway.stream', SpanKind.INTERNAL, engineCall.span);
   let firstByteMs: number | undefined;
   const write = async (bytes: Uint8Array): Promise<void> => {
-    if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
+    if (firstByteMs === undefined) {
+      firstByteMs = call.timer.now() - call.arrivedAt;
+      streaming?.addEvent('gen_ai.first_token');
+    }
     if (!res.write(bytes)) await drained(res, call.signal);
   };
   runtime.meter(ticket, () => stream.completionTokens);
@@ -201,6 +261,8 @@ export async function proxyStream(
     inputTokens: u?.promptTokens ?? ticket.req.inputTokens,
     outputTokens: u?.completionTokens ?? stream.completionTokens,
   };
-  void runtime.finish(ticket, usage);
+  call.trace?.close(streaming);
+  closeEngineCall(call, engineCall.span, usage);
+  settle(call, usage);
   return { usage, overheadMs, firstByteMs, outcome: 'completed' };
 }

@@ -77,6 +77,8 @@ export const DispatcherErrorCode = {
   OPERATOR_KEY_INVALID: 'FAIRWAY_DISPATCHER_OPERATOR_KEY_INVALID',
   /** The operator listener (metrics) cannot listen where it is configured (port in use, foreign host). */
   OPERATOR_PORT_INVALID: 'FAIRWAY_DISPATCHER_OPERATOR_PORT_INVALID',
+  /** The tracing exporter is configured with a protocol fairway does not speak (`OTEL_EXPORTER_OTLP_PROTOCOL`). */
+  TRACING_INVALID: 'FAIRWAY_DISPATCHER_TRACING_INVALID',
 } as const;
 export type DispatcherErrorCode = (typeof DispatcherErrorCode)[keyof typeof DispatcherErrorCode];
 

@@ -64,4 +64,5 @@ export {
   startDispatcher,
 } from './start-dispatcher.ts';
 export { type LimitsScope, TenantDirectory, type TenantEntry } from './tenant-directory.ts';
+export { RequestTrace, startTracing, type TracingHandle, tracingEnabled } from './tracing.ts';
 export { UsageChunkFilter } from './usage-chunk-filter.ts';

@@ -2,7 +2,16 @@ import type { ServerResponse } from 'node:http';
 import type { Usage } from '@fairway/core';
 import type { CompletionBody, CompletionEndpoint, Engine, EngineStream, SseDataLine } from '@fairway/engine';
 import type { FastifyReply } from 'fastify';
-import { drained, type ProxyCall, type ProxyResult, sseError, timingHeaders } from './engine-proxy.ts';
+import {
+  closeEngineCall,
+  drained,
+  openEngineCall,
+  type ProxyCall,
+  type ProxyResult,
+  settle,
+  sseError,
+  timingHeaders,
+} from './engine-proxy.ts';
 import { engineApiError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 
@@ -252,12 +261,14 @@ export async function proxyResumable(call: ProxyCall, deps: ResumeDeps): Promise
       ? continuationBody(endpoint, described.forwardBody, answer.text, answer.before)
       : described.forwardBody;
     let stream: EngineStream | undefined;
+    // One engine span per run; a run cut short by an eviction is ended, failed, with the response.
+    const engineCall = openEngineCall(call);
     try {
       stream = await engine.stream(endpoint, body, {
         signal,
         continuousUsage: described.wantsContinuousUsage,
         headers: {
-          'x-request-id': ticket.id,
+          ...engineCall.headers,
           ...(resumed ? { 'x-fairway-resumed-tokens': String(answer.before) } : {}),
         },
         onLine: (l) => answer.line(l),
@@ -334,7 +345,8 @@ export async function proxyResumable(call: ProxyCall, deps: ResumeDeps): Promise
         .headers({ 'content-type': 'application/json', ...timingHeaders(call, overheadMs) })
         .send(text);
     }
-    void runtime.finish(ticket, usage);
+    closeEngineCall(call, engineCall.span, usage);
+    settle(call, usage);
     return { usage, overheadMs, firstByteMs, outcome: 'completed' };
   }
 }

@@ -4,12 +4,14 @@ import { performance } from 'node:perf_hooks';
 import { mergeNatsSecurity } from '@fairway/bus';
 import { type Clock, type FairwayConfig, type Logger, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
+import type { Tracer } from '@opentelemetry/api';
 import { adminTrustOf } from './admin-events.ts';
 import { buildDispatcher, type Dispatcher } from './app.ts';
 import type { EngineFactory } from './engine-pool.ts';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { connectInfrastructure, type Infrastructure } from './infrastructure.ts';
 import { newDispatcherId, type ServeSettings } from './serve-settings.ts';
+import { startTracing, type TracingHandle } from './tracing.ts';
 
 /** The real-time monotonic clock dispatchers time latencies with (ms, sub-ms resolution). */
 export const monotonicTimer: Clock = { now: () => performance.now() };
@@ -29,6 +31,13 @@ export interface StartDispatcherInput {
   readonly infrastructure?: Infrastructure;
   /** @default a `VllmClient` per engine URL */
   readonly engines?: EngineFactory;
+  /**
+   * Traces requests with this tracer (tests: an in-memory exporter). @default the OTLP exporter
+   * when `telemetry.tracing.enabled` or the `OTEL_*` environment turns tracing on, else none
+   */
+  readonly tracer?: Tracer;
+  /** Where the `OTEL_*` variables are read. @default the process environment */
+  readonly env?: Readonly<Record<string, string | undefined>>;
 }
 
 /** A listening dispatcher. */
@@ -74,7 +83,12 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
   const operatorPort = settings.operatorPort ?? config.server.operatorPort;
   const operatorHost = settings.operatorHost ?? config.server.operatorHost;
   let dispatcher: Dispatcher;
+  let tracing: TracingHandle | undefined;
   try {
+    tracing =
+      input.tracer === undefined
+        ? startTracing(config, input.env ?? process.env, logger)
+        : { tracer: input.tracer, shutdown: async () => undefined };
     const adminTrust = adminTrustOf(
       infrastructure.busKind,
       settings.operatorPublicKeyFiles ?? config.bus.operatorPublicKeyFiles,
@@ -92,9 +106,13 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
       timer: monotonicTimer,
       logger,
       options: settings.options,
+      tracer: tracing.tracer,
     });
+    const flushTraces = tracing.shutdown;
+    dispatcher.app.addHook('onClose', async () => flushTraces());
     await dispatcher.app.listen({ host: settings.host, port: settings.port });
   } catch (err) {
+    await tracing?.shutdown();
     if (owned) await infrastructure.close();
     throw err;
   }

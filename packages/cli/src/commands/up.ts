@@ -5,6 +5,7 @@ import {
   connectInfrastructure,
   type RunningDispatcher,
   type ServeOverrides,
+  type StartDispatcherInput,
   serveSettings,
   startDispatcher,
 } from '@fairway/dispatcher';
@@ -51,6 +52,8 @@ export interface UpOptions {
   /** @default the process environment */
   readonly env?: Readonly<Record<string, string | undefined>>;
   readonly logger?: Logger;
+  /** Traces the dispatcher's requests with this tracer (tests). @default from config and `OTEL_*` */
+  readonly tracer?: StartDispatcherInput['tracer'];
 }
 
 /** A demo key a user can paste. */
@@ -175,7 +178,14 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
         );
       }
     }
-    running = await startDispatcher({ settings, config, logger, infrastructure: infra });
+    running = await startDispatcher({
+      settings,
+      config,
+      logger,
+      infrastructure: infra,
+      ...(o.tracer === undefined ? {} : { tracer: o.tracer }),
+      ...(o.env === undefined ? {} : { env: o.env }),
+    });
   } catch (err) {
     await closeAll();
     await infra.close();

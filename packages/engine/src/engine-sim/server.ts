@@ -55,6 +55,11 @@ export interface EngineSimApp {
   readonly app: FastifyInstance;
   readonly driver: RealtimeDriver;
   readonly faults: FaultInjector;
+  /**
+   * The W3C `traceparent` headers of the latest generation requests (up to 256, oldest first), so a
+   * test can check that the gateway propagated its trace to the engine, as vLLM would receive it.
+   */
+  readonly traceparents: readonly string[];
   /** Stops the engine loop, drops every open request and closes the server. */
   close(): Promise<void>;
 }
@@ -66,6 +71,8 @@ export interface EngineSimHandle {
   readonly port: number;
   /** The model name clients use. */
   readonly servedModelName: string;
+  /** See {@link EngineSimApp.traceparents}. */
+  readonly traceparents: readonly string[];
   close(): Promise<void>;
 }
 
@@ -260,8 +267,21 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     return deps.outputLength.sample(outputRng);
   }
 
-  app.post('/v1/chat/completions', (req, reply) => generate('chat', req, reply));
-  app.post('/v1/completions', (req, reply) => generate('completions', req, reply));
+  const traceparents: string[] = [];
+  const received = (req: FastifyRequest): void => {
+    const tp = req.headers.traceparent;
+    if (typeof tp !== 'string') return;
+    if (traceparents.length >= 256) traceparents.shift();
+    traceparents.push(tp);
+  };
+  app.post('/v1/chat/completions', (req, reply) => {
+    received(req);
+    return generate('chat', req, reply);
+  });
+  app.post('/v1/completions', (req, reply) => {
+    received(req);
+    return generate('completions', req, reply);
+  });
 
   app.get('/v1/models', async () => ({
     object: 'list',
@@ -363,6 +383,7 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     app,
     driver,
     faults,
+    traceparents,
     async close() {
       driver.close();
       flusher?.close();
@@ -415,6 +436,7 @@ export async function startEngineSim(input: StartEngineSimOptions = {}): Promise
     url,
     port: address.port,
     servedModelName: options.servedModelName ?? options.model,
+    traceparents: sim.traceparents,
     close: () => sim.close(),
   };
 }
