@@ -167,6 +167,7 @@ describe('dispatcher', () => {
     expect(third.json()).toMatchObject({ error: { code: 'rate_limit_exceeded', type: 'requests' } });
     expect(Number(third.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     expect(Number(third.headers['retry-after'])).toBeLessThanOrEqual(60);
+    expect(String(third.headers['x-request-id'])).toMatch(/^fw-/);
   });
 
   it('turns requests away with 429 queue_full beyond the tenant and pool queue bounds', async () => {

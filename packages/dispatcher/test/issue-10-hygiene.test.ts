@@ -207,6 +207,8 @@ describe('issue 10: slow clients', () => {
     // The client never sends the rest; the server must give up on it, not hold it.
     await closed;
     expect(received).toMatch(/^HTTP\/1\.1 408 /);
+    // Like every other error, with a request id.
+    expect(received).toMatch(/\r\nX-Request-Id: fw-[0-9a-f-]{36}\r\n/i);
     const json = received.slice(received.indexOf('\r\n\r\n') + 4);
     expect(JSON.parse(json)).toMatchObject({
       error: { type: 'invalid_request_error', code: 'request_timeout' },
