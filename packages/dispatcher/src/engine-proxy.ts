@@ -125,7 +125,6 @@ export async function proxyCompletion(
   call: ProxyCall,
   send: (headers: TimingHeaders, body: Uint8Array) => void,
 ): Promise<ProxyResult> {
-  const { ticket } = call;
   const t0 = call.timer.now();
   const engineCall = openEngineCall(call);
   let result: Awaited<ReturnType<Engine['complete']>>;
@@ -135,6 +134,7 @@ export async function proxyCompletion(
       headers: engineCall.headers,
     });
   } catch (err) {
+    call.trace?.fail(engineCall.span, err);
     return failedBeforeAnswer(call, err);
   }
   const { overheadMs, headers } = timing(call, call.timer.now() - t0);
@@ -222,6 +222,7 @@ export async function proxyStream(
       headers: engineCall.headers,
     });
   } catch (err) {
+    call.trace?.fail(engineCall.span, err);
     return failedBeforeAnswer(call, err);
   }
   const { overheadMs, headers } = timing(call, call.timer.now() - t0);
@@ -246,6 +247,8 @@ export async function proxyStream(
     if (rest !== undefined && rest.length > 0) await write(rest);
     res.end();
   } catch (err) {
+    call.trace?.fail(streaming, err);
+    call.trace?.fail(engineCall.span, err);
     const used = {
       inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
       outputTokens: stream.completionTokens,

@@ -156,6 +156,13 @@ export class RequestTrace {
     span.end();
   }
 
+  /** Ends a child as failed with `err`'s message (errors carry neither prompts nor keys). */
+  fail(span: Span | undefined, err: unknown): void {
+    if (span === undefined) return;
+    span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
+    this.close(span);
+  }
+
   /** Ends the server span with the response status (5xx or an unfinished response mark it failed). */
   end(status: number, finished: boolean): void {
     for (const span of this.#open) {
