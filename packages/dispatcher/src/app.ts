@@ -116,6 +116,12 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     logger,
   });
   let stopAdmin: Unsubscribe | undefined;
+  const stopBusWatch = deps.bus.onConnectionChange?.((up) => {
+    metrics.busConnected.set(up ? 1 : 0);
+    if (up) logger.info('dispatcher: bus reconnected; replica states come from heartbeats again');
+    else
+      logger.warn('dispatcher: bus disconnected; placing on the last known replica states, probed directly');
+  });
   const ctx: CompletionContext = {
     runtime,
     replicas,
@@ -170,6 +176,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   app.addHook('preClose', async () => {
     stopAdmin?.();
+    stopBusWatch?.();
     await runtime.stop();
     const deadline = deps.timer.now() + options.drainTimeoutMs;
     while (inflight.size > 0 && deps.timer.now() < deadline) await new Promise((r) => setTimeout(r, 10));
