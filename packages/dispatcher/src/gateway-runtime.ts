@@ -494,18 +494,50 @@ export class GatewayRuntime {
       else void this.gateway.cancel(d.id); // no one waits for it any more: release at once
       return;
     }
+    const assignment = {
+      requestId: d.id,
+      dispatcherId: d.owner,
+      pickedBy: this.id,
+      replicaId: d.replica,
+      reserveTokens: d.reserveTokens,
+      at: this.#o.clock.now(),
+    };
+    const bus = this.#o.bus;
     try {
-      this.#o.bus.publish('assignment', {
-        requestId: d.id,
-        dispatcherId: d.owner,
-        pickedBy: this.id,
-        replicaId: d.replica,
-        reserveTokens: d.reserveTokens,
-        at: this.#o.clock.now(),
-      });
+      if (bus.deliver === undefined) bus.publish('assignment', assignment);
+      else
+        void bus.deliver('assignment', assignment, { timeoutMs: this.#o.options.assignGraceMs }).then(
+          (delivery) => {
+            if (delivery === 'no_responders') this.#ownerGone(d);
+          },
+          (err: unknown) =>
+            this.#o.logger.error({ requestId: d.id, err: errText(err) }, 'dispatcher: assignment not sent'),
+        );
     } catch (err) {
       this.#o.logger.error({ requestId: d.id, err: errText(err) }, 'dispatcher: assignment not sent');
     }
+  }
+
+  /**
+   * Nobody subscribes to the assignments of the request's owner: it died (SIGKILL, crash) with the
+   * client connection, and its lease has not ended yet. Its request is released now, so a dead
+   * dispatcher's queue does not fill the fleet with reservations nobody will use.
+   */
+  #ownerGone(d: Dispatched): void {
+    this.#o.logger.warn(
+      { requestId: d.id, owner: d.owner, replicaId: d.replica },
+      'dispatcher: the owner of a picked request is gone; releasing it',
+    );
+    this.gateway
+      .releaseOrphanedPick(d.id)
+      .catch((err: unknown) => {
+        // Left for the next heartbeat to retry.
+        this.#o.logger.warn({ requestId: d.id, err: errText(err) }, 'dispatcher: release failed');
+      })
+      .then(() => this.gateway.pump(this.#o.poolFor(d.req.model) ?? d.req.model))
+      .catch((err: unknown) => {
+        this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
+      });
   }
 
   #onAssignment(a: Assignment): void {
