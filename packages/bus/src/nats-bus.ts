@@ -1,4 +1,4 @@
-import { type Logger, silentLogger } from '@fairway/core';
+import { type Logger, redactUrls, silentLogger } from '@fairway/core';
 import {
   DeliverPolicy,
   JetStreamApiError,
@@ -7,6 +7,7 @@ import {
   jetstream,
   jetstreamManager,
   StorageType,
+  type StreamConfig,
 } from '@nats-io/jetstream';
 import {
   connect,
@@ -28,9 +29,12 @@ import type {
   Unsubscribe,
 } from './bus.ts';
 import {
+  decodeAdminMessage,
   decodeMessage,
+  encodeAdminMessage,
   encodeMessage,
   errorText,
+  logMisrouted,
   logRejected,
   parseOutgoing,
   runHandler,
@@ -40,7 +44,6 @@ import { BusError, BusErrorCode, BusMessageError, BusNoRespondersError, BusTimeo
 import {
   type AdminEventInput,
   type AdminEventRecord,
-  adminEventSchema,
   type MessageInput,
   type MessageKind,
   type MessageOf,
@@ -51,7 +54,9 @@ import {
   type RequestKind,
   type RequestOf,
   requestSchemas,
+  type SignedAdminEnvelope,
 } from './messages.ts';
+import { type NatsSecurity, natsConnectionOptions } from './nats-auth.ts';
 import { DEFAULT_PREFIX, requestRouteKeyOf, routeKeyOf, Subjects } from './subjects.ts';
 
 /** JetStream's API error code for "stream not found". */
@@ -81,6 +86,11 @@ export interface NatsBusOptions {
   readonly connectTimeoutMs?: number;
   /** Limits of the admin-event stream, applied when this bus creates it. */
   readonly adminStream?: AdminStreamOptions;
+  /**
+   * Credentials and TLS (see {@link natsConnectionOptions}); credentials may also be written in the
+   * URL. @default none (an open server)
+   */
+  readonly security?: NatsSecurity;
 }
 
 /** Options of the {@link NatsBus} constructor (an existing connection). */
@@ -147,10 +157,13 @@ export class NatsBus implements Bus {
   static async connect(options: NatsBusOptions = {}): Promise<NatsBus> {
     const servers = options.servers ?? 'nats://127.0.0.1:4222';
     const logger = options.logger ?? silentLogger;
+    // Credentials come out of the URLs here; only the redacted form is ever printed.
+    const shown = redactUrls(typeof servers === 'string' ? servers : servers.join(','));
+    const connection = natsConnectionOptions(servers, options.security);
     let nc: NatsConnection;
     try {
       nc = await connect({
-        servers: typeof servers === 'string' ? servers : [...servers],
+        ...connection,
         timeout: options.connectTimeoutMs ?? 5000,
         maxReconnectAttempts: -1,
         reconnectTimeWait: 250,
@@ -159,7 +172,7 @@ export class NatsBus implements Bus {
     } catch (cause) {
       throw new BusError(
         BusErrorCode.SETUP_FAILED,
-        `cannot connect to NATS at ${String(servers)}: ${errorText(cause)}`,
+        `cannot connect to NATS at ${shown}: ${redactUrls(errorText(cause))}`,
         {
           cause,
         },
@@ -216,6 +229,11 @@ export class NatsBus implements Bus {
       const decoded = decodeMessage(schema, m.data);
       if (!decoded.ok) {
         logRejected(this.#logger, kind, m.subject, decoded.reason);
+        return;
+      }
+      const expected = this.#subjects.of(kind, routeKeyOf(kind, decoded.value as MessageOf<K>));
+      if (expected !== m.subject) {
+        logMisrouted(this.#logger, kind, m.subject, expected);
         return;
       }
       const meta: MessageMeta = { subject: m.subject };
@@ -276,6 +294,12 @@ export class NatsBus implements Bus {
         respond(spec.failure(`invalid ${kind}: ${decoded.reason}`));
         return;
       }
+      const expected = this.#subjects.of(kind, requestRouteKeyOf(kind, decoded.value as RequestOf<K>));
+      if (expected !== m.subject) {
+        logMisrouted(this.#logger, kind, m.subject, expected);
+        respond(spec.failure(`${kind} names another replica than its subject`));
+        return;
+      }
       const fail = (err: unknown): void => {
         this.#logger.error({ kind, subject: m.subject, err: errorText(err) }, 'bus: handler failed');
         respond(spec.failure(errorText(err)));
@@ -288,13 +312,13 @@ export class NatsBus implements Bus {
     });
   }
 
-  async publishAdminEvent(event: AdminEventInput): Promise<number> {
+  async publishAdminEvent(event: AdminEventInput | SignedAdminEnvelope): Promise<number> {
     this.#open();
-    const value = parseOutgoing('admin', adminEventSchema, event);
-    const subject = this.#subjects.admin(value.type);
+    const { type, data } = encodeAdminMessage(event);
+    const subject = this.#subjects.admin(type);
     await this.#ensureStream();
     try {
-      const ack = await this.#jetstream().publish(subject, toBytes(value), {
+      const ack = await this.#jetstream().publish(subject, data, {
         expect: { streamName: this.#subjects.adminStream },
       });
       return ack.seq;
@@ -405,12 +429,12 @@ export class NatsBus implements Bus {
   }
 
   #decodeAdmin(subject: string, seq: number, data: Uint8Array): AdminEventRecord | undefined {
-    const decoded = decodeMessage(adminEventSchema, data);
+    const decoded = decodeAdminMessage(data);
     if (!decoded.ok) {
       logRejected(this.#logger, 'admin', subject, decoded.reason);
       return undefined;
     }
-    return { seq, event: decoded.value };
+    return { seq, subject, ...decoded.value };
   }
 
   #jetstream(): JetStreamClient {
@@ -431,7 +455,7 @@ export class NatsBus implements Bus {
     const pattern = this.#subjects.adminPattern;
     try {
       const jsm = await jetstreamManager(this.#nc);
-      const existing = await streamSubjects(jsm, name);
+      const existing = await streamConfig(jsm, name);
       if (existing === undefined) {
         try {
           await jsm.streams.add({
@@ -444,11 +468,13 @@ export class NatsBus implements Bus {
         } catch (err) {
           if (!(err instanceof JetStreamApiError && err.code === STREAM_NAME_IN_USE)) throw err;
         }
-      } else if (!existing.includes(pattern)) {
+      } else if (!(existing.subjects ?? []).includes(pattern)) {
         throw new BusError(
           BusErrorCode.SETUP_FAILED,
-          `stream ${name} exists but does not capture ${pattern} (it captures ${existing.join(', ')})`,
+          `stream ${name} exists but does not capture ${pattern} (it captures ${(existing.subjects ?? []).join(', ')})`,
         );
+      } else {
+        this.#warnIfForgetful(existing);
       }
       return jsm;
     } catch (cause) {
@@ -463,15 +489,39 @@ export class NatsBus implements Bus {
     }
   }
 
+  /**
+   * Warns when the admin stream found on the server forgets history this bus did not ask it to
+   * (someone created it first with limits): dispatchers refuse a replayed signed event by its
+   * nonce only while the original is still in the stream.
+   */
+  #warnIfForgetful(config: StreamConfig): void {
+    const wanted = this.#adminOptions;
+    const limits = {
+      max_msgs: config.max_msgs,
+      max_age: config.max_age,
+      max_bytes: config.max_bytes,
+      max_msgs_per_subject: config.max_msgs_per_subject,
+    };
+    const unasked =
+      (config.max_msgs > 0 && config.max_msgs !== (wanted.maxMsgs ?? -1)) ||
+      (config.max_age > 0 && config.max_age !== (wanted.maxAgeMs ?? 0) * 1_000_000) ||
+      config.max_bytes > 0 ||
+      (config.max_msgs_per_subject ?? 0) > 0;
+    if (unasked)
+      this.#logger.warn(
+        { stream: config.name, ...limits },
+        'bus: the admin stream drops old events; a signed admin event dropped from it could be replayed unnoticed',
+      );
+  }
+
   #open(): void {
     if (this.#closed) throw new BusError(BusErrorCode.CLOSED, 'the bus is closed');
   }
 }
 
-async function streamSubjects(jsm: JetStreamManager, name: string): Promise<string[] | undefined> {
+async function streamConfig(jsm: JetStreamManager, name: string): Promise<StreamConfig | undefined> {
   try {
-    const info = await jsm.streams.info(name);
-    return info.config.subjects ?? [];
+    return (await jsm.streams.info(name)).config;
   } catch (err) {
     if (err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND) return undefined;
     throw err;

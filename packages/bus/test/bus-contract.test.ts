@@ -235,6 +235,25 @@ describe.each(harnesses)('$name', ({ make }) => {
     expect(reasons[2]).toMatch(/epoch: .*seq: /);
   });
 
+  it('refuses a message whose payload names another replica than its subject, and logs it', async () => {
+    const got: string[] = [];
+    h.b.subscribe('heartbeat', (m) => void got.push(m.replicaId));
+    h.b.subscribe('evict', (m) => void got.push(`evict ${m.replicaId}`));
+    await settle(h);
+    const subjects = new Subjects(prefix);
+    await h.injectRaw(subjects.of('heartbeat', 'r2'), JSON.stringify(heartbeat('r1', 1)));
+    await h.injectRaw(
+      subjects.of('evict', 'r2'),
+      JSON.stringify({ replicaId: 'r1', requestIds: ['q1'], at: 1 }),
+    );
+    h.a.publish('heartbeat', heartbeat('r1', 2));
+    h.a.publish('evict', { replicaId: 'r1', requestIds: ['q2'], at: 2 });
+    await waitFor(() => got.length === 2);
+    await waitFor(() => h.logger.find('warn', 'another route than its subject').length === 2);
+    expect(got).toEqual(['r1', 'evict r1']);
+    expect(subjects.of('evict', 'r1')).toBe(`${prefix}.replica.r1.evict`);
+  });
+
   it('keeps a subscription alive when its handler throws or rejects', async () => {
     const got: number[] = [];
     h.b.subscribe('heartbeat', async (m) => {
@@ -396,6 +415,36 @@ describe('NatsBus admin stream', () => {
       const raw = await connect({ servers: natsUrl() });
       await deleteAdminStream(raw, prefix);
       await deleteAdminStream(raw, otherPrefix);
+      await raw.drain();
+    }
+  });
+});
+
+describe('NatsBus admin stream history', () => {
+  it('warns when the stream it finds drops old events, which nonce replay checks rely on', async () => {
+    const prefix = uniquePrefix('bus');
+    const raw = await connect({ servers: natsUrl() });
+    const jsm = await jetstreamManager(raw);
+    const subjects = new Subjects(prefix);
+    await jsm.streams.add({ name: subjects.adminStream, subjects: [subjects.adminPattern], max_msgs: 5 });
+    const logger = new RecordingLogger();
+    const bus = await NatsBus.connect({ servers: natsUrl(), prefix, logger });
+    const other = uniquePrefix('bus');
+    const keeper = new RecordingLogger();
+    const full = await NatsBus.connect({ servers: natsUrl(), prefix: other, logger: keeper });
+    try {
+      await bus.replayAdminEvents();
+      await full.replayAdminEvents();
+      await NatsBus.connect({ servers: natsUrl(), prefix: other, logger: keeper }).then(async (b) => {
+        await b.replayAdminEvents();
+        await b.close();
+      });
+      expect(logger.find('warn', 'drops old events')).toHaveLength(1);
+      expect(keeper.find('warn', 'drops old events')).toHaveLength(0);
+    } finally {
+      await Promise.all([bus.close(), full.close()]);
+      await deleteAdminStream(raw, prefix);
+      await deleteAdminStream(raw, other);
       await raw.drain();
     }
   });

@@ -204,6 +204,104 @@ export const policyConfigSchema = z
   })
   .strict();
 
+const path = z.string().min(1, 'must not be empty');
+
+/**
+ * How a process proves who it is to NATS (one mechanism at most; the server's config decides which
+ * it accepts). Secrets are better given by environment (`NATS_PASSWORD`, `NATS_TOKEN`) or files than
+ * written in a config file.
+ */
+export const natsAuthConfigSchema = z
+  .object({
+    /** User name (with `password`), as in the server's `authorization.users`. */
+    user: z.string().min(1).optional(),
+    password: z.string().min(1).optional(),
+    /** A shared token (`authorization.token`). */
+    token: z.string().min(1).optional(),
+    /** File holding an NKey user seed (`SU…`), for `nkey:` users. */
+    nkeySeedFile: path.optional(),
+    /** A `.creds` file (user JWT and seed) for operator/JWT-mode servers. */
+    credsFile: path.optional(),
+  })
+  .strict()
+  .superRefine((a, ctx) => {
+    if (a.password !== undefined && a.user === undefined)
+      ctx.addIssue({ code: 'custom', path: ['user'], message: 'give "user" with "password"' });
+    const given = [
+      a.user !== undefined ? 'user' : undefined,
+      a.token !== undefined ? 'token' : undefined,
+      a.nkeySeedFile !== undefined ? 'nkeySeedFile' : undefined,
+      a.credsFile !== undefined ? 'credsFile' : undefined,
+    ].filter((x) => x !== undefined);
+    if (given.length > 1)
+      ctx.addIssue({ code: 'custom', path: [], message: `give one of ${given.join(', ')}, not several` });
+  });
+
+/** TLS to NATS: the CA that signed the server's certificate, and a client certificate if it asks for one. */
+export const natsTlsConfigSchema = z
+  .object({
+    caFile: path.optional(),
+    certFile: path.optional(),
+    keyFile: path.optional(),
+  })
+  .strict()
+  .refine((t) => (t.certFile === undefined) === (t.keyFile === undefined), {
+    message: 'give "certFile" and "keyFile" together',
+    path: ['certFile'],
+  });
+
+/** The bus: how processes authenticate to NATS and whose admin events and replicas dispatchers accept. */
+export const busConfigSchema = z
+  .object({
+    nats: z
+      .object({
+        auth: natsAuthConfigSchema.optional(),
+        tls: natsTlsConfigSchema.optional(),
+      })
+      .strict()
+      .default({}),
+    /**
+     * Public keys (PEM files from `fairway admin keygen`) whose signatures make an admin event
+     * valid. A dispatcher on NATS with none refuses every admin event. @default none
+     */
+    operatorPublicKeyFiles: z.array(path).default([]),
+    /**
+     * Replica ids a dispatcher accepts registrations from; any other is refused and logged.
+     * @default every replica an agent's NATS identity may publish for
+     */
+    allowedReplicas: z.array(z.string().min(1)).optional(),
+  })
+  .strict();
+
+/**
+ * Redis behind Redis Sentinel: the primary named `name` is asked of the sentinels, and asked again
+ * after a fail-over. Secrets are better given by environment (`REDIS_SENTINEL_PASSWORD`,
+ * `REDIS_PASSWORD`) than written in a config file.
+ */
+export const redisSentinelConfigSchema = z
+  .object({
+    sentinels: z
+      .array(z.object({ host: z.string().min(1), port: z.number().int().min(1).max(65535) }).strict())
+      .min(1),
+    /** The monitored primary's name (`sentinel monitor <name> …`). */
+    name: z.string().min(1),
+    /** Password of the sentinels. @default none */
+    sentinelPassword: z.string().min(1).optional(),
+    /** Password of the primary and its replicas. @default none */
+    password: z.string().min(1).optional(),
+    /** TLS to the sentinels and the primary. @default false */
+    tls: z.boolean().optional(),
+  })
+  .strict();
+
+/** The shared store: how dispatchers reach Redis when no `REDIS_URL` / `REDIS_SENTINELS` is given. */
+export const storeConfigSchema = z
+  .object({
+    /** Redis through Sentinel. @default none (the environment's `REDIS_URL`, else memory) */
+    redis: redisSentinelConfigSchema.optional(),
+  })
+  .strict();
+
 /** The fairway config file: tenants, apps, SLO classes, pools, engines, policies and limits. */
 export const fairwayConfigSchema = z
   .object({
@@ -215,6 +313,10 @@ export const fairwayConfigSchema = z
     policy: policyConfigSchema.default(policyConfigSchema.parse({})),
     /** Limits applied to every tenant that sets none of its own. */
     defaultLimits: limitsSchema.default({}),
+    /** NATS credentials, operator keys and the replica allow-list. */
+    bus: busConfigSchema.default({ nats: {}, operatorPublicKeyFiles: [] }),
+    /** Redis through Sentinel (see {@link storeConfigSchema}). */
+    store: storeConfigSchema.default({}),
   })
   .strict()
   .superRefine((cfg, ctx) => {
@@ -266,6 +368,13 @@ export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
 export type TenantConfig = z.infer<typeof tenantSchema>;
 export type LimitsConfig = z.infer<typeof limitsSchema>;
 export type PolicyConfig = z.infer<typeof policyConfigSchema>;
+/** The bus section of the config. */
+export type BusConfig = z.infer<typeof busConfigSchema>;
+export type RedisSentinelConfig = z.infer<typeof redisSentinelConfigSchema>;
+/** NATS credentials. */
+export type NatsAuthConfig = z.infer<typeof natsAuthConfigSchema>;
+/** TLS to NATS. */
+export type NatsTlsConfig = z.infer<typeof natsTlsConfigSchema>;
 /** The SLO-class control plane's settings. */
 export type ControlConfig = z.infer<typeof controlConfigSchema>;
 /** One pool's desired-replicas model. */

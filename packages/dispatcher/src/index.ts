@@ -2,6 +2,8 @@ export {
   AdminEventApplier,
   type AdminEventApplierOptions,
   type AdminOutcome,
+  type AdminTrust,
+  adminTrustOf,
   followAdminEvents,
 } from './admin-events.ts';
 export { buildDispatcher, type Dispatcher, type DispatcherDeps } from './app.ts';
@@ -31,7 +33,12 @@ export {
   type RuntimeSubmit,
   type WaitOutcome,
 } from './gateway-runtime.ts';
-export { connectInfrastructure, type Infrastructure, type InfrastructureOptions } from './infrastructure.ts';
+export {
+  connectInfrastructure,
+  type Infrastructure,
+  type InfrastructureOptions,
+  type RedisSentinelSettings,
+} from './infrastructure.ts';
 export {
   LeaderLease,
   type LeaderLeaseOptions,

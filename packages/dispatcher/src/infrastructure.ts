@@ -1,7 +1,21 @@
-import { type Bus, MemoryBus, NatsBus, ReplicaRegistry } from '@fairway/bus';
-import type { Clock, Logger } from '@fairway/core';
+import {
+  type Bus,
+  describeNatsSecurity,
+  MemoryBus,
+  NatsBus,
+  type NatsSecurity,
+  ReplicaRegistry,
+} from '@fairway/bus';
+import {
+  type Clock,
+  type Logger,
+  parseWith,
+  type RedisSentinelConfig,
+  redactUrls,
+  redisSentinelConfigSchema,
+} from '@fairway/core';
 import { MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { type LeaseBackend, MemoryLeaseBackend, RedisLeaseBackend } from './leader-lease.ts';
 
@@ -22,12 +36,25 @@ export interface Infrastructure {
   close(): Promise<void>;
 }
 
+/**
+ * Redis behind Redis Sentinel: ioredis asks the sentinels for the primary named `name`, and asks
+ * again when the connection drops or the primary turns into a replica (a fail-over), so the store
+ * follows the primary without a restart. The config file's `store.redis`.
+ */
+export type RedisSentinelSettings = RedisSentinelConfig;
+
 /** Options of {@link connectInfrastructure}. */
 export interface InfrastructureOptions {
-  /** Redis URL; the in-memory store when absent. */
+  /** Redis URL; the in-memory store when absent (and no `redisSentinel`). */
   readonly redisUrl?: string | undefined;
+  /** Redis through Sentinel instead of `redisUrl`. */
+  readonly redisSentinel?: RedisSentinelSettings | undefined;
   /** NATS URL; the in-process bus when absent. */
   readonly natsUrl?: string | undefined;
+  /** NATS credentials and TLS. @default none */
+  readonly natsSecurity?: NatsSecurity | undefined;
+  /** Replica ids whose registrations are accepted. @default every replica id */
+  readonly allowedReplicas?: readonly string[] | undefined;
   /** Key and subject prefix. */
   readonly prefix: string;
   /** Lease granted on a first admission before any renewal, ms. */
@@ -42,8 +69,41 @@ export interface InfrastructureOptions {
   readonly connectTimeoutMs?: number;
 }
 
-async function connectRedis(url: string, timeoutMs: number, logger: Logger): Promise<Redis> {
-  const redis = new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: 2 });
+/** Where to connect: a URL, or a primary found through Sentinel. */
+type RedisTarget = { readonly url: string } | { readonly sentinel: RedisSentinelSettings };
+
+function describeTarget(t: RedisTarget): string {
+  return 'url' in t
+    ? t.url
+    : `sentinel ${t.sentinel.name}@${t.sentinel.sentinels.map((x) => `${x.host}:${x.port}`).join(',')}`;
+}
+
+/** A write to a primary that became a replica: reconnect (through Sentinel, to the new primary) and resend. */
+function readOnlyAfterFailover(err: Error): 2 | false {
+  return err.message.startsWith('READONLY') ? 2 : false;
+}
+
+async function connectRedis(target: RedisTarget, timeoutMs: number, logger: Logger): Promise<Redis> {
+  const common: RedisOptions = {
+    lazyConnect: true,
+    connectTimeout: timeoutMs,
+    maxRetriesPerRequest: 2,
+    reconnectOnError: readOnlyAfterFailover,
+  };
+  let redis: Redis;
+  if ('url' in target) redis = new Redis(target.url, common);
+  else {
+    const s = target.sentinel;
+    redis = new Redis({
+      ...common,
+      sentinels: s.sentinels.map((x) => ({ host: x.host, port: x.port })),
+      name: s.name,
+      ...(s.sentinelPassword !== undefined ? { sentinelPassword: s.sentinelPassword } : {}),
+      ...(s.password !== undefined ? { password: s.password } : {}),
+      ...(s.tls === true ? { tls: {}, sentinelTLS: {}, enableTLSForSentinelMode: true } : {}),
+    });
+  }
+  const url = describeTarget(target);
   // Until connected, the first socket error is the useful one (ECONNREFUSED, ENOTFOUND, auth).
   let first: Error | undefined;
   const onError = (err: Error): void => {
@@ -80,8 +140,14 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
   const timeoutMs = o.connectTimeoutMs ?? 5000;
   let redis: Redis | undefined;
   let store: SchedulingStore;
-  if (o.redisUrl !== undefined) {
-    redis = await connectRedis(o.redisUrl, timeoutMs, o.logger);
+  const target: RedisTarget | undefined =
+    o.redisSentinel !== undefined
+      ? { sentinel: parseWith(redisSentinelConfigSchema, o.redisSentinel, 'redisSentinel') }
+      : o.redisUrl !== undefined
+        ? { url: o.redisUrl }
+        : undefined;
+  if (target !== undefined) {
+    redis = await connectRedis(target, timeoutMs, o.logger);
     // The gateway validates each request (parseRequest) and computes every other store input;
     // re-checking them with zod on each call was ~9% of what a request allocated (bench:overhead).
     store = new RedisStore({ redis, prefix: o.prefix, defaultLeaseMs: o.defaultLeaseMs, validate: false });
@@ -98,6 +164,7 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
             logger: o.logger,
             name: o.name,
             connectTimeoutMs: timeoutMs,
+            ...(o.natsSecurity !== undefined ? { security: o.natsSecurity } : {}),
           })
         : new MemoryBus({ prefix: o.prefix, logger: o.logger });
   } catch (cause) {
@@ -105,17 +172,23 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
     redis?.disconnect();
     throw new DispatcherError(
       DispatcherErrorCode.BUS_UNREACHABLE,
-      o.natsUrl ?? 'memory',
-      cause instanceof Error ? cause.message : String(cause),
+      redactUrls(o.natsUrl ?? 'memory'),
+      redactUrls(cause instanceof Error ? cause.message : String(cause)),
       { cause },
     );
   }
+  if (o.natsUrl !== undefined)
+    o.logger.info(
+      { bus: redactUrls(o.natsUrl), auth: describeNatsSecurity(o.natsSecurity ?? {}, o.natsUrl) },
+      'bus: connected to NATS',
+    );
   const registry = new ReplicaRegistry({
     bus,
     clock: o.clock,
     logger: o.logger,
     staleAfterMs: o.staleAfterMs,
     name: o.name,
+    ...(o.allowedReplicas !== undefined ? { allowedReplicas: o.allowedReplicas } : {}),
   });
   registry.start();
   return {

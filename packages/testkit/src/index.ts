@@ -1,10 +1,16 @@
 export { natsUrl, redisUrl, uniquePrefix } from './env.ts';
+export { type LogLine, RecordingLogger } from './recording-logger.ts';
 export {
   freePort,
+  type NatsServerOptions,
+  type RedisSentinelGroup,
+  type RestartableRedisServer,
   type RestartableServer,
   startNatsServer,
+  startRedisSentinelGroup,
   startRedisServer,
   startRestartableNatsServer,
+  startRestartableRedisServer,
   type TestServer,
   TestServerError,
   waitForPort,
