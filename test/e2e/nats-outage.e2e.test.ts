@@ -1,7 +1,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type AdminEventInput, NatsBus } from '@fairway/bus';
+import { type AdminEventInput, generateOperatorKeyPair, NatsBus, OperatorSigner } from '@fairway/bus';
 import { hashApiKey } from '@fairway/dispatcher';
 import { purgeStore } from '@fairway/store';
 import { type RestartableServer, redisUrl, startRestartableNatsServer, uniquePrefix } from '@fairway/testkit';
@@ -63,12 +63,16 @@ async function metric(url: string, name: string): Promise<number> {
   return line === undefined ? Number.NaN : Number(line.split(' ')[1]);
 }
 
-/** Publishes an admin event, retrying while the client is still reconnecting. */
+/** The operator's key: dispatchers apply only admin events it signed. */
+const operator = generateOperatorKeyPair();
+const signer = OperatorSigner.fromPem(operator.privateKeyPem);
+
+/** Publishes a signed admin event, retrying while the client is still reconnecting. */
 async function publishAdmin(bus: NatsBus, event: AdminEventInput): Promise<number> {
   const deadline = Date.now() + 15_000;
   for (;;) {
     try {
-      return await bus.publishAdminEvent(event);
+      return await bus.publishAdminEvent(signer.sign(event, bus.prefix));
     } catch (err) {
       if (Date.now() > deadline) throw err;
       await new Promise((r) => setTimeout(r, 200));
@@ -105,6 +109,8 @@ describe('a NATS outage under load', () => {
     const dir = mkdtempSync(join(tmpdir(), 'fairway-outage-'));
     const configPath = join(dir, 'fairway.yaml');
     writeFileSync(configPath, CONFIG);
+    const operatorKey = join(dir, 'operator.pub.pem');
+    writeFileSync(operatorKey, operator.publicKeyPem);
     const common = ['--nats-url', nats.url, '--prefix', prefix, '--pool', POOL, '--log-level', 'warn'];
     engines.push(
       ...(await Promise.all(
@@ -126,6 +132,7 @@ describe('a NATS outage under load', () => {
             REDIS_URL: redisUrl(),
             NATS_URL: nats.url,
             FAIRWAY_PREFIX: prefix,
+            FAIRWAY_OPERATOR_PUBLIC_KEY_FILE: operatorKey,
             PORT: '0',
             FAIRWAY_LOG_LEVEL: 'error',
           }),
