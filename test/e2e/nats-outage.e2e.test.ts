@@ -4,7 +4,13 @@ import { join } from 'node:path';
 import { type AdminEventInput, generateOperatorKeyPair, NatsBus, OperatorSigner } from '@fairway/bus';
 import { hashApiKey } from '@fairway/dispatcher';
 import { purgeStore } from '@fairway/store';
-import { type RestartableServer, redisUrl, startRestartableNatsServer, uniquePrefix } from '@fairway/testkit';
+import {
+  freePort,
+  type RestartableServer,
+  redisUrl,
+  startRestartableNatsServer,
+  uniquePrefix,
+} from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
@@ -103,6 +109,8 @@ describe('a NATS outage under load', () => {
   let admin: NatsBus;
   const engines: FairwayProcess[] = [];
   const dispatchers: FairwayProcess[] = [];
+  /** Each dispatcher's operator listener (`/metrics`). */
+  const metricsUrls: string[] = [];
 
   beforeAll(async () => {
     nats = await startRestartableNatsServer();
@@ -124,10 +132,13 @@ describe('a NATS outage under load', () => {
         ),
       )),
     );
+    const operatorPorts = [await freePort(), await freePort()];
+    metricsUrls.push(...operatorPorts.map((p) => `http://127.0.0.1:${p}`));
     dispatchers.push(
       ...(await Promise.all(
-        ['a', 'b'].map((id) =>
+        ['a', 'b'].map((id, i) =>
           startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
+            FAIRWAY_OPERATOR_PORT: String(operatorPorts[i]),
             FAIRWAY_CONFIG: configPath,
             REDIS_URL: redisUrl(),
             NATS_URL: nats.url,
@@ -173,7 +184,7 @@ describe('a NATS outage under load', () => {
     await nats.halt();
     await new Promise((r) => setTimeout(r, 2000));
     // The dispatchers know the bus is down (and say so in their metrics).
-    for (const d of dispatchers) expect(await metric(d.url, 'fairway_bus_connected')).toBe(0);
+    for (const u of metricsUrls) expect(await metric(u, 'fairway_bus_connected')).toBe(0);
     const during = outcomes.length;
     await new Promise((r) => setTimeout(r, 8000));
     const served = outcomes.length - during;
@@ -189,7 +200,7 @@ describe('a NATS outage under load', () => {
     running = false;
     await Promise.all(workers);
     await keyWorks(dispatchers, 'sk-outage-beta-0002');
-    for (const d of dispatchers) expect(await metric(d.url, 'fairway_bus_connected')).toBe(1);
+    for (const u of metricsUrls) expect(await metric(u, 'fairway_bus_connected')).toBe(1);
 
     const ok = outcomes.filter((o) => o.ok).length;
     const failures = outcomes.filter((o) => !o.ok).map((o) => `${o.status} ${o.text.slice(0, 160)}`);
