@@ -34,6 +34,11 @@ export interface ProxyCall {
    * dispatched again — the proxy then neither settles nor answers. Absent: no retry.
    */
   readonly retry?: (() => Promise<boolean>) | undefined;
+  /**
+   * Told when the engine call failed in a way that is the replica's fault (see
+   * `isReplicaFailure`), before or during the response, so the replica is held out of placement.
+   */
+  readonly replicaFailed?: ((err: unknown) => void) | undefined;
 }
 
 /** What happened, for metrics and logs. */
@@ -97,7 +102,9 @@ export async function proxyCompletion(
  */
 async function failedBeforeAnswer(call: ProxyCall, err: unknown): Promise<ProxyResult> {
   const usage = { inputTokens: call.ticket.req.inputTokens, outputTokens: 0 };
-  if (!call.signal.aborted && call.retry !== undefined && isReplicaFailure(err) && (await call.retry()))
+  const replicaFault = !call.signal.aborted && isReplicaFailure(err);
+  if (replicaFault) call.replicaFailed?.(err);
+  if (replicaFault && call.retry !== undefined && (await call.retry()))
     return {
       usage: { inputTokens: 0, outputTokens: 0 },
       overheadMs: 0,
@@ -149,8 +156,9 @@ export function sseError(err: ApiError): string {
  * (stripping it would mean rewriting every chunk); streamed tokens are counted from content chunks
  * instead, and the final usage settles the exact count.
  *
- * Headers go out only once the engine has accepted the request, so a refused request still gets a
- * proper status; after that, failures end the stream with an OpenAI-shaped `data: {"error": …}`.
+ * Headers go out with the first bytes the engine streams, so a request the engine refused, or
+ * dropped before producing anything, still gets a proper status (or is retried on another
+ * replica); after that, failures end the stream with an OpenAI-shaped `data: {"error": …}`.
  */
 export async function proxyStream(
   call: ProxyCall,
@@ -169,11 +177,14 @@ export async function proxyStream(
     return failedBeforeAnswer(call, err);
   }
   const { overheadMs, headers } = timing(call, call.timer.now() - t0);
-  const res = open(headers);
+  // Opened with the first bytes (not buffered: they are written at once), so an engine that dies
+  // before producing anything is still a failure before the answer, retried elsewhere.
+  let res: ServerResponse | undefined;
   const filter = call.described.wantsUsage ? undefined : new UsageChunkFilter();
   let firstByteMs: number | undefined;
   const write = async (bytes: Uint8Array): Promise<void> => {
     if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
+    res ??= open(headers);
     if (!res.write(bytes)) await drained(res, call.signal);
   };
   runtime.meter(ticket, () => stream.completionTokens);
@@ -184,14 +195,18 @@ export async function proxyStream(
     }
     const rest = filter?.end();
     if (rest !== undefined && rest.length > 0) await write(rest);
-    res.end();
+    (res ?? open(headers)).end();
   } catch (err) {
+    if (res === undefined && !call.signal.aborted) return failedBeforeAnswer(call, err);
+    res ??= open(headers);
     const used = {
       inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
       outputTokens: stream.completionTokens,
     };
     void runtime.abandon(ticket, used);
     const gone = clientGone(call);
+    // A stream cut by its engine: the replica is no longer counted as room (its streams just ended).
+    if (!call.signal.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
     if (!gone && !res.destroyed && !res.writableEnded)
       res.end(sseError(call.signal.aborted ? evicted() : engineApiError(err)));
     return { usage: used, overheadMs, firstByteMs, outcome: gone ? 'cancelled' : 'failed' };
