@@ -234,8 +234,8 @@ export class ChaosFleet {
   }
 
   /**
-   * Resolves once every dispatcher answers and every engine has served: bursts of small requests
-   * through each dispatcher (concurrent, so least-KV spreads them) until both hold.
+   * Resolves once every dispatcher answers and every running engine has served: bursts of small
+   * requests through each dispatcher (concurrent, so least-KV spreads them) until both hold.
    */
   async warmUp(timeoutMs = 30_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
@@ -263,7 +263,8 @@ export class ChaosFleet {
           ),
         ),
       );
-      const served = await Promise.all(this.engines.map((e) => engineServed(e.url)));
+      const alive = this.engines.filter((e) => e.proc.exitCode === null && e.proc.signalCode === null);
+      const served = await Promise.all(alive.map((e) => engineServed(e.url)));
       if (statuses.every((s) => s === 200) && served.every(Boolean)) return;
       if (Date.now() > deadline) {
         const logs = this.dispatchers.map((d, i) => `d${i + 1}:\n${d.output.slice(-10).join('\n')}`);
