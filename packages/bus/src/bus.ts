@@ -98,6 +98,13 @@ export interface Bus {
     options?: AdminSubscribeOptions,
   ): Promise<Unsubscribe>;
 
+  /**
+   * Calls `listener` with false when the connection to the server is lost and with true when it is
+   * back, so consumers can tell "the bus is down" from "a sender went silent". Absent on a bus that
+   * cannot disconnect (the in-process one).
+   */
+  onConnectionChange?(listener: (connected: boolean) => void): Unsubscribe;
+
   /** Resolves once everything published so far has reached the server (or the in-process queue). */
   flush(): Promise<void>;
 

@@ -45,6 +45,7 @@ export {
   nodeCommandSchema,
   type Registration,
   type ReplicaState,
+  type ReplicaUnavailable,
   type ReplyInput,
   type ReplyOf,
   type RequestInput,
@@ -52,6 +53,7 @@ export {
   type RequestOf,
   registrationSchema,
   replicaStateSchema,
+  replicaUnavailableSchema,
   requestSchemas,
 } from './messages.ts';
 export {
@@ -63,6 +65,7 @@ export {
 export {
   type ReplicaCapacity,
   type ReplicaChange,
+  type ReplicaObservation,
   ReplicaRegistry,
   type ReplicaRegistryOptions,
   type ReplicaView,

@@ -106,6 +106,7 @@ export class NatsBus implements Bus {
   readonly #owns: boolean;
   readonly #subs = new Set<Subscription>();
   readonly #consumers = new Set<{ stop(): void }>();
+  readonly #connectionListeners = new Set<(connected: boolean) => void>();
   #stream: Promise<JetStreamManager> | undefined;
   #js: JetStreamClient | undefined;
   #closed = false;
@@ -117,6 +118,28 @@ export class NatsBus implements Bus {
     this.#logger = options.logger ?? silentLogger;
     this.#adminOptions = options.adminStream ?? {};
     this.#owns = options.ownsConnection ?? false;
+    void this.#watchConnection();
+  }
+
+  onConnectionChange(listener: (connected: boolean) => void): Unsubscribe {
+    this.#connectionListeners.add(listener);
+    return () => {
+      this.#connectionListeners.delete(listener);
+    };
+  }
+
+  async #watchConnection(): Promise<void> {
+    for await (const s of this.#nc.status()) {
+      const connected = s.type === 'reconnect' ? true : s.type === 'disconnect' ? false : undefined;
+      if (connected === undefined) continue;
+      for (const l of this.#connectionListeners) {
+        try {
+          l(connected);
+        } catch (err) {
+          this.#logger.error({ err: errorText(err) }, 'bus: connection listener failed');
+        }
+      }
+    }
   }
 
   /** Connects to NATS (reconnecting forever after the first success) and returns a bus that owns the connection. */

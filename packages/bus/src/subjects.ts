@@ -6,6 +6,7 @@
  * | registration | `<p>.replica.<replicaId>.register` | replica |
  * | heartbeat | `<p>.replica.<replicaId>.heartbeat` | replica |
  * | discover | `<p>.replica.discover` | — |
+ * | replicaUnavailable | `<p>.replica.<replicaId>.unavailable` | replica |
  * | assignment | `<p>.dispatcher.<dispatcherId>.assign` | dispatcher that holds the connection |
  * | evict | `<p>.request.evict` | — (every dispatcher) |
  * | desiredReplicas | `<p>.pool.<pool>.desired` | pool |
@@ -53,7 +54,8 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
   switch (kind) {
     case 'registration':
     case 'heartbeat':
-      return (msg as MessageOf<'registration' | 'heartbeat'>).replicaId;
+    case 'replicaUnavailable':
+      return (msg as MessageOf<'registration' | 'heartbeat' | 'replicaUnavailable'>).replicaId;
     case 'assignment':
       return (msg as MessageOf<'assignment'>).dispatcherId;
     case 'desiredReplicas':
@@ -100,6 +102,8 @@ export class Subjects {
         return `${p}.replica.${k}.heartbeat`;
       case 'discover':
         return `${p}.replica.discover`;
+      case 'replicaUnavailable':
+        return `${p}.replica.${k}.unavailable`;
       case 'assignment':
         return `${p}.dispatcher.${k}.assign`;
       case 'evict':

@@ -9,6 +9,7 @@ import { answerClientError, answerFrameworkError, checkHost } from './client-err
 import { ARRIVED_AT, type CompletionContext, type TimedRequest } from './completion-handler.ts';
 import { type DispatcherOptions, resolveDispatcherOptions } from './dispatcher-options.ts';
 import { type EngineFactory, EnginePool } from './engine-pool.ts';
+import { EngineProbe } from './engine-probe.ts';
 import { toApiError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import { GatewayMetrics } from './gateway-metrics.ts';
@@ -84,6 +85,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const poolByModel = new Map(deps.config.pools.map((p) => [p.model, p.id]));
   const replicas = new RegistryReplicaSource(deps.registry, (model) => poolByModel.get(model));
   const poolFor = (model: string): string | undefined => replicas.poolFor(model);
+  const engines = new EnginePool(deps.engines);
   const runtime = new GatewayRuntime({
     id: deps.id,
     config: deps.config,
@@ -91,6 +93,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     bus: deps.bus,
     registry: deps.registry,
     replicas,
+    probe: new EngineProbe(engines, (id) => replicas.urlOf(id), options.probeTimeoutMs),
     scheduling,
     poolFor,
     options,
@@ -100,7 +103,6 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     lease: deps.lease,
     desiredReplicasGauge: (pool, desired) => metrics.desiredReplicas.set({ pool }, desired),
   });
-  const engines = new EnginePool(deps.engines);
   const sloClasses = new Map(scheduling.sloClasses.map((c) => [c.name, c]));
   const defaultSloClass = sloClasses.has('interactive')
     ? 'interactive'
@@ -114,6 +116,12 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     logger,
   });
   let stopAdmin: Unsubscribe | undefined;
+  const stopBusWatch = deps.bus.onConnectionChange?.((up) => {
+    metrics.busConnected.set(up ? 1 : 0);
+    if (up) logger.info('dispatcher: bus reconnected; replica states come from heartbeats again');
+    else
+      logger.warn('dispatcher: bus disconnected; placing on the last known replica states, probed directly');
+  });
   const ctx: CompletionContext = {
     runtime,
     replicas,
@@ -168,6 +176,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   app.addHook('preClose', async () => {
     stopAdmin?.();
+    stopBusWatch?.();
     await runtime.stop();
     const deadline = deps.timer.now() + options.drainTimeoutMs;
     while (inflight.size > 0 && deps.timer.now() < deadline) await new Promise((r) => setTimeout(r, 10));

@@ -34,6 +34,11 @@ export interface ProxyCall {
    * dispatched again — the proxy then neither settles nor answers. Absent: no retry.
    */
   readonly retry?: (() => Promise<boolean>) | undefined;
+  /**
+   * Told when the engine call failed in a way that is the replica's fault (see
+   * `isReplicaFailure`), before or during the response, so the replica is held out of placement.
+   */
+  readonly replicaFailed?: ((err: unknown) => void) | undefined;
 }
 
 /** What happened, for metrics and logs. */
@@ -97,7 +102,9 @@ export async function proxyCompletion(
  */
 async function failedBeforeAnswer(call: ProxyCall, err: unknown): Promise<ProxyResult> {
   const usage = { inputTokens: call.ticket.req.inputTokens, outputTokens: 0 };
-  if (!call.signal.aborted && call.retry !== undefined && isReplicaFailure(err) && (await call.retry()))
+  const replicaFault = !call.signal.aborted && isReplicaFailure(err);
+  if (replicaFault) call.replicaFailed?.(err);
+  if (replicaFault && call.retry !== undefined && (await call.retry()))
     return {
       usage: { inputTokens: 0, outputTokens: 0 },
       overheadMs: 0,
@@ -192,6 +199,8 @@ export async function proxyStream(
     };
     void runtime.abandon(ticket, used);
     const gone = clientGone(call);
+    // A stream cut by its engine: the replica is no longer counted as room (its streams just ended).
+    if (!call.signal.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
     if (!gone && !res.destroyed && !res.writableEnded)
       res.end(sseError(call.signal.aborted ? evicted() : engineApiError(err)));
     return { usage: used, overheadMs, firstByteMs, outcome: gone ? 'cancelled' : 'failed' };

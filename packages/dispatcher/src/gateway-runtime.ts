@@ -1,9 +1,18 @@
-import type { Assignment, Bus, ControlReport, Evict, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
+import type {
+  Assignment,
+  Bus,
+  ControlReport,
+  Evict,
+  ReplicaRegistry,
+  ReplicaUnavailable,
+  Unsubscribe,
+} from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger, RequestDescriptor, Usage } from '@fairway/core';
 import { type Dispatched, Gateway, type GatewayStats, type SubmitResult } from '@fairway/scheduler';
 import type { SchedulingStore } from '@fairway/store';
 import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
+import type { EngineProbe } from './engine-probe.ts';
 import { type LeaseBackend, MemoryLeaseBackend } from './leader-lease.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import type { SchedulingSetup } from './scheduling-config.ts';
@@ -19,6 +28,8 @@ export interface GatewayRuntimeOptions {
   readonly bus: Bus;
   readonly registry: ReplicaRegistry;
   readonly replicas: RegistryReplicaSource;
+  /** Asks engines directly: recovery of suspect replicas, load while the bus is down. */
+  readonly probe: EngineProbe;
   readonly scheduling: SchedulingSetup;
   /** The pool serving a model (config first, then the registry); the model itself when unknown. */
   readonly poolFor: (model: string) => string | undefined;
@@ -44,6 +55,12 @@ export type RuntimeHoldings = Pick<ControlReport, 'queued' | 'running' | 'finish
 export type RuntimeSubmit =
   | { readonly ok: true; readonly ticket: Ticket }
   | Extract<SubmitResult, { ok: false }>;
+
+/**
+ * Outcome of {@link GatewayRuntime.retry}: back in the queue; no other replica of its pool takes
+ * work (the client gets a 503); or the store could not re-queue it.
+ */
+export type RetryOutcome = 'requeued' | 'no_replica' | 'failed';
 
 /** How waiting for capacity ended. */
 export type WaitOutcome = 'dispatched' | 'timeout' | 'aborted' | 'shutdown';
@@ -91,8 +108,9 @@ export class GatewayRuntime {
   readonly #resumeFrom = new Map<string, number>();
   /** Finished since the last `holdings()` (only with a control plane). */
   #finished: RuntimeHoldings['finished'] = [];
-  /** The fleet placement sees: replicas that just failed an engine call are skipped for a while. */
+  /** The fleet placement sees: replicas whose engine failed a call are held out until they recover. */
   readonly #suspects: SuspectReplicas;
+  #probing = false;
   #flushing = false;
   #started = false;
   /** Store-clock ms of the last successful lease renewal. */
@@ -129,7 +147,13 @@ export class GatewayRuntime {
             headroomFraction: opt.headroomFraction,
             gauge: o.desiredReplicasGauge,
           });
-    this.#suspects = new SuspectReplicas(o.replicas, o.timer, opt.suspectMs);
+    this.#suspects = new SuspectReplicas({
+      inner: o.replicas,
+      clock: o.timer,
+      holdMs: opt.suspectMs,
+      epochOf: (id) => o.registry.get(id)?.registration.epoch,
+      probe: (id) => o.probe.health(id),
+    });
     this.gateway = new Gateway({
       id: o.id,
       store: o.store,
@@ -240,6 +264,7 @@ export class GatewayRuntime {
     this.#unsubs.push(
       o.bus.subscribe('assignment', (a) => this.#onAssignment(a), { key: this.id }),
       o.bus.subscribe('evict', (e) => this.#onEvict(e)),
+      o.bus.subscribe('replicaUnavailable', (r) => this.#onReplicaUnavailable(r)),
       o.registry.onChange((c) => this.#onReplicaChange(c.type, c.replicaId)),
     );
     await o.bus.flush();
@@ -254,6 +279,7 @@ export class GatewayRuntime {
     every(o.options.reclaimEveryMs, () => this.#reclaim(), 'reclaim');
     every(o.options.flushMs, () => this.#chargeTick(), 'flush');
     every(o.options.pumpEveryMs, () => this.gateway.pump(), 'pump');
+    every(o.options.probeEveryMs, () => this.#probeTick(), 'replica probe');
     await this.control?.start();
   }
 
@@ -372,19 +398,49 @@ export class GatewayRuntime {
   }
 
   /**
-   * The engine call of a running request failed before anything reached the client: its replica
-   * is skipped for `suspectMs`, and the request goes back to the head of its flow's queue (its
-   * reservation released, its charge undone) to be dispatched again — `waitForDispatch` then
-   * waits for that. Returns false if no other replica of its pool takes work now or it could not
-   * be re-queued; the caller then abandons it.
+   * A replica's engine failed a call in a way that is the replica's fault (refused, reset, 5xx —
+   * see `isReplicaFailure`): it is held out of placement here at once, and every other dispatcher
+   * is told over the bus, until it shows it is back (see {@link SuspectReplicas}).
    */
-  async retry(ticket: Ticket): Promise<boolean> {
+  replicaFailed(replicaId: string, reason: string): void {
+    const o = this.#o;
+    const epoch = o.registry.get(replicaId)?.registration.epoch;
+    if (epoch === undefined || !this.#suspects.mark(replicaId, epoch)) return;
+    o.logger.warn({ replicaId, reason }, 'dispatcher: replica failed; held out of placement fleet-wide');
+    try {
+      o.bus.publish('replicaUnavailable', {
+        replicaId,
+        epoch,
+        reportedBy: this.id,
+        reason: reason.slice(0, 500),
+        at: o.clock.now(),
+      });
+    } catch (err) {
+      o.logger.warn({ replicaId, err: errText(err) }, 'dispatcher: replica failure not published');
+    }
+  }
+
+  /** Whether any replica of `pool` takes work now (registered, fresh, ready, not suspect). */
+  serving(pool: string): boolean {
+    return this.#suspects.replicas(pool).some((r) => !r.stale);
+  }
+
+  /**
+   * The engine call of a running request failed before anything reached the client (its replica
+   * already held out by {@link GatewayRuntime.replicaFailed}): the request goes back to the head
+   * of its flow's queue (its reservation released, its charge undone) to be dispatched again on
+   * another replica — `waitForDispatch` then waits for that. Not re-queued when no other replica
+   * of its pool takes work now (`no_replica`) or the store refuses (`failed`); the caller then
+   * abandons it.
+   */
+  async retry(ticket: Ticket): Promise<RetryOutcome> {
     const failed = ticket.replica;
-    if (failed !== undefined) this.#suspects.mark(failed);
-    // Nowhere else to go: waiting for the failed replica's suspicion to lapse would only delay the error.
-    if (!this.#suspects.replicas(ticket.pool).some((r) => !r.stale && r.id !== failed)) return false;
+    // Nowhere else to go: waiting for the failed replica to come back would only delay the error.
+    if (!this.#suspects.replicas(ticket.pool).some((r) => !r.stale && r.id !== failed)) return 'no_replica';
     this.#meters.delete(ticket.id);
-    return this.#putBack(ticket, 're-queue', () => this.gateway.requeueUnserved(ticket.id));
+    return (await this.#putBack(ticket, 're-queue', () => this.gateway.requeueUnserved(ticket.id)))
+      ? 'requeued'
+      : 'failed';
   }
 
   /** Settles a running request that ended early (error, disconnect, eviction) with what it used. */
@@ -498,6 +554,44 @@ export class GatewayRuntime {
     this.gateway.pump(pool).catch((err: unknown) => {
       this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
     });
+  }
+
+  #onReplicaUnavailable(r: ReplicaUnavailable): void {
+    if (r.reportedBy === this.id || this.#suspects.isSuspect(r.replicaId)) return;
+    if (!this.#suspects.mark(r.replicaId, r.epoch)) return;
+    this.#o.logger.warn(
+      { replicaId: r.replicaId, reportedBy: r.reportedBy, reason: r.reason },
+      'dispatcher: replica reported failing by another dispatcher; held out of placement',
+    );
+  }
+
+  /**
+   * Probes suspect replicas whose hold has passed and takes back those that answer; while the bus
+   * is down, reads every replica's load from its engine directly (a replica whose engine does not
+   * answer is held out like one that failed a call).
+   */
+  async #probeTick(): Promise<void> {
+    if (this.#probing) return;
+    this.#probing = true;
+    const o = this.#o;
+    try {
+      const cleared = await this.#suspects.probe();
+      for (const id of cleared) o.logger.info({ replicaId: id }, 'dispatcher: replica answers again');
+      if (!o.registry.busConnected) {
+        await Promise.all(
+          o.registry.list().map(async (v) => {
+            if (this.#suspects.isSuspect(v.id)) return;
+            const m = await o.probe.metrics(v.id);
+            if (m === undefined) this.replicaFailed(v.id, 'no answer to a direct metrics probe');
+            else
+              o.registry.observe(v.id, { running: m.running, waiting: m.waiting, kvUsage: m.kvCacheUsage });
+          }),
+        );
+      }
+      if (cleared.length > 0) await this.gateway.pump();
+    } finally {
+      this.#probing = false;
+    }
   }
 
   async #renew(): Promise<void> {

@@ -3,7 +3,7 @@ import type { Usage } from '@fairway/core';
 import type { CompletionBody, CompletionEndpoint, Engine, EngineStream, SseDataLine } from '@fairway/engine';
 import type { FastifyReply } from 'fastify';
 import { drained, type ProxyCall, type ProxyResult, sseError, timingHeaders } from './engine-proxy.ts';
-import { engineApiError } from './error-mapping.ts';
+import { engineApiError, isReplicaFailure } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 
 /** What resuming needs beyond one engine call. */
@@ -281,6 +281,7 @@ export async function proxyResumable(call: ProxyCall, deps: ResumeDeps): Promise
         outputTokens: answer.generated(stream),
       };
       if (deps.gone.aborted || !evicted.aborted) {
+        if (!deps.gone.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
         await runtime.abandon(ticket, used);
         if (deps.gone.aborted) {
           res?.destroy();

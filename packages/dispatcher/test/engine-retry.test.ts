@@ -76,21 +76,24 @@ describe('dispatcher retries a failed engine call on another replica', () => {
     await expectNothingReserved(s);
   });
 
-  it('answers 502 engine_error at once when no other replica can take the request', async () => {
+  it('answers 503 no_replica at once when no other replica can take the request', async () => {
     // A long queue timeout: the answer must not wait for it.
     const s = await stack({ engines: [{ faults: { errorRate: 1 } }], options: { queueTimeoutMs: 600_000 } });
-    for (const stream of [false, true]) {
-      const a = await send(s, stream);
-      expect(a.status).toBe(502);
-      expect(JSON.parse(a.body)).toEqual({
-        error: {
-          message: 'the engine answered 500',
-          type: 'server_error',
-          param: null,
-          code: 'engine_error',
-        },
-      });
-    }
+    const first = await send(s, false);
+    expect(first.status).toBe(503);
+    expect(JSON.parse(first.body)).toEqual({
+      error: {
+        message:
+          'every replica serving model "llama-2-7b" failed or is unavailable (the engine answered 500); retry',
+        type: 'service_unavailable',
+        param: null,
+        code: 'no_replica',
+      },
+    });
+    // The failed replica is held out: the next request is refused before it reaches the engine.
+    const second = await send(s, true);
+    expect(second.status).toBe(503);
+    expect(JSON.parse(second.body).error.code).toBe('no_replica');
     expect(await retries(s)).toBe(0);
     await expectNothingReserved(s);
   });

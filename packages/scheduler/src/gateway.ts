@@ -813,6 +813,9 @@ export class Gateway {
   ): Promise<number> {
     let n = 0;
     for (;;) {
+      // A replica may have failed or gone stale since the round read the view (its retry may be
+      // the very request this round picks next): place only where the source still offers room.
+      this.#dropStale(pool, states);
       const candidates = this.#candidates(states, allowed, unlimited);
       if (candidates.length === 0 || bands.length === 0) return n;
       const res = await this.options.store.dispatch(this.#dispatchInput(pool, bands, candidates));
@@ -829,6 +832,14 @@ export class Gateway {
         };
       await this.#handOn(res, true);
     }
+  }
+
+  /** Marks stale, in a round's `states`, every replica the source now reports stale or no longer lists. */
+  #dropStale(pool: string, states: ReplicaState[]): void {
+    const fresh = new Set<string>();
+    for (const info of this.options.replicas.replicas(pool)) if (!info.stale) fresh.add(info.id);
+    for (const [i, s] of states.entries())
+      if (!s.stale && !fresh.has(s.id)) states[i] = { ...s, stale: true };
   }
 
   /**

@@ -1,8 +1,10 @@
 export { natsUrl, redisUrl, uniquePrefix } from './env.ts';
 export {
   freePort,
+  type RestartableServer,
   startNatsServer,
   startRedisServer,
+  startRestartableNatsServer,
   type TestServer,
   TestServerError,
   waitForPort,
