@@ -600,7 +600,8 @@ export class GatewayRuntime {
   }
 
   async #reclaim(): Promise<void> {
-    const r = await this.#o.store.reclaim(this.#o.clock.now());
+    // Through the gateway's store: a reclaim that finds the state lost starts its repair.
+    const r = await this.gateway.options.store.reclaim(this.#o.clock.now());
     if (r.dropped.length + r.released.length === 0) return;
     this.#o.logger.info(
       { dropped: r.dropped.length, released: r.released.length },

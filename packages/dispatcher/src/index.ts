@@ -31,7 +31,13 @@ export {
   type RuntimeSubmit,
   type WaitOutcome,
 } from './gateway-runtime.ts';
-export { connectInfrastructure, type Infrastructure, type InfrastructureOptions } from './infrastructure.ts';
+export {
+  connectInfrastructure,
+  type Infrastructure,
+  type InfrastructureOptions,
+  type RedisSentinelSettings,
+  redisSentinelSchema,
+} from './infrastructure.ts';
 export {
   LeaderLease,
   type LeaderLeaseOptions,

@@ -1,7 +1,8 @@
 import { type Bus, MemoryBus, NatsBus, ReplicaRegistry } from '@fairway/bus';
-import type { Clock, Logger } from '@fairway/core';
+import { type Clock, type Logger, parseWith } from '@fairway/core';
 import { MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
+import { z } from 'zod';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { type LeaseBackend, MemoryLeaseBackend, RedisLeaseBackend } from './leader-lease.ts';
 
@@ -22,10 +23,42 @@ export interface Infrastructure {
   close(): Promise<void>;
 }
 
+/**
+ * Redis behind Redis Sentinel: ioredis asks the sentinels for the primary named `name`, and asks
+ * again when the connection drops or the primary turns into a replica (a fail-over), so the store
+ * follows the primary without a restart.
+ */
+export interface RedisSentinelSettings {
+  readonly sentinels: readonly { readonly host: string; readonly port: number }[];
+  /** The monitored primary's name (`sentinel monitor <name> …`). */
+  readonly name: string;
+  /** Password of the sentinels (`requirepass` in sentinel.conf). @default none */
+  readonly sentinelPassword?: string;
+  /** Password of the primary and its replicas. @default none */
+  readonly password?: string;
+  /** TLS to the sentinels and the primary. @default false */
+  readonly tls?: boolean;
+}
+
+/** {@link RedisSentinelSettings} as checked at the edge. */
+export const redisSentinelSchema = z
+  .object({
+    sentinels: z
+      .array(z.object({ host: z.string().min(1), port: z.number().int().min(1).max(65535) }).strict())
+      .min(1),
+    name: z.string().min(1),
+    sentinelPassword: z.string().min(1).optional(),
+    password: z.string().min(1).optional(),
+    tls: z.boolean().optional(),
+  })
+  .strict();
+
 /** Options of {@link connectInfrastructure}. */
 export interface InfrastructureOptions {
-  /** Redis URL; the in-memory store when absent. */
+  /** Redis URL; the in-memory store when absent (and no `redisSentinel`). */
   readonly redisUrl?: string | undefined;
+  /** Redis through Sentinel instead of `redisUrl`. */
+  readonly redisSentinel?: RedisSentinelSettings | undefined;
   /** NATS URL; the in-process bus when absent. */
   readonly natsUrl?: string | undefined;
   /** Key and subject prefix. */
@@ -42,8 +75,41 @@ export interface InfrastructureOptions {
   readonly connectTimeoutMs?: number;
 }
 
-async function connectRedis(url: string, timeoutMs: number, logger: Logger): Promise<Redis> {
-  const redis = new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: 2 });
+/** Where to connect: a URL, or a primary found through Sentinel. */
+type RedisTarget = { readonly url: string } | { readonly sentinel: RedisSentinelSettings };
+
+function describeTarget(t: RedisTarget): string {
+  return 'url' in t
+    ? t.url
+    : `sentinel ${t.sentinel.name}@${t.sentinel.sentinels.map((x) => `${x.host}:${x.port}`).join(',')}`;
+}
+
+/** A write to a primary that became a replica: reconnect (through Sentinel, to the new primary) and resend. */
+function readOnlyAfterFailover(err: Error): 2 | false {
+  return err.message.startsWith('READONLY') ? 2 : false;
+}
+
+async function connectRedis(target: RedisTarget, timeoutMs: number, logger: Logger): Promise<Redis> {
+  const common: RedisOptions = {
+    lazyConnect: true,
+    connectTimeout: timeoutMs,
+    maxRetriesPerRequest: 2,
+    reconnectOnError: readOnlyAfterFailover,
+  };
+  let redis: Redis;
+  if ('url' in target) redis = new Redis(target.url, common);
+  else {
+    const s = target.sentinel;
+    redis = new Redis({
+      ...common,
+      sentinels: s.sentinels.map((x) => ({ host: x.host, port: x.port })),
+      name: s.name,
+      ...(s.sentinelPassword !== undefined ? { sentinelPassword: s.sentinelPassword } : {}),
+      ...(s.password !== undefined ? { password: s.password } : {}),
+      ...(s.tls === true ? { tls: {}, sentinelTLS: {}, enableTLSForSentinelMode: true } : {}),
+    });
+  }
+  const url = describeTarget(target);
   // Until connected, the first socket error is the useful one (ECONNREFUSED, ENOTFOUND, auth).
   let first: Error | undefined;
   const onError = (err: Error): void => {
@@ -80,8 +146,14 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
   const timeoutMs = o.connectTimeoutMs ?? 5000;
   let redis: Redis | undefined;
   let store: SchedulingStore;
-  if (o.redisUrl !== undefined) {
-    redis = await connectRedis(o.redisUrl, timeoutMs, o.logger);
+  const target: RedisTarget | undefined =
+    o.redisSentinel !== undefined
+      ? { sentinel: parseWith(redisSentinelSchema, o.redisSentinel, 'redisSentinel') }
+      : o.redisUrl !== undefined
+        ? { url: o.redisUrl }
+        : undefined;
+  if (target !== undefined) {
+    redis = await connectRedis(target, timeoutMs, o.logger);
     // The gateway validates each request (parseRequest) and computes every other store input;
     // re-checking them with zod on each call was ~9% of what a request allocated (bench:overhead).
     store = new RedisStore({ redis, prefix: o.prefix, defaultLeaseMs: o.defaultLeaseMs, validate: false });

@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { ConfigError, ErrorCode, parseWith } from '@fairway/core';
 import { z } from 'zod';
 import type { DispatcherOptions } from './dispatcher-options.ts';
+import type { RedisSentinelSettings } from './infrastructure.ts';
 
 /** How a dispatcher process is run: where it listens and what it connects to. */
 export interface ServeSettings {
@@ -9,6 +10,11 @@ export interface ServeSettings {
   readonly configPath: string | undefined;
   /** Redis for the shared store; the in-memory store when absent (one dispatcher only). */
   readonly redisUrl: string | undefined;
+  /**
+   * Redis behind Sentinel instead of `redisUrl`: the primary is asked of the sentinels, and
+   * found again after a fail-over (`REDIS_SENTINELS`, `REDIS_SENTINEL_NAME`, …).
+   */
+  readonly redisSentinel?: RedisSentinelSettings | undefined;
   /** NATS for the bus; the in-process bus when absent (one process only). */
   readonly natsUrl: string | undefined;
   /** @default 8080 */
@@ -44,6 +50,18 @@ export const serveEnvSchema = z.object({
     .string()
     .regex(/^rediss?:\/\/\S+$/, 'must be a redis:// or rediss:// URL')
     .optional(),
+  /** Sentinels as `host:port,host:port`; with it the store connects through Sentinel. */
+  REDIS_SENTINELS: z
+    .string()
+    .regex(/^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$/, 'must be host:port,host:port')
+    .optional(),
+  /** Name of the monitored primary (`sentinel monitor <name> …`). */
+  REDIS_SENTINEL_NAME: z.string().min(1).optional(),
+  REDIS_SENTINEL_PASSWORD: z.string().min(1).optional(),
+  /** Password of the primary (and replicas) when connecting through Sentinel. */
+  REDIS_PASSWORD: z.string().min(1).optional(),
+  /** `1`: TLS to the sentinels and the primary. */
+  REDIS_TLS: z.enum(['0', '1']).optional(),
   NATS_URL: z
     .string()
     .regex(/^(nats|tls|ws|wss):\/\/\S+$/, 'must be a nats:// URL')
@@ -74,7 +92,9 @@ export type ServeOverrides = Partial<Omit<ServeSettings, 'options'>> & {
 };
 
 /**
- * Reads a dispatcher's settings from the environment (`FAIRWAY_CONFIG`, `REDIS_URL`, `NATS_URL`,
+ * Reads a dispatcher's settings from the environment (`FAIRWAY_CONFIG`, `REDIS_URL` or
+ * `REDIS_SENTINELS` with `REDIS_SENTINEL_NAME`, `REDIS_SENTINEL_PASSWORD`, `REDIS_PASSWORD`,
+ * `REDIS_TLS`, `NATS_URL`,
  * `PORT`, `HOST`, `FAIRWAY_PREFIX`, `FAIRWAY_DISPATCHER_ID`, `FAIRWAY_LEASE_MS`,
  * `FAIRWAY_QUEUE_TIMEOUT_MS`, `FAIRWAY_DEFAULT_MAX_TOKENS`, `FAIRWAY_BODY_LIMIT_BYTES`,
  * `FAIRWAY_RESERVE`, `FAIRWAY_REPREDICT`, `FAIRWAY_STALE_MS`, `FAIRWAY_LOG_LEVEL`), with `overrides` on top. Throws a
@@ -99,9 +119,16 @@ export function serveSettings(
     ...(e.FAIRWAY_RESERVE !== undefined ? { reserve: e.FAIRWAY_RESERVE } : {}),
     ...(e.FAIRWAY_REPREDICT !== undefined ? { repredict: e.FAIRWAY_REPREDICT === '1' } : {}),
   };
+  const redisSentinel = overrides.redisSentinel ?? sentinelFromEnv(e);
+  const redisUrl = overrides.redisUrl ?? e.REDIS_URL;
+  if (redisSentinel !== undefined && redisUrl !== undefined)
+    throw new ConfigError(ErrorCode.CONFIG_INVALID, 'environment', [
+      { path: 'REDIS_SENTINELS', message: 'give REDIS_URL or REDIS_SENTINELS, not both' },
+    ]);
   const s: ServeSettings = {
     configPath: overrides.configPath ?? e.FAIRWAY_CONFIG,
-    redisUrl: overrides.redisUrl ?? e.REDIS_URL,
+    redisUrl,
+    ...(redisSentinel !== undefined ? { redisSentinel } : {}),
     natsUrl: overrides.natsUrl ?? e.NATS_URL,
     port: overrides.port ?? e.PORT ?? 8080,
     host: overrides.host ?? e.HOST ?? '127.0.0.1',
@@ -116,6 +143,24 @@ export function serveSettings(
       { path: 'port', message: 'must be a whole number from 0 to 65535' },
     ]);
   return s;
+}
+
+function sentinelFromEnv(e: z.infer<typeof serveEnvSchema>): RedisSentinelSettings | undefined {
+  if (e.REDIS_SENTINELS === undefined) return undefined;
+  if (e.REDIS_SENTINEL_NAME === undefined)
+    throw new ConfigError(ErrorCode.CONFIG_INVALID, 'environment', [
+      { path: 'REDIS_SENTINEL_NAME', message: 'required with REDIS_SENTINELS (the monitored primary)' },
+    ]);
+  return {
+    sentinels: e.REDIS_SENTINELS.split(',').map((hp) => {
+      const i = hp.lastIndexOf(':');
+      return { host: hp.slice(0, i), port: Number(hp.slice(i + 1)) };
+    }),
+    name: e.REDIS_SENTINEL_NAME,
+    ...(e.REDIS_SENTINEL_PASSWORD !== undefined ? { sentinelPassword: e.REDIS_SENTINEL_PASSWORD } : {}),
+    ...(e.REDIS_PASSWORD !== undefined ? { password: e.REDIS_PASSWORD } : {}),
+    ...(e.REDIS_TLS === '1' ? { tls: true } : {}),
+  };
 }
 
 /**

@@ -47,6 +47,7 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     input.infrastructure ??
     (await connectInfrastructure({
       redisUrl: settings.redisUrl,
+      redisSentinel: settings.redisSentinel,
       natsUrl: settings.natsUrl,
       prefix: settings.prefix,
       defaultLeaseMs: leaseMs,

@@ -9,6 +9,8 @@ import type {
   DispatchResult,
   QueueSnapshot,
   RequeueInput,
+  RestoreInput,
+  RestoreResult,
   SchedulingStore,
   SettleAndDispatchInput,
   SettleAndDispatchResult,
@@ -38,6 +40,10 @@ export class TimedStore implements SchedulingStore {
       this.settleAndDispatch = (input) => this.#time('settle_and_dispatch', settled(input));
     const requeue = inner.requeue?.bind(inner);
     if (requeue !== undefined) this.requeue = (input) => this.#time('requeue', requeue(input));
+    const restore = inner.restore?.bind(inner);
+    if (restore !== undefined) this.restore = (input) => this.#time('restore', restore(input));
+    const adoptEpoch = inner.adoptEpoch?.bind(inner);
+    if (adoptEpoch !== undefined) this.adoptEpoch = () => this.#time('adopt_epoch', adoptEpoch());
   }
 
   async #time<T>(op: string, call: Promise<T>): Promise<T> {
@@ -49,6 +55,11 @@ export class TimedStore implements SchedulingStore {
     }
   }
 
+  /** The inner store's epoch. */
+  get epoch(): string | undefined {
+    return this.#inner.epoch;
+  }
+
   admit(input: AdmitInput): Promise<AdmitResult> {
     return this.#time('admit', this.#inner.admit(input));
   }
@@ -56,6 +67,10 @@ export class TimedStore implements SchedulingStore {
   readonly admitAndDispatch?: (input: AdmitAndDispatchInput) => Promise<AdmitAndDispatchResult>;
   /** Present exactly when the inner store has it (engine retries and evictions re-queue with it). */
   readonly requeue?: (input: RequeueInput) => Promise<boolean>;
+  /** Present exactly when the inner store has it (a dispatcher repairs a lost state with it). */
+  readonly restore?: (input: RestoreInput) => Promise<RestoreResult>;
+  /** Present exactly when the inner store has it. */
+  readonly adoptEpoch?: () => Promise<void>;
   /** Present exactly when the inner store has it. */
   readonly settleAndDispatch?: (input: SettleAndDispatchInput) => Promise<SettleAndDispatchResult>;
   dispatch(input: DispatchInput): Promise<DispatchResult> {

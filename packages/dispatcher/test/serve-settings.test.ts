@@ -16,6 +16,41 @@ function issues(fn: () => unknown): string[] {
 }
 
 describe('serveSettings', () => {
+  it('connects through Redis Sentinel from REDIS_SENTINELS and REDIS_SENTINEL_NAME', () => {
+    const s = serveSettings({
+      REDIS_SENTINELS: 'sentinel-0:26379,10.0.0.7:26380',
+      REDIS_SENTINEL_NAME: 'fairway',
+      REDIS_SENTINEL_PASSWORD: 's3cret',
+      REDIS_PASSWORD: 'p4ss',
+      REDIS_TLS: '1',
+    });
+    expect(s.redisUrl).toBeUndefined();
+    expect(s.redisSentinel).toEqual({
+      sentinels: [
+        { host: 'sentinel-0', port: 26379 },
+        { host: '10.0.0.7', port: 26380 },
+      ],
+      name: 'fairway',
+      sentinelPassword: 's3cret',
+      password: 'p4ss',
+      tls: true,
+    });
+  });
+
+  it('refuses sentinels without a primary name, or with REDIS_URL as well', () => {
+    expect(issues(() => serveSettings({ REDIS_SENTINELS: 'a:1' }))).toEqual([
+      'REDIS_SENTINEL_NAME: required with REDIS_SENTINELS (the monitored primary)',
+    ]);
+    expect(
+      issues(() =>
+        serveSettings({ REDIS_SENTINELS: 'a:1', REDIS_SENTINEL_NAME: 'm', REDIS_URL: 'redis://x:1' }),
+      ),
+    ).toEqual(['REDIS_SENTINELS: give REDIS_URL or REDIS_SENTINELS, not both']);
+    expect(issues(() => serveSettings({ REDIS_SENTINELS: 'a', REDIS_SENTINEL_NAME: 'm' }))).toEqual([
+      'REDIS_SENTINELS: must be host:port,host:port',
+    ]);
+  });
+
   it('reads the environment, with explicit values on top', () => {
     const s = serveSettings(
       {

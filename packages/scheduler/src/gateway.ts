@@ -16,6 +16,7 @@ import type {
   QueuedRequest,
   ReplicaCandidate,
   Reservation,
+  RestoredRequest,
   SettleInput,
 } from '@fairway/store';
 import { type AdmissionRules, composeRules, fromAdmissionPolicy, toRules } from './admission.ts';
@@ -29,12 +30,24 @@ import {
 } from './gateway-options.ts';
 import { replicaState, toCandidate } from './replica-view.ts';
 import { decodeRequest, encodeRequest, parseRequest } from './request-payload.ts';
+import { AdmissionLog, recoveringStore } from './state-recovery.ts';
 
 /** Room offered to a replica that takes everything routed to it (QLM without pulling). */
 const UNLIMITED = 1e15;
 /** Most flows whose predicted output a gateway keeps (flows can be users, which clients name). */
 const PREDICTION_CACHE_FLOWS = 10_000;
 const NOTHING: Reservation = { tokens: 0, seqs: 0 };
+
+/** A candidate's room less what its engine reports running beyond the store's reservations. */
+function guarded(c: ReplicaCandidate, s: ReplicaState): ReplicaCandidate {
+  const unseenSeqs = Math.max(0, s.running + s.waiting - s.reservedSeqs);
+  const unseenTokens = Math.max(0, s.kvUsage * s.tokenCapacity - s.reservedTokens);
+  return {
+    id: c.id,
+    tokenCapacity: Math.max(0, c.tokenCapacity - unseenTokens),
+    seqCapacity: Math.max(0, c.seqCapacity - unseenSeqs),
+  };
+}
 
 /** Outcome of {@link Gateway.submit}. */
 export type SubmitResult =
@@ -70,6 +83,10 @@ interface Owned {
   grown: number;
   /** Whether its output outran its prediction in its current run (Aladdin: under-estimated). */
   underEstimated: boolean;
+  /** Its queue record as admitted: what a repair puts back after the store lost its state. */
+  readonly record: QueuedRequest;
+  /** Whether the store admitted it (a repair puts back only what the store had). */
+  admitted: boolean;
 }
 
 /**
@@ -111,6 +128,10 @@ export interface GatewayStats {
   readonly repredictions: number;
   /** Prediction errors per replica (`reserve: 'predicted'` only), by replica id. */
   readonly predictionErrors: Readonly<Record<string, ReplicaPredictionErrors>>;
+  /** Times this gateway found the store's state lost and put back what it holds. */
+  readonly repairs: number;
+  /** Requests put back by those repairs (queued and running). */
+  readonly restored: number;
 }
 
 /**
@@ -157,6 +178,18 @@ export class Gateway {
   #running = 0;
   #evicted = 0;
   #repredictions = 0;
+  /**
+   * Settlements whose store call failed without an answer (Redis unreachable): the request may
+   * still hold its reservation there, which would keep its replica's room taken for good. Sent
+   * again on every heartbeat until the store answers.
+   */
+  readonly #unsettled = new Map<string, SettleInput>();
+  /** Window entries this gateway admitted that may still count (rebuilt after a lost state). */
+  readonly #log = new AdmissionLog();
+  /** Until when (clock ms) candidates are bounded by what engines report, after a repair. */
+  #guardUntil = Number.NEGATIVE_INFINITY;
+  #repairs = 0;
+  #restored = 0;
   /** Past outputs by pool and prompt bucket, for re-prediction (`repredict` without a repredictor). */
   readonly #outputs = new OutputHistory();
   readonly #errors = new Map<
@@ -172,7 +205,8 @@ export class Gateway {
 
   /** Validates `options` (throws a `GatewayError` naming the field) and builds an idle gateway. */
   constructor(options: GatewayOptions) {
-    this.options = resolveGatewayOptions(options);
+    const resolved = resolveGatewayOptions(options);
+    this.options = { ...resolved, store: recoveringStore(resolved.store, () => this.#repair()) };
     this.id = this.options.id;
     this.#placement = this.options.placement;
     this.#bandOf = new Map(this.options.sloClasses.map((c) => [c.name, c.band]));
@@ -258,6 +292,8 @@ export class Gateway {
       outputBound: reserveTokens - req.inputTokens,
       grown: 0,
       underEstimated: false,
+      record: queued,
+      admitted: false,
     };
 
     if (this.#owned.has(req.id)) {
@@ -283,7 +319,7 @@ export class Gateway {
         throw err;
       }
       if (!result.ok) return refused(result);
-      this.#admitted++;
+      this.#noteAdmitted(own, admit);
       await this.pump(pool);
       return result;
     }
@@ -301,7 +337,7 @@ export class Gateway {
     }
     for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
     if (!r.admit.ok) return refused(r.admit);
-    this.#admitted++;
+    this.#noteAdmitted(own, admit);
     if (r.dispatch?.kind === 'dispatched') {
       this.#dispatched++;
       // Its reservation is in the reported reservations already.
@@ -310,6 +346,58 @@ export class Gateway {
       if (r.poolQueued > 0) await this.pump(pool);
     }
     return r.admit;
+  }
+
+  #noteAdmitted(own: Owned, admit: AdmitInput): void {
+    this.#admitted++;
+    own.admitted = true;
+    this.#log.record(own.req.id, admit.nowMs, admit.limits);
+  }
+
+  /**
+   * The store's state was lost (a Redis restart without persistence): put back what this gateway
+   * holds, as `recoveringStore` calls it once the epoch is re-established. Window entries it
+   * admitted within their windows go back at their admission time and amount; running requests
+   * are reserved again on their replicas (charged their dispatch cost in the new counters, so each
+   * is charged its final cost once in all: the counters it was charged in before are gone);
+   * queued ones go back in the order this gateway admitted them, with their arrival time and flow.
+   * For a while after, candidates are also bounded by what the engines report running (see
+   * `#candidate`), so work other dispatchers have not put back yet is not placed over.
+   */
+  async #repair(): Promise<void> {
+    const o = this.options;
+    const store = o.store;
+    if (store.restore === undefined) return;
+    const nowMs = o.clock.now();
+    const requests: RestoredRequest[] = [];
+    for (const own of this.#owned.values()) {
+      if (!own.admitted) continue;
+      const running = own.state === 'running' && own.replica !== undefined && own.replica !== 'unknown';
+      if (own.state === 'running' && !running) continue;
+      requests.push({
+        req: { ...own.record, dispatchCost: own.queuedCost },
+        ...(running ? { replica: own.replica, grown: own.grown } : {}),
+        windows: this.#log.windowsOf(own.req.id),
+      });
+    }
+    const r = await store.restore({
+      nowMs,
+      lift: o.ordering.lift,
+      windows: this.#log.entries(nowMs),
+      requests,
+    });
+    this.#repairs++;
+    this.#restored += r.restored;
+    this.#reservations.clear();
+    this.#reservationsReadAt.clear();
+    for (const req of requests)
+      if (req.replica !== undefined)
+        this.#addReservation(req.replica, req.req.reserveTokens + (req.grown ?? 0), 1);
+    this.#guardUntil = nowMs + o.leaseMs;
+    // Outside the repair: the dispatch round's store calls wait for the repair to end.
+    setTimeout(() => {
+      this.pump().catch(() => undefined);
+    }, 0);
   }
 
   /**
@@ -541,7 +629,10 @@ export class Gateway {
     if (own === undefined) return false;
     if (own.state === 'queued') {
       const removed = await this.options.store.cancel(id, this.options.clock.now());
-      if (removed) this.#owned.delete(id);
+      if (removed) {
+        this.#owned.delete(id);
+        this.#log.trueUp(id, 0);
+      }
       return removed;
     }
     await this.#settle(id, own, usage ?? { inputTokens: own.req.inputTokens, outputTokens: 0 });
@@ -549,12 +640,19 @@ export class Gateway {
   }
 
   /**
-   * Renews this gateway's lease on everything it holds in the store, and retries removing what a
-   * lost admission reply may have left there (see `#forget`).
+   * Renews this gateway's lease on everything it holds in the store, retries removing what a
+   * lost admission reply may have left there (see `#forget`) and settling what a lost settlement
+   * left running there (its reservation would otherwise hold its replica's room).
    */
   async heartbeat(): Promise<void> {
-    await this.options.store.renewOwner(this.id, this.options.clock.now(), this.options.leaseMs);
+    const store = this.options.store;
+    await store.renewOwner(this.id, this.options.clock.now(), this.options.leaseMs);
     for (const id of [...this.#orphans]) await this.#removeOrphan(id);
+    for (const [id, settle] of [...this.#unsettled]) {
+      // False when the first call went through after all, or the state it settled was lost.
+      await store.settle(settle);
+      this.#unsettled.delete(id);
+    }
   }
 
   /**
@@ -608,6 +706,8 @@ export class Gateway {
       evicted: this.#evicted,
       repredictions: this.#repredictions,
       predictionErrors: Object.fromEntries([...this.#errors].map(([id, e]) => [id, { ...e }])),
+      repairs: this.#repairs,
+      restored: this.#restored,
     };
   }
 
@@ -740,9 +840,15 @@ export class Gateway {
     return value;
   }
 
-  /** The store's view of a candidate, bounded by the placement policy's capacity if it has one. */
+  /**
+   * The store's view of a candidate, bounded by the placement policy's capacity if it has one.
+   * After a repair (for one lease, the time every other dispatcher needs to notice the loss and
+   * put back what it holds) its room is also reduced by what its engine last reported beyond the
+   * store's reservations — sequences running or waiting, KV tokens in use — so work not yet put
+   * back is not placed over: an engine is overcommitted at most until its next heartbeat.
+   */
   #candidate(s: ReplicaState, unlimited: boolean): ReplicaCandidate {
-    const c = toCandidate(s);
+    const c = this.options.clock.now() < this.#guardUntil ? guarded(toCandidate(s), s) : toCandidate(s);
     if (unlimited && !s.stale) return { id: c.id, tokenCapacity: UNLIMITED, seqCapacity: UNLIMITED };
     const bound = this.#placement.capacity?.(s);
     if (bound === undefined) return c;
@@ -906,20 +1012,27 @@ export class Gateway {
       actualTokens: usage.inputTokens + usage.outputTokens,
       outputTokens: usage.outputTokens,
     };
+    this.#log.trueUp(id, settle.actualTokens);
     const pool = own.pool;
     const candidates =
       o.store.settleAndDispatch === undefined || o.router !== undefined
         ? []
         : this.#candidates(this.#viewStates(pool, own), undefined, false);
+    const unanswered = (err: unknown): never => {
+      this.#unsettled.set(id, settle);
+      throw err;
+    };
     if (o.store.settleAndDispatch === undefined || candidates.length === 0) {
-      if (await o.store.settle(settle)) this.#release(own);
+      if (await o.store.settle(settle).catch(unanswered)) this.#release(own);
       await this.pump(pool);
       return;
     }
-    const r = await o.store.settleAndDispatch({
-      settle,
-      dispatch: this.#dispatchInput(pool, this.#bands, candidates),
-    });
+    const r = await o.store
+      .settleAndDispatch({
+        settle,
+        dispatch: this.#dispatchInput(pool, this.#bands, candidates),
+      })
+      .catch(unanswered);
     for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
     if (r.dispatch.kind !== 'dispatched') return;
     this.#dispatched++;

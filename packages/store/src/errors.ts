@@ -13,6 +13,13 @@ export const StoreErrorCode = {
   REPLY_INVALID: 'FAIRWAY_STORE_REPLY_INVALID',
   /** The store's state was written by another key layout version (see `STORE_LAYOUT_VERSION`). */
   LAYOUT_MISMATCH: 'FAIRWAY_STORE_LAYOUT_MISMATCH',
+  /**
+   * The store's state vanished (its epoch marker is missing or was re-established by another
+   * dispatcher since this one last saw it: Redis restarted without persistence, or was flushed).
+   * Nothing was changed; the caller re-establishes the epoch (`adoptEpoch`), puts back what it
+   * holds (`restore`) and retries.
+   */
+  STATE_LOST: 'FAIRWAY_STORE_STATE_LOST',
   /** The store was used after `close()`. */
   CLOSED: 'FAIRWAY_STORE_CLOSED',
 } as const;
@@ -64,6 +71,8 @@ export class StoreScriptError extends StoreError {
 export const ScriptErrorCode = {
   STATE_CORRUPT: -1,
   BAD_ARGUMENTS: -2,
+  /** The epoch the caller passed is not the store's: its state was lost since (see `STATE_LOST`). */
+  STATE_LOST: -3,
 } as const;
 
 /** Maps a script's negative return code to a typed error (the one place that knows the codes). */
@@ -83,6 +92,13 @@ export function scriptErrorFromCode(script: string, code: number, detail = ''): 
         script,
         code,
         `script rejected its arguments${suffix}`,
+      );
+    case ScriptErrorCode.STATE_LOST:
+      return new StoreScriptError(
+        StoreErrorCode.STATE_LOST,
+        script,
+        code,
+        `the store's state was lost (its epoch changed)${suffix}`,
       );
     default:
       return new StoreScriptError(

@@ -113,3 +113,18 @@ export const snapshotInputSchema = z.object({ pool: id, band: z.number().int().m
 
 /** A bare identifier argument (`reserved`, `predictedOutput`). */
 export const idSchema = id;
+
+/** {@link RestoreInput} */
+export const restoreInputSchema = z.object({
+  nowMs: finite,
+  lift: z.enum(['vtc', 'none']),
+  windows: z.array(z.object({ key: id, id, atMs: finite, amount: nonNegative })),
+  requests: z.array(
+    z.object({
+      req: queuedRequestSchema,
+      replica: id.optional(),
+      grown: nonNegative.optional(),
+      windows: z.array(z.object({ key: id, trueUp: z.boolean() })),
+    }),
+  ),
+});

@@ -74,6 +74,9 @@ function part(value: string | number, last: boolean): string {
  */
 export const STORE_LAYOUT_VERSION = 2;
 
+/** Name of the epoch key after the store's base (see {@link StoreKeys.epoch}); the Lua library checks it. */
+export const EPOCH_KEY = 'epoch';
+
 /** Builds the keys of one store (one prefix). */
 export class StoreKeys {
   /** The store's key prefix. */
@@ -98,6 +101,15 @@ export class StoreKeys {
   /** The key recording which {@link STORE_LAYOUT_VERSION} wrote this store's state. */
   layout(): string {
     return `${this.base}layout`;
+  }
+
+  /**
+   * The key holding this store's epoch: an id written with the layout marker when the state is
+   * first used, and again after it was lost (a Redis restart without persistence). Every Lua call
+   * checks it, so a loss is reported (`STATE_LOST`) instead of served from empty state.
+   */
+  epoch(): string {
+    return `${this.base}${EPOCH_KEY}`;
   }
 
   /** Pattern matching every key of this store (for cleanup in tests and admin tools). */

@@ -9,6 +9,7 @@ import {
   idSchema,
   renewInputSchema,
   requeueInputSchema,
+  restoreInputSchema,
   settleAndDispatchInputSchema,
   settleInputSchema,
   snapshotInputSchema,
@@ -26,6 +27,8 @@ import type {
   ReplicaCandidate,
   RequeueInput,
   Reservation,
+  RestoreInput,
+  RestoreResult,
   SchedulingStore,
   SettleAndDispatchInput,
   SettleAndDispatchResult,
@@ -424,6 +427,70 @@ export class MemoryStore implements SchedulingStore {
     if (rs === undefined || rs.state !== 'queued') return false;
     this.#drop(rs);
     return true;
+  }
+
+  async restore(input: RestoreInput): Promise<RestoreResult> {
+    this.#open('restore');
+    if (this.#opts.validate) parseInput('restore', restoreInputSchema, input);
+    for (const e of input.windows) {
+      let log = this.#windows.get(e.key);
+      if (log === undefined) {
+        log = new WindowLog();
+        this.#windows.set(e.key, log);
+      }
+      if (!log.has(e.id)) log.add(e.id, e.atMs, e.amount);
+    }
+    let restored = 0;
+    let skipped = 0;
+    for (const { req, replica, grown, windows } of input.requests) {
+      if (this.#requests.has(req.id)) {
+        skipped++;
+        continue;
+      }
+      if (!this.#leases.has(req.owner)) this.#leases.set(req.owner, input.nowMs + this.#opts.defaultLeaseMs);
+      let owned = this.#ownerRequests.get(req.owner);
+      if (owned === undefined) {
+        owned = new Set();
+        this.#ownerRequests.set(req.owner, owned);
+      }
+      owned.add(req.id);
+      const rs: RequestState = {
+        req,
+        continuation: req.continuation === true,
+        state: 'queued',
+        replica: '',
+        charged: 0,
+        grown: 0,
+        cost: req.dispatchCost,
+        windows,
+        interaction: undefined,
+      };
+      this.#requests.set(req.id, rs);
+      const q = this.#queue(req.pool, req.band, true) as QueueState;
+      if (replica === undefined) {
+        this.#enqueue(q, rs, input.lift);
+        this.#poolQueued.set(req.pool, (this.#poolQueued.get(req.pool) ?? 0) + 1);
+      } else {
+        rs.state = 'running';
+        rs.replica = replica;
+        rs.grown = grown ?? 0;
+        const r = this.#replicas.get(replica);
+        if (r === undefined) this.#replicas.set(replica, { tokens: req.reserveTokens + rs.grown, seqs: 1 });
+        else {
+          r.tokens += req.reserveTokens + rs.grown;
+          r.seqs += 1;
+        }
+        rs.charged = rs.cost;
+        this.#addToCounter(q, req.flow, rs.cost);
+      }
+      restored++;
+    }
+    return { restored, skipped };
+  }
+
+  /** The state of a memory store cannot be lost: nothing to re-establish. */
+  async adoptEpoch(): Promise<void> {
+    this.#open('adoptEpoch');
   }
 
   async renewOwner(owner: string, nowMs: number, leaseMs: number): Promise<void> {

@@ -1,6 +1,7 @@
+import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
-import { parseInput, StoreError, StoreErrorCode, scriptErrorFromCode } from './errors.ts';
+import { parseInput, ScriptErrorCode, StoreError, StoreErrorCode, scriptErrorFromCode } from './errors.ts';
 import {
   admitAndDispatchInputSchema,
   admitInputSchema,
@@ -10,6 +11,7 @@ import {
   idSchema,
   renewInputSchema,
   requeueInputSchema,
+  restoreInputSchema,
   settleAndDispatchInputSchema,
   settleInputSchema,
   snapshotInputSchema,
@@ -29,6 +31,8 @@ import type {
   QueueSnapshot,
   RequeueInput,
   Reservation,
+  RestoreInput,
+  RestoreResult,
   SchedulingStore,
   SettleAndDispatchInput,
   SettleAndDispatchResult,
@@ -64,6 +68,9 @@ const optionsSchema = z.object({
 });
 
 let cachedLibrary: LuaLibrary | undefined;
+
+/** Window entries or requests put back per `restore` call (each call is one Lua run). */
+const RESTORE_SLICE = 500;
 
 /** Per client, the loading of the current library (by whichever store on it called first). */
 const loading = new WeakMap<Redis, Promise<void>>();
@@ -176,9 +183,10 @@ export class RedisStore implements SchedulingStore {
   readonly #opts: ResolvedStoreOptions;
   readonly #cmd: (name: string) => { readonly script: string; readonly invoke: Invoke };
   #closed = false;
-  /** The layout check of this store's prefix, made once before its first function call. */
+  /** The layout check and epoch claim of this store's prefix, made before its first function call. */
   #layout: Promise<void> | undefined;
-  #layoutChecked = false;
+  /** The epoch this store works in (see {@link StoreKeys.epoch}); undefined until claimed. */
+  #epoch: string | undefined;
 
   constructor(options: RedisStoreOptions) {
     parseInput('options', optionsSchema, { prefix: options.prefix });
@@ -204,8 +212,9 @@ export class RedisStore implements SchedulingStore {
   }
 
   /**
-   * FCALL, loading the library first if this client has not yet, and again if Redis lost it
-   * (restart without persistence, FUNCTION FLUSH): then the call is retried once.
+   * FCALL with this store's epoch as the last argument, loading the library first if this client
+   * has not yet, and again if Redis lost it (restart without persistence, FUNCTION FLUSH): then
+   * the call is retried once. A call in a lost epoch throws `STATE_LOST` (it changed nothing).
    */
   async #fcall(
     library: LuaLibrary,
@@ -213,39 +222,71 @@ export class RedisStore implements SchedulingStore {
     numberOfKeys: number,
     args: (string | number)[],
   ): Promise<Reply> {
-    if (!this.#layoutChecked) {
-      this.#layout ??= this.#checkLayout();
-      await this.#layout;
-    }
+    const epoch = this.#epoch ?? (await this.#claimed());
     if (!loaded.has(this.#redis)) await this.#load(library);
+    let reply: Reply;
     try {
-      return (await this.#redis.fcall(fn, numberOfKeys, ...args)) as Reply;
+      reply = (await this.#redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
     } catch (err) {
       if (!functionMissing(err)) throw err;
       loaded.delete(this.#redis);
       loading.delete(this.#redis);
       await this.#load(library);
-      return (await this.#redis.fcall(fn, numberOfKeys, ...args)) as Reply;
+      reply = (await this.#redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
     }
+    if (reply === ScriptErrorCode.STATE_LOST) throw scriptErrorFromCode(fn, reply);
+    return reply;
+  }
+
+  /** The epoch, claimed (with the layout check) by the first caller of this store. */
+  async #claimed(): Promise<string> {
+    this.#layout ??= this.#claim();
+    await this.#layout;
+    return this.#epoch as string;
   }
 
   /**
-   * Claims the prefix for this layout version, or finds it already claimed by the same version;
-   * state written by another version is refused rather than misread (drain the old fleet, or run
-   * the new one under another prefix).
+   * Claims the prefix for this layout version, or finds it already claimed by the same version,
+   * and adopts the store's epoch, writing a new one if there is none — both in one transaction
+   * (`SET NX GET`, one round trip). State written by another version is refused rather than
+   * misread (drain the old fleet, or run the new one under another prefix).
    */
-  async #checkLayout(): Promise<void> {
-    const key = this.#keys.layout();
-    const found = await this.#redis.set(key, String(STORE_LAYOUT_VERSION), 'NX', 'GET');
-    if (found !== null && found !== String(STORE_LAYOUT_VERSION)) {
+  async #claim(): Promise<void> {
+    const proposal = randomUUID();
+    const replies = await this.#redis
+      .multi()
+      .set(this.#keys.layout(), String(STORE_LAYOUT_VERSION), 'NX', 'GET')
+      .set(this.#keys.epoch(), proposal, 'NX', 'GET')
+      .exec();
+    const [layout, epoch] = (replies ?? []).map(([err, value]) => {
+      if (err) throw err;
+      return value as string | null;
+    });
+    if (layout !== null && layout !== undefined && layout !== String(STORE_LAYOUT_VERSION)) {
       this.#layout = undefined;
       throw new StoreError(
         StoreErrorCode.LAYOUT_MISMATCH,
         'connect',
-        `the state under ${this.#keys.base} was written by store layout ${found}, this fairway uses layout ${STORE_LAYOUT_VERSION}; drain the fleet that wrote it or use another prefix`,
+        `the state under ${this.#keys.base} was written by store layout ${layout}, this fairway uses layout ${STORE_LAYOUT_VERSION}; drain the fleet that wrote it or use another prefix`,
       );
     }
-    this.#layoutChecked = true;
+    this.#epoch = epoch ?? proposal;
+  }
+
+  /** The epoch this store works in; undefined until its first call claims it. */
+  get epoch(): string | undefined {
+    return this.#epoch;
+  }
+
+  /**
+   * Re-establishes the layout marker and the epoch after `STATE_LOST`: the first store to call
+   * writes a new epoch, the others adopt it (the claim is `SET NX`).
+   */
+  async adoptEpoch(): Promise<void> {
+    this.#open('adoptEpoch');
+    const claim = this.#claim();
+    this.#layout = claim;
+    await claim;
   }
 
   #load(library: LuaLibrary): Promise<void> {
@@ -429,7 +470,63 @@ export class RedisStore implements SchedulingStore {
   async renewOwner(owner: string, nowMs: number, leaseMs: number): Promise<void> {
     this.#open('renewOwner');
     if (this.#opts.validate) parseInput('renewOwner', renewInputSchema, { owner, nowMs, leaseMs });
-    await this.#redis.zadd(this.#keys.key('leases'), str(nowMs + leaseMs), owner);
+    const epoch = this.#epoch ?? (await this.#claimed());
+    // The epoch read rides with the renewal (one round trip): an idle dispatcher learns of a
+    // loss on its next renewal, not only on its next request.
+    const replies = await this.#redis
+      .multi()
+      .get(this.#keys.epoch())
+      .zadd(this.#keys.key('leases'), str(nowMs + leaseMs), owner)
+      .exec();
+    const [err, found] = replies?.[0] ?? [null, null];
+    if (err) throw err;
+    if (found !== epoch) throw scriptErrorFromCode('renewOwner', ScriptErrorCode.STATE_LOST);
+  }
+
+  async restore(input: RestoreInput): Promise<RestoreResult> {
+    this.#open('restore');
+    if (this.#opts.validate) parseInput('restore', restoreInputSchema, input);
+    const { script, invoke } = this.#cmd('restore');
+    const head = [this.#keys.key('seq'), this.#keys.base, str(input.nowMs), input.lift];
+    head.push(str(this.#opts.defaultLeaseMs));
+    let restored = 0;
+    let skipped = 0;
+    // In slices, so one repair never blocks Redis for long; order is kept across slices.
+    const windows = input.windows;
+    const requests = input.requests;
+    for (let w = 0, r = 0; w < windows.length || r < requests.length; ) {
+      const args = [...head];
+      const ws = windows.slice(w, w + RESTORE_SLICE);
+      w += ws.length;
+      args.push(str(ws.length));
+      for (const e of ws) args.push(e.key, e.id, str(e.atMs), str(e.amount));
+      const rs = ws.length > 0 ? [] : requests.slice(r, r + RESTORE_SLICE);
+      r += rs.length;
+      args.push(str(rs.length));
+      for (const { req, replica, grown, windows: rw } of rs) {
+        args.push(
+          req.id,
+          req.pool,
+          str(req.band),
+          req.flow,
+          str(req.score),
+          str(req.arrivalMs),
+          str(req.reserveTokens),
+          str(req.dispatchCost),
+          req.owner,
+          req.continuation ? '1' : '0',
+          JSON.stringify(recordOf(req)),
+          replica ?? '',
+          str(grown ?? 0),
+          str(rw.length),
+        );
+        for (const x of rw) args.push(x.key, x.trueUp ? '1' : '0');
+      }
+      const reply = expectArray(script, await invoke(...args));
+      restored += Number(reply[0]);
+      skipped += Number(reply[1]);
+    }
+    return { restored, skipped };
   }
 
   async reclaim(

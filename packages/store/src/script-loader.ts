@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { luaKeyFunctions } from './keys.ts';
+import { ScriptErrorCode } from './errors.ts';
+import { EPOCH_KEY, luaKeyFunctions } from './keys.ts';
 
 /** One command of the library: a `commands/<camelName>-<numKeys>.lua` file. */
 export interface LuaCommand {
@@ -83,8 +84,10 @@ export function pruneUnusedFunctions(lines: readonly string[]): string[] {
  * Builds the library from every `commands/<camelName>-<numKeys>.lua`: the key builders, every
  * include once (dependencies first), each command's body as a local function, and one registered
  * function per command that binds the call's keys and arguments to the `KEYS`, `ARGV` and `BASE`
- * upvalues every helper reads, as they would be in an EVAL script. Functions nothing calls are
- * dropped.
+ * upvalues every helper reads, as they would be in an EVAL script. Every call passes the
+ * caller's epoch as its last argument; a call whose epoch is not the store's (the state was lost,
+ * see `STATE_LOST`) returns -3 before it reads or writes anything — one GET, the only cost of
+ * detecting a loss on the hot path. Functions nothing calls are dropped.
  */
 export function loadLibrary(dir: string = COMMANDS_DIR): LuaLibrary {
   const shared: string[] = [];
@@ -114,7 +117,7 @@ export function loadLibrary(dir: string = COMMANDS_DIR): LuaLibrary {
   }
   const registrations = files.map(
     ({ name }) =>
-      `redis.register_function('fairway_VERSION_${name}', function(keys, args) KEYS, ARGV, BASE, LP = keys, args, args[1], {} return command_${name}() end)`,
+      `redis.register_function('fairway_VERSION_${name}', function(keys, args) local e = table.remove(args) if redis.call('GET', args[1] .. '${EPOCH_KEY}') ~= e then return ${ScriptErrorCode.STATE_LOST} end KEYS, ARGV, BASE, LP = keys, args, args[1], {} return command_${name}() end)`,
   );
   const body = pruneUnusedFunctions([...shared, ...bodies, ...registrations]).join('\n');
   const used = new Set([...body.matchAll(/\bkey_([A-Za-z]+)\b/g)].map((k) => k[1] as string));

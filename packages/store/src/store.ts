@@ -193,6 +193,52 @@ export interface RequeueInput {
   readonly dispatchCost?: number;
 }
 
+/** One entry a dispatcher recorded in a sliding window, put back by {@link SchedulingStore.restore}. */
+export interface RestoredWindowEntry {
+  /** The window's key (`WindowLimit.key`). */
+  readonly key: string;
+  /** The request the entry counts. */
+  readonly id: string;
+  /** Admission time of the entry (ms): it leaves the window `windowMs` after it. */
+  readonly atMs: number;
+  /** Its amount now: the admitted amount, or the true-up amount once settled or cancelled. */
+  readonly amount: number;
+}
+
+/** A request a dispatcher still holds the client connection of, put back by `restore`. */
+export interface RestoredRequest {
+  readonly req: QueuedRequest;
+  /** The replica it runs on; absent while it waits for one (it is queued again). */
+  readonly replica?: string;
+  /** Tokens its reservation grew by in its current run (`ChargeItem.reserveTokens`). @default 0 */
+  readonly grown?: number;
+  /** The windows it was admitted into, for true-up at settle or cancel (their entries come apart). */
+  readonly windows: readonly { readonly key: string; readonly trueUp: boolean }[];
+}
+
+/** Input of {@link SchedulingStore.restore}. */
+export interface RestoreInput {
+  readonly nowMs: number;
+  /** Lift applied to a flow that was not backlogged when one of its queued requests is put back. */
+  readonly lift: LiftMode;
+  /** Window entries to put back; an entry whose request the window already counts is skipped. */
+  readonly windows: readonly RestoredWindowEntry[];
+  /**
+   * Requests to put back, in order: queued ones join the end of their flow's FIFO in this order;
+   * running ones are reserved on their replica again (whatever its capacity: they hold its KV
+   * cache already) and charged their dispatch cost. A request the store knows is skipped.
+   */
+  readonly requests: readonly RestoredRequest[];
+}
+
+/** Outcome of {@link SchedulingStore.restore}. */
+export interface RestoreResult {
+  /** Requests put back. */
+  readonly restored: number;
+  /** Requests skipped because the store knew them already. */
+  readonly skipped: number;
+}
+
 /** A read-only view of one queue, for metrics, tests and the conformance suite. */
 export interface QueueSnapshot {
   readonly counters: Readonly<Record<string, number>>;
@@ -268,6 +314,27 @@ export interface SchedulingStore {
    * back. Returns false if it was not queued (running requests end with `settle`).
    */
   cancel(id: string, nowMs: number): Promise<boolean>;
+  /**
+   * Puts back what a dispatcher holds after the store's state was lost (an operation failed with
+   * `STATE_LOST` and `adoptEpoch` re-established the state marker): window entries it admitted,
+   * then its requests (see {@link RestoreInput}). Grants the owners a default lease if they have
+   * none. Optional like `requeue`; both built-in backends implement it.
+   */
+  restore?(input: RestoreInput): Promise<RestoreResult>;
+  /**
+   * Re-establishes the store's epoch and layout marker after its state was lost: the first caller
+   * writes a new epoch, every other one adopts it, so each dispatcher that saw `STATE_LOST` puts
+   * back what it holds once and then works on again. A no-op for a store whose state cannot be
+   * lost (memory). Optional like `requeue`.
+   */
+  adoptEpoch?(): Promise<void>;
+  /**
+   * The epoch this store instance works in, once known (undefined before its first call, and
+   * always for a store whose state cannot be lost). Dispatchers sharing one instance compare it
+   * with the epoch they last repaired for: one of them adopting a new epoch tells the others that
+   * the state they held was lost too.
+   */
+  readonly epoch?: string | undefined;
   /** Renews the owner's lease; everything it holds stays alive until `nowMs + leaseMs`. */
   renewOwner(owner: string, nowMs: number, leaseMs: number): Promise<void>;
   /**

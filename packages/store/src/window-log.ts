@@ -67,6 +67,11 @@ export class WindowLog {
     this.#total += amount;
   }
 
+  /** Whether the window counts the request. */
+  has(id: string): boolean {
+    return this.#byId.has(id);
+  }
+
   /** Replaces a request's amount if its entry is still in the window. */
   set(id: string, amount: number): void {
     const e = this.#byId.get(id);

@@ -848,6 +848,96 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       });
     });
 
+    describe('restore (what a dispatcher holds, put back after a loss)', () => {
+      const tpm: WindowLimit = {
+        key: 'tpm:a',
+        limit: 100,
+        amount: 40,
+        windowMs: 1000,
+        code: 'tpm_limited',
+      };
+
+      async function restore(
+        requests: Parameters<NonNullable<SchedulingStore['restore']>>[0]['requests'],
+        windows: Parameters<NonNullable<SchedulingStore['restore']>>[0]['windows'] = [],
+      ) {
+        if (!s.restore) throw new Error('backend has no restore');
+        return s.restore({ nowMs: 500, lift: 'vtc', windows, requests });
+      }
+
+      it('queues held requests again in the given order and serves them in it', async () => {
+        expect(
+          await restore([
+            { req: makeReq('a1', { arrivalMs: 10 }), windows: [] },
+            { req: makeReq('a2', { arrivalMs: 20 }), windows: [] },
+            { req: makeReq('b1', { flow: 'b', arrivalMs: 15 }), windows: [] },
+          ]),
+        ).toEqual({ restored: 3, skipped: 0 });
+        expect((await s.snapshot('p', 0)).queued).toEqual({ a: 2, b: 1 });
+        expect(await dispatchedId()).toBe('a1');
+        expect(await dispatchedId()).toBe('b1');
+        expect(await dispatchedId()).toBe('a2');
+        expect(await s.cancel('a2', 600)).toBe(false);
+      });
+
+      it('reserves running requests on their replica whatever its room, and settles them exactly', async () => {
+        await restore([
+          {
+            req: makeReq('r1', { reserveTokens: 30, dispatchCost: 12 }),
+            replica: 'r9',
+            grown: 5,
+            windows: [],
+          },
+          { req: makeReq('r2', { reserveTokens: 30 }), replica: 'r9', windows: [] },
+        ]);
+        expect(await s.reserved('r9')).toEqual({ tokens: 65, seqs: 2 });
+        expect((await s.snapshot('p', 0)).counters.a).toBe(22);
+        await s.charge([{ id: 'r1', amount: 3 }]);
+        expect(
+          await s.settle({ id: 'r1', nowMs: 600, finalCost: 50, actualTokens: 1, outputTokens: 1 }),
+        ).toBe(true);
+        // r1 was charged 50 in all, r2 its dispatch cost so far.
+        expect((await s.snapshot('p', 0)).counters.a).toBe(60);
+        expect(await s.reserved('r9')).toEqual({ tokens: 30, seqs: 1 });
+      });
+
+      it('puts window entries back once, so limits count what was admitted before the loss', async () => {
+        const entry = { key: 'tpm:a', id: 'old', atMs: 400, amount: 40 };
+        await restore([], [entry, { ...entry, id: 'old2', atMs: 450, amount: 20 }]);
+        await restore([], [entry]);
+        expect((await s.admit(admitOf(makeReq('n1'), { nowMs: 500, limits: [tpm] }))).ok).toBe(true);
+        expect(await s.admit(admitOf(makeReq('n2'), { nowMs: 500, limits: [tpm] }))).toEqual({
+          ok: false,
+          code: 'tpm_limited',
+          retryAfterMs: 900,
+          key: 'tpm:a',
+        });
+        // The first entry leaves the window 1000 ms after its admission time.
+        expect((await s.admit(admitOf(makeReq('n2'), { nowMs: 1400, limits: [tpm] }))).ok).toBe(true);
+      });
+
+      it('trues up the windows of a restored request at settle', async () => {
+        await restore(
+          [{ req: makeReq('r1'), replica: 'r1', windows: [{ key: 'tpm:a', trueUp: true }] }],
+          [{ key: 'tpm:a', id: 'r1', atMs: 450, amount: 90 }],
+        );
+        expect((await s.admit(admitOf(makeReq('n1'), { nowMs: 500, limits: [tpm] }))).ok).toBe(false);
+        await s.settle({ id: 'r1', nowMs: 500, finalCost: 1, actualTokens: 10, outputTokens: 5 });
+        expect((await s.admit(admitOf(makeReq('n1'), { nowMs: 500, limits: [tpm] }))).ok).toBe(true);
+      });
+
+      it('skips requests the store still knows', async () => {
+        await s.admit(admitOf(makeReq('x')));
+        expect(await restore([{ req: makeReq('x'), windows: [] }])).toEqual({ restored: 0, skipped: 1 });
+        expect((await s.snapshot('p', 0)).queued).toEqual({ a: 1 });
+      });
+
+      it('holds restored requests under their owner’s lease', async () => {
+        await restore([{ req: makeReq('q', { owner: 'gone' }), windows: [] }]);
+        expect(await s.reclaim(500 + 31_000)).toEqual({ dropped: ['q'], released: [] });
+      });
+    });
+
     describe('validation', () => {
       it('rejects malformed input naming the field', async () => {
         await expect(s.admit(admitOf(makeReq('x', { reserveTokens: -1 })))).rejects.toThrow(

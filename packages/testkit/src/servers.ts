@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -85,6 +85,124 @@ export async function startRedisServer(): Promise<TestServer> {
   );
   await waitForPort(port);
   return { url: `redis://127.0.0.1:${port}`, port, stop: () => stopProcess(child) };
+}
+
+/** A `redis-server` that can be restarted on the same port, keeping or losing its data. */
+export interface RestartableRedisServer extends TestServer {
+  /** Whether it persists with an append-only file (`appendfsync everysec`) in its temp directory. */
+  readonly aof: boolean;
+  /**
+   * Stops the server and starts it again on the same port: `SIGTERM` shuts it down as
+   * `SHUTDOWN` does (the AOF is flushed), `SIGKILL` crashes it (up to a second of AOF may be lost).
+   * Resolves once it accepts connections again; `downMs` is how long it stays down.
+   */
+  restart(options?: { readonly signal?: 'SIGTERM' | 'SIGKILL'; readonly downMs?: number }): Promise<void>;
+}
+
+/**
+ * Starts a `redis-server` on a free port with its working directory in a temp directory, with an
+ * append-only file (`aof: true`, `appendfsync everysec`) or no persistence at all, that a test can
+ * restart on the same port (clients reconnect to the same URL).
+ */
+export async function startRestartableRedisServer(options: {
+  readonly aof: boolean;
+}): Promise<RestartableRedisServer> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'fairway-redis-'));
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', ''];
+  args.push(...(options.aof ? ['--appendonly', 'yes', '--appendfsync', 'everysec'] : ['--appendonly', 'no']));
+  const start = async (): Promise<ChildProcess> => {
+    const c = startProcess('redis-server', args, 'apt-get install -y redis-server');
+    await waitForPort(port);
+    return c;
+  };
+  let child = await start();
+  const halt = async (signal: 'SIGTERM' | 'SIGKILL'): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    await new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
+      child.kill(signal);
+    });
+  };
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    aof: options.aof,
+    restart: async ({ signal = 'SIGTERM', downMs = 0 } = {}) => {
+      await halt(signal);
+      if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
+      child = await start();
+    },
+    stop: async () => {
+      await stopProcess(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A Redis primary, one replica and one Sentinel monitoring them, each on its own free port. */
+export interface RedisSentinelGroup {
+  readonly primaryPort: number;
+  readonly replicaPort: number;
+  readonly sentinelPort: number;
+  /** The name the sentinel monitors the primary under. */
+  readonly name: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a primary, a replica of it and a Sentinel (`redis-server --sentinel`, quorum 1, down
+ * after 1 s) on free ports, their files in a temp directory; resolves once the replica is in sync
+ * and the sentinel knows it (so `SENTINEL FAILOVER` can promote it).
+ */
+export async function startRedisSentinelGroup(name = 'fairway'): Promise<RedisSentinelGroup> {
+  const dir = mkdtempSync(join(tmpdir(), 'fairway-sentinel-'));
+  const hint = 'apt-get install -y redis-server';
+  const [primaryPort, replicaPort, sentinelPort] = [await freePort(), await freePort(), await freePort()];
+  const base = (port: number) => ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', ''];
+  const children: ChildProcess[] = [];
+  const stop = async (): Promise<void> => {
+    for (const c of children.reverse()) await stopProcess(c);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    children.push(startProcess('redis-server', [...base(primaryPort), '--dbfilename', 'primary.rdb'], hint));
+    await waitForPort(primaryPort);
+    children.push(
+      startProcess(
+        'redis-server',
+        [
+          ...base(replicaPort),
+          '--dbfilename',
+          'replica.rdb',
+          '--replicaof',
+          '127.0.0.1',
+          String(primaryPort),
+        ],
+        hint,
+      ),
+    );
+    await waitForPort(replicaPort);
+    const conf = join(dir, 'sentinel.conf');
+    writeFileSync(
+      conf,
+      [
+        `port ${sentinelPort}`,
+        'bind 127.0.0.1',
+        `dir ${dir}`,
+        `sentinel monitor ${name} 127.0.0.1 ${primaryPort} 1`,
+        `sentinel down-after-milliseconds ${name} 1000`,
+        `sentinel failover-timeout ${name} 5000`,
+        '',
+      ].join('\n'),
+    );
+    children.push(startProcess('redis-server', [conf, '--sentinel'], hint));
+    await waitForPort(sentinelPort);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { primaryPort, replicaPort, sentinelPort, name, stop };
 }
 
 /** Starts a throw-away `nats-server -js` with its JetStream store in a temp directory. */

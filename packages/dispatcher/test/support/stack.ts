@@ -32,6 +32,8 @@ export interface StackOptions {
   readonly agentPool?: string;
   /** Use the machine's Redis (unique prefix) instead of the in-memory store. @default false */
   readonly redis?: boolean;
+  /** Use this Redis (a server the test started) instead of the machine's; implies `redis`. */
+  readonly redisUrl?: string;
 }
 
 /** A running in-process fleet: engine-sims with agents, dispatchers, one store and bus. */
@@ -44,6 +46,8 @@ export interface Stack {
   readonly agents: readonly NodeAgent[];
   /** Replica ids of the sims, in order. */
   readonly replicas: readonly string[];
+  /** The store's key prefix. */
+  readonly prefix: string;
   close(): Promise<void>;
 }
 
@@ -52,7 +56,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const config = parseConfig(o.config, 'test config');
   const prefix = uniquePrefix('disp');
   const infra = await connectInfrastructure({
-    redisUrl: o.redis ? redisUrl() : undefined,
+    redisUrl: o.redisUrl ?? (o.redis ? redisUrl() : undefined),
     prefix,
     defaultLeaseMs: o.options?.leaseMs ?? 10_000,
     staleAfterMs: 1000,
@@ -116,20 +120,21 @@ export async function startStack(o: StackOptions): Promise<Stack> {
     sims,
     agents,
     replicas,
+    prefix,
     async close() {
       for (const d of dispatchers) await d.close();
       for (const a of agents) await a.stop();
       for (const c of clients) await c.close();
       for (const s of sims) await s.close();
-      if (infra.store instanceof RedisStore) await cleanRedis(prefix);
+      if (infra.store instanceof RedisStore) await cleanRedis(o.redisUrl ?? redisUrl(), prefix);
       await infra.close();
     },
   };
 }
 
-async function cleanRedis(prefix: string): Promise<void> {
+async function cleanRedis(url: string, prefix: string): Promise<void> {
   const { Redis } = await import('ioredis');
-  const r = new Redis(redisUrl());
+  const r = new Redis(url);
   await purgeStore(r, prefix);
   await r.quit();
 }

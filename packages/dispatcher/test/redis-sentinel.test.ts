@@ -1,0 +1,93 @@
+import { silentLogger, systemClock } from '@fairway/core';
+import { type RedisSentinelGroup, startRedisSentinelGroup, uniquePrefix } from '@fairway/testkit';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectInfrastructure, type Infrastructure } from '../src/index.ts';
+import { waitFor } from './support/stack.ts';
+
+function admitOf(id: string) {
+  return {
+    req: {
+      id,
+      pool: 'p',
+      band: 0,
+      flow: 'a',
+      score: 0,
+      arrivalMs: 0,
+      reserveTokens: 1,
+      dispatchCost: 1,
+      owner: 'd1',
+      payload: '',
+    },
+    nowMs: 0,
+    lift: 'vtc' as const,
+    limits: [],
+    overloaded: false,
+  };
+}
+
+/**
+ * The store connected through Redis Sentinel (ioredis's own sentinel support): a real primary,
+ * replica and sentinel on free ports; `SENTINEL FAILOVER` promotes the replica and the store
+ * follows it, with the state the replica had.
+ */
+describe('store through Redis Sentinel', () => {
+  let group: RedisSentinelGroup;
+  beforeAll(async () => {
+    group = await startRedisSentinelGroup();
+  });
+  afterAll(async () => {
+    await group?.stop();
+  });
+
+  it('keeps working across a fail-over to the replica', async () => {
+    const sentinel = new Redis({ port: group.sentinelPort, host: '127.0.0.1' });
+    const primaryOf = async () =>
+      ((await sentinel.call('SENTINEL', 'get-master-addr-by-name', group.name)) as string[])[1];
+    let infra: Infrastructure | undefined;
+    try {
+      // The sentinel has seen the replica (it can only promote one it knows).
+      await waitFor(
+        async () => ((await sentinel.call('SENTINEL', 'replicas', group.name)) as unknown[]).length > 0,
+        15_000,
+        'the sentinel to discover the replica',
+      );
+      infra = await connectInfrastructure({
+        redisSentinel: { sentinels: [{ host: '127.0.0.1', port: group.sentinelPort }], name: group.name },
+        prefix: uniquePrefix('sentinel'),
+        defaultLeaseMs: 10_000,
+        staleAfterMs: 1000,
+        name: 'test',
+        clock: systemClock,
+        logger: silentLogger,
+      });
+      const store = infra.store;
+      expect(await store.admit(admitOf('a'))).toEqual({ ok: true, queued: 1 });
+      expect(await primaryOf()).toBe(String(group.primaryPort));
+
+      // The replica must hold the admission before it is promoted (replication is asynchronous).
+      const replica = new Redis({ port: group.replicaPort, host: '127.0.0.1' });
+      await waitFor(async () => (await replica.keys('*sentinel*:req:*')).length > 0, 5000, 'replication');
+      replica.disconnect();
+
+      await sentinel.call('SENTINEL', 'FAILOVER', group.name);
+      await waitFor(async () => (await primaryOf()) === String(group.replicaPort), 15_000, 'the fail-over');
+
+      // The next calls reach the new primary (the old one refuses writes or drops the connection).
+      let admitted: unknown;
+      await waitFor(
+        async () => {
+          admitted = await store.admit(admitOf('b')).catch(() => undefined);
+          return admitted !== undefined;
+        },
+        15_000,
+        'an admission on the new primary',
+      );
+      expect(admitted).toEqual({ ok: true, queued: 2 });
+      expect((await store.snapshot('p', 0)).queued).toEqual({ a: 2 });
+    } finally {
+      await infra?.close();
+      sentinel.disconnect();
+    }
+  }, 60_000);
+});

@@ -1,0 +1,98 @@
+--[[
+  Puts back what a dispatcher holds after the store's state was lost (see SchedulingStore.restore):
+  the window entries it admitted (skipped where the window already counts the request), then its
+  requests in order: a queued one joins the end of its flow's FIFO (lifted as admission lifts); a
+  running one is reserved on its replica again whatever the replica's capacity (it holds the KV
+  cache already) and charged its dispatch cost. A request with a record is skipped. Owners get a
+  default lease if they have none.
+
+  Input:
+    KEYS[1] admission sequence key_seq()
+
+    ARGV[1] key base  ARGV[2] nowMs  ARGV[3] lift ('vtc' | 'none')  ARGV[4] default lease ms
+    ARGV[5] number of window entries w, then per entry: window key, request id, atMs, amount
+    then number of requests n, then per request: id, pool, band, flow, score, arrivalMs,
+    reserveTokens, dispatchCost, owner, continuation ('0' | '1'), the QueuedRequest as JSON,
+    replica ('' if queued), grown, number of windows k, then per window: key, trueUp ('0' | '1')
+
+  Output: { restored, skipped }; -2 arguments not understood (client/library version skew)
+]]
+--- @include "includes/queue"
+--- @include "includes/windows"
+
+-- The arguments are checked before anything is written, so a version skew changes nothing.
+local w = tonumber(ARGV[5])
+if w == nil then return -2 end
+local i = 6 + 4 * w
+local n = tonumber(ARGV[i])
+if n == nil then return -2 end
+i = i + 1
+for _ = 1, n do
+  local k = tonumber(ARGV[i + 13])
+  if k == nil then return -2 end
+  i = i + 14 + 2 * k
+end
+if i ~= #ARGV + 1 then return -2 end
+
+local now = num(ARGV[2])
+local lift = ARGV[3]
+local lease = num(ARGV[4])
+i = 6
+for _ = 1, w do
+  local wkey, id = ARGV[i], ARGV[i + 1]
+  if not redis.call('HGET', key_windowAmounts(wkey), id) then
+    addToWindow(wkey, id, num(ARGV[i + 2]), num(ARGV[i + 3]))
+  end
+  i = i + 4
+end
+i = i + 1
+local restored, skipped = 0, 0
+for _ = 1, n do
+  local id, pool, band, flow = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local score, arrival, reserve, cost = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
+  local owner, cont, rec, replica, grown = ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], ARGV[i + 11], ARGV[i + 12]
+  local k = num(ARGV[i + 13])
+  local reqKey = key_req(id)
+  if redis.call('EXISTS', reqKey) == 1 then
+    skipped = skipped + 1
+  else
+    local fm = sortKey(num(arrival)) .. id
+    local record = {
+      'rec', rec, 'pool', pool, 'band', band, 'flow', flow, 'arrival', arrival, 'reserve', reserve,
+      'cost', cost, 'owner', owner, 'cont', cont, 'state', 'q', 'replica', '', 'charged', '0',
+      'ikey', '', 'ittl', '0', 'wn', k, 'fm', fm,
+    }
+    for j = 1, k do
+      record[#record + 1] = 'wk' .. j
+      record[#record + 1] = ARGV[i + 12 + 2 * j]
+      record[#record + 1] = 'wt' .. j
+      record[#record + 1] = ARGV[i + 13 + 2 * j]
+    end
+    redis.call('ZADD', key_leases(), 'NX', now + lease, owner)
+    redis.call('SADD', key_owner(owner), id)
+    if replica == '' then
+      redis.call('HSET', reqKey, unpack(record))
+      enqueue(pool, band, flow, id, fm, redis.call('INCR', key_seq()), score, arrival, cont == '1', lift)
+    else
+      local g = num(grown)
+      local rk = key_replica(replica)
+      local rep = redis.call('HMGET', rk, 'tokens', 'seqs')
+      redis.call('HSET', rk, 'tokens', num(rep[1]) + num(reserve) + g, 'seqs', num(rep[2]) + 1)
+      record[20] = 'r'
+      record[22] = replica
+      record[24] = cost
+      if g > 0 then
+        record[#record + 1] = 'grown'
+        record[#record + 1] = grown
+      end
+      redis.call('HSET', reqKey, unpack(record))
+      if not redis.call('HGET', key_flow(pool, band, flow), 'n') then
+        redis.call('SADD', key_flows(pool, band), flow)
+      end
+      addToCounter(pool, band, flow, num(cost))
+    end
+    restored = restored + 1
+  end
+  i = i + 14 + 2 * k
+end
+return { restored, skipped }
