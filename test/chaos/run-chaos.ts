@@ -5,7 +5,7 @@
  * --pause-s, --nats-down-s, --redis-down-s, --timeout-s (client), --fresh (a new fleet per fault
  * instead of one fleet restored between faults), --separate-agents (`fairway agent` beside each
  * engine instead of the agent inside engine-sim), --out <file> (the markdown table), --json (JSON
- * on stdout instead of the table).
+ * on stdout instead of the table), --records <file> (every request, one JSON line each).
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -24,6 +24,7 @@ const { values } = parseArgs({
     'redis-down-s': { type: 'string', default: String(DEFAULT_EXPERIMENT.timing.redisDownMs / 1000) },
     'timeout-s': { type: 'string', default: String(DEFAULT_EXPERIMENT.clientTimeoutMs / 1000) },
     out: { type: 'string' },
+    records: { type: 'string' },
     json: { type: 'boolean', default: false },
     fresh: { type: 'boolean', default: false },
     'separate-agents': { type: 'boolean', default: false },
@@ -70,4 +71,10 @@ const results = await runChaos(
 const table = markdownTable(results);
 console.error(`chaos: ${results.length} faults in ${((performance.now() - started) / 1000).toFixed(0)} s`);
 if (values.out !== undefined) writeFileSync(values.out, `${table}\n`);
-console.log(values.json ? JSON.stringify(results, null, 2) : table);
+if (values.records !== undefined)
+  writeFileSync(
+    values.records,
+    results.flatMap((r) => r.records.map((x) => JSON.stringify({ fault: r.fault, ...x }))).join('\n'),
+  );
+const summaries = results.map(({ records: _, ...summary }) => summary);
+console.log(values.json ? JSON.stringify(summaries, null, 2) : table);

@@ -40,10 +40,8 @@ export interface Fault {
   readonly name: FaultName;
   /** What is done, in a few words (the table's reader sees this). */
   readonly action: string;
-  /** Fleet settings this fault needs on a fresh fleet (the Redis persistence of a restart). */
+  /** Fleet settings this fault needs (the Redis persistence of a restart). */
   readonly fleet: Partial<FleetOptions>;
-  /** Sets up a running fleet for the fault (turns Redis persistence off). */
-  prepare?(fleet: ChaosFleet): Promise<void>;
   /** From the injection until the fault repairs itself (restart, SIGCONT), ms. */
   durationMs(t: FaultTiming): number;
   /** Injects the fault; resolves once its own repair (if any) is done. */
@@ -62,9 +60,7 @@ async function killAndWait(p: ChaosFleet['engines'][number]): Promise<void> {
 }
 
 async function restartRedis(fleet: ChaosFleet, t: FaultTiming): Promise<Injected> {
-  await fleet.redis.kill9();
-  await sleep(t.redisDownMs);
-  await fleet.redis.start();
+  await fleet.redis.restart({ signal: 'SIGKILL', downMs: t.redisDownMs });
   return {};
 }
 
@@ -117,7 +113,6 @@ export const FAULTS: Readonly<Record<FaultName, Fault>> = {
     name: 'redis-restart-none',
     action: 'SIGKILL Redis (no persistence), start it again empty on the same port',
     fleet: { redisPersistence: 'none' },
-    prepare: (fleet) => fleet.redis.dropPersistence(),
     durationMs: (t) => t.redisDownMs,
     inject: restartRedis,
   },
@@ -127,9 +122,9 @@ export const FAULTS: Readonly<Record<FaultName, Fault>> = {
     fleet: {},
     durationMs: (t) => t.natsDownMs,
     async inject(fleet, t) {
-      await fleet.nats.stop();
+      await fleet.nats.halt();
       await sleep(t.natsDownMs);
-      await fleet.nats.start();
+      await fleet.nats.resume();
       return {};
     },
   },

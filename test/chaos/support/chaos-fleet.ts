@@ -1,8 +1,13 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import {
+  type RestartableRedisServer,
+  type RestartableServer,
+  startRestartableNatsServer,
+  startRestartableRedisServer,
+} from '@fairway/testkit';
 import { type FairwayProcess, startFairway } from '../../e2e/support/processes.ts';
-import { type RedisPersistence, RestartableServer } from './infra-servers.ts';
 
 /** The model every engine serves and every request asks for. */
 export const MODEL = 'llama-2-7b';
@@ -39,7 +44,8 @@ export interface FleetOptions {
    * dispatchers. @default 'embedded'
    */
   readonly agents: 'separate' | 'embedded';
-  readonly redisPersistence: RedisPersistence;
+  /** Redis with an append-only file (`appendfsync everysec`) or no persistence. @default 'aof' */
+  readonly redisPersistence: 'aof' | 'none';
   /** Engine speed factor (model ms per real ms). @default 2 */
   readonly engineSpeed: number;
   /** `--max-num-seqs` of each engine. @default 4 */
@@ -110,14 +116,19 @@ const open = new Set<ChaosFleet>();
 export class ChaosFleet {
   readonly options: FleetOptions;
   readonly dir: string;
-  readonly redis: RestartableServer;
+  readonly redis: RestartableRedisServer;
   readonly nats: RestartableServer;
   readonly engines: FairwayProcess[] = [];
   readonly agents: FairwayProcess[] = [];
   readonly dispatchers: FairwayProcess[] = [];
   #closed = false;
 
-  private constructor(options: FleetOptions, dir: string, redis: RestartableServer, nats: RestartableServer) {
+  private constructor(
+    options: FleetOptions,
+    dir: string,
+    redis: RestartableRedisServer,
+    nats: RestartableServer,
+  ) {
     this.options = options;
     this.dir = dir;
     this.redis = redis;
@@ -128,11 +139,11 @@ export class ChaosFleet {
   static async start(options: Partial<FleetOptions> = {}): Promise<ChaosFleet> {
     const o = { ...DEFAULT_FLEET, ...options };
     const dir = mkdtempSync(join(tmpdir(), 'fairway-chaos-'));
-    let redis: RestartableServer | undefined;
+    let redis: RestartableRedisServer | undefined;
     let nats: RestartableServer | undefined;
     try {
-      redis = await RestartableServer.redis(dir, o.redisPersistence);
-      nats = await RestartableServer.nats(join(dir, 'jetstream'));
+      redis = await startRestartableRedisServer({ aof: o.redisPersistence === 'aof' });
+      nats = await startRestartableNatsServer();
     } catch (err) {
       await redis?.stop();
       rmSync(dir, { recursive: true, force: true });
@@ -281,11 +292,18 @@ export class ChaosFleet {
     if (this.#closed) return;
     this.#closed = true;
     open.delete(this);
-    const fairway = [...this.dispatchers, ...this.agents, ...this.engines];
-    for (const p of fairway) p.proc.kill('SIGCONT');
-    await Promise.all(fairway.map((p) => p.stop()));
-    await Promise.all([this.redis.stop(), this.nats.stop()]);
-    rmSync(this.dir, { recursive: true, force: true });
+    // testkit's servers are unref'd children with unref'd timers: without a timer of our own,
+    // a process with nothing else to do would exit while waiting for them to stop.
+    const keepAlive = setInterval(() => undefined, 1000);
+    try {
+      const fairway = [...this.dispatchers, ...this.agents, ...this.engines];
+      for (const p of fairway) p.proc.kill('SIGCONT');
+      await Promise.all(fairway.map((p) => p.stop()));
+      await Promise.all([this.redis.stop(), this.nats.stop()]);
+      rmSync(this.dir, { recursive: true, force: true });
+    } finally {
+      clearInterval(keepAlive);
+    }
   }
 }
 

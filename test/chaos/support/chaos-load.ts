@@ -78,9 +78,10 @@ const PROMPT = 'Tell me about fault tolerance in distributed gateways.';
 export async function runLoad(o: LoadOptions): Promise<RequestRecord[]> {
   const pending: Promise<RequestRecord>[] = [];
   const now = (): number => performance.now() - o.origin;
-  let rr = 0;
+  // Each kind spreads over the dispatchers on its own, so the probes do not skew the load's spread.
+  const rr = { load: 0, probe: 0 };
   const send = (kind: 'load' | 'probe', tenant: { id: string; key: string }, body: object): void => {
-    pending.push(sendOne(kind, tenant, body, rr++, o, now));
+    pending.push(sendOne(kind, tenant, body, rr[kind]++, o, now));
   };
   for (let i = 0; i < o.probe.rpm + o.probe.burstExtra; i++) send('probe', o.probe.tenant, probeBody());
   const count = Math.round((o.rate * o.durationMs) / 1000);
