@@ -1,6 +1,7 @@
 export type {
   AdminSubscribeOptions,
   Bus,
+  Delivery,
   Handler,
   MessageMeta,
   RequestOptions,

@@ -125,6 +125,11 @@ export const replicaUnavailableSchema = z.object({
   reportedBy: id,
   /** What failed, for logs (`connection refused`, `the engine answered 500`). */
   reason: z.string().max(500).optional(),
+  /**
+   * How long to hold it out before probing it, ms: long when the engine is down, 0 when it
+   * answered but failed the call (probe at once). @default the receiver's own hold
+   */
+  holdMs: z.number().int().nonnegative().max(3_600_000).optional(),
   at: timestampMs,
 });
 /** A replica-unavailable report. */

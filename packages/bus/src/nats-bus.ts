@@ -20,6 +20,7 @@ import {
 import type {
   AdminSubscribeOptions,
   Bus,
+  Delivery,
   Handler,
   MessageMeta,
   RequestOptions,
@@ -184,6 +185,24 @@ export class NatsBus implements Bus {
     }
   }
 
+  async deliver<K extends MessageKind>(
+    kind: K,
+    msg: MessageInput<K>,
+    options: RequestOptions = {},
+  ): Promise<Delivery> {
+    this.#open();
+    const value = parseOutgoing(kind, messageSchemas[kind], msg) as MessageOf<K>;
+    const subject = this.#subjects.of(kind, routeKeyOf(kind, value));
+    try {
+      await this.#nc.request(subject, toBytes(value), { timeout: options.timeoutMs ?? 2000 });
+      return 'delivered';
+    } catch (cause) {
+      if (isNoResponders(cause)) return 'no_responders';
+      if (isTimeout(cause)) return 'timeout';
+      throw transportError(`deliver on ${subject}`, subject, cause);
+    }
+  }
+
   subscribe<K extends MessageKind>(
     kind: K,
     handler: Handler<MessageOf<K>>,
@@ -192,6 +211,8 @@ export class NatsBus implements Bus {
     this.#open();
     const schema = messageSchemas[kind];
     return this.#listen(this.#subjects.of(kind, options.key), kind, (m) => {
+      // Sent with deliver(): acknowledge receipt (the sender wants to know someone got it).
+      if (m.reply && !this.#nc.isClosed()) m.respond();
       const decoded = decodeMessage(schema, m.data);
       if (!decoded.ok) {
         logRejected(this.#logger, kind, m.subject, decoded.reason);

@@ -186,7 +186,7 @@ export async function handleCompletion(
       retry,
       replicaFailed: (err: unknown) => {
         failedOn.add(replica);
-        ctx.runtime.replicaFailed(replica, err instanceof Error ? err.message : String(err));
+        ctx.runtime.replicaFailed(replica, err);
       },
     };
     const r = await proxyOnce(ctx, call, reply, gone.signal, described.stream).catch((err: unknown) => {

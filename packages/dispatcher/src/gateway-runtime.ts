@@ -13,6 +13,7 @@ import type { SchedulingStore } from '@fairway/store';
 import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EngineProbe } from './engine-probe.ts';
+import { isEngineDown } from './error-mapping.ts';
 import { type LeaseBackend, MemoryLeaseBackend } from './leader-lease.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import type { SchedulingSetup } from './scheduling-config.ts';
@@ -402,10 +403,14 @@ export class GatewayRuntime {
    * see `isReplicaFailure`): it is held out of placement here at once, and every other dispatcher
    * is told over the bus, until it shows it is back (see {@link SuspectReplicas}).
    */
-  replicaFailed(replicaId: string, reason: string): void {
+  replicaFailed(replicaId: string, err: unknown): void {
     const o = this.#o;
     const epoch = o.registry.get(replicaId)?.registration.epoch;
-    if (epoch === undefined || !this.#suspects.mark(replicaId, epoch)) return;
+    // An engine that answered (5xx) is probed again at once: one bad request must not take a
+    // replica — or, retried, every replica — out of the fleet for suspectMs.
+    const holdMs = isEngineDown(err) ? o.options.suspectMs : 0;
+    if (epoch === undefined || !this.#suspects.mark(replicaId, epoch, holdMs)) return;
+    const reason = errText(err);
     o.logger.warn({ replicaId, reason }, 'dispatcher: replica failed; held out of placement fleet-wide');
     try {
       o.bus.publish('replicaUnavailable', {
@@ -413,6 +418,7 @@ export class GatewayRuntime {
         epoch,
         reportedBy: this.id,
         reason: reason.slice(0, 500),
+        holdMs,
         at: o.clock.now(),
       });
     } catch (err) {
@@ -494,18 +500,50 @@ export class GatewayRuntime {
       else void this.gateway.cancel(d.id); // no one waits for it any more: release at once
       return;
     }
+    const assignment = {
+      requestId: d.id,
+      dispatcherId: d.owner,
+      pickedBy: this.id,
+      replicaId: d.replica,
+      reserveTokens: d.reserveTokens,
+      at: this.#o.clock.now(),
+    };
+    const bus = this.#o.bus;
     try {
-      this.#o.bus.publish('assignment', {
-        requestId: d.id,
-        dispatcherId: d.owner,
-        pickedBy: this.id,
-        replicaId: d.replica,
-        reserveTokens: d.reserveTokens,
-        at: this.#o.clock.now(),
-      });
+      if (bus.deliver === undefined) bus.publish('assignment', assignment);
+      else
+        void bus.deliver('assignment', assignment, { timeoutMs: this.#o.options.assignGraceMs }).then(
+          (delivery) => {
+            if (delivery === 'no_responders') this.#ownerGone(d);
+          },
+          (err: unknown) =>
+            this.#o.logger.error({ requestId: d.id, err: errText(err) }, 'dispatcher: assignment not sent'),
+        );
     } catch (err) {
       this.#o.logger.error({ requestId: d.id, err: errText(err) }, 'dispatcher: assignment not sent');
     }
+  }
+
+  /**
+   * Nobody subscribes to the assignments of the request's owner: it died (SIGKILL, crash) with the
+   * client connection, and its lease has not ended yet. Its request is released now, so a dead
+   * dispatcher's queue does not fill the fleet with reservations nobody will use.
+   */
+  #ownerGone(d: Dispatched): void {
+    this.#o.logger.warn(
+      { requestId: d.id, owner: d.owner, replicaId: d.replica },
+      'dispatcher: the owner of a picked request is gone; releasing it',
+    );
+    this.gateway
+      .releaseOrphanedPick(d.id)
+      .catch((err: unknown) => {
+        // Left for the next heartbeat to retry.
+        this.#o.logger.warn({ requestId: d.id, err: errText(err) }, 'dispatcher: release failed');
+      })
+      .then(() => this.gateway.pump(this.#o.poolFor(d.req.model) ?? d.req.model))
+      .catch((err: unknown) => {
+        this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
+      });
   }
 
   #onAssignment(a: Assignment): void {
@@ -558,7 +596,7 @@ export class GatewayRuntime {
 
   #onReplicaUnavailable(r: ReplicaUnavailable): void {
     if (r.reportedBy === this.id || this.#suspects.isSuspect(r.replicaId)) return;
-    if (!this.#suspects.mark(r.replicaId, r.epoch)) return;
+    if (!this.#suspects.mark(r.replicaId, r.epoch, r.holdMs)) return;
     this.#o.logger.warn(
       { replicaId: r.replicaId, reportedBy: r.reportedBy, reason: r.reason },
       'dispatcher: replica reported failing by another dispatcher; held out of placement',
@@ -582,7 +620,7 @@ export class GatewayRuntime {
           o.registry.list().map(async (v) => {
             if (this.#suspects.isSuspect(v.id)) return;
             const m = await o.probe.metrics(v.id);
-            if (m === undefined) this.replicaFailed(v.id, 'no answer to a direct metrics probe');
+            if (m === undefined) this.replicaFailed(v.id, new Error('no answer to a direct metrics probe'));
             else
               o.registry.observe(v.id, { running: m.running, waiting: m.waiting, kvUsage: m.kvCacheUsage });
           }),

@@ -640,6 +640,18 @@ export class Gateway {
   }
 
   /**
+   * A request this gateway dispatched for another owner that is gone (its assignment found no
+   * subscriber: the owner died and nobody holds the client connection): its reservation is
+   * released and it leaves the queue now, rather than when the owner's lease ends — the room it
+   * held goes to live requests at once. Retried on every heartbeat until the store answers.
+   */
+  async releaseOrphanedPick(id: string): Promise<void> {
+    if (this.#owned.has(id)) return;
+    this.#orphans.add(id);
+    await this.#removeOrphan(id);
+  }
+
+  /**
    * Renews this gateway's lease on everything it holds in the store, retries removing what a
    * lost admission reply may have left there (see `#forget`) and settling what a lost settlement
    * left running there (its reservation would otherwise hold its replica's room).

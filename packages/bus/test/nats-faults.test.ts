@@ -5,10 +5,11 @@ import { type AdminEventRecord, NatsBus, ReplicaRegistry } from '../src/index.ts
 import { waitFor } from './helpers.ts';
 
 /**
- * The bus across a NATS restart: a `nats-server -js` of this test's own is stopped and started
- * again on the same port and JetStream store, as an operator's restart or a crash does.
+ * The bus when NATS or a peer fails: a `nats-server -js` of this test's own is stopped and started
+ * again on the same port and JetStream store (as an operator's restart or a crash does), and a
+ * subscriber's connection goes away.
  */
-describe('NatsBus across a NATS restart', () => {
+describe('NatsBus when NATS restarts or a peer is gone', () => {
   let nats: RestartableServer;
   const buses: NatsBus[] = [];
   let prefix: string;
@@ -57,6 +58,35 @@ describe('NatsBus across a NATS restart', () => {
     expect(seen.map((r) => r.seq)).toEqual([1, 2, 3]);
     expect(seen[2]?.event).toMatchObject({ type: 'tenantDelete', tenantId: 'a' });
   }, 60_000);
+
+  it('acknowledges a delivered message, and tells the sender at once when its addressee is gone', async () => {
+    const sender = await connect('sender');
+    const owner = await connect('owner');
+    const got: string[] = [];
+    const stop = owner.subscribe(
+      'assignment',
+      (a) => {
+        got.push(a.requestId);
+      },
+      { key: 'd1' },
+    );
+    await owner.flush();
+    const assignment = {
+      requestId: 'r1',
+      dispatcherId: 'd1',
+      pickedBy: 'd2',
+      replicaId: 'sim-1',
+      reserveTokens: 10,
+      at: 0,
+    };
+    expect(await sender.deliver('assignment', assignment)).toBe('delivered');
+    await waitFor(() => got.length === 1, 2000, 'the assignment');
+    // The owner's connection is gone (a dispatcher SIGKILLed): NATS has no subscriber to offer.
+    stop();
+    await owner.close();
+    expect(await sender.deliver('assignment', { ...assignment, requestId: 'r2' })).toBe('no_responders');
+    expect(got).toEqual(['r1']);
+  }, 30_000);
 
   it('reports the connection dropping and coming back, and the registry keeps replicas meanwhile', async () => {
     const agent = await connect('agent');
@@ -119,10 +149,15 @@ describe('NatsBus across a NATS restart', () => {
     expect(registry.get('r1')).toMatchObject({ acceptsWork: true, lastKnown: false });
     clock.advance(1001);
     expect(registry.get('r1')?.acceptsWork).toBe(false);
-    // …and its heartbeats count again once they arrive.
-    beat(2);
-    await agent.flush();
-    await waitFor(() => registry.get('r1')?.acceptsWork === true, 5000, 'the heartbeat after the restart');
+    // …and its heartbeats count again once they arrive (sent every 100 ms, as an agent does: the
+    // registry's subscription may reach the restarted server after the first one).
+    let seq = 2;
+    const beats = setInterval(() => beat(seq++), 100);
+    try {
+      await waitFor(() => registry.get('r1')?.acceptsWork === true, 10_000, 'a heartbeat after the restart');
+    } finally {
+      clearInterval(beats);
+    }
     registry.stop();
   }, 60_000);
 });
