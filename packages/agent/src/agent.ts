@@ -3,6 +3,7 @@ import type { Bus, CommandReply, NodeCommand, Registration, ReplicaState, Unsubs
 import { type Clock, type Logger, parseWith, silentLogger } from '@fairway/core';
 import type { Engine, VllmMetrics } from '@fairway/engine';
 import { z } from 'zod';
+import { isWildcardHost } from './advertise-url.ts';
 import { argsWithModel, type EngineProcess, type EngineProcessEvent } from './engine-process.ts';
 import { AgentError, AgentErrorCode } from './errors.ts';
 
@@ -39,7 +40,10 @@ export interface NodeAgentOptions {
   readonly pool: string;
   /** Model the engine serves (its served model name). */
   readonly model: string;
-  /** URL dispatchers use to reach the engine. @default the engine client's URL */
+  /**
+   * URL dispatchers use to reach the engine, from other hosts too (see `chooseAdvertiseUrl`); a
+   * wildcard address (`0.0.0.0`, `::`) is refused. @default the engine client's URL
+   */
   readonly url?: string;
   /** GPU type, e.g. `A100-80GB`. */
   readonly gpu?: string;
@@ -117,6 +121,13 @@ export class NodeAgent {
 
   constructor(options: NodeAgentOptions) {
     this.#opts = parseWith(optionsSchema, options, 'NodeAgent options');
+    const advertised = this.#opts.url ?? options.engine.url;
+    if (URL.canParse(advertised) && isWildcardHost(new URL(advertised).hostname))
+      throw new AgentError(
+        AgentErrorCode.ADVERTISE_URL_INVALID,
+        `${advertised} names a wildcard address no dispatcher can connect to; give the agent the URL to advertise (url)`,
+        { replicaId: this.#opts.replicaId },
+      );
     this.#bus = options.bus;
     this.#engine = options.engine;
     this.#clock = options.clock;

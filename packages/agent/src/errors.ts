@@ -14,6 +14,11 @@ export const AgentErrorCode = {
   ENGINE_NOT_MANAGED: 'FAIRWAY_AGENT_ENGINE_NOT_MANAGED',
   /** Evicted requests did not leave the engine within the timeout. */
   EVICT_UNCONFIRMED: 'FAIRWAY_AGENT_EVICT_UNCONFIRMED',
+  /**
+   * The URL to register for the engine is malformed or a wildcard address, or none can be chosen
+   * (the engine listens on a wildcard address and the host has no external IPv4 address).
+   */
+  ADVERTISE_URL_INVALID: 'FAIRWAY_AGENT_ADVERTISE_URL_INVALID',
   /** The agent was used before `start()` or after `stop()`. */
   NOT_RUNNING: 'FAIRWAY_AGENT_NOT_RUNNING',
 } as const;

@@ -1,3 +1,12 @@
+export {
+  type AdvertisedUrl,
+  type AdvertiseUrlInput,
+  type AdvertiseUrlSource,
+  chooseAdvertiseUrl,
+  isLoopbackHost,
+  isWildcardHost,
+  type NetworkInterfaces,
+} from './advertise-url.ts';
 export { type AgentStopOptions, NodeAgent, type NodeAgentOptions } from './agent.ts';
 export {
   argsWithModel,

@@ -9,6 +9,7 @@ import type {
   RequestInput,
   RequestKind,
   RequestOf,
+  SignedAdminEnvelope,
 } from './messages.ts';
 
 /** Stops a subscription; calling it twice is harmless. */
@@ -100,8 +101,12 @@ export interface Bus {
     options?: SubscribeOptions,
   ): Unsubscribe;
 
-  /** Appends an admin event to the durable history; resolves with its stream sequence number. */
-  publishAdminEvent(event: AdminEventInput): Promise<number>;
+  /**
+   * Appends an admin event — signed by an operator key (`OperatorSigner.sign`) or bare — to the
+   * durable history; resolves with its stream sequence number. Dispatchers on NATS apply only
+   * signed events from a key they trust.
+   */
+  publishAdminEvent(event: AdminEventInput | SignedAdminEnvelope): Promise<number>;
 
   /** The admin events with sequence ≥ `fromSeq` stored now, in order. @default fromSeq 1 */
   replayAdminEvents(fromSeq?: number): Promise<AdminEventRecord[]>;

@@ -6,6 +6,13 @@
 import { formatPath, type Logger } from '@fairway/core';
 import type { z } from 'zod';
 import { BusMessageError } from './errors.ts';
+import {
+  type AdminEvent,
+  type AdminEventInput,
+  adminEventSchema,
+  type SignedAdminEnvelope,
+  signedAdminEnvelopeSchema,
+} from './messages.ts';
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
@@ -92,4 +99,52 @@ export function runHandler(logger: Logger, kind: string, subject: string, fn: ()
 /** A short text for an unknown thrown value. */
 export function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/** An admin event as decoded from the stream, with its signed form when it came signed. */
+export interface DecodedAdmin {
+  readonly event: AdminEvent;
+  readonly signed?: SignedAdminEnvelope;
+}
+
+/**
+ * Decodes an admin-stream message: a signed envelope (its payload is the event) or a bare event.
+ * Only the schema is checked here; whether the signature is good is the receiver's decision.
+ */
+export function decodeAdminMessage(data: Uint8Array): Decoded<DecodedAdmin> {
+  const outer = decodeMessage(signedAdminEnvelopeSchema, data);
+  if (outer.ok) {
+    const inner = decodeMessage(adminEventSchema, encoder.encode(outer.value.payload));
+    return inner.ok ? { ok: true, value: { event: inner.value, signed: outer.value } } : inner;
+  }
+  const bare = decodeMessage(adminEventSchema, data);
+  return bare.ok ? { ok: true, value: { event: bare.value } } : bare;
+}
+
+/**
+ * The bytes and type of an outgoing admin event, signed or not; throws {@link BusMessageError}
+ * naming the fields if it fails its schema.
+ */
+export function encodeAdminMessage(event: AdminEventInput | SignedAdminEnvelope): {
+  readonly type: AdminEvent['type'];
+  readonly data: Uint8Array;
+} {
+  if ('payload' in event) {
+    const envelope = parseOutgoing('signed admin', signedAdminEnvelopeSchema, event);
+    const decoded = decodeMessage(adminEventSchema, encoder.encode(envelope.payload));
+    if (!decoded.ok) throw new BusMessageError('admin', [{ path: 'payload', message: decoded.reason }]);
+    return { type: decoded.value.type, data: toBytes(envelope) };
+  }
+  const value = parseOutgoing('admin', adminEventSchema, event);
+  return { type: value.type, data: toBytes(value) };
+}
+
+/**
+ * Logs a received message refused although it passed its schema: its route key (the replica,
+ * dispatcher or pool it names) does not give the subject it arrived on. NATS permissions bind a
+ * publisher to subjects; this check binds the payload to the subject, so an agent allowed to
+ * publish only under its own replica's subjects cannot speak for another replica.
+ */
+export function logMisrouted(logger: Logger, kind: string, subject: string, expected: string): void {
+  logger.warn({ kind, subject, expected }, 'bus: refused a message naming another route than its subject');
 }

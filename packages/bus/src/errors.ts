@@ -14,6 +14,8 @@ export const BusErrorCode = {
   SETUP_FAILED: 'FAIRWAY_BUS_SETUP_FAILED',
   /** The bus was used after `close()`. */
   CLOSED: 'FAIRWAY_BUS_CLOSED',
+  /** An operator key file does not hold an Ed25519 key of the expected kind. */
+  INVALID_KEY: 'FAIRWAY_BUS_INVALID_KEY',
   /** A NATS or JetStream operation failed for another reason. */
   TRANSPORT: 'FAIRWAY_BUS_TRANSPORT',
 } as const;

@@ -56,13 +56,31 @@ export {
   replicaStateSchema,
   replicaUnavailableSchema,
   requestSchemas,
+  type SignedAdminEnvelope,
+  signedAdminEnvelopeSchema,
 } from './messages.ts';
+export {
+  describeNatsSecurity,
+  mergeNatsSecurity,
+  type NatsSecurity,
+  natsConnectionOptions,
+  natsEnvSchema,
+  natsSecurityFromEnv,
+} from './nats-auth.ts';
 export {
   type AdminStreamOptions,
   NatsBus,
   type NatsBusConnectionOptions,
   type NatsBusOptions,
 } from './nats-bus.ts';
+export {
+  generateOperatorKeyPair,
+  type OperatorKeyPair,
+  OperatorSigner,
+  OperatorVerifier,
+  operatorKeyId,
+  type SignatureCheck,
+} from './operator-key.ts';
 export {
   type ReplicaCapacity,
   type ReplicaChange,

@@ -9,9 +9,12 @@ import type {
   Unsubscribe,
 } from './bus.ts';
 import {
+  decodeAdminMessage,
   decodeMessage,
+  encodeAdminMessage,
   encodeMessage,
   errorText,
+  logMisrouted,
   logRejected,
   parseOutgoing,
   runHandler,
@@ -21,7 +24,6 @@ import { BusError, BusErrorCode, BusMessageError, BusNoRespondersError, BusTimeo
 import {
   type AdminEventInput,
   type AdminEventRecord,
-  adminEventSchema,
   type MessageInput,
   type MessageKind,
   type MessageOf,
@@ -32,6 +34,7 @@ import {
   type RequestKind,
   type RequestOf,
   requestSchemas,
+  type SignedAdminEnvelope,
 } from './messages.ts';
 import { DEFAULT_PREFIX, requestRouteKeyOf, routeKeyOf, Subjects, subjectMatches } from './subjects.ts';
 
@@ -98,6 +101,11 @@ export class MemoryBus implements Bus {
         const decoded = decodeMessage(schema, data);
         if (!decoded.ok) {
           logRejected(this.#logger, kind, subject, decoded.reason);
+          return;
+        }
+        const expected = this.#subjects.of(kind, routeKeyOf(kind, decoded.value as MessageOf<K>));
+        if (expected !== subject) {
+          logMisrouted(this.#logger, kind, subject, expected);
           return;
         }
         const meta: MessageMeta = { subject };
@@ -171,6 +179,12 @@ export class MemoryBus implements Bus {
           respond(spec.failure(`invalid ${kind}: ${decoded.reason}`));
           return;
         }
+        const expected = this.#subjects.of(kind, requestRouteKeyOf(kind, decoded.value as RequestOf<K>));
+        if (expected !== subject) {
+          logMisrouted(this.#logger, kind, subject, expected);
+          respond(spec.failure(`${kind} names another replica than its subject`));
+          return;
+        }
         const fail = (err: unknown): void => {
           this.#logger.error({ kind, subject, err: errorText(err) }, 'bus: handler failed');
           respond(spec.failure(errorText(err)));
@@ -188,9 +202,9 @@ export class MemoryBus implements Bus {
     };
   }
 
-  async publishAdminEvent(event: AdminEventInput): Promise<number> {
+  async publishAdminEvent(event: AdminEventInput | SignedAdminEnvelope): Promise<number> {
     this.#open();
-    const data = encodeMessage('admin', adminEventSchema, event, this.#subjects.admin(event.type));
+    const { data } = encodeAdminMessage(event);
     this.#admin.push(data);
     this.#pumpAdmin();
     return this.#admin.length;
@@ -279,12 +293,12 @@ export class MemoryBus implements Bus {
   #decodeAdmin(seq: number): AdminEventRecord | undefined {
     const data = this.#admin[seq - 1];
     if (!data) return undefined;
-    const decoded = decodeMessage(adminEventSchema, data);
+    const decoded = decodeAdminMessage(data);
     if (!decoded.ok) {
       logRejected(this.#logger, 'admin', this.#subjects.adminPattern, decoded.reason);
       return undefined;
     }
-    return { seq, event: decoded.value };
+    return { seq, subject: this.#subjects.admin(decoded.value.event.type), ...decoded.value };
   }
 
   #enqueue(task: () => void): void {

@@ -246,7 +246,15 @@ export const commandReplySchema = z.object({
 export type CommandReply = z.infer<typeof commandReplySchema>;
 
 const keyHash = z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be "sha256:" followed by 64 hex digits');
-const adminBase = { at: timestampMs, by: z.string().optional() };
+const adminBase = {
+  at: timestampMs,
+  by: z.string().optional(),
+  /**
+   * Unique per signed event (random, from the signer): a dispatcher applies each nonce once, so a
+   * copy of an old event re-published later is refused.
+   */
+  nonce: z.string().min(16).max(128).optional(),
+};
 
 /**
  * Operator changes every dispatcher must apply, in order and without loss: they live in a
@@ -292,11 +300,32 @@ export type AdminEvent = z.infer<typeof adminEventSchema>;
 /** An admin event as a sender writes it. */
 export type AdminEventInput = z.input<typeof adminEventSchema>;
 
+/**
+ * An admin event signed with an operator key, as it travels on the admin stream: the signature
+ * covers exactly `payload`, the event's JSON text, so no re-encoding can change what was signed.
+ */
+export const signedAdminEnvelopeSchema = z
+  .object({
+    /** The event as JSON text (what is signed and what is applied). */
+    payload: z.string().min(2).max(65_536),
+    /** Id of the operator key that signed (`ed25519:<16 hex>`). */
+    keyId: z.string().min(1).max(64),
+    /** Ed25519 signature, base64. */
+    sig: z.string().min(1).max(256),
+  })
+  .strict();
+/** A signed admin event on the wire. */
+export type SignedAdminEnvelope = z.infer<typeof signedAdminEnvelopeSchema>;
+
 /** An admin event with its position in the stream. */
 export interface AdminEventRecord {
   /** Stream sequence number: 1, 2, 3, … in publication order. */
   readonly seq: number;
   readonly event: AdminEvent;
+  /** The signed form it arrived in; absent for an unsigned event. */
+  readonly signed?: SignedAdminEnvelope;
+  /** The subject it was published on, for logs. */
+  readonly subject?: string;
 }
 
 /** Schemas of the publish/subscribe message kinds. */

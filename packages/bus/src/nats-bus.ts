@@ -1,4 +1,4 @@
-import { type Logger, silentLogger } from '@fairway/core';
+import { type Logger, redactUrls, silentLogger } from '@fairway/core';
 import {
   DeliverPolicy,
   JetStreamApiError,
@@ -28,9 +28,12 @@ import type {
   Unsubscribe,
 } from './bus.ts';
 import {
+  decodeAdminMessage,
   decodeMessage,
+  encodeAdminMessage,
   encodeMessage,
   errorText,
+  logMisrouted,
   logRejected,
   parseOutgoing,
   runHandler,
@@ -40,7 +43,6 @@ import { BusError, BusErrorCode, BusMessageError, BusNoRespondersError, BusTimeo
 import {
   type AdminEventInput,
   type AdminEventRecord,
-  adminEventSchema,
   type MessageInput,
   type MessageKind,
   type MessageOf,
@@ -51,7 +53,9 @@ import {
   type RequestKind,
   type RequestOf,
   requestSchemas,
+  type SignedAdminEnvelope,
 } from './messages.ts';
+import { type NatsSecurity, natsConnectionOptions } from './nats-auth.ts';
 import { DEFAULT_PREFIX, requestRouteKeyOf, routeKeyOf, Subjects } from './subjects.ts';
 
 /** JetStream's API error code for "stream not found". */
@@ -81,6 +85,11 @@ export interface NatsBusOptions {
   readonly connectTimeoutMs?: number;
   /** Limits of the admin-event stream, applied when this bus creates it. */
   readonly adminStream?: AdminStreamOptions;
+  /**
+   * Credentials and TLS (see {@link natsConnectionOptions}); credentials may also be written in the
+   * URL. @default none (an open server)
+   */
+  readonly security?: NatsSecurity;
 }
 
 /** Options of the {@link NatsBus} constructor (an existing connection). */
@@ -147,10 +156,13 @@ export class NatsBus implements Bus {
   static async connect(options: NatsBusOptions = {}): Promise<NatsBus> {
     const servers = options.servers ?? 'nats://127.0.0.1:4222';
     const logger = options.logger ?? silentLogger;
+    // Credentials come out of the URLs here; only the redacted form is ever printed.
+    const shown = redactUrls(typeof servers === 'string' ? servers : servers.join(','));
+    const connection = natsConnectionOptions(servers, options.security);
     let nc: NatsConnection;
     try {
       nc = await connect({
-        servers: typeof servers === 'string' ? servers : [...servers],
+        ...connection,
         timeout: options.connectTimeoutMs ?? 5000,
         maxReconnectAttempts: -1,
         reconnectTimeWait: 250,
@@ -159,7 +171,7 @@ export class NatsBus implements Bus {
     } catch (cause) {
       throw new BusError(
         BusErrorCode.SETUP_FAILED,
-        `cannot connect to NATS at ${String(servers)}: ${errorText(cause)}`,
+        `cannot connect to NATS at ${shown}: ${redactUrls(errorText(cause))}`,
         {
           cause,
         },
@@ -216,6 +228,11 @@ export class NatsBus implements Bus {
       const decoded = decodeMessage(schema, m.data);
       if (!decoded.ok) {
         logRejected(this.#logger, kind, m.subject, decoded.reason);
+        return;
+      }
+      const expected = this.#subjects.of(kind, routeKeyOf(kind, decoded.value as MessageOf<K>));
+      if (expected !== m.subject) {
+        logMisrouted(this.#logger, kind, m.subject, expected);
         return;
       }
       const meta: MessageMeta = { subject: m.subject };
@@ -276,6 +293,12 @@ export class NatsBus implements Bus {
         respond(spec.failure(`invalid ${kind}: ${decoded.reason}`));
         return;
       }
+      const expected = this.#subjects.of(kind, requestRouteKeyOf(kind, decoded.value as RequestOf<K>));
+      if (expected !== m.subject) {
+        logMisrouted(this.#logger, kind, m.subject, expected);
+        respond(spec.failure(`${kind} names another replica than its subject`));
+        return;
+      }
       const fail = (err: unknown): void => {
         this.#logger.error({ kind, subject: m.subject, err: errorText(err) }, 'bus: handler failed');
         respond(spec.failure(errorText(err)));
@@ -288,13 +311,13 @@ export class NatsBus implements Bus {
     });
   }
 
-  async publishAdminEvent(event: AdminEventInput): Promise<number> {
+  async publishAdminEvent(event: AdminEventInput | SignedAdminEnvelope): Promise<number> {
     this.#open();
-    const value = parseOutgoing('admin', adminEventSchema, event);
-    const subject = this.#subjects.admin(value.type);
+    const { type, data } = encodeAdminMessage(event);
+    const subject = this.#subjects.admin(type);
     await this.#ensureStream();
     try {
-      const ack = await this.#jetstream().publish(subject, toBytes(value), {
+      const ack = await this.#jetstream().publish(subject, data, {
         expect: { streamName: this.#subjects.adminStream },
       });
       return ack.seq;
@@ -405,12 +428,12 @@ export class NatsBus implements Bus {
   }
 
   #decodeAdmin(subject: string, seq: number, data: Uint8Array): AdminEventRecord | undefined {
-    const decoded = decodeMessage(adminEventSchema, data);
+    const decoded = decodeAdminMessage(data);
     if (!decoded.ok) {
       logRejected(this.#logger, 'admin', subject, decoded.reason);
       return undefined;
     }
-    return { seq, event: decoded.value };
+    return { seq, subject, ...decoded.value };
   }
 
   #jetstream(): JetStreamClient {

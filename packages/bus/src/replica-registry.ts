@@ -1,4 +1,4 @@
-import { type Clock, type Logger, silentLogger } from '@fairway/core';
+import { type Clock, type Logger, redactUrls, silentLogger } from '@fairway/core';
 import type { Bus, Unsubscribe } from './bus.ts';
 import type { Heartbeat, Registration, ReplicaState } from './messages.ts';
 
@@ -19,6 +19,12 @@ export interface ReplicaRegistryOptions {
   readonly discoverIntervalMs?: number;
   /** Name sent with `discover` requests, for logs. @default 'registry' */
   readonly name?: string;
+  /**
+   * Replica ids whose registrations are accepted; any other is refused and logged once. NATS
+   * permissions decide who may publish for a replica id; this list decides which ids take traffic.
+   * @default every replica id
+   */
+  readonly allowedReplicas?: readonly string[];
 }
 
 /** What a consumer may place on a replica now. A stale, draining or sleeping replica has no room. */
@@ -100,6 +106,8 @@ export class ReplicaRegistry {
   readonly #forgetAfterMs: number;
   readonly #discoverIntervalMs: number;
   readonly #name: string;
+  readonly #allowed: ReadonlySet<string> | undefined;
+  readonly #refused = new Set<string>();
   readonly #entries = new Map<string, Entry>();
   readonly #listeners = new Set<(change: ReplicaChange) => void>();
   readonly #unsubs: Unsubscribe[] = [];
@@ -115,12 +123,15 @@ export class ReplicaRegistry {
     this.#forgetAfterMs = options.forgetAfterMs ?? 60_000;
     this.#discoverIntervalMs = options.discoverIntervalMs ?? 500;
     this.#name = options.name ?? 'registry';
+    this.#allowed = options.allowedReplicas === undefined ? undefined : new Set(options.allowedReplicas);
   }
 
   /** Subscribes to registrations and heartbeats and asks running agents to announce themselves. */
   start(): void {
     if (this.#unsubs.length > 0) return;
-    this.#unsubs.push(this.#bus.subscribe('registration', (r) => this.#onRegistration(r)));
+    this.#unsubs.push(
+      this.#bus.subscribe('registration', (r, meta) => this.#onRegistration(r, meta.subject)),
+    );
     this.#unsubs.push(this.#bus.subscribe('heartbeat', (h) => this.#onHeartbeat(h)));
     const watch = this.#bus.onConnectionChange?.((up) => this.#onConnection(up));
     if (watch !== undefined) this.#unsubs.push(watch);
@@ -207,7 +218,17 @@ export class ReplicaRegistry {
     return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   }
 
-  #onRegistration(r: Registration): void {
+  #onRegistration(r: Registration, subject: string): void {
+    if (this.#allowed !== undefined && !this.#allowed.has(r.replicaId)) {
+      if (!this.#refused.has(r.replicaId)) {
+        this.#refused.add(r.replicaId);
+        this.#logger.warn(
+          { replicaId: r.replicaId, subject, url: redactUrls(r.url) },
+          'registry: refused a replica that is not in the allowed list',
+        );
+      }
+      return;
+    }
     const now = this.#clock.now();
     const e = this.#entries.get(r.replicaId);
     if (e && e.registration.epoch === r.epoch) {
@@ -222,7 +243,7 @@ export class ReplicaRegistry {
         lastSeenMs: now,
       });
       this.#logger.info(
-        { replicaId: r.replicaId, pool: r.pool, model: r.model, epoch: r.epoch },
+        { replicaId: r.replicaId, url: r.url, pool: r.pool, model: r.model, epoch: r.epoch },
         'registry: replica registered',
       );
     }

@@ -1,6 +1,9 @@
 /**
  * Every NATS subject fairway uses, built in one place under a configurable prefix:
  *
+ * Every message whose subject names a route key (replica, dispatcher, pool) is delivered only if
+ * its payload names the same key, so NATS subject permissions per identity bind the payload too.
+ *
  * | kind | subject | routed by |
  * |---|---|---|
  * | registration | `<p>.replica.<replicaId>.register` | replica |
@@ -8,7 +11,7 @@
  * | discover | `<p>.replica.discover` | — |
  * | replicaUnavailable | `<p>.replica.<replicaId>.unavailable` | replica |
  * | assignment | `<p>.dispatcher.<dispatcherId>.assign` | dispatcher that holds the connection |
- * | evict | `<p>.request.evict` | — (every dispatcher) |
+ * | evict | `<p>.replica.<replicaId>.evict` | replica whose requests go (every dispatcher listens) |
  * | desiredReplicas | `<p>.pool.<pool>.desired` | pool |
  * | controlReport | `<p>.control.<dispatcherId>.report` | dispatcher that reports |
  * | controlRoutes | `<p>.control.routes` | — (every dispatcher) |
@@ -55,7 +58,8 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
     case 'registration':
     case 'heartbeat':
     case 'replicaUnavailable':
-      return (msg as MessageOf<'registration' | 'heartbeat' | 'replicaUnavailable'>).replicaId;
+    case 'evict':
+      return (msg as MessageOf<'registration' | 'heartbeat' | 'replicaUnavailable' | 'evict'>).replicaId;
     case 'assignment':
       return (msg as MessageOf<'assignment'>).dispatcherId;
     case 'desiredReplicas':
@@ -63,7 +67,6 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
     case 'controlReport':
       return (msg as MessageOf<'controlReport'>).dispatcherId;
     case 'discover':
-    case 'evict':
     case 'controlRoutes':
       return undefined;
     default:
@@ -107,7 +110,7 @@ export class Subjects {
       case 'assignment':
         return `${p}.dispatcher.${k}.assign`;
       case 'evict':
-        return `${p}.request.evict`;
+        return `${p}.replica.${k}.evict`;
       case 'desiredReplicas':
         return `${p}.pool.${k}.desired`;
       case 'controlReport':

@@ -235,6 +235,25 @@ describe.each(harnesses)('$name', ({ make }) => {
     expect(reasons[2]).toMatch(/epoch: .*seq: /);
   });
 
+  it('refuses a message whose payload names another replica than its subject, and logs it', async () => {
+    const got: string[] = [];
+    h.b.subscribe('heartbeat', (m) => void got.push(m.replicaId));
+    h.b.subscribe('evict', (m) => void got.push(`evict ${m.replicaId}`));
+    await settle(h);
+    const subjects = new Subjects(prefix);
+    await h.injectRaw(subjects.of('heartbeat', 'r2'), JSON.stringify(heartbeat('r1', 1)));
+    await h.injectRaw(
+      subjects.of('evict', 'r2'),
+      JSON.stringify({ replicaId: 'r1', requestIds: ['q1'], at: 1 }),
+    );
+    h.a.publish('heartbeat', heartbeat('r1', 2));
+    h.a.publish('evict', { replicaId: 'r1', requestIds: ['q2'], at: 2 });
+    await waitFor(() => got.length === 2);
+    await waitFor(() => h.logger.find('warn', 'another route than its subject').length === 2);
+    expect(got).toEqual(['r1', 'evict r1']);
+    expect(subjects.of('evict', 'r1')).toBe(`${prefix}.replica.r1.evict`);
+  });
+
   it('keeps a subscription alive when its handler throws or rejects', async () => {
     const got: number[] = [];
     h.b.subscribe('heartbeat', async (m) => {

@@ -1,35 +1,4 @@
-import type { Logger } from '@fairway/core';
-
-/** One line a {@link RecordingLogger} received. */
-export interface LogLine {
-  level: 'debug' | 'info' | 'warn' | 'error';
-  obj: object | string;
-  msg: string | undefined;
-}
-
-/** A logger that keeps what it is told, so tests can assert that a reason was logged. */
-export class RecordingLogger implements Logger {
-  readonly lines: LogLine[] = [];
-  debug(obj: object | string, msg?: string): void {
-    this.lines.push({ level: 'debug', obj, msg });
-  }
-  info(obj: object | string, msg?: string): void {
-    this.lines.push({ level: 'info', obj, msg });
-  }
-  warn(obj: object | string, msg?: string): void {
-    this.lines.push({ level: 'warn', obj, msg });
-  }
-  error(obj: object | string, msg?: string): void {
-    this.lines.push({ level: 'error', obj, msg });
-  }
-  child(): Logger {
-    return this;
-  }
-  /** Lines at `level` whose JSON mentions `text`. */
-  find(level: LogLine['level'], text: string): LogLine[] {
-    return this.lines.filter((l) => l.level === level && JSON.stringify(l).includes(text));
-  }
-}
+export { type LogLine, RecordingLogger } from '@fairway/testkit';
 
 /** Polls `check` every 5 ms until it returns true, or throws after `timeoutMs`. */
 export async function waitFor(check: () => boolean, timeoutMs = 3000, what = 'condition'): Promise<void> {

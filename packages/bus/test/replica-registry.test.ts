@@ -8,6 +8,7 @@ import {
   type ReplicaChange,
   ReplicaRegistry,
 } from '../src/index.ts';
+import { RecordingLogger } from './helpers.ts';
 
 function registration(
   replicaId: string,
@@ -202,5 +203,21 @@ describe('ReplicaRegistry', () => {
     expect(registry.list().map((v) => v.id)).toEqual(['a', 'b', 'c']);
     expect(registry.list({ pool: 'llama' }).map((v) => v.id)).toEqual(['a', 'b']);
     expect(registry.list({ model: 'mistral-7b' }).map((v) => v.id)).toEqual(['c']);
+  });
+
+  it('refuses replicas outside its allowed list, logging each once', async () => {
+    const logger = new RecordingLogger();
+    const guarded = new ReplicaRegistry({ bus, clock, logger, allowedReplicas: ['r1'] });
+    guarded.start();
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() =>
+      bus.publish('registration', registration('intruder', 'e1', { url: 'http://x:secret@evil:1' })),
+    );
+    await send(() => bus.publish('registration', registration('intruder')));
+    expect(guarded.list().map((v) => v.id)).toEqual(['r1']);
+    const refused = logger.find('warn', 'not in the allowed list');
+    expect(refused).toHaveLength(1);
+    expect(JSON.stringify(refused)).not.toContain('secret');
+    guarded.stop();
   });
 });

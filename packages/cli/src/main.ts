@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { describeError, ExitCode } from './cli-error.ts';
 import { type CliIo, processIo } from './cli-io.ts';
@@ -10,10 +11,18 @@ import { registerServeCommand } from './commands/serve.ts';
 import { registerSimCommand } from './commands/sim.ts';
 import { registerUpCommand } from './commands/up.ts';
 
+/** The version of the `fairway` command: its package's `version`. */
+export function cliVersion(): string {
+  const pkg: unknown = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+  const version = (pkg as { version?: unknown }).version;
+  return typeof version === 'string' ? version : 'unknown';
+}
+
 /** Builds the `fairway` command tree; actions report their exit code through `setCode`. */
 export function buildProgram(io: CliIo, setCode: (code: number) => void): Command {
   const program = new Command('fairway')
     .description('fair, SLO-aware gateway for self-hosted vLLM fleets, and its fleet simulator')
+    .version(cliVersion(), '-V, --version', 'print the version and exit')
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride()
     .configureOutput({ writeOut: (s) => io.out(s), writeErr: (s) => io.err(s) });

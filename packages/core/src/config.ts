@@ -204,6 +204,75 @@ export const policyConfigSchema = z
   })
   .strict();
 
+const path = z.string().min(1, 'must not be empty');
+
+/**
+ * How a process proves who it is to NATS (one mechanism at most; the server's config decides which
+ * it accepts). Secrets are better given by environment (`NATS_PASSWORD`, `NATS_TOKEN`) or files than
+ * written in a config file.
+ */
+export const natsAuthConfigSchema = z
+  .object({
+    /** User name (with `password`), as in the server's `authorization.users`. */
+    user: z.string().min(1).optional(),
+    password: z.string().min(1).optional(),
+    /** A shared token (`authorization.token`). */
+    token: z.string().min(1).optional(),
+    /** File holding an NKey user seed (`SU…`), for `nkey:` users. */
+    nkeySeedFile: path.optional(),
+    /** A `.creds` file (user JWT and seed) for operator/JWT-mode servers. */
+    credsFile: path.optional(),
+  })
+  .strict()
+  .superRefine((a, ctx) => {
+    if (a.password !== undefined && a.user === undefined)
+      ctx.addIssue({ code: 'custom', path: ['user'], message: 'give "user" with "password"' });
+    const given = [
+      a.user !== undefined ? 'user' : undefined,
+      a.token !== undefined ? 'token' : undefined,
+      a.nkeySeedFile !== undefined ? 'nkeySeedFile' : undefined,
+      a.credsFile !== undefined ? 'credsFile' : undefined,
+    ].filter((x) => x !== undefined);
+    if (given.length > 1)
+      ctx.addIssue({ code: 'custom', path: [], message: `give one of ${given.join(', ')}, not several` });
+  });
+
+/** TLS to NATS: the CA that signed the server's certificate, and a client certificate if it asks for one. */
+export const natsTlsConfigSchema = z
+  .object({
+    caFile: path.optional(),
+    certFile: path.optional(),
+    keyFile: path.optional(),
+  })
+  .strict()
+  .refine((t) => (t.certFile === undefined) === (t.keyFile === undefined), {
+    message: 'give "certFile" and "keyFile" together',
+    path: ['certFile'],
+  });
+
+/** The bus: how processes authenticate to NATS and whose admin events and replicas dispatchers accept. */
+export const busConfigSchema = z
+  .object({
+    nats: z
+      .object({
+        auth: natsAuthConfigSchema.optional(),
+        tls: natsTlsConfigSchema.optional(),
+      })
+      .strict()
+      .default({}),
+    /**
+     * Public keys (PEM files from `fairway admin keygen`) whose signatures make an admin event
+     * valid. A dispatcher on NATS with none refuses every admin event. @default none
+     */
+    operatorPublicKeyFiles: z.array(path).default([]),
+    /**
+     * Replica ids a dispatcher accepts registrations from; any other is refused and logged.
+     * @default every replica an agent's NATS identity may publish for
+     */
+    allowedReplicas: z.array(z.string().min(1)).optional(),
+  })
+  .strict();
+
 /** The fairway config file: tenants, apps, SLO classes, pools, engines, policies and limits. */
 export const fairwayConfigSchema = z
   .object({
@@ -215,6 +284,8 @@ export const fairwayConfigSchema = z
     policy: policyConfigSchema.default(policyConfigSchema.parse({})),
     /** Limits applied to every tenant that sets none of its own. */
     defaultLimits: limitsSchema.default({}),
+    /** NATS credentials, operator keys and the replica allow-list. */
+    bus: busConfigSchema.default({ nats: {}, operatorPublicKeyFiles: [] }),
   })
   .strict()
   .superRefine((cfg, ctx) => {
@@ -266,6 +337,12 @@ export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
 export type TenantConfig = z.infer<typeof tenantSchema>;
 export type LimitsConfig = z.infer<typeof limitsSchema>;
 export type PolicyConfig = z.infer<typeof policyConfigSchema>;
+/** The bus section of the config. */
+export type BusConfig = z.infer<typeof busConfigSchema>;
+/** NATS credentials. */
+export type NatsAuthConfig = z.infer<typeof natsAuthConfigSchema>;
+/** TLS to NATS. */
+export type NatsTlsConfig = z.infer<typeof natsTlsConfigSchema>;
 /** The SLO-class control plane's settings. */
 export type ControlConfig = z.infer<typeof controlConfigSchema>;
 /** One pool's desired-replicas model. */

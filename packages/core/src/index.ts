@@ -1,5 +1,7 @@
 export { type Clock, ManualClock, systemClock } from './clock.ts';
 export {
+  type BusConfig,
+  busConfigSchema,
   type ControlConfig,
   controlConfigSchema,
   type FairwayConfig,
@@ -7,6 +9,10 @@ export {
   type LimitsConfig,
   limitsSchema,
   loadConfig,
+  type NatsAuthConfig,
+  type NatsTlsConfig,
+  natsAuthConfigSchema,
+  natsTlsConfigSchema,
   type PolicyConfig,
   parseConfig,
   policyConfigSchema,
@@ -34,6 +40,7 @@ export {
 } from './domain.ts';
 export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
 export { createLogger, type Logger, type LoggerOptions, silentLogger } from './logger.ts';
+export { redactUrls } from './redact.ts';
 export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
 export { CHARS_PER_TOKEN, estimateChatTokens, estimateTextTokens, TOKENS_PER_MESSAGE } from './tokens.ts';

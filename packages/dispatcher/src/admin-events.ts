@@ -1,6 +1,14 @@
-import type { AdminEvent, AdminEventRecord, Bus, Unsubscribe } from '@fairway/bus';
+import { readFileSync } from 'node:fs';
+import {
+  type AdminEvent,
+  type AdminEventRecord,
+  type Bus,
+  OperatorVerifier,
+  type Unsubscribe,
+} from '@fairway/bus';
 import type { Logger } from '@fairway/core';
 import type { KeyRing } from './auth.ts';
+import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import type { TenantDirectory } from './tenant-directory.ts';
 
 /** What applying one admin event did. */
@@ -9,8 +17,56 @@ export type AdminOutcome =
   /** The event was valid on the bus but names something this dispatcher cannot act on. */
   | { readonly applied: false; readonly reason: string };
 
+/**
+ * Which admin events a dispatcher believes:
+ * - `signed`: only events signed by one of the verifier's operator keys (any bus, the default
+ *   whenever a public key is configured);
+ * - `none`: no event at all — a dispatcher on NATS without an operator public key, so that bus
+ *   credentials alone never change tenants, keys or limits; the config file still applies;
+ * - `in-process`: unsigned events too, only for the in-process bus of `fairway up`, which nothing
+ *   outside the process can publish on (the process already holds the key ring it would protect).
+ */
+export type AdminTrust =
+  | { readonly kind: 'signed'; readonly verifier: OperatorVerifier }
+  | { readonly kind: 'none' }
+  | { readonly kind: 'in-process' };
+
+/**
+ * The trust of a dispatcher: the operator public keys in `publicKeyFiles` when there are any,
+ * otherwise `in-process` on the in-process bus and `none` on NATS (secure by default: bus
+ * credentials alone never change tenants, keys or limits). Throws a `DispatcherError` naming an
+ * unreadable or invalid key file.
+ */
+export function adminTrustOf(busKind: 'nats' | 'memory', publicKeyFiles: readonly string[]): AdminTrust {
+  if (publicKeyFiles.length === 0) return busKind === 'memory' ? { kind: 'in-process' } : { kind: 'none' };
+  const pems = publicKeyFiles.map((file) => {
+    try {
+      return readFileSync(file);
+    } catch (cause) {
+      throw new DispatcherError(
+        DispatcherErrorCode.OPERATOR_KEY_INVALID,
+        file,
+        `cannot read operator public key ${file}: ${(cause as NodeJS.ErrnoException).code ?? 'unreadable'}`,
+        { cause },
+      );
+    }
+  });
+  try {
+    return { kind: 'signed', verifier: OperatorVerifier.fromPems(pems, publicKeyFiles) };
+  } catch (cause) {
+    throw new DispatcherError(
+      DispatcherErrorCode.OPERATOR_KEY_INVALID,
+      publicKeyFiles.join(','),
+      cause instanceof Error ? cause.message : String(cause),
+      { cause },
+    );
+  }
+}
+
 /** Options of {@link AdminEventApplier}. */
 export interface AdminEventApplierOptions {
+  /** Whose events are applied; anything else is refused and logged. */
+  readonly trust: AdminTrust;
   readonly keys: KeyRing;
   readonly tenants: TenantDirectory;
   /** SLO classes a key may name. */
@@ -31,9 +87,30 @@ const APPLIED: AdminOutcome = { applied: true };
 export class AdminEventApplier {
   readonly #o: AdminEventApplierOptions;
   #lastSeq = 0;
+  /** Nonces of the events applied so far: each signed event applies once. */
+  readonly #nonces = new Set<string>();
+  /** Key hashes revoked so far: a revoked key is never added again (issue a new key instead). */
+  readonly #revoked = new Set<string>();
 
   constructor(options: AdminEventApplierOptions) {
     this.#o = options;
+  }
+
+  /** Logs, once at start, what this dispatcher will believe — loudly when it believes nothing. */
+  announce(): void {
+    const trust = this.#o.trust;
+    const log = this.#o.logger;
+    if (trust.kind === 'none')
+      log.warn(
+        {},
+        'admin: no operator public key configured (FAIRWAY_OPERATOR_PUBLIC_KEY_FILE or bus.operatorPublicKeyFiles): every admin event on the bus is refused; tenants and keys come from the config file only',
+      );
+    else if (trust.kind === 'signed')
+      log.info(
+        { keyIds: trust.verifier.keyIds },
+        'admin: applying admin events signed by these operator keys',
+      );
+    else log.info({}, 'admin: in-process bus, admin events are applied unsigned');
   }
 
   /** Sequence number of the last event applied or skipped; 0 before the first. */
@@ -41,17 +118,52 @@ export class AdminEventApplier {
     return this.#lastSeq;
   }
 
-  /** Applies one event of the stream; events at or below `lastSeq` (redeliveries) are ignored. */
+  /**
+   * Applies one event of the stream; events at or below `lastSeq` (redeliveries) are ignored. An
+   * event the trust setting refuses — unsigned, signed by an unknown key, a bad signature, or a
+   * copy of one already applied (same nonce) — is logged with its subject and reason and skipped.
+   * Every dispatcher reads the same stream in the same order, so all refuse the same events.
+   */
   apply(record: AdminEventRecord): AdminOutcome {
     if (record.seq <= this.#lastSeq)
       return { applied: false, reason: `sequence ${record.seq} already applied` };
     this.#lastSeq = record.seq;
-    const outcome = this.#apply(record.event);
     const log = this.#o.logger;
+    const refusal = this.#refusal(record);
+    if (refusal !== undefined) {
+      log.warn(
+        {
+          seq: record.seq,
+          type: record.event.type,
+          subject: record.subject,
+          keyId: record.signed?.keyId,
+          by: record.event.by,
+          reason: refusal,
+        },
+        'admin: event refused',
+      );
+      return { applied: false, reason: refusal };
+    }
+    if (record.event.nonce !== undefined) this.#nonces.add(record.event.nonce);
+    const outcome = this.#apply(record.event);
     if (outcome.applied) log.info({ seq: record.seq, type: record.event.type }, 'admin: event applied');
     else
       log.warn({ seq: record.seq, type: record.event.type, reason: outcome.reason }, 'admin: event skipped');
     return outcome;
+  }
+
+  #refusal(record: AdminEventRecord): string | undefined {
+    const trust = this.#o.trust;
+    if (trust.kind === 'none') return 'no operator public key is configured, so admin events are not applied';
+    if (trust.kind === 'signed') {
+      if (record.signed === undefined) return 'unsigned';
+      const check = trust.verifier.check(record.signed, record.event);
+      if (!check.ok) return check.reason;
+    }
+    const nonce = record.event.nonce;
+    if (nonce !== undefined && this.#nonces.has(nonce))
+      return 'replayed: an event with this nonce was already applied';
+    return undefined;
   }
 
   #apply(e: AdminEvent): AdminOutcome {
@@ -77,9 +189,12 @@ export class AdminEventApplier {
         if (!tenants.has(e.tenantId)) return { applied: false, reason: `no tenant "${e.tenantId}"` };
         if (e.sloClass !== undefined && !this.#o.sloClasses.has(e.sloClass))
           return { applied: false, reason: `unknown SLO class "${e.sloClass}"` };
+        if (this.#revoked.has(e.keyHash))
+          return { applied: false, reason: 'this key was revoked; issue a new key' };
         keys.add(e.keyHash, { tenant: e.tenantId, app: e.app, sloClass: e.sloClass });
         return APPLIED;
       case 'keyRevoke':
+        this.#revoked.add(e.keyHash);
         return keys.revoke(e.keyHash) ? APPLIED : { applied: false, reason: 'no such key' };
       case 'limitsSet':
         return tenants.setLimits(e.scope, e.id, e.limits)
@@ -95,6 +210,7 @@ export class AdminEventApplier {
  * so a dispatcher that awaits it before serving starts with the same view as the others.
  */
 export async function followAdminEvents(bus: Bus, applier: AdminEventApplier): Promise<Unsubscribe> {
+  applier.announce();
   for (const record of await bus.replayAdminEvents(applier.lastSeq + 1)) applier.apply(record);
   return bus.subscribeAdminEvents(
     (record) => {

@@ -3,7 +3,7 @@ import type { Bus, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger } from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { AdminEventApplier, followAdminEvents } from './admin-events.ts';
+import { AdminEventApplier, type AdminTrust, followAdminEvents } from './admin-events.ts';
 import { keyRingFromConfig } from './auth.ts';
 import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
 import { ARRIVED_AT, type CompletionContext, type TimedRequest } from './completion-handler.ts';
@@ -45,6 +45,8 @@ export interface DispatcherDeps {
   readonly newId?: () => string;
   /** The control plane's leader lease (`Infrastructure.lease`). @default this process's memory */
   readonly lease?: LeaseBackend;
+  /** Which admin events on the bus this dispatcher applies (see {@link adminTrustOf}). */
+  readonly adminTrust: AdminTrust;
 }
 
 /** A built dispatcher: the fastify app (not listening) and its parts, for tests and tools. */
@@ -109,6 +111,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     : ([...scheduling.sloClasses].sort((a, b) => a.band - b.band)[0]?.name ?? 'interactive');
   const keys = keyRingFromConfig(deps.config, tenants);
   const admin = new AdminEventApplier({
+    trust: deps.adminTrust,
     keys,
     tenants,
     sloClasses: new Set(sloClasses.keys()),

@@ -72,6 +72,8 @@ export const DispatcherErrorCode = {
   STORE_UNREACHABLE: 'FAIRWAY_DISPATCHER_STORE_UNREACHABLE',
   /** The bus (NATS) could not be reached at start-up. */
   BUS_UNREACHABLE: 'FAIRWAY_DISPATCHER_BUS_UNREACHABLE',
+  /** An operator public key file is missing or does not hold an Ed25519 public key. */
+  OPERATOR_KEY_INVALID: 'FAIRWAY_DISPATCHER_OPERATOR_KEY_INVALID',
 } as const;
 export type DispatcherErrorCode = (typeof DispatcherErrorCode)[keyof typeof DispatcherErrorCode];
 

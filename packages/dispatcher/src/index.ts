@@ -2,6 +2,8 @@ export {
   AdminEventApplier,
   type AdminEventApplierOptions,
   type AdminOutcome,
+  type AdminTrust,
+  adminTrustOf,
   followAdminEvents,
 } from './admin-events.ts';
 export { buildDispatcher, type Dispatcher, type DispatcherDeps } from './app.ts';

@@ -1,5 +1,12 @@
-import { type Bus, MemoryBus, NatsBus, ReplicaRegistry } from '@fairway/bus';
-import { type Clock, type Logger, parseWith } from '@fairway/core';
+import {
+  type Bus,
+  describeNatsSecurity,
+  MemoryBus,
+  NatsBus,
+  type NatsSecurity,
+  ReplicaRegistry,
+} from '@fairway/bus';
+import { type Clock, type Logger, parseWith, redactUrls } from '@fairway/core';
 import { MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { Redis, type RedisOptions } from 'ioredis';
 import { z } from 'zod';
@@ -61,6 +68,10 @@ export interface InfrastructureOptions {
   readonly redisSentinel?: RedisSentinelSettings | undefined;
   /** NATS URL; the in-process bus when absent. */
   readonly natsUrl?: string | undefined;
+  /** NATS credentials and TLS. @default none */
+  readonly natsSecurity?: NatsSecurity | undefined;
+  /** Replica ids whose registrations are accepted. @default every replica id */
+  readonly allowedReplicas?: readonly string[] | undefined;
   /** Key and subject prefix. */
   readonly prefix: string;
   /** Lease granted on a first admission before any renewal, ms. */
@@ -170,6 +181,7 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
             logger: o.logger,
             name: o.name,
             connectTimeoutMs: timeoutMs,
+            ...(o.natsSecurity !== undefined ? { security: o.natsSecurity } : {}),
           })
         : new MemoryBus({ prefix: o.prefix, logger: o.logger });
   } catch (cause) {
@@ -177,17 +189,23 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
     redis?.disconnect();
     throw new DispatcherError(
       DispatcherErrorCode.BUS_UNREACHABLE,
-      o.natsUrl ?? 'memory',
-      cause instanceof Error ? cause.message : String(cause),
+      redactUrls(o.natsUrl ?? 'memory'),
+      redactUrls(cause instanceof Error ? cause.message : String(cause)),
       { cause },
     );
   }
+  if (o.natsUrl !== undefined)
+    o.logger.info(
+      { bus: redactUrls(o.natsUrl), auth: describeNatsSecurity(o.natsSecurity ?? {}) },
+      'bus: connected to NATS',
+    );
   const registry = new ReplicaRegistry({
     bus,
     clock: o.clock,
     logger: o.logger,
     staleAfterMs: o.staleAfterMs,
     name: o.name,
+    ...(o.allowedReplicas !== undefined ? { allowedReplicas: o.allowedReplicas } : {}),
   });
   registry.start();
   return {

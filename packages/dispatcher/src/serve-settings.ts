@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { mergeNatsSecurity, type NatsSecurity, natsSecurityFromEnv } from '@fairway/bus';
 import { ConfigError, ErrorCode, parseWith } from '@fairway/core';
 import { z } from 'zod';
 import type { DispatcherOptions } from './dispatcher-options.ts';
@@ -17,6 +18,18 @@ export interface ServeSettings {
   readonly redisSentinel?: RedisSentinelSettings | undefined;
   /** NATS for the bus; the in-process bus when absent (one process only). */
   readonly natsUrl: string | undefined;
+  /**
+   * NATS credentials and TLS from `NATS_USER`, `NATS_PASSWORD`, `NATS_TOKEN`, `NATS_NKEY_SEED_FILE`,
+   * `NATS_CREDS_FILE`, `NATS_TLS_*_FILE` (and flags); the config file's `bus.nats` fills the rest.
+   * @default none
+   */
+  readonly natsSecurity: NatsSecurity;
+  /**
+   * Operator public keys (PEM files from `fairway admin keygen`) whose signed admin events apply;
+   * `FAIRWAY_OPERATOR_PUBLIC_KEY_FILE` (comma-separated for several), else the config file's
+   * `bus.operatorPublicKeyFiles`. @default none: on NATS, every admin event is refused
+   */
+  readonly operatorPublicKeyFiles: readonly string[] | undefined;
   /** @default 8080 */
   readonly port: number;
   /** @default '127.0.0.1' */
@@ -84,6 +97,7 @@ export const serveEnvSchema = z.object({
   FAIRWAY_REPREDICT: z.enum(['0', '1']).optional(),
   FAIRWAY_STALE_MS: int(10).optional(),
   FAIRWAY_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).optional(),
+  FAIRWAY_OPERATOR_PUBLIC_KEY_FILE: z.string().min(1).optional(),
 });
 
 /** Explicit values (command-line flags) that win over the environment. */
@@ -97,7 +111,8 @@ export type ServeOverrides = Partial<Omit<ServeSettings, 'options'>> & {
  * `REDIS_TLS`, `NATS_URL`,
  * `PORT`, `HOST`, `FAIRWAY_PREFIX`, `FAIRWAY_DISPATCHER_ID`, `FAIRWAY_LEASE_MS`,
  * `FAIRWAY_QUEUE_TIMEOUT_MS`, `FAIRWAY_DEFAULT_MAX_TOKENS`, `FAIRWAY_BODY_LIMIT_BYTES`,
- * `FAIRWAY_RESERVE`, `FAIRWAY_REPREDICT`, `FAIRWAY_STALE_MS`, `FAIRWAY_LOG_LEVEL`), with `overrides` on top. Throws a
+ * `FAIRWAY_RESERVE`, `FAIRWAY_REPREDICT`, `FAIRWAY_STALE_MS`, `FAIRWAY_LOG_LEVEL`,
+ * `FAIRWAY_OPERATOR_PUBLIC_KEY_FILE` and the `NATS_*` credentials), with `overrides` on top. Throws a
  * `ConfigError` naming every invalid variable.
  */
 export function serveSettings(
@@ -130,6 +145,12 @@ export function serveSettings(
     redisUrl,
     ...(redisSentinel !== undefined ? { redisSentinel } : {}),
     natsUrl: overrides.natsUrl ?? e.NATS_URL,
+    natsSecurity: mergeNatsSecurity(overrides.natsSecurity, natsSecurityFromEnv(env)),
+    operatorPublicKeyFiles:
+      overrides.operatorPublicKeyFiles ??
+      e.FAIRWAY_OPERATOR_PUBLIC_KEY_FILE?.split(',')
+        .map((f) => f.trim())
+        .filter((f) => f !== ''),
     port: overrides.port ?? e.PORT ?? 8080,
     host: overrides.host ?? e.HOST ?? '127.0.0.1',
     prefix: overrides.prefix ?? e.FAIRWAY_PREFIX ?? 'fairway',

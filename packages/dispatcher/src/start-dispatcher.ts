@@ -1,8 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
+import { mergeNatsSecurity } from '@fairway/bus';
 import { type Clock, type FairwayConfig, type Logger, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
+import { adminTrustOf } from './admin-events.ts';
 import { buildDispatcher, type Dispatcher } from './app.ts';
 import type { EngineFactory } from './engine-pool.ts';
 import { connectInfrastructure, type Infrastructure } from './infrastructure.ts';
@@ -55,10 +57,17 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
       name: `dispatcher ${id}`,
       clock: systemClock,
       logger,
+      natsSecurity: mergeNatsSecurity(settings.natsSecurity, config.bus.nats),
+      allowedReplicas: config.bus.allowedReplicas,
     }));
   let dispatcher: Dispatcher;
   try {
+    const adminTrust = adminTrustOf(
+      infrastructure.busKind,
+      settings.operatorPublicKeyFiles ?? config.bus.operatorPublicKeyFiles,
+    );
     dispatcher = buildDispatcher({
+      adminTrust,
       id,
       config,
       store: infrastructure.store,

@@ -1,14 +1,25 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { NodeAgent } from '@fairway/agent';
-import { type Bus, MemoryBus, NatsBus, Subjects } from '@fairway/bus';
+import {
+  type AdminEventInput,
+  generateOperatorKeyPair,
+  MemoryBus,
+  NatsBus,
+  OperatorSigner,
+  OperatorVerifier,
+  Subjects,
+} from '@fairway/bus';
 import { parseConfig, silentLogger, systemClock } from '@fairway/core';
 import { type EngineSimHandle, startEngineSim, VllmClient } from '@fairway/engine';
 import { purgeStore } from '@fairway/store';
-import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
+import { natsUrl, RecordingLogger, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { AdminEventApplier, followAdminEvents } from '../src/admin-events.ts';
+import { AdminEventApplier, type AdminTrust, followAdminEvents } from '../src/admin-events.ts';
 import { hashApiKey, KeyRing } from '../src/auth.ts';
 import { type RunningDispatcher, serveSettings, startDispatcher } from '../src/index.ts';
 import { TenantDirectory } from '../src/tenant-directory.ts';
@@ -21,8 +32,13 @@ const CONFIG = {
   policy: { ordering: 'vtc' },
 };
 
-function applierOn(tenants: TenantDirectory, keys: KeyRing): AdminEventApplier {
+function applierOn(
+  tenants: TenantDirectory,
+  keys: KeyRing,
+  trust: AdminTrust = { kind: 'in-process' },
+): AdminEventApplier {
   return new AdminEventApplier({
+    trust,
     keys,
     tenants,
     sloClasses: new Set(['interactive', 'batch-1']),
@@ -110,16 +126,112 @@ describe('AdminEventApplier', () => {
   });
 });
 
+describe('AdminEventApplier with an operator key', () => {
+  const operator = generateOperatorKeyPair();
+  const signer = OperatorSigner.fromPem(operator.privateKeyPem);
+  const trust: AdminTrust = { kind: 'signed', verifier: OperatorVerifier.fromPems([operator.publicKeyPem]) };
+  const tenant: AdminEventInput = { type: 'tenantUpsert', at: 1, tenant: { id: 'carol' } };
+  const keyAdd: AdminEventInput = {
+    type: 'keyAdd',
+    at: 2,
+    tenantId: 'carol',
+    keyHash: hashApiKey('sk-carol-1'),
+  };
+
+  async function follow(bus: MemoryBus, t: AdminTrust = trust) {
+    const tenants = new TenantDirectory();
+    const keys = new KeyRing(tenants);
+    const applier = applierOn(tenants, keys, t);
+    const stop = await followAdminEvents(bus, applier);
+    return { tenants, keys, applier, stop };
+  }
+
+  it('applies events signed by a trusted key', async () => {
+    const bus = new MemoryBus();
+    await bus.publishAdminEvent(signer.sign(tenant));
+    await bus.publishAdminEvent(signer.sign(keyAdd));
+    const { keys, applier, stop } = await follow(bus);
+    expect(applier.lastSeq).toBe(2);
+    expect(keys.authenticate('sk-carol-1')).toMatchObject({ tenant: 'carol' });
+    stop();
+  });
+
+  it('refuses unsigned events, other keys, tampered payloads and copies of applied events', async () => {
+    const bus = new MemoryBus();
+    const intruder = OperatorSigner.fromPem(generateOperatorKeyPair().privateKeyPem);
+    const signedTenant = signer.sign(tenant);
+    const signedKey = signer.sign(keyAdd);
+    const tampered = { ...signedKey, payload: signedKey.payload.replace('carol', 'mallory') };
+    await bus.publishAdminEvent(signedTenant);
+    await bus.publishAdminEvent(keyAdd);
+    await bus.publishAdminEvent(intruder.sign(keyAdd));
+    await bus.publishAdminEvent({ ...intruder.sign(keyAdd), keyId: signer.keyId });
+    await bus.publishAdminEvent(tampered);
+    const log = new RecordingLogger();
+    const tenants = new TenantDirectory();
+    const keys = new KeyRing(tenants);
+    const applier = new AdminEventApplier({
+      trust,
+      keys,
+      tenants,
+      sloClasses: new Set(['interactive']),
+      logger: log,
+    });
+    const stop = await followAdminEvents(bus, applier);
+    expect(keys.authenticate('sk-carol-1')).toBeUndefined();
+    const reasons = log.find('warn', 'admin: event refused').map((l) => (l.obj as { reason: string }).reason);
+    expect(reasons).toEqual([
+      'unsigned',
+      expect.stringMatching(/^signed by unknown key ed25519:/),
+      expect.stringMatching(/^bad signature/),
+      expect.stringMatching(/^bad signature/),
+    ]);
+    // The key is added, revoked, and a copy of the old signed keyAdd is published again: it stays revoked.
+    await bus.publishAdminEvent(signedKey);
+    await waitFor(() => keys.authenticate('sk-carol-1') !== undefined);
+    await bus.publishAdminEvent(signer.sign({ type: 'keyRevoke', at: 3, keyHash: hashApiKey('sk-carol-1') }));
+    await bus.publishAdminEvent(signedKey);
+    await bus.publishAdminEvent(signer.sign(keyAdd));
+    await waitFor(() => applier.lastSeq === 9);
+    expect(keys.authenticate('sk-carol-1')).toBeUndefined();
+    const last = log.lines.filter((l) => /refused|skipped/.test(l.msg ?? '')).slice(-2);
+    expect(last.map((l) => (l.obj as { reason: string }).reason)).toEqual([
+      'replayed: an event with this nonce was already applied',
+      'this key was revoked; issue a new key',
+    ]);
+    stop();
+  });
+
+  it('applies nothing from the bus without an operator key (trust none), and says so', async () => {
+    const bus = new MemoryBus();
+    await bus.publishAdminEvent(signer.sign(tenant));
+    await bus.publishAdminEvent(tenant);
+    const { tenants, applier, stop } = await follow(bus, { kind: 'none' });
+    expect(applier.lastSeq).toBe(2);
+    expect(tenants.has('carol')).toBe(false);
+    stop();
+  });
+});
+
 describe('admin events across dispatchers (Redis + NATS)', () => {
   const cleanups: (() => Promise<void>)[] = [];
   afterEach(async () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
-  async function fleet(prefix: string): Promise<{ operator: Bus; start: () => Promise<RunningDispatcher> }> {
-    const operator = await NatsBus.connect({ servers: natsUrl(), prefix, name: 'operator' });
+  async function fleet(prefix: string): Promise<{
+    operator: { publishAdminEvent(e: AdminEventInput): Promise<number> };
+    start: () => Promise<RunningDispatcher>;
+  }> {
+    const bus = await NatsBus.connect({ servers: natsUrl(), prefix, name: 'operator' });
+    const pair = generateOperatorKeyPair();
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-operator-'));
+    const publicKeyFile = join(dir, 'operator.pub');
+    writeFileSync(publicKeyFile, pair.publicKeyPem);
+    const signer = OperatorSigner.fromPem(pair.privateKeyPem);
+    const operator = { publishAdminEvent: (e: AdminEventInput) => bus.publishAdminEvent(signer.sign(e)) };
     cleanups.push(async () => {
-      await operator.close();
+      await bus.close();
       const nc = await connect({ servers: natsUrl() });
       const jsm = await jetstreamManager(nc);
       await jsm.streams.delete(new Subjects(prefix).adminStream).catch(() => false);
@@ -131,7 +243,7 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
     const sim: EngineSimHandle = await startEngineSim({ servedModelName: MODEL, speed: 50, seed: 1 });
     const engine = new VllmClient({ url: sim.url });
     const agent = new NodeAgent({
-      bus: operator,
+      bus,
       engine,
       clock: systemClock,
       replicaId: 'sim-1',
@@ -148,7 +260,16 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
     });
     const config = parseConfig(CONFIG, 'test config');
     const start = async (): Promise<RunningDispatcher> => {
-      const settings = serveSettings({}, { port: 0, prefix, redisUrl: redisUrl(), natsUrl: natsUrl() });
+      const settings = serveSettings(
+        {},
+        {
+          port: 0,
+          prefix,
+          redisUrl: redisUrl(),
+          natsUrl: natsUrl(),
+          operatorPublicKeyFiles: [publicKeyFile],
+        },
+      );
       const d = await startDispatcher({ settings, config, logger: silentLogger });
       cleanups.push(() => d.close());
       await waitFor(() => d.infrastructure.registry.list().some((v) => v.acceptsWork));

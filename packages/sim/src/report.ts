@@ -41,7 +41,18 @@ export interface SimReport {
   readonly simulatedS: number;
   /** Wall-clock time of the simulation, ms (the only field that varies between identical runs). */
   readonly wallMs: number;
-  readonly requests: { readonly arrived: number; readonly completed: number; readonly rejected: number };
+  /**
+   * What became of the requests that arrived: `arrived = completed + rejected + queued + running`,
+   * where, when the run ended, `queued` had never been dispatched and `running` had been but had not
+   * finished (a request evicted and waiting to resume counts as running).
+   */
+  readonly requests: {
+    readonly arrived: number;
+    readonly completed: number;
+    readonly rejected: number;
+    readonly queued: number;
+    readonly running: number;
+  };
   readonly throughput: { readonly tokensPerS: number | null; readonly outputTokensPerS: number | null };
   readonly fairness: {
     readonly maxDiff: number | null;
@@ -81,7 +92,13 @@ export function buildReport(run: SimRun, m: SimMetrics, wallMs: number): SimRepo
     seed: run.seed,
     simulatedS: m.durationS,
     wallMs: Math.round(wallMs),
-    requests: { arrived: m.requests.arrived, completed: m.requests.completed, rejected: m.requests.rejected },
+    requests: {
+      arrived: m.requests.arrived,
+      completed: m.requests.completed,
+      rejected: m.requests.rejected,
+      queued: m.requests.arrived - m.requests.rejected - m.requests.dispatched,
+      running: m.requests.dispatched - m.requests.completed,
+    },
     throughput: {
       tokensPerS: round(m.throughput.tokensPerS, 2),
       outputTokensPerS: round(m.throughput.outputTokensPerS, 2),
@@ -154,6 +171,7 @@ export function formatReport(r: SimReport): string {
         'requests arrived / completed / rejected',
         `${r.requests.arrived} / ${r.requests.completed} / ${r.requests.rejected}`,
       ],
+      ['unfinished at the end: queued / running', `${r.requests.queued} / ${r.requests.running}`],
       ['throughput (in+out tokens/s)', fmt(r.throughput.tokensPerS)],
       ['output tokens/s', fmt(r.throughput.outputTokensPerS)],
       ['fairness: max / avg diff', `${fmt(r.fairness.maxDiff)} / ${fmt(r.fairness.avgDiff)}`],

@@ -23,7 +23,7 @@ import { byArrival } from './workload.ts';
 /** Names of the built-in traces. */
 export type TraceName = 'azure-conv' | 'azure-code';
 
-/** File names of the built-in traces in the shared traces folder. */
+/** File names of the built-in traces in {@link tracesDir}. */
 export const TRACE_FILES: Readonly<Record<TraceName, string>> = {
   'azure-conv': 'azure-llm-inference-2023-conv.csv',
   'azure-code': 'azure-llm-inference-2023-code.csv',
@@ -38,15 +38,12 @@ export interface TraceRow {
 }
 
 /**
- * Directory holding the shared traces: `$FAIRWAY_TRACES_DIR` if set, else `../shared/traces`
- * beside the repository root (the root is found from this module's location).
+ * Directory holding the built-in traces: `packages/sim/traces/`, vendored in the repository with
+ * their licence and attribution (its README), so a fresh clone replays them with nothing beside it.
  */
 export function tracesDir(): string {
-  const env = process.env.FAIRWAY_TRACES_DIR;
-  if (env) return env;
-  const here = dirname(fileURLToPath(import.meta.url));
-  // packages/sim/src → repository root
-  return resolve(here, '..', '..', '..', '..', 'shared', 'traces');
+  // packages/sim/src → packages/sim/traces
+  return resolve(dirname(fileURLToPath(import.meta.url)), '..', 'traces');
 }
 
 /** Resolves a trace name or a file path to a file path. */
@@ -68,7 +65,10 @@ export function loadTrace(nameOrPath: string): readonly TraceRow[] {
   if (hit) return hit;
   if (!existsSync(path))
     throw new ConfigError(ErrorCode.CONFIG_UNREADABLE, path, [
-      { path: 'trace', message: `trace file not found (set FAIRWAY_TRACES_DIR or give a path)` },
+      {
+        path: 'trace',
+        message: `trace file not found (give a CSV path or a built-in name: ${Object.keys(TRACE_FILES).join(', ')})`,
+      },
     ]);
   const rows = parseTraceCsv(readFileSync(path, 'utf8'), path);
   cache.set(path, rows);

@@ -1,5 +1,7 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { loadTrace, parseTraceCsv, splitTenants, traceWorkload } from '../src/trace.ts';
+import { loadTrace, parseTraceCsv, splitTenants, tracesDir, traceWorkload } from '../src/trace.ts';
 
 describe('loadTrace', () => {
   it('loads the Azure 2023 conversation and code traces with all their requests', () => {
@@ -18,6 +20,14 @@ describe('loadTrace', () => {
     expect(() =>
       parseTraceCsv('arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,12,3\n1.0,abc,2', 'x.csv'),
     ).toThrow(/line 3/);
+  });
+
+  it('reads the built-in traces from the repository, with their licence and attribution beside them', () => {
+    expect(tracesDir()).toBe(resolve(import.meta.dirname, '..', 'traces'));
+    const readme = readFileSync(resolve(tracesDir(), 'README.md'), 'utf8');
+    expect(readme).toMatch(/CC BY 4\.0/);
+    expect(readme).toMatch(/Azure\/AzurePublicDataset/);
+    expect(readme).toMatch(/Splitwise/);
   });
 
   it('names a missing file', () => {

@@ -187,6 +187,13 @@ export class RedisStore implements SchedulingStore {
   #layout: Promise<void> | undefined;
   /** The epoch this store works in (see {@link StoreKeys.epoch}); undefined until claimed. */
   #epoch: string | undefined;
+  /** Times the client connected again after a drop (see {@link RedisStore.epoch}). */
+  #reconnects = 0;
+  #connected = false;
+  readonly #onReady = (): void => {
+    if (this.#connected) this.#reconnects++;
+    this.#connected = true;
+  };
 
   constructor(options: RedisStoreOptions) {
     parseInput('options', optionsSchema, { prefix: options.prefix });
@@ -198,6 +205,8 @@ export class RedisStore implements SchedulingStore {
     this.#ownsClient = typeof options.redis === 'string';
     this.#redis = typeof options.redis === 'string' ? new Redis(options.redis) : options.redis;
     this.#keys = new StoreKeys(options.prefix);
+    this.#connected = this.#redis.status === 'ready';
+    this.#redis.on('ready', this.#onReady);
     cachedLibrary ??= loadLibrary();
     const library = cachedLibrary;
     this.#cmd = (name) => {
@@ -273,9 +282,14 @@ export class RedisStore implements SchedulingStore {
     this.#epoch = epoch ?? proposal;
   }
 
-  /** The epoch this store works in; undefined until its first call claims it. */
+  /**
+   * The epoch this store works in, and how many times its client reconnected since: a Redis that
+   * restarted from its append-only file keeps the epoch but may have lost the last second of
+   * writes (`appendfsync everysec`), so a reconnection too tells the dispatchers to put back what
+   * they hold (`restore` skips what the store still has). Undefined until the first call claims it.
+   */
   get epoch(): string | undefined {
-    return this.#epoch;
+    return this.#epoch === undefined ? undefined : `${this.#epoch}/${this.#reconnects}`;
   }
 
   /**
@@ -581,6 +595,7 @@ export class RedisStore implements SchedulingStore {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#redis.off('ready', this.#onReady);
     if (this.#ownsClient) await this.#redis.quit();
   }
 

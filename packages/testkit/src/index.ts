@@ -1,6 +1,8 @@
 export { natsUrl, redisUrl, uniquePrefix } from './env.ts';
+export { type LogLine, RecordingLogger } from './recording-logger.ts';
 export {
   freePort,
+  type NatsServerOptions,
   type RedisSentinelGroup,
   type RestartableRedisServer,
   type RestartableServer,

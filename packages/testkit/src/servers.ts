@@ -49,8 +49,13 @@ export async function waitForPort(port: number, timeoutMs = 10_000, host = '127.
   }
 }
 
-function startProcess(bin: string, args: string[], installHint: string): ChildProcess {
-  const child = spawn(bin, args, { stdio: 'ignore' });
+function startProcess(
+  bin: string,
+  args: string[],
+  installHint: string,
+  env?: Readonly<Record<string, string>>,
+): ChildProcess {
+  const child = spawn(bin, args, { stdio: 'ignore', ...(env ? { env: { ...process.env, ...env } } : {}) });
   child.on('error', (err) => {
     // The spawn failure surfaces through waitForPort; this keeps it from being an unhandled event.
     child.emit('fairway-spawn-error', err);
@@ -65,6 +70,8 @@ function startProcess(bin: string, args: string[], installHint: string): ChildPr
 
 async function stopProcess(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
+  // Referenced while it stops, so a script (not only a test runner) waits for it.
+  child.ref();
   await new Promise<void>((resolve) => {
     child.once('exit', () => resolve());
     child.kill('SIGTERM');
@@ -119,6 +126,8 @@ export async function startRestartableRedisServer(options: {
   let child = await start();
   const halt = async (signal: 'SIGTERM' | 'SIGKILL'): Promise<void> => {
     if (child.exitCode !== null || child.signalCode !== null) return;
+    // Referenced while it stops: nothing else may keep this process's event loop alive.
+    child.ref();
     await new Promise<void>((resolve) => {
       child.once('exit', () => resolve());
       child.kill(signal);
@@ -205,15 +214,29 @@ export async function startRedisSentinelGroup(name = 'fairway'): Promise<RedisSe
   return { primaryPort, replicaPort, sentinelPort, name, stop };
 }
 
-/** Starts a throw-away `nats-server -js` with its JetStream store in a temp directory. */
-export async function startNatsServer(): Promise<TestServer> {
+/** Options of {@link startNatsServer}. */
+export interface NatsServerOptions {
+  /**
+   * A nats-server config file to run with (e.g. the shipped `infra/nats/nats-server.conf`); the
+   * port, the loopback address and the JetStream store directory are still given as flags, which
+   * win over the file. @default none: an open server with JetStream
+   */
+  readonly configPath?: string;
+  /** Extra environment of the server, e.g. the passwords a config file reads as `$NAME`. */
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+/** Starts a throw-away `nats-server` with JetStream, its store in a temp directory. */
+export async function startNatsServer(options: NatsServerOptions = {}): Promise<TestServer> {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'fairway-nats-'));
   const bin = process.env.NATS_SERVER_BIN ?? 'nats-server';
+  const config = options.configPath === undefined ? ['-js'] : ['-c', options.configPath];
   const child = startProcess(
     bin,
-    ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', dir],
+    [...config, '-a', '127.0.0.1', '-p', String(port), '-sd', dir],
     'apt-get install -y nats-server',
+    options.env,
   );
   await waitForPort(port);
   return {

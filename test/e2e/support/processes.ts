@@ -14,10 +14,10 @@ export const FAIRWAY_BIN = resolve(
   'fairway.js',
 );
 
-/** A `fairway` process started by a test. */
-export interface FairwayProcess {
+/** A process started by a test. */
+export interface StartedProcess {
   readonly proc: ChildProcess;
-  /** The first stdout line that matched, and its first capture group. */
+  /** The first line that matched `ready`, and its first capture group. */
   readonly line: string;
   readonly url: string;
   /** Output lines so far (stdout and stderr), for failure messages. */
@@ -28,39 +28,62 @@ export interface FairwayProcess {
   stop(): Promise<void>;
 }
 
+/** A `fairway` process started by a test. */
+export type FairwayProcess = StartedProcess;
+
+/** Options of {@link startProcess}. */
+export interface StartProcessOptions {
+  /** Added to the test's environment. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** @default 30_000 */
+  readonly timeoutMs?: number;
+  /** The stream whose lines `ready` is matched against. @default 'stdout' */
+  readonly readyOn?: 'stdout' | 'stderr';
+  /** Keep this many output lines for failure messages. @default 200 */
+  readonly keepLines?: number;
+}
+
 /**
- * Spawns `fairway <args>` and resolves once a stdout line matches `ready` (whose first group is
- * the URL), or rejects with the process's output after `timeoutMs`.
+ * Spawns `command args…` and resolves once a line of `readyOn` matches `ready` (whose first group,
+ * if any, is the URL), or rejects with the process's output after the timeout or when it exits.
  */
-export function startFairway(
+export function startProcess(
+  command: string,
   args: readonly string[],
   ready: RegExp,
-  env: Readonly<Record<string, string>> = {},
-  timeoutMs = 30_000,
-): Promise<FairwayProcess> {
-  const proc = spawn(process.execPath, [FAIRWAY_BIN, ...args], {
-    env: { ...process.env, ...env },
+  options: StartProcessOptions = {},
+): Promise<StartedProcess> {
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  const keep = options.keepLines ?? 200;
+  const proc = spawn(command, args, {
+    env: { ...process.env, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const output: string[] = [];
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-  createInterface({ input: proc.stderr! }).on('line', (l) => {
+  const what = `${command} ${args.join(' ')}`;
+  const readyStream = options.readyOn === 'stderr' ? proc.stderr! : proc.stdout!;
+  const otherStream = options.readyOn === 'stderr' ? proc.stdout! : proc.stderr!;
+  const record = (l: string): void => {
     output.push(l);
-    if (output.length > 200) output.shift();
-  });
+    if (output.length > keep) output.shift();
+  };
+  createInterface({ input: otherStream }).on('line', record);
   return new Promise((resolvePromise, reject) => {
     const timer = setTimeout(() => {
       proc.kill('SIGKILL');
-      reject(new Error(`fairway ${args.join(' ')} did not start in ${timeoutMs} ms:\n${output.join('\n')}`));
+      reject(new Error(`${what} did not start in ${timeoutMs} ms:\n${output.join('\n')}`));
     }, timeoutMs);
     proc.once('exit', (code) => {
       clearTimeout(timer);
-      reject(new Error(`fairway ${args.join(' ')} exited with ${code}:\n${output.join('\n')}`));
+      reject(new Error(`${what} exited with ${code}:\n${output.join('\n')}`));
     });
-    createInterface({ input: proc.stdout! }).on('line', (l) => {
-      output.push(l);
-      const m = ready.exec(l);
+    let started = false;
+    createInterface({ input: readyStream }).on('line', (l) => {
+      record(l);
+      const m = started ? null : ready.exec(l);
       if (m === null) return;
+      started = true;
       clearTimeout(timer);
       resolvePromise({
         proc,
@@ -78,4 +101,20 @@ export function startFairway(
       });
     });
   });
+}
+
+/**
+ * Spawns `fairway <args>` and resolves once a stdout line matches `ready` (whose first group is
+ * the URL), or rejects with the process's output after `timeoutMs`. `launcher` is a command line
+ * that runs it, e.g. `ip netns exec <ns>`.
+ */
+export function startFairway(
+  args: readonly string[],
+  ready: RegExp,
+  env: Readonly<Record<string, string>> = {},
+  timeoutMs = 30_000,
+  launcher: readonly string[] = [],
+): Promise<FairwayProcess> {
+  const [command, ...rest] = [...launcher, process.execPath, FAIRWAY_BIN, ...args];
+  return startProcess(command!, rest, ready, { env, timeoutMs });
 }

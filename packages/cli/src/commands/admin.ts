@@ -1,16 +1,27 @@
 import { randomBytes } from 'node:crypto';
-import { type AdminEventInput, adminEventSchema, type Bus, NatsBus } from '@fairway/bus';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  type AdminEventInput,
+  adminEventSchema,
+  type Bus,
+  generateOperatorKeyPair,
+  NatsBus,
+  OperatorSigner,
+} from '@fairway/bus';
 import { hashApiKey } from '@fairway/dispatcher';
 import type { Command } from 'commander';
 import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
+import { addNatsFlags, type NatsFlags, natsSecurityOf } from '../nats-flags.ts';
 
 /** Connection flags every `fairway admin` subcommand takes. */
-interface BusFlags {
+interface BusFlags extends NatsFlags {
   natsUrl: string;
   prefix: string;
   by?: string;
+  operatorKey?: string;
 }
 
 /** Limit flags of `tenant` and `limits`. */
@@ -43,8 +54,38 @@ export function newApiKey(): string {
   return `sk-fw-${randomBytes(32).toString('base64url')}`;
 }
 
+/**
+ * The operator key that signs every event (`--operator-key`, else `FAIRWAY_OPERATOR_KEY_FILE`):
+ * dispatchers on NATS apply nothing unsigned, so publishing without one is refused here.
+ */
+function operatorSigner(flags: BusFlags): OperatorSigner {
+  const file = flags.operatorKey ?? process.env.FAIRWAY_OPERATOR_KEY_FILE;
+  if (file === undefined || file === '')
+    throw new UsageError([
+      '--operator-key: required (or set FAIRWAY_OPERATOR_KEY_FILE): dispatchers apply only admin events signed by the operator key; create one with `fairway admin keygen`',
+    ]);
+  let pem: Buffer;
+  try {
+    pem = readFileSync(file);
+  } catch (err) {
+    throw new UsageError([
+      `--operator-key: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'unreadable'})`,
+    ]);
+  }
+  try {
+    return OperatorSigner.fromPem(pem, file);
+  } catch (err) {
+    throw new UsageError([`--operator-key: ${err instanceof Error ? err.message : String(err)}`]);
+  }
+}
+
 async function withBus<T>(flags: BusFlags, fn: (bus: Bus) => Promise<T>): Promise<T> {
-  const bus = await NatsBus.connect({ servers: flags.natsUrl, prefix: flags.prefix, name: 'fairway admin' });
+  const bus = await NatsBus.connect({
+    servers: flags.natsUrl,
+    prefix: flags.prefix,
+    name: 'fairway admin',
+    security: natsSecurityOf(flags),
+  });
   try {
     return await fn(bus);
   } finally {
@@ -53,9 +94,9 @@ async function withBus<T>(flags: BusFlags, fn: (bus: Bus) => Promise<T>): Promis
 }
 
 /**
- * Adds `fairway admin` to the program: operator changes (tenants, API keys, limits) published to
- * the fleet's durable admin-event stream on NATS, which every dispatcher replays at start and
- * follows live.
+ * Adds `fairway admin` to the program: operator changes (tenants, API keys, limits) signed with the
+ * operator's Ed25519 key and published to the fleet's durable admin-event stream on NATS, which
+ * every dispatcher replays at start and follows live, applying only events its keys verify.
  */
 export function registerAdminCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
   const admin = program
@@ -63,20 +104,51 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
     .description(
       'change tenants, API keys and limits on a running fleet: events on the NATS admin stream that every dispatcher applies in order (and replays when it starts)',
     );
+  const connection = (cmd: Command): Command =>
+    addNatsFlags(
+      cmd
+        .option('--nats-url <url>', 'NATS server', process.env.NATS_URL ?? 'nats://127.0.0.1:4222')
+        .option(
+          '--prefix <prefix>',
+          'NATS subject prefix of the fleet',
+          process.env.FAIRWAY_PREFIX ?? 'fairway',
+        ),
+    );
   const common = (cmd: Command): Command =>
-    cmd
-      .option('--nats-url <url>', 'NATS server', process.env.NATS_URL ?? 'nats://127.0.0.1:4222')
+    connection(cmd)
+      .option('--by <name>', 'who makes the change (recorded in the event)')
       .option(
-        '--prefix <prefix>',
-        'NATS subject prefix of the fleet',
-        process.env.FAIRWAY_PREFIX ?? 'fairway',
-      )
-      .option('--by <name>', 'who makes the change (recorded in the event)');
+        '--operator-key <file>',
+        'operator private key that signs the event (env FAIRWAY_OPERATOR_KEY_FILE; see `fairway admin keygen`)',
+      );
   const publish = async (flags: BusFlags, event: AdminEventInput): Promise<void> => {
-    const seq = await withBus(flags, (bus) => bus.publishAdminEvent(checked(event)));
-    io.out(`published ${event.type} as admin event ${seq}\n`);
+    const signed = operatorSigner(flags).sign(checked(event));
+    const seq = await withBus(flags, (bus) => bus.publishAdminEvent(signed));
+    io.out(`published ${event.type} as admin event ${seq}, signed by ${signed.keyId}\n`);
     setCode(ExitCode.OK);
   };
+
+  admin
+    .command('keygen')
+    .description(
+      'create the operator key pair that signs admin events: <name>.key (private, mode 0600; give it to `fairway admin --operator-key`) and <name>.pub (public; give it to every dispatcher as FAIRWAY_OPERATOR_PUBLIC_KEY_FILE)',
+    )
+    .option('--out-dir <dir>', 'directory to write the two files in', '.')
+    .option('--name <name>', 'file name stem', 'fairway-operator')
+    .action((f: { outDir: string; name: string }) => {
+      const privatePath = join(f.outDir, `${f.name}.key`);
+      const publicPath = join(f.outDir, `${f.name}.pub`);
+      const existing = [privatePath, publicPath].filter((p) => existsSync(p));
+      if (existing.length > 0)
+        throw new UsageError(existing.map((p) => `${p}: already exists; remove it or pick another --name`));
+      const pair = generateOperatorKeyPair();
+      writeFileSync(privatePath, pair.privateKeyPem, { mode: 0o600, flag: 'wx' });
+      writeFileSync(publicPath, pair.publicKeyPem, { mode: 0o644, flag: 'wx' });
+      io.out(
+        `operator key ${pair.keyId}\n  private ${privatePath} (keep it secret; mode 0600)\n  public  ${publicPath}\n`,
+      );
+      setCode(ExitCode.OK);
+    });
   const by = (f: BusFlags): { by?: string } => (f.by !== undefined ? { by: f.by } : {});
 
   common(
@@ -176,7 +248,7 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
     });
   });
 
-  common(
+  connection(
     admin
       .command('events')
       .description('print the admin-event history, oldest first')
@@ -185,10 +257,12 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
   ).action(async (f: BusFlags & { from: number; json?: boolean }) => {
     const records = await withBus(f, (bus) => bus.replayAdminEvents(Math.max(1, f.from)));
     for (const r of records) {
-      if (f.json) io.out(`${JSON.stringify(r)}\n`);
+      if (f.json)
+        io.out(`${JSON.stringify({ seq: r.seq, event: r.event, keyId: r.signed?.keyId ?? null })}\n`);
       else {
-        const { type, at, ...rest } = r.event;
-        io.out(`${r.seq}\t${new Date(at).toISOString()}\t${type}\t${JSON.stringify(rest)}\n`);
+        const { type, at, nonce: _nonce, ...rest } = r.event;
+        const signer = r.signed?.keyId ?? 'unsigned';
+        io.out(`${r.seq}\t${new Date(at).toISOString()}\t${type}\t${JSON.stringify(rest)}\t${signer}\n`);
       }
     }
     setCode(ExitCode.OK);

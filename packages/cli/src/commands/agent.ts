@@ -1,17 +1,21 @@
-import { EngineProcess, NodeAgent } from '@fairway/agent';
+import { networkInterfaces } from 'node:os';
+import { type AdvertisedUrl, chooseAdvertiseUrl, EngineProcess, NodeAgent } from '@fairway/agent';
 import { type Bus, NatsBus } from '@fairway/bus';
-import { createLogger, type Logger, systemClock } from '@fairway/core';
+import { createLogger, type Logger, redactUrls, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
 import { type Command, Option } from 'commander';
 import { positiveWholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
+import { addNatsFlags, type NatsFlags, natsSecurityOf } from '../nats-flags.ts';
 
 /** Options of {@link startAgent}. */
 export interface StartAgentOptions {
   readonly bus: Bus;
-  /** Base URL of the engine's OpenAI server. */
+  /** Base URL of the engine's OpenAI server, as the agent reaches it. */
   readonly engineUrl: string;
+  /** URL registered for dispatchers on any host to use. @default `engineUrl` */
+  readonly advertiseUrl?: string;
   readonly replicaId: string;
   readonly pool: string;
   /** The model name clients send (the engine's served model name). */
@@ -45,6 +49,7 @@ export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
     pool: o.pool,
     model: o.model,
     heartbeatIntervalMs: o.heartbeatIntervalMs ?? 200,
+    ...(o.advertiseUrl !== undefined ? { url: o.advertiseUrl } : {}),
     ...(o.maxNumSeqs !== undefined ? { maxNumSeqs: o.maxNumSeqs } : {}),
     ...(o.gpu !== undefined ? { gpu: o.gpu } : {}),
     ...(o.process !== undefined ? { process: o.process } : {}),
@@ -59,9 +64,30 @@ export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
   };
 }
 
+/**
+ * The URL an agent started by a command registers (`--advertise-url`, else the engine's own URL
+ * when other hosts can use it; see `chooseAdvertiseUrl`), logging a warning when only this host can.
+ */
+export function advertisedEngineUrl(
+  advertiseUrl: string | undefined,
+  engineUrl: string,
+  engineUrlFlag: string,
+  logger: Logger,
+): AdvertisedUrl {
+  const advertised = chooseAdvertiseUrl({
+    advertiseUrl,
+    engineUrl,
+    engineUrlFlag,
+    interfaces: networkInterfaces(),
+  });
+  if (advertised.warning !== undefined) logger.warn({ url: advertised.url }, advertised.warning);
+  return advertised;
+}
+
 /** Flags of `fairway agent`. */
-interface AgentFlags {
+interface AgentFlags extends NatsFlags {
   engineUrl?: string;
+  advertiseUrl?: string;
   replicaId: string;
   pool?: string;
   model: string;
@@ -88,13 +114,18 @@ export function stopOnSignals(stop: () => Promise<void>, logger: Logger): void {
 
 /** Adds `fairway agent` to the program. */
 export function registerAgentCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
-  program
+  const cmd = program
     .command('agent')
     .description(
       'node agent beside one engine: registers it over NATS, heartbeats its capacity, serves drain/evict/sleep/LoRA/swap commands; give the engine command after -- to run and restart it',
     )
     .argument('[command...]', 'engine command line to run (e.g. vllm serve …), after --')
     .option('--engine-url <url>', 'base URL of the engine (default http://127.0.0.1:8000)')
+    .option(
+      '--advertise-url <url>',
+      "URL dispatchers on other hosts reach the engine at (env FAIRWAY_ADVERTISE_URL; default: --engine-url, a wildcard host replaced by this host's first non-internal IPv4 address)",
+      process.env.FAIRWAY_ADVERTISE_URL,
+    )
     .requiredOption('--replica-id <id>', 'replica id, unique in the fleet')
     .requiredOption('--model <name>', 'model name clients send (served model name)')
     .option('--pool <id>', 'pool the replica serves in (default: the model)')
@@ -107,43 +138,46 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       new Option('--log-level <level>', 'log level')
         .choices(['debug', 'info', 'warn', 'error', 'silent'])
         .default('info'),
-    )
-    .action(async (command: string[], flags: AgentFlags) => {
-      const logger = createLogger({ level: flags.logLevel, name: 'agent' });
-      const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
-      if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
-      const bus = await NatsBus.connect({
-        servers: flags.natsUrl,
-        prefix: flags.prefix,
-        logger,
-        name: `agent ${flags.replicaId}`,
-      });
-      const probe = new VllmClient({ url: engineUrl });
-      const [bin, ...args] = command;
-      const proc =
-        bin === undefined
-          ? undefined
-          : new EngineProcess({ command: bin, args, probe: () => probe.health(), logger });
-      const handle = await startAgent({
-        bus,
-        engineUrl,
-        replicaId: flags.replicaId,
-        pool: flags.pool ?? flags.model,
-        model: flags.model,
-        logger,
-        heartbeatIntervalMs: flags.heartbeatMs,
-        ...(flags.maxNumSeqs !== undefined ? { maxNumSeqs: flags.maxNumSeqs } : {}),
-        ...(flags.gpu !== undefined ? { gpu: flags.gpu } : {}),
-        ...(proc !== undefined ? { process: proc } : {}),
-      });
-      io.out(
-        `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl} on ${flags.natsUrl}\n`,
-      );
-      stopOnSignals(async () => {
-        await handle.stop();
-        await probe.close();
-        await bus.close();
-      }, logger);
-      setCode(ExitCode.OK);
+    );
+  addNatsFlags(cmd).action(async (command: string[], flags: AgentFlags) => {
+    const logger = createLogger({ level: flags.logLevel, name: 'agent' });
+    const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
+    if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
+    const advertised = advertisedEngineUrl(flags.advertiseUrl, engineUrl, '--engine-url', logger);
+    const bus = await NatsBus.connect({
+      servers: flags.natsUrl,
+      prefix: flags.prefix,
+      logger,
+      name: `agent ${flags.replicaId}`,
+      security: natsSecurityOf(flags),
     });
+    const probe = new VllmClient({ url: engineUrl });
+    const [bin, ...args] = command;
+    const proc =
+      bin === undefined
+        ? undefined
+        : new EngineProcess({ command: bin, args, probe: () => probe.health(), logger });
+    const handle = await startAgent({
+      bus,
+      engineUrl,
+      advertiseUrl: advertised.url,
+      replicaId: flags.replicaId,
+      pool: flags.pool ?? flags.model,
+      model: flags.model,
+      logger,
+      heartbeatIntervalMs: flags.heartbeatMs,
+      ...(flags.maxNumSeqs !== undefined ? { maxNumSeqs: flags.maxNumSeqs } : {}),
+      ...(flags.gpu !== undefined ? { gpu: flags.gpu } : {}),
+      ...(proc !== undefined ? { process: proc } : {}),
+    });
+    io.out(
+      `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl}, registered as ${advertised.url}, on ${redactUrls(flags.natsUrl)}\n`,
+    );
+    stopOnSignals(async () => {
+      await handle.stop();
+      await probe.close();
+      await bus.close();
+    }, logger);
+    setCode(ExitCode.OK);
+  });
 }

@@ -1,13 +1,15 @@
-import { createLogger, loadConfig } from '@fairway/core';
+import { createLogger, loadConfig, redactUrls } from '@fairway/core';
 import { type ServeOverrides, serveSettings, startDispatcher } from '@fairway/dispatcher';
 import type { Command } from 'commander';
 import { wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
+import { addNatsFlags, type NatsFlags, natsFlagSecurity } from '../nats-flags.ts';
 import { stopOnSignals } from './agent.ts';
 
 /** Flags of `fairway serve`; each overrides its environment variable. */
-interface ServeFlags {
+interface ServeFlags extends NatsFlags {
+  operatorPublicKey?: string[];
   config?: string;
   port?: number;
   host?: string;
@@ -20,7 +22,7 @@ interface ServeFlags {
 
 /** Adds `fairway serve` to the program: one stateless dispatcher on Redis and NATS. */
 export function registerServeCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
-  program
+  const cmd = program
     .command('serve')
     .description(
       'run one dispatcher (OpenAI-compatible API) on the shared Redis store and NATS bus; engines are discovered from their agents',
@@ -36,27 +38,33 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       'dispatcher name, suffixed with a random token per start (env FAIRWAY_DISPATCHER_ID, default host-pid)',
     )
     .option('--lease-ms <ms>', 'lease on what this dispatcher holds (env FAIRWAY_LEASE_MS)', wholeNumber)
-    .action(async (flags: ServeFlags) => {
-      const overrides: ServeOverrides = {
-        ...(flags.config !== undefined ? { configPath: flags.config } : {}),
-        ...(flags.port !== undefined ? { port: flags.port } : {}),
-        ...(flags.host !== undefined ? { host: flags.host } : {}),
-        ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
-        ...(flags.id !== undefined ? { dispatcherId: flags.id } : {}),
-        ...(flags.leaseMs !== undefined ? { options: { leaseMs: flags.leaseMs } } : {}),
-        redisUrl: flags.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-        natsUrl: flags.natsUrl ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
-      };
-      const settings = serveSettings(process.env, overrides);
-      if (settings.configPath === undefined)
-        throw new UsageError(['--config: required (or set FAIRWAY_CONFIG), e.g. infra/fairway.example.yaml']);
-      const config = loadConfig(settings.configPath);
-      const logger = createLogger({ level: settings.logLevel, name: 'dispatcher' });
-      const running = await startDispatcher({ settings, config, logger });
-      io.out(
-        `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl}, bus ${settings.natsUrl}, prefix ${settings.prefix})\n`,
-      );
-      stopOnSignals(() => running.close(), logger);
-      setCode(ExitCode.OK);
-    });
+    .option(
+      '--operator-public-key <file...>',
+      'operator public key(s) whose signed admin events apply (env FAIRWAY_OPERATOR_PUBLIC_KEY_FILE; without any, admin events are refused)',
+    );
+  addNatsFlags(cmd).action(async (flags: ServeFlags) => {
+    const overrides: ServeOverrides = {
+      ...(flags.config !== undefined ? { configPath: flags.config } : {}),
+      ...(flags.port !== undefined ? { port: flags.port } : {}),
+      ...(flags.host !== undefined ? { host: flags.host } : {}),
+      ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
+      ...(flags.id !== undefined ? { dispatcherId: flags.id } : {}),
+      ...(flags.leaseMs !== undefined ? { options: { leaseMs: flags.leaseMs } } : {}),
+      ...(flags.operatorPublicKey !== undefined ? { operatorPublicKeyFiles: flags.operatorPublicKey } : {}),
+      natsSecurity: natsFlagSecurity(flags),
+      redisUrl: flags.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      natsUrl: flags.natsUrl ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+    };
+    const settings = serveSettings(process.env, overrides);
+    if (settings.configPath === undefined)
+      throw new UsageError(['--config: required (or set FAIRWAY_CONFIG), e.g. infra/fairway.example.yaml']);
+    const config = loadConfig(settings.configPath);
+    const logger = createLogger({ level: settings.logLevel, name: 'dispatcher' });
+    const running = await startDispatcher({ settings, config, logger });
+    io.out(
+      `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${redactUrls(settings.redisUrl ?? '')}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})\n`,
+    );
+    stopOnSignals(() => running.close(), logger);
+    setCode(ExitCode.OK);
+  });
 }

@@ -1,4 +1,5 @@
 import { fileURLToPath } from 'node:url';
+import { mergeNatsSecurity } from '@fairway/bus';
 import { createLogger, type FairwayConfig, type Logger, loadConfig, systemClock } from '@fairway/core';
 import {
   connectInfrastructure,
@@ -12,6 +13,7 @@ import { type Command, Option } from 'commander';
 import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
+import { addNatsFlags, type NatsFlags, natsFlagSecurity } from '../nats-flags.ts';
 import { type AgentHandle, startAgent, stopOnSignals } from './agent.ts';
 
 /** The example config `fairway up` runs with when given none. */
@@ -116,6 +118,8 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
     name: 'fairway up',
     clock: systemClock,
     logger,
+    natsSecurity: mergeNatsSecurity(settings.natsSecurity, config.bus.nats),
+    allowedReplicas: config.bus.allowedReplicas,
   });
   const engines: EngineSimHandle[] = [];
   const agents: AgentHandle[] = [];
@@ -228,7 +232,8 @@ metrics ${h.url}/metrics   ·   Ctrl+C to stop
 `;
 }
 
-interface UpFlags {
+interface UpFlags extends NatsFlags {
+  operatorPublicKey?: string[];
   config?: string;
   port: number;
   host: string;
@@ -243,10 +248,10 @@ interface UpFlags {
 
 /** Adds `fairway up` to the program. */
 export function registerUpCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
-  program
+  const cmd = program
     .command('up')
     .description(
-      'run the wholeNumber stack in one process: dispatcher, in-memory store and bus, simulated engines with agents, demo tenants',
+      'run the whole stack in one process: dispatcher, in-memory store and bus, simulated engines with agents, demo tenants',
     )
     .option('-c, --config <file>', 'fairway config file (default: infra/fairway.example.yaml)')
     .option('-p, --port <port>', 'port to listen on (0 picks a free one)', wholeNumber, 8080)
@@ -256,37 +261,45 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
     .option('--speed <factor>', 'simulated engine speed (model ms per real ms)', positiveNumber, 1)
     .option('--redis-url <url>', 'use Redis for the store (env REDIS_URL)')
     .option('--nats-url <url>', 'use NATS for the bus (env NATS_URL)')
+    .option(
+      '--operator-public-key <file...>',
+      'with --nats-url: operator public key(s) whose signed admin events apply (env FAIRWAY_OPERATOR_PUBLIC_KEY_FILE)',
+    )
     .option('--prefix <prefix>', 'Redis key and NATS subject prefix')
     .addOption(
       new Option('--log-level <level>', 'log level (logs go to stderr)')
         .choices(['debug', 'info', 'warn', 'error', 'silent'])
         .default('warn'),
-    )
-    .action(async (flags: UpFlags) => {
-      if (flags.engines < 1 && (flags.engineUrl ?? []).length === 0)
-        throw new UsageError(['--engines: must be at least 1 without --engine-url']);
-      const logger = createLogger({ level: flags.logLevel, name: 'fairway-up' });
-      const handle = await startUp({
-        ...(flags.config !== undefined ? { configPath: flags.config } : {}),
-        port: flags.port,
-        host: flags.host,
-        engines: flags.engines,
-        ...(flags.engineUrl !== undefined ? { engineUrls: flags.engineUrl } : {}),
-        speed: flags.speed,
-        ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
-        ...(flags.natsUrl !== undefined ? { natsUrl: flags.natsUrl } : {}),
-        ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
-        logger,
-      });
-      const infra = handle.dispatcher.infrastructure;
-      const engines =
-        handle.engines.length > 0
-          ? `${handle.engines.length} simulated engines`
-          : `${handle.agents.length} engines`;
-      const store = infra.storeKind === 'redis' ? 'Redis store' : 'in-memory store';
-      const bus = infra.busKind === 'nats' ? 'NATS bus' : 'in-process bus';
-      io.out(upBanner(handle, `${store}, ${bus}, ${engines}`));
-      stopOnSignals(() => handle.close(), logger);
-      setCode(ExitCode.OK);
+    );
+  addNatsFlags(cmd).action(async (flags: UpFlags) => {
+    if (flags.engines < 1 && (flags.engineUrl ?? []).length === 0)
+      throw new UsageError(['--engines: must be at least 1 without --engine-url']);
+    const logger = createLogger({ level: flags.logLevel, name: 'fairway-up' });
+    const handle = await startUp({
+      ...(flags.config !== undefined ? { configPath: flags.config } : {}),
+      port: flags.port,
+      host: flags.host,
+      engines: flags.engines,
+      ...(flags.engineUrl !== undefined ? { engineUrls: flags.engineUrl } : {}),
+      speed: flags.speed,
+      ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
+      ...(flags.natsUrl !== undefined ? { natsUrl: flags.natsUrl } : {}),
+      ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
+      settings: {
+        natsSecurity: natsFlagSecurity(flags),
+        ...(flags.operatorPublicKey !== undefined ? { operatorPublicKeyFiles: flags.operatorPublicKey } : {}),
+      },
+      logger,
     });
+    const infra = handle.dispatcher.infrastructure;
+    const engines =
+      handle.engines.length > 0
+        ? `${handle.engines.length} simulated engines`
+        : `${handle.agents.length} engines`;
+    const store = infra.storeKind === 'redis' ? 'Redis store' : 'in-memory store';
+    const bus = infra.busKind === 'nats' ? 'NATS bus' : 'in-process bus';
+    io.out(upBanner(handle, `${store}, ${bus}, ${engines}`));
+    stopOnSignals(() => handle.close(), logger);
+    setCode(ExitCode.OK);
+  });
 }
