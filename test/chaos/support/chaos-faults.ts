@@ -39,7 +39,7 @@ export interface Injected {
 export interface Fault {
   readonly name: FaultName;
   /** What is done, in a few words (the table's reader sees this). */
-  readonly action: string;
+  action(t: FaultTiming): string;
   /** Fleet settings this fault needs (the Redis persistence of a restart). */
   readonly fleet: Partial<FleetOptions>;
   /** From the injection until the fault repairs itself (restart, SIGCONT), ms. */
@@ -68,7 +68,7 @@ async function restartRedis(fleet: ChaosFleet, t: FaultTiming): Promise<Injected
 export const FAULTS: Readonly<Record<FaultName, Fault>> = {
   'engine-kill': {
     name: 'engine-kill',
-    action: 'SIGKILL one engine',
+    action: () => 'SIGKILL one engine (and its agent)',
     fleet: {},
     durationMs: () => 0,
     async inject(fleet) {
@@ -79,7 +79,7 @@ export const FAULTS: Readonly<Record<FaultName, Fault>> = {
   },
   'engine-pause': {
     name: 'engine-pause',
-    action: 'SIGSTOP one engine, SIGCONT after the pause',
+    action: (t) => `SIGSTOP one engine (and its agent), SIGCONT ${t.pauseMs / 1000} s later`,
     fleet: {},
     durationMs: (t) => t.pauseMs,
     async inject(fleet, t) {
@@ -92,7 +92,7 @@ export const FAULTS: Readonly<Record<FaultName, Fault>> = {
   },
   'dispatcher-kill': {
     name: 'dispatcher-kill',
-    action: 'SIGKILL one dispatcher',
+    action: () => 'SIGKILL one dispatcher',
     fleet: {},
     durationMs: () => 0,
     async inject(fleet) {
@@ -104,21 +104,22 @@ export const FAULTS: Readonly<Record<FaultName, Fault>> = {
   },
   'redis-restart-aof': {
     name: 'redis-restart-aof',
-    action: 'SIGKILL Redis (AOF, fsync every second), start it again on the same port and data',
+    action: (t) =>
+      `SIGKILL Redis (AOF, fsync every second), start it ${t.redisDownMs / 1000} s later from its AOF`,
     fleet: { redisPersistence: 'aof' },
     durationMs: (t) => t.redisDownMs,
     inject: restartRedis,
   },
   'redis-restart-none': {
     name: 'redis-restart-none',
-    action: 'SIGKILL Redis (no persistence), start it again empty on the same port',
+    action: (t) => `SIGKILL Redis (no persistence), start it ${t.redisDownMs / 1000} s later empty`,
     fleet: { redisPersistence: 'none' },
     durationMs: (t) => t.redisDownMs,
     inject: restartRedis,
   },
   'nats-restart': {
     name: 'nats-restart',
-    action: 'stop NATS (SIGTERM), start it again on the same port and JetStream directory',
+    action: (t) => `stop NATS (SIGTERM), start it ${t.natsDownMs / 1000} s later on the same JetStream store`,
     fleet: {},
     durationMs: (t) => t.natsDownMs,
     async inject(fleet, t) {

@@ -61,6 +61,8 @@ export interface FaultResult {
     readonly lostTimeout: number;
     /** Lost requests whose connection was to the killed dispatcher (open when it died, or reused after). */
     readonly lostAtKilledDispatcher: number;
+    /** Streams cut whose connection was to the killed dispatcher. */
+    readonly midStreamAtKilledDispatcher: number;
     /** Refused connections the client moved to another dispatcher. */
     readonly refusedRetried: number;
     readonly preFaultRatePerS: number;
@@ -168,10 +170,10 @@ export async function runExperiment(
   const injected = await fault.inject(fleet, o.timing);
   const repairedAtMs = now();
   o.log(
-    `${fault.name}: ${fault.action} at ${(faultAtMs / 1000).toFixed(1)} s, repaired at ${(repairedAtMs / 1000).toFixed(1)} s`,
+    `${fault.name}: ${fault.action(o.timing)} at ${(faultAtMs / 1000).toFixed(1)} s, repaired at ${(repairedAtMs / 1000).toFixed(1)} s`,
   );
   const records = await load;
-  return summarise(fault, records, injected, {
+  return summarise(fault, fault.action(o.timing), records, injected, {
     faultAtMs,
     repairedAtMs,
     loadEndMs,
@@ -204,6 +206,7 @@ const RATE_SHARE = 0.8;
  */
 export function summarise(
   fault: Fault,
+  action: string,
   records: readonly RequestRecord[],
   injected: Injected,
   t: Times,
@@ -213,10 +216,10 @@ export function summarise(
   const statuses: Record<string, number> = {};
   for (const r of load)
     if (r.outcome === 'http-error') statuses[String(r.status)] = (statuses[String(r.status)] ?? 0) + 1;
-  const lostAtKilled =
-    injected.killedDispatcher === undefined
-      ? 0
-      : count((r) => r.outcome.startsWith('lost') && r.dispatcher === injected.killedDispatcher);
+  const atKilled = (r: RequestRecord): boolean =>
+    injected.killedDispatcher !== undefined && r.dispatcher === injected.killedDispatcher;
+  const lostAtKilled = count((r) => r.outcome.startsWith('lost') && atKilled(r));
+  const midStreamAtKilled = count((r) => r.outcome.startsWith('stream-') && atKilled(r));
 
   const completed = load.filter((r) => r.outcome === 'completed');
   const completedEnds = completed.map((r) => r.endMs);
@@ -248,7 +251,7 @@ export function summarise(
   return {
     fault: fault.name,
     records,
-    action: fault.action,
+    action,
     sent: load.length,
     completed: count((r) => r.outcome === 'completed'),
     failedBeforeFirstByte: count((r) => r.outcome === 'http-error'),
@@ -263,6 +266,7 @@ export function summarise(
       lostNoResponse: count((r) => r.outcome === 'lost-no-response'),
       lostTimeout: count((r) => r.outcome === 'lost-timeout'),
       lostAtKilledDispatcher: lostAtKilled,
+      midStreamAtKilledDispatcher: midStreamAtKilled,
       refusedRetried: load.reduce((s, r) => s + r.refused, 0),
       preFaultRatePerS: Math.round(preFaultRate * 10) / 10,
       headersP50Ms: ms(
@@ -305,10 +309,11 @@ export function markdownTable(results: readonly FaultResult[]): string {
       .map(([s, n]) => `${s}×${n}`)
       .join(', ');
     const before = r.failedBeforeFirstByte === 0 ? '0' : `${r.failedBeforeFirstByte} (${statuses})`;
+    const killed = (n: number): string => (n > 0 ? `, ${n} at the killed dispatcher` : '');
     const mid =
       r.failedMidStream === 0
         ? '0'
-        : `${r.failedMidStream} (${r.details.midStreamErrorEvents} error event, ${r.details.midStreamBroken} broken)`;
+        : `${r.failedMidStream} (${r.details.midStreamErrorEvents} error event, ${r.details.midStreamBroken} broken${killed(r.details.midStreamAtKilledDispatcher)})`;
     const lost =
       r.details.lostAtKilledDispatcher > 0
         ? `${r.lost} (${r.details.lostAtKilledDispatcher} at the killed dispatcher)`
