@@ -39,7 +39,7 @@ export interface Injected {
 export interface Fault {
   readonly name: FaultName;
   /** What is done, in a few words (the table's reader sees this). */
-  action(t: FaultTiming): string;
+  action(t: FaultTiming, fleet: FleetOptions): string;
   /** Fleet settings this fault needs (the Redis persistence of a restart). */
   readonly fleet: Partial<FleetOptions>;
   /** From the injection until the fault repairs itself (restart, SIGCONT), ms. */
@@ -64,11 +64,16 @@ async function restartRedis(fleet: ChaosFleet, t: FaultTiming): Promise<Injected
   return {};
 }
 
+/** Whether an engine fault takes the agent along (it runs inside engine-sim). */
+function withAgent(f: FleetOptions): string {
+  return f.agents === 'embedded' ? ' (and its agent)' : ' (its agent stays)';
+}
+
 /** Every fault by name. */
 export const FAULTS: Readonly<Record<FaultName, Fault>> = {
   'engine-kill': {
     name: 'engine-kill',
-    action: () => 'SIGKILL one engine (and its agent)',
+    action: (_, f) => `SIGKILL one engine${withAgent(f)}`,
     fleet: {},
     durationMs: () => 0,
     async inject(fleet) {
@@ -79,7 +84,7 @@ export const FAULTS: Readonly<Record<FaultName, Fault>> = {
   },
   'engine-pause': {
     name: 'engine-pause',
-    action: (t) => `SIGSTOP one engine (and its agent), SIGCONT ${t.pauseMs / 1000} s later`,
+    action: (t, f) => `SIGSTOP one engine${withAgent(f)}, SIGCONT ${t.pauseMs / 1000} s later`,
     fleet: {},
     durationMs: (t) => t.pauseMs,
     async inject(fleet, t) {

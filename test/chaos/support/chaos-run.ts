@@ -170,10 +170,10 @@ export async function runExperiment(
   const injected = await fault.inject(fleet, o.timing);
   const repairedAtMs = now();
   o.log(
-    `${fault.name}: ${fault.action(o.timing)} at ${(faultAtMs / 1000).toFixed(1)} s, repaired at ${(repairedAtMs / 1000).toFixed(1)} s`,
+    `${fault.name}: ${fault.action(o.timing, fleet.options)} at ${(faultAtMs / 1000).toFixed(1)} s, repaired at ${(repairedAtMs / 1000).toFixed(1)} s`,
   );
   const records = await load;
-  return summarise(fault, fault.action(o.timing), records, injected, {
+  return summarise(fault, fault.action(o.timing, fleet.options), records, injected, {
     faultAtMs,
     repairedAtMs,
     loadEndMs,
