@@ -409,7 +409,9 @@ export class GatewayRuntime {
     // An engine that answered (5xx) is probed again at once: one bad request must not take a
     // replica — or, retried, every replica — out of the fleet for suspectMs.
     const holdMs = isEngineDown(err) ? o.options.suspectMs : 0;
-    if (epoch === undefined || !this.#suspects.mark(replicaId, epoch, holdMs)) return;
+    // Already held out: the hold is renewed, the fleet was told.
+    const known = this.#suspects.isSuspect(replicaId);
+    if (epoch === undefined || !this.#suspects.mark(replicaId, epoch, holdMs) || known) return;
     const reason = errText(err);
     o.logger.warn({ replicaId, reason }, 'dispatcher: replica failed; held out of placement fleet-wide');
     try {
@@ -540,7 +542,7 @@ export class GatewayRuntime {
         // Left for the next heartbeat to retry.
         this.#o.logger.warn({ requestId: d.id, err: errText(err) }, 'dispatcher: release failed');
       })
-      .then(() => this.gateway.pump(this.#o.poolFor(d.req.model) ?? d.req.model))
+      .then(() => this.gateway.pump(d.queued.pool))
       .catch((err: unknown) => {
         this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
       });

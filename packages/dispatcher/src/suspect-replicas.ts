@@ -104,4 +104,9 @@ export class SuspectReplicas implements ReplicaSource {
   pools(): readonly string[] {
     return this.#o.inner.pools();
   }
+
+  /** Whether a replica takes work now: not suspect, and available in the inner source. */
+  isAvailable(replicaId: string): boolean {
+    return !this.isSuspect(replicaId) && (this.#o.inner.isAvailable?.(replicaId) ?? true);
+  }
 }

@@ -933,7 +933,7 @@ export class Gateway {
     for (;;) {
       // A replica may have failed or gone stale since the round read the view (its retry may be
       // the very request this round picks next): place only where the source still offers room.
-      this.#dropStale(pool, states);
+      this.#dropStale(states);
       const candidates = this.#candidates(states, allowed, unlimited);
       if (candidates.length === 0 || bands.length === 0) return n;
       const res = await this.options.store.dispatch(this.#dispatchInput(pool, bands, candidates));
@@ -952,12 +952,12 @@ export class Gateway {
     }
   }
 
-  /** Marks stale, in a round's `states`, every replica the source now reports stale or no longer lists. */
-  #dropStale(pool: string, states: ReplicaState[]): void {
-    const fresh = new Set<string>();
-    for (const info of this.options.replicas.replicas(pool)) if (!info.stale) fresh.add(info.id);
+  /** Marks stale, in a round's `states`, every replica the source says no longer takes work. */
+  #dropStale(states: ReplicaState[]): void {
+    const source = this.options.replicas;
+    if (source.isAvailable === undefined) return;
     for (const [i, s] of states.entries())
-      if (!s.stale && !fresh.has(s.id)) states[i] = { ...s, stale: true };
+      if (!s.stale && !source.isAvailable(s.id)) states[i] = { ...s, stale: true };
   }
 
   /**
