@@ -273,6 +273,35 @@ export const busConfigSchema = z
   })
   .strict();
 
+/**
+ * Redis behind Redis Sentinel: the primary named `name` is asked of the sentinels, and asked again
+ * after a fail-over. Secrets are better given by environment (`REDIS_SENTINEL_PASSWORD`,
+ * `REDIS_PASSWORD`) than written in a config file.
+ */
+export const redisSentinelConfigSchema = z
+  .object({
+    sentinels: z
+      .array(z.object({ host: z.string().min(1), port: z.number().int().min(1).max(65535) }).strict())
+      .min(1),
+    /** The monitored primary's name (`sentinel monitor <name> …`). */
+    name: z.string().min(1),
+    /** Password of the sentinels. @default none */
+    sentinelPassword: z.string().min(1).optional(),
+    /** Password of the primary and its replicas. @default none */
+    password: z.string().min(1).optional(),
+    /** TLS to the sentinels and the primary. @default false */
+    tls: z.boolean().optional(),
+  })
+  .strict();
+
+/** The shared store: how dispatchers reach Redis when no `REDIS_URL` / `REDIS_SENTINELS` is given. */
+export const storeConfigSchema = z
+  .object({
+    /** Redis through Sentinel. @default none (the environment's `REDIS_URL`, else memory) */
+    redis: redisSentinelConfigSchema.optional(),
+  })
+  .strict();
+
 /** The fairway config file: tenants, apps, SLO classes, pools, engines, policies and limits. */
 export const fairwayConfigSchema = z
   .object({
@@ -286,6 +315,8 @@ export const fairwayConfigSchema = z
     defaultLimits: limitsSchema.default({}),
     /** NATS credentials, operator keys and the replica allow-list. */
     bus: busConfigSchema.default({ nats: {}, operatorPublicKeyFiles: [] }),
+    /** Redis through Sentinel (see {@link storeConfigSchema}). */
+    store: storeConfigSchema.default({}),
   })
   .strict()
   .superRefine((cfg, ctx) => {
@@ -339,6 +370,7 @@ export type LimitsConfig = z.infer<typeof limitsSchema>;
 export type PolicyConfig = z.infer<typeof policyConfigSchema>;
 /** The bus section of the config. */
 export type BusConfig = z.infer<typeof busConfigSchema>;
+export type RedisSentinelConfig = z.infer<typeof redisSentinelConfigSchema>;
 /** NATS credentials. */
 export type NatsAuthConfig = z.infer<typeof natsAuthConfigSchema>;
 /** TLS to NATS. */

@@ -16,6 +16,8 @@ export {
   type PolicyConfig,
   parseConfig,
   policyConfigSchema,
+  type RedisSentinelConfig,
+  redisSentinelConfigSchema,
   type ScalingConfig,
   scalingConfigSchema,
   type TenantConfig,

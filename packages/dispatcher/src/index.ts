@@ -38,7 +38,6 @@ export {
   type Infrastructure,
   type InfrastructureOptions,
   type RedisSentinelSettings,
-  redisSentinelSchema,
 } from './infrastructure.ts';
 export {
   LeaderLease,

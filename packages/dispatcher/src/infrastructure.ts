@@ -6,10 +6,16 @@ import {
   type NatsSecurity,
   ReplicaRegistry,
 } from '@fairway/bus';
-import { type Clock, type Logger, parseWith, redactUrls } from '@fairway/core';
+import {
+  type Clock,
+  type Logger,
+  parseWith,
+  type RedisSentinelConfig,
+  redactUrls,
+  redisSentinelConfigSchema,
+} from '@fairway/core';
 import { MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { Redis, type RedisOptions } from 'ioredis';
-import { z } from 'zod';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { type LeaseBackend, MemoryLeaseBackend, RedisLeaseBackend } from './leader-lease.ts';
 
@@ -33,32 +39,9 @@ export interface Infrastructure {
 /**
  * Redis behind Redis Sentinel: ioredis asks the sentinels for the primary named `name`, and asks
  * again when the connection drops or the primary turns into a replica (a fail-over), so the store
- * follows the primary without a restart.
+ * follows the primary without a restart. The config file's `store.redis`.
  */
-export interface RedisSentinelSettings {
-  readonly sentinels: readonly { readonly host: string; readonly port: number }[];
-  /** The monitored primary's name (`sentinel monitor <name> …`). */
-  readonly name: string;
-  /** Password of the sentinels (`requirepass` in sentinel.conf). @default none */
-  readonly sentinelPassword?: string;
-  /** Password of the primary and its replicas. @default none */
-  readonly password?: string;
-  /** TLS to the sentinels and the primary. @default false */
-  readonly tls?: boolean;
-}
-
-/** {@link RedisSentinelSettings} as checked at the edge. */
-export const redisSentinelSchema = z
-  .object({
-    sentinels: z
-      .array(z.object({ host: z.string().min(1), port: z.number().int().min(1).max(65535) }).strict())
-      .min(1),
-    name: z.string().min(1),
-    sentinelPassword: z.string().min(1).optional(),
-    password: z.string().min(1).optional(),
-    tls: z.boolean().optional(),
-  })
-  .strict();
+export type RedisSentinelSettings = RedisSentinelConfig;
 
 /** Options of {@link connectInfrastructure}. */
 export interface InfrastructureOptions {
@@ -159,7 +142,7 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
   let store: SchedulingStore;
   const target: RedisTarget | undefined =
     o.redisSentinel !== undefined
-      ? { sentinel: parseWith(redisSentinelSchema, o.redisSentinel, 'redisSentinel') }
+      ? { sentinel: parseWith(redisSentinelConfigSchema, o.redisSentinel, 'redisSentinel') }
       : o.redisUrl !== undefined
         ? { url: o.redisUrl }
         : undefined;

@@ -49,7 +49,9 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     input.infrastructure ??
     (await connectInfrastructure({
       redisUrl: settings.redisUrl,
-      redisSentinel: settings.redisSentinel,
+      // The environment's REDIS_URL / REDIS_SENTINELS win over the config file's store.redis.
+      redisSentinel:
+        settings.redisSentinel ?? (settings.redisUrl === undefined ? config.store.redis : undefined),
       natsUrl: settings.natsUrl,
       prefix: settings.prefix,
       defaultLeaseMs: leaseMs,

@@ -1,8 +1,8 @@
-import { silentLogger, systemClock } from '@fairway/core';
+import { parseConfig, silentLogger, systemClock } from '@fairway/core';
 import { type RedisSentinelGroup, startRedisSentinelGroup, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectInfrastructure, type Infrastructure } from '../src/index.ts';
+import { connectInfrastructure, type Infrastructure, serveSettings, startDispatcher } from '../src/index.ts';
 import { waitFor } from './support/stack.ts';
 
 function admitOf(id: string) {
@@ -90,4 +90,25 @@ describe('store through Redis Sentinel', () => {
       sentinel.disconnect();
     }
   }, 60_000);
+
+  it("connects through the sentinels named in the config file's store.redis", async () => {
+    const config = parseConfig(
+      {
+        pools: [{ id: 'llama', model: 'llama-2-7b' }],
+        store: { redis: { sentinels: [{ host: '127.0.0.1', port: group.sentinelPort }], name: group.name } },
+      },
+      'test config',
+    );
+    const running = await startDispatcher({
+      settings: serveSettings({}, { port: 0, prefix: uniquePrefix('sentinel') }),
+      config,
+      logger: silentLogger,
+    });
+    try {
+      expect(running.infrastructure.storeKind).toBe('redis');
+      expect(await running.infrastructure.store.admit(admitOf('c'))).toEqual({ ok: true, queued: 1 });
+    } finally {
+      await running.close();
+    }
+  }, 30_000);
 });

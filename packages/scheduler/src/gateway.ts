@@ -184,6 +184,8 @@ export class Gateway {
    * again on every heartbeat until the store answers.
    */
   readonly #unsettled = new Map<string, SettleInput>();
+  /** Requests whose settlement is on its way to the store (a repair must not forget them). */
+  readonly #settling = new Set<string>();
   /** Window entries this gateway admitted that may still count (rebuilt after a lost state). */
   readonly #log = new AdmissionLog();
   /** Until when (clock ms) candidates are bounded by what engines report, after a repair. */
@@ -380,11 +382,15 @@ export class Gateway {
         windows: this.#log.windowsOf(own.req.id),
       });
     }
+    // Everything the store may rightly list under this gateway; anything else there is a
+    // settlement or cancellation the store lost (an AOF crash) and would hold its replica's room.
+    const holds = [...this.#owned.keys(), ...this.#settling, ...this.#unsettled.keys()];
     const r = await store.restore({
       nowMs,
       lift: o.ordering.lift,
       windows: this.#log.entries(nowMs),
       requests,
+      owner: { id: this.id, holds },
     });
     this.#repairs++;
     this.#restored += r.restored;
@@ -1025,26 +1031,34 @@ export class Gateway {
       outputTokens: usage.outputTokens,
     };
     this.#log.trueUp(id, settle.actualTokens);
+    this.#settling.add(id);
+    try {
+      await this.#settleAndDispatch(own, settle);
+    } catch (err) {
+      // No answer: the store may still hold the request running (see `heartbeat`).
+      this.#unsettled.set(id, settle);
+      throw err;
+    } finally {
+      this.#settling.delete(id);
+    }
+  }
+
+  async #settleAndDispatch(own: Owned, settle: SettleInput): Promise<void> {
+    const o = this.options;
     const pool = own.pool;
     const candidates =
       o.store.settleAndDispatch === undefined || o.router !== undefined
         ? []
         : this.#candidates(this.#viewStates(pool, own), undefined, false);
-    const unanswered = (err: unknown): never => {
-      this.#unsettled.set(id, settle);
-      throw err;
-    };
     if (o.store.settleAndDispatch === undefined || candidates.length === 0) {
-      if (await o.store.settle(settle).catch(unanswered)) this.#release(own);
+      if (await o.store.settle(settle)) this.#release(own);
       await this.pump(pool);
       return;
     }
-    const r = await o.store
-      .settleAndDispatch({
-        settle,
-        dispatch: this.#dispatchInput(pool, this.#bands, candidates),
-      })
-      .catch(unanswered);
+    const r = await o.store.settleAndDispatch({
+      settle,
+      dispatch: this.#dispatchInput(pool, this.#bands, candidates),
+    });
     for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
     if (r.dispatch.kind !== 'dispatched') return;
     this.#dispatched++;

@@ -127,4 +127,5 @@ export const restoreInputSchema = z.object({
       windows: z.array(z.object({ key: id, trueUp: z.boolean() })),
     }),
   ),
+  owner: z.object({ id, holds: z.array(id) }).optional(),
 });

@@ -432,6 +432,21 @@ export class MemoryStore implements SchedulingStore {
   async restore(input: RestoreInput): Promise<RestoreResult> {
     this.#open('restore');
     if (this.#opts.validate) parseInput('restore', restoreInputSchema, input);
+    let forgotten = 0;
+    if (input.owner !== undefined) {
+      const holds = new Set(input.owner.holds);
+      const ids = [...(this.#ownerRequests.get(input.owner.id) ?? [])].filter((id) => !holds.has(id));
+      for (const id of ids) {
+        const rs = this.#requests.get(id);
+        if (rs === undefined) continue;
+        if (rs.state === 'queued') this.#drop(rs);
+        else {
+          this.#release(rs);
+          this.#forget(rs);
+        }
+        forgotten++;
+      }
+    }
     for (const e of input.windows) {
       let log = this.#windows.get(e.key);
       if (log === undefined) {
@@ -485,7 +500,7 @@ export class MemoryStore implements SchedulingStore {
       }
       restored++;
     }
-    return { restored, skipped };
+    return { restored, skipped, forgotten };
   }
 
   /** The state of a memory store cannot be lost: nothing to re-establish. */

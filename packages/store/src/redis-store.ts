@@ -505,11 +505,17 @@ export class RedisStore implements SchedulingStore {
     head.push(str(this.#opts.defaultLeaseMs));
     let restored = 0;
     let skipped = 0;
-    // In slices, so one repair never blocks Redis for long; order is kept across slices.
+    let forgotten = 0;
+    // In slices, so one repair never blocks Redis for long; order is kept across slices. The
+    // owner's holdings are reconciled by the first.
     const windows = input.windows;
     const requests = input.requests;
-    for (let w = 0, r = 0; w < windows.length || r < requests.length; ) {
+    let owner = input.owner;
+    for (let w = 0, r = 0; owner !== undefined || w < windows.length || r < requests.length; ) {
       const args = [...head];
+      if (owner === undefined) args.push('', '0');
+      else args.push(owner.id, str(owner.holds.length), ...owner.holds);
+      owner = undefined;
       const ws = windows.slice(w, w + RESTORE_SLICE);
       w += ws.length;
       args.push(str(ws.length));
@@ -539,8 +545,9 @@ export class RedisStore implements SchedulingStore {
       const reply = expectArray(script, await invoke(...args));
       restored += Number(reply[0]);
       skipped += Number(reply[1]);
+      forgotten += Number(reply[2]);
     }
-    return { restored, skipped };
+    return { restored, skipped, forgotten };
   }
 
   async reclaim(

@@ -229,6 +229,14 @@ export interface RestoreInput {
    * cache already) and charged their dispatch cost. A request the store knows is skipped.
    */
   readonly requests: readonly RestoredRequest[];
+  /**
+   * The dispatcher doing the restore and every request id it may hold (those put back, and those
+   * it is admitting right now): any other request the store lists under this owner — a
+   * settlement or cancellation the store lost while the dispatcher went on — is dropped if queued
+   * and released if running, as `reclaim` does, so it does not hold a replica's room for good.
+   * @default none: nothing is dropped
+   */
+  readonly owner?: { readonly id: string; readonly holds: readonly string[] };
 }
 
 /** Outcome of {@link SchedulingStore.restore}. */
@@ -237,6 +245,8 @@ export interface RestoreResult {
   readonly restored: number;
   /** Requests skipped because the store knew them already. */
   readonly skipped: number;
+  /** Requests of `owner` the store had but the owner does not hold, dropped or released. */
+  readonly forgotten: number;
 }
 
 /** A read-only view of one queue, for metrics, tests and the conformance suite. */

@@ -872,7 +872,7 @@ export function describeStoreConformance(backend: string, create: () => Promise<
             { req: makeReq('a2', { arrivalMs: 20 }), windows: [] },
             { req: makeReq('b1', { flow: 'b', arrivalMs: 15 }), windows: [] },
           ]),
-        ).toEqual({ restored: 3, skipped: 0 });
+        ).toEqual({ restored: 3, skipped: 0, forgotten: 0 });
         expect((await s.snapshot('p', 0)).queued).toEqual({ a: 2, b: 1 });
         expect(await dispatchedId()).toBe('a1');
         expect(await dispatchedId()).toBe('b1');
@@ -928,8 +928,36 @@ export function describeStoreConformance(backend: string, create: () => Promise<
 
       it('skips requests the store still knows', async () => {
         await s.admit(admitOf(makeReq('x')));
-        expect(await restore([{ req: makeReq('x'), windows: [] }])).toEqual({ restored: 0, skipped: 1 });
+        expect(await restore([{ req: makeReq('x'), windows: [] }])).toEqual({
+          restored: 0,
+          skipped: 1,
+          forgotten: 0,
+        });
         expect((await s.snapshot('p', 0)).queued).toEqual({ a: 1 });
+      });
+
+      it('forgets what the owner no longer holds: queued ones dropped, running ones released', async () => {
+        if (!s.restore) throw new Error('backend has no restore');
+        const tpm1: WindowLimit = { ...tpm, amount: 60 };
+        await s.admit(admitOf(makeReq('gone-run', { reserveTokens: 7 })));
+        await dispatchedId();
+        await s.admit(admitOf(makeReq('gone-queued'), { limits: [tpm1] }));
+        await s.admit(admitOf(makeReq('kept')));
+        await s.admit(admitOf(makeReq('other', { owner: 'd2' })));
+        expect(
+          await s.restore({
+            nowMs: 1,
+            lift: 'vtc',
+            windows: [],
+            requests: [{ req: makeReq('new'), windows: [] }],
+            owner: { id: 'd1', holds: ['kept', 'new'] },
+          }),
+        ).toEqual({ restored: 1, skipped: 0, forgotten: 2 });
+        expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+        expect((await s.snapshot('p', 0)).queued).toEqual({ a: 3 });
+        expect(await s.cancel('gone-queued', 2)).toBe(false);
+        // Its TPM amount was given back, as a cancel gives it back.
+        expect((await s.admit(admitOf(makeReq('n'), { nowMs: 2, limits: [tpm1] }))).ok).toBe(true);
       });
 
       it('holds restored requests under their owner’s lease', async () => {

@@ -52,17 +52,24 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       ...(flags.leaseMs !== undefined ? { options: { leaseMs: flags.leaseMs } } : {}),
       ...(flags.operatorPublicKey !== undefined ? { operatorPublicKeyFiles: flags.operatorPublicKey } : {}),
       natsSecurity: natsFlagSecurity(flags),
-      redisUrl: flags.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
       natsUrl: flags.natsUrl ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
     };
-    const settings = serveSettings(process.env, overrides);
+    let settings = serveSettings(process.env, overrides);
     if (settings.configPath === undefined)
       throw new UsageError(['--config: required (or set FAIRWAY_CONFIG), e.g. infra/fairway.example.yaml']);
     const config = loadConfig(settings.configPath);
+    // The local Redis unless a URL, sentinels (REDIS_SENTINELS) or the config's store.redis say otherwise.
+    if (
+      settings.redisUrl === undefined &&
+      settings.redisSentinel === undefined &&
+      config.store.redis === undefined
+    )
+      settings = { ...settings, redisUrl: 'redis://127.0.0.1:6379' };
     const logger = createLogger({ level: settings.logLevel, name: 'dispatcher' });
     const running = await startDispatcher({ settings, config, logger });
     io.out(
-      `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${redactUrls(settings.redisUrl ?? '')}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})\n`,
+      `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl !== undefined ? redactUrls(settings.redisUrl) : `sentinel ${(settings.redisSentinel ?? config.store.redis)?.name ?? ''}`}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})\n`,
     );
     stopOnSignals(() => running.close(), logger);
     setCode(ExitCode.OK);

@@ -10,20 +10,23 @@
     KEYS[1] admission sequence key_seq()
 
     ARGV[1] key base  ARGV[2] nowMs  ARGV[3] lift ('vtc' | 'none')  ARGV[4] default lease ms
-    ARGV[5] number of window entries w, then per entry: window key, request id, atMs, amount
+    ARGV[5] owner ('' if none)  ARGV[6] number of ids it holds h, then h ids
+    then number of window entries w, then per entry: window key, request id, atMs, amount
     then number of requests n, then per request: id, pool, band, flow, score, arrivalMs,
     reserveTokens, dispatchCost, owner, continuation ('0' | '1'), the QueuedRequest as JSON,
     replica ('' if queued), grown, number of windows k, then per window: key, trueUp ('0' | '1')
 
-  Output: { restored, skipped }; -2 arguments not understood (client/library version skew)
+  Output: { restored, skipped, forgotten }; -2 arguments not understood (client/library version skew)
 ]]
---- @include "includes/queue"
---- @include "includes/windows"
+--- @include "includes/drop"
 
 -- The arguments are checked before anything is written, so a version skew changes nothing.
-local w = tonumber(ARGV[5])
+local h = tonumber(ARGV[6])
+if h == nil then return -2 end
+local wAt = 7 + h
+local w = tonumber(ARGV[wAt])
 if w == nil then return -2 end
-local i = 6 + 4 * w
+local i = wAt + 1 + 4 * w
 local n = tonumber(ARGV[i])
 if n == nil then return -2 end
 i = i + 1
@@ -37,7 +40,31 @@ if i ~= #ARGV + 1 then return -2 end
 local now = num(ARGV[2])
 local lift = ARGV[3]
 local lease = num(ARGV[4])
-i = 6
+local forgotten = 0
+if ARGV[5] ~= '' then
+  local holds = {}
+  for j = 7, 6 + h do holds[ARGV[j]] = true end
+  local ownerKey = key_owner(ARGV[5])
+  local ids = redis.call('SMEMBERS', ownerKey)
+  table.sort(ids, bless)
+  for _, id in ipairs(ids) do
+    if not holds[id] then
+      local r = loadReq(id)
+      if r == nil then
+        redis.call('SREM', ownerKey, id)
+      else
+        if r.state == 'q' then
+          dropQueued(id, r)
+        else
+          release(r)
+          forgetReq(id, r)
+        end
+        forgotten = forgotten + 1
+      end
+    end
+  end
+end
+i = wAt + 1
 for _ = 1, w do
   local wkey, id = ARGV[i], ARGV[i + 1]
   if not redis.call('HGET', key_windowAmounts(wkey), id) then
@@ -95,4 +122,4 @@ for _ = 1, n do
   end
   i = i + 14 + 2 * k
 end
-return { restored, skipped }
+return { restored, skipped, forgotten }
