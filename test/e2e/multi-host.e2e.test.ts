@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -13,7 +14,8 @@ import { FAIRWAY_BIN, type StartedProcess, startProcess } from './support/proces
  * joined by a bridge on 10.213.7.0/24; nothing is reachable from one host's loopback on another,
  * so a request is answered only if each agent registered an address the dispatchers can reach.
  * Engines listen on 0.0.0.0: engine 1 is given its address with --advertise-url, engine 2 finds it
- * (its namespace's only non-internal IPv4 address).
+ * (its namespace's only non-internal IPv4 address). NATS runs the shipped `infra/nats/nats-server.conf`:
+ * each process connects with its role's credentials and may publish only its role's subjects.
  *
  *   npx vitest run test/e2e/multi-host.e2e.test.ts      (needs root: it creates namespaces)
  */
@@ -23,6 +25,9 @@ const CLIENT = resolve(import.meta.dirname, 'support', 'netns-client.ts');
 const SUBNET = '10.213.7';
 const HOSTS = { infra: 2, e1: 11, e2: 12, d1: 21, d2: 22, client: 31 } as const;
 const ENGINES = ['e1', 'e2'] as const;
+/** Each engine host's replica, as named (with its agent's NATS user) in `infra/nats/nats-server.conf`. */
+const REPLICAS = { e1: 'engine-a', e2: 'engine-b' } as const;
+const NATS_CONF = resolve(ROOT, 'infra', 'nats', 'nats-server.conf');
 const DISPATCHERS = ['d1', 'd2'] as const;
 const MODEL = 'llama-2-7b';
 const KEY = 'sk-multi-host-0001';
@@ -39,7 +44,6 @@ if (!support.ok) console.warn(`multi-host e2e test skipped: ${support.reason}`);
 
 describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces)', () => {
   const lab = new NetnsLab(SUBNET);
-  const prefix = `mh${lab.tag}`;
   const dir = mkdtempSync(join(tmpdir(), 'fairway-multi-host-'));
   /** Redis and NATS, stopped last. */
   const infraProcesses: StartedProcess[] = [];
@@ -48,6 +52,8 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
   const engines = new Map<string, StartedProcess>();
   const dispatchers = new Map<string, StartedProcess>();
   const url = (host: string, port: number): string => `http://${lab.address(host)}:${port}`;
+  const password = (): string => randomBytes(12).toString('hex');
+  const passwords = { dispatcher: password(), admin: password(), e1: password(), e2: password() };
   // A test process that dies before afterAll still removes what it created.
   const removeLab = (): void => lab.destroy();
   process.once('exit', removeLab);
@@ -59,7 +65,7 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
     options: { env?: Record<string, string>; readyOn?: 'stderr' } = {},
   ): Promise<StartedProcess> => {
     const [bin, ...args] = [...lab.launcher(host), ...command];
-    const p = await startProcess(bin!, args, ready, { timeoutMs: 40_000, keepLines: 5000, ...options });
+    const p = await startProcess(bin!, args, ready, { timeoutMs: 75_000, keepLines: 5000, ...options });
     (host === 'infra' ? infraProcesses : fleetProcesses).push(p);
     return p;
   };
@@ -68,50 +74,50 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
     lab.create(HOSTS);
     const infra = lab.address('infra');
     writeFileSync(join(dir, 'fairway.yaml'), CONFIG);
+    const redisArgs = [
+      '--bind',
+      infra,
+      '--port',
+      '6379',
+      '--protected-mode',
+      'no',
+      '--save',
+      '',
+      '--dir',
+      dir,
+    ];
+    const natsArgs = ['-c', NATS_CONF, '-a', infra, '-p', '4222', '-sd', join(dir, 'js')];
+    const natsPasswords = {
+      FAIRWAY_DISPATCHER_NATS_PASSWORD: passwords.dispatcher,
+      FAIRWAY_ADMIN_NATS_PASSWORD: passwords.admin,
+      FAIRWAY_AGENT_ENGINE_A_NATS_PASSWORD: passwords.e1,
+      FAIRWAY_AGENT_ENGINE_B_NATS_PASSWORD: passwords.e2,
+    };
     await Promise.all([
-      start(
-        'infra',
-        ['redis-server', '--bind', infra, '--port', '6379', '--protected-mode', 'no', '--save', ''].concat([
-          '--appendonly',
-          'no',
-          '--dir',
-          dir,
-        ]),
-        /Ready to accept connections/,
-      ),
-      start(
-        'infra',
-        ['nats-server', '-a', infra, '-p', '4222', '-js', '-sd', join(dir, 'js')],
-        /Server is ready/,
-        {
-          readyOn: 'stderr',
-        },
-      ),
+      start('infra', ['redis-server', ...redisArgs], /Ready to accept connections/),
+      start('infra', ['nats-server', ...natsArgs], /Server is ready/, {
+        readyOn: 'stderr',
+        env: natsPasswords,
+      }),
     ]);
     const natsUrl = `nats://${infra}:4222`;
     const fairway = [process.execPath, FAIRWAY_BIN];
     const engineStarts = ENGINES.map(async (host) => {
       const advertise = host === 'e1' ? ['--advertise-url', url(host, 8000)] : [];
       const args = ['engine-sim', '--host', '0.0.0.0', '--port', '8000', '--speed', '10']
-        .concat(['--seed', String(HOSTS[host])])
-        .concat([
-          '--nats-url',
-          natsUrl,
-          '--prefix',
-          prefix,
-          '--replica-id',
-          `engine-${host}`,
-          '--pool',
-          'llama',
-        ])
-        .concat(['--log-level', 'warn', ...advertise]);
-      engines.set(host, await start(host, [...fairway, ...args], /registered as (http:\/\/\S+)\)/));
+        .concat(['--seed', String(HOSTS[host]), '--nats-url', natsUrl, '--replica-id', REPLICAS[host]])
+        .concat(['--pool', 'llama', '--log-level', 'warn', ...advertise]);
+      // Each node's agent has a NATS user of its own, allowed to publish only its replica's subjects.
+      const credentials = { NATS_USER: `agent-${REPLICAS[host]}`, NATS_PASSWORD: passwords[host] };
+      const ready = /registered as (http:\/\/\S+)\)/;
+      engines.set(host, await start(host, [...fairway, ...args], ready, { env: credentials }));
     });
     const env = {
       FAIRWAY_CONFIG: join(dir, 'fairway.yaml'),
       REDIS_URL: `redis://${infra}:6379`,
       NATS_URL: natsUrl,
-      FAIRWAY_PREFIX: prefix,
+      NATS_USER: 'dispatcher',
+      NATS_PASSWORD: passwords.dispatcher,
       FAIRWAY_LOG_LEVEL: 'info',
     };
     const serveStarts = DISPATCHERS.map(async (host) => {
@@ -119,7 +125,7 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
       dispatchers.set(host, await start(host, [...fairway, ...args], /listening on (http:\/\/\S+)/, { env }));
     });
     await Promise.all([...engineStarts, ...serveStarts]);
-  }, 60_000);
+  }, 90_000);
 
   afterAll(async () => {
     // Dispatchers and agents first (they leave the fleet), then Redis and NATS, then the network.
@@ -142,7 +148,7 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
       }
       return seen;
     };
-    const expected = { 'engine-e1': url('e1', 8000), 'engine-e2': url('e2', 8000) };
+    const expected = { [REPLICAS.e1]: url('e1', 8000), [REPLICAS.e2]: url('e2', 8000) };
     for (const host of DISPATCHERS) {
       // A dispatcher hears an agent at its next registration or on its own discover request.
       const deadline = Date.now() + 15_000;
@@ -161,7 +167,7 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
       requests: REQUESTS,
       concurrency: 8,
       outputTokens: 8,
-      readyTimeoutMs: 20_000,
+      readyTimeoutMs: 30_000,
     };
     const { stdout } = await exec(
       'ip',
@@ -171,7 +177,7 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
         CLIENT,
         JSON.stringify(plan),
       ]),
-      { cwd: ROOT, timeout: 45_000 },
+      { cwd: ROOT, timeout: 60_000 },
     );
     const result = JSON.parse(stdout) as {
       dispatchers: { url: string; answered: number; failures: string[] }[];
@@ -184,5 +190,5 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
     for (const e of result.engines) expect(e.completed, e.url).toBeGreaterThan(0);
     const total = result.engines.reduce((a, e) => a + e.completed, 0);
     expect(total).toBeGreaterThanOrEqual(DISPATCHERS.length * REQUESTS);
-  }, 50_000);
+  }, 70_000);
 });

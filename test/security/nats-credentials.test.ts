@@ -4,12 +4,21 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BusError, NatsBus, type NatsSecurity, natsSecurityFromEnv } from '@fairway/bus';
 import { startNatsServer, type TestServer } from '@fairway/testkit';
+import {
+  createAccount,
+  createOperator,
+  encodeAccount,
+  encodeOperator,
+  encodeUser,
+  fmtCreds,
+  createUser as jwtCreateUser,
+} from '@nats-io/jwt';
 import { createUser } from '@nats-io/nkeys';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 /**
  * Each credential mechanism fairway accepts, against a real nats-server that demands it: users
- * and NKeys over mutual TLS with a private CA, and a token. A connection proves itself by a
+ * and NKeys over mutual TLS with a private CA, a token, and a `.creds` file in operator/JWT mode. A connection proves itself by a
  * message round trip, not by connecting alone.
  */
 function openssl(dir: string, ...args: string[]): void {
@@ -212,5 +221,55 @@ describe('NATS credentials: a token', () => {
     expect(wrong).toMatch(/Authorization Violation/i);
     expect(wrong).not.toContain('not-the-token-0003');
     expect(wrong).toContain('nats://***@127.0.0.1');
+  });
+});
+
+describe('NATS credentials: a .creds file (operator/JWT mode)', () => {
+  let server: TestServer;
+  let dir: string;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'fairway-nats-creds-'));
+    const operator = createOperator();
+    const account = createAccount();
+    const user = jwtCreateUser();
+    const operatorJwt = await encodeOperator('fairway-test', operator);
+    // Unlimited: the JWT library's defaults allow no connection at all.
+    const unlimited = {
+      conn: -1,
+      subs: -1,
+      data: -1,
+      payload: -1,
+      imports: -1,
+      exports: -1,
+      leaf: -1,
+      wildcards: true,
+    };
+    const accountJwt = await encodeAccount('fleet', account, { limits: unlimited }, { signer: operator });
+    const userJwt = await encodeUser('dispatcher', user, account);
+    writeFileSync(join(dir, 'dispatcher.creds'), fmtCreds(userJwt, user), { mode: 0o600 });
+    const stranger = jwtCreateUser();
+    const otherAccount = createAccount();
+    writeFileSync(
+      join(dir, 'stranger.creds'),
+      fmtCreds(await encodeUser('stranger', stranger, otherAccount), stranger),
+    );
+    writeFileSync(
+      join(dir, 'nats.conf'),
+      `operator: ${operatorJwt}\nresolver: MEMORY\nresolver_preload: {\n  ${account.getPublicKey()}: ${accountJwt}\n}\n`,
+    );
+    server = await startNatsServer({ configPath: join(dir, 'nats.conf') });
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  it('connects with NATS_CREDS_FILE, and refuses a user of an account the server does not know', async () => {
+    const at = `nats://127.0.0.1:${server.port}`;
+    expect(await roundTrip(at, natsSecurityFromEnv({ NATS_CREDS_FILE: join(dir, 'dispatcher.creds') }))).toBe(
+      true,
+    );
+    const stranger = await refusal(at, { auth: { credsFile: join(dir, 'stranger.creds') } });
+    expect(stranger).toMatch(/Authorization Violation/i);
   });
 });

@@ -254,6 +254,11 @@ const adminBase = {
    * copy of an old event re-published later is refused.
    */
   nonce: z.string().min(16).max(128).optional(),
+  /**
+   * The fleet (subject prefix) a signed event is for: a dispatcher refuses an event signed for
+   * another fleet, so one operator key can serve staging and production without cross-replays.
+   */
+  fleet: z.string().min(1).max(256).optional(),
 };
 
 /**

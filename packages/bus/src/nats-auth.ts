@@ -171,9 +171,14 @@ export function natsConnectionOptions(
   };
 }
 
-/** A short description of how a process authenticates, for start-up logs (no secret). */
-export function describeNatsSecurity(security: NatsSecurity): string {
-  const a = security.auth ?? {};
+/** A short description of how a process authenticates to `servers`, for start-up logs (no secret). */
+export function describeNatsSecurity(
+  security: NatsSecurity,
+  servers: string | readonly string[] = [],
+): string {
+  const list = typeof servers === 'string' ? servers.split(',') : [...servers];
+  const inUrl = list.map((s) => credentialsInUrl(s.trim()).auth).find((a) => a !== undefined);
+  const a = inUrl ?? security.auth ?? {};
   const how =
     a.credsFile !== undefined
       ? `creds file ${a.credsFile}`

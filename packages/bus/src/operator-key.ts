@@ -82,12 +82,17 @@ export class OperatorSigner {
   }
 
   /**
-   * The signed form of `event`: its JSON text (with a fresh random `nonce` unless it has one) as
-   * the payload, this key's id and the signature. The nonce makes each signed event unique, so a
-   * dispatcher can refuse a copy re-published later (see the dispatcher's admin-event applier).
+   * The signed form of `event` for the fleet whose subject prefix is `fleet`: its JSON text (with
+   * the fleet and a fresh random `nonce` unless it has one) as the payload, this key's id and the
+   * signature. The nonce makes each signed event unique, so a dispatcher can refuse a copy
+   * re-published later; the fleet stops a copy from being applied to another fleet.
    */
-  sign(event: AdminEventInput, nonce: string = randomBytes(16).toString('hex')): SignedAdminEnvelope {
-    const parsed = adminEventSchema.safeParse({ ...event, nonce: event.nonce ?? nonce });
+  sign(
+    event: AdminEventInput,
+    fleet: string,
+    nonce: string = randomBytes(16).toString('hex'),
+  ): SignedAdminEnvelope {
+    const parsed = adminEventSchema.safeParse({ ...event, fleet, nonce: event.nonce ?? nonce });
     if (!parsed.success)
       throw new BusError(
         BusErrorCode.INVALID_MESSAGE,
@@ -141,9 +146,9 @@ export class OperatorVerifier {
 
   /**
    * Whether `signed` was made by a trusted key over exactly its payload, and `event` (what the bus
-   * decoded from that payload) carries the nonce every signed event must have.
+   * decoded from that payload) carries the nonce every signed event must have and names `fleet`.
    */
-  check(signed: SignedAdminEnvelope, event: AdminEvent): SignatureCheck {
+  check(signed: SignedAdminEnvelope, event: AdminEvent, fleet: string): SignatureCheck {
     const key = this.#keys.get(signed.keyId);
     if (key === undefined) return { ok: false, reason: `signed by unknown key ${signed.keyId}` };
     let valid: boolean;
@@ -154,6 +159,8 @@ export class OperatorVerifier {
     }
     if (!valid) return { ok: false, reason: `bad signature for key ${signed.keyId}` };
     if (event.nonce === undefined) return { ok: false, reason: 'signed event has no nonce' };
+    if (event.fleet !== fleet)
+      return { ok: false, reason: `signed for fleet "${event.fleet ?? ''}", not "${fleet}"` };
     return { ok: true, keyId: signed.keyId };
   }
 }

@@ -38,7 +38,7 @@ async function firstRegistration(
       proc?.once('exit', (code) => reject(new Error(`fairway exited with ${code}:\n${output}`))),
     );
     const timeout = new Promise<never>((_, reject) =>
-      setTimeout(() => reject(new Error(`no registration in 20 s:\n${output}`)), 20_000).unref(),
+      setTimeout(() => reject(new Error(`no registration in 40 s:\n${output}`)), 40_000).unref(),
     );
     const registration = await Promise.race([registered, exited, timeout]);
     // The ready line follows the first registration.

@@ -67,6 +67,8 @@ export function adminTrustOf(busKind: 'nats' | 'memory', publicKeyFiles: readonl
 export interface AdminEventApplierOptions {
   /** Whose events are applied; anything else is refused and logged. */
   readonly trust: AdminTrust;
+  /** This fleet's subject prefix: signed events must name it. */
+  readonly fleet: string;
   readonly keys: KeyRing;
   readonly tenants: TenantDirectory;
   /** SLO classes a key may name. */
@@ -157,7 +159,7 @@ export class AdminEventApplier {
     if (trust.kind === 'none') return 'no operator public key is configured, so admin events are not applied';
     if (trust.kind === 'signed') {
       if (record.signed === undefined) return 'unsigned';
-      const check = trust.verifier.check(record.signed, record.event);
+      const check = trust.verifier.check(record.signed, record.event, this.#o.fleet);
       if (!check.ok) return check.reason;
     }
     const nonce = record.event.nonce;

@@ -112,6 +112,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const keys = keyRingFromConfig(deps.config, tenants);
   const admin = new AdminEventApplier({
     trust: deps.adminTrust,
+    fleet: deps.bus.prefix,
     keys,
     tenants,
     sloClasses: new Set(sloClasses.keys()),

@@ -179,7 +179,7 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
   }
   if (o.natsUrl !== undefined)
     o.logger.info(
-      { bus: redactUrls(o.natsUrl), auth: describeNatsSecurity(o.natsSecurity ?? {}) },
+      { bus: redactUrls(o.natsUrl), auth: describeNatsSecurity(o.natsSecurity ?? {}, o.natsUrl) },
       'bus: connected to NATS',
     );
   const registry = new ReplicaRegistry({

@@ -39,6 +39,7 @@ function applierOn(
 ): AdminEventApplier {
   return new AdminEventApplier({
     trust,
+    fleet: 'fairway',
     keys,
     tenants,
     sloClasses: new Set(['interactive', 'batch-1']),
@@ -148,30 +149,33 @@ describe('AdminEventApplier with an operator key', () => {
 
   it('applies events signed by a trusted key', async () => {
     const bus = new MemoryBus();
-    await bus.publishAdminEvent(signer.sign(tenant));
-    await bus.publishAdminEvent(signer.sign(keyAdd));
+    await bus.publishAdminEvent(signer.sign(tenant, 'fairway'));
+    await bus.publishAdminEvent(signer.sign(keyAdd, 'fairway'));
     const { keys, applier, stop } = await follow(bus);
     expect(applier.lastSeq).toBe(2);
     expect(keys.authenticate('sk-carol-1')).toMatchObject({ tenant: 'carol' });
     stop();
   });
 
-  it('refuses unsigned events, other keys, tampered payloads and copies of applied events', async () => {
+  it('refuses unsigned events, other keys, tampered payloads, other fleets and copies of applied events', async () => {
     const bus = new MemoryBus();
     const intruder = OperatorSigner.fromPem(generateOperatorKeyPair().privateKeyPem);
-    const signedTenant = signer.sign(tenant);
-    const signedKey = signer.sign(keyAdd);
+    const signedTenant = signer.sign(tenant, 'fairway');
+    const signedKey = signer.sign(keyAdd, 'fairway');
     const tampered = { ...signedKey, payload: signedKey.payload.replace('carol', 'mallory') };
     await bus.publishAdminEvent(signedTenant);
     await bus.publishAdminEvent(keyAdd);
-    await bus.publishAdminEvent(intruder.sign(keyAdd));
-    await bus.publishAdminEvent({ ...intruder.sign(keyAdd), keyId: signer.keyId });
+    await bus.publishAdminEvent(intruder.sign(keyAdd, 'fairway'));
+    await bus.publishAdminEvent({ ...intruder.sign(keyAdd, 'fairway'), keyId: signer.keyId });
     await bus.publishAdminEvent(tampered);
+    // Signed by the operator, but for the staging fleet.
+    await bus.publishAdminEvent(signer.sign(keyAdd, 'staging'));
     const log = new RecordingLogger();
     const tenants = new TenantDirectory();
     const keys = new KeyRing(tenants);
     const applier = new AdminEventApplier({
       trust,
+      fleet: 'fairway',
       keys,
       tenants,
       sloClasses: new Set(['interactive']),
@@ -185,14 +189,17 @@ describe('AdminEventApplier with an operator key', () => {
       expect.stringMatching(/^signed by unknown key ed25519:/),
       expect.stringMatching(/^bad signature/),
       expect.stringMatching(/^bad signature/),
+      'signed for fleet "staging", not "fairway"',
     ]);
     // The key is added, revoked, and a copy of the old signed keyAdd is published again: it stays revoked.
     await bus.publishAdminEvent(signedKey);
     await waitFor(() => keys.authenticate('sk-carol-1') !== undefined);
-    await bus.publishAdminEvent(signer.sign({ type: 'keyRevoke', at: 3, keyHash: hashApiKey('sk-carol-1') }));
+    await bus.publishAdminEvent(
+      signer.sign({ type: 'keyRevoke', at: 3, keyHash: hashApiKey('sk-carol-1') }, 'fairway'),
+    );
     await bus.publishAdminEvent(signedKey);
-    await bus.publishAdminEvent(signer.sign(keyAdd));
-    await waitFor(() => applier.lastSeq === 9);
+    await bus.publishAdminEvent(signer.sign(keyAdd, 'fairway'));
+    await waitFor(() => applier.lastSeq === 10);
     expect(keys.authenticate('sk-carol-1')).toBeUndefined();
     const last = log.lines.filter((l) => /refused|skipped/.test(l.msg ?? '')).slice(-2);
     expect(last.map((l) => (l.obj as { reason: string }).reason)).toEqual([
@@ -204,7 +211,7 @@ describe('AdminEventApplier with an operator key', () => {
 
   it('applies nothing from the bus without an operator key (trust none), and says so', async () => {
     const bus = new MemoryBus();
-    await bus.publishAdminEvent(signer.sign(tenant));
+    await bus.publishAdminEvent(signer.sign(tenant, 'fairway'));
     await bus.publishAdminEvent(tenant);
     const { tenants, applier, stop } = await follow(bus, { kind: 'none' });
     expect(applier.lastSeq).toBe(2);
@@ -229,7 +236,9 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
     const publicKeyFile = join(dir, 'operator.pub');
     writeFileSync(publicKeyFile, pair.publicKeyPem);
     const signer = OperatorSigner.fromPem(pair.privateKeyPem);
-    const operator = { publishAdminEvent: (e: AdminEventInput) => bus.publishAdminEvent(signer.sign(e)) };
+    const operator = {
+      publishAdminEvent: (e: AdminEventInput) => bus.publishAdminEvent(signer.sign(e, prefix)),
+    };
     cleanups.push(async () => {
       await bus.close();
       const nc = await connect({ servers: natsUrl() });

@@ -76,6 +76,27 @@ describe('serveSettings', () => {
     });
   });
 
+  it('reads NATS credentials and operator public keys from the environment, flags on top', () => {
+    const s = serveSettings(
+      {
+        NATS_USER: 'dispatcher',
+        NATS_PASSWORD: 'from-env',
+        NATS_TLS_CA_FILE: '/etc/nats/ca.pem',
+        FAIRWAY_OPERATOR_PUBLIC_KEY_FILE: '/keys/a.pub, /keys/b.pub',
+      },
+      { natsSecurity: { auth: { password: 'from-flag' } } },
+    );
+    expect(s.natsSecurity).toEqual({
+      auth: { user: 'dispatcher', password: 'from-flag' },
+      tls: { caFile: '/etc/nats/ca.pem' },
+    });
+    expect(s.operatorPublicKeyFiles).toEqual(['/keys/a.pub', '/keys/b.pub']);
+    expect(serveSettings({}).operatorPublicKeyFiles).toBeUndefined();
+    expect(issues(() => serveSettings({ NATS_TOKEN: 't', NATS_USER: 'u' }))).toEqual([
+      ': give one of user, token, not several',
+    ]);
+  });
+
   it('names every invalid variable', () => {
     expect(
       issues(() =>

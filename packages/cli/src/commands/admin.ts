@@ -122,7 +122,7 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
         'operator private key that signs the event (env FAIRWAY_OPERATOR_KEY_FILE; see `fairway admin keygen`)',
       );
   const publish = async (flags: BusFlags, event: AdminEventInput): Promise<void> => {
-    const signed = operatorSigner(flags).sign(checked(event));
+    const signed = operatorSigner(flags).sign(checked(event), flags.prefix);
     const seq = await withBus(flags, (bus) => bus.publishAdminEvent(signed));
     io.out(`published ${event.type} as admin event ${seq}, signed by ${signed.keyId}\n`);
     setCode(ExitCode.OK);
@@ -260,7 +260,7 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
       if (f.json)
         io.out(`${JSON.stringify({ seq: r.seq, event: r.event, keyId: r.signed?.keyId ?? null })}\n`);
       else {
-        const { type, at, nonce: _nonce, ...rest } = r.event;
+        const { type, at, nonce: _nonce, fleet: _fleet, ...rest } = r.event;
         const signer = r.signed?.keyId ?? 'unsigned';
         io.out(`${r.seq}\t${new Date(at).toISOString()}\t${type}\t${JSON.stringify(rest)}\t${signer}\n`);
       }
