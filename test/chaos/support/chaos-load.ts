@@ -33,6 +33,8 @@ export interface RequestRecord {
   readonly status: number | undefined;
   /** The OpenAI error code of an error body or event, or the network error code. */
   readonly code: string | undefined;
+  /** The error message of an error body or event (for `--records` and test failures). */
+  readonly message?: string;
 }
 
 /** Options of {@link runLoad}. */
@@ -150,7 +152,7 @@ async function sendOne(
   let refused = 0;
   let dispatcher = rr % urls.length;
   let headersMs: number | undefined;
-  const record = (outcome: Outcome, status?: number, code?: string): RequestRecord => ({
+  const record = (outcome: Outcome, status?: number, code?: string, message?: string): RequestRecord => ({
     kind,
     tenant: tenant.id,
     dispatcher,
@@ -161,6 +163,7 @@ async function sendOne(
     outcome,
     status,
     code,
+    ...(message === undefined ? {} : { message }),
   });
   for (;;) {
     let res: Response;
@@ -185,7 +188,8 @@ async function sendOne(
     try {
       if (res.status !== 200) {
         const text = await res.text();
-        return record('http-error', res.status, errorCode(text));
+        const error = errorOf(text);
+        return record('http-error', res.status, error?.code, error?.message);
       }
       return await readStream(res, record);
     } catch (err) {
@@ -195,28 +199,24 @@ async function sendOne(
   }
 }
 
-function errorCode(text: string): string | undefined {
+/** The code and message of an OpenAI-style error body or event, if it is one. */
+function errorOf(text: string): { code?: string; message?: string } | undefined {
   try {
-    const code = (JSON.parse(text) as { error?: { code?: unknown } }).error?.code;
-    return typeof code === 'string' ? code : undefined;
+    const error = (JSON.parse(text) as { error?: { code?: unknown; message?: unknown } }).error;
+    if (typeof error !== 'object' || error === null) return undefined;
+    return {
+      ...(typeof error.code === 'string' ? { code: error.code } : {}),
+      ...(typeof error.message === 'string' ? { message: error.message.slice(0, 300) } : {}),
+    };
   } catch {
     return undefined;
-  }
-}
-
-function isErrorEvent(data: string): boolean {
-  try {
-    const event = JSON.parse(data) as { error?: unknown };
-    return typeof event === 'object' && event !== null && event.error !== undefined;
-  } catch {
-    return false;
   }
 }
 
 /** Reads a 200 answer: SSE events until `[DONE]`, an error event or the end of the body. */
 async function readStream(
   res: Response,
-  record: (outcome: Outcome, status?: number, code?: string) => RequestRecord,
+  record: (outcome: Outcome, status?: number, code?: string, message?: string) => RequestRecord,
 ): Promise<RequestRecord> {
   if (!(res.headers.get('content-type') ?? '').includes('text/event-stream')) {
     await res.arrayBuffer();
@@ -239,9 +239,10 @@ async function readStream(
           await reader.cancel().catch(() => undefined);
           return record('completed', 200);
         }
-        if (data.includes('"error"') && isErrorEvent(data)) {
+        const error = data.includes('"error"') ? errorOf(data) : undefined;
+        if (error !== undefined) {
           await reader.cancel().catch(() => undefined);
-          return record('stream-error-event', 200, errorCode(data));
+          return record('stream-error-event', 200, error.code, error.message);
         }
       }
     }
