@@ -3,7 +3,7 @@ import { DEFAULT_TIMING, type Fault, type FaultTiming, type Injected } from './c
 import { ChaosFleet, cappedTenant, type FleetOptions } from './chaos-fleet.ts';
 import { type RequestRecord, runLoad } from './chaos-load.ts';
 
-/** Options of one chaos experiment (a fresh fleet, load, one fault). */
+/** Options of one chaos experiment: load and one fault on a running fleet. */
 export interface ExperimentOptions {
   /** Streamed requests per second. @default 8 */
   readonly rate: number;
@@ -50,7 +50,7 @@ export interface FaultResult {
   readonly lost: number;
   /** Admissions of the capped tenant beyond its RPM limit in any 60 s window. */
   readonly limitOvershoot: number;
-  /** From the fault until successes resume at the pre-fault rate, ms; null if not within the load. */
+  /** From the fault until no request sent fails and 80% of the offered rate completes, ms; null if not within the load. */
   readonly recoverMs: number | null;
   readonly details: {
     /** `status code` → count of the before-first-byte failures. */
