@@ -100,7 +100,8 @@ function fleetEnv(own: Readonly<Record<string, string>>): Record<string, string>
   for (const k of Object.keys(process.env)) {
     if (/^(FAIRWAY_|REDIS_|NATS_(URL|USER|PASS|TOKEN|CREDS))|^(PORT|HOST)$/.test(k)) env[k] = '';
   }
-  return { ...env, ...own };
+  // No operator listener: its default port is fixed, and a fleet runs several dispatchers here.
+  return { ...env, FAIRWAY_OPERATOR_PORT: '0', ...own };
 }
 
 const LISTENING = /listening on (http:\/\/\S+)/;
