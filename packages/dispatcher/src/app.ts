@@ -88,6 +88,11 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const replicas = new RegistryReplicaSource(deps.registry, (model) => poolByModel.get(model));
   const poolFor = (model: string): string | undefined => replicas.poolFor(model);
   const engines = new EnginePool(deps.engines);
+  const swapTargets: ReadonlySet<string> = new Set(
+    scheduling.planner !== undefined && deps.config.policy.control.swap
+      ? deps.config.policy.control.swappable
+      : [],
+  );
   const runtime = new GatewayRuntime({
     id: deps.id,
     config: deps.config,
@@ -103,6 +108,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     timer: deps.timer,
     logger,
     lease: deps.lease,
+    waitsForReplica: (model) => swapTargets.has(model),
     desiredReplicasGauge: (pool, desired) => metrics.desiredReplicas.set({ pool }, desired),
   });
   const sloClasses = new Map(scheduling.sloClasses.map((c) => [c.name, c]));
@@ -137,11 +143,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     defaultSloClass,
     cost: scheduling.cost,
     poolFor,
-    swapTargets: new Set(
-      scheduling.planner !== undefined && deps.config.policy.control.swap
-        ? deps.config.policy.control.swappable
-        : [],
-    ),
+    swapTargets,
     clock: deps.clock,
     timer: deps.timer,
     newId: deps.newId ?? (() => `fw-${randomUUID()}`),

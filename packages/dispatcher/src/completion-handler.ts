@@ -148,6 +148,17 @@ export async function handleCompletion(
       }
       if (waited === 'shutdown')
         throw new ApiError('NOT_READY', 'this dispatcher is shutting down; retry', { retryAfterS: 1 });
+      if (waited === 'no_replica') {
+        m.requests.inc({ tenant, outcome: 'no_replica' });
+        throw noReplica(
+          req.model,
+          failure ??
+            new ApiError(
+              'NO_REPLICA',
+              `no replica has taken work for ${ctx.options.noReplicaWaitMs / 1000} s`,
+            ),
+        );
+      }
       m.requests.inc({ tenant, outcome: 'cancelled' });
       reply.hijack();
       reply.raw.destroy();

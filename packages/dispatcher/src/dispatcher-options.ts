@@ -77,6 +77,11 @@ export interface DispatcherOptions {
   readonly probeEveryMs?: number;
   /** How long one direct engine probe may take, ms. @default 1000 */
   readonly probeTimeoutMs?: number;
+  /**
+   * How long requests wait while no replica of their pool takes work (every one dead, silent or
+   * failing) before they are answered 503 `no_replica`, ms. @default 10000
+   */
+  readonly noReplicaWaitMs?: number;
   /** Under `policy.oit`: requests per minute one user may send while the pool is overloaded. @default 60 */
   readonly oitUserRpm?: number;
   /** Under `policy.oit`: requests per minute an app without its own `limits.rpm` may send while overloaded. @default 600 */
@@ -109,6 +114,7 @@ const optionsSchema = z
     suspectMs: z.number().min(0).finite().optional(),
     probeEveryMs: ms.optional(),
     probeTimeoutMs: ms.optional(),
+    noReplicaWaitMs: ms.optional(),
     oitUserRpm: z.number().int().min(0).optional(),
     oitAppRpm: z.number().int().min(0).optional(),
   })
@@ -146,6 +152,7 @@ export function resolveDispatcherOptions(
     suspectMs: o.suspectMs ?? 5000,
     probeEveryMs: o.probeEveryMs ?? 500,
     probeTimeoutMs: o.probeTimeoutMs ?? 1000,
+    noReplicaWaitMs: o.noReplicaWaitMs ?? 10_000,
     oitUserRpm: o.oitUserRpm ?? 60,
     oitAppRpm: o.oitAppRpm ?? 600,
   };

@@ -45,6 +45,11 @@ export interface GatewayRuntimeOptions {
    * qlm` or `policy.scaling`. @default a lease in this process's memory (one dispatcher)
    */
   readonly lease?: LeaseBackend | undefined;
+  /**
+   * Models whose queued requests wait even while no replica serves them (the control plane may
+   * swap a replica to them), instead of failing after `noReplicaWaitMs`. @default none
+   */
+  readonly waitsForReplica?: ((model: string) => boolean) | undefined;
   /** Sets the `fairway_desired_replicas{pool}` gauge. @default none */
   readonly desiredReplicasGauge?: ((pool: string, desired: number) => void) | undefined;
 }
@@ -63,8 +68,11 @@ export type RuntimeSubmit =
  */
 export type RetryOutcome = 'requeued' | 'no_replica' | 'failed';
 
-/** How waiting for capacity ended. */
-export type WaitOutcome = 'dispatched' | 'timeout' | 'aborted' | 'shutdown';
+/**
+ * How waiting for capacity ended (`no_replica`: no replica of its pool took work for
+ * `noReplicaWaitMs`).
+ */
+export type WaitOutcome = 'dispatched' | 'timeout' | 'aborted' | 'shutdown' | 'no_replica';
 
 /** A request as a control report describes it. */
 function reported(r: RequestDescriptor) {
@@ -112,6 +120,8 @@ export class GatewayRuntime {
   /** The fleet placement sees: replicas whose engine failed a call are held out until they recover. */
   readonly #suspects: SuspectReplicas;
   #probing = false;
+  /** Monotonic ms since which each pool with waiting requests has had no replica taking work. */
+  readonly #unservedSince = new Map<string, number>();
   #flushing = false;
   #started = false;
   /** Store-clock ms of the last successful lease renewal. */
@@ -363,13 +373,17 @@ export class GatewayRuntime {
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
         this.#shutdown.signal.removeEventListener('abort', onShutdown);
+        ticket.unservable.signal.removeEventListener('abort', onUnservable);
         resolve(o);
       };
       const onAbort = (): void => done('aborted');
       const onShutdown = (): void => done('shutdown');
+      const onUnservable = (): void => done('no_replica');
       const timer = setTimeout(() => done('timeout'), timeoutMs);
       signal.addEventListener('abort', onAbort, { once: true });
       this.#shutdown.signal.addEventListener('abort', onShutdown, { once: true });
+      ticket.unservable.signal.addEventListener('abort', onUnservable, { once: true });
+      if (ticket.unservable.signal.aborted) onUnservable();
       if (signal.aborted) onAbort();
       if (this.#shutdown.signal.aborted) onShutdown();
       void ticket.dispatched.then(() => done('dispatched'));
@@ -467,7 +481,8 @@ export class GatewayRuntime {
     const g = this.gateway;
     const zero = { inputTokens: ticket.req.inputTokens, outputTokens: 0 };
     // A timed-out request that got a replica after all is served rather than thrown away.
-    if (ticket.replica !== undefined && reason === 'timeout') return 'dispatched';
+    const late = reason === 'timeout' || reason === 'no_replica';
+    if (ticket.replica !== undefined && late) return 'dispatched';
     // Removes it from the queue, or settles it if it was started here meanwhile.
     if (await g.cancel(ticket.id, zero)) {
       this.#tickets.delete(ticket.id);
@@ -478,7 +493,7 @@ export class GatewayRuntime {
       setTimeout(() => r(undefined), this.#o.options.assignGraceMs).unref(),
     );
     const replica = await Promise.race([ticket.dispatched, grace]);
-    if (replica !== undefined && reason === 'timeout') return 'dispatched';
+    if (replica !== undefined && late) return 'dispatched';
     if (replica === undefined) {
       // The assignment was lost (the picker died after reserving, or the message was dropped):
       // take the request as started so settling releases the reservation the picker made.
@@ -629,8 +644,33 @@ export class GatewayRuntime {
         );
       }
       if (cleared.length > 0) await this.gateway.pump();
+      this.#failUnservable();
     } finally {
       this.#probing = false;
+    }
+  }
+
+  /**
+   * Ends the wait of requests whose pool has had no replica taking work (all dead, silent or
+   * failing) for `noReplicaWaitMs`: their clients get a 503 now rather than a 504 at the queue
+   * timeout. Models the control plane may swap a replica to keep waiting.
+   */
+  #failUnservable(): void {
+    const o = this.#o;
+    const now = o.timer.now();
+    const queued = this.queuedByPool();
+    for (const pool of this.#unservedSince.keys()) if (!queued.has(pool)) this.#unservedSince.delete(pool);
+    for (const pool of queued.keys()) {
+      if (this.serving(pool)) {
+        this.#unservedSince.delete(pool);
+        continue;
+      }
+      const since = this.#unservedSince.get(pool) ?? now;
+      this.#unservedSince.set(pool, since);
+      if (now - since < o.options.noReplicaWaitMs) continue;
+      for (const t of this.#tickets.values())
+        if (t.pool === pool && t.replica === undefined && !o.waitsForReplica?.(t.req.model))
+          t.unservable.abort();
     }
   }
 

@@ -305,7 +305,11 @@ export async function proxyResumable(call: ProxyCall, deps: ResumeDeps): Promise
           return { usage: used, overheadMs, firstByteMs, outcome: 'cancelled' };
         }
         return fail(
-          new ApiError('QUEUE_TIMEOUT', `evicted, and not resumed within ${deps.queueTimeoutMs} ms`),
+          waited === 'no_replica'
+            ? new ApiError('NO_REPLICA', 'evicted, and no replica takes work to resume it; retry', {
+                retryAfterS: 1,
+              })
+            : new ApiError('QUEUE_TIMEOUT', `evicted, and not resumed within ${deps.queueTimeoutMs} ms`),
           used,
         );
       }
