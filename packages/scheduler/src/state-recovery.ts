@@ -110,9 +110,12 @@ export function isStateLost(err: unknown): boolean {
  * `STATE_LOST` re-establishes the store's epoch (`adoptEpoch`) and runs `repair` (the gateway
  * puts back what it holds); calls made meanwhile wait for the repair, and every call that failed
  * with `STATE_LOST` (it changed nothing) runs again once after it. Calls go straight through
- * otherwise: the hot path costs one flag check.
+ * otherwise: the hot path costs a flag check and an epoch comparison. A store without an `epoch`
+ * (memory) is returned unwrapped.
  */
 export function recoveringStore(inner: SchedulingStore, repair: () => Promise<void>): SchedulingStore {
+  // A store that cannot lose its state (memory: the simulator's hot loop) is used as it is.
+  if (!('epoch' in inner)) return inner;
   let repairing: Promise<void> | undefined;
   /** Repairs completed; a call that began before the last one retries without another. */
   let generation = 0;

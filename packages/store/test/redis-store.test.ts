@@ -58,6 +58,58 @@ describe('redis functions library', () => {
   });
 });
 
+describe('restore in slices', () => {
+  it('puts back more window entries and requests than one Lua run takes, in order', async () => {
+    const store = freshRedisStore(redis);
+    try {
+      const windows = Array.from({ length: 1200 }, (_, i) => ({
+        key: 'rpm:a',
+        id: `w${i}`,
+        atMs: i,
+        amount: 1,
+      }));
+      const requests = Array.from({ length: 700 }, (_, i) => ({
+        req: {
+          id: `q${String(i).padStart(4, '0')}`,
+          pool: 'p',
+          band: 0,
+          flow: 'f',
+          score: 0,
+          arrivalMs: i,
+          reserveTokens: 1,
+          dispatchCost: 1,
+          owner: 'd1',
+          payload: '',
+        },
+        windows: [],
+      }));
+      expect(
+        await store.restore({
+          nowMs: 1200,
+          lift: 'vtc',
+          windows,
+          requests,
+          owner: { id: 'd1', holds: requests.map((r) => r.req.id) },
+        }),
+      ).toEqual({ restored: 700, skipped: 0, forgotten: 0 });
+      expect(await redis.zcard(store.keys.key('windowLog', 'rpm:a'))).toBe(1200);
+      expect((await store.snapshot('p', 0)).queued).toEqual({ f: 700 });
+      const first = await store.dispatch({
+        pool: 'p',
+        bands: [0],
+        ordering: 'fair',
+        nowMs: 1200,
+        picker: 'd1',
+        replicas: [{ id: 'r', tokenCapacity: 10, seqCapacity: 10 }],
+        fit: 'first',
+      });
+      expect(first).toMatchObject({ kind: 'dispatched', req: { id: 'q0000' } });
+    } finally {
+      await deletePrefix(redis, store);
+    }
+  });
+});
+
 describe('store layout version', () => {
   it('claims its prefix for its layout and refuses state another layout wrote, naming both', async () => {
     const store = freshRedisStore(redis);
