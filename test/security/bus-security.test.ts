@@ -194,7 +194,7 @@ describe('the bus with the shipped NATS auth config', () => {
       /listening on (http:\S+)/,
     );
     await waitFor(async () => (await chat(ALPHA_KEY)).status === 200, 15_000, 'engine-a to serve');
-  }, 60_000);
+  }, 120_000);
 
   afterAll(async () => {
     for (const nc of conns) await nc.close().catch(() => undefined);

@@ -7,6 +7,7 @@ import {
   jetstream,
   jetstreamManager,
   StorageType,
+  type StreamConfig,
 } from '@nats-io/jetstream';
 import {
   connect,
@@ -454,7 +455,7 @@ export class NatsBus implements Bus {
     const pattern = this.#subjects.adminPattern;
     try {
       const jsm = await jetstreamManager(this.#nc);
-      const existing = await streamSubjects(jsm, name);
+      const existing = await streamConfig(jsm, name);
       if (existing === undefined) {
         try {
           await jsm.streams.add({
@@ -467,11 +468,13 @@ export class NatsBus implements Bus {
         } catch (err) {
           if (!(err instanceof JetStreamApiError && err.code === STREAM_NAME_IN_USE)) throw err;
         }
-      } else if (!existing.includes(pattern)) {
+      } else if (!(existing.subjects ?? []).includes(pattern)) {
         throw new BusError(
           BusErrorCode.SETUP_FAILED,
-          `stream ${name} exists but does not capture ${pattern} (it captures ${existing.join(', ')})`,
+          `stream ${name} exists but does not capture ${pattern} (it captures ${(existing.subjects ?? []).join(', ')})`,
         );
+      } else {
+        this.#warnIfForgetful(existing);
       }
       return jsm;
     } catch (cause) {
@@ -486,15 +489,39 @@ export class NatsBus implements Bus {
     }
   }
 
+  /**
+   * Warns when the admin stream found on the server forgets history this bus did not ask it to
+   * (someone created it first with limits): dispatchers refuse a replayed signed event by its
+   * nonce only while the original is still in the stream.
+   */
+  #warnIfForgetful(config: StreamConfig): void {
+    const wanted = this.#adminOptions;
+    const limits = {
+      max_msgs: config.max_msgs,
+      max_age: config.max_age,
+      max_bytes: config.max_bytes,
+      max_msgs_per_subject: config.max_msgs_per_subject,
+    };
+    const unasked =
+      (config.max_msgs > 0 && config.max_msgs !== (wanted.maxMsgs ?? -1)) ||
+      (config.max_age > 0 && config.max_age !== (wanted.maxAgeMs ?? 0) * 1_000_000) ||
+      config.max_bytes > 0 ||
+      (config.max_msgs_per_subject ?? 0) > 0;
+    if (unasked)
+      this.#logger.warn(
+        { stream: config.name, ...limits },
+        'bus: the admin stream drops old events; a signed admin event dropped from it could be replayed unnoticed',
+      );
+  }
+
   #open(): void {
     if (this.#closed) throw new BusError(BusErrorCode.CLOSED, 'the bus is closed');
   }
 }
 
-async function streamSubjects(jsm: JetStreamManager, name: string): Promise<string[] | undefined> {
+async function streamConfig(jsm: JetStreamManager, name: string): Promise<StreamConfig | undefined> {
   try {
-    const info = await jsm.streams.info(name);
-    return info.config.subjects ?? [];
+    return (await jsm.streams.info(name)).config;
   } catch (err) {
     if (err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND) return undefined;
     throw err;

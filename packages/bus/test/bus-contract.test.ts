@@ -420,6 +420,36 @@ describe('NatsBus admin stream', () => {
   });
 });
 
+describe('NatsBus admin stream history', () => {
+  it('warns when the stream it finds drops old events, which nonce replay checks rely on', async () => {
+    const prefix = uniquePrefix('bus');
+    const raw = await connect({ servers: natsUrl() });
+    const jsm = await jetstreamManager(raw);
+    const subjects = new Subjects(prefix);
+    await jsm.streams.add({ name: subjects.adminStream, subjects: [subjects.adminPattern], max_msgs: 5 });
+    const logger = new RecordingLogger();
+    const bus = await NatsBus.connect({ servers: natsUrl(), prefix, logger });
+    const other = uniquePrefix('bus');
+    const keeper = new RecordingLogger();
+    const full = await NatsBus.connect({ servers: natsUrl(), prefix: other, logger: keeper });
+    try {
+      await bus.replayAdminEvents();
+      await full.replayAdminEvents();
+      await NatsBus.connect({ servers: natsUrl(), prefix: other, logger: keeper }).then(async (b) => {
+        await b.replayAdminEvents();
+        await b.close();
+      });
+      expect(logger.find('warn', 'drops old events')).toHaveLength(1);
+      expect(keeper.find('warn', 'drops old events')).toHaveLength(0);
+    } finally {
+      await Promise.all([bus.close(), full.close()]);
+      await deleteAdminStream(raw, prefix);
+      await deleteAdminStream(raw, other);
+      await raw.drain();
+    }
+  });
+});
+
 describe('MemoryBus', () => {
   it('refuses use after close', async () => {
     const bus = new MemoryBus();
