@@ -249,7 +249,7 @@ export class ChaosFleet {
    * Resolves once every dispatcher answers and every running engine has served: bursts of small
    * requests through each dispatcher (concurrent, so least-KV spreads them) until both hold.
    */
-  async warmUp(timeoutMs = 30_000): Promise<void> {
+  async warmUp(timeoutMs = 45_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     const tenant = LOAD_TENANTS[0];
     for (;;) {
