@@ -139,6 +139,8 @@ export async function handleCompletion(
   const failedOn = new Set<string>();
   // Set when a failed request found no other replica of its pool taking work.
   let noneLeft = false;
+  // Times it was placed again where it had failed (by a dispatcher that had not heard yet).
+  let misplaced = 0;
   for (let attempt = 1; result === undefined; attempt++) {
     const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone.signal);
     if (waited !== 'dispatched') {
@@ -164,7 +166,8 @@ export async function handleCompletion(
       reply.raw.destroy();
       return;
     }
-    if (attempt === 1) m.queueWait.observe({ slo_class: req.sloClass }, ticket.queueMs() / 1000);
+    if (attempt === 1 && misplaced === 0)
+      m.queueWait.observe({ slo_class: req.sloClass }, ticket.queueMs() / 1000);
     const retry =
       attempt < attempts
         ? async (): Promise<boolean> => {
@@ -174,8 +177,15 @@ export async function handleCompletion(
           }
         : undefined;
     const replica = ticket.replica ?? '';
-    // Placed again where it failed (the view that placed it predates the failure): move on.
-    if (failedOn.has(replica) && retry !== undefined && (await retry())) continue;
+    // Placed again where it failed, by a dispatcher that had not yet heard of the failure: back to
+    // the queue without spending an engine call (a bounded number of times).
+    if (failedOn.has(replica) && misplaced < attempts) {
+      misplaced++;
+      if ((await ctx.runtime.retry(ticket)) === 'requeued') {
+        attempt--;
+        continue;
+      }
+    }
     const url = ctx.replicas.urlOf(replica);
     if (url === undefined) {
       failure = new ApiError('NO_REPLICA', 'the replica chosen for this request left the fleet; retry', {

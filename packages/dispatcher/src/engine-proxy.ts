@@ -156,8 +156,9 @@ export function sseError(err: ApiError): string {
  * (stripping it would mean rewriting every chunk); streamed tokens are counted from content chunks
  * instead, and the final usage settles the exact count.
  *
- * Headers go out only once the engine has accepted the request, so a refused request still gets a
- * proper status; after that, failures end the stream with an OpenAI-shaped `data: {"error": …}`.
+ * Headers go out with the first bytes the engine streams, so a request the engine refused, or
+ * dropped before producing anything, still gets a proper status (or is retried on another
+ * replica); after that, failures end the stream with an OpenAI-shaped `data: {"error": …}`.
  */
 export async function proxyStream(
   call: ProxyCall,
@@ -176,11 +177,14 @@ export async function proxyStream(
     return failedBeforeAnswer(call, err);
   }
   const { overheadMs, headers } = timing(call, call.timer.now() - t0);
-  const res = open(headers);
+  // Opened with the first bytes (not buffered: they are written at once), so an engine that dies
+  // before producing anything is still a failure before the answer, retried elsewhere.
+  let res: ServerResponse | undefined;
   const filter = call.described.wantsUsage ? undefined : new UsageChunkFilter();
   let firstByteMs: number | undefined;
   const write = async (bytes: Uint8Array): Promise<void> => {
     if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
+    res ??= open(headers);
     if (!res.write(bytes)) await drained(res, call.signal);
   };
   runtime.meter(ticket, () => stream.completionTokens);
@@ -191,8 +195,10 @@ export async function proxyStream(
     }
     const rest = filter?.end();
     if (rest !== undefined && rest.length > 0) await write(rest);
-    res.end();
+    (res ?? open(headers)).end();
   } catch (err) {
+    if (res === undefined && !call.signal.aborted) return failedBeforeAnswer(call, err);
+    res ??= open(headers);
     const used = {
       inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
       outputTokens: stream.completionTokens,

@@ -110,8 +110,8 @@ describe('dispatcher retries a failed engine call on another replica', () => {
       body: JSON.stringify({
         model: MODEL,
         messages: [{ role: 'user', content: 'x'.repeat(36) }],
-        max_tokens: 400,
-        fairway_output_tokens: 400,
+        max_tokens: 4000,
+        fairway_output_tokens: 4000,
         stream: true,
       }),
     }).then((r) => r.text().catch(() => ''));
