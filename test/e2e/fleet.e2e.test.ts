@@ -25,8 +25,10 @@ const POOL = 'llama';
 const LEASE_MS = 4000;
 const RECLAIM_MS = 250; // the dispatcher default
 const SEQS = 2;
-const PROMPT = 'x'.repeat(36); // ceil(36 / 4) + 4 = 13 prompt tokens
-const PROMPT_TOKENS = 13;
+// 11 prompt tokens both to the gateway's estimate (12 / 4 + 8 of template) and to engine-sim
+// (12 letters = 2 word pieces + 9 of Llama-2's template), so reservations equal usage.
+const PROMPT = 'x'.repeat(12);
+const PROMPT_TOKENS = 11;
 const KEYS = {
   alpha: 'sk-fleet-alpha-0001',
   heavy: 'sk-fleet-heavy-0001',
@@ -149,7 +151,7 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
       expect(res.usage).toMatchObject({
         prompt_tokens: PROMPT_TOKENS,
         completion_tokens: 9,
-        total_tokens: 22,
+        total_tokens: PROMPT_TOKENS + 9,
       });
       const r = await streamOnce({
         client,
@@ -201,12 +203,12 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
   });
 
   it('never admits more tokens than a tenant TPM limit across dispatchers', async () => {
-    // Each request reserves 13 prompt + 37 output = 50 tokens and uses exactly that.
+    // Each request reserves 11 prompt + 39 output = 50 tokens and uses exactly that.
     const body: ChatCompletionCreateParamsNonStreaming & { fairway_output_tokens: number } = {
       model: MODEL,
       messages: [{ role: 'user', content: PROMPT }],
-      max_tokens: 37,
-      fairway_output_tokens: 37,
+      max_tokens: 39,
+      fairway_output_tokens: 39,
     };
     const results = await Promise.all(
       Array.from({ length: 40 }, (_, i) =>

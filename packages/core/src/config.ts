@@ -86,6 +86,23 @@ export const poolSchema = z
     model: z.string().min(1),
     /** Requests that may wait at the gateway for this pool before new ones get 429. */
     maxQueued: nonNegInt.default(10_000),
+    /**
+     * The pool model's tokenizer: admission, token limits and engine reservations count prompts
+     * with it (over an approximate chat template) instead of the estimate. Nothing is downloaded.
+     * @default none: the estimate
+     */
+    tokenizer: z
+      .object({
+        /** Local path of the model's Hugging Face `tokenizer.json` (relative to the working directory). */
+        path: z.string().min(1),
+        /**
+         * Prompts estimated above this many tokens are counted by the estimate instead (tokenizing
+         * in JavaScript costs about 5 µs per character on the request path). @default 2048
+         */
+        maxPromptTokens: z.number().int().positive().default(2048),
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 

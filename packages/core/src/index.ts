@@ -45,5 +45,20 @@ export { createLogger, type Logger, type LoggerOptions, silentLogger } from './l
 export { redactUrls } from './redact.ts';
 export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
-export { CHARS_PER_TOKEN, estimateChatTokens, estimateTextTokens, TOKENS_PER_MESSAGE } from './tokens.ts';
+export {
+  CHARS_PER_TOKEN,
+  countPromptTokens,
+  estimateChatPromptTokens,
+  estimateJsonTokens,
+  estimateTextTokens,
+  JSON_CHARS_PER_TOKEN,
+  MAX_MEDIA_PARTS,
+  MEDIA_PART_TOKENS,
+  type PromptEndpoint,
+  type RenderedPrompt,
+  renderChatPrompt,
+  TOKENS_PER_MESSAGE,
+  TOKENS_PER_TOOL,
+  type TokenCounter,
+} from './tokens.ts';
 export { formatPath, parseWith, readStructuredFile } from './validate.ts';

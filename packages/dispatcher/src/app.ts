@@ -16,6 +16,7 @@ import { GatewayMetrics } from './gateway-metrics.ts';
 import { GatewayRuntime } from './gateway-runtime.ts';
 import { useStrictJsonBodies } from './json-body.ts';
 import type { LeaseBackend } from './leader-lease.ts';
+import { loadPoolTokenizers } from './pool-tokenizers.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { opsRoutes } from './routes/ops.ts';
@@ -132,6 +133,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     else
       logger.warn('dispatcher: bus disconnected; placing on the last known replica states, probed directly');
   });
+  const tokenizers = loadPoolTokenizers(deps.config);
   const ctx: CompletionContext = {
     runtime,
     replicas,
@@ -143,6 +145,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     defaultSloClass,
     cost: scheduling.cost,
     poolFor,
+    tokenizerFor: (pool) => tokenizers.get(pool),
     swapTargets,
     clock: deps.clock,
     timer: deps.timer,

@@ -14,9 +14,15 @@ import { rejectionError, validationError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import type { GatewayMetrics } from './gateway-metrics.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
-import { chatCompletionSchema, completionSchema } from './openai-schemas.ts';
+import {
+  CHAT_FIELDS,
+  COMPLETION_FIELDS,
+  chatCompletionSchema,
+  completionSchema,
+  refuseUnknownFields,
+} from './openai-schemas.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
-import { describeRequest, type Endpoint } from './request-descriptor.ts';
+import { describeRequest, type Endpoint, type PoolTokenizer } from './request-descriptor.ts';
 import { bearerToken, readFairwayHeaders } from './request-headers.ts';
 import { proxyResumable } from './resumable-proxy.ts';
 
@@ -33,6 +39,8 @@ export interface CompletionContext {
   readonly cost: CostFunction;
   /** The pool serving `model`, or undefined for a model nothing serves or is configured for. */
   readonly poolFor: (model: string) => string | undefined;
+  /** The real tokenizer configured for a pool (`pools[].tokenizer`), if any. */
+  readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
   /**
    * Models the control plane may swap a replica to (`policy.control.swappable` with swapping on):
    * their requests are queued while no replica serves them, so the planner sees the demand.
@@ -82,8 +90,10 @@ export async function handleCompletion(
   const principal = ctx.keys.authenticate(key);
   if (principal === undefined) throw new ApiError('INVALID_API_KEY', 'invalid API key');
   const headers = readFairwayHeaders(request.headers);
+  refuseUnknownFields(request.body, endpoint === 'chat' ? CHAT_FIELDS : COMPLETION_FIELDS);
   const parsed = (endpoint === 'chat' ? chatCompletionSchema : completionSchema).safeParse(request.body);
   if (!parsed.success) throw validationError(parsed.error);
+  const pool = ctx.poolFor(parsed.data.model);
 
   const described = describeRequest({
     id: ctx.newId(),
@@ -95,11 +105,11 @@ export async function handleCompletion(
     sloClasses: ctx.sloClasses,
     defaultSloClass: ctx.defaultSloClass,
     defaultMaxTokens: ctx.options.defaultMaxTokens,
+    tokenizer: pool === undefined ? undefined : ctx.tokenizerFor(pool),
   });
   const req = described.descriptor;
   const m = ctx.metrics;
   const tenant = m.tenantLabel(req.tenant);
-  const pool = ctx.poolFor(req.model);
   if (pool === undefined)
     throw new ApiError('MODEL_NOT_FOUND', `model "${req.model}" does not exist`, { param: 'model' });
   if (!ctx.runtime.serving(pool) && !ctx.swapTargets.has(req.model)) {
@@ -123,7 +133,7 @@ export async function handleCompletion(
       outcome:
         sub.code === 'throttled' ? 'throttled' : sub.code.endsWith('_limited') ? 'rate_limited' : 'rejected',
     });
-    throw rejectionError(sub.code, sub.retryAfterMs, sub.key);
+    throw rejectionError(sub.code, sub.retryAfterMs, sub.key, sub);
   }
   m.requests.inc({ tenant, outcome: 'admitted' });
   const ticket = sub.ticket;

@@ -10,34 +10,47 @@ import type { AdmitRejectCode } from '@fairway/store';
 import { ZodError } from 'zod';
 import { ApiError, type ApiErrorName } from './errors.ts';
 
-const REJECT: Record<AdmitRejectCode | 'context_too_long', ApiErrorName> = {
+/** Why the scheduler refused a request (`SubmitResult` codes). */
+export type RejectCode = AdmitRejectCode | 'context_too_long' | 'exceeds_limit';
+
+const REJECT: Record<RejectCode, ApiErrorName> = {
   rpm_limited: 'RPM_LIMITED',
   tpm_limited: 'TPM_LIMITED',
   throttled: 'THROTTLED',
   queue_full: 'QUEUE_FULL',
   duplicate: 'INTERNAL',
   context_too_long: 'CONTEXT_TOO_LONG',
+  exceeds_limit: 'EXCEEDS_LIMIT',
 };
 
-const REJECT_MESSAGE: Record<AdmitRejectCode | 'context_too_long', string> = {
+const REJECT_MESSAGE: Record<RejectCode, string> = {
   rpm_limited: 'request rate limit reached',
   tpm_limited: 'token rate limit reached',
   throttled: 'the fleet is overloaded and this user or app is over its share; retry later',
   queue_full: 'too many requests are waiting',
   duplicate: 'duplicate request id',
   context_too_long: 'the prompt does not fit the context of any replica serving this model',
+  exceeds_limit: 'this request alone needs more tokens than its token limit allows per window',
 };
 
 /** The client error for an admission rejection; 429s carry `Retry-After` (at least one second). */
 export function rejectionError(
-  code: AdmitRejectCode | 'context_too_long',
+  code: RejectCode,
   retryAfterMs: number,
   key: string,
+  sizes?: { readonly needed?: number | undefined; readonly limit?: number | undefined },
 ): ApiError {
   const kind = REJECT[code];
-  const retryAfterS = kind === 'CONTEXT_TOO_LONG' ? undefined : Math.max(1, Math.ceil(retryAfterMs / 1000));
+  const retryAfterS =
+    kind === 'CONTEXT_TOO_LONG' || kind === 'EXCEEDS_LIMIT'
+      ? undefined
+      : Math.max(1, Math.ceil(retryAfterMs / 1000));
   // The window key names the limit (`rpm:tenant:acme`); it holds only config ids and safe header values.
-  const message = `${REJECT_MESSAGE[code]} (${key})`;
+  const why =
+    code === 'exceeds_limit' && sizes?.needed !== undefined && sizes.limit !== undefined
+      ? `: about ${sizes.needed} tokens (prompt estimate and output cap) against a limit of ${sizes.limit}; shorten the prompt, tools or max_tokens`
+      : '';
+  const message = `${REJECT_MESSAGE[code]} (${key})${why}`;
   return new ApiError(kind, message, retryAfterS === undefined ? {} : { retryAfterS });
 }
 

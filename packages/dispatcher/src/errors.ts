@@ -10,6 +10,7 @@ export const ApiErrors = {
   INVALID_JSON: { status: 400, type: 'invalid_request_error', code: 'invalid_json' },
   INVALID_HEADER: { status: 400, type: 'invalid_request_error', code: 'invalid_header' },
   CONTEXT_TOO_LONG: { status: 400, type: 'invalid_request_error', code: 'context_length_exceeded' },
+  EXCEEDS_LIMIT: { status: 400, type: 'invalid_request_error', code: 'tokens_exceed_limit' },
   MISSING_API_KEY: { status: 401, type: 'authentication_error', code: 'missing_api_key' },
   INVALID_API_KEY: { status: 401, type: 'authentication_error', code: 'invalid_api_key' },
   FORBIDDEN: { status: 403, type: 'permission_error', code: 'forbidden' },

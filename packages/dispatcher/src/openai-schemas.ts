@@ -1,19 +1,156 @@
+import { MAX_MEDIA_PARTS, MEDIA_PART_TOKENS } from '@fairway/core';
 import { z } from 'zod';
+import { ApiError } from './errors.ts';
 
 /**
- * The OpenAI request bodies fairway accepts. Known fields are type-checked; unknown fields pass
- * through untouched to vLLM, which accepts many extensions (`top_k`, `repetition_penalty`, …).
+ * The OpenAI request bodies fairway accepts and forwards to vLLM. Only the top-level fields listed
+ * in {@link CHAT_FIELDS} / {@link COMPLETION_FIELDS} pass (OpenAI's, vLLM's documented extra
+ * parameters, and engine-sim's test hook): any other is refused with a 400 naming it, so nothing
+ * the admission estimate does not see reaches the engine. Fields fairway reads are type-checked.
  */
 
 const MAX_TOKENS_CAP = 1_000_000;
 
-const contentPart = z.looseObject({ type: z.string().max(64) });
+/** Top-level fields of OpenAI's chat and completion APIs that both endpoints accept. */
+const OPENAI_COMMON = [
+  'model',
+  'stream',
+  'stream_options',
+  'max_tokens',
+  'n',
+  'temperature',
+  'top_p',
+  'stop',
+  'user',
+  'seed',
+  'frequency_penalty',
+  'presence_penalty',
+  'logit_bias',
+  'logprobs',
+  'response_format',
+] as const;
+
+/**
+ * vLLM's extra sampling and serving parameters (`vllm/entrypoints/openai/protocol.py`,
+ * `ChatCompletionRequest` and `CompletionRequest`, "extra parameters" in vLLM's OpenAI-compatible
+ * server docs), shared by both endpoints.
+ */
+const VLLM_COMMON = [
+  'best_of',
+  'use_beam_search',
+  'top_k',
+  'min_p',
+  'repetition_penalty',
+  'length_penalty',
+  'stop_token_ids',
+  'include_stop_str_in_output',
+  'ignore_eos',
+  'min_tokens',
+  'skip_special_tokens',
+  'spaces_between_special_tokens',
+  'truncate_prompt_tokens',
+  'prompt_logprobs',
+  'allowed_token_ids',
+  'bad_words',
+  'add_special_tokens',
+  'guided_json',
+  'guided_regex',
+  'guided_choice',
+  'guided_grammar',
+  'guided_decoding_backend',
+  'guided_whitespace_pattern',
+  'structural_tag',
+  'structured_outputs',
+  'priority',
+  'request_id',
+  'logits_processors',
+  'return_tokens_as_token_ids',
+  'return_token_ids',
+  'cache_salt',
+  'kv_transfer_params',
+  'vllm_xargs',
+] as const;
+
+/**
+ * engine-sim's test hook: the request's natural output length. Real vLLM ignores it (it logs and
+ * drops unknown fields), so it is forwarded; it is an integer, so it carries nothing else.
+ */
+const FAIRWAY_FIELDS = ['fairway_output_tokens'] as const;
+
+/** Every top-level field `POST /v1/chat/completions` accepts. */
+export const CHAT_FIELDS: ReadonlySet<string> = new Set([
+  ...OPENAI_COMMON,
+  ...VLLM_COMMON,
+  ...FAIRWAY_FIELDS,
+  'messages',
+  'max_completion_tokens',
+  'top_logprobs',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'functions',
+  'function_call',
+  'reasoning_effort',
+  'include_reasoning',
+  'metadata',
+  'store',
+  'service_tier',
+  'modalities',
+  'prediction',
+  'echo',
+  'add_generation_prompt',
+  'continue_final_message',
+  'documents',
+  'chat_template',
+  'chat_template_kwargs',
+  'mm_processor_kwargs',
+  'media_io_kwargs',
+  'thinking_token_budget',
+]);
+
+/** Every top-level field `POST /v1/completions` accepts. */
+export const COMPLETION_FIELDS: ReadonlySet<string> = new Set([
+  ...OPENAI_COMMON,
+  ...VLLM_COMMON,
+  ...FAIRWAY_FIELDS,
+  'prompt',
+  'echo',
+  'suffix',
+]);
+
+/**
+ * Refuses a body with a top-level field outside `allowed`: a 400 `invalid_request_error` whose
+ * `param` names the field. One pass over the keys, before validation.
+ */
+export function refuseUnknownFields(body: unknown, allowed: ReadonlySet<string>): void {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return;
+  for (const key in body) {
+    if (!allowed.has(key))
+      throw new ApiError(
+        'INVALID_REQUEST',
+        `unknown field "${key.length > 64 ? `${key.slice(0, 64)}…` : key}": fairway forwards only the OpenAI and vLLM request fields`,
+        { param: key.slice(0, 256) },
+      );
+  }
+}
+
+const contentPart = z.looseObject({ type: z.string().max(64), text: z.string().optional() });
 const messageContent = z.union([z.string(), z.array(contentPart).max(1024)]).nullable();
 
 export const chatMessageSchema = z.looseObject({
   role: z.enum(['system', 'user', 'assistant', 'tool', 'developer', 'function']),
   content: messageContent.optional(),
   name: z.string().max(256).optional(),
+  tool_calls: z
+    .array(
+      z.looseObject({
+        function: z.looseObject({ name: z.string().max(256), arguments: z.unknown().optional() }),
+      }),
+    )
+    .max(1024)
+    .nullable()
+    .optional(),
+  tool_call_id: z.string().max(256).optional(),
 });
 
 const streamOptions = z
@@ -35,13 +172,29 @@ const common = {
     .optional(),
   user: z.string().max(256).optional(),
   priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
+  fairway_output_tokens: z.number().int().min(0).max(MAX_TOKENS_CAP).optional(),
 };
 
-export const chatCompletionSchema = z.looseObject({
-  ...common,
-  messages: z.array(chatMessageSchema).min(1, 'must contain at least one message').max(4096),
-  max_completion_tokens: z.number().int().min(1).max(MAX_TOKENS_CAP).nullable().optional(),
-});
+/** Counts a conversation's non-text content parts: more than {@link MAX_MEDIA_PARTS} is refused. */
+function mediaParts(messages: readonly z.infer<typeof chatMessageSchema>[]): number {
+  let n = 0;
+  for (const m of messages)
+    if (Array.isArray(m.content)) for (const p of m.content) if (MEDIA_PART_TOKENS.has(p.type)) n++;
+  return n;
+}
+
+export const chatCompletionSchema = z
+  .looseObject({
+    ...common,
+    messages: z.array(chatMessageSchema).min(1, 'must contain at least one message').max(4096),
+    max_completion_tokens: z.number().int().min(1).max(MAX_TOKENS_CAP).nullable().optional(),
+    tools: z.array(z.looseObject({})).max(1024).nullable().optional(),
+    functions: z.array(z.looseObject({})).max(1024).nullable().optional(),
+  })
+  .refine((b) => mediaParts(b.messages) <= MAX_MEDIA_PARTS, {
+    message: `at most ${MAX_MEDIA_PARTS} image, audio or video parts per request`,
+    path: ['messages'],
+  });
 export type ChatCompletionBody = z.infer<typeof chatCompletionSchema>;
 
 export const completionSchema = z.looseObject({
@@ -49,15 +202,3 @@ export const completionSchema = z.looseObject({
   prompt: z.union([z.string(), z.array(z.string()).length(1, 'only a single prompt is supported')]),
 });
 export type CompletionBody = z.infer<typeof completionSchema>;
-
-/** Text of a chat message's content, for token estimation (non-text parts count nothing). */
-export function messageText(content: z.infer<typeof messageContent> | undefined): string {
-  if (content == null) return '';
-  if (typeof content === 'string') return content;
-  let out = '';
-  for (const part of content) {
-    const text = (part as { text?: unknown }).text;
-    if (typeof text === 'string') out += text;
-  }
-  return out;
-}

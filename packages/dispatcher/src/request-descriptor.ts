@@ -1,7 +1,7 @@
-import { estimateChatTokens, estimateTextTokens, type RequestDescriptor, type SloClass } from '@fairway/core';
+import { countPromptTokens, type RequestDescriptor, type SloClass, type TokenCounter } from '@fairway/core';
 import type { Principal } from './auth.ts';
 import { ApiError } from './errors.ts';
-import { type ChatCompletionBody, type CompletionBody, messageText } from './openai-schemas.ts';
+import type { ChatCompletionBody, CompletionBody } from './openai-schemas.ts';
 import type { FairwayHeaderValues } from './request-headers.ts';
 
 /** Which OpenAI endpoint a request came in on. */
@@ -32,24 +32,43 @@ export interface DescribeInput {
   readonly defaultSloClass: string;
   /** Output cap injected when the client gives none, tokens. */
   readonly defaultMaxTokens: number;
+  /** The pool's tokenizer, when one is configured (see {@link PoolTokenizer}). */
+  readonly tokenizer?: PoolTokenizer | undefined;
 }
 
-function promptTokens(endpoint: Endpoint, body: ChatCompletionBody | CompletionBody): number {
-  if (endpoint === 'chat') {
-    const messages = (body as ChatCompletionBody).messages;
-    return Math.max(1, estimateChatTokens(messages.map((m) => messageText(m.content))));
-  }
-  const prompt = (body as CompletionBody).prompt;
-  return Math.max(1, estimateTextTokens(typeof prompt === 'string' ? prompt : (prompt[0] ?? '')));
+/**
+ * A pool's real tokenizer and the largest prompt it is used for: tokenizing costs about 5 µs per
+ * character in JavaScript, so a prompt whose estimate is above `maxTokens` is counted by the
+ * estimate instead (it still pays its estimated tokens against limits and reservations).
+ */
+export interface PoolTokenizer {
+  readonly counter: TokenCounter;
+  readonly maxTokens: number;
+}
+
+/**
+ * Prompt tokens as admission, token limits and the engine reservation count them: the estimate of
+ * every field the engine tokenizes (`countPromptTokens` in core), or the pool's tokenizer over the
+ * approximately rendered chat template when one is configured and the prompt is not too large.
+ */
+export function promptTokens(
+  endpoint: Endpoint,
+  body: ChatCompletionBody | CompletionBody,
+  tokenizer?: PoolTokenizer,
+): number {
+  const estimate = countPromptTokens(endpoint, body);
+  if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
+  return countPromptTokens(endpoint, body, tokenizer.counter);
 }
 
 /**
  * Builds the scheduler's descriptor of a validated request (DESIGN.md request path, steps 1–2):
  * the tenant from the key; the app from the key, else `x-fairway-app` (a key bound to an app
  * may not claim another: 403); the user and interaction from headers; the SLO class from
- * `x-fairway-slo-class`, else the key's or tenant's default; input tokens estimated the way the
- * engine-sim and the settle step count them; the output cap from `max_completion_tokens` or
- * `max_tokens`, else injected so the reservation bounds what the engine may generate.
+ * `x-fairway-slo-class`, else the key's or tenant's default; input tokens by {@link promptTokens}
+ * (every field the engine tokenizes; the engine's usage settles them); the output cap from
+ * `max_completion_tokens` or `max_tokens`, else injected so the reservation bounds what the
+ * engine may generate.
  */
 export function describeRequest(input: DescribeInput): DescribedRequest {
   const { body, principal, headers } = input;
@@ -82,7 +101,7 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
     tenant: principal.tenant,
     model: body.model,
     sloClass,
-    inputTokens: promptTokens(input.endpoint, body),
+    inputTokens: promptTokens(input.endpoint, body, input.tokenizer),
     maxTokens,
     arrivalMs: input.arrivalMs,
     ...((principal.app ?? headers.app) !== undefined ? { app: principal.app ?? headers.app } : {}),

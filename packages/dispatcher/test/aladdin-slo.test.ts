@@ -10,7 +10,8 @@ const MODEL = 'llama-3-8b';
 const GPU = 'A100-80GB';
 const KEY = 'sk-test-aladdin-0001';
 const REQUESTS = 60;
-const PROMPT_CHARS = 4000; // about 1,000 prompt tokens
+// 1,000 short words: about 1,000 prompt tokens to the gateway's estimate and to the engine alike.
+const PROMPT_WORDS = 1000;
 const OUTPUT = 300;
 const ATGT_S = 0.015;
 
@@ -58,7 +59,7 @@ async function burst(s: Stack): Promise<{ peak: number; ok: number }> {
         headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
         body: JSON.stringify({
           model: MODEL,
-          prompt: `${i} ${'x'.repeat(PROMPT_CHARS)}`,
+          prompt: `${i}${' abc'.repeat(PROMPT_WORDS)}`,
           max_tokens: OUTPUT,
           fairway_output_tokens: OUTPUT,
         }),

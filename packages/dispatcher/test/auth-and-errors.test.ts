@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { hashApiKey, KeyRing } from '../src/auth.ts';
 import { ApiError } from '../src/errors.ts';
-import { chatCompletionSchema } from '../src/openai-schemas.ts';
+import {
+  CHAT_FIELDS,
+  COMPLETION_FIELDS,
+  chatCompletionSchema,
+  refuseUnknownFields,
+} from '../src/openai-schemas.ts';
 import { bearerToken, readFairwayHeaders } from '../src/request-headers.ts';
 import { TenantDirectory } from '../src/tenant-directory.ts';
 
@@ -52,13 +57,26 @@ describe('request headers', () => {
 });
 
 describe('chat completion schema', () => {
-  it('passes unknown vLLM fields through and rejects wrong types with the field name', () => {
-    const ok = chatCompletionSchema.parse({
-      model: 'm',
-      messages: [{ role: 'user', content: 'hi' }],
-      top_k: 5,
-    });
+  it("accepts vLLM's extra fields, refuses any other naming it, and rejects wrong types with the field name", () => {
+    const body = { model: 'm', messages: [{ role: 'user', content: 'hi' }], top_k: 5, guided_json: {} };
+    expect(() => refuseUnknownFields(body, CHAT_FIELDS)).not.toThrow();
+    const ok = chatCompletionSchema.parse(body);
     expect((ok as Record<string, unknown>).top_k).toBe(5);
+    let unknown: unknown;
+    try {
+      refuseUnknownFields({ ...body, top_kk: 5 }, CHAT_FIELDS);
+    } catch (err) {
+      unknown = err;
+    }
+    expect(unknown).toBeInstanceOf(ApiError);
+    expect((unknown as ApiError).body().error).toMatchObject({
+      type: 'invalid_request_error',
+      param: 'top_kk',
+    });
+    // A chat-only field is not a completion field.
+    expect(() => refuseUnknownFields({ model: 'm', prompt: 'p', tools: [] }, COMPLETION_FIELDS)).toThrow(
+      /"tools"/,
+    );
     const bad = chatCompletionSchema.safeParse({
       model: 'm',
       messages: [{ role: 'user', content: 'hi' }],

@@ -58,8 +58,8 @@ describe('dispatcher', () => {
     });
     expect(res.statusCode).toBe(200);
     const body = res.json();
-    // Prompt tokens are estimated the way the engine counts them: 20 chars / 4 + 4 per message.
-    expect(body.usage).toEqual({ prompt_tokens: 9, completion_tokens: 12, total_tokens: 21 });
+    // The engine's own count (its chat template around 5 words and marks) reaches the client.
+    expect(body.usage).toEqual({ prompt_tokens: 14, completion_tokens: 12, total_tokens: 26 });
     expect(body.object).toBe('chat.completion');
     expect(Number(res.headers['x-fairway-overhead-ms'])).toBeGreaterThanOrEqual(0);
     expect(res.headers['x-fairway-queue-ms']).toBe('0.0');
@@ -98,9 +98,9 @@ describe('dispatcher', () => {
     const usageLines = text.split('\n').filter((l) => l.includes('"usage"'));
     expect(usageLines).toHaveLength(1);
     expect(JSON.parse(usageLines[0]!.slice('data: '.length)).usage).toEqual({
-      prompt_tokens: 9,
+      prompt_tokens: 14,
       completion_tokens: 5,
-      total_tokens: 14,
+      total_tokens: 19,
     });
   });
 
@@ -428,8 +428,8 @@ describe('dispatcher', () => {
     expect((await app.inject({ method: 'GET', url: '/ready' })).statusCode).toBe(200);
     expect((await app.inject({ method: 'GET', url: '/health' })).json()).toEqual({ status: 'ok' });
     const text = (await app.inject({ method: 'GET', url: '/metrics' })).body;
-    // 9 prompt tokens + 2 x 4 output tokens.
-    expect(text).toMatch(/fairway_tenant_service_total\{tenant="alpha"\} 17\n/);
+    // 14 prompt tokens (the engine's count) + 2 x 4 output tokens.
+    expect(text).toMatch(/fairway_tenant_service_total\{tenant="alpha"\} 22\n/);
     expect(text).toMatch(/fairway_requests_total\{tenant="alpha",outcome="completed"\} 1\n/);
     // Admission and the first dispatch are one store call.
     expect(text).toMatch(/fairway_store_latency_seconds_count\{op="admit_and_dispatch"\} 1\n/);

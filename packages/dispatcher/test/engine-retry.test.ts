@@ -60,9 +60,10 @@ describe('dispatcher retries a failed engine call on another replica', () => {
     }
     // Least-kv placed some on the failing replica; each of those was retried, not failed.
     expect(await retries(s)).toBeGreaterThan(0);
-    // Each request is charged once, for its 13 prompt tokens and 5 output tokens at the config's
-    // default cost (1 per input, 2 per output token): nothing for the failed attempts.
-    expect((await s.store.snapshot('llama', 0)).counters.alpha).toBe(16 * (13 + 2 * 5));
+    // Each request is charged once, for the 14 prompt tokens the engine counts (its template
+    // around 36 letters) and 5 output tokens at the config's default cost (1 per input, 2 per
+    // output token): nothing for the failed attempts.
+    expect((await s.store.snapshot('llama', 0)).counters.alpha).toBe(16 * (14 + 2 * 5));
     await expectNothingReserved(s);
   });
 

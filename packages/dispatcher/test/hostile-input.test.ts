@@ -60,12 +60,12 @@ describe('dispatcher input hardening', () => {
     });
   });
 
-  it(`refuses a body nested deeper than ${MAX_JSON_DEPTH} levels, even in a field it passes through`, async () => {
+  it(`refuses a body nested deeper than ${MAX_JSON_DEPTH} levels, even in a field it forwards to the engine`, async () => {
     const deep = `${'['.repeat(10_000)}${']'.repeat(10_000)}`;
     const body = JSON.stringify({
       model: MODEL,
       messages: [{ role: 'user', content: 'x' }],
-      extra: 'X',
+      guided_json: 'X',
     }).replace('"X"', deep);
     const res = await s.dispatchers[0]!.dispatcher.app.inject({
       method: 'POST',

@@ -18,6 +18,8 @@ export const EngineErrorCode = {
   METRICS_INVALID: 'FAIRWAY_ENGINE_METRICS_INVALID',
   /** A profiling run could not measure enough to fit a performance model. */
   PROFILE_FAILED: 'FAIRWAY_ENGINE_PROFILE_FAILED',
+  /** A `tokenizer.json` could not be read or is not a tokenizer Tokenizers.js can build. */
+  TOKENIZER_INVALID: 'FAIRWAY_ENGINE_TOKENIZER_INVALID',
 } as const;
 export type EngineErrorCode = (typeof EngineErrorCode)[keyof typeof EngineErrorCode];
 
@@ -147,5 +149,16 @@ export class EngineProfileError extends FairwayError {
   constructor(url: string, message: string, options?: { cause?: unknown }) {
     super(EngineErrorCode.PROFILE_FAILED, `profiling ${url}: ${message}`, options);
     this.url = url;
+  }
+}
+
+/** A model's tokenizer files could not be loaded; `path` is the `tokenizer.json` given. */
+export class TokenizerLoadError extends FairwayError {
+  override readonly name = 'TokenizerLoadError';
+  readonly path: string;
+
+  constructor(path: string, message: string, options?: { cause?: unknown }) {
+    super(EngineErrorCode.TOKENIZER_INVALID, `cannot load tokenizer ${path}: ${message}`, options);
+    this.path = path;
   }
 }

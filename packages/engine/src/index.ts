@@ -61,6 +61,7 @@ export {
   type EngineTimeoutPhase,
   EngineUnreachableError,
   MetricsFormatError,
+  TokenizerLoadError,
 } from './errors.ts';
 export {
   type HistogramTotals,
@@ -70,4 +71,5 @@ export {
   type VllmMetrics,
 } from './metrics-parser.ts';
 export { type EngineUsage, type SseDataLine, SseScanner } from './sse.ts';
+export { type LoadedTokenizer, loadTokenizer } from './tokenizer.ts';
 export { VllmClient, type VllmClientOptions } from './vllm-client.ts';

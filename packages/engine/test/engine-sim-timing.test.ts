@@ -7,10 +7,14 @@ import { VllmClient } from '../src/vllm-client.ts';
 // measurements), so timer jitter of a millisecond stays well inside the tolerance.
 const CONFIG: EngineConfig = { gpu: 'A10G-24GB', model: 'llama-2-7b' };
 const STREAMS = 8;
-const PROMPT_CHARS = 4 * 96; // 96 tokens of text + 4 of chat template = 100 prompt tokens
+// engine-sim counts one user message as `<s>[INST] … [/INST]` (9 tokens) around its text, and a
+// run of letters as one token per eight (its word-piece stand-in for a tokenizer).
+const TEMPLATE_TOKENS = 9;
+const charsFor = (tokens: number): number => 8 * (tokens - TEMPLATE_TOKENS);
+const PROMPT_CHARS = charsFor(100);
 const OUTPUT = 60;
 const GATE_PROMPT = 2000;
-const GATE_PROMPT_CHARS = 4 * (GATE_PROMPT - 4);
+const GATE_PROMPT_CHARS = charsFor(GATE_PROMPT);
 
 interface Arrival {
   readonly at: number;

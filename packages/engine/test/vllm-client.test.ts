@@ -61,7 +61,8 @@ describe('VllmClient against engine-sim', () => {
 
   it('completes chat and text requests with the engine usage', async () => {
     const r = await client.complete('chat', chat(9));
-    expect(r.usage).toEqual({ promptTokens: 8, completionTokens: 9, totalTokens: 17 });
+    // 'tell me a story' in Llama-2's template: 4 words + 9 tokens of `<s>[INST] … [/INST]`.
+    expect(r.usage).toEqual({ promptTokens: 13, completionTokens: 9, totalTokens: 22 });
     expect(r.finishReason).toBe('stop');
     expect(JSON.parse(Buffer.from(r.bytes).toString())).toEqual(r.body);
     const t = await client.complete('completions', {
@@ -80,7 +81,7 @@ describe('VllmClient against engine-sim', () => {
     expect(s.status).toBe(200);
     const bytes = await drain(s);
     expect(s.done).toBe(true);
-    expect(s.usage).toEqual({ promptTokens: 8, completionTokens: 25, totalTokens: 33 });
+    expect(s.usage).toEqual({ promptTokens: 13, completionTokens: 25, totalTokens: 38 });
     expect(s.completionTokens).toBe(25);
     expect(s.finishReason).toBe('stop');
     expect(lines.filter(Boolean)).toHaveLength(25);

@@ -15,6 +15,6 @@ export function fcfsPolicy(cost: CostFunction = linearCost()): OrderingPolicy {
     dispatchCost: (req: RequestDescriptor) => cost.cost(req.inputTokens, 0),
     outputCost: (req: RequestDescriptor, before: number, after: number) =>
       cost.cost(req.inputTokens, after) - cost.cost(req.inputTokens, before),
-    finalCost: (req: RequestDescriptor, usage: Usage) => cost.cost(req.inputTokens, usage.outputTokens),
+    finalCost: (_req: RequestDescriptor, usage: Usage) => cost.cost(usage.inputTokens, usage.outputTokens),
   };
 }

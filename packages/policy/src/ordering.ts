@@ -37,7 +37,7 @@ export interface OrderingPolicy {
     after: number,
     predictedOutput: number | undefined,
   ): number;
-  /** Total weighted cost the request should have been charged once it ends with `usage`. */
+  /** Total weighted cost the request should have been charged once it ends with `usage` (the engine's count of its prompt and output, which settles admission's estimate). */
   finalCost(req: RequestDescriptor, usage: Usage): number;
   /**
    * Whether the request continues an ongoing interaction and should be served before the other

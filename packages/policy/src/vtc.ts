@@ -108,7 +108,8 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
       if (to <= from) return 0;
       return (cost.cost(req.inputTokens, to) - cost.cost(req.inputTokens, from)) / weight(req.tenant);
     },
-    finalCost: (req, usage: Usage) => cost.cost(req.inputTokens, usage.outputTokens) / weight(req.tenant),
+    // The engine's usage settles the prompt too: admission only estimated it.
+    finalCost: (req, usage: Usage) => cost.cost(usage.inputTokens, usage.outputTokens) / weight(req.tenant),
   };
 }
 

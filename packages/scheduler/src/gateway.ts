@@ -54,10 +54,17 @@ export type SubmitResult =
   | { readonly ok: true; readonly queued: number }
   | {
       readonly ok: false;
-      /** A store rejection, or `context_too_long` when the prompt fits no replica of the pool. */
-      readonly code: AdmitRejectCode | 'context_too_long';
+      /**
+       * A store rejection; `context_too_long` when the prompt fits no replica of the pool;
+       * `exceeds_limit` when the request alone needs more than a token window allows (it could
+       * never be admitted under that limit, so it is not a 429 to retry).
+       */
+      readonly code: AdmitRejectCode | 'context_too_long' | 'exceeds_limit';
       readonly retryAfterMs: number;
       readonly key: string;
+      /** With `exceeds_limit`: what the request needs and what the window allows, tokens. */
+      readonly needed?: number;
+      readonly limit?: number;
     };
 
 /** A request this gateway owns (holds the client connection of). */
@@ -255,6 +262,18 @@ export class Gateway {
     parts.push(toRules(o.admission(req, ctx)));
     if (o.ordering.continuation?.(req)) parts.push({ limits: [], continuation: true });
     const rules = composeRules(parts);
+    const tooLarge = rules.limits.find((l) => l.code === 'tpm_limited' && l.amount > l.limit);
+    if (tooLarge !== undefined) {
+      this.#rejected++;
+      return {
+        ok: false,
+        code: 'exceeds_limit',
+        retryAfterMs: 0,
+        key: tooLarge.key,
+        needed: tooLarge.amount,
+        limit: tooLarge.limit,
+      };
+    }
     const states = this.#viewStates(pool);
     const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)
       ? this.#isOverloaded(pool, states)

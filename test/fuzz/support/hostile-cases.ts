@@ -200,6 +200,24 @@ export class HostileCases {
       ['priority huge', { priority: 1e12 }],
       ['user long', { user: 'u'.repeat(300) }],
       ['unknown model', { model: `no-such-model-${rng.int(0, 1e6)}` }],
+      // Fields outside the OpenAI/vLLM allow-list never reach the engine, whatever their size.
+      ['unknown field', { [`x_${rng.int(0, 1e6)}`]: 'A'.repeat(rng.int(1, 2_000_000)) }],
+      ['unknown field prototype-like', { constructor: { prototype: { admin: true } } }],
+      ['tools not an array', { tools: 'all of them' }],
+      [
+        'too many image parts',
+        {
+          messages: [
+            {
+              role: 'user',
+              content: Array.from({ length: 33 }, () => ({
+                type: 'image_url',
+                image_url: { url: 'data:,' },
+              })),
+            },
+          ],
+        },
+      ],
       ['body array', null],
     ];
     const [label, over] = pick(rng, chat);

@@ -43,6 +43,7 @@ interface EngineSimFlags {
   maxModelLen?: number;
   speed?: number;
   seed?: number;
+  tokenizer?: string;
   streamFlushMs?: number;
   outputTokens?: unknown;
   slowStartMs?: number;
@@ -84,6 +85,7 @@ export function addEngineSimFlags(cmd: Command): Command {
     .option('--max-model-len <n>', 'longest prompt + output', num)
     .option('--speed <factor>', 'model ms per real ms (10 = ten times faster than the GPU)', num)
     .option('--seed <n>', 'seed of output lengths, faults and ids', num)
+    .option('--tokenizer <path>', "the model's tokenizer.json: count prompts with it (default: a stand-in)")
     .option(
       '--stream-flush-ms <ms>',
       "coalesce each stream's chunks into one write per interval (0: per step)",
@@ -139,6 +141,7 @@ export function engineSimOptionsFromFlags(f: EngineSimFlags): EngineSimOptionsIn
     maxModelLen: f.maxModelLen,
     speed: f.speed,
     seed: f.seed,
+    tokenizer: f.tokenizer,
     streamFlushMs: f.streamFlushMs,
     outputTokens: f.outputTokens,
     faults,

@@ -63,6 +63,11 @@ export const engineSimOptionsSchema = z
      * factors use it so the engine is not bound by one socket write per token. @default 0
      */
     streamFlushMs: z.number().nonnegative().default(0),
+    /**
+     * Local path of the model's Hugging Face `tokenizer.json`: prompts are counted with it over the
+     * chat template, as vLLM does. @default a word-piece stand-in (see `wordPieceCounter`)
+     */
+    tokenizer: z.string().min(1).optional(),
     /** Seed of every random draw (output lengths, faults, ids). @default 0 */
     seed: z.number().int().nonnegative().default(0),
     /**

@@ -1,4 +1,3 @@
-import { estimateChatTokens, estimateTextTokens } from '@fairway/core';
 import { z } from 'zod';
 
 const streamOptionsSchema = z
@@ -39,6 +38,8 @@ export const chatRequestSchema = z.looseObject({
   continue_final_message: z.boolean().nullish(),
   /** vLLM: open a new assistant turn after the messages (its default is true). */
   add_generation_prompt: z.boolean().nullish(),
+  /** Tool definitions the chat template renders into the prompt. */
+  tools: z.array(z.unknown()).nullish(),
 });
 
 /** `POST /v1/completions` as the simulated engine reads it. */
@@ -57,29 +58,9 @@ export type ChatRequest = z.infer<typeof chatRequestSchema>;
 /** A text-completion request after validation. */
 export type CompletionRequest = z.infer<typeof completionRequestSchema>;
 
-/** Prompt tokens of a chat request, estimated like the gateway does (about 4 characters per token). */
-export function chatPromptTokens(req: ChatRequest): number {
-  const contents = req.messages.map((m) => {
-    if (typeof m.content === 'string') return m.content;
-    if (Array.isArray(m.content)) return m.content.map((p) => p.text ?? '').join('');
-    return '';
-  });
-  return Math.max(1, estimateChatTokens(contents));
-}
-
 /** The text of a message's content (string or text parts). */
 export function messageText(content: ChatRequest['messages'][number]['content']): string {
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) return content.map((p) => p.text ?? '').join('');
   return '';
-}
-
-/** Prompt tokens of a completion request: the token ids' count, or the text's estimate. */
-export function completionPromptTokens(req: CompletionRequest): number {
-  const p = req.prompt;
-  if (typeof p === 'string') return Math.max(1, estimateTextTokens(p));
-  const first = p[0];
-  if (typeof first === 'string') return Math.max(1, estimateTextTokens(first));
-  if (Array.isArray(first)) return first.length;
-  return p.length;
 }

@@ -19,17 +19,17 @@ import {
 } from '@fairway/sim';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import { loadTokenizer } from '../tokenizer.ts';
 import { FaultInjector, faultPatchSchema } from './faults.ts';
 import { Generation } from './generation.ts';
 import { EngineSimMetrics } from './metrics.ts';
 import { type EngineSimOptions, type EngineSimOptionsInput, engineSimOptionsSchema } from './options.ts';
+import { chatPromptTokens, completionPromptTokens, wordPieceCounter } from './prompt-tokens.ts';
 import { RealtimeDriver } from './realtime-driver.ts';
 import {
   type ChatRequest,
   type CompletionRequest,
-  chatPromptTokens,
   chatRequestSchema,
-  completionPromptTokens,
   completionRequestSchema,
   messageText,
 } from './request-schema.ts';
@@ -107,6 +107,8 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     model.config.kvCapacityTokens,
   );
   const outputRng = deps.rng.fork('output-length');
+  // Prompts are counted with the model's tokenizer when one is given, else a word-piece stand-in.
+  const tokens = options.tokenizer === undefined ? wordPieceCounter : loadTokenizer(options.tokenizer);
   const faults = new FaultInjector(options.faults, deps.rng.fork('faults'));
   // Response ids must differ across replicas, as vLLM's random ones do: not drawn from the seeded
   // RNG, whose first draws for neighbouring seeds (engines 0, 1, … of one fleet) nearly coincide.
@@ -160,8 +162,8 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     const promptTokens =
       headerInt(req, 'x-fairway-input-tokens') ??
       (kind === 'chat'
-        ? chatPromptTokens(body as ChatRequest)
-        : completionPromptTokens(body as CompletionRequest));
+        ? chatPromptTokens(body as ChatRequest, tokens)
+        : completionPromptTokens(body as CompletionRequest, tokens));
     const maxCompletion = kind === 'chat' ? (body as ChatRequest).max_completion_tokens : undefined;
     const requestedMax = body.max_tokens ?? maxCompletion ?? undefined;
     if (
