@@ -49,7 +49,7 @@ function packageOf(specifier: string): string | undefined {
   return BUILTINS.has(name) ? undefined : name;
 }
 
-/** Packages a file imports: static imports and re-exports, `import()` with a literal, `import x = require()`. */
+/** Packages a file imports: static imports and re-exports, `import()` with a literal, `import x = require()`, `require.resolve()`. */
 function importsOf(file: string): Set<string> {
   const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, false);
   const found = new Set<string>();
@@ -66,6 +66,15 @@ function importsOf(file: string): Set<string> {
     else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword)
       add(node.arguments[0]);
     else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)) add(node.argument.literal);
+    // `require.resolve('pkg/file')`, `createRequire(…).resolve(…)`, `import.meta.resolve(…)`: a file the package ships (a
+    // tokenizer.json, say) is a use of the package as much as an import is.
+    else if (
+      ts.isCallExpression(node) &&
+      ts.isPropertyAccessExpression(node.expression) &&
+      node.expression.name.text === 'resolve' &&
+      /^(require|createRequire\(.*\)|import\.meta)$/.test(node.expression.expression.getText(source))
+    )
+      add(node.arguments[0]);
     ts.forEachChild(node, visit);
   };
   visit(source);

@@ -95,6 +95,7 @@ describe('a dispatcher SIGKILLed under load', () => {
             FAIRWAY_PREFIX: prefix,
             PORT: '0',
             FAIRWAY_LEASE_MS: String(LEASE_MS),
+            FAIRWAY_OPERATOR_PORT: '0',
             FAIRWAY_LOG_LEVEL: 'info',
           }),
         ),

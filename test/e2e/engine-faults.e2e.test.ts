@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { purgeStore } from '@fairway/store';
-import { redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
+import { freePort, redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
@@ -96,6 +96,8 @@ function kill(p: FairwayProcess): Promise<void> {
 interface Fleet {
   readonly engines: FairwayProcess[];
   readonly dispatchers: FairwayProcess[];
+  /** Each dispatcher's operator listener (`/metrics`), in order. */
+  readonly metricsUrls: string[];
   close(): Promise<void>;
 }
 
@@ -128,9 +130,11 @@ async function startFleet(nats: TestServer, staleMs: number): Promise<Fleet> {
       ),
     ),
   );
+  const operatorPorts = [await freePort(), await freePort()];
   const dispatchers = await Promise.all(
-    ['a', 'b'].map((id) =>
+    ['a', 'b'].map((id, i) =>
       startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
+        FAIRWAY_OPERATOR_PORT: String(operatorPorts[i]),
         FAIRWAY_CONFIG: configPath,
         REDIS_URL: redisUrl(),
         NATS_URL: nats.url,
@@ -144,6 +148,7 @@ async function startFleet(nats: TestServer, staleMs: number): Promise<Fleet> {
   const fleet: Fleet = {
     engines,
     dispatchers,
+    metricsUrls: operatorPorts.map((p) => `http://127.0.0.1:${p}`),
     async close() {
       await Promise.all([...dispatchers, ...engines].map((p) => p.stop()));
       const redis = new Redis(redisUrl());
@@ -196,7 +201,7 @@ describe('engine faults', () => {
     const refused = outcomes.filter((o) => !o.firstByte && o.status !== 200);
     const cut = outcomes.filter((o) => o.status === 200 && !o.done);
     const retries = (
-      await Promise.all(f.dispatchers.map((d) => metric(d.url, 'fairway_engine_retries_total')))
+      await Promise.all(f.metricsUrls.map((u) => metric(u, 'fairway_engine_retries_total')))
     ).reduce((a, b) => a + b, 0);
     console.info(
       `engine SIGKILL under load: ${outcomes.length} requests, ${outcomes.filter((o) => o.done).length} completed, ` +
@@ -217,10 +222,11 @@ describe('engine faults', () => {
     // Heartbeats alone would take 10 s to show the dead replica: only the failure report can help B.
     const f = await fleet(10_000);
     const [a, b] = f.dispatchers as [FairwayProcess, FairwayProcess];
+    const [aMetrics, bMetrics] = f.metricsUrls as [string, string];
     await kill(f.engines[0]!);
     // Dispatcher A catches the failure (least-kv spreads concurrent requests over both replicas).
     const deadline = Date.now() + 10_000;
-    while ((await metric(a.url, 'fairway_engine_retries_total')) === 0) {
+    while ((await metric(aMetrics, 'fairway_engine_retries_total')) === 0) {
       if (Date.now() > deadline) throw new Error('dispatcher A never placed a request on the dead replica');
       const answers = await Promise.all(Array.from({ length: 4 }, () => chat(a.url, 2)));
       for (const x of answers) expect(x.status, x.text).toBe(200);
@@ -229,7 +235,7 @@ describe('engine faults', () => {
     // Dispatcher B never calls the dead engine: no failure, no retry of its own.
     const answers = await Promise.all(Array.from({ length: 16 }, (_, i) => chat(b.url, 2, i % 2 === 0)));
     for (const x of answers) expect(x.status, x.text).toBe(200);
-    expect(await metric(b.url, 'fairway_engine_retries_total')).toBe(0);
+    expect(await metric(bMetrics, 'fairway_engine_retries_total')).toBe(0);
 
     // The last engine dies: a clear 503 no_replica from both — not a 504 after the 20 s queue timeout.
     await kill(f.engines[1]!);

@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { purgeStore, RedisStore } from '@fairway/store';
-import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
+import { freePort, natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
@@ -67,6 +67,7 @@ describe('a request whose replica fails before answering is retried on another r
   const prefix = uniquePrefix('retry');
   const engines: FairwayProcess[] = [];
   let dispatcher: FairwayProcess;
+  let operatorPort: number;
   let store: RedisStore;
   let redis: Redis;
 
@@ -87,7 +88,9 @@ describe('a request whose replica fails before answering is retried on another r
         ),
       )),
     );
+    operatorPort = await freePort();
     dispatcher = await startFairway(['serve', '--id', 'retry'], /listening on (http:\/\/\S+)/, {
+      FAIRWAY_OPERATOR_PORT: String(operatorPort),
       FAIRWAY_CONFIG: configPath,
       REDIS_URL: redisUrl(),
       NATS_URL: natsUrl(),
@@ -119,7 +122,7 @@ describe('a request whose replica fails before answering is retried on another r
   }, 30_000);
 
   it('serves every request after one replica is killed, streamed or not, and leaks no reservation', async () => {
-    const before = await metric(dispatcher.url, 'fairway_engine_retries_total');
+    const before = await metric(`http://127.0.0.1:${operatorPort}`, 'fairway_engine_retries_total');
     const dead = engines[0] as FairwayProcess;
     const exited = new Promise((r) => dead.proc.once('exit', r));
     dead.kill9();
@@ -137,7 +140,9 @@ describe('a request whose replica fails before answering is retried on another r
       } else expect(JSON.parse(a.text).usage).toMatchObject({ completion_tokens: 4 });
     }
     // The failures really happened and were retried (not just avoided).
-    expect(await metric(dispatcher.url, 'fairway_engine_retries_total')).toBeGreaterThan(before);
+    expect(await metric(`http://127.0.0.1:${operatorPort}`, 'fairway_engine_retries_total')).toBeGreaterThan(
+      before,
+    );
     expect(await store.reserved('sim-1')).toEqual({ tokens: 0, seqs: 0 });
     expect(await store.reserved('sim-2')).toEqual({ tokens: 0, seqs: 0 });
   }, 60_000);

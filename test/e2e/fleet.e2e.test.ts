@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VllmClient } from '@fairway/engine';
 import { purgeStore, RedisStore } from '@fairway/store';
-import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
+import { freePort, natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import type {
@@ -77,6 +77,7 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
     return { tokens, seqs };
   };
   const url = (i: number): string => dispatchers[i]!.url;
+  const operatorPorts: number[] = [];
 
   beforeAll(async () => {
     const dir = mkdtempSync(join(tmpdir(), 'fairway-fleet-'));
@@ -100,18 +101,23 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
       FAIRWAY_LEASE_MS: String(LEASE_MS),
       FAIRWAY_LOG_LEVEL: 'warn',
     };
+    // Metrics are on each dispatcher's operator port, apart from the API.
+    for (let i = 0; i < 3; i++) operatorPorts.push(await freePort());
     const serveStarts = [1, 2, 3].map((i) =>
-      startFairway(['serve', '--id', `d${i}`], /listening on (http:\/\/\S+)/, env),
+      startFairway(['serve', '--id', `d${i}`], /listening on (http:\/\/\S+)/, {
+        ...env,
+        FAIRWAY_OPERATOR_PORT: String(operatorPorts[i - 1]),
+      }),
     );
     engines.push(...(await Promise.all(engineStarts)));
     dispatchers.push(...(await Promise.all(serveStarts)));
     redis = new Redis(redisUrl());
     store = new RedisStore({ redis, prefix });
     // Every dispatcher must have heard both replicas register before the tests start.
-    for (const d of dispatchers) {
+    for (const [i, d] of dispatchers.entries()) {
       const deadline = Date.now() + 15_000;
       for (;;) {
-        const metrics = await (await fetch(`${d.url}/metrics`)).text();
+        const metrics = await (await fetch(`http://127.0.0.1:${operatorPorts[i]}/metrics`)).text();
         const res = await fetch(`${d.url}/v1/chat/completions`, {
           method: 'POST',
           headers: { authorization: `Bearer ${KEYS.alpha}`, 'content-type': 'application/json' },

@@ -1,10 +1,16 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type AdminEventInput, NatsBus } from '@fairway/bus';
+import { type AdminEventInput, generateOperatorKeyPair, NatsBus, OperatorSigner } from '@fairway/bus';
 import { hashApiKey } from '@fairway/dispatcher';
 import { purgeStore } from '@fairway/store';
-import { type RestartableServer, redisUrl, startRestartableNatsServer, uniquePrefix } from '@fairway/testkit';
+import {
+  freePort,
+  type RestartableServer,
+  redisUrl,
+  startRestartableNatsServer,
+  uniquePrefix,
+} from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
@@ -63,12 +69,16 @@ async function metric(url: string, name: string): Promise<number> {
   return line === undefined ? Number.NaN : Number(line.split(' ')[1]);
 }
 
-/** Publishes an admin event, retrying while the client is still reconnecting. */
+/** The operator's key: dispatchers apply only admin events it signed. */
+const operator = generateOperatorKeyPair();
+const signer = OperatorSigner.fromPem(operator.privateKeyPem);
+
+/** Publishes a signed admin event, retrying while the client is still reconnecting. */
 async function publishAdmin(bus: NatsBus, event: AdminEventInput): Promise<number> {
   const deadline = Date.now() + 15_000;
   for (;;) {
     try {
-      return await bus.publishAdminEvent(event);
+      return await bus.publishAdminEvent(signer.sign(event, bus.prefix));
     } catch (err) {
       if (Date.now() > deadline) throw err;
       await new Promise((r) => setTimeout(r, 200));
@@ -99,12 +109,16 @@ describe('a NATS outage under load', () => {
   let admin: NatsBus;
   const engines: FairwayProcess[] = [];
   const dispatchers: FairwayProcess[] = [];
+  /** Each dispatcher's operator listener (`/metrics`). */
+  const metricsUrls: string[] = [];
 
   beforeAll(async () => {
     nats = await startRestartableNatsServer();
     const dir = mkdtempSync(join(tmpdir(), 'fairway-outage-'));
     const configPath = join(dir, 'fairway.yaml');
     writeFileSync(configPath, CONFIG);
+    const operatorKey = join(dir, 'operator.pub.pem');
+    writeFileSync(operatorKey, operator.publicKeyPem);
     const common = ['--nats-url', nats.url, '--prefix', prefix, '--pool', POOL, '--log-level', 'warn'];
     engines.push(
       ...(await Promise.all(
@@ -118,14 +132,18 @@ describe('a NATS outage under load', () => {
         ),
       )),
     );
+    const operatorPorts = [await freePort(), await freePort()];
+    metricsUrls.push(...operatorPorts.map((p) => `http://127.0.0.1:${p}`));
     dispatchers.push(
       ...(await Promise.all(
-        ['a', 'b'].map((id) =>
+        ['a', 'b'].map((id, i) =>
           startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
+            FAIRWAY_OPERATOR_PORT: String(operatorPorts[i]),
             FAIRWAY_CONFIG: configPath,
             REDIS_URL: redisUrl(),
             NATS_URL: nats.url,
             FAIRWAY_PREFIX: prefix,
+            FAIRWAY_OPERATOR_PUBLIC_KEY_FILE: operatorKey,
             PORT: '0',
             FAIRWAY_LOG_LEVEL: 'error',
           }),
@@ -166,7 +184,7 @@ describe('a NATS outage under load', () => {
     await nats.halt();
     await new Promise((r) => setTimeout(r, 2000));
     // The dispatchers know the bus is down (and say so in their metrics).
-    for (const d of dispatchers) expect(await metric(d.url, 'fairway_bus_connected')).toBe(0);
+    for (const u of metricsUrls) expect(await metric(u, 'fairway_bus_connected')).toBe(0);
     const during = outcomes.length;
     await new Promise((r) => setTimeout(r, 8000));
     const served = outcomes.length - during;
@@ -182,7 +200,7 @@ describe('a NATS outage under load', () => {
     running = false;
     await Promise.all(workers);
     await keyWorks(dispatchers, 'sk-outage-beta-0002');
-    for (const d of dispatchers) expect(await metric(d.url, 'fairway_bus_connected')).toBe(1);
+    for (const u of metricsUrls) expect(await metric(u, 'fairway_bus_connected')).toBe(1);
 
     const ok = outcomes.filter((o) => o.ok).length;
     const failures = outcomes.filter((o) => !o.ok).map((o) => `${o.status} ${o.text.slice(0, 160)}`);

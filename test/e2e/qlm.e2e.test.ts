@@ -161,6 +161,8 @@ describe('qlm across fairway serve processes', () => {
       NATS_URL: natsUrl(),
       FAIRWAY_PREFIX: prefix,
       PORT: '0',
+      // Two dispatchers on one host: no operator listeners (they would share port 9464).
+      FAIRWAY_OPERATOR_PORT: '0',
       FAIRWAY_LOG_LEVEL: 'warn',
     };
     dispatchers.push(

@@ -31,7 +31,7 @@ describe('fairway up with the example config, through the official openai client
   let up: UpHandle;
   let client: OpenAI;
   beforeAll(async () => {
-    up = await startUp({ port: 0, speed: 20, env: {}, logger: silentLogger });
+    up = await startUp({ port: 0, operatorPort: 0, speed: 20, env: {}, logger: silentLogger });
     client = new OpenAI({ baseURL: `${up.url}/v1`, apiKey: up.keys[0]!.key, maxRetries: 0 });
   });
   afterAll(async () => {
@@ -180,7 +180,15 @@ describe('fairway up limits and availability', () => {
         '',
       ].join('\n'),
     );
-    up = await startUp({ configPath: path, port: 0, speed: 20, engines: 1, env: {}, logger: silentLogger });
+    up = await startUp({
+      configPath: path,
+      port: 0,
+      operatorPort: 0,
+      speed: 20,
+      engines: 1,
+      env: {},
+      logger: silentLogger,
+    });
     client = new OpenAI({ baseURL: `${up.url}/v1`, apiKey: 'sk-capped-0001', maxRetries: 0 });
   });
   afterAll(async () => {
@@ -209,7 +217,7 @@ describe('fairway up limits and availability', () => {
 describe('npx fairway up (the README command)', () => {
   it('starts the embedded stack and prints a URL, keys and a curl line that work', async () => {
     const p = await startFairway(
-      ['up', '--port', '0', '--speed', '20', '--log-level', 'error'],
+      ['up', '--port', '0', '--operator-port', '0', '--speed', '20', '--log-level', 'error'],
       /^fairway is up: (http:\/\/\S+)/,
       { REDIS_URL: '', NATS_URL: '' },
     );

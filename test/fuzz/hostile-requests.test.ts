@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startUp, type UpHandle } from '@fairway/cli';
 import { createRng, silentLogger } from '@fairway/core';
-import { RedisStore } from '@fairway/store';
+import { RedisStore, tenantScoped } from '@fairway/store';
 import { redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
@@ -150,6 +150,7 @@ describe('a dispatcher under 10,000 hostile requests', () => {
     up = await startUp({
       configPath,
       port: 0,
+      operatorPort: 0,
       engines: 1,
       speed: 50,
       redisUrl: redisUrl(),
@@ -293,8 +294,11 @@ describe('a dispatcher under 10,000 hostile requests', () => {
     const keys = (store as RedisStore).keys;
     expect(await redis.keys(keys.key('req', '*'))).toEqual([]);
     expect(Number(await redis.get(keys.key('poolQueued', 'fuzz')))).toBe(0);
-    expect(await redis.get(keys.key('windowTotal', 'rpm:tenant:attacker'))).toBeNull();
-    expect(Number(await redis.get(keys.key('windowTotal', 'rpm:tenant:victim')))).toBe(victimUsage.length);
+    // Windows are the tenant's own (store layout 3: keyed by tenant).
+    const window = (tenant: string): string =>
+      keys.key('windowTotal', tenantScoped(tenant, `rpm:tenant:${tenant}`));
+    expect(await redis.get(window('attacker'))).toBeNull();
+    expect(Number(await redis.get(window('victim')))).toBe(victimUsage.length);
     console.log(
       `hostile requests: ${CASES} in ${elapsedS.toFixed(1)} s; statuses ${JSON.stringify(Object.fromEntries([...byStatus].sort((a, b) => a[0] - b[0])))}; victim served ${victimUsage.length}`,
     );

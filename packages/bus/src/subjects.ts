@@ -57,9 +57,9 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
   switch (kind) {
     case 'registration':
     case 'heartbeat':
-    case 'replicaUnavailable':
     case 'evict':
-      return (msg as MessageOf<'registration' | 'heartbeat' | 'replicaUnavailable' | 'evict'>).replicaId;
+    case 'replicaUnavailable':
+      return (msg as MessageOf<'registration' | 'heartbeat' | 'evict' | 'replicaUnavailable'>).replicaId;
     case 'assignment':
       return (msg as MessageOf<'assignment'>).dispatcherId;
     case 'desiredReplicas':

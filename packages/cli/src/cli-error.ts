@@ -1,4 +1,4 @@
-import { ConfigError, FairwayError } from '@fairway/core';
+import { ConfigError, FairwayError, redactSecrets } from '@fairway/core';
 
 /** Exit codes of the `fairway` command. */
 export const ExitCode = {
@@ -46,9 +46,15 @@ function listenProblem(err: unknown): string | undefined {
 /**
  * Turns an error into the lines to print and the exit code: validation and usage errors give one
  * line per problem and exit 2, as does a server that cannot listen (busy port, foreign address);
- * anything else is internal (exit 1, message only unless `debug`).
+ * anything else is internal (exit 1, message only unless `debug`). Secrets (URL passwords, tokens)
+ * are redacted from every line.
  */
 export function describeError(err: unknown, debug = false): { lines: string[]; code: ExitCode } {
+  const d = describeUnredacted(err, debug);
+  return { lines: d.lines.map(redactSecrets), code: d.code };
+}
+
+function describeUnredacted(err: unknown, debug: boolean): { lines: string[]; code: ExitCode } {
   const listen = listenProblem(err);
   if (listen !== undefined) return { lines: [`error: ${listen}`], code: ExitCode.USAGE };
   if (err instanceof UsageError)

@@ -1,10 +1,21 @@
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { DEFAULT_SLO_CLASSES } from './domain.ts';
 import { parseWith, readStructuredFile } from './validate.ts';
 
-const id = z
+/**
+ * Ids of tenants, apps, pools, engines and SLO classes: a safe alphabet without "/" (see
+ * `tenantUserId`), usable in store keys, metric labels and logs without escaping.
+ */
+export const configIdSchema = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/, 'must be 1-64 letters, digits, ".", "_", ":" or "-"');
+const id = configIdSchema;
+
+/** `sha256:<hex>` of an API key, the only form in which keys are stored and compared. */
+export function hashApiKey(key: string): string {
+  return `sha256:${createHash('sha256').update(key, 'utf8').digest('hex')}`;
+}
 const positive = z.number().positive();
 const nonNegInt = z.number().int().nonnegative();
 
@@ -221,6 +232,62 @@ export const policyConfigSchema = z
   })
   .strict();
 
+/**
+ * How a dispatcher's listeners are run: the operator port (metrics and health apart from the
+ * public API) and the limits that keep slow or numerous clients from holding connections.
+ */
+export const serverConfigSchema = z
+  .object({
+    /**
+     * Port of the operator listener (`/metrics`, `/health`, `/ready`); 0 disables it. The public
+     * API port never serves `/metrics`. Flag `--operator-port` and env `FAIRWAY_OPERATOR_PORT` win.
+     * @default 9464
+     */
+    operatorPort: z.number().int().min(0).max(65535).default(9464),
+    /** Interface the operator listener binds. @default '127.0.0.1' */
+    operatorHost: z.string().min(1).default('127.0.0.1'),
+    /** When set, `/metrics` requires `Authorization: Bearer <token>`. @default none */
+    metricsToken: z.string().min(16, 'must be at least 16 characters').optional(),
+    /** Most connections the API listener holds at once; more are closed on accept. @default 10000 */
+    maxConnections: z.number().int().positive().default(10_000),
+    /**
+     * Most connections one client address may hold at once; more are closed on accept, so one
+     * host's slow or idle sockets cannot take the whole `maxConnections`. Off by default: behind a
+     * load balancer or NAT every client shares an address. @default none
+     */
+    maxConnectionsPerIp: z.number().int().positive().optional(),
+    /**
+     * Time a client has to send a whole request (headers and body), seconds; then 408 and the
+     * connection is closed. Streaming responses are not limited by it. @default 30
+     */
+    requestTimeoutS: positive.default(30),
+    /** Time a client has to send its request headers, seconds (≤ `requestTimeoutS`). @default 10 */
+    headersTimeoutS: positive.default(10),
+  })
+  .strict()
+  .refine((s) => s.headersTimeoutS <= s.requestTimeoutS, {
+    message: 'headersTimeoutS must not exceed requestTimeoutS',
+    path: ['headersTimeoutS'],
+  });
+
+/** What the gateway's Prometheus metrics may reveal. */
+export const metricsConfigSchema = z
+  .object({
+    /**
+     * Tenant label values: `plain` (the tenant id), `hashed` (a short HMAC of the id keyed by
+     * `labelKey`, stable across the deployment's dispatchers, unreadable without the key) or `none`
+     * (every tenant reported as one, empty label). @default 'plain'
+     */
+    tenantLabels: z.enum(['plain', 'hashed', 'none']).default('plain'),
+    /** Key of the `hashed` labels; required for `hashed`. */
+    labelKey: z.string().min(16, 'must be at least 16 characters').optional(),
+  })
+  .strict()
+  .refine((m) => m.tenantLabels !== 'hashed' || m.labelKey !== undefined, {
+    message: 'tenantLabels "hashed" needs labelKey (the same on every dispatcher)',
+    path: ['labelKey'],
+  });
+
 const path = z.string().min(1, 'must not be empty');
 
 /**
@@ -330,6 +397,10 @@ export const fairwayConfigSchema = z
     policy: policyConfigSchema.default(policyConfigSchema.parse({})),
     /** Limits applied to every tenant that sets none of its own. */
     defaultLimits: limitsSchema.default({}),
+    /** Listeners: operator port, connection limits, request timeouts. */
+    server: serverConfigSchema.default(serverConfigSchema.parse({})),
+    /** What the Prometheus metrics reveal of tenants. */
+    metrics: metricsConfigSchema.default(metricsConfigSchema.parse({})),
     /** NATS credentials, operator keys and the replica allow-list. */
     bus: busConfigSchema.default({ nats: {}, operatorPublicKeyFiles: [] }),
     /** Redis through Sentinel (see {@link storeConfigSchema}). */
@@ -357,6 +428,22 @@ export const fairwayConfigSchema = z
     });
     const classes = new Set(cfg.sloClasses.map((c) => c.name));
     const apps = new Set(cfg.apps.map((a) => a.id));
+    // A key authenticates as one tenant: the same key (plain or hashed) under two tenants is an
+    // error naming both, never "the later tenant wins" (which would bill the wrong one).
+    const keyOwner = new Map<string, string>();
+    cfg.tenants.forEach((t, i) => {
+      t.keys.forEach((k, j) => {
+        const hash = k.hash ?? hashApiKey(k.key ?? '');
+        const owner = keyOwner.get(hash);
+        if (owner !== undefined && owner !== t.id)
+          ctx.addIssue({
+            code: 'custom',
+            path: ['tenants', i, 'keys', j],
+            message: `this API key is also a key of tenant "${owner}"; a key may belong to one tenant only ("${owner}" and "${t.id}")`,
+          });
+        keyOwner.set(hash, owner ?? t.id);
+      });
+    });
     cfg.tenants.forEach((t, i) => {
       if (t.sloClass && !classes.has(t.sloClass))
         ctx.addIssue({
@@ -385,6 +472,10 @@ export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
 export type TenantConfig = z.infer<typeof tenantSchema>;
 export type LimitsConfig = z.infer<typeof limitsSchema>;
 export type PolicyConfig = z.infer<typeof policyConfigSchema>;
+/** A dispatcher's listener settings (`server`). */
+export type ServerConfig = z.infer<typeof serverConfigSchema>;
+/** What the gateway's metrics reveal (`metrics`). */
+export type MetricsConfig = z.infer<typeof metricsConfigSchema>;
 /** The bus section of the config. */
 export type BusConfig = z.infer<typeof busConfigSchema>;
 export type RedisSentinelConfig = z.infer<typeof redisSentinelConfigSchema>;

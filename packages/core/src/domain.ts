@@ -104,3 +104,13 @@ export interface PoolSpec {
   readonly id: string;
   readonly model: string;
 }
+
+/**
+ * The id of a tenant's end user as fairway keys it (`RequestDescriptor.user`): `<tenant>/<user>`.
+ * Tenant ids contain no "/", so whatever a tenant sends as its user (`x-fairway-user`), it never
+ * names another tenant's user, or another tenant: fairness flows (WSC), user windows and
+ * throttles stay the tenant's own.
+ */
+export function tenantUserId(tenant: string, user: string): string {
+  return `${tenant}/${user}`;
+}

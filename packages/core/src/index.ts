@@ -3,12 +3,16 @@ export {
   type BusConfig,
   busConfigSchema,
   type ControlConfig,
+  configIdSchema,
   controlConfigSchema,
   type FairwayConfig,
   fairwayConfigSchema,
+  hashApiKey,
   type LimitsConfig,
   limitsSchema,
   loadConfig,
+  type MetricsConfig,
+  metricsConfigSchema,
   type NatsAuthConfig,
   type NatsTlsConfig,
   natsAuthConfigSchema,
@@ -19,7 +23,9 @@ export {
   type RedisSentinelConfig,
   redisSentinelConfigSchema,
   type ScalingConfig,
+  type ServerConfig,
   scalingConfigSchema,
+  serverConfigSchema,
   type TenantConfig,
 } from './config.ts';
 export {
@@ -38,11 +44,12 @@ export {
   type RequestDescriptor,
   type SloClass,
   type Tenant,
+  tenantUserId,
   type Usage,
 } from './domain.ts';
 export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
 export { createLogger, type Logger, type LoggerOptions, silentLogger } from './logger.ts';
-export { redactUrls } from './redact.ts';
+export { REDACTED, redactSecrets, redactUrls, SECRET_FIELDS, secretLogPaths } from './redaction.ts';
 export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
 export {

@@ -1,4 +1,5 @@
 import { pino } from 'pino';
+import { REDACTED, redactSecrets, secretLogPaths } from './redaction.ts';
 
 /** Structured logger injected into every component; never a global. */
 export interface Logger {
@@ -24,11 +25,45 @@ export interface LoggerOptions {
   level?: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   /** Component name added to every line. */
   name?: string;
+  /** Where lines go (tests capture them). @default stderr */
+  destination?: pino.DestinationStream;
 }
 
-/** A pino logger writing JSON lines to stderr (stdout stays free for `--json` output). */
+/** Strings of a log call's object with their secrets redacted (one level into nested objects). */
+function scrub(obj: object, depth = 0): object {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(obj)) {
+    if (typeof v === 'string') out[k] = redactSecrets(v);
+    else if (v instanceof Error) out[k] = redactSecrets(v.message);
+    else if (depth === 0 && v !== null && typeof v === 'object' && !Array.isArray(v)) out[k] = scrub(v, 1);
+    else out[k] = v;
+  }
+  return out;
+}
+
+/**
+ * A pino logger writing JSON lines to stderr (stdout stays free for `--json` output). Every line
+ * is redacted: secret fields (`authorization`, `password`, `token`, `key`, … — pino `redact`) and,
+ * in every string of the line and its message, URL passwords, secret query parameters and bearer
+ * credentials ({@link redactSecrets}).
+ */
 export function createLogger(options: LoggerOptions = {}): Logger {
-  const base = pino({ level: options.level ?? 'info', name: options.name }, pino.destination(2));
+  const base = pino(
+    {
+      level: options.level ?? 'info',
+      name: options.name,
+      redact: { paths: secretLogPaths(), censor: REDACTED },
+      hooks: {
+        logMethod(args, method) {
+          const scrubbed = args.map((a) =>
+            typeof a === 'string' ? redactSecrets(a) : a !== null && typeof a === 'object' ? scrub(a) : a,
+          );
+          return method.apply(this, scrubbed as Parameters<typeof method>);
+        },
+      },
+    },
+    options.destination ?? pino.destination(2),
+  );
   return wrap(base);
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { redactUrls } from '../src/redact.ts';
+import { redactUrls } from '../src/redaction.ts';
 
 describe('redactUrls', () => {
   it('masks passwords and tokens in every URL of a text, keeping the rest readable', () => {

@@ -140,6 +140,7 @@ const settings = serveSettings(
     natsUrl: a.natsUrl,
     prefix: a.prefix,
     port: 0,
+    operatorPort: 0,
     dispatcherId: a.name,
     logLevel: 'warn',
     // Before the fused operations every dispatch round read the reservations from the store.

@@ -6,7 +6,7 @@ import {
   OperatorVerifier,
   type Unsubscribe,
 } from '@fairway/bus';
-import type { Logger } from '@fairway/core';
+import { configIdSchema, type Logger } from '@fairway/core';
 import type { KeyRing } from './auth.ts';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import type { TenantDirectory } from './tenant-directory.ts';
@@ -172,6 +172,9 @@ export class AdminEventApplier {
     const { keys, tenants } = this.#o;
     switch (e.type) {
       case 'tenantUpsert': {
+        // Tenant ids scope users, windows and metric labels: the config file's alphabet only.
+        if (!configIdSchema.safeParse(e.tenant.id).success)
+          return { applied: false, reason: 'tenant id must be 1-64 letters, digits, ".", "_", ":" or "-"' };
         if (e.tenant.sloClass !== undefined && !this.#o.sloClasses.has(e.tenant.sloClass))
           return { applied: false, reason: `unknown SLO class "${e.tenant.sloClass}"` };
         tenants.upsertTenant({
@@ -191,6 +194,16 @@ export class AdminEventApplier {
         if (!tenants.has(e.tenantId)) return { applied: false, reason: `no tenant "${e.tenantId}"` };
         if (e.sloClass !== undefined && !this.#o.sloClasses.has(e.sloClass))
           return { applied: false, reason: `unknown SLO class "${e.sloClass}"` };
+        {
+          // A key authenticates as one tenant; re-issuing it to another would hand that tenant
+          // the first one's traffic and bill. The owner must revoke it first.
+          const owner = keys.ownerOf(e.keyHash);
+          if (owner !== undefined && owner !== e.tenantId)
+            return {
+              applied: false,
+              reason: `key already belongs to tenant "${owner}"; refused for tenant "${e.tenantId}"`,
+            };
+        }
         if (this.#revoked.has(e.keyHash))
           return { applied: false, reason: 'this key was revoked; issue a new key' };
         keys.add(e.keyHash, { tenant: e.tenantId, app: e.app, sloClass: e.sloClass });

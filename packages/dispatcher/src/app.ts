@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { Socket } from 'node:net';
 import type { Bus, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger } from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
@@ -19,7 +20,7 @@ import type { LeaseBackend } from './leader-lease.ts';
 import { loadPoolTokenizers } from './pool-tokenizers.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
 import { openAiRoutes } from './routes/openai.ts';
-import { opsRoutes } from './routes/ops.ts';
+import { healthRoutes, metricsRoute } from './routes/ops.ts';
 import { schedulingFromConfig } from './scheduling-config.ts';
 import { TenantDirectory } from './tenant-directory.ts';
 import { TimedStore } from './timed-store.ts';
@@ -50,9 +51,15 @@ export interface DispatcherDeps {
   readonly adminTrust: AdminTrust;
 }
 
-/** A built dispatcher: the fastify app (not listening) and its parts, for tests and tools. */
+/** A built dispatcher: the fastify apps (not listening) and their parts, for tests and tools. */
 export interface Dispatcher {
+  /** The public API: OpenAI routes, `/health`, `/ready`. */
   readonly app: FastifyInstance;
+  /**
+   * The operator listener's app: `/metrics` (with `server.metricsToken` if set), `/health`,
+   * `/ready`. Closed with `app`; listening on `server.operatorPort` is the caller's.
+   */
+  readonly operator: FastifyInstance;
   readonly runtime: GatewayRuntime;
   readonly metrics: GatewayMetrics;
 }
@@ -63,8 +70,52 @@ const KNOWN_ROUTES: Record<string, string> = {
   '/v1/models': 'GET',
   '/health': 'GET',
   '/ready': 'GET',
-  '/metrics': 'GET',
 };
+
+const OPERATOR_ROUTES: Record<string, string> = { '/metrics': 'GET', '/health': 'GET', '/ready': 'GET' };
+
+/** Closes, as it is accepted, a connection from an address that already holds `limit`. */
+function capConnectionsPerIp(app: FastifyInstance, limit: number): void {
+  const held = new Map<string, number>();
+  app.server.on('connection', (socket: Socket) => {
+    const ip = socket.remoteAddress ?? '';
+    const n = (held.get(ip) ?? 0) + 1;
+    if (n > limit) {
+      socket.destroy();
+      return;
+    }
+    held.set(ip, n);
+    socket.once('close', () => {
+      const left = (held.get(ip) ?? 1) - 1;
+      if (left <= 0) held.delete(ip);
+      else held.set(ip, left);
+    });
+  });
+}
+
+/**
+ * Answers every error and unknown route of `app` with an OpenAI-shaped body and its catalogue
+ * status (no stack traces); 5xx are logged.
+ */
+function answerErrorsAsOpenAi(app: FastifyInstance, routes: Record<string, string>, logger: Logger): void {
+  app.setErrorHandler((err, _request, reply) => {
+    const api = toApiError(err);
+    if (api.status >= 500)
+      logger.error({ err: err instanceof Error ? err.message : String(err) }, 'request failed');
+    if (api.retryAfterS !== undefined) void reply.header('retry-after', String(api.retryAfterS));
+    return reply.code(api.status).send(api.body());
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0] ?? '';
+    const allowed = routes[path];
+    const api =
+      allowed === undefined
+        ? new ApiError('ROUTE_NOT_FOUND', `no route ${request.method} ${path}`)
+        : new ApiError('METHOD_NOT_ALLOWED', `${path} accepts ${allowed} only`);
+    if (allowed !== undefined) void reply.header('allow', allowed);
+    return reply.code(api.status).send(api.body());
+  });
+}
 
 /**
  * Builds a dispatcher (fastify app factory; `listen` is the caller's). The gateway runtime starts
@@ -81,7 +132,10 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     tenants,
     (id) => deps.registry.get(id)?.registration,
   );
-  const metrics = new GatewayMetrics(deps.config.tenants.map((t) => t.id));
+  const metrics = new GatewayMetrics(
+    deps.config.tenants.map((t) => t.id),
+    deps.config.metrics,
+  );
   const store = new TimedStore(deps.store, metrics.storeLatency, deps.timer);
   const logger = deps.logger.child({ dispatcher: deps.id });
   const configuredPools = new Set(deps.config.pools.map((p) => p.id));
@@ -153,15 +207,30 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     logger,
   };
 
+  const server = deps.config.server;
+  const requestTimeoutMs = server.requestTimeoutS * 1000;
   const app = Fastify({
     bodyLimit: options.bodyLimitBytes,
     logger: false,
     return503OnClosing: true,
-    // Every refusal, even of malformed HTTP, is an OpenAI-shaped error (see client-errors.ts).
-    http: { requireHostHeader: false },
+    // A client must send its whole request (headers and body) in time, or gets a 408 and loses the
+    // connection: without it a client sending headers and a trickle of body held its socket for
+    // minutes (fastify's default is no limit). Responses, streams included, are not limited.
+    requestTimeout: requestTimeoutMs,
+    http: {
+      // Every refusal, even of malformed HTTP, is an OpenAI-shaped error (see client-errors.ts).
+      requireHostHeader: false,
+      headersTimeout: server.headersTimeoutS * 1000,
+      // Node checks the two timeouts this often (30 s by default, which would stretch them).
+      connectionsCheckingInterval: Math.max(10, Math.min(1000, requestTimeoutMs / 4)),
+    },
     clientErrorHandler: answerClientError,
     frameworkErrors: answerFrameworkError,
   });
+  // Connections beyond the cap are closed as they are accepted, so slow or idle clients cannot
+  // exhaust the process's sockets and memory.
+  app.server.maxConnections = server.maxConnections;
+  if (server.maxConnectionsPerIp !== undefined) capConnectionsPerIp(app, server.maxConnectionsPerIp);
   // The API takes JSON only; anything else is a 415, not a string body that fails validation.
   app.removeContentTypeParser('text/plain');
   useStrictJsonBodies(app);
@@ -192,31 +261,28 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     app.server.closeAllConnections();
   });
   app.addHook('onClose', async () => engines.close());
-  app.setErrorHandler((err, _request, reply) => {
-    const api = toApiError(err);
-    if (api.status >= 500)
-      logger.error({ err: err instanceof Error ? err.message : String(err) }, 'request failed');
-    if (api.retryAfterS !== undefined) void reply.header('retry-after', String(api.retryAfterS));
-    return reply.code(api.status).send(api.body());
-  });
-  app.setNotFoundHandler((request, reply) => {
-    const path = request.url.split('?')[0] ?? '';
-    const allowed = KNOWN_ROUTES[path];
-    const api =
-      allowed === undefined
-        ? new ApiError('ROUTE_NOT_FOUND', `no route ${request.method} ${path}`)
-        : new ApiError('METHOD_NOT_ALLOWED', `${path} accepts ${allowed} only`);
-    if (allowed !== undefined) void reply.header('allow', allowed);
-    return reply.code(api.status).send(api.body());
-  });
-  void app.register(opsRoutes, {
-    runtime,
-    metrics,
-    pools: () => [...new Set([...configuredPools, ...replicas.pools()])],
-  });
+  answerErrorsAsOpenAi(app, KNOWN_ROUTES, logger);
+  void app.register(healthRoutes, { runtime });
   void app.register(openAiRoutes, {
     ctx,
     models: () => [...new Set([...scheduling.configuredModels, ...replicas.models()])].sort(),
   });
-  return { app, runtime, metrics };
+
+  // Metrics apart from the public API: tenants' ids, outcomes and token counts are for operators.
+  const operator = Fastify({
+    logger: false,
+    http: { requireHostHeader: false },
+    clientErrorHandler: answerClientError,
+    frameworkErrors: answerFrameworkError,
+  });
+  answerErrorsAsOpenAi(operator, OPERATOR_ROUTES, logger);
+  void operator.register(healthRoutes, { runtime });
+  void operator.register(metricsRoute, {
+    runtime,
+    metrics,
+    pools: () => [...new Set([...configuredPools, ...replicas.pools()])],
+    token: deps.config.server.metricsToken,
+  });
+  app.addHook('onClose', async () => operator.close());
+  return { app, operator, runtime, metrics };
 }

@@ -1,5 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { FairwayConfig } from '@fairway/core';
+import { type FairwayConfig, hashApiKey } from '@fairway/core';
 import type { TenantDirectory } from './tenant-directory.ts';
 
 /** Who a request authenticates as. */
@@ -12,10 +12,8 @@ export interface Principal {
   readonly sloClass: string | undefined;
 }
 
-/** `sha256:<hex>` of an API key, the only form in which keys are stored. */
-export function hashApiKey(key: string): string {
-  return `sha256:${createHash('sha256').update(key, 'utf8').digest('hex')}`;
-}
+/** `sha256:<hex>` of an API key (defined in core, beside the config that checks keys). */
+export { hashApiKey };
 
 interface Entry {
   readonly digest: Buffer;
@@ -45,6 +43,11 @@ export class KeyRing {
 
   constructor(tenants: TenantDirectory) {
     this.#tenants = tenants;
+  }
+
+  /** The tenant a key (by its hash) belongs to, if it is on the ring. */
+  ownerOf(hash: string): string | undefined {
+    return this.#byHash.get(hash.slice('sha256:'.length))?.tenant;
   }
 
   /** Adds (or re-issues) a key by its stored hash (`sha256:<hex>`). */

@@ -75,6 +75,8 @@ export const DispatcherErrorCode = {
   BUS_UNREACHABLE: 'FAIRWAY_DISPATCHER_BUS_UNREACHABLE',
   /** An operator public key file is missing or does not hold an Ed25519 public key. */
   OPERATOR_KEY_INVALID: 'FAIRWAY_DISPATCHER_OPERATOR_KEY_INVALID',
+  /** The operator listener (metrics) cannot listen where it is configured (port in use, foreign host). */
+  OPERATOR_PORT_INVALID: 'FAIRWAY_DISPATCHER_OPERATOR_PORT_INVALID',
 } as const;
 export type DispatcherErrorCode = (typeof DispatcherErrorCode)[keyof typeof DispatcherErrorCode];
 

@@ -1,3 +1,5 @@
+import { createHmac } from 'node:crypto';
+import type { MetricsConfig } from '@fairway/core';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 /** Outcome of a request at the gateway, a bounded label. */
@@ -15,11 +17,15 @@ export type RequestOutcome =
 /**
  * The gateway's Prometheus metrics. Label cardinality is bounded: tenants are the configured ones
  * (anything else is reported as `other`), pools and SLO classes come from config, store operations
- * from a fixed list.
+ * from a fixed list. Tenant label values follow `metrics.tenantLabels`: the id, a keyed hash of it
+ * or nothing. They are served on the operator port only.
  */
 export class GatewayMetrics {
   readonly registry = new Registry();
   readonly #tenants: Set<string>;
+  readonly #labels: MetricsConfig;
+  /** Hashed labels by tenant, computed once each. */
+  readonly #hashed = new Map<string, string>();
   readonly service: Counter<'tenant'>;
   readonly requests: Counter<'tenant' | 'outcome'>;
   readonly queueDepth: Gauge<'pool'>;
@@ -37,8 +43,10 @@ export class GatewayMetrics {
   /** Aladdin's desired replicas per pool, set by the control leader (`policy.scaling`). */
   readonly desiredReplicas: Gauge<'pool'>;
 
-  constructor(tenants: Iterable<string>) {
+  /** @param labels how tenants are labelled. @default plain ids */
+  constructor(tenants: Iterable<string>, labels: MetricsConfig = { tenantLabels: 'plain' }) {
     this.#tenants = new Set(tenants);
+    this.#labels = labels;
     const registers = [this.registry];
     this.service = new Counter({
       name: 'fairway_tenant_service_total',
@@ -111,9 +119,25 @@ export class GatewayMetrics {
     });
   }
 
-  /** The tenant label: the tenant itself if configured, `other` otherwise. */
+  /**
+   * The tenant label: for a configured tenant its id, or the first 12 hex digits of
+   * HMAC-SHA256(labelKey, id) under `hashed` (stable per deployment, not reversible by guessing
+   * ids without the key); `other` otherwise; empty (no label) under `none`.
+   */
   tenantLabel(tenant: string): string {
-    return this.#tenants.has(tenant) ? tenant : 'other';
+    const { tenantLabels, labelKey } = this.#labels;
+    if (tenantLabels === 'none') return '';
+    if (!this.#tenants.has(tenant)) return 'other';
+    if (tenantLabels === 'plain') return tenant;
+    let label = this.#hashed.get(tenant);
+    if (label === undefined) {
+      label = createHmac('sha256', labelKey ?? '')
+        .update(tenant)
+        .digest('hex')
+        .slice(0, 12);
+      this.#hashed.set(tenant, label);
+    }
+    return label;
   }
 
   /** Adds a tenant to the bounded label set (admin events). */

@@ -11,6 +11,7 @@ import {
   type Logger,
   parseWith,
   type RedisSentinelConfig,
+  redactSecrets,
   redactUrls,
   redisSentinelConfigSchema,
 } from '@fairway/core';
@@ -119,10 +120,12 @@ async function connectRedis(target: RedisTarget, timeoutMs: number, logger: Logg
   } catch (cause) {
     redis.disconnect();
     const reason = (first ?? (cause instanceof Error ? cause : new Error(String(cause)))).message;
+    // The URL may carry a password: never in an error or a log line.
+    const shown = redactSecrets(url);
     throw new DispatcherError(
       DispatcherErrorCode.STORE_UNREACHABLE,
-      url,
-      `cannot reach Redis at ${url}: ${reason}`,
+      shown,
+      `cannot reach Redis at ${shown}: ${redactSecrets(reason)}`,
       {
         cause: first ?? cause,
       },

@@ -1,4 +1,10 @@
-import { countPromptTokens, type RequestDescriptor, type SloClass, type TokenCounter } from '@fairway/core';
+import {
+  countPromptTokens,
+  type RequestDescriptor,
+  type SloClass,
+  type TokenCounter,
+  tenantUserId,
+} from '@fairway/core';
 import type { Principal } from './auth.ts';
 import { ApiError } from './errors.ts';
 import type { ChatCompletionBody, CompletionBody } from './openai-schemas.ts';
@@ -64,7 +70,7 @@ export function promptTokens(
 /**
  * Builds the scheduler's descriptor of a validated request (DESIGN.md request path, steps 1–2):
  * the tenant from the key; the app from the key, else `x-fairway-app` (a key bound to an app
- * may not claim another: 403); the user and interaction from headers; the SLO class from
+ * may not claim another: 403); the user (scoped by the tenant) and interaction from headers; the SLO class from
  * `x-fairway-slo-class`, else the key's or tenant's default; input tokens by {@link promptTokens}
  * (every field the engine tokenizes; the engine's usage settles them); the output cap from
  * `max_completion_tokens` or `max_tokens`, else injected so the reservation bounds what the
@@ -105,7 +111,8 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
     maxTokens,
     arrivalMs: input.arrivalMs,
     ...((principal.app ?? headers.app) !== undefined ? { app: principal.app ?? headers.app } : {}),
-    ...(headers.user !== undefined ? { user: headers.user } : {}),
+    // The user is the tenant's own: two tenants' "alice" are two users (flows, windows, throttles).
+    ...(headers.user !== undefined ? { user: tenantUserId(principal.tenant, headers.user) } : {}),
     ...(headers.interaction !== undefined ? { interactionId: headers.interaction } : {}),
     ...(body.priority !== undefined ? { priority: body.priority } : {}),
   };

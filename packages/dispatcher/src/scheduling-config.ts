@@ -187,8 +187,13 @@ export function schedulingFromConfig(
     if (t.tpm !== undefined) limits.push(tpmWindow(req.tenant, t.tpm, ctx.reservedTokens));
     if (req.app !== undefined)
       limits.push(...scopeWindows('app', req.app, tenants.appLimits(req.app), ctx.reservedTokens));
-    if (req.user !== undefined)
-      limits.push(...scopeWindows('user', req.user, tenants.userLimits(req.user), ctx.reservedTokens));
+    if (req.user !== undefined) {
+      // Limits an operator set for this tenant's user (`<tenant>/<user>`), else for every
+      // tenant's user of that name; either way the window is this tenant's user's own.
+      const bare = req.user.slice(req.tenant.length + 1);
+      const l = tenants.userLimits(req.user) ?? tenants.userLimits(bare);
+      limits.push(...scopeWindows('user', req.user, l, ctx.reservedTokens));
+    }
     if (oit) limits.push(...oit.limits(req, ctx));
     const interaction: AdmissionRules['interaction'] = interactions?.interaction(req);
     return {

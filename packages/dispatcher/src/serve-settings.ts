@@ -34,6 +34,13 @@ export interface ServeSettings {
   readonly port: number;
   /** @default '127.0.0.1' */
   readonly host: string;
+  /**
+   * Port of the operator listener (`/metrics`, health); 0 disables it. @default config
+   * `server.operatorPort` (9464)
+   */
+  readonly operatorPort: number | undefined;
+  /** Interface of the operator listener. @default config `server.operatorHost` ('127.0.0.1') */
+  readonly operatorHost: string | undefined;
   /** Redis key prefix and NATS subject prefix, so several fleets can share servers. @default 'fairway' */
   readonly prefix: string;
   /**
@@ -81,6 +88,8 @@ export const serveEnvSchema = z.object({
     .optional(),
   PORT: int(0, 65535).optional(),
   HOST: z.string().min(1).optional(),
+  FAIRWAY_OPERATOR_PORT: int(0, 65535).optional(),
+  FAIRWAY_OPERATOR_HOST: z.string().min(1).optional(),
   FAIRWAY_PREFIX: z
     .string()
     .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'must be letters, digits, "_", "-" and dots')
@@ -109,7 +118,8 @@ export type ServeOverrides = Partial<Omit<ServeSettings, 'options'>> & {
  * Reads a dispatcher's settings from the environment (`FAIRWAY_CONFIG`, `REDIS_URL` or
  * `REDIS_SENTINELS` with `REDIS_SENTINEL_NAME`, `REDIS_SENTINEL_PASSWORD`, `REDIS_PASSWORD`,
  * `REDIS_TLS`, `NATS_URL`,
- * `PORT`, `HOST`, `FAIRWAY_PREFIX`, `FAIRWAY_DISPATCHER_ID`, `FAIRWAY_LEASE_MS`,
+ * `PORT`, `HOST`, `FAIRWAY_OPERATOR_PORT`, `FAIRWAY_OPERATOR_HOST`, `FAIRWAY_PREFIX`,
+ * `FAIRWAY_DISPATCHER_ID`, `FAIRWAY_LEASE_MS`,
  * `FAIRWAY_QUEUE_TIMEOUT_MS`, `FAIRWAY_DEFAULT_MAX_TOKENS`, `FAIRWAY_BODY_LIMIT_BYTES`,
  * `FAIRWAY_RESERVE`, `FAIRWAY_REPREDICT`, `FAIRWAY_STALE_MS`, `FAIRWAY_LOG_LEVEL`,
  * `FAIRWAY_OPERATOR_PUBLIC_KEY_FILE` and the `NATS_*` credentials), with `overrides` on top. Throws a
@@ -153,6 +163,8 @@ export function serveSettings(
         .filter((f) => f !== ''),
     port: overrides.port ?? e.PORT ?? 8080,
     host: overrides.host ?? e.HOST ?? '127.0.0.1',
+    operatorPort: overrides.operatorPort ?? e.FAIRWAY_OPERATOR_PORT,
+    operatorHost: overrides.operatorHost ?? e.FAIRWAY_OPERATOR_HOST,
     prefix: overrides.prefix ?? e.FAIRWAY_PREFIX ?? 'fairway',
     dispatcherId: overrides.dispatcherId ?? e.FAIRWAY_DISPATCHER_ID,
     staleAfterMs: overrides.staleAfterMs ?? e.FAIRWAY_STALE_MS ?? 1000,

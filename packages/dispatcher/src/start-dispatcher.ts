@@ -7,11 +7,18 @@ import { VllmClient } from '@fairway/engine';
 import { adminTrustOf } from './admin-events.ts';
 import { buildDispatcher, type Dispatcher } from './app.ts';
 import type { EngineFactory } from './engine-pool.ts';
+import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { connectInfrastructure, type Infrastructure } from './infrastructure.ts';
 import { newDispatcherId, type ServeSettings } from './serve-settings.ts';
 
 /** The real-time monotonic clock dispatchers time latencies with (ms, sub-ms resolution). */
 export const monotonicTimer: Clock = { now: () => performance.now() };
+
+/** `http://host:port`, with a wildcard host shown as loopback and IPv6 in brackets. */
+function baseUrl(bindHost: string, port: number): string {
+  const host = bindHost === '0.0.0.0' || bindHost === '::' ? '127.0.0.1' : bindHost;
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+}
 
 /** Inputs of {@link startDispatcher}. */
 export interface StartDispatcherInput {
@@ -30,6 +37,8 @@ export interface RunningDispatcher {
   /** Base URL, e.g. `http://127.0.0.1:8080`. */
   readonly url: string;
   readonly port: number;
+  /** Base URL of the operator listener (`/metrics`, health); undefined when disabled (port 0). */
+  readonly operatorUrl: string | undefined;
   readonly dispatcher: Dispatcher;
   readonly infrastructure: Infrastructure;
   /** Stops accepting, lets running requests finish, releases connections it opened. */
@@ -62,6 +71,8 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
       natsSecurity: mergeNatsSecurity(settings.natsSecurity, config.bus.nats),
       allowedReplicas: config.bus.allowedReplicas,
     }));
+  const operatorPort = settings.operatorPort ?? config.server.operatorPort;
+  const operatorHost = settings.operatorHost ?? config.server.operatorHost;
   let dispatcher: Dispatcher;
   try {
     const adminTrust = adminTrustOf(
@@ -87,12 +98,30 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     if (owned) await infrastructure.close();
     throw err;
   }
+  if (operatorPort !== 0) {
+    try {
+      await dispatcher.operator.listen({ host: operatorHost, port: operatorPort });
+    } catch (err) {
+      await dispatcher.app.close();
+      if (owned) await infrastructure.close();
+      const code = (err as NodeJS.ErrnoException).code ?? 'error';
+      throw new DispatcherError(
+        DispatcherErrorCode.OPERATOR_PORT_INVALID,
+        `${operatorHost}:${operatorPort}`,
+        `the operator port (metrics) cannot listen on ${operatorHost}:${operatorPort} (${code}): set --operator-port (or FAIRWAY_OPERATOR_PORT, server.operatorPort; 0 disables it) or --operator-host`,
+        { cause: err },
+      );
+    }
+  }
   const addr = dispatcher.app.server.address() as AddressInfo;
-  const host = settings.host === '0.0.0.0' || settings.host === '::' ? '127.0.0.1' : settings.host;
   return {
     id,
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${addr.port}`,
+    url: baseUrl(settings.host, addr.port),
     port: addr.port,
+    operatorUrl:
+      operatorPort === 0
+        ? undefined
+        : baseUrl(operatorHost, (dispatcher.operator.server.address() as AddressInfo).port),
     dispatcher,
     infrastructure,
     async close() {

@@ -273,6 +273,7 @@ describe('admin events across dispatchers (Redis + NATS)', () => {
         {},
         {
           port: 0,
+          operatorPort: 0,
           prefix,
           redisUrl: redisUrl(),
           natsUrl: natsUrl(),

@@ -410,9 +410,10 @@ describe('dispatcher', () => {
     expect(d2!.dispatcher.runtime.stats().settled).toBe(1);
   });
 
-  it('reports per-tenant service and outcomes on /metrics and readiness on /ready', async () => {
+  it('reports per-tenant service and outcomes on the operator /metrics and readiness on /ready', async () => {
     const s = await stack();
     const app = s.dispatchers[0]!.dispatcher.app;
+    const operator = s.dispatchers[0]!.dispatcher.operator;
     await app.inject({
       method: 'POST',
       url: '/v1/chat/completions',
@@ -427,7 +428,7 @@ describe('dispatcher', () => {
     });
     expect((await app.inject({ method: 'GET', url: '/ready' })).statusCode).toBe(200);
     expect((await app.inject({ method: 'GET', url: '/health' })).json()).toEqual({ status: 'ok' });
-    const text = (await app.inject({ method: 'GET', url: '/metrics' })).body;
+    const text = (await operator.inject({ method: 'GET', url: '/metrics' })).body;
     // 14 prompt tokens (the engine's count) + 2 x 4 output tokens.
     expect(text).toMatch(/fairway_tenant_service_total\{tenant="alpha"\} 22\n/);
     expect(text).toMatch(/fairway_requests_total\{tenant="alpha",outcome="completed"\} 1\n/);
@@ -438,7 +439,7 @@ describe('dispatcher', () => {
     // …and so are the settlement and the dispatch into the room it frees (after the response).
     await waitFor(async () =>
       /fairway_store_latency_seconds_count\{op="settle_and_dispatch"\} 1\n/.test(
-        (await app.inject({ method: 'GET', url: '/metrics' })).body,
+        (await operator.inject({ method: 'GET', url: '/metrics' })).body,
       ),
     );
   });

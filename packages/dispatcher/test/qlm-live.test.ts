@@ -82,6 +82,7 @@ async function startFleet(
       {},
       {
         port: 0,
+        operatorPort: 0,
         dispatcherId: `d${i + 1}`,
         redisUrl: redisUrl(),
         natsUrl: natsUrl(),
@@ -259,7 +260,7 @@ describe('QLM serving live traffic (Redis, NATS, engine-sim)', () => {
     expect(desired[0]?.desired).toBeGreaterThanOrEqual(1);
     // …and the leader's /metrics carries it as a gauge.
     const leader = fleet.dispatchers.find((d) => d.dispatcher.runtime.control?.isLeader);
-    const metrics = await (await fetch(`${leader?.url}/metrics`)).text();
+    const metrics = (await leader!.dispatcher.operator.inject({ method: 'GET', url: '/metrics' })).body;
     expect(metrics).toMatch(/^fairway_desired_replicas\{pool="p"\} [1-9]/m);
   }, 60_000);
 

@@ -23,6 +23,7 @@ function admitOf(id: string) {
     lift: 'vtc' as const,
     limits: [],
     overloaded: false,
+    tenant: 't',
   };
 }
 

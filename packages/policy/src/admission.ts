@@ -23,6 +23,12 @@ export interface WindowLimit {
    * @default true for `tpm_limited`, false otherwise
    */
   readonly trueUp?: boolean;
+  /**
+   * One window for every tenant, instead of one per tenant (the store scopes windows by tenant).
+   * Only for simulations whose tenants stand for the users of shared apps (FairServe's app limit
+   * across users); a gateway serving real tenants never sets it. @default false
+   */
+  readonly shared?: boolean;
 }
 
 /** The interaction a request belongs to; while it is open, throttle windows do not apply (OIT). */

@@ -16,6 +16,12 @@ export interface OitOptions {
   readonly windowMs?: number;
   /** How long an interaction stays open after its last call was admitted or completed, ms. @default 60000 */
   readonly interactionTtlMs?: number;
+  /**
+   * Whether an app's window is one per tenant (`tenant`: a tenant cannot exhaust another's) or one
+   * across tenants (`shared`, FairServe's app limit when each user is a tenant, as in the
+   * simulator's FairServe scenarios). @default 'tenant'
+   */
+  readonly appWindow?: 'tenant' | 'shared';
 }
 
 const oitSchema = z.object({
@@ -71,6 +77,7 @@ export function oitAdmission(options: OitOptions): AdmissionPolicy {
           windowMs,
           code: 'throttled',
           onlyWhenOverloaded: true,
+          ...(options.appWindow === 'shared' ? { shared: true } : {}),
         },
       ];
     },

@@ -7,20 +7,22 @@ import {
   type ReplicaState,
   repredictOutput,
 } from '@fairway/policy';
-import type {
-  AdmitAndDispatchResult,
-  AdmitInput,
-  AdmitRejectCode,
-  DispatchInput,
-  DispatchResult,
-  QueuedRequest,
-  ReplicaCandidate,
-  Reservation,
-  RestoredRequest,
-  SettleInput,
+import {
+  type AdmitAndDispatchResult,
+  type AdmitInput,
+  type AdmitRejectCode,
+  type DispatchInput,
+  type DispatchResult,
+  type QueuedRequest,
+  type ReplicaCandidate,
+  type Reservation,
+  type RestoredRequest,
+  type SettleInput,
+  tenantScoped,
 } from '@fairway/store';
 import { type AdmissionRules, composeRules, fromAdmissionPolicy, toRules } from './admission.ts';
 import { ChargeCoalescer } from './charge-coalescer.ts';
+import { DrainRate } from './drain-rate.ts';
 import { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
 import {
   type Dispatched,
@@ -180,6 +182,8 @@ export class Gateway {
   #admitted = 0;
   #rejected = 0;
   #dispatched = 0;
+  /** Dispatch rate per pool, for `queue_full`'s Retry-After. */
+  readonly #drain = new DrainRate();
   #settled = 0;
   #flushes = 0;
   #running = 0;
@@ -293,6 +297,7 @@ export class Gateway {
     };
     const admit: AdmitInput = {
       req: queued,
+      tenant: req.tenant,
       nowMs,
       lift: o.ordering.lift,
       limits: rules.limits,
@@ -327,7 +332,11 @@ export class Gateway {
     const refused = (result: SubmitResult): SubmitResult => {
       if (this.#owned.get(req.id) === own) this.#owned.delete(req.id);
       this.#rejected++;
-      return result;
+      if (result.ok || result.code !== 'queue_full') return result;
+      // Room is likely once the requests ahead (the bound that was hit) have drained at the
+      // pool's measured rate: clamped to 1–60 s, 60 s when nothing has drained lately.
+      const depth = (result.key.startsWith('pool:') ? rules.maxQueuedPool : rules.maxQueuedFlow) ?? 1;
+      return { ...result, retryAfterMs: this.#drain.retryAfterS(pool, depth, o.clock.now()) * 1000 };
     };
     const candidates = this.#candidates(states, undefined, false);
     if (o.store.admitAndDispatch === undefined || o.router !== undefined || candidates.length === 0) {
@@ -360,7 +369,7 @@ export class Gateway {
     if (!r.admit.ok) return refused(r.admit);
     this.#noteAdmitted(own, admit);
     if (r.dispatch?.kind === 'dispatched') {
-      this.#dispatched++;
+      this.#countDispatch(pool);
       // Its reservation is in the reported reservations already.
       await this.#handOn(r.dispatch, false);
       // More may fit: whatever else waits in the pool goes through a dispatch round.
@@ -372,7 +381,12 @@ export class Gateway {
   #noteAdmitted(own: Owned, admit: AdmitInput): void {
     this.#admitted++;
     own.admitted = true;
-    this.#log.record(own.req.id, admit.nowMs, admit.limits);
+    // Logged as the store keeps them (by tenant), so `restore` puts each entry back in its window.
+    this.#log.record(
+      own.req.id,
+      admit.nowMs,
+      admit.limits.map((l) => ({ ...l, key: tenantScoped(l.shared ? '' : admit.tenant, l.key) })),
+    );
   }
 
   /**
@@ -964,7 +978,7 @@ export class Gateway {
       const res = await this.options.store.dispatch(this.#dispatchInput(pool, bands, candidates));
       if (res.kind !== 'dispatched') return n;
       n++;
-      this.#dispatched++;
+      this.#countDispatch(pool);
       const i = states.findIndex((s) => s.id === res.replica);
       const s = states[i];
       if (s)
@@ -1031,6 +1045,12 @@ export class Gateway {
     return { predicted: fresh, delta: this.options.ordering.dispatchCost(req, fresh) - q.dispatchCost };
   }
 
+  /** Counts a dispatch from `pool` (stats and its drain rate). */
+  #countDispatch(pool: string): void {
+    this.#dispatched++;
+    this.#drain.dispatched(pool, this.options.clock.now());
+  }
+
   /**
    * Settles a running request with its true usage and dispatches into the room it freed: one
    * `settleAndDispatch` call when the store has it and no router splits the pool (a dispatch round
@@ -1080,7 +1100,7 @@ export class Gateway {
     });
     for (const [i, c] of candidates.entries()) this.#setReservation(c.id, r.reserved[i] ?? NOTHING);
     if (r.dispatch.kind !== 'dispatched') return;
-    this.#dispatched++;
+    this.#countDispatch(pool);
     await this.#handOn(r.dispatch, false);
     if (r.poolQueued > 0) await this.pump(pool);
   }

@@ -8,6 +8,7 @@ export {
   toRules,
 } from './admission.ts';
 export { ChargeCoalescer } from './charge-coalescer.ts';
+export { DrainRate } from './drain-rate.ts';
 export { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
 export { Gateway, type GatewayStats, type ReplicaPredictionErrors, type SubmitResult } from './gateway.ts';
 export {

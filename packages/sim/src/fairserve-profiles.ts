@@ -124,7 +124,9 @@ export function oitLimitsOf(
     [...appPeaks].map(([app, peak]) => [app, Math.max(1, Math.ceil(peak * headroom))]),
   );
   const appLimit = Math.max(1, ...appLimits.values());
-  return { userLimit, appLimit, appLimitOf: (app) => appLimits.get(app), windowMs };
+  // The limits are of an app across all its users; in the FairServe scenarios every user is a
+  // tenant, so the app's window must be one across tenants (a gateway keeps one per tenant).
+  return { userLimit, appLimit, appLimitOf: (app) => appLimits.get(app), windowMs, appWindow: 'shared' };
 }
 
 /** FairServe's two configurations learned from history: WSC's app profiles and OIT's limits. */

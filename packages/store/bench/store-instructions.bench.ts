@@ -75,7 +75,11 @@ async function main(): Promise<void> {
   };
   let previous: string | undefined;
   const phases: [string, number, (i: number) => Promise<unknown>][] = [
-    ['admit', N, (i) => store.admit({ req: req(i), nowMs: i, lift: 'vtc', limits: [], overloaded: false })],
+    [
+      'admit',
+      N,
+      (i) => store.admit({ req: req(i), nowMs: i, lift: 'vtc', limits: [], overloaded: false, tenant: 't' }),
+    ],
     ['dispatch', N / 2, (i) => store.dispatch({ ...dispatch, nowMs: i })],
     [
       'dispatch+charge, one call',

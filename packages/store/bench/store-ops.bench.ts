@@ -109,7 +109,7 @@ async function measure(
     scripts[name] = perOp(stats, await commandStats(redis), n);
   };
   await rate('admit', N, (i) =>
-    store.admit({ req: req(i), nowMs: i, lift: 'vtc', limits: [], overloaded: false }),
+    store.admit({ req: req(i), nowMs: i, lift: 'vtc', limits: [], overloaded: false, tenant: 't' }),
   );
   await rate('dispatch', N / 2, (i) =>
     store.dispatch({
@@ -197,6 +197,7 @@ async function exactLimitDemo(): Promise<void> {
           lift: 'vtc',
           limits: [rpm],
           overloaded: false,
+          tenant: 't',
         }),
       ),
     );

@@ -7,7 +7,7 @@ export {
   StoreScriptError,
   scriptErrorFromCode,
 } from './errors.ts';
-export { KEY_LAYOUT, type KeyKind, STORE_LAYOUT_VERSION, StoreKeys } from './keys.ts';
+export { KEY_LAYOUT, type KeyKind, STORE_LAYOUT_VERSION, StoreKeys, tenantScoped } from './keys.ts';
 export { MemoryStore } from './memory-store.ts';
 export { RedisStore, type RedisStoreOptions } from './redis-store.ts';
 export type {

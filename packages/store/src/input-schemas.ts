@@ -18,6 +18,7 @@ export const windowLimitSchema = z.object({
   onlyWhenOverloaded: z.boolean().optional(),
   code: z.enum(['rpm_limited', 'tpm_limited', 'throttled']),
   trueUp: z.boolean().optional(),
+  shared: z.boolean().optional(),
 });
 
 /** {@link QueuedRequest} */
@@ -38,6 +39,7 @@ export const queuedRequestSchema = z.object({
 /** {@link AdmitInput} */
 export const admitInputSchema = z.object({
   req: queuedRequestSchema,
+  tenant: id,
   nowMs: finite,
   lift: z.enum(['vtc', 'none']),
   limits: z.array(windowLimitSchema).refine((ls) => new Set(ls.map((l) => l.key)).size === ls.length, {

@@ -18,7 +18,7 @@ export const KEY_LAYOUT = {
   seq: [],
   /** ZSET owner → lease end (ms). */
   leases: [],
-  /** ZSET interaction key → end of its open period (ms). */
+  /** ZSET interaction key ({@link tenantScoped}) → end of its open period (ms). */
   interactions: [],
   /** HASH: one request's record (see `includes/request.lua`). */
   req: ['id'],
@@ -51,7 +51,7 @@ export const KEY_LAYOUT = {
   fifo: ['pool', 'band', 'flow'],
   /** ZSET a flow's queued continuations, as `fifo`. */
   contFifo: ['pool', 'band', 'flow'],
-  /** ZSET request id → admission time (ms) in a window. */
+  /** ZSET request id → admission time (ms) in a window; `key` is {@link tenantScoped}. */
   windowLog: ['key'],
   /** HASH request id → amount in a window. */
   windowAmounts: ['key'],
@@ -72,7 +72,17 @@ function part(value: string | number, last: boolean): string {
  * run on state another layout wrote (a rolling upgrade across a layout change would misread it):
  * raise it whenever a change makes old state unreadable.
  */
-export const STORE_LAYOUT_VERSION = 2;
+export const STORE_LAYOUT_VERSION = 3;
+
+/**
+ * A window or interaction key as the store keeps it: the caller's key under its tenant,
+ * length-prefixed (`<bytes>.<tenant>:<key>`, as key parameters are), so whatever a tenant puts in
+ * a key, it never names another tenant's. Layout 3 introduced it (layout 2 keyed windows and
+ * interactions by the caller's key alone: a tenant naming another's user shared its window).
+ */
+export function tenantScoped(tenant: string, key: string): string {
+  return part(tenant, false) + key;
+}
 
 /** Name of the epoch key after the store's base (see {@link StoreKeys.epoch}); the Lua library checks it. */
 export const EPOCH_KEY = 'epoch';

@@ -14,6 +14,7 @@ import {
   settleInputSchema,
   snapshotInputSchema,
 } from './input-schemas.ts';
+import { tenantScoped } from './keys.ts';
 import type {
   AdmitAndDispatchInput,
   AdmitAndDispatchResult,
@@ -205,12 +206,19 @@ export class MemoryStore implements SchedulingStore {
     const { req, nowMs } = input;
     if (this.#requests.has(req.id)) return { ok: false, code: 'duplicate', retryAfterMs: 0, key: req.id };
 
+    // Windows and the interaction are the tenant's own (as the Redis backend scopes them).
+    const interaction =
+      input.interaction === undefined
+        ? undefined
+        : { key: tenantScoped(input.tenant, input.interaction.key), ttlMs: input.interaction.ttlMs };
+    const windowKeys = input.limits.map((l) => tenantScoped(l.shared ? '' : input.tenant, l.key));
     const interactionOpen =
-      input.interaction !== undefined && nowMs < (this.#interactions.get(input.interaction.key) ?? -Infinity);
+      interaction !== undefined && nowMs < (this.#interactions.get(interaction.key) ?? -Infinity);
     const throttleApplies = input.overloaded && !interactionOpen;
-    for (const limit of input.limits) {
+    for (const [i, limit] of input.limits.entries()) {
       if (limit.onlyWhenOverloaded && !throttleApplies) continue;
-      const log = this.#windows.get(limit.key);
+      const wkey = windowKeys[i] as string;
+      const log = this.#windows.get(wkey);
       if (log === undefined) {
         if (limit.amount > limit.limit) {
           return { ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key };
@@ -219,7 +227,7 @@ export class MemoryStore implements SchedulingStore {
       }
       log.purge(nowMs - limit.windowMs);
       if (log.isEmpty()) {
-        this.#windows.delete(limit.key);
+        this.#windows.delete(wkey);
         if (limit.amount > limit.limit) {
           return { ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key };
         }
@@ -251,17 +259,17 @@ export class MemoryStore implements SchedulingStore {
     // Every window records the request, throttle windows included (FairServe Algorithm 1 line 19:
     // arrivals are counted whether or not the limit is being enforced right now).
     const windows: { key: string; trueUp: boolean }[] = [];
-    for (const limit of input.limits) {
-      let log = this.#windows.get(limit.key);
+    for (const [i, limit] of input.limits.entries()) {
+      const wkey = windowKeys[i] as string;
+      let log = this.#windows.get(wkey);
       if (log === undefined) {
         log = new WindowLog();
-        this.#windows.set(limit.key, log);
+        this.#windows.set(wkey, log);
       }
       log.add(req.id, nowMs, limit.amount);
-      windows.push({ key: limit.key, trueUp: limit.trueUp ?? limit.code === 'tpm_limited' });
+      windows.push({ key: wkey, trueUp: limit.trueUp ?? limit.code === 'tpm_limited' });
     }
-    if (input.interaction !== undefined)
-      this.#openInteraction(input.interaction.key, nowMs, input.interaction.ttlMs);
+    if (interaction !== undefined) this.#openInteraction(interaction.key, nowMs, interaction.ttlMs);
     if (!this.#leases.has(req.owner)) this.#leases.set(req.owner, nowMs + this.#opts.defaultLeaseMs);
     let owned = this.#ownerRequests.get(req.owner);
     if (owned === undefined) {
@@ -280,7 +288,7 @@ export class MemoryStore implements SchedulingStore {
       grown: 0,
       cost: req.dispatchCost,
       windows,
-      interaction: input.interaction,
+      interaction,
     };
     this.#requests.set(req.id, rs);
     const q = queue ?? (this.#queue(req.pool, req.band, true) as QueueState);

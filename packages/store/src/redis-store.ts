@@ -393,6 +393,7 @@ export class RedisStore implements SchedulingStore {
       input.maxQueuedPool === undefined ? '' : str(input.maxQueuedPool),
       str(this.#opts.defaultLeaseMs),
       str(this.#opts.queueFullRetryMs),
+      input.tenant,
       str(input.limits.length),
     ];
     for (const l of input.limits) {
@@ -404,6 +405,7 @@ export class RedisStore implements SchedulingStore {
         l.onlyWhenOverloaded ? '1' : '0',
         l.code,
         (l.trueUp ?? l.code === 'tpm_limited') ? '1' : '0',
+        l.shared ? '1' : '0',
       );
     }
     return args;

@@ -50,6 +50,12 @@ export interface QueuedRequest {
 /** Everything admission needs, checked and applied in one atomic step (one Redis round trip). */
 export interface AdmitInput {
   readonly req: QueuedRequest;
+  /**
+   * The tenant the request belongs to. Its windows and its interaction are the tenant's own: the
+   * store scopes their keys by it, so no key a request names (a user, an app, another tenant's
+   * id) can reach another tenant's window or open interaction.
+   */
+  readonly tenant: string;
   readonly nowMs: number;
   readonly lift: LiftMode;
   readonly limits: readonly WindowLimit[];
@@ -195,7 +201,7 @@ export interface RequeueInput {
 
 /** One entry a dispatcher recorded in a sliding window, put back by {@link SchedulingStore.restore}. */
 export interface RestoredWindowEntry {
-  /** The window's key (`WindowLimit.key`). */
+  /** The window's key as the store keeps it: `tenantScoped(tenant, WindowLimit.key)` (keys.ts). */
   readonly key: string;
   /** The request the entry counts. */
   readonly id: string;
@@ -212,7 +218,10 @@ export interface RestoredRequest {
   readonly replica?: string;
   /** Tokens its reservation grew by in its current run (`ChargeItem.reserveTokens`). @default 0 */
   readonly grown?: number;
-  /** The windows it was admitted into, for true-up at settle or cancel (their entries come apart). */
+  /**
+   * The windows it was admitted into (store keys, as in {@link RestoredWindowEntry}), for true-up
+   * at settle or cancel (their entries come apart).
+   */
   readonly windows: readonly { readonly key: string; readonly trueUp: boolean }[];
 }
 
@@ -269,6 +278,7 @@ export interface QueueSnapshot {
  */
 export interface SchedulingStore {
   /**
+   * Windows are the request's tenant's own (a `shared` limit's window is one across tenants).
    * Rejects a known id (`duplicate`), then checks `limits` in order (throttle limits only when
    * `overloaded` and the interaction is not open), then `maxQueuedFlow` and `maxQueuedPool`. On
    * success records the request in every window (throttle windows included), opens or extends the

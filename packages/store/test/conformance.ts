@@ -1,11 +1,12 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type {
-  AdmitInput,
-  DispatchInput,
-  QueuedRequest,
-  ReplicaCandidate,
-  SchedulingStore,
-  WindowLimit,
+import {
+  type AdmitInput,
+  type DispatchInput,
+  type QueuedRequest,
+  type ReplicaCandidate,
+  type SchedulingStore,
+  tenantScoped,
+  type WindowLimit,
 } from '../src/index.ts';
 
 /** Builds a queued request with sensible defaults for tests. */
@@ -27,7 +28,7 @@ export function makeReq(id: string, over: Partial<QueuedRequest> = {}): QueuedRe
 
 /** An admission with no limits and VTC lift, for tests. */
 export function admitOf(req: QueuedRequest, over: Partial<AdmitInput> = {}): AdmitInput {
-  return { req, nowMs: req.arrivalMs, lift: 'vtc', limits: [], overloaded: false, ...over };
+  return { req, tenant: 't', nowMs: req.arrivalMs, lift: 'vtc', limits: [], overloaded: false, ...over };
 }
 
 const BIG: ReplicaCandidate = { id: 'r1', tokenCapacity: 1_000_000, seqCapacity: 1_000 };
@@ -498,6 +499,119 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         await s.settle({ id: 'x0', nowMs: 650, finalCost: 1, actualTokens: 1, outputTokens: 1 });
         expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 1100, ...over }))).ok).toBe(true);
       });
+
+      describe('tenant isolation', () => {
+        // A window key names a user or an app as the tenant's request gives it (x-fairway-user):
+        // the same key sent by two tenants is two windows.
+        const user: WindowLimit = { ...rpm(2), key: 'rpm:user:alice' };
+
+        it("keeps one tenant's windows apart from another's with the same key", async () => {
+          for (let i = 0; i < 2; i++) {
+            const r = await s.admit(admitOf(makeReq(`a${i}`), { tenant: 'alpha', nowMs: i, limits: [user] }));
+            expect(r.ok).toBe(true);
+          }
+          expect(
+            await s.admit(admitOf(makeReq('a2'), { tenant: 'alpha', nowMs: 2, limits: [user] })),
+          ).toMatchObject({ ok: false, code: 'rpm_limited', key: 'rpm:user:alice' });
+          // Beta's alice has her own window, untouched by alpha's flood.
+          for (let i = 0; i < 2; i++) {
+            const r = await s.admit(
+              admitOf(makeReq(`b${i}`), { tenant: 'beta', nowMs: 3 + i, limits: [user] }),
+            );
+            expect(r.ok).toBe(true);
+          }
+        });
+
+        it("does not let a tenant name another tenant's own window", async () => {
+          // Beta sends no user, so its throttle window is keyed by its own id; alpha names that id.
+          const beta: WindowLimit = { ...rpm(1), key: 'oit:user:beta' };
+          expect((await s.admit(admitOf(makeReq('a0'), { tenant: 'alpha', limits: [beta] }))).ok).toBe(true);
+          expect((await s.admit(admitOf(makeReq('b0'), { tenant: 'beta', limits: [beta] }))).ok).toBe(true);
+        });
+
+        it('cannot be crossed by tenant and key names that concatenate alike', async () => {
+          const k: WindowLimit = { ...rpm(1), key: 'b:c' };
+          const k2: WindowLimit = { ...rpm(1), key: 'c' };
+          expect((await s.admit(admitOf(makeReq('x0'), { tenant: 'a', limits: [k] }))).ok).toBe(true);
+          expect((await s.admit(admitOf(makeReq('x1'), { tenant: 'a:b', limits: [k2] }))).ok).toBe(true);
+        });
+
+        it("does not exempt a request by naming another tenant's open interaction", async () => {
+          const throttle: WindowLimit = { ...rpm(0), code: 'throttled', onlyWhenOverloaded: true };
+          const interaction = { key: 'ix:shared', ttlMs: 1000 };
+          await s.admit(admitOf(makeReq('a0'), { tenant: 'alpha', interaction }));
+          const b = await s.admit(
+            admitOf(makeReq('b0'), {
+              tenant: 'beta',
+              nowMs: 10,
+              limits: [throttle],
+              overloaded: true,
+              interaction,
+            }),
+          );
+          expect(b).toMatchObject({ ok: false, code: 'throttled' });
+          const a = await s.admit(
+            admitOf(makeReq('a1'), {
+              tenant: 'alpha',
+              nowMs: 10,
+              limits: [throttle],
+              overloaded: true,
+              interaction,
+            }),
+          );
+          expect(a.ok).toBe(true);
+        });
+
+        it("keeps one window across tenants for a shared limit (the simulator's FairServe apps)", async () => {
+          const app: WindowLimit = { ...rpm(1), key: 'oit:app:qa', shared: true };
+          expect((await s.admit(admitOf(makeReq('a0'), { tenant: 'alpha', limits: [app] }))).ok).toBe(true);
+          expect(await s.admit(admitOf(makeReq('b0'), { tenant: 'beta', limits: [app] }))).toMatchObject({
+            ok: false,
+            key: 'oit:app:qa',
+          });
+          // …and apart from a tenant's own window of the same key.
+          expect(
+            (await s.admit(admitOf(makeReq('b1'), { tenant: 'beta', limits: [{ ...app, shared: false }] })))
+              .ok,
+          ).toBe(true);
+        });
+
+        it("trues up a tenant's TPM window at settle without touching another's", async () => {
+          const t: WindowLimit = {
+            key: 'tpm:user:u',
+            limit: 1000,
+            amount: 0,
+            windowMs: 60_000,
+            code: 'tpm_limited',
+          };
+          await s.admit(
+            admitOf(makeReq('a0', { reserveTokens: 900 }), {
+              tenant: 'alpha',
+              limits: [{ ...t, amount: 900 }],
+            }),
+          );
+          await s.admit(
+            admitOf(makeReq('b0'), { tenant: 'beta', nowMs: 1, limits: [{ ...t, amount: 900 }] }),
+          );
+          await dispatchedId();
+          await s.settle({ id: 'a0', nowMs: 5, finalCost: 1, actualTokens: 100, outputTokens: 1 });
+          // Alpha's window holds 100 now; beta's still holds its 900.
+          expect(
+            (
+              await s.admit(
+                admitOf(makeReq('a1'), { tenant: 'alpha', nowMs: 6, limits: [{ ...t, amount: 800 }] }),
+              )
+            ).ok,
+          ).toBe(true);
+          expect(
+            (
+              await s.admit(
+                admitOf(makeReq('b1'), { tenant: 'beta', nowMs: 6, limits: [{ ...t, amount: 800 }] }),
+              )
+            ).ok,
+          ).toBe(false);
+        });
+      });
     });
 
     describe('queue bounds', () => {
@@ -902,7 +1016,8 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       });
 
       it('puts window entries back once, so limits count what was admitted before the loss', async () => {
-        const entry = { key: 'tpm:a', id: 'old', atMs: 400, amount: 40 };
+        // Window entries and a restored request's windows are named as the store keys them (by tenant).
+        const entry = { key: tenantScoped('t', 'tpm:a'), id: 'old', atMs: 400, amount: 40 };
         await restore([], [entry, { ...entry, id: 'old2', atMs: 450, amount: 20 }]);
         await restore([], [entry]);
         expect((await s.admit(admitOf(makeReq('n1'), { nowMs: 500, limits: [tpm] }))).ok).toBe(true);
@@ -918,8 +1033,14 @@ export function describeStoreConformance(backend: string, create: () => Promise<
 
       it('trues up the windows of a restored request at settle', async () => {
         await restore(
-          [{ req: makeReq('r1'), replica: 'r1', windows: [{ key: 'tpm:a', trueUp: true }] }],
-          [{ key: 'tpm:a', id: 'r1', atMs: 450, amount: 90 }],
+          [
+            {
+              req: makeReq('r1'),
+              replica: 'r1',
+              windows: [{ key: tenantScoped('t', 'tpm:a'), trueUp: true }],
+            },
+          ],
+          [{ key: tenantScoped('t', 'tpm:a'), id: 'r1', atMs: 450, amount: 90 }],
         );
         expect((await s.admit(admitOf(makeReq('n1'), { nowMs: 500, limits: [tpm] }))).ok).toBe(false);
         await s.settle({ id: 'r1', nowMs: 500, finalCost: 1, actualTokens: 10, outputTokens: 5 });

@@ -53,6 +53,7 @@ async function run(
         lift: policy.lift,
         limits: [],
         overloaded: false,
+        tenant: 't',
       });
     }
     for (;;) {

@@ -40,6 +40,7 @@ describe('RedisStore under concurrent dispatchers', () => {
           lift: 'vtc',
           limits: [rpm],
           overloaded: false,
+          tenant: 't',
         }),
       ),
     );
@@ -55,6 +56,7 @@ describe('RedisStore under concurrent dispatchers', () => {
           lift: 'vtc',
           limits: [rpm],
           overloaded: false,
+          tenant: 't',
         }),
       ),
     );
@@ -100,6 +102,7 @@ describe('RedisStore under concurrent dispatchers', () => {
             lift: 'none',
             limits: [],
             overloaded: false,
+            tenant: 't',
           });
           expect(r.ok).toBe(true);
           admitted++;
@@ -166,6 +169,7 @@ describe('RedisStore under concurrent dispatchers', () => {
         lift: 'vtc',
         limits: [],
         overloaded: false,
+        tenant: 't',
       });
     }
     for (let i = 0; i < 3; i++) {

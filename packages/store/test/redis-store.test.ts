@@ -47,6 +47,7 @@ describe('redis functions library', () => {
           lift: 'vtc',
           limits: [],
           overloaded: false,
+          tenant: 't',
         });
       expect(await admit('a')).toEqual({ ok: true, queued: 1 });
       await redis.function('DELETE', loadLibrary().name);
@@ -117,7 +118,7 @@ describe('store layout version', () => {
       await store.snapshot('p', 0);
       expect(await redis.get(store.keys.layout())).toBe(String(STORE_LAYOUT_VERSION));
 
-      await redis.set(store.keys.layout(), '1');
+      await redis.set(store.keys.layout(), '2');
       const other = new RedisStore({ redis, prefix: store.keys.base.slice(1, -2) });
       const err = await other.snapshot('p', 0).then(
         () => undefined,
@@ -125,7 +126,7 @@ describe('store layout version', () => {
       );
       expect(err).toBeInstanceOf(StoreError);
       expect((err as StoreError).code).toBe(StoreErrorCode.LAYOUT_MISMATCH);
-      expect((err as Error).message).toMatch(/written by store layout 1, this fairway uses layout 2/);
+      expect((err as Error).message).toMatch(/written by store layout 2, this fairway uses layout 3/);
     } finally {
       await deletePrefix(redis, store);
     }
@@ -154,6 +155,7 @@ describe('purgeStore', () => {
         lift: 'vtc',
         limits: [],
         overloaded: false,
+        tenant: 't',
       });
     try {
       await admit(a, 'x');

@@ -103,6 +103,8 @@ function randomOps(seed: number, count: number): Op[] {
         rng.next() < 0.3 ? { key: `i${rng.int(0, 4)}`, ttlMs: rng.int(50, 400) } : undefined;
       const input = {
         req,
+        // Two tenants sharing window and interaction keys: their windows must stay apart alike.
+        tenant: rng.next() < 0.8 ? 'ta' : 'tb',
         nowMs: t,
         lift: rng.next() < 0.8 ? ('vtc' as const) : ('none' as const),
         limits,

@@ -13,6 +13,8 @@ interface ServeFlags extends NatsFlags {
   config?: string;
   port?: number;
   host?: string;
+  operatorPort?: number;
+  operatorHost?: string;
   redisUrl?: string;
   natsUrl?: string;
   prefix?: string;
@@ -30,6 +32,15 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
     .option('-c, --config <file>', 'fairway config file (env FAIRWAY_CONFIG)')
     .option('-p, --port <port>', 'port to listen on (env PORT, default 8080)', wholeNumber)
     .option('--host <host>', 'interface to listen on (env HOST, default 127.0.0.1)')
+    .option(
+      '--operator-port <port>',
+      'port of /metrics and health, apart from the API (env FAIRWAY_OPERATOR_PORT, config server.operatorPort, default 9464; 0 disables)',
+      wholeNumber,
+    )
+    .option(
+      '--operator-host <host>',
+      'interface of the operator port (env FAIRWAY_OPERATOR_HOST, config server.operatorHost, default 127.0.0.1)',
+    )
     .option('--redis-url <url>', 'Redis (env REDIS_URL, default redis://127.0.0.1:6379)')
     .option('--nats-url <url>', 'NATS (env NATS_URL, default nats://127.0.0.1:4222)')
     .option('--prefix <prefix>', 'Redis key and NATS subject prefix (env FAIRWAY_PREFIX, default fairway)')
@@ -47,6 +58,8 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       ...(flags.config !== undefined ? { configPath: flags.config } : {}),
       ...(flags.port !== undefined ? { port: flags.port } : {}),
       ...(flags.host !== undefined ? { host: flags.host } : {}),
+      ...(flags.operatorPort !== undefined ? { operatorPort: flags.operatorPort } : {}),
+      ...(flags.operatorHost !== undefined ? { operatorHost: flags.operatorHost } : {}),
       ...(flags.prefix !== undefined ? { prefix: flags.prefix } : {}),
       ...(flags.id !== undefined ? { dispatcherId: flags.id } : {}),
       ...(flags.leaseMs !== undefined ? { options: { leaseMs: flags.leaseMs } } : {}),
@@ -69,7 +82,7 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
     const logger = createLogger({ level: settings.logLevel, name: 'dispatcher' });
     const running = await startDispatcher({ settings, config, logger });
     io.out(
-      `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl !== undefined ? redactUrls(settings.redisUrl) : `sentinel ${(settings.redisSentinel ?? config.store.redis)?.name ?? ''}`}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})\n`,
+      `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl !== undefined ? redactUrls(settings.redisUrl) : `sentinel ${(settings.redisSentinel ?? config.store.redis)?.name ?? ''}`}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})${running.operatorUrl === undefined ? '' : `; metrics on ${running.operatorUrl}/metrics`}\n`,
     );
     stopOnSignals(() => running.close(), logger);
     setCode(ExitCode.OK);

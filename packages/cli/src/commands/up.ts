@@ -29,6 +29,8 @@ export interface UpOptions {
   readonly port?: number;
   /** @default '127.0.0.1' */
   readonly host?: string;
+  /** Operator port (`/metrics`, health); 0 disables it. @default config `server.operatorPort` (9464) */
+  readonly operatorPort?: number;
   /** Simulated engines to start when no engine URLs are given. @default 2 */
   readonly engines?: number;
   /** Real engines (vLLM servers) to put agents beside instead of simulated ones. */
@@ -104,6 +106,7 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
     configPath,
     port: o.port ?? o.settings?.port ?? 8080,
     host: o.host ?? o.settings?.host ?? '127.0.0.1',
+    ...(o.operatorPort !== undefined ? { operatorPort: o.operatorPort } : {}),
     ...(o.redisUrl !== undefined ? { redisUrl: o.redisUrl } : {}),
     ...(o.natsUrl !== undefined ? { natsUrl: o.natsUrl } : {}),
     ...(o.prefix !== undefined ? { prefix: o.prefix } : {}),
@@ -228,7 +231,7 @@ or with the OpenAI SDK (npm install openai):
   });
   for await (const chunk of stream) process.stdout.write(chunk.choices[0]?.delta?.content ?? '');
 
-metrics ${h.url}/metrics   ·   Ctrl+C to stop
+${h.dispatcher.operatorUrl === undefined ? 'operator port disabled' : `metrics ${h.dispatcher.operatorUrl}/metrics (operator port)`}   ·   Ctrl+C to stop
 `;
 }
 
@@ -237,6 +240,7 @@ interface UpFlags extends NatsFlags {
   config?: string;
   port: number;
   host: string;
+  operatorPort?: number;
   engines: number;
   engineUrl?: string[];
   speed: number;
@@ -256,6 +260,11 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
     .option('-c, --config <file>', 'fairway config file (default: infra/fairway.example.yaml)')
     .option('-p, --port <port>', 'port to listen on (0 picks a free one)', wholeNumber, 8080)
     .option('--host <host>', 'interface to listen on', '127.0.0.1')
+    .option(
+      '--operator-port <port>',
+      'port of /metrics and health, apart from the API (env FAIRWAY_OPERATOR_PORT, default 9464; 0 disables)',
+      wholeNumber,
+    )
     .option('--engines <n>', 'simulated engines to start', wholeNumber, 2)
     .option('--engine-url <url...>', 'real engine URLs (vLLM) to use instead of simulated ones')
     .option('--speed <factor>', 'simulated engine speed (model ms per real ms)', positiveNumber, 1)
@@ -279,6 +288,7 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
       ...(flags.config !== undefined ? { configPath: flags.config } : {}),
       port: flags.port,
       host: flags.host,
+      ...(flags.operatorPort !== undefined ? { operatorPort: flags.operatorPort } : {}),
       engines: flags.engines,
       ...(flags.engineUrl !== undefined ? { engineUrls: flags.engineUrl } : {}),
       speed: flags.speed,

@@ -1,28 +1,57 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
 import { ApiError } from '../errors.ts';
 import type { GatewayMetrics } from '../gateway-metrics.ts';
 import type { GatewayRuntime } from '../gateway-runtime.ts';
+import { bearerToken } from '../request-headers.ts';
 
-/** Options of the operations routes plugin. */
-export interface OpsRoutesOptions {
+/** Options of the health routes plugin. */
+export interface HealthRoutesOptions {
   readonly runtime: GatewayRuntime;
-  readonly metrics: GatewayMetrics;
-  /** Pools to report a queue depth for (so an idle pool reports 0, not nothing). */
-  readonly pools: () => readonly string[];
 }
 
 /**
- * Operations endpoints: `GET /health` (the process answers), `GET /ready` (the dispatcher holds a
- * live lease in the store, so it may take traffic) and `GET /metrics` (Prometheus text).
+ * Health endpoints, on the API port and the operator port alike: `GET /health` (the process
+ * answers) and `GET /ready` (the dispatcher holds a live lease in the store, so it may take
+ * traffic). They reveal nothing about tenants.
  */
-export const opsRoutes: FastifyPluginAsync<OpsRoutesOptions> = async (app, opts) => {
+export const healthRoutes: FastifyPluginAsync<HealthRoutesOptions> = async (app, opts) => {
   app.get('/health', async () => ({ status: 'ok' }));
   app.get('/ready', async () => {
     if (!opts.runtime.ready)
       throw new ApiError('NOT_READY', 'not ready: no live lease in the store', { retryAfterS: 1 });
     return { status: 'ready', dispatcher: opts.runtime.id };
   });
-  app.get('/metrics', async (_request, reply) => {
+};
+
+/** Options of the metrics route plugin. */
+export interface MetricsRouteOptions {
+  readonly runtime: GatewayRuntime;
+  readonly metrics: GatewayMetrics;
+  /** Pools to report a queue depth for (so an idle pool reports 0, not nothing). */
+  readonly pools: () => readonly string[];
+  /** Bearer token `/metrics` requires (`server.metricsToken`); none when undefined. */
+  readonly token: string | undefined;
+}
+
+const digest = (s: string): Buffer => createHash('sha256').update(s, 'utf8').digest();
+
+/**
+ * `GET /metrics` (Prometheus text), served on the operator port only: its tenant labels, outcomes
+ * and token counts are operators' business. With `server.metricsToken` it requires
+ * `Authorization: Bearer <token>` (compared in constant time).
+ */
+export const metricsRoute: FastifyPluginAsync<MetricsRouteOptions> = async (app, opts) => {
+  const expected = opts.token === undefined ? undefined : digest(opts.token);
+  app.get('/metrics', async (request, reply) => {
+    if (expected !== undefined) {
+      const given = bearerToken(request.headers);
+      if (given === undefined || !timingSafeEqual(digest(given), expected))
+        throw new ApiError(
+          'INVALID_API_KEY',
+          'metrics need the operator token (Authorization: Bearer <token>)',
+        );
+    }
     const { metrics, runtime } = opts;
     const stats = runtime.stats();
     metrics.inflight.set({ state: 'queued' }, stats.queued);

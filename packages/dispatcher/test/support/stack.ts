@@ -99,6 +99,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       {},
       {
         port: 0,
+        // In-process tests read metrics with `dispatcher.operator.inject`; no operator listener.
+        operatorPort: 0,
         dispatcherId: `d${i + 1}`,
         options: { ...o.options, ...o.perDispatcher?.[i] },
       },

@@ -110,10 +110,6 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   // Prompts are counted with the model's tokenizer when one is given, else a word-piece stand-in.
   const tokens = options.tokenizer === undefined ? wordPieceCounter : loadTokenizer(options.tokenizer);
   const faults = new FaultInjector(options.faults, deps.rng.fork('faults'));
-  // Response ids must differ across replicas, as vLLM's random ones do: not drawn from the seeded
-  // RNG, whose first draws for neighbouring seeds (engines 0, 1, … of one fleet) nearly coincide.
-  const idPrefix = randomBytes(4).toString('hex');
-  let nextId = 0;
   const readyAtMs = clock.now() + options.faults.slowStartMs;
   const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
   const driver = new RealtimeDriver(model, {
@@ -220,7 +216,9 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     if (fault.kind === 'error') {
       return sendError(reply, 500, 'InternalServerError', 'Injected fault: internal server error.');
     }
-    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${idPrefix}${(nextId++).toString(16).padStart(8, '0')}`;
+    // Random per request, as vLLM's are: not drawn from the seeded RNG (neighbouring seeds of one
+    // fleet's engines nearly coincide) nor counted (a client could guess its neighbours' ids).
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
     reply.hijack();
     const generation = new Generation({
       identity: { kind, id, created: Math.floor(clock.now() / 1000), model: requested },

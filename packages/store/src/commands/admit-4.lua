@@ -15,8 +15,10 @@
     ARGV[11] the QueuedRequest as JSON  ARGV[12] continuation ('0' | '1')  ARGV[13] nowMs  ARGV[14] lift ('vtc' | 'none')
     ARGV[15] overloaded ('0' | '1')  ARGV[16] interaction key ('' if none)  ARGV[17] interaction ttl
     ARGV[18] maxQueuedFlow ('' if none)  ARGV[19] maxQueuedPool ('' if none)
-    ARGV[20] default lease ms  ARGV[21] queue-full retry ms  ARGV[22] number of limits n
-    then per limit: key, limit, amount, windowMs, onlyWhenOverloaded ('0'|'1'), code, trueUp ('0'|'1')
+    ARGV[20] default lease ms  ARGV[21] queue-full retry ms  ARGV[22] tenant (scopes windows and
+    the interaction)  ARGV[23] number of limits n
+    then per limit: key, limit, amount, windowMs, onlyWhenOverloaded ('0'|'1'), code, trueUp ('0'|'1'),
+    shared ('0'|'1': one window for all tenants)
 
   Output:
     { 1, queued }                          admitted; queued = size of the (pool, band) queue

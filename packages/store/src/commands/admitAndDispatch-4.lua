@@ -12,7 +12,7 @@
     (the other keys are built from ARGV with the generated key_* functions)
 
     ARGV[1] key base
-    ARGV[2 .. a] the admission, as ARGV[2 ..] of admit-4.lua (a = 22 + 7 * number of limits)
+    ARGV[2 .. a] the admission, as ARGV[2 ..] of admit-4.lua (a = 23 + 8 * number of limits)
     ARGV[a + 1 ..] the dispatch, as ARGV[2 ..] of dispatch-1.lua
 
   Output:

@@ -4,8 +4,13 @@
   the owner's default lease, the counter lift and the enqueue. A rejection changes nothing.
 
   admitRequest(o) reads the admission arguments from ARGV[o + 2] on, in admit-4.lua's layout (o = 0
-  there): ARGV[o + 2] id ... ARGV[o + 22] number of limits n, then 7 per limit. admissionEnd(o) is
-  the index of its last argument (nil if n is not a number).
+  there): ARGV[o + 2] id ... ARGV[o + 22] tenant, ARGV[o + 23] number of limits n, then 8 per limit.
+  admissionEnd(o) is the index of its last argument (nil if n is not a number).
+
+  Windows and the interaction belong to the request's tenant: their keys are the caller's keys
+  prefixed with lp(tenant) (as tenantScoped in keys.ts), so no key a request names reaches another
+  tenant's window or interaction; a shared limit's window is scoped by lp('') (tenant ids are never
+  empty), one for all tenants. Records keep the scoped keys; rejections report the caller's.
 ]]
 --- @include "numbers"
 --- @include "queue"
@@ -13,9 +18,9 @@
 --- @include "interactions"
 
 local function admissionEnd(o)
-  local n = tonumber(ARGV[o + 22])
+  local n = tonumber(ARGV[o + 23])
   if n == nil then return nil end
-  return o + 22 + n * 7
+  return o + 23 + n * 8
 end
 
 -- { 1, queued } admitted (queued = size of the (pool, band) queue), or { 0, code, retryAfterMs, key }.
@@ -23,8 +28,10 @@ local function admitRequest(o)
   local id, pool, band, flow = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
   local owner = ARGV[o + 10]
   local now = num(ARGV[o + 13])
+  local scope = lp(ARGV[o + 22])
   local ikey = ARGV[o + 16]
-  local nLimits = num(ARGV[o + 22])
+  if ikey ~= '' then ikey = scope .. ikey end
+  local nLimits = num(ARGV[o + 23])
   local reqKey = key_req(id)
 
   if redis.call('EXISTS', reqKey) == 1 then return { 0, 'duplicate', '0', id } end
@@ -39,12 +46,13 @@ local function admitRequest(o)
   local cont = (ARGV[o + 12] == '1' or interactionOpen) and '1' or '0'
 
   for i = 0, nLimits - 1 do
-    local b = o + 23 + i * 7
-    local wkey, limit, amount, windowMs = ARGV[b], num(ARGV[b + 1]), num(ARGV[b + 2]), num(ARGV[b + 3])
+    local b = o + 24 + i * 8
+    local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
+    local limit, amount, windowMs = num(ARGV[b + 1]), num(ARGV[b + 2]), num(ARGV[b + 3])
     if not (ARGV[b + 4] == '1' and not throttleApplies) then
       purgeWindow(wkey, now - windowMs)
       local retry = windowRetryAfter(wkey, amount, limit, windowMs, now)
-      if retry ~= nil then return { 0, ARGV[b + 5], fmt(retry), wkey } end
+      if retry ~= nil then return { 0, ARGV[b + 5], fmt(retry), ARGV[b] } end
     end
   end
 
@@ -66,10 +74,11 @@ local function admitRequest(o)
     'replica', '', 'charged', '0', 'ikey', ikey, 'ittl', ARGV[o + 17], 'wn', nLimits,
   }
   for i = 0, nLimits - 1 do
-    local b = o + 23 + i * 7
-    addToWindow(ARGV[b], id, now, num(ARGV[b + 2]))
+    local b = o + 24 + i * 8
+    local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
+    addToWindow(wkey, id, now, num(ARGV[b + 2]))
     record[#record + 1] = 'wk' .. (i + 1)
-    record[#record + 1] = ARGV[b]
+    record[#record + 1] = wkey
     record[#record + 1] = 'wt' .. (i + 1)
     record[#record + 1] = ARGV[b + 6]
   end
