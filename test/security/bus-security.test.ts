@@ -167,7 +167,7 @@ describe('the bus with the shipped NATS auth config', () => {
     );
     await keygen.stop();
     dispatcher = await startFairway(
-      ['serve', '-c', join(dir, 'fairway.yaml'), '--port', '0'],
+      ['serve', '-c', join(dir, 'fairway.yaml'), '--port', '0', '--operator-port', '0'],
       /listening on (http:\S+)/,
       {
         NATS_URL: natsAt(),

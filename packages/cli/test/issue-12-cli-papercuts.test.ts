@@ -74,9 +74,9 @@ describe('a port the command cannot listen on', () => {
   });
 
   it('is reported the same by `fairway up`, whose process then exits', async () => {
-    const err = await exec(process.execPath, [BIN, 'up', '--port', String(port)], { timeout: 50_000 }).catch(
-      (e: { code: number; stderr: string; killed: boolean }) => e,
-    );
+    const err = await exec(process.execPath, [BIN, 'up', '--port', String(port), '--operator-port', '0'], {
+      timeout: 50_000,
+    }).catch((e: { code: number; stderr: string; killed: boolean }) => e);
     expect(err).toMatchObject({ code: 2, killed: false });
     const { stderr } = err as { stderr: string };
     expect(stderr).toContain(`error: port ${port} on 127.0.0.1 is already in use (set --port)\n`);

@@ -68,7 +68,7 @@ describe('store through Redis Sentinel', () => {
 
       // The replica must hold the admission before it is promoted (replication is asynchronous).
       const replica = new Redis({ port: group.replicaPort, host: '127.0.0.1' });
-      await waitFor(async () => (await replica.keys('*sentinel*:req:*')).length > 0, 5000, 'replication');
+      await waitFor(async () => (await replica.keys('*sentinel*:req:*')).length > 0, 20_000, 'replication');
       replica.disconnect();
 
       await sentinel.call('SENTINEL', 'FAILOVER', group.name);
@@ -101,7 +101,7 @@ describe('store through Redis Sentinel', () => {
       'test config',
     );
     const running = await startDispatcher({
-      settings: serveSettings({}, { port: 0, prefix: uniquePrefix('sentinel') }),
+      settings: serveSettings({}, { port: 0, operatorPort: 0, prefix: uniquePrefix('sentinel') }),
       config,
       logger: silentLogger,
     });
