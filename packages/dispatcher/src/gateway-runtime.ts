@@ -91,6 +91,12 @@ function errText(err: unknown): string {
 }
 
 /**
+ * How long after the bus returns a dispatcher still looks up its waiting requests' placements in
+ * the store (ms): assignments published while the bus was down are lost, not delivered late.
+ */
+const BUS_CATCH_UP_MS = 5_000;
+
+/**
  * The live side of the gateway scheduler (DESIGN.md request path, steps 2–6): one {@link Gateway}
  * — the same code the simulator runs — driven in real time. It holds a {@link Ticket} per client
  * connection, learns of dispatches made here or by other dispatchers (bus assignments), forwards
@@ -120,6 +126,8 @@ export class GatewayRuntime {
   /** The fleet placement sees: replicas whose engine failed a call are held out until they recover. */
   readonly #suspects: SuspectReplicas;
   #probing = false;
+  /** Timer ms at which the bus was last seen down (-Infinity: never). */
+  #busDownAt = Number.NEGATIVE_INFINITY;
   /** Monotonic ms since which each pool with waiting requests has had no replica taking work. */
   readonly #unservedSince = new Map<string, number>();
   #flushing = false;
@@ -564,6 +572,16 @@ export class GatewayRuntime {
   }
 
   #onAssignment(a: Assignment): void {
+    this.#adopt(a.requestId, a.replicaId);
+  }
+
+  /**
+   * Another dispatcher (or this one, in a reply still on its way) placed a request this one holds:
+   * it runs on `replicaId`. Told by the picker's assignment message, or read from the store when
+   * that message could not come (`#catchUpPlacements`).
+   */
+  #adopt(requestId: string, replicaId: string): void {
+    const a = { requestId, replicaId };
     const ticket = this.#tickets.get(a.requestId);
     try {
       this.gateway.started({ id: a.requestId, replica: a.replicaId });
@@ -643,10 +661,33 @@ export class GatewayRuntime {
           }),
         );
       }
+      if (!o.registry.busConnected) this.#busDownAt = o.timer.now();
+      if (o.timer.now() - this.#busDownAt <= BUS_CATCH_UP_MS) await this.#catchUpPlacements();
       if (cleared.length > 0) await this.gateway.pump();
       this.#failUnservable();
     } finally {
       this.#probing = false;
+    }
+  }
+
+  /**
+   * While the bus is down (and for a while after it returns), a request this dispatcher holds may
+   * be picked by another dispatcher whose assignment message cannot reach it: the store records
+   * where each request runs, so the waiting ones are looked up there (one pipelined read) and
+   * started on the replica they were placed on, instead of waiting for the queue timeout.
+   */
+  async #catchUpPlacements(): Promise<void> {
+    const waiting: string[] = [];
+    for (const t of this.#tickets.values()) if (t.replica === undefined) waiting.push(t.id);
+    if (waiting.length === 0) return;
+    try {
+      const placed = await this.gateway.options.store.placements(waiting);
+      for (const [requestId, replicaId] of placed) {
+        const ticket = this.#tickets.get(requestId);
+        if (ticket !== undefined && ticket.replica === undefined) this.#adopt(requestId, replicaId);
+      }
+    } catch (err) {
+      this.#o.logger.warn({ err: errText(err) }, 'dispatcher: placement look-up failed');
     }
   }
 

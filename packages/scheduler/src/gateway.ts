@@ -1023,7 +1023,9 @@ export class Gateway {
       reserveTokens: res.req.reserveTokens,
       queued: res.req,
     };
-    if (d.owner === this.id) this.started(d);
+    // Its owner may have learnt the placement from the store while this reply was on its way
+    // (`placements`, when the bus was down): it runs already, on this replica.
+    if (d.owner === this.id && !(own?.state === 'running' && own.replica === d.replica)) this.started(d);
     this.options.onDispatch(d);
     if (repriced !== undefined && repriced.delta !== 0)
       await this.options.store.charge([{ id: res.req.id, amount: repriced.delta }]);
