@@ -147,22 +147,22 @@ describe('a request whose replica fails before answering is retried on another r
     expect(await store.reserved('sim-2')).toEqual({ tokens: 0, seqs: 0 });
   }, 60_000);
 
-  it('answers 502 with an OpenAI-style error when every replica fails', async () => {
+  it('answers 503 no_replica with an OpenAI-style error when every replica fails', async () => {
     const last = engines[1] as FairwayProcess;
     const exited = new Promise((r) => last.proc.once('exit', r));
     last.kill9();
     await exited;
 
     const a = await chat(dispatcher.url, false);
-    expect(a.status).toBe(502);
+    expect(a.status).toBe(503);
     const body = JSON.parse(a.text);
     expect(body).toEqual({
-      error: { message: expect.any(String), type: 'server_error', param: null, code: 'engine_error' },
+      error: { message: expect.any(String), type: 'service_unavailable', param: null, code: 'no_replica' },
     });
     expect(a.text).not.toMatch(/\bat .*\.ts:\d+/);
     const s = await chat(dispatcher.url, true);
-    expect(s.status).toBe(502);
-    expect(JSON.parse(s.text).error.code).toBe('engine_error');
+    expect(s.status).toBe(503);
+    expect(JSON.parse(s.text).error.code).toBe('no_replica');
     expect(await store.reserved('sim-1')).toEqual({ tokens: 0, seqs: 0 });
     expect(await store.reserved('sim-2')).toEqual({ tokens: 0, seqs: 0 });
   }, 60_000);

@@ -63,8 +63,8 @@ const MODELS: Record<
 
 /** Objects an overlay expects to find in the cluster rather than create (the README says how). */
 const EXTERNAL: Record<string, string[]> = {
-  dev: [],
-  production: ['Secret/fairway/fairway-credentials'],
+  dev: ['Secret/fairway-dev/fairway-operator'],
+  production: ['Secret/fairway/fairway-credentials', 'Secret/fairway/fairway-operator'],
 };
 
 interface Container {

@@ -32,6 +32,13 @@ export interface SubscribeOptions {
   readonly key?: string;
 }
 
+/**
+ * How a {@link Bus.deliver} ended: a subscriber received it; nobody subscribes to its subject (its
+ * addressee is gone — NATS knows at once); or no answer in time (the bus may be reconnecting: the
+ * message may still arrive).
+ */
+export type Delivery = 'delivered' | 'no_responders' | 'timeout';
+
 /** Options of {@link Bus.request}. */
 export interface RequestOptions {
   /** How long to wait for the reply, ms. @default 2000 */
@@ -57,7 +64,17 @@ export interface Bus {
   /** Publishes a message; throws `BusMessageError` if it fails its schema. Fire-and-forget. */
   publish<K extends MessageKind>(kind: K, msg: MessageInput<K>): void;
 
-  /** Delivers every valid message of `kind` (optionally only those routed to `options.key`). */
+  /**
+   * Publishes a message and waits for a subscriber to acknowledge receiving it, so a sender learns
+   * when its addressee is gone (`no_responders`). Absent on a bus whose subscribers cannot vanish
+   * one by one (the in-process one): `publish` there.
+   */
+  deliver?<K extends MessageKind>(kind: K, msg: MessageInput<K>, options?: RequestOptions): Promise<Delivery>;
+
+  /**
+   * Delivers every valid message of `kind` (optionally only those routed to `options.key`); a
+   * message sent with {@link Bus.deliver} is acknowledged on receipt.
+   */
   subscribe<K extends MessageKind>(
     kind: K,
     handler: Handler<MessageOf<K>>,
@@ -102,6 +119,13 @@ export interface Bus {
     handler: Handler<AdminEventRecord>,
     options?: AdminSubscribeOptions,
   ): Promise<Unsubscribe>;
+
+  /**
+   * Calls `listener` with false when the connection to the server is lost and with true when it is
+   * back, so consumers can tell "the bus is down" from "a sender went silent". Absent on a bus that
+   * cannot disconnect (the in-process one).
+   */
+  onConnectionChange?(listener: (connected: boolean) => void): Unsubscribe;
 
   /** Resolves once everything published so far has reached the server (or the in-process queue). */
   flush(): Promise<void>;

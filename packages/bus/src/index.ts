@@ -1,6 +1,7 @@
 export type {
   AdminSubscribeOptions,
   Bus,
+  Delivery,
   Handler,
   MessageMeta,
   RequestOptions,
@@ -45,6 +46,7 @@ export {
   nodeCommandSchema,
   type Registration,
   type ReplicaState,
+  type ReplicaUnavailable,
   type ReplyInput,
   type ReplyOf,
   type RequestInput,
@@ -52,6 +54,7 @@ export {
   type RequestOf,
   registrationSchema,
   replicaStateSchema,
+  replicaUnavailableSchema,
   requestSchemas,
   type SignedAdminEnvelope,
   signedAdminEnvelopeSchema,
@@ -81,6 +84,7 @@ export {
 export {
   type ReplicaCapacity,
   type ReplicaChange,
+  type ReplicaObservation,
   ReplicaRegistry,
   type ReplicaRegistryOptions,
   type ReplicaView,

@@ -111,6 +111,30 @@ export const evictSchema = z.object({
 /** An eviction event. */
 export type Evict = z.infer<typeof evictSchema>;
 
+/**
+ * A dispatcher saw a replica's engine fail a call (refused or reset the connection, answered 5xx)
+ * and tells every other dispatcher, so none of them places work there until the replica shows it
+ * is back (its agent registers a new epoch, or a direct health probe of its engine succeeds). Only
+ * the registration epoch named here is suspended: a restarted replica is not.
+ */
+export const replicaUnavailableSchema = z.object({
+  replicaId: id,
+  /** The registration epoch the failure was seen on. */
+  epoch: id,
+  /** The dispatcher that saw the failure. */
+  reportedBy: id,
+  /** What failed, for logs (`connection refused`, `the engine answered 500`). */
+  reason: z.string().max(500).optional(),
+  /**
+   * How long to hold it out before probing it, ms: long when the engine is down, 0 when it
+   * answered but failed the call (probe at once). @default the receiver's own hold
+   */
+  holdMs: z.number().int().nonnegative().max(3_600_000).optional(),
+  at: timestampMs,
+});
+/** A replica-unavailable report. */
+export type ReplicaUnavailable = z.infer<typeof replicaUnavailableSchema>;
+
 /** How many replicas a pool should have (scaling advice; consumed by autoscalers later). */
 export const desiredReplicasSchema = z.object({
   pool: id,
@@ -319,6 +343,7 @@ export const messageSchemas = {
   desiredReplicas: desiredReplicasSchema,
   controlReport: controlReportSchema,
   controlRoutes: controlRoutesSchema,
+  replicaUnavailable: replicaUnavailableSchema,
 } as const;
 /** A publish/subscribe message kind. */
 export type MessageKind = keyof typeof messageSchemas;

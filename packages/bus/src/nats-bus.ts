@@ -21,6 +21,7 @@ import {
 import type {
   AdminSubscribeOptions,
   Bus,
+  Delivery,
   Handler,
   MessageMeta,
   RequestOptions,
@@ -116,6 +117,7 @@ export class NatsBus implements Bus {
   readonly #owns: boolean;
   readonly #subs = new Set<Subscription>();
   readonly #consumers = new Set<{ stop(): void }>();
+  readonly #connectionListeners = new Set<(connected: boolean) => void>();
   #stream: Promise<JetStreamManager> | undefined;
   #js: JetStreamClient | undefined;
   #closed = false;
@@ -127,6 +129,28 @@ export class NatsBus implements Bus {
     this.#logger = options.logger ?? silentLogger;
     this.#adminOptions = options.adminStream ?? {};
     this.#owns = options.ownsConnection ?? false;
+    void this.#watchConnection();
+  }
+
+  onConnectionChange(listener: (connected: boolean) => void): Unsubscribe {
+    this.#connectionListeners.add(listener);
+    return () => {
+      this.#connectionListeners.delete(listener);
+    };
+  }
+
+  async #watchConnection(): Promise<void> {
+    for await (const s of this.#nc.status()) {
+      const connected = s.type === 'reconnect' ? true : s.type === 'disconnect' ? false : undefined;
+      if (connected === undefined) continue;
+      for (const l of this.#connectionListeners) {
+        try {
+          l(connected);
+        } catch (err) {
+          this.#logger.error({ err: errorText(err) }, 'bus: connection listener failed');
+        }
+      }
+    }
   }
 
   /** Connects to NATS (reconnecting forever after the first success) and returns a bus that owns the connection. */
@@ -174,6 +198,24 @@ export class NatsBus implements Bus {
     }
   }
 
+  async deliver<K extends MessageKind>(
+    kind: K,
+    msg: MessageInput<K>,
+    options: RequestOptions = {},
+  ): Promise<Delivery> {
+    this.#open();
+    const value = parseOutgoing(kind, messageSchemas[kind], msg) as MessageOf<K>;
+    const subject = this.#subjects.of(kind, routeKeyOf(kind, value));
+    try {
+      await this.#nc.request(subject, toBytes(value), { timeout: options.timeoutMs ?? 2000 });
+      return 'delivered';
+    } catch (cause) {
+      if (isNoResponders(cause)) return 'no_responders';
+      if (isTimeout(cause)) return 'timeout';
+      throw transportError(`deliver on ${subject}`, subject, cause);
+    }
+  }
+
   subscribe<K extends MessageKind>(
     kind: K,
     handler: Handler<MessageOf<K>>,
@@ -182,6 +224,8 @@ export class NatsBus implements Bus {
     this.#open();
     const schema = messageSchemas[kind];
     return this.#listen(this.#subjects.of(kind, options.key), kind, (m) => {
+      // Sent with deliver(): acknowledge receipt (the sender wants to know someone got it).
+      if (m.reply && !this.#nc.isClosed()) m.respond();
       const decoded = decodeMessage(schema, m.data);
       if (!decoded.ok) {
         logRejected(this.#logger, kind, m.subject, decoded.reason);

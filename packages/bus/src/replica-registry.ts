@@ -55,6 +55,11 @@ export interface ReplicaView {
   readonly reportedState: ReplicaState | undefined;
   /** No heartbeat yet, or the last one is older than the staleness limit. */
   readonly stale: boolean;
+  /**
+   * The bus is disconnected: this is the last state known before it went down (kept, not expired,
+   * since silence then says nothing about the replica), refreshed only by direct observations.
+   */
+  readonly lastKnown: boolean;
   /** Fresh and `ready`: the only case in which capacity is reported as free. */
   readonly acceptsWork: boolean;
   readonly capacity: ReplicaCapacity;
@@ -64,6 +69,14 @@ export interface ReplicaView {
 export interface ReplicaChange {
   readonly type: 'registered' | 'heartbeat' | 'removed';
   readonly replicaId: string;
+}
+
+/** Load read from a replica's engine directly (not from its agent), while the bus is down. */
+export interface ReplicaObservation {
+  readonly running: number;
+  readonly waiting: number;
+  /** 0–1. */
+  readonly kvUsage: number;
 }
 
 interface Entry {
@@ -79,6 +92,11 @@ interface Entry {
  * saturated, never as free, so a dead or partitioned replica gets no new work; a `gone`
  * heartbeat removes it at once. Heartbeats from an unknown replica or epoch trigger a `discover`
  * so a registry that starts late learns the fleet within one heartbeat.
+ *
+ * Silence means something only while the bus is up: when the bus itself disconnects, every
+ * replica keeps the state it had (`lastKnown`), nothing expires or is forgotten, and consumers may
+ * refresh the load with {@link ReplicaRegistry.observe} from the engines directly; once the bus is
+ * back, agents get one staleness period to be heard again and are asked to re-register.
  */
 export class ReplicaRegistry {
   readonly #bus: Bus;
@@ -94,6 +112,8 @@ export class ReplicaRegistry {
   readonly #listeners = new Set<(change: ReplicaChange) => void>();
   readonly #unsubs: Unsubscribe[] = [];
   #lastDiscoverMs = Number.NEGATIVE_INFINITY;
+  /** Registry-clock ms at which the bus disconnected; undefined while it is connected. */
+  #busDownSinceMs: number | undefined;
 
   constructor(options: ReplicaRegistryOptions) {
     this.#bus = options.bus;
@@ -113,6 +133,56 @@ export class ReplicaRegistry {
       this.#bus.subscribe('registration', (r, meta) => this.#onRegistration(r, meta.subject)),
     );
     this.#unsubs.push(this.#bus.subscribe('heartbeat', (h) => this.#onHeartbeat(h)));
+    const watch = this.#bus.onConnectionChange?.((up) => this.#onConnection(up));
+    if (watch !== undefined) this.#unsubs.push(watch);
+    this.#discover(true);
+  }
+
+  /** Whether the bus is connected (heartbeats can arrive); false while serving on last known states. */
+  get busConnected(): boolean {
+    return this.#busDownSinceMs === undefined;
+  }
+
+  /**
+   * Records load read from a replica's engine directly (its `/metrics`), used while the bus is
+   * down and agents' heartbeats cannot arrive. Keeps the replica's reported state; returns false
+   * for an unknown replica or one that never heartbeated.
+   */
+  observe(replicaId: string, o: ReplicaObservation): boolean {
+    const e = this.#entries.get(replicaId);
+    if (e?.heartbeat === undefined) return false;
+    const kvUsage = Math.min(1, Math.max(0, o.kvUsage));
+    e.heartbeat = {
+      ...e.heartbeat,
+      running: Math.max(0, Math.round(o.running)),
+      waiting: Math.max(0, Math.round(o.waiting)),
+      kvUsage,
+      kvUsedTokens: Math.round(kvUsage * e.registration.kvCapacityTokens),
+    };
+    return true;
+  }
+
+  #onConnection(up: boolean): void {
+    const now = this.#clock.now();
+    if (!up) {
+      if (this.#busDownSinceMs !== undefined) return;
+      this.#busDownSinceMs = now;
+      this.#logger.warn(
+        { replicas: this.#entries.size },
+        'registry: bus disconnected; serving on the last known replica states',
+      );
+      return;
+    }
+    const since = this.#busDownSinceMs;
+    if (since === undefined) return;
+    this.#busDownSinceMs = undefined;
+    // The outage does not count as silence: each replica is as fresh as it was when the bus went
+    // down, measured from now, and must be heard within the usual limits from here on.
+    for (const e of this.#entries.values()) {
+      if (e.lastHeartbeatMs !== undefined) e.lastHeartbeatMs += now - since;
+      e.lastSeenMs += now - since;
+    }
+    this.#logger.info({ downMs: now - since }, 'registry: bus reconnected');
     this.#discover(true);
   }
 
@@ -201,7 +271,8 @@ export class ReplicaRegistry {
   }
 
   #view(id: string, e: Entry): ReplicaView {
-    const now = this.#clock.now();
+    // While the bus is down, time stands still for freshness: the state known then still holds.
+    const now = this.#busDownSinceMs ?? this.#clock.now();
     const h = e.heartbeat;
     const stale = e.lastHeartbeatMs === undefined || now - e.lastHeartbeatMs > this.#staleAfterMs;
     const acceptsWork = !stale && h?.state === 'ready';
@@ -218,6 +289,7 @@ export class ReplicaRegistry {
       lastHeartbeatMs: e.lastHeartbeatMs,
       reportedState: h?.state,
       stale,
+      lastKnown: this.#busDownSinceMs !== undefined,
       acceptsWork,
       capacity: {
         kvCapacityTokens: cap,
@@ -233,6 +305,7 @@ export class ReplicaRegistry {
   }
 
   #sweep(): void {
+    if (this.#busDownSinceMs !== undefined) return;
     const now = this.#clock.now();
     for (const [id, e] of this.#entries) {
       if (now - e.lastSeenMs > this.#forgetAfterMs) {

@@ -9,6 +9,7 @@
  * | registration | `<p>.replica.<replicaId>.register` | replica |
  * | heartbeat | `<p>.replica.<replicaId>.heartbeat` | replica |
  * | discover | `<p>.replica.discover` | — |
+ * | replicaUnavailable | `<p>.replica.<replicaId>.unavailable` | replica |
  * | assignment | `<p>.dispatcher.<dispatcherId>.assign` | dispatcher that holds the connection |
  * | evict | `<p>.replica.<replicaId>.evict` | replica whose requests go (every dispatcher listens) |
  * | desiredReplicas | `<p>.pool.<pool>.desired` | pool |
@@ -57,7 +58,8 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
     case 'registration':
     case 'heartbeat':
     case 'evict':
-      return (msg as MessageOf<'registration' | 'heartbeat' | 'evict'>).replicaId;
+    case 'replicaUnavailable':
+      return (msg as MessageOf<'registration' | 'heartbeat' | 'evict' | 'replicaUnavailable'>).replicaId;
     case 'assignment':
       return (msg as MessageOf<'assignment'>).dispatcherId;
     case 'desiredReplicas':
@@ -103,6 +105,8 @@ export class Subjects {
         return `${p}.replica.${k}.heartbeat`;
       case 'discover':
         return `${p}.replica.discover`;
+      case 'replicaUnavailable':
+        return `${p}.replica.${k}.unavailable`;
       case 'assignment':
         return `${p}.dispatcher.${k}.assign`;
       case 'evict':

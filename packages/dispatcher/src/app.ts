@@ -11,6 +11,7 @@ import { answerClientError, answerFrameworkError, checkHost } from './client-err
 import type { CompletionContext } from './completion-handler.ts';
 import { type DispatcherOptions, resolveDispatcherOptions } from './dispatcher-options.ts';
 import { type EngineFactory, EnginePool } from './engine-pool.ts';
+import { EngineProbe } from './engine-probe.ts';
 import { toApiError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import { GatewayMetrics } from './gateway-metrics.ts';
@@ -148,6 +149,12 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const poolByModel = new Map(deps.config.pools.map((p) => [p.model, p.id]));
   const replicas = new RegistryReplicaSource(deps.registry, (model) => poolByModel.get(model));
   const poolFor = (model: string): string | undefined => replicas.poolFor(model);
+  const engines = new EnginePool(deps.engines);
+  const swapTargets: ReadonlySet<string> = new Set(
+    scheduling.planner !== undefined && deps.config.policy.control.swap
+      ? deps.config.policy.control.swappable
+      : [],
+  );
   const runtime = new GatewayRuntime({
     id: deps.id,
     config: deps.config,
@@ -155,6 +162,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     bus: deps.bus,
     registry: deps.registry,
     replicas,
+    probe: new EngineProbe(engines, (id) => replicas.urlOf(id), options.probeTimeoutMs),
     scheduling,
     poolFor,
     options,
@@ -162,9 +170,9 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     timer: deps.timer,
     logger,
     lease: deps.lease,
+    waitsForReplica: (model) => swapTargets.has(model),
     desiredReplicasGauge: (pool, desired) => metrics.desiredReplicas.set({ pool }, desired),
   });
-  const engines = new EnginePool(deps.engines);
   const sloClasses = new Map(scheduling.sloClasses.map((c) => [c.name, c]));
   const defaultSloClass = sloClasses.has('interactive')
     ? 'interactive'
@@ -180,6 +188,12 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     logger,
   });
   let stopAdmin: Unsubscribe | undefined;
+  const stopBusWatch = deps.bus.onConnectionChange?.((up) => {
+    metrics.busConnected.set(up ? 1 : 0);
+    if (up) logger.info('dispatcher: bus reconnected; replica states come from heartbeats again');
+    else
+      logger.warn('dispatcher: bus disconnected; placing on the last known replica states, probed directly');
+  });
   const tokenizers = loadPoolTokenizers(deps.config);
   const newId = deps.newId ?? (() => `fw-${randomUUID()}`);
   const tracer = deps.tracer;
@@ -197,11 +211,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     cost: scheduling.cost,
     poolFor,
     tokenizerFor: (pool) => tokenizers.get(pool),
-    swapTargets: new Set(
-      scheduling.planner !== undefined && deps.config.policy.control.swap
-        ? deps.config.policy.control.swappable
-        : [],
-    ),
+    swapTargets,
     clock: deps.clock,
     timer: deps.timer,
     newId,
@@ -283,6 +293,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   app.addHook('preClose', async () => {
     stopAdmin?.();
+    stopBusWatch?.();
     await runtime.stop();
     const deadline = deps.timer.now() + options.drainTimeoutMs;
     while (inflight.size > 0 && deps.timer.now() < deadline) await new Promise((r) => setTimeout(r, 10));

@@ -4,7 +4,13 @@ import type { FastifyReply } from 'fastify';
 import type { KeyRing } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
-import { type ProxyResult, proxyCompletion, proxyStream, type TimingHeaders } from './engine-proxy.ts';
+import {
+  type ProxyCall,
+  type ProxyResult,
+  proxyCompletion,
+  proxyStream,
+  type TimingHeaders,
+} from './engine-proxy.ts';
 import { rejectionError, validationError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import type { GatewayMetrics } from './gateway-metrics.ts';
@@ -123,7 +129,7 @@ export async function handleCompletion(
   const tenant = m.tenantLabel(req.tenant);
   if (pool === undefined)
     throw new ApiError('MODEL_NOT_FOUND', `model "${req.model}" does not exist`, { param: 'model' });
-  if (!ctx.replicas.serving(pool) && !ctx.swapTargets.has(req.model)) {
+  if (!ctx.runtime.serving(pool) && !ctx.swapTargets.has(req.model)) {
     m.requests.inc({ tenant, outcome: 'no_replica' });
     throw new ApiError('NO_REPLICA', `no replica serves model "${req.model}" now`, { retryAfterS: 1 });
   }
@@ -157,6 +163,12 @@ export async function handleCompletion(
   let result: ProxyResult | undefined;
   // Why the last engine call failed, when it is being retried on another replica.
   let failure: ApiError | undefined;
+  // Replicas this request failed on: never its next place while another replica takes work.
+  const failedOn = new Set<string>();
+  // Set when a failed request found no other replica of its pool taking work.
+  let noneLeft = false;
+  // Times it was placed again where it had failed (by a dispatcher that had not heard yet).
+  let misplaced = 0;
   for (let attempt = 1; result === undefined; attempt++) {
     const queue = tr === undefined ? undefined : queueSpan(ctx, record, req, attempt);
     const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone.signal);
@@ -168,17 +180,45 @@ export async function handleCompletion(
       }
       if (waited === 'shutdown')
         throw new ApiError('NOT_READY', 'this dispatcher is shutting down; retry', { retryAfterS: 1 });
+      if (waited === 'no_replica') {
+        m.requests.inc({ tenant, outcome: 'no_replica' });
+        throw noReplica(
+          req.model,
+          failure ??
+            new ApiError(
+              'NO_REPLICA',
+              `no replica has taken work for ${ctx.options.noReplicaWaitMs / 1000} s`,
+            ),
+        );
+      }
       m.requests.inc({ tenant, outcome: 'cancelled' });
       record.outcome = 'cancelled';
       reply.hijack();
       reply.raw.destroy();
       return;
     }
-    if (attempt === 1) m.queueWait.observe({ slo_class: req.sloClass }, ticket.queueMs() / 1000);
+    if (attempt === 1 && misplaced === 0)
+      m.queueWait.observe({ slo_class: req.sloClass }, ticket.queueMs() / 1000);
+    const retry =
+      attempt < attempts
+        ? async (): Promise<boolean> => {
+            const outcome = await ctx.runtime.retry(ticket);
+            noneLeft = outcome === 'no_replica';
+            return outcome === 'requeued';
+          }
+        : undefined;
     record.queueMs = Math.round(ticket.queueMs() * 10) / 10;
-    const retry = attempt < attempts ? () => ctx.runtime.retry(ticket) : undefined;
     const replica = ticket.replica ?? '';
     record.replica = replica;
+    // Placed again where it failed, by a dispatcher that had not yet heard of the failure: back to
+    // the queue without spending an engine call (a bounded number of times).
+    if (failedOn.has(replica) && misplaced < attempts) {
+      misplaced++;
+      if ((await ctx.runtime.retry(ticket)) === 'requeued') {
+        attempt--;
+        continue;
+      }
+    }
     const url = ctx.replicas.urlOf(replica);
     const engineAddress = url === undefined ? undefined : hostOf(url);
     if (tr !== undefined) {
@@ -210,34 +250,15 @@ export async function handleCompletion(
       retry,
       trace: tr,
       engineAddress,
+      replicaFailed: (err: unknown) => {
+        failedOn.add(replica);
+        ctx.runtime.replicaFailed(replica, err);
+      },
     };
-    const r = ctx.runtime.resumable
-      ? // The control plane may evict it: resume on the next replica rather than fail.
-        await proxyResumable(call, {
-          reply,
-          engineFor: (id) => {
-            const u = ctx.replicas.urlOf(id);
-            return u === undefined ? undefined : ctx.engines.get(u);
-          },
-          queueTimeoutMs: ctx.options.queueTimeoutMs,
-          gone: gone.signal,
-        })
-      : described.stream
-        ? await proxyStream(call, (h: TimingHeaders) => {
-            reply.hijack();
-            reply.raw.writeHead(200, {
-              'content-type': 'text/event-stream; charset=utf-8',
-              'cache-control': 'no-cache',
-              ...h,
-            });
-            return reply.raw;
-          })
-        : await proxyCompletion(call, (h, body) => {
-            void reply
-              .code(200)
-              .headers({ 'content-type': 'application/json', ...h })
-              .send(body);
-          });
+    const r = await proxyOnce(ctx, call, reply, gone.signal, described.stream).catch((err: unknown) => {
+      // Nowhere left to retry: say so (503) rather than pass on this replica's failure.
+      throw noneLeft && err instanceof ApiError && err.status >= 500 ? noReplica(req.model, err) : err;
+    });
     if (r.outcome === 'retried') {
       m.engineRetries.inc();
       ctx.logger.warn(
@@ -268,6 +289,52 @@ export async function handleCompletion(
     m.ttft.observe({ slo_class: req.sloClass }, result.firstByteMs / 1000);
     m.overhead.observe({ stream: described.stream ? 'true' : 'false' }, result.overheadMs / 1000);
   }
+}
+
+/** The 503 of a request that failed and found no other replica of its pool taking work. */
+function noReplica(model: string, cause: ApiError): ApiError {
+  return new ApiError(
+    'NO_REPLICA',
+    `every replica serving model "${model}" failed or is unavailable (${cause.message}); retry`,
+    { retryAfterS: 1, cause },
+  );
+}
+
+/** One engine call of a dispatched request: resumable under a control plane, else streamed or not. */
+function proxyOnce(
+  ctx: CompletionContext,
+  call: ProxyCall,
+  reply: FastifyReply,
+  gone: AbortSignal,
+  stream: boolean,
+): Promise<ProxyResult> {
+  return ctx.runtime.resumable
+    ? // The control plane may evict it: resume on the next replica rather than fail.
+      proxyResumable(call, {
+        reply,
+        engineFor: (id) => {
+          const u = ctx.replicas.urlOf(id);
+          return u === undefined ? undefined : ctx.engines.get(u);
+        },
+        queueTimeoutMs: ctx.options.queueTimeoutMs,
+        gone,
+      })
+    : stream
+      ? proxyStream(call, (h: TimingHeaders) => {
+          reply.hijack();
+          reply.raw.writeHead(200, {
+            'content-type': 'text/event-stream; charset=utf-8',
+            'cache-control': 'no-cache',
+            ...h,
+          });
+          return reply.raw;
+        })
+      : proxyCompletion(call, (h, body) => {
+          void reply
+            .code(200)
+            .headers({ 'content-type': 'application/json', ...h })
+            .send(body);
+        });
 }
 
 /** `host:port` of an engine URL (the engine span's `server.address`). */

@@ -64,8 +64,24 @@ export interface DispatcherOptions {
    * is dispatched again on another replica, up to this many calls in all; 1 never retries. @default 2
    */
   readonly engineAttempts?: number;
-  /** How long a replica whose engine failed a call is offered no new work by this dispatcher, ms. @default 5000 */
+  /**
+   * How long a replica whose engine failed a call (here or at another dispatcher) is held out of
+   * placement before a direct health probe may bring it back, ms; a restarted replica (new
+   * registration epoch) comes back at once. @default 5000
+   */
   readonly suspectMs?: number;
+  /**
+   * How often suspect replicas are probed for recovery, and — while the bus is down — every
+   * replica's load is read from its engine's `/metrics`, ms. @default 500
+   */
+  readonly probeEveryMs?: number;
+  /** How long one direct engine probe may take, ms. @default 1000 */
+  readonly probeTimeoutMs?: number;
+  /**
+   * How long requests wait while no replica of their pool takes work (every one dead, silent or
+   * failing) before they are answered 503 `no_replica`, ms. @default 10000
+   */
+  readonly noReplicaWaitMs?: number;
   /** Under `policy.oit`: requests per minute one user may send while the pool is overloaded. @default 60 */
   readonly oitUserRpm?: number;
   /** Under `policy.oit`: requests per minute an app without its own `limits.rpm` may send while overloaded. @default 600 */
@@ -96,6 +112,9 @@ const optionsSchema = z
     reservationsMaxAgeMs: z.number().min(0).finite().optional(),
     engineAttempts: z.number().int().min(1).max(10).optional(),
     suspectMs: z.number().min(0).finite().optional(),
+    probeEveryMs: ms.optional(),
+    probeTimeoutMs: ms.optional(),
+    noReplicaWaitMs: ms.optional(),
     oitUserRpm: z.number().int().min(0).optional(),
     oitAppRpm: z.number().int().min(0).optional(),
   })
@@ -131,6 +150,9 @@ export function resolveDispatcherOptions(
     reservationsMaxAgeMs: o.reservationsMaxAgeMs ?? 100,
     engineAttempts: o.engineAttempts ?? 2,
     suspectMs: o.suspectMs ?? 5000,
+    probeEveryMs: o.probeEveryMs ?? 500,
+    probeTimeoutMs: o.probeTimeoutMs ?? 1000,
+    noReplicaWaitMs: o.noReplicaWaitMs ?? 10_000,
     oitUserRpm: o.oitUserRpm ?? 60,
     oitAppRpm: o.oitAppRpm ?? 600,
   };

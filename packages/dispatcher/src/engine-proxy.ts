@@ -39,6 +39,11 @@ export interface ProxyCall {
   readonly trace?: RequestTrace | undefined;
   /** The engine's `host:port`, for the engine span's `server.address`. */
   readonly engineAddress?: string | undefined;
+  /**
+   * Told when the engine call failed in a way that is the replica's fault (see
+   * `isReplicaFailure`), before or during the response, so the replica is held out of placement.
+   */
+  readonly replicaFailed?: ((err: unknown) => void) | undefined;
 }
 
 /** What happened, for metrics and logs. */
@@ -152,7 +157,9 @@ export async function proxyCompletion(
  */
 async function failedBeforeAnswer(call: ProxyCall, err: unknown): Promise<ProxyResult> {
   const usage = { inputTokens: call.ticket.req.inputTokens, outputTokens: 0 };
-  if (!call.signal.aborted && call.retry !== undefined && isReplicaFailure(err) && (await call.retry()))
+  const replicaFault = !call.signal.aborted && isReplicaFailure(err);
+  if (replicaFault) call.replicaFailed?.(err);
+  if (replicaFault && call.retry !== undefined && (await call.retry()))
     return {
       usage: { inputTokens: 0, outputTokens: 0 },
       overheadMs: 0,
@@ -204,8 +211,9 @@ export function sseError(err: ApiError): string {
  * (stripping it would mean rewriting every chunk); streamed tokens are counted from content chunks
  * instead, and the final usage settles the exact count.
  *
- * Headers go out only once the engine has accepted the request, so a refused request still gets a
- * proper status; after that, failures end the stream with an OpenAI-shaped `data: {"error": …}`.
+ * Headers go out with the first bytes the engine streams, so a request the engine refused, or
+ * dropped before producing anything, still gets a proper status (or is retried on another
+ * replica); after that, failures end the stream with an OpenAI-shaped `data: {"error": …}`.
  */
 export async function proxyStream(
   call: ProxyCall,
@@ -226,7 +234,9 @@ export async function proxyStream(
     return failedBeforeAnswer(call, err);
   }
   const { overheadMs, headers } = timing(call, call.timer.now() - t0);
-  const res = open(headers);
+  // Opened with the first bytes (not buffered: they are written at once), so an engine that dies
+  // before producing anything is still a failure before the answer, retried elsewhere.
+  let res: ServerResponse | undefined;
   const filter = call.described.wantsUsage ? undefined : new UsageChunkFilter();
   const streaming = call.trace?.child('fairway.stream', SpanKind.INTERNAL, engineCall.span);
   let firstByteMs: number | undefined;
@@ -235,6 +245,7 @@ export async function proxyStream(
       firstByteMs = call.timer.now() - call.arrivedAt;
       streaming?.addEvent('gen_ai.first_token');
     }
+    res ??= open(headers);
     if (!res.write(bytes)) await drained(res, call.signal);
   };
   runtime.meter(ticket, () => stream.completionTokens);
@@ -245,16 +256,20 @@ export async function proxyStream(
     }
     const rest = filter?.end();
     if (rest !== undefined && rest.length > 0) await write(rest);
-    res.end();
+    (res ?? open(headers)).end();
   } catch (err) {
     call.trace?.fail(streaming, err);
     call.trace?.fail(engineCall.span, err);
+    if (res === undefined && !call.signal.aborted) return failedBeforeAnswer(call, err);
+    res ??= open(headers);
     const used = {
       inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
       outputTokens: stream.completionTokens,
     };
     void runtime.abandon(ticket, used);
     const gone = clientGone(call);
+    // A stream cut by its engine: the replica is no longer counted as room (its streams just ended).
+    if (!call.signal.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
     if (!gone && !res.destroyed && !res.writableEnded)
       res.end(sseError(call.signal.aborted ? evicted() : engineApiError(err)));
     return { usage: used, overheadMs, firstByteMs, outcome: gone ? 'cancelled' : 'failed' };

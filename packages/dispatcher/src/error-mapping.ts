@@ -83,6 +83,16 @@ export function isReplicaFailure(err: unknown): boolean {
   return err instanceof EngineHttpError && err.status >= 500;
 }
 
+/**
+ * Whether a replica failure says its engine is down (refused, reset, unreachable), as opposed to an
+ * engine that answers but failed this call (5xx): the first keeps the replica out for `suspectMs`,
+ * the second only until its next health probe.
+ */
+export function isEngineDown(err: unknown): boolean {
+  if (err instanceof EngineUnreachableError || err instanceof EngineConnectionLostError) return true;
+  return err instanceof EngineTimeoutError && err.phase === 'connect';
+}
+
 /** A 400 naming the first offending body field of a failed validation. */
 export function validationError(err: ZodError): ApiError {
   const issue = err.issues[0];

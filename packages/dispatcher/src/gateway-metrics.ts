@@ -35,6 +35,11 @@ export class GatewayMetrics {
   readonly queueWait: Histogram<'slo_class'>;
   readonly inflight: Gauge<'state'>;
   readonly engineRetries: Counter;
+  /**
+   * 1 while the bus is connected; 0 while it is down and placement runs on the last known replica
+   * states (refreshed by direct engine probes).
+   */
+  readonly busConnected: Gauge;
   /** Aladdin's desired replicas per pool, set by the control leader (`policy.scaling`). */
   readonly desiredReplicas: Gauge<'pool'>;
 
@@ -60,6 +65,12 @@ export class GatewayMetrics {
       help: 'Engine calls that failed before anything reached the client and were sent to another replica',
       registers,
     });
+    this.busConnected = new Gauge({
+      name: 'fairway_bus_connected',
+      help: '1 while the bus (NATS) is connected; 0 while replica states are the last known ones (stale, probed directly)',
+      registers,
+    });
+    this.busConnected.set(1);
     this.desiredReplicas = new Gauge({
       name: 'fairway_desired_replicas',
       help: "Replicas a pool needs for its arrival rate (Aladdin's n = ceil(k*r + c)), on the control leader",

@@ -1,9 +1,19 @@
-import type { Assignment, Bus, ControlReport, Evict, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
+import type {
+  Assignment,
+  Bus,
+  ControlReport,
+  Evict,
+  ReplicaRegistry,
+  ReplicaUnavailable,
+  Unsubscribe,
+} from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger, RequestDescriptor, Usage } from '@fairway/core';
 import { type Dispatched, Gateway, type GatewayStats, type SubmitResult } from '@fairway/scheduler';
 import type { SchedulingStore } from '@fairway/store';
 import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
+import type { EngineProbe } from './engine-probe.ts';
+import { isEngineDown } from './error-mapping.ts';
 import { type LeaseBackend, MemoryLeaseBackend } from './leader-lease.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import type { SchedulingSetup } from './scheduling-config.ts';
@@ -19,6 +29,8 @@ export interface GatewayRuntimeOptions {
   readonly bus: Bus;
   readonly registry: ReplicaRegistry;
   readonly replicas: RegistryReplicaSource;
+  /** Asks engines directly: recovery of suspect replicas, load while the bus is down. */
+  readonly probe: EngineProbe;
   readonly scheduling: SchedulingSetup;
   /** The pool serving a model (config first, then the registry); the model itself when unknown. */
   readonly poolFor: (model: string) => string | undefined;
@@ -33,6 +45,11 @@ export interface GatewayRuntimeOptions {
    * qlm` or `policy.scaling`. @default a lease in this process's memory (one dispatcher)
    */
   readonly lease?: LeaseBackend | undefined;
+  /**
+   * Models whose queued requests wait even while no replica serves them (the control plane may
+   * swap a replica to them), instead of failing after `noReplicaWaitMs`. @default none
+   */
+  readonly waitsForReplica?: ((model: string) => boolean) | undefined;
   /** Sets the `fairway_desired_replicas{pool}` gauge. @default none */
   readonly desiredReplicasGauge?: ((pool: string, desired: number) => void) | undefined;
 }
@@ -45,8 +62,17 @@ export type RuntimeSubmit =
   | { readonly ok: true; readonly ticket: Ticket }
   | Extract<SubmitResult, { ok: false }>;
 
-/** How waiting for capacity ended. */
-export type WaitOutcome = 'dispatched' | 'timeout' | 'aborted' | 'shutdown';
+/**
+ * Outcome of {@link GatewayRuntime.retry}: back in the queue; no other replica of its pool takes
+ * work (the client gets a 503); or the store could not re-queue it.
+ */
+export type RetryOutcome = 'requeued' | 'no_replica' | 'failed';
+
+/**
+ * How waiting for capacity ended (`no_replica`: no replica of its pool took work for
+ * `noReplicaWaitMs`).
+ */
+export type WaitOutcome = 'dispatched' | 'timeout' | 'aborted' | 'shutdown' | 'no_replica';
 
 /** A request as a control report describes it. */
 function reported(r: RequestDescriptor) {
@@ -63,6 +89,12 @@ function reported(r: RequestDescriptor) {
 function errText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
+
+/**
+ * How long after the bus returns a dispatcher still looks up its waiting requests' placements in
+ * the store (ms): assignments published while the bus was down are lost, not delivered late.
+ */
+const BUS_CATCH_UP_MS = 5_000;
 
 /**
  * The live side of the gateway scheduler (DESIGN.md request path, steps 2–6): one {@link Gateway}
@@ -91,8 +123,13 @@ export class GatewayRuntime {
   readonly #resumeFrom = new Map<string, number>();
   /** Finished since the last `holdings()` (only with a control plane). */
   #finished: RuntimeHoldings['finished'] = [];
-  /** The fleet placement sees: replicas that just failed an engine call are skipped for a while. */
+  /** The fleet placement sees: replicas whose engine failed a call are held out until they recover. */
   readonly #suspects: SuspectReplicas;
+  #probing = false;
+  /** Timer ms at which the bus was last seen down (-Infinity: never). */
+  #busDownAt = Number.NEGATIVE_INFINITY;
+  /** Monotonic ms since which each pool with waiting requests has had no replica taking work. */
+  readonly #unservedSince = new Map<string, number>();
   #flushing = false;
   #started = false;
   /** Store-clock ms of the last successful lease renewal. */
@@ -129,7 +166,13 @@ export class GatewayRuntime {
             headroomFraction: opt.headroomFraction,
             gauge: o.desiredReplicasGauge,
           });
-    this.#suspects = new SuspectReplicas(o.replicas, o.timer, opt.suspectMs);
+    this.#suspects = new SuspectReplicas({
+      inner: o.replicas,
+      clock: o.timer,
+      holdMs: opt.suspectMs,
+      epochOf: (id) => o.registry.get(id)?.registration.epoch,
+      probe: (id) => o.probe.health(id),
+    });
     this.gateway = new Gateway({
       id: o.id,
       store: o.store,
@@ -240,6 +283,7 @@ export class GatewayRuntime {
     this.#unsubs.push(
       o.bus.subscribe('assignment', (a) => this.#onAssignment(a), { key: this.id }),
       o.bus.subscribe('evict', (e) => this.#onEvict(e)),
+      o.bus.subscribe('replicaUnavailable', (r) => this.#onReplicaUnavailable(r)),
       o.registry.onChange((c) => this.#onReplicaChange(c.type, c.replicaId)),
     );
     await o.bus.flush();
@@ -254,6 +298,7 @@ export class GatewayRuntime {
     every(o.options.reclaimEveryMs, () => this.#reclaim(), 'reclaim');
     every(o.options.flushMs, () => this.#chargeTick(), 'flush');
     every(o.options.pumpEveryMs, () => this.gateway.pump(), 'pump');
+    every(o.options.probeEveryMs, () => this.#probeTick(), 'replica probe');
     await this.control?.start();
   }
 
@@ -336,13 +381,17 @@ export class GatewayRuntime {
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
         this.#shutdown.signal.removeEventListener('abort', onShutdown);
+        ticket.unservable.signal.removeEventListener('abort', onUnservable);
         resolve(o);
       };
       const onAbort = (): void => done('aborted');
       const onShutdown = (): void => done('shutdown');
+      const onUnservable = (): void => done('no_replica');
       const timer = setTimeout(() => done('timeout'), timeoutMs);
       signal.addEventListener('abort', onAbort, { once: true });
       this.#shutdown.signal.addEventListener('abort', onShutdown, { once: true });
+      ticket.unservable.signal.addEventListener('abort', onUnservable, { once: true });
+      if (ticket.unservable.signal.aborted) onUnservable();
       if (signal.aborted) onAbort();
       if (this.#shutdown.signal.aborted) onShutdown();
       void ticket.dispatched.then(() => done('dispatched'));
@@ -372,19 +421,56 @@ export class GatewayRuntime {
   }
 
   /**
-   * The engine call of a running request failed before anything reached the client: its replica
-   * is skipped for `suspectMs`, and the request goes back to the head of its flow's queue (its
-   * reservation released, its charge undone) to be dispatched again — `waitForDispatch` then
-   * waits for that. Returns false if no other replica of its pool takes work now or it could not
-   * be re-queued; the caller then abandons it.
+   * A replica's engine failed a call in a way that is the replica's fault (refused, reset, 5xx —
+   * see `isReplicaFailure`): it is held out of placement here at once, and every other dispatcher
+   * is told over the bus, until it shows it is back (see {@link SuspectReplicas}).
    */
-  async retry(ticket: Ticket): Promise<boolean> {
+  replicaFailed(replicaId: string, err: unknown): void {
+    const o = this.#o;
+    const epoch = o.registry.get(replicaId)?.registration.epoch;
+    // An engine that answered (5xx) is probed again at once: one bad request must not take a
+    // replica — or, retried, every replica — out of the fleet for suspectMs.
+    const holdMs = isEngineDown(err) ? o.options.suspectMs : 0;
+    // Already held out: the hold is renewed, the fleet was told.
+    const known = this.#suspects.isSuspect(replicaId);
+    if (epoch === undefined || !this.#suspects.mark(replicaId, epoch, holdMs) || known) return;
+    const reason = errText(err);
+    o.logger.warn({ replicaId, reason }, 'dispatcher: replica failed; held out of placement fleet-wide');
+    try {
+      o.bus.publish('replicaUnavailable', {
+        replicaId,
+        epoch,
+        reportedBy: this.id,
+        reason: reason.slice(0, 500),
+        holdMs,
+        at: o.clock.now(),
+      });
+    } catch (err) {
+      o.logger.warn({ replicaId, err: errText(err) }, 'dispatcher: replica failure not published');
+    }
+  }
+
+  /** Whether any replica of `pool` takes work now (registered, fresh, ready, not suspect). */
+  serving(pool: string): boolean {
+    return this.#suspects.replicas(pool).some((r) => !r.stale);
+  }
+
+  /**
+   * The engine call of a running request failed before anything reached the client (its replica
+   * already held out by {@link GatewayRuntime.replicaFailed}): the request goes back to the head
+   * of its flow's queue (its reservation released, its charge undone) to be dispatched again on
+   * another replica — `waitForDispatch` then waits for that. Not re-queued when no other replica
+   * of its pool takes work now (`no_replica`) or the store refuses (`failed`); the caller then
+   * abandons it.
+   */
+  async retry(ticket: Ticket): Promise<RetryOutcome> {
     const failed = ticket.replica;
-    if (failed !== undefined) this.#suspects.mark(failed);
-    // Nowhere else to go: waiting for the failed replica's suspicion to lapse would only delay the error.
-    if (!this.#suspects.replicas(ticket.pool).some((r) => !r.stale && r.id !== failed)) return false;
+    // Nowhere else to go: waiting for the failed replica to come back would only delay the error.
+    if (!this.#suspects.replicas(ticket.pool).some((r) => !r.stale && r.id !== failed)) return 'no_replica';
     this.#meters.delete(ticket.id);
-    return this.#putBack(ticket, 're-queue', () => this.gateway.requeueUnserved(ticket.id));
+    return (await this.#putBack(ticket, 're-queue', () => this.gateway.requeueUnserved(ticket.id)))
+      ? 'requeued'
+      : 'failed';
   }
 
   /** Settles a running request that ended early (error, disconnect, eviction) with what it used. */
@@ -403,7 +489,8 @@ export class GatewayRuntime {
     const g = this.gateway;
     const zero = { inputTokens: ticket.req.inputTokens, outputTokens: 0 };
     // A timed-out request that got a replica after all is served rather than thrown away.
-    if (ticket.replica !== undefined && reason === 'timeout') return 'dispatched';
+    const late = reason === 'timeout' || reason === 'no_replica';
+    if (ticket.replica !== undefined && late) return 'dispatched';
     // Removes it from the queue, or settles it if it was started here meanwhile.
     if (await g.cancel(ticket.id, zero)) {
       this.#tickets.delete(ticket.id);
@@ -414,7 +501,7 @@ export class GatewayRuntime {
       setTimeout(() => r(undefined), this.#o.options.assignGraceMs).unref(),
     );
     const replica = await Promise.race([ticket.dispatched, grace]);
-    if (replica !== undefined && reason === 'timeout') return 'dispatched';
+    if (replica !== undefined && late) return 'dispatched';
     if (replica === undefined) {
       // The assignment was lost (the picker died after reserving, or the message was dropped):
       // take the request as started so settling releases the reservation the picker made.
@@ -438,21 +525,63 @@ export class GatewayRuntime {
       else void this.gateway.cancel(d.id); // no one waits for it any more: release at once
       return;
     }
+    const assignment = {
+      requestId: d.id,
+      dispatcherId: d.owner,
+      pickedBy: this.id,
+      replicaId: d.replica,
+      reserveTokens: d.reserveTokens,
+      at: this.#o.clock.now(),
+    };
+    const bus = this.#o.bus;
     try {
-      this.#o.bus.publish('assignment', {
-        requestId: d.id,
-        dispatcherId: d.owner,
-        pickedBy: this.id,
-        replicaId: d.replica,
-        reserveTokens: d.reserveTokens,
-        at: this.#o.clock.now(),
-      });
+      if (bus.deliver === undefined) bus.publish('assignment', assignment);
+      else
+        void bus.deliver('assignment', assignment, { timeoutMs: this.#o.options.assignGraceMs }).then(
+          (delivery) => {
+            if (delivery === 'no_responders') this.#ownerGone(d);
+          },
+          (err: unknown) =>
+            this.#o.logger.error({ requestId: d.id, err: errText(err) }, 'dispatcher: assignment not sent'),
+        );
     } catch (err) {
       this.#o.logger.error({ requestId: d.id, err: errText(err) }, 'dispatcher: assignment not sent');
     }
   }
 
+  /**
+   * Nobody subscribes to the assignments of the request's owner: it died (SIGKILL, crash) with the
+   * client connection, and its lease has not ended yet. Its request is released now, so a dead
+   * dispatcher's queue does not fill the fleet with reservations nobody will use.
+   */
+  #ownerGone(d: Dispatched): void {
+    this.#o.logger.warn(
+      { requestId: d.id, owner: d.owner, replicaId: d.replica },
+      'dispatcher: the owner of a picked request is gone; releasing it',
+    );
+    this.gateway
+      .releaseOrphanedPick(d.id)
+      .catch((err: unknown) => {
+        // Left for the next heartbeat to retry.
+        this.#o.logger.warn({ requestId: d.id, err: errText(err) }, 'dispatcher: release failed');
+      })
+      .then(() => this.gateway.pump(d.queued.pool))
+      .catch((err: unknown) => {
+        this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
+      });
+  }
+
   #onAssignment(a: Assignment): void {
+    this.#adopt(a.requestId, a.replicaId);
+  }
+
+  /**
+   * Another dispatcher (or this one, in a reply still on its way) placed a request this one holds:
+   * it runs on `replicaId`. Told by the picker's assignment message, or read from the store when
+   * that message could not come (`#catchUpPlacements`).
+   */
+  #adopt(requestId: string, replicaId: string): void {
+    const a = { requestId, replicaId };
     const ticket = this.#tickets.get(a.requestId);
     try {
       this.gateway.started({ id: a.requestId, replica: a.replicaId });
@@ -498,6 +627,92 @@ export class GatewayRuntime {
     this.gateway.pump(pool).catch((err: unknown) => {
       this.#o.logger.warn({ err: errText(err) }, 'dispatcher: pump failed');
     });
+  }
+
+  #onReplicaUnavailable(r: ReplicaUnavailable): void {
+    if (r.reportedBy === this.id || this.#suspects.isSuspect(r.replicaId)) return;
+    if (!this.#suspects.mark(r.replicaId, r.epoch, r.holdMs)) return;
+    this.#o.logger.warn(
+      { replicaId: r.replicaId, reportedBy: r.reportedBy, reason: r.reason },
+      'dispatcher: replica reported failing by another dispatcher; held out of placement',
+    );
+  }
+
+  /**
+   * Probes suspect replicas whose hold has passed and takes back those that answer; while the bus
+   * is down, reads every replica's load from its engine directly (a replica whose engine does not
+   * answer is held out like one that failed a call).
+   */
+  async #probeTick(): Promise<void> {
+    if (this.#probing) return;
+    this.#probing = true;
+    const o = this.#o;
+    try {
+      const cleared = await this.#suspects.probe();
+      for (const id of cleared) o.logger.info({ replicaId: id }, 'dispatcher: replica answers again');
+      if (!o.registry.busConnected) {
+        await Promise.all(
+          o.registry.list().map(async (v) => {
+            if (this.#suspects.isSuspect(v.id)) return;
+            const m = await o.probe.metrics(v.id);
+            if (m === undefined) this.replicaFailed(v.id, new Error('no answer to a direct metrics probe'));
+            else
+              o.registry.observe(v.id, { running: m.running, waiting: m.waiting, kvUsage: m.kvCacheUsage });
+          }),
+        );
+      }
+      if (!o.registry.busConnected) this.#busDownAt = o.timer.now();
+      if (o.timer.now() - this.#busDownAt <= BUS_CATCH_UP_MS) await this.#catchUpPlacements();
+      if (cleared.length > 0) await this.gateway.pump();
+      this.#failUnservable();
+    } finally {
+      this.#probing = false;
+    }
+  }
+
+  /**
+   * While the bus is down (and for a while after it returns), a request this dispatcher holds may
+   * be picked by another dispatcher whose assignment message cannot reach it: the store records
+   * where each request runs, so the waiting ones are looked up there (one pipelined read) and
+   * started on the replica they were placed on, instead of waiting for the queue timeout.
+   */
+  async #catchUpPlacements(): Promise<void> {
+    const waiting: string[] = [];
+    for (const t of this.#tickets.values()) if (t.replica === undefined) waiting.push(t.id);
+    if (waiting.length === 0) return;
+    try {
+      const placed = await this.gateway.options.store.placements(waiting);
+      for (const [requestId, replicaId] of placed) {
+        const ticket = this.#tickets.get(requestId);
+        if (ticket !== undefined && ticket.replica === undefined) this.#adopt(requestId, replicaId);
+      }
+    } catch (err) {
+      this.#o.logger.warn({ err: errText(err) }, 'dispatcher: placement look-up failed');
+    }
+  }
+
+  /**
+   * Ends the wait of requests whose pool has had no replica taking work (all dead, silent or
+   * failing) for `noReplicaWaitMs`: their clients get a 503 now rather than a 504 at the queue
+   * timeout. Models the control plane may swap a replica to keep waiting.
+   */
+  #failUnservable(): void {
+    const o = this.#o;
+    const now = o.timer.now();
+    const queued = this.queuedByPool();
+    for (const pool of this.#unservedSince.keys()) if (!queued.has(pool)) this.#unservedSince.delete(pool);
+    for (const pool of queued.keys()) {
+      if (this.serving(pool)) {
+        this.#unservedSince.delete(pool);
+        continue;
+      }
+      const since = this.#unservedSince.get(pool) ?? now;
+      this.#unservedSince.set(pool, since);
+      if (now - since < o.options.noReplicaWaitMs) continue;
+      for (const t of this.#tickets.values())
+        if (t.pool === pool && t.replica === undefined && !o.waitsForReplica?.(t.req.model))
+          t.unservable.abort();
+    }
   }
 
   async #renew(): Promise<void> {

@@ -55,6 +55,11 @@ export class RegistryReplicaSource implements ReplicaSource {
     return v === undefined ? undefined : v.registration.pool;
   }
 
+  /** Whether a replica is registered, fresh and ready now. */
+  isAvailable(replicaId: string): boolean {
+    return this.#registry.get(replicaId)?.acceptsWork ?? false;
+  }
+
   /** The engine URL of a replica, or undefined if it left the registry. */
   urlOf(replicaId: string): string | undefined {
     return this.#registry.get(replicaId)?.registration.url;

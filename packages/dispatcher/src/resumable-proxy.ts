@@ -12,7 +12,7 @@ import {
   sseError,
   timingHeaders,
 } from './engine-proxy.ts';
-import { engineApiError } from './error-mapping.ts';
+import { engineApiError, isReplicaFailure } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 
 /** What resuming needs beyond one engine call. */
@@ -292,6 +292,7 @@ export async function proxyResumable(call: ProxyCall, deps: ResumeDeps): Promise
         outputTokens: answer.generated(stream),
       };
       if (deps.gone.aborted || !evicted.aborted) {
+        if (!deps.gone.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
         await runtime.abandon(ticket, used);
         if (deps.gone.aborted) {
           res?.destroy();
@@ -315,7 +316,11 @@ export async function proxyResumable(call: ProxyCall, deps: ResumeDeps): Promise
           return { usage: used, overheadMs, firstByteMs, outcome: 'cancelled' };
         }
         return fail(
-          new ApiError('QUEUE_TIMEOUT', `evicted, and not resumed within ${deps.queueTimeoutMs} ms`),
+          waited === 'no_replica'
+            ? new ApiError('NO_REPLICA', 'evicted, and no replica takes work to resume it; retry', {
+                retryAfterS: 1,
+              })
+            : new ApiError('QUEUE_TIMEOUT', `evicted, and not resumed within ${deps.queueTimeoutMs} ms`),
           used,
         );
       }

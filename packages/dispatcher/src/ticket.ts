@@ -11,6 +11,8 @@ export class Ticket {
   readonly pool: string;
   /** Aborted when an agent evicts the request: the proxy closes the engine connection. */
   readonly evicted = new AbortController();
+  /** Aborted when no replica of its pool has taken work for `noReplicaWaitMs` while it waits. */
+  readonly unservable = new AbortController();
   /** Resolves with the replica once the request is dispatched (never rejects); renewed by `requeued`. */
   dispatched: Promise<string>;
   /** The replica, once dispatched. */

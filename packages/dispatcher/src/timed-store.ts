@@ -99,6 +99,9 @@ export class TimedStore implements SchedulingStore {
   reserved(replica: string): Promise<{ readonly tokens: number; readonly seqs: number }> {
     return this.#time('reserved', this.#inner.reserved(replica));
   }
+  placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>> {
+    return this.#time('placements', this.#inner.placements(ids));
+  }
   snapshot(pool: string, band: number): Promise<QueueSnapshot> {
     return this.#time('snapshot', this.#inner.snapshot(pool, band));
   }

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { type Stack, type StackOptions, startStack } from './support/stack.ts';
+import { type Stack, type StackOptions, startStack, waitFor } from './support/stack.ts';
 
 const MODEL = 'llama-2-7b';
 const KEY = 'sk-retry-alpha-0001';
@@ -77,23 +77,59 @@ describe('dispatcher retries a failed engine call on another replica', () => {
     await expectNothingReserved(s);
   });
 
-  it('answers 502 engine_error at once when no other replica can take the request', async () => {
+  it('answers 503 no_replica at once when no other replica can take the request', async () => {
     // A long queue timeout: the answer must not wait for it.
     const s = await stack({ engines: [{ faults: { errorRate: 1 } }], options: { queueTimeoutMs: 600_000 } });
-    for (const stream of [false, true]) {
-      const a = await send(s, stream);
-      expect(a.status).toBe(502);
-      expect(JSON.parse(a.body)).toEqual({
-        error: {
-          message: 'the engine answered 500',
-          type: 'server_error',
-          param: null,
-          code: 'engine_error',
-        },
-      });
-    }
+    const first = await send(s, false);
+    expect(first.status).toBe(503);
+    expect(JSON.parse(first.body)).toEqual({
+      error: {
+        message:
+          'every replica serving model "llama-2-7b" failed or is unavailable (the engine answered 500); retry',
+        type: 'service_unavailable',
+        param: null,
+        code: 'no_replica',
+      },
+    });
+    // The failed replica is held out: the next request is refused before it reaches the engine.
+    const second = await send(s, true);
+    expect(second.status).toBe(503);
+    expect(JSON.parse(second.body).error.code).toBe('no_replica');
     expect(await retries(s)).toBe(0);
     await expectNothingReserved(s);
+  });
+
+  it('answers requests waiting for capacity 503 no_replica once no replica has taken work for noReplicaWaitMs', async () => {
+    // One slot, so the second request waits at the gateway; a queue timeout far beyond the test.
+    const s = await stack({
+      engines: [{ maxNumSeqs: 1 }],
+      options: { queueTimeoutMs: 600_000, noReplicaWaitMs: 500 },
+    });
+    const running = fetch(`${s.dispatchers[0]!.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'x'.repeat(36) }],
+        max_tokens: 4000,
+        fairway_output_tokens: 4000,
+        stream: true,
+      }),
+    }).then((r) => r.text().catch(() => ''));
+    await waitFor(async () => (await s.store.reserved(s.replicas[0]!)).seqs === 1, 5000, 'the first request');
+    const waiting = send(s, false);
+    await new Promise((r) => setTimeout(r, 200));
+    // The replica leaves the fleet (its agent announces it gone) while the first request holds the slot.
+    await s.agents[0]!.stop();
+    const a = await waiting;
+    expect(a.status).toBe(503);
+    expect(JSON.parse(a.body).error).toMatchObject({
+      code: 'no_replica',
+      type: 'service_unavailable',
+      message: expect.stringContaining('no replica has taken work for 0.5 s'),
+    });
+    await running;
+    await waitFor(async () => (await s.store.reserved(s.replicas[0]!)).seqs === 0, 5000, 'released');
   });
 
   it('gives up after engineAttempts calls and answers 502', async () => {

@@ -679,6 +679,18 @@ export class Gateway {
   }
 
   /**
+   * A request this gateway dispatched for another owner that is gone (its assignment found no
+   * subscriber: the owner died and nobody holds the client connection): its reservation is
+   * released and it leaves the queue now, rather than when the owner's lease ends — the room it
+   * held goes to live requests at once. Retried on every heartbeat until the store answers.
+   */
+  async releaseOrphanedPick(id: string): Promise<void> {
+    if (this.#owned.has(id)) return;
+    this.#orphans.add(id);
+    await this.#removeOrphan(id);
+  }
+
+  /**
    * Renews this gateway's lease on everything it holds in the store, retries removing what a
    * lost admission reply may have left there (see `#forget`) and settling what a lost settlement
    * left running there (its reservation would otherwise hold its replica's room).
@@ -958,6 +970,9 @@ export class Gateway {
   ): Promise<number> {
     let n = 0;
     for (;;) {
+      // A replica may have failed or gone stale since the round read the view (its retry may be
+      // the very request this round picks next): place only where the source still offers room.
+      this.#dropStale(states);
       const candidates = this.#candidates(states, allowed, unlimited);
       if (candidates.length === 0 || bands.length === 0) return n;
       const res = await this.options.store.dispatch(this.#dispatchInput(pool, bands, candidates));
@@ -974,6 +989,14 @@ export class Gateway {
         };
       await this.#handOn(res, true);
     }
+  }
+
+  /** Marks stale, in a round's `states`, every replica the source says no longer takes work. */
+  #dropStale(states: ReplicaState[]): void {
+    const source = this.options.replicas;
+    if (source.isAvailable === undefined) return;
+    for (const [i, s] of states.entries())
+      if (!s.stale && !source.isAvailable(s.id)) states[i] = { ...s, stale: true };
   }
 
   /**
@@ -1000,7 +1023,9 @@ export class Gateway {
       reserveTokens: res.req.reserveTokens,
       queued: res.req,
     };
-    if (d.owner === this.id) this.started(d);
+    // Its owner may have learnt the placement from the store while this reply was on its way
+    // (`placements`, when the bus was down): it runs already, on this replica.
+    if (d.owner === this.id && !(own?.state === 'running' && own.replica === d.replica)) this.started(d);
     this.options.onDispatch(d);
     if (repriced !== undefined && repriced.delta !== 0)
       await this.options.store.charge([{ id: res.req.id, amount: repriced.delta }]);

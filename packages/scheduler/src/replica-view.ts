@@ -29,6 +29,12 @@ export interface ReplicaSource {
   replicas(pool: string): readonly ReplicaInfo[];
   /** Pools that have replicas. */
   pools(): readonly string[];
+  /**
+   * Whether a replica still takes work now — asked before each placement of a dispatch round, so
+   * a replica that failed or went silent since the round read `replicas` gets nothing more. For
+   * sources whose replicas can fail between reads (a live fleet); must be cheap. @default always
+   */
+  isAvailable?(replicaId: string): boolean;
 }
 
 /** How much of a replica the gateway keeps free of reservations. */

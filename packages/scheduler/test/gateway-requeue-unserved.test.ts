@@ -65,6 +65,29 @@ describe('Gateway.requeueUnserved (retry after an engine failure)', () => {
     expect(gw.stats()).toMatchObject({ queued: 0, running: 0 });
   });
 
+  it('places nothing more on a replica that failed while a dispatch round was running', async () => {
+    const fleet = new Fleet(['r1', 100_000, 64], ['r2', 100_000, 64]);
+    const { gw, store, dispatched } = setup(fleet);
+    // Queued while no replica takes work, so one round dispatches them all.
+    fleet.set('r1', { stale: true });
+    fleet.set('r2', { stale: true });
+    for (const id of ['a', 'b', 'c', 'd', 'e', 'f']) await gw.submit(req(id));
+    expect(dispatched).toEqual([]);
+    fleet.set('r1', { stale: false });
+    fleet.set('r2', { stale: false });
+    // r1's engine fails right after the round's first placement (its failure is reported meanwhile).
+    const dispatch = store.dispatch.bind(store);
+    let calls = 0;
+    store.dispatch = async (input) => {
+      const r = await dispatch(input);
+      if (++calls === 1) fleet.set('r1', { stale: true });
+      return r;
+    };
+    await gw.pump();
+    expect(dispatched).toHaveLength(6);
+    expect(dispatched.slice(1).map((d) => d.replica)).toEqual(['r2', 'r2', 'r2', 'r2', 'r2']);
+  });
+
   it('goes back to the head of its flow, ahead of the flow requests queued after it', async () => {
     const fleet = new Fleet(['r1', 1000, 1]);
     const { gw, dispatched } = setup(fleet);

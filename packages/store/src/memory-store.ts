@@ -565,6 +565,16 @@ export class MemoryStore implements SchedulingStore {
     return { tokens: r?.tokens ?? 0, seqs: r?.seqs ?? 0 };
   }
 
+  async placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>> {
+    this.#open('placements');
+    const placed = new Map<string, string>();
+    for (const id of ids) {
+      const rs = this.#requests.get(id);
+      if (rs?.state === 'running') placed.set(id, rs.replica);
+    }
+    return placed;
+  }
+
   async snapshot(pool: string, band: number): Promise<QueueSnapshot> {
     this.#open('snapshot');
     if (this.#opts.validate) parseInput('snapshot', snapshotInputSchema, { pool, band });

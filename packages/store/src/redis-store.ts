@@ -579,6 +579,23 @@ export class RedisStore implements SchedulingStore {
     return { tokens: tokens ? Number(tokens) : 0, seqs: seqs ? Number(seqs) : 0 };
   }
 
+  async placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>> {
+    this.#open('placements');
+    const placed = new Map<string, string>();
+    if (ids.length === 0) return placed;
+    // Plain reads of the request records (one pipelined round trip): nothing changes, so no
+    // script and no epoch check — after a loss the records are gone and nothing is reported.
+    const pipeline = this.#redis.pipeline();
+    for (const id of ids) pipeline.hmget(this.#keys.key('req', id), 'state', 'replica');
+    const replies = (await pipeline.exec()) ?? [];
+    replies.forEach(([err, fields], i) => {
+      const [state, replica] = (err ? [] : fields) as (string | null)[];
+      const id = ids[i];
+      if (state === 'r' && replica && id !== undefined) placed.set(id, replica);
+    });
+    return placed;
+  }
+
   async snapshot(pool: string, band: number): Promise<QueueSnapshot> {
     this.#open('snapshot');
     if (this.#opts.validate) parseInput('snapshot', snapshotInputSchema, { pool, band });

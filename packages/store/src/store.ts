@@ -369,6 +369,12 @@ export interface SchedulingStore {
   predictedOutput(flow: string): Promise<number | undefined>;
   /** Tokens and sequences currently reserved on a replica. */
   reserved(replica: string): Promise<Reservation>;
+  /**
+   * The replica each of `ids` runs on, for those dispatched and not yet settled (queued and unknown
+   * ids are absent). The store is the record of who was placed where; an owner that missed the
+   * assignment message (the bus was down) learns its requests' placements from here.
+   */
+  placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>>;
   /** Counters of every flow seen in the queue; backlogged flows in `fair` order with their queue lengths. */
   snapshot(pool: string, band: number): Promise<QueueSnapshot>;
   close(): Promise<void>;

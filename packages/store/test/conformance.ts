@@ -246,6 +246,16 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(r).toMatchObject({ kind: 'dispatched', replica: 'r3' });
       });
 
+      it('tells where each dispatched request runs until it settles, and nothing of queued or unknown ids', async () => {
+        await s.admit(admitOf(makeReq('x1', { reserveTokens: 1, arrivalMs: 1 })));
+        await s.admit(admitOf(makeReq('x2', { reserveTokens: 1, arrivalMs: 2 })));
+        await s.dispatch(dispatchOf({ replicas: [small('r2', 100)] }));
+        expect(await s.placements(['x1', 'x2', 'nope'])).toEqual(new Map([['x1', 'r2']]));
+        await s.settle({ id: 'x1', nowMs: 5, finalCost: 1, actualTokens: 1, outputTokens: 0 });
+        expect(await s.placements(['x1', 'x2'])).toEqual(new Map());
+        expect(await s.placements([])).toEqual(new Map());
+      });
+
       it('respects sequence capacity', async () => {
         await s.admit(admitOf(makeReq('x1', { reserveTokens: 1 })));
         await s.admit(admitOf(makeReq('x2', { reserveTokens: 1 })));

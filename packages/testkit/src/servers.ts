@@ -248,3 +248,49 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
     },
   };
 }
+
+/** A `nats-server` a test can stop and start again on the same port with the same JetStream store. */
+export interface RestartableServer extends TestServer {
+  /** Stops the server (SIGTERM, or SIGKILL when `kill`); clients see the connection drop. */
+  halt(kill?: boolean): Promise<void>;
+  /** Starts it again on the same port and store; resolves once it accepts connections. */
+  resume(): Promise<void>;
+}
+
+/**
+ * Starts a `nats-server -js` on a free port that can be halted and resumed (a NATS outage), keeping
+ * its port and JetStream directory so streams and their sequences survive, as a restarted server
+ * in production does.
+ */
+export async function startRestartableNatsServer(): Promise<RestartableServer> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'fairway-nats-'));
+  const bin = process.env.NATS_SERVER_BIN ?? 'nats-server';
+  const args = ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', dir];
+  let child: ChildProcess | undefined;
+  const start = async (): Promise<void> => {
+    child = startProcess(bin, args, 'apt-get install -y nats-server');
+    await waitForPort(port);
+  };
+  const halt = async (kill = false): Promise<void> => {
+    const c = child;
+    child = undefined;
+    if (c === undefined || c.exitCode !== null || c.signalCode !== null) return;
+    if (!kill) return stopProcess(c);
+    await new Promise<void>((resolve) => {
+      c.once('exit', () => resolve());
+      c.kill('SIGKILL');
+    });
+  };
+  await start();
+  return {
+    url: `nats://127.0.0.1:${port}`,
+    port,
+    halt,
+    resume: start,
+    stop: async () => {
+      await halt();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

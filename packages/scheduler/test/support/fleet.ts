@@ -41,4 +41,9 @@ export class Fleet implements ReplicaSource {
   pools(): readonly string[] {
     return ['m'];
   }
+
+  /** Whether the replica is listed and not stale now (what a live source answers mid-round). */
+  isAvailable(id: string): boolean {
+    return this.#infos.get(id)?.stale === false;
+  }
 }
