@@ -274,6 +274,40 @@ describe('tracing and request logs through fairway up (in-memory span exporter)'
     expect(invalidKey?.attributes['http.response.status_code']).toBe(401);
   });
 
+  it('logs one access line for a stream the client abandons, and ends its trace as failed', async () => {
+    lines.length = 0;
+    exporter.reset();
+    const res = await chat(
+      {
+        model: up.model,
+        messages: [{ role: 'user', content: PROMPT }],
+        max_tokens: 2000,
+        stream: true,
+        fairway_output_tokens: 2000,
+      },
+      { 'x-request-id': 'leaving-early' },
+    );
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    await reader.read(); // the first chunk arrived: the request runs on the engine
+    await reader.cancel(); // closes the connection
+    const line = await waitFor(
+      () => access().find((l) => l.requestId === 'leaving-early'),
+      10_000,
+      'the access line of the abandoned stream',
+    );
+    await new Promise((r) => setTimeout(r, 300)); // nothing more comes
+    expect(access().filter((l) => l.requestId === 'leaving-early')).toHaveLength(1);
+    expect(['cancelled', 'client_closed']).toContain(line.outcome);
+    expect(line.replica).toMatch(/^sim-\d$/);
+    const server = await waitFor(
+      () => exporter.getFinishedSpans().find((s) => s.attributes['fairway.request_id'] === 'leaving-early'),
+      10_000,
+      'the server span',
+    );
+    expect(server.status.code).toBe(2); // ERROR
+  });
+
   it('answers malformed HTTP with an x-request-id too', async () => {
     const { connect } = await import('node:net');
     const u = new URL(up.url);
