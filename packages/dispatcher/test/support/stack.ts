@@ -8,6 +8,7 @@ import {
 } from '@fairway/engine';
 import { purgeStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { redisUrl, uniquePrefix } from '@fairway/testkit';
+import type { Tracer } from '@opentelemetry/api';
 import {
   connectInfrastructure,
   type DispatcherOptions,
@@ -34,6 +35,8 @@ export interface StackOptions {
   readonly redis?: boolean;
   /** Use this Redis (a server the test started) instead of the machine's; implies `redis`. */
   readonly redisUrl?: string;
+  /** Traces the dispatchers' requests with this tracer. @default none */
+  readonly tracer?: Tracer;
 }
 
 /** A running in-process fleet: engine-sims with agents, dispatchers, one store and bus. */
@@ -106,7 +109,13 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       },
     );
     dispatchers.push(
-      await startDispatcher({ settings, config, logger: silentLogger, infrastructure: infra }),
+      await startDispatcher({
+        settings,
+        config,
+        logger: silentLogger,
+        infrastructure: infra,
+        ...(o.tracer === undefined ? {} : { tracer: o.tracer }),
+      }),
     );
   }
   const deadline = Date.now() + 5000;
