@@ -236,6 +236,8 @@ describe('tracing and request logs through fairway up (in-memory span exporter)'
     expect(access()).toHaveLength(answers.length);
     expect(logged.map((l) => l.requestId)).toEqual(ids);
     expect(logged.map((l) => l.status)).toEqual([401, 401, 400, 404, 405, 413, 415, 404, 200]);
+    expect(logged[3]).toMatchObject({ outcome: 'ROUTE_NOT_FOUND', route: '/v1/nowhere' });
+    expect(logged[4]).toMatchObject({ outcome: 'METHOD_NOT_ALLOWED', method: 'GET' });
     expect(logged[1]).toMatchObject({
       outcome: 'INVALID_API_KEY',
       method: 'POST',

@@ -112,7 +112,7 @@ function answerErrorsAsOpenAi(app: FastifyInstance, routes: Record<string, strin
     if (api.retryAfterS !== undefined) void reply.header('retry-after', String(api.retryAfterS));
     return reply.code(api.status).send(api.body());
   });
-  app.setNotFoundHandler((request, reply) => {
+  app.setNotFoundHandler((request: RecordedRequest, reply) => {
     const path = request.url.split('?')[0] ?? '';
     const allowed = routes[path];
     const api =
@@ -120,6 +120,8 @@ function answerErrorsAsOpenAi(app: FastifyInstance, routes: Record<string, strin
         ? new ApiError('ROUTE_NOT_FOUND', `no route ${request.method} ${path}`)
         : new ApiError('METHOD_NOT_ALLOWED', `${path} accepts ${allowed} only`);
     if (allowed !== undefined) void reply.header('allow', allowed);
+    const record = request[RECORD];
+    if (record !== undefined) record.outcome = api.kind;
     return reply.code(api.status).send(api.body());
   });
 }
