@@ -270,13 +270,7 @@ export class MemoryStore implements SchedulingStore {
       windows.push({ key: wkey, trueUp: limit.trueUp ?? limit.code === 'tpm_limited' });
     }
     if (interaction !== undefined) this.#openInteraction(interaction.key, nowMs, interaction.ttlMs);
-    if (!this.#leases.has(req.owner)) this.#leases.set(req.owner, nowMs + this.#opts.defaultLeaseMs);
-    let owned = this.#ownerRequests.get(req.owner);
-    if (owned === undefined) {
-      owned = new Set();
-      this.#ownerRequests.set(req.owner, owned);
-    }
-    owned.add(req.id);
+    this.#hold(req, nowMs);
 
     const rs: RequestState = {
       req,
@@ -470,13 +464,7 @@ export class MemoryStore implements SchedulingStore {
         skipped++;
         continue;
       }
-      if (!this.#leases.has(req.owner)) this.#leases.set(req.owner, input.nowMs + this.#opts.defaultLeaseMs);
-      let owned = this.#ownerRequests.get(req.owner);
-      if (owned === undefined) {
-        owned = new Set();
-        this.#ownerRequests.set(req.owner, owned);
-      }
-      owned.add(req.id);
+      this.#hold(req, input.nowMs);
       const rs: RequestState = {
         req,
         continuation: req.continuation === true,
@@ -563,6 +551,17 @@ export class MemoryStore implements SchedulingStore {
     if (this.#opts.validate) parseInput('reserved', idSchema, replica);
     const r = this.#replicas.get(replica);
     return { tokens: r?.tokens ?? 0, seqs: r?.seqs ?? 0 };
+  }
+
+  /** Records the request among its owner's holdings, granting the owner a lease if it has none. */
+  #hold(req: QueuedRequest, nowMs: number): void {
+    if (!this.#leases.has(req.owner)) this.#leases.set(req.owner, nowMs + this.#opts.defaultLeaseMs);
+    let owned = this.#ownerRequests.get(req.owner);
+    if (owned === undefined) {
+      owned = new Set();
+      this.#ownerRequests.set(req.owner, owned);
+    }
+    owned.add(req.id);
   }
 
   async placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>> {

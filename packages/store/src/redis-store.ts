@@ -373,15 +373,7 @@ export class RedisStore implements SchedulingStore {
   #admitArgs(input: AdmitInput): string[] {
     const { req } = input;
     const args: string[] = [
-      req.id,
-      req.pool,
-      str(req.band),
-      req.flow,
-      str(req.score),
-      str(req.arrivalMs),
-      str(req.reserveTokens),
-      str(req.dispatchCost),
-      req.owner,
+      ...requestFields(req),
       JSON.stringify(recordOf(req)),
       req.continuation ? '1' : '0',
       str(input.nowMs),
@@ -527,15 +519,7 @@ export class RedisStore implements SchedulingStore {
       args.push(str(rs.length));
       for (const { req, replica, grown, windows: rw } of rs) {
         args.push(
-          req.id,
-          req.pool,
-          str(req.band),
-          req.flow,
-          str(req.score),
-          str(req.arrivalMs),
-          str(req.reserveTokens),
-          str(req.dispatchCost),
-          req.owner,
+          ...requestFields(req),
           req.continuation ? '1' : '0',
           JSON.stringify(recordOf(req)),
           replica ?? '',
@@ -628,6 +612,21 @@ export class RedisStore implements SchedulingStore {
   #open(operation: string): void {
     if (this.#closed) throw new StoreError(StoreErrorCode.CLOSED, operation, 'the store is closed');
   }
+}
+
+/** A request's scalar fields in the order admit-4.lua and restore-1.lua read them. */
+function requestFields(req: QueuedRequest): string[] {
+  return [
+    req.id,
+    req.pool,
+    str(req.band),
+    req.flow,
+    str(req.score),
+    str(req.arrivalMs),
+    str(req.reserveTokens),
+    str(req.dispatchCost),
+    req.owner,
+  ];
 }
 
 /** The request as stored: exactly the {@link QueuedRequest} fields, whatever else the caller's object holds. */
