@@ -5,6 +5,7 @@ import { purgeStore, RedisStore } from '@fairway/store';
 import { redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ChatOutcome, sendChat } from './support/chat.ts';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
 
 /**
@@ -29,35 +30,7 @@ policy:
   queueTimeoutS: 60
 `;
 
-interface Outcome {
-  readonly status: number;
-  readonly ok: boolean;
-  readonly endMs: number;
-  readonly text: string;
-}
-
-async function chat(url: string, tokens: number): Promise<Outcome> {
-  let status = 0;
-  let text = '';
-  try {
-    const res = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: MODEL,
-        messages: [{ role: 'user', content: 'x'.repeat(36) }],
-        max_tokens: tokens,
-        fairway_output_tokens: tokens,
-        stream: true,
-      }),
-    });
-    status = res.status;
-    text = await res.text();
-  } catch (err) {
-    text += `[${String(err)}]`;
-  }
-  return { status, ok: status === 200 && text.includes('data: [DONE]'), endMs: Date.now(), text };
-}
+const chat = (url: string, tokens: number) => sendChat(url, { key: KEY, model: MODEL, tokens });
 
 describe('a dispatcher SIGKILLed under load', () => {
   const prefix = uniquePrefix('dkill');
@@ -122,8 +95,8 @@ describe('a dispatcher SIGKILLed under load', () => {
 
   it("fails only the dead dispatcher's clients, and its capacity comes back within the lease", async () => {
     const [a, b] = dispatchers as [FairwayProcess, FairwayProcess];
-    const onA: Outcome[] = [];
-    const onB: Outcome[] = [];
+    const onA: ChatOutcome[] = [];
+    const onB: ChatOutcome[] = [];
     let running = true;
     // More streams than the 8 slots of the two engines: both dispatchers hold queued requests.
     const workers = [

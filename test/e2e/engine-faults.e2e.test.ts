@@ -5,6 +5,7 @@ import { purgeStore } from '@fairway/store';
 import { freePort, redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
+import { type ChatOutcome, engineMetric, gatewayMetric as metric, sendChat } from './support/chat.ts';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
 
 /**
@@ -29,63 +30,10 @@ policy:
   queueTimeoutS: 20
 `;
 
+const chat = (url: string, tokens: number, stream = true) =>
+  sendChat(url, { key: KEY, model: MODEL, tokens, stream });
+
 /** One request as the client saw it. */
-interface Outcome {
-  readonly status: number;
-  /** A content chunk arrived before the stream ended. */
-  readonly firstByte: boolean;
-  readonly done: boolean;
-  /** The stream ended with a `data: {"error": …}` event. */
-  readonly sseError: boolean;
-  readonly text: string;
-}
-
-async function chat(url: string, tokens: number, stream = true): Promise<Outcome> {
-  let res: Response;
-  try {
-    res = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: MODEL,
-        messages: [{ role: 'user', content: 'x'.repeat(36) }],
-        max_tokens: tokens,
-        fairway_output_tokens: tokens,
-        ...(stream ? { stream: true } : {}),
-      }),
-    });
-  } catch (err) {
-    return { status: 0, firstByte: false, done: false, sseError: false, text: String(err) };
-  }
-  let text = '';
-  try {
-    text = await res.text();
-  } catch (err) {
-    text += `\n[connection lost: ${String(err)}]`;
-  }
-  return {
-    status: res.status,
-    firstByte: res.status === 200 && text.includes('"content"'),
-    done: text.includes('data: [DONE]') || (!stream && res.status === 200),
-    sseError: /data: \{"error"/.test(text),
-    text,
-  };
-}
-
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
-  return line === undefined ? 0 : Number(line.split(' ')[1]);
-}
-
-/** Sum of an engine-sim metric's series. */
-async function engineMetric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
-    .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
-}
 
 function kill(p: FairwayProcess): Promise<void> {
   const exited = new Promise<void>((r) => p.proc.once('exit', () => r()));
@@ -187,7 +135,7 @@ describe('engine faults', () => {
 
   it('answers no request that had no byte yet with a 5xx when one engine is SIGKILLed under load; cut streams end with an SSE error', async () => {
     const f = await fleet(1000);
-    const outcomes: Outcome[] = [];
+    const outcomes: ChatOutcome[] = [];
     let running = true;
     const workers = Array.from({ length: 16 }, async (_, w) => {
       for (let i = 0; running; i++) outcomes.push(await chat(f.dispatchers[(w + i) % 2]!.url, 40));
@@ -199,12 +147,12 @@ describe('engine faults', () => {
     await Promise.all(workers);
 
     const refused = outcomes.filter((o) => !o.firstByte && o.status !== 200);
-    const cut = outcomes.filter((o) => o.status === 200 && !o.done);
+    const cut = outcomes.filter((o) => o.status === 200 && !o.ok);
     const retries = (
       await Promise.all(f.metricsUrls.map((u) => metric(u, 'fairway_engine_retries_total')))
     ).reduce((a, b) => a + b, 0);
     console.info(
-      `engine SIGKILL under load: ${outcomes.length} requests, ${outcomes.filter((o) => o.done).length} completed, ` +
+      `engine SIGKILL under load: ${outcomes.length} requests, ${outcomes.filter((o) => o.ok).length} completed, ` +
         `${refused.length} failed before the first byte, ${cut.length} cut mid-stream ` +
         `(${cut.filter((o) => o.sseError).length} with an SSE error event), ${retries} engine calls retried`,
     );
@@ -215,7 +163,7 @@ describe('engine faults', () => {
       `${outcomes.length} requests, ${retries} retried`,
     ).toEqual([]);
     for (const o of cut) expect(o.sseError, o.text.slice(-300)).toBe(true);
-    expect(outcomes.filter((o) => o.done).length).toBeGreaterThan(outcomes.length / 2);
+    expect(outcomes.filter((o) => o.ok).length).toBeGreaterThan(outcomes.length / 2);
   }, 90_000);
 
   it('keeps every dispatcher off a replica one of them saw fail, and answers 503 once every replica is down', async () => {

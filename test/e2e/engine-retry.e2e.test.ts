@@ -5,6 +5,7 @@ import { purgeStore, RedisStore } from '@fairway/store';
 import { freePort, natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { engineMetric, gatewayMetric as metric, sendChat } from './support/chat.ts';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
 
 /**
@@ -28,40 +29,8 @@ policy:
   queueTimeoutS: 3
 `;
 
-interface Answer {
-  readonly status: number;
-  readonly text: string;
-}
-
-async function chat(url: string, stream: boolean, tokens = 4): Promise<Answer> {
-  const res = await fetch(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-    body: JSON.stringify({
-      model: MODEL,
-      messages: [{ role: 'user', content: 'x'.repeat(36) }],
-      max_tokens: tokens,
-      fairway_output_tokens: tokens,
-      ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
-    }),
-  });
-  return { status: res.status, text: await res.text() };
-}
-
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
-  return line === undefined ? 0 : Number(line.split(' ')[1]);
-}
-
-/** Sum of an engine-sim metric's series (vLLM's exposition: `name{labels} value`). */
-async function engineMetric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
-    .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
-}
+const chat = (url: string, stream: boolean, tokens = 4) =>
+  sendChat(url, { key: KEY, model: MODEL, tokens, stream, usage: true });
 
 describe('a request whose replica fails before answering is retried on another replica', () => {
   const prefix = uniquePrefix('retry');

@@ -13,6 +13,7 @@ import {
 } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ChatOutcome, gatewayMetric as metric, sendChat } from './support/chat.ts';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
 
 /**
@@ -37,37 +38,7 @@ policy:
   queueTimeoutS: 30
 `;
 
-interface Outcome {
-  readonly status: number;
-  readonly ok: boolean;
-  readonly text: string;
-}
-
-async function chat(url: string, key: string, tokens: number): Promise<Outcome> {
-  try {
-    const res = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: MODEL,
-        messages: [{ role: 'user', content: 'x'.repeat(36) }],
-        max_tokens: tokens,
-        fairway_output_tokens: tokens,
-        stream: true,
-      }),
-    });
-    const text = await res.text();
-    return { status: res.status, ok: res.status === 200 && text.includes('data: [DONE]'), text };
-  } catch (err) {
-    return { status: 0, ok: false, text: String(err) };
-  }
-}
-
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
-  return line === undefined ? Number.NaN : Number(line.split(' ')[1]);
-}
+const chat = (url: string, key: string, tokens: number) => sendChat(url, { key, model: MODEL, tokens });
 
 /** The operator's key: dispatchers apply only admin events it signed. */
 const operator = generateOperatorKeyPair();
@@ -175,7 +146,7 @@ describe('a NATS outage under load', () => {
     });
     await keyWorks(dispatchers, 'sk-outage-beta-0001');
 
-    const outcomes: Outcome[] = [];
+    const outcomes: ChatOutcome[] = [];
     let running = true;
     const workers = Array.from({ length: 8 }, async (_, w) => {
       for (let i = 0; running; i++) outcomes.push(await chat(dispatchers[(w + i) % 2]!.url, KEY, 20));
