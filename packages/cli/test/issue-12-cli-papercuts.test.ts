@@ -74,11 +74,13 @@ describe('a port the command cannot listen on', () => {
   });
 
   it('is reported the same by `fairway up`, whose process then exits', async () => {
+    // The embedded default (in-memory store, in-process bus), whatever REDIS_URL/NATS_URL CI exports.
     const err = await exec(process.execPath, [BIN, 'up', '--port', String(port), '--operator-port', '0'], {
       timeout: 50_000,
+      env: { ...process.env, REDIS_URL: '', NATS_URL: '' },
     }).catch((e: { code: number; stderr: string; killed: boolean }) => e);
-    expect(err).toMatchObject({ code: 2, killed: false });
     const { stderr } = err as { stderr: string };
+    expect(err, stderr).toMatchObject({ code: 2, killed: false });
     expect(stderr).toContain(`error: port ${port} on 127.0.0.1 is already in use (set --port)\n`);
     expect(stderr).not.toMatch(/internal error/);
   });

@@ -187,16 +187,17 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
       ...(o.env === undefined ? {} : { env: o.env }),
     });
   } catch (err) {
+    // The failure to report is `err`; a cleanup step that fails too must not replace it.
     await closeAll();
-    await infra.close();
+    await infra.close().catch(() => undefined);
     throw err;
   }
   try {
     await waitServing(running, pool.model, 10_000);
   } catch (err) {
-    await running.close();
+    await running.close().catch(() => undefined);
     await closeAll();
-    await infra.close();
+    await infra.close().catch(() => undefined);
     throw err;
   }
   return {
