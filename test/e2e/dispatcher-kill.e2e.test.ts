@@ -6,7 +6,7 @@ import { redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairw
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ChatOutcome, sendChat } from './support/chat.ts';
-import { type FairwayProcess, startFairway } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
 
 /**
  * A dispatcher SIGKILLed under load, against a real fleet (two `fairway engine-sim` processes with
@@ -46,18 +46,7 @@ describe('a dispatcher SIGKILLed under load', () => {
     const configPath = join(dir, 'fairway.yaml');
     writeFileSync(configPath, CONFIG);
     const common = ['--nats-url', nats.url, '--prefix', prefix, '--pool', POOL, '--log-level', 'warn'];
-    engines.push(
-      ...(await Promise.all(
-        [1, 2].map((i) =>
-          startFairway(
-            ['engine-sim', '--port', '0', '--speed', '1', '--seed', String(i), '--max-num-seqs', '4']
-              .concat(['--replica-id', `sim-${i}`])
-              .concat(common),
-            /listening on (http:\/\/\S+)/,
-          ),
-        ),
-      )),
-    );
+    engines.push(...(await startEngineSims(2, ['--speed', '1', '--max-num-seqs', '4', ...common])));
     dispatchers.push(
       ...(await Promise.all(
         ['a', 'b'].map((id) =>

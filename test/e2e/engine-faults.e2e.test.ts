@@ -6,7 +6,7 @@ import { freePort, redisUrl, startNatsServer, type TestServer, uniquePrefix } fr
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type ChatOutcome, engineMetric, gatewayMetric as metric, sendChat } from './support/chat.ts';
-import { type FairwayProcess, startFairway } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
 
 /**
  * Engine crashes against a real fleet: `fairway engine-sim` processes (each with its node agent)
@@ -56,28 +56,8 @@ async function startFleet(nats: TestServer, staleMs: number): Promise<Fleet> {
   const configPath = join(dir, 'fairway.yaml');
   writeFileSync(configPath, CONFIG);
   const common = ['--nats-url', nats.url, '--prefix', prefix, '--pool', POOL, '--log-level', 'warn'];
-  const engines = await Promise.all(
-    [1, 2].map((i) =>
-      startFairway(
-        [
-          'engine-sim',
-          '--port',
-          '0',
-          '--speed',
-          '1',
-          '--seed',
-          String(i),
-          // Few slots, so work queues at the gateway and retries go through dispatch rounds.
-          '--max-num-seqs',
-          '4',
-          '--replica-id',
-          `sim-${i}`,
-          ...common,
-        ],
-        /listening on (http:\/\/\S+)/,
-      ),
-    ),
-  );
+  // Few slots, so work queues at the gateway and retries go through dispatch rounds.
+  const engines = await startEngineSims(2, ['--speed', '1', '--max-num-seqs', '4', ...common]);
   const operatorPorts = [await freePort(), await freePort()];
   const dispatchers = await Promise.all(
     ['a', 'b'].map((id, i) =>

@@ -6,7 +6,7 @@ import { freePort, natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric, gatewayMetric as metric, sendChat } from './support/chat.ts';
-import { type FairwayProcess, startFairway } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
 
 /**
  * One `fairway serve` over two `fairway engine-sim` processes on the machine's Redis and NATS. A
@@ -45,18 +45,7 @@ describe('a request whose replica fails before answering is retried on another r
     const configPath = join(dir, 'fairway.yaml');
     writeFileSync(configPath, CONFIG);
     const common = ['--nats-url', natsUrl(), '--prefix', prefix, '--pool', POOL, '--log-level', 'warn'];
-    engines.push(
-      ...(await Promise.all(
-        [1, 2].map((i) =>
-          startFairway(
-            ['engine-sim', '--port', '0', '--speed', '20', '--seed', String(i)]
-              .concat(common)
-              .concat(['--replica-id', `sim-${i}`]),
-            /listening on (http:\/\/\S+)/,
-          ),
-        ),
-      )),
-    );
+    engines.push(...(await startEngineSims(2, ['--speed', '20', ...common])));
     operatorPort = await freePort();
     dispatcher = await startFairway(['serve', '--id', 'retry'], /listening on (http:\/\/\S+)/, {
       FAIRWAY_OPERATOR_PORT: String(operatorPort),

@@ -12,7 +12,7 @@ import type {
 } from 'openai/resources';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClosedLoop, openai, percentile, type StreamRecord, streamOnce } from './support/load.ts';
-import { type FairwayProcess, startFairway } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
 
 /**
  * Three `fairway serve` processes sharing the machine's Redis and NATS (a unique prefix), over two
@@ -84,14 +84,7 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
     const configPath = join(dir, 'fairway.yaml');
     writeFileSync(configPath, CONFIG);
     const common = ['--nats-url', natsUrl(), '--prefix', prefix, '--pool', POOL, '--log-level', 'warn'];
-    const engineStarts = [1, 2].map((i) =>
-      startFairway(
-        ['engine-sim', '--port', '0', '--speed', '10', '--max-num-seqs', String(SEQS), '--seed', String(i)]
-          .concat(common)
-          .concat(['--replica-id', `sim-${i}`]),
-        /listening on (http:\/\/\S+)/,
-      ),
-    );
+    const engineStarts = startEngineSims(2, ['--speed', '10', '--max-num-seqs', String(SEQS), ...common]);
     const env = {
       FAIRWAY_CONFIG: configPath,
       REDIS_URL: redisUrl(),
@@ -109,7 +102,7 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
         FAIRWAY_OPERATOR_PORT: String(operatorPorts[i - 1]),
       }),
     );
-    engines.push(...(await Promise.all(engineStarts)));
+    engines.push(...(await engineStarts));
     dispatchers.push(...(await Promise.all(serveStarts)));
     redis = new Redis(redisUrl());
     store = new RedisStore({ redis, prefix });

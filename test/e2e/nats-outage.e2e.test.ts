@@ -14,7 +14,7 @@ import {
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ChatOutcome, gatewayMetric as metric, sendChat } from './support/chat.ts';
-import { type FairwayProcess, startFairway } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
 
 /**
  * A NATS outage against a real fleet: two `fairway engine-sim` processes with their agents and two
@@ -91,18 +91,7 @@ describe('a NATS outage under load', () => {
     const operatorKey = join(dir, 'operator.pub.pem');
     writeFileSync(operatorKey, operator.publicKeyPem);
     const common = ['--nats-url', nats.url, '--prefix', prefix, '--pool', POOL, '--log-level', 'warn'];
-    engines.push(
-      ...(await Promise.all(
-        [1, 2].map((i) =>
-          startFairway(
-            ['engine-sim', '--port', '0', '--speed', '1', '--seed', String(i), '--max-num-seqs', '8']
-              .concat(['--replica-id', `sim-${i}`])
-              .concat(common),
-            /listening on (http:\/\/\S+)/,
-          ),
-        ),
-      )),
-    );
+    engines.push(...(await startEngineSims(2, ['--speed', '1', '--max-num-seqs', '8', ...common])));
     const operatorPorts = [await freePort(), await freePort()];
     metricsUrls.push(...operatorPorts.map((p) => `http://127.0.0.1:${p}`));
     dispatchers.push(

@@ -118,3 +118,18 @@ export function startFairway(
   const [command, ...rest] = [...launcher, process.execPath, FAIRWAY_BIN, ...args];
   return startProcess(command!, rest, ready, { env, timeoutMs });
 }
+
+/**
+ * Starts `count` `fairway engine-sim` processes on free ports as replicas `sim-1` … `sim-<count>`
+ * (seed = replica number), each with `args` (NATS URL, prefix, pool, speed, slots …).
+ */
+export function startEngineSims(count: number, args: readonly string[]): Promise<FairwayProcess[]> {
+  return Promise.all(
+    Array.from({ length: count }, (_, k) =>
+      startFairway(
+        ['engine-sim', '--port', '0', '--seed', String(k + 1), '--replica-id', `sim-${k + 1}`, ...args],
+        /listening on (http:\/\/\S+)/,
+      ),
+    ),
+  );
+}
