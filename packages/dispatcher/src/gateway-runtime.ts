@@ -581,19 +581,15 @@ export class GatewayRuntime {
    * that message could not come (`#catchUpPlacements`).
    */
   #adopt(requestId: string, replicaId: string): void {
-    const a = { requestId, replicaId };
-    const ticket = this.#tickets.get(a.requestId);
+    const ticket = this.#tickets.get(requestId);
     try {
-      this.gateway.started({ id: a.requestId, replica: a.replicaId });
+      this.gateway.started({ id: requestId, replica: replicaId });
     } catch {
-      this.#o.logger.debug(
-        { requestId: a.requestId },
-        'dispatcher: assignment for a request not queued here',
-      );
+      this.#o.logger.debug({ requestId }, 'dispatcher: assignment for a request not queued here');
       return;
     }
-    if (ticket) ticket.markDispatched(a.replicaId, this.#o.timer.now());
-    else void this.gateway.cancel(a.requestId);
+    if (ticket) ticket.markDispatched(replicaId, this.#o.timer.now());
+    else void this.gateway.cancel(requestId);
   }
 
   /** A finished or abandoned request leaves the control's view (finished ones with their output). */
