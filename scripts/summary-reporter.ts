@@ -19,8 +19,9 @@ export default class SummaryReporter implements Reporter {
         else if (state === 'failed') failed++;
         else skipped++;
       }
-      // A file that failed to load has no tests but must still count as a failure.
-      if (tests.length === 0 && mod.state() === 'failed') failed++;
+      // A file that failed to load, or whose setup (beforeAll) failed and skipped every test, has
+      // no failed test but must still count as a failure.
+      if (mod.state() === 'failed' && !tests.some((t) => t.result().state === 'failed')) failed++;
     }
     this.#line = `${passed} passed, ${failed} failed, ${skipped} skipped`;
   }

@@ -82,15 +82,45 @@ async function stopProcess(child: ChildProcess): Promise<void> {
   });
 }
 
+/**
+ * Starts a server on a port from {@link freePort} and waits for it to listen. Another process can
+ * take the port between the kernel naming it and the server binding it (the server then exits at
+ * once), so a server that exits before it listens is started again on a new port, up to 3 times.
+ */
+async function startOnFreePort(
+  start: (port: number) => ChildProcess,
+): Promise<{ port: number; child: ChildProcess }> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    const child = start(port);
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    // Settled either way, so a poll still running after the server exited cannot reject unheard.
+    const listening = waitForPort(port).then(
+      () => 'listening' as const,
+      (err: unknown) => err as Error,
+    );
+    const outcome = await Promise.race([listening, exited]);
+    if (outcome === 'listening') return { port, child };
+    if (outcome instanceof Error) {
+      await stopProcess(child);
+      throw outcome;
+    }
+    if (attempt >= 3)
+      throw new TestServerError(
+        `the server exited (code ${outcome}) before listening on port ${port}, 3 times`,
+      );
+  }
+}
+
 /** Starts a throw-away `redis-server` with no persistence on a free port. */
 export async function startRedisServer(): Promise<TestServer> {
-  const port = await freePort();
-  const child = startProcess(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    'apt-get install -y redis-server',
+  const { port, child } = await startOnFreePort((p) =>
+    startProcess(
+      'redis-server',
+      ['--port', String(p), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      'apt-get install -y redis-server',
+    ),
   );
-  await waitForPort(port);
   return { url: `redis://127.0.0.1:${port}`, port, stop: () => stopProcess(child) };
 }
 
@@ -228,17 +258,17 @@ export interface NatsServerOptions {
 
 /** Starts a throw-away `nats-server` with JetStream, its store in a temp directory. */
 export async function startNatsServer(options: NatsServerOptions = {}): Promise<TestServer> {
-  const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'fairway-nats-'));
   const bin = process.env.NATS_SERVER_BIN ?? 'nats-server';
   const config = options.configPath === undefined ? ['-js'] : ['-c', options.configPath];
-  const child = startProcess(
-    bin,
-    [...config, '-a', '127.0.0.1', '-p', String(port), '-sd', dir],
-    'apt-get install -y nats-server',
-    options.env,
+  const { port, child } = await startOnFreePort((p) =>
+    startProcess(
+      bin,
+      [...config, '-a', '127.0.0.1', '-p', String(p), '-sd', dir],
+      'apt-get install -y nats-server',
+      options.env,
+    ),
   );
-  await waitForPort(port);
   return {
     url: `nats://127.0.0.1:${port}`,
     port,
