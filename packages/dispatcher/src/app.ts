@@ -14,6 +14,7 @@ import { type EngineFactory, EnginePool } from './engine-pool.ts';
 import { EngineProbe } from './engine-probe.ts';
 import { toApiError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
+import { bandDepths, replicaSnapshots } from './fleet-view.ts';
 import { GatewayMetrics } from './gateway-metrics.ts';
 import { GatewayRuntime } from './gateway-runtime.ts';
 import { useStrictJsonBodies } from './json-body.ts';
@@ -318,11 +319,18 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   answerErrorsAsOpenAi(operator, OPERATOR_ROUTES, logger);
   void operator.register(healthRoutes, { runtime });
+  const pools = (): string[] => [...new Set([...configuredPools, ...replicas.pools()])];
+  const bands = [...new Set(scheduling.sloClasses.map((c) => c.band))].sort((x, y) => x - y);
   void operator.register(metricsRoute, {
     runtime,
     metrics,
-    pools: () => [...new Set([...configuredPools, ...replicas.pools()])],
+    pools,
     token: deps.config.server.metricsToken,
+    observe: () => {
+      metrics.observeReplicas(replicaSnapshots(deps.registry, replicas, runtime, deps.clock.now()));
+      metrics.observeBands(bandDepths(runtime, pools(), bands));
+      metrics.observeWeights(tenants.ids().map((t) => [t, tenants.weightOf(t)] as const));
+    },
   });
   app.addHook('onClose', async () => operator.close());
   return { app, operator, runtime, metrics };

@@ -13,7 +13,7 @@ import {
 } from './engine-proxy.ts';
 import { rejectionError, validationError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
-import type { GatewayMetrics } from './gateway-metrics.ts';
+import { type EndOutcome, type GatewayMetrics, refusalOutcome } from './gateway-metrics.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
 import {
   CHAT_FIELDS,
@@ -23,10 +23,16 @@ import {
   refuseUnknownFields,
 } from './openai-schemas.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
-import { describeRequest, type Endpoint, type PoolTokenizer } from './request-descriptor.ts';
+import {
+  type DescribedRequest,
+  describeRequest,
+  type Endpoint,
+  type PoolTokenizer,
+} from './request-descriptor.ts';
 import { bearerToken, readFairwayHeaders } from './request-headers.ts';
 import { RECORD, type RecordedRequest, RequestRecord } from './request-record.ts';
 import { proxyResumable } from './resumable-proxy.ts';
+import type { Ticket } from './ticket.ts';
 
 /** What the completion routes share (built once per dispatcher). */
 export interface CompletionContext {
@@ -130,7 +136,7 @@ export async function handleCompletion(
   if (pool === undefined)
     throw new ApiError('MODEL_NOT_FOUND', `model "${req.model}" does not exist`, { param: 'model' });
   if (!ctx.runtime.serving(pool) && !ctx.swapTargets.has(req.model)) {
-    m.requests.inc({ tenant, outcome: 'no_replica' });
+    m.requests.inc({ tenant, outcome: 'unavailable' });
     throw new ApiError('NO_REPLICA', `no replica serves model "${req.model}" now`, { retryAfterS: 1 });
   }
 
@@ -145,16 +151,122 @@ export async function handleCompletion(
     });
   }
   if (!sub.ok) {
-    m.requests.inc({
-      tenant,
-      outcome:
-        sub.code === 'throttled' ? 'throttled' : sub.code.endsWith('_limited') ? 'rate_limited' : 'rejected',
-    });
+    m.requests.inc({ tenant, outcome: refusalOutcome(sub.code) });
+    m.throttles.inc({ tenant, reason: sub.code });
     throw rejectionError(sub.code, sub.retryAfterMs, sub.key, sub);
   }
   m.requests.inc({ tenant, outcome: 'admitted' });
-  const ticket = sub.ticket;
   tr?.close(admission);
+  // Every admitted request ends with exactly one outcome, however it leaves (returned or thrown).
+  let end: EndOutcome | undefined;
+  let result: ProxyResult | undefined;
+  try {
+    result = await serveAdmitted(ctx, {
+      ticket: sub.ticket,
+      described,
+      endpoint,
+      request,
+      reply,
+      record,
+      gone,
+      stop,
+      leave,
+      setEnd: (e) => {
+        end = e;
+      },
+    });
+    // `retried` never comes out: the loop goes on until another outcome.
+    if (result !== undefined) end = result.outcome === 'retried' ? 'failed' : result.outcome;
+  } catch (err) {
+    end ??= endOf(err);
+    throw err;
+  } finally {
+    m.requests.inc({ tenant, outcome: end ?? 'failed' });
+  }
+  // The client left while it was queued: nothing was served.
+  if (result === undefined) return;
+  record.outcome = result.outcome;
+  record.outputTokens = result.usage.outputTokens;
+  record.inputTokens = result.usage.inputTokens;
+  if (result.firstByteMs !== undefined) record.ttftMs = Math.round(result.firstByteMs * 10) / 10;
+  if (tr?.recording === true)
+    tr.server.setAttributes({
+      'gen_ai.usage.input_tokens': result.usage.inputTokens,
+      'gen_ai.usage.output_tokens': result.usage.outputTokens,
+    });
+  observeServed(ctx, req, tenant, result, described.stream, arrivedAt);
+}
+
+/** The end of an admitted request that left with `err` thrown (set explicitly where known). */
+function endOf(err: unknown): EndOutcome {
+  if (err instanceof ApiError) {
+    if (err.kind === 'NO_REPLICA') return 'no_replica';
+    // The engine refused it (prompt too long for the model, a parameter it rejects).
+    if (err.status < 500) return 'engine_rejected';
+  }
+  return 'failed';
+}
+
+/** Token counters, latency, TTFT, TPOT, SLO attainment and overhead of a request that was served. */
+function observeServed(
+  ctx: CompletionContext,
+  req: { model: string; sloClass: string; tenant: string },
+  tenant: string,
+  result: ProxyResult,
+  stream: boolean,
+  arrivedAt: number,
+): void {
+  const m = ctx.metrics;
+  const { inputTokens, outputTokens } = result.usage;
+  const model = req.model;
+  m.service.inc({ tenant }, ctx.cost.cost(inputTokens, outputTokens));
+  m.inputTokens.inc({ tenant, model }, inputTokens);
+  m.outputTokens.inc({ tenant, model }, outputTokens);
+  if (result.firstByteMs === undefined) return;
+  const ttftS = result.firstByteMs / 1000;
+  m.ttft.observe({ slo_class: req.sloClass, model }, ttftS);
+  m.overhead.observe({ stream: stream ? 'true' : 'false' }, result.overheadMs / 1000);
+  if (result.outcome !== 'completed') return;
+  const totalS = (ctx.timer.now() - arrivedAt) / 1000;
+  m.latency.observe({ model }, totalS);
+  // Streamed: the first byte is the first token; a whole body arrives at once (no TPOT).
+  const tpotS = stream && outputTokens > 1 ? Math.max(0, totalS - ttftS) / (outputTokens - 1) : undefined;
+  if (tpotS !== undefined) m.tpot.observe({ model }, tpotS);
+  const cls = ctx.sloClasses.get(req.sloClass);
+  if (cls !== undefined) {
+    const met = ttftS <= cls.ttftS && (cls.atgtS === undefined || tpotS === undefined || tpotS <= cls.atgtS);
+    m.slo.inc({ slo_class: req.sloClass, attained: met ? 'true' : 'false' });
+  }
+}
+
+/** An admitted request on its way to an engine, and how it leaves. */
+interface Admitted {
+  readonly ticket: Ticket;
+  readonly described: DescribedRequest;
+  readonly endpoint: Endpoint;
+  readonly request: RecordedRequest;
+  readonly reply: FastifyReply;
+  readonly record: RequestRecord;
+  /** Aborted when the client leaves. */
+  readonly gone: AbortController;
+  /** Aborted when the client leaves or the request is evicted: stops the engine call. */
+  readonly stop: AbortController;
+  readonly leave: () => void;
+  /** Told the outcome of the paths that end the request with an error thrown. */
+  readonly setEnd: (end: EndOutcome) => void;
+}
+
+/**
+ * Serves an admitted request: waits for its dispatch, proxies it (retrying on another replica when
+ * the engine failed before answering) and returns what happened; `setEnd` is told the outcome of
+ * the paths that end it with an error thrown.
+ */
+async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<ProxyResult | undefined> {
+  const { ticket, described, endpoint, request, reply, record, gone, stop, leave, setEnd } = a;
+  const req = described.descriptor;
+  const m = ctx.metrics;
+  const tr = record.trace;
+  const arrivedAt = record.arrivedAt;
 
   if (request.raw.socket?.destroyed === true) leave();
   ticket.evicted.signal.addEventListener('abort', () => stop.abort(), { once: true });
@@ -175,13 +287,15 @@ export async function handleCompletion(
     tr?.close(queue);
     if (waited !== 'dispatched') {
       if (waited === 'timeout') {
-        m.requests.inc({ tenant, outcome: failure === undefined ? 'timed_out' : 'failed' });
+        setEnd(failure === undefined ? 'timed_out' : 'failed');
         throw failure ?? new ApiError('QUEUE_TIMEOUT', `no capacity within ${ctx.options.queueTimeoutMs} ms`);
       }
-      if (waited === 'shutdown')
+      if (waited === 'shutdown') {
+        setEnd('shutdown');
         throw new ApiError('NOT_READY', 'this dispatcher is shutting down; retry', { retryAfterS: 1 });
+      }
       if (waited === 'no_replica') {
-        m.requests.inc({ tenant, outcome: 'no_replica' });
+        setEnd('no_replica');
         throw noReplica(
           req.model,
           failure ??
@@ -191,11 +305,11 @@ export async function handleCompletion(
             ),
         );
       }
-      m.requests.inc({ tenant, outcome: 'cancelled' });
+      setEnd('cancelled');
       record.outcome = 'cancelled';
       reply.hijack();
       reply.raw.destroy();
-      return;
+      return undefined;
     }
     if (attempt === 1 && misplaced === 0)
       m.queueWait.observe({ slo_class: req.sloClass }, ticket.queueMs() / 1000);
@@ -274,21 +388,7 @@ export async function handleCompletion(
     }
     result = r;
   }
-  m.requests.inc({ tenant, outcome: result.outcome });
-  record.outcome = result.outcome;
-  record.outputTokens = result.usage.outputTokens;
-  record.inputTokens = result.usage.inputTokens;
-  if (result.firstByteMs !== undefined) record.ttftMs = Math.round(result.firstByteMs * 10) / 10;
-  if (tr?.recording === true)
-    tr.server.setAttributes({
-      'gen_ai.usage.input_tokens': result.usage.inputTokens,
-      'gen_ai.usage.output_tokens': result.usage.outputTokens,
-    });
-  m.service.inc({ tenant }, ctx.cost.cost(result.usage.inputTokens, result.usage.outputTokens));
-  if (result.firstByteMs !== undefined) {
-    m.ttft.observe({ slo_class: req.sloClass }, result.firstByteMs / 1000);
-    m.overhead.observe({ stream: described.stream ? 'true' : 'false' }, result.overheadMs / 1000);
-  }
+  return result;
 }
 
 /** The 503 of a request that failed and found no other replica of its pool taking work. */

@@ -1,18 +1,62 @@
 import { createHmac } from 'node:crypto';
 import type { MetricsConfig } from '@fairway/core';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
-/** Outcome of a request at the gateway, a bounded label. */
+/**
+ * How an admitted request ended: every request counted `admitted` is counted once more with
+ * exactly one of these (`engine_rejected`: the engine refused it with a 4xx; `shutdown`: this
+ * dispatcher stopped while it waited; `no_replica`: no replica of its pool took work while it
+ * waited).
+ */
+export type EndOutcome =
+  | 'completed'
+  | 'failed'
+  | 'engine_rejected'
+  | 'cancelled'
+  | 'timed_out'
+  | 'no_replica'
+  | 'shutdown';
+
+/** The ends of admitted requests, in the order dashboards list them. */
+export const END_OUTCOMES: readonly EndOutcome[] = [
+  'completed',
+  'failed',
+  'engine_rejected',
+  'cancelled',
+  'timed_out',
+  'no_replica',
+  'shutdown',
+];
+
+/**
+ * Outcome of a request at the gateway, a bounded label: refused before admission (`throttled`,
+ * `rate_limited`, `rejected`, `unavailable`: no replica served its model when it arrived),
+ * `admitted`, or one {@link EndOutcome}.
+ */
 export type RequestOutcome =
   | 'admitted'
   | 'throttled'
   | 'rate_limited'
   | 'rejected'
-  | 'completed'
-  | 'failed'
-  | 'cancelled'
-  | 'timed_out'
-  | 'no_replica';
+  | 'unavailable'
+  | EndOutcome;
+
+/** The outcome label of a request refused at admission with store/gateway code `code`. */
+export function refusalOutcome(code: string): RequestOutcome {
+  return code === 'throttled' ? 'throttled' : code.endsWith('_limited') ? 'rate_limited' : 'rejected';
+}
+
+/** A replica as this dispatcher sees it (registry, heartbeats, its own failure holds). */
+export interface ReplicaGaugeView {
+  readonly id: string;
+  readonly pool: string;
+  /** `suspect` (held out after a failed call), `stale` (silent) or the state it reported. */
+  readonly state: string;
+  /** 0–1. */
+  readonly kvUsage: number;
+  readonly running: number;
+  readonly waiting: number;
+}
 
 /**
  * The gateway's Prometheus metrics. Label cardinality is bounded: tenants are the configured ones
@@ -29,7 +73,26 @@ export class GatewayMetrics {
   readonly service: Counter<'tenant'>;
   readonly requests: Counter<'tenant' | 'outcome'>;
   readonly queueDepth: Gauge<'pool'>;
-  readonly ttft: Histogram<'slo_class'>;
+  /** Waiting requests this dispatcher holds per pool and band (lower bands are served first). */
+  readonly bandDepth: Gauge<'pool' | 'band'>;
+  readonly ttft: Histogram<'slo_class' | 'model'>;
+  /** Time per output token after the first (streamed requests with two or more tokens). */
+  readonly tpot: Histogram<'model'>;
+  /** End-to-end latency of completed requests, arrival to last byte. */
+  readonly latency: Histogram<'model'>;
+  readonly inputTokens: Counter<'tenant' | 'model'>;
+  readonly outputTokens: Counter<'tenant' | 'model'>;
+  /** Refusals at admission by the store's reason (`throttled`, `rpm_limited`, `queue_full`, …). */
+  readonly throttles: Counter<'tenant' | 'reason'>;
+  /** Completed requests per SLO class, by whether they met its TTFT (and ATGT) target. */
+  readonly slo: Counter<'slo_class' | 'attained'>;
+  /** Each tenant's fair-share weight, to plot its share of service against. */
+  readonly tenantWeight: Gauge<'tenant'>;
+  readonly replicaKv: Gauge<'replica' | 'pool'>;
+  readonly replicaRunning: Gauge<'replica' | 'pool'>;
+  readonly replicaWaiting: Gauge<'replica' | 'pool'>;
+  /** 1 for each replica's current state as this dispatcher sees it. */
+  readonly replicaState: Gauge<'replica' | 'pool' | 'state'>;
   readonly overhead: Histogram<'stream'>;
   readonly storeLatency: Histogram<'op'>;
   readonly queueWait: Histogram<'slo_class'>;
@@ -83,11 +146,85 @@ export class GatewayMetrics {
       labelNames: ['pool'],
       registers,
     });
+    this.bandDepth = new Gauge({
+      name: 'fairway_queue_depth_by_band',
+      help: 'Requests this dispatcher holds waiting for capacity, per pool and SLO band (0 is served first)',
+      labelNames: ['pool', 'band'],
+      registers,
+    });
     this.ttft = new Histogram({
       name: 'fairway_time_to_first_token_seconds',
       help: 'Time from arrival at the gateway to the first token sent to the client',
-      labelNames: ['slo_class'],
+      labelNames: ['slo_class', 'model'],
       buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 60, 300],
+      registers,
+    });
+    this.tpot = new Histogram({
+      name: 'fairway_time_per_output_token_seconds',
+      help: 'Mean time between output tokens after the first, per streamed request of two or more tokens',
+      labelNames: ['model'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1],
+      registers,
+    });
+    this.latency = new Histogram({
+      name: 'fairway_request_duration_seconds',
+      help: 'Time from arrival at the gateway to the last byte of a completed request',
+      labelNames: ['model'],
+      buckets: [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 300, 600],
+      registers,
+    });
+    this.inputTokens = new Counter({
+      name: 'fairway_input_tokens_total',
+      help: 'Prompt tokens of finished requests (as the engine counted them), per tenant and model',
+      labelNames: ['tenant', 'model'],
+      registers,
+    });
+    this.outputTokens = new Counter({
+      name: 'fairway_output_tokens_total',
+      help: 'Output tokens delivered (as the engine counted them), per tenant and model',
+      labelNames: ['tenant', 'model'],
+      registers,
+    });
+    this.throttles = new Counter({
+      name: 'fairway_throttles_total',
+      help: 'Requests refused at admission, per tenant and reason (throttled, rpm_limited, tpm_limited, queue_full, …)',
+      labelNames: ['tenant', 'reason'],
+      registers,
+    });
+    this.slo = new Counter({
+      name: 'fairway_slo_requests_total',
+      help: "Completed requests per SLO class, by whether they met the class's TTFT (and ATGT) target",
+      labelNames: ['slo_class', 'attained'],
+      registers,
+    });
+    this.tenantWeight = new Gauge({
+      name: 'fairway_tenant_weight',
+      help: "Each tenant's fair-share weight (service is shared in proportion to it)",
+      labelNames: ['tenant'],
+      registers,
+    });
+    this.replicaKv = new Gauge({
+      name: 'fairway_replica_kv_usage_ratio',
+      help: "Each replica's KV-cache use (0-1) as this dispatcher last saw it",
+      labelNames: ['replica', 'pool'],
+      registers,
+    });
+    this.replicaRunning = new Gauge({
+      name: 'fairway_replica_running_requests',
+      help: 'Requests each replica runs, as this dispatcher last saw it',
+      labelNames: ['replica', 'pool'],
+      registers,
+    });
+    this.replicaWaiting = new Gauge({
+      name: 'fairway_replica_waiting_requests',
+      help: "Requests waiting in each replica's own queue, as this dispatcher last saw it",
+      labelNames: ['replica', 'pool'],
+      registers,
+    });
+    this.replicaState = new Gauge({
+      name: 'fairway_replica_state',
+      help: "1 for each replica's state as this dispatcher sees it (ready, draining, …, stale, suspect)",
+      labelNames: ['replica', 'pool', 'state'],
       registers,
     });
     this.overhead = new Histogram({
@@ -138,6 +275,42 @@ export class GatewayMetrics {
       this.#hashed.set(tenant, label);
     }
     return label;
+  }
+
+  /**
+   * Sets the per-replica gauges to the fleet as seen now; replicas that left are dropped (their
+   * series end rather than hold their last value).
+   */
+  observeReplicas(replicas: readonly ReplicaGaugeView[]): void {
+    for (const g of [this.replicaKv, this.replicaRunning, this.replicaWaiting, this.replicaState]) g.reset();
+    for (const r of replicas) {
+      const labels = { replica: r.id, pool: r.pool };
+      this.replicaKv.set(labels, r.kvUsage);
+      this.replicaRunning.set(labels, r.running);
+      this.replicaWaiting.set(labels, r.waiting);
+      this.replicaState.set({ ...labels, state: r.state }, 1);
+    }
+  }
+
+  /** Sets the queue depth per pool and band (pools or bands that went away are dropped). */
+  observeBands(
+    depths: Iterable<{ readonly pool: string; readonly band: number; readonly depth: number }>,
+  ): void {
+    this.bandDepth.reset();
+    for (const d of depths) this.bandDepth.set({ pool: d.pool, band: String(d.band) }, d.depth);
+  }
+
+  /** Sets the weight gauge of every tenant (none under `tenantLabels: none`, where they would collide). */
+  observeWeights(weights: Iterable<readonly [string, number]>): void {
+    if (this.#labels.tenantLabels === 'none') return;
+    this.tenantWeight.reset();
+    for (const [tenant, weight] of weights)
+      this.tenantWeight.set({ tenant: this.tenantLabel(tenant) }, weight);
+  }
+
+  /** Adds Node.js process metrics (CPU, memory, event-loop lag, GC, handles): once per process. */
+  collectProcessMetrics(): void {
+    collectDefaultMetrics({ register: this.registry });
   }
 
   /** Adds a tenant to the bounded label set (admin events). */

@@ -334,6 +334,25 @@ export class GatewayRuntime {
     return out;
   }
 
+  /** Requests waiting for capacity among those this dispatcher holds, per pool and SLO band. */
+  queuedByBand(): Map<string, Map<number, number>> {
+    const bandOf = new Map(this.#o.scheduling.sloClasses.map((c) => [c.name, c.band]));
+    const out = new Map<string, Map<number, number>>();
+    for (const t of this.#tickets.values()) {
+      if (t.replica !== undefined) continue;
+      const band = bandOf.get(t.req.sloClass) ?? 0;
+      const bands = out.get(t.pool) ?? new Map<number, number>();
+      out.set(t.pool, bands);
+      bands.set(band, (bands.get(band) ?? 0) + 1);
+    }
+    return out;
+  }
+
+  /** Whether this dispatcher holds `replicaId` out of placement after a failed call. */
+  isSuspect(replicaId: string): boolean {
+    return this.#suspects.isSuspect(replicaId);
+  }
+
   /**
    * Admits and enqueues a request (one store round trip), dispatching it at once if it fits.
    * Resolves as soon as the request is dispatched — the rest of that dispatch round (offering

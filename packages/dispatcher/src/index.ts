@@ -25,7 +25,7 @@ export {
   DispatcherErrorCode,
   type OpenAIErrorBody,
 } from './errors.ts';
-export { GatewayMetrics, type RequestOutcome } from './gateway-metrics.ts';
+export { END_OUTCOMES, type EndOutcome, GatewayMetrics, type RequestOutcome } from './gateway-metrics.ts';
 export {
   GatewayRuntime,
   type GatewayRuntimeOptions,

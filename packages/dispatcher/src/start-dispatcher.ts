@@ -108,6 +108,8 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
       options: settings.options,
       tracer: tracing.tracer,
     });
+    // One dispatcher per process in production: Node's own metrics describe it.
+    dispatcher.metrics.collectProcessMetrics();
     const flushTraces = tracing.shutdown;
     dispatcher.app.addHook('onClose', async () => flushTraces());
     await dispatcher.app.listen({ host: settings.host, port: settings.port });

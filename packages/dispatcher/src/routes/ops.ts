@@ -32,6 +32,8 @@ export interface MetricsRouteOptions {
   readonly pools: () => readonly string[];
   /** Bearer token `/metrics` requires (`server.metricsToken`); none when undefined. */
   readonly token: string | undefined;
+  /** Sets the gauges read from the fleet (replicas, bands, weights) just before a scrape. */
+  readonly observe: () => void;
 }
 
 const digest = (s: string): Buffer => createHash('sha256').update(s, 'utf8').digest();
@@ -59,6 +61,7 @@ export const metricsRoute: FastifyPluginAsync<MetricsRouteOptions> = async (app,
     const depth = runtime.queuedByPool();
     for (const p of new Set([...opts.pools(), ...depth.keys()]))
       metrics.queueDepth.set({ pool: p }, depth.get(p) ?? 0);
+    opts.observe();
     const text = await metrics.registry.metrics();
     return reply.header('content-type', metrics.registry.contentType).send(text);
   });
