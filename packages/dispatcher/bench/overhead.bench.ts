@@ -13,6 +13,9 @@
  *
  * `--baseline` adds a second dispatcher on the same store with the fused store operations hidden
  * (the calls made before admitAndDispatch/settleAndDispatch), measured in the same rounds.
+ * `--tracing` adds two more dispatchers on the same store with OpenTelemetry tracing on, sampling 1%
+ * and 100% of requests and exporting OTLP/HTTP to a receiver in this process, measured in the
+ * same rounds, and prints one row per mode (off / 1% / 100%): added latency, TTFT and CPU.
  * `--cpu-prof` writes the dispatcher's V8 CPU profile and prints its heaviest functions.
  * `--diagnose` prints each dispatcher phase's event-loop delay and GC pauses (by kind);
  * `--heap-profile <file>` writes a sampling heap profile of everything the dispatcher allocated;
@@ -22,11 +25,13 @@
  * `--node-options "<flags>"` replaces them for an experiment.
  *
  * Usage: npm run bench:overhead [-- --duration 8 --rate 500 --stream-rate 500 --rounds 2
- *        --max-rates 500,1000,1500,2000 --baseline --skip-max --cpu-prof --diagnose]
+ *        --max-rates 500,1000,1500,2000 --baseline --tracing --skip-max --cpu-prof --diagnose]
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -52,6 +57,7 @@ const { values: args } = parseArgs({
     'node-options': { type: 'string' },
     'trace-gc': { type: 'boolean', default: false },
     baseline: { type: 'boolean', default: false },
+    tracing: { type: 'boolean', default: false },
     'redis-url': { type: 'string', default: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
     'nats-url': { type: 'string', default: process.env.NATS_URL ?? 'nats://127.0.0.1:4222' },
   },
@@ -283,12 +289,17 @@ interface Sample {
 }
 
 /** Where a phase sends its load. */
-type Target = 'direct' | 'via' | 'baseline';
+type Target = 'direct' | 'via' | 'baseline' | 'trace1' | 'trace100';
+
+/** The dispatchers traced with `--tracing`, and the share of requests each samples. */
+const TRACED = { trace1: 0.01, trace100: 1 } as const;
 
 const TARGET_LABEL: Record<Target, string> = {
   direct: 'engine-sim alone',
   via: 'through the dispatcher',
   baseline: 'through the dispatcher, before (baseline)',
+  trace1: 'through the dispatcher, tracing 1%',
+  trace100: 'through the dispatcher, tracing 100%',
 };
 
 async function main(): Promise<void> {
@@ -374,6 +385,17 @@ async function main(): Promise<void> {
       ? await startProcess(dispatcherArgs('bench-baseline', true), ['--import', 'tsx'], nodeOptions)
       : undefined;
     if (baseline) procs.push(baseline);
+    const receiver = args.tracing ? await startOtlpReceiver() : undefined;
+    const traced: Partial<Record<'trace1' | 'trace100', Proc>> = {};
+    if (receiver !== undefined)
+      for (const [t, ratio] of Object.entries(TRACED) as ['trace1' | 'trace100', number][]) {
+        const p = await startProcess(dispatcherArgs(`bench-${t}`, false), ['--import', 'tsx'], {
+          ...nodeOptions,
+          ...tracingEnv(receiver.url, ratio),
+        });
+        procs.push(p);
+        traced[t] = p;
+      }
     gen = new Generator();
     await gen.ready;
 
@@ -382,8 +404,12 @@ async function main(): Promise<void> {
       direct: engine.url,
       via: dispatcher.url,
       baseline: baseline?.url,
+      trace1: traced.trace1?.url,
+      trace100: traced.trace100?.url,
     };
-    const targets = (['direct', 'via', 'baseline'] as const).filter((t) => urlOf[t] !== undefined);
+    const targets = (['direct', 'via', 'baseline', 'trace1', 'trace100'] as const).filter(
+      (t) => urlOf[t] !== undefined,
+    );
     // Wait until the engine's agent has registered with the dispatchers.
     for (const t of targets) {
       const deadline = Date.now() + 20_000;
@@ -411,6 +437,7 @@ async function main(): Promise<void> {
       redis: redisPid,
     };
     if (baseline) pids.baseline = baseline.child.pid;
+    for (const [t, p] of Object.entries(traced)) pids[t] = p.child.pid;
     const g = gen;
     const phase = async (
       target: Target,
@@ -418,7 +445,14 @@ async function main(): Promise<void> {
       rate: number,
       durationMs: number,
     ): Promise<Sample> => {
-      const proc = target === 'via' ? dispatcher : target === 'baseline' ? baseline : undefined;
+      const proc =
+        target === 'via'
+          ? dispatcher
+          : target === 'baseline'
+            ? baseline
+            : target === 'direct'
+              ? undefined
+              : traced[target];
       if (args.diagnose) await proc?.diag();
       proc?.scavenges();
       const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuMs(pid)]));
@@ -589,6 +623,33 @@ async function main(): Promise<void> {
 
     const via = total.get('via') ?? [];
     const viaTtft = ttft.get('via') ?? [];
+    if (receiver !== undefined) {
+      // The dispatcher's own CPU per completed request in its phases (non-streamed and streamed).
+      const cpuPer = (t: Target, pid: string): number => {
+        const ss = [...(results.get(key(t, false)) ?? []), ...(results.get(key(t, true)) ?? [])];
+        const done = ss.reduce((a, s) => a + s.report.completed, 0);
+        return ss.reduce((a, s) => a + (s.cpu[pid] ?? 0), 0) / Math.max(1, done);
+      };
+      console.log(
+        `\ntracing overhead (same rounds; OTLP/HTTP protobuf to a receiver in the orchestrator, ${receiver.requests()} exports, ${(receiver.bytes() / 1e6).toFixed(1)} MB):`,
+      );
+      console.log(
+        `${'tracing'.padEnd(10)}${'added p50'.padStart(11)}${'added p99'.padStart(11)}${'TTFT+ p50'.padStart(11)}${'TTFT+ p99'.padStart(11)}${'disp CPU ms/req'.padStart(17)}`,
+      );
+      const rows: [string, Target, string][] = [
+        ['off', 'via', 'dispatcher'],
+        ['1%', 'trace1', 'trace1'],
+        ['100%', 'trace100', 'trace100'],
+      ];
+      for (const [label, t, pid] of rows) {
+        const a = total.get(t) ?? [];
+        const f = ttft.get(t) ?? [];
+        console.log(
+          `${label.padEnd(10)}${f2(a[0] ?? Number.NaN).padStart(11)}${f2(a[2] ?? Number.NaN).padStart(11)}${f2(f[0] ?? Number.NaN).padStart(11)}${f2(f[2] ?? Number.NaN).padStart(11)}${f2(cpuPer(t, pid)).padStart(17)}`,
+        );
+      }
+      await receiver.close();
+    }
     // A negative difference means the direct phase was disturbed (other work on the machine).
     const verdict = (x: number | undefined, limit: number): string =>
       `${f2(x ?? Number.NaN)} ms ${
@@ -618,7 +679,7 @@ async function main(): Promise<void> {
           const doneRate = (r.completed * 1000) / MAX_DURATION_MS;
           const p50r = pct(r.latencies, 50);
           const p99r = pct(r.latencies, 99);
-          const cpuShare = (s.cpu[t === 'via' ? 'dispatcher' : 'baseline'] ?? 0) / MAX_DURATION_MS;
+          const cpuShare = (s.cpu[t === 'via' ? 'dispatcher' : t] ?? 0) / MAX_DURATION_MS;
           console.log(
             `${String(rate).padStart(10)}${doneRate.toFixed(0).padStart(9)}${String(r.errors).padStart(8)}${f2(p50r).padStart(9)}${f2(p99r).padStart(9)}${`${(cpuShare * 100).toFixed(0)}%`.padStart(10)}`,
           );
@@ -647,6 +708,47 @@ async function main(): Promise<void> {
     if (args['cpu-prof']) printProfile(profDir);
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** The `OTEL_*` environment of a dispatcher tracing `ratio` of its requests to `url` (OTLP/HTTP). */
+function tracingEnv(url: string, ratio: number): Record<string, string> {
+  return {
+    OTEL_EXPORTER_OTLP_ENDPOINT: url,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+    OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+    OTEL_TRACES_SAMPLER_ARG: String(ratio),
+  };
+}
+
+/**
+ * An OTLP/HTTP trace receiver that reads and drops every export (answering 200 with an empty
+ * body, which OTLP takes as full success), counting requests and bytes.
+ */
+async function startOtlpReceiver(): Promise<{
+  url: string;
+  requests(): number;
+  bytes(): number;
+  close(): Promise<void>;
+}> {
+  let requests = 0;
+  let bytes = 0;
+  const server = createServer((req, res) => {
+    req.on('data', (c: Buffer) => {
+      bytes += c.length;
+    });
+    req.on('end', () => {
+      requests++;
+      res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests: () => requests,
+    bytes: () => bytes,
+    close: () => new Promise((r) => server.close(() => r())),
+  };
 }
 
 interface ProfileNode {
