@@ -1,0 +1,236 @@
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
+import { promisify } from 'node:util';
+import { startUp, type UpHandle } from '@fairway/cli';
+import { silentLogger } from '@fairway/core';
+import { freePort } from '@fairway/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse, stringify } from 'yaml';
+import { REPO_ROOT } from './support/repo.ts';
+
+/**
+ * The Grafana dashboard the compose stack provisions (infra/grafana): a well-formed dashboard on
+ * the provisioned Prometheus datasource, whose every panel queries only metrics that a running
+ * fairway fleet (`fairway up`: a dispatcher and engine-sims) really exports — names read from
+ * the dispatcher's and an engine's /metrics, not from a list kept by hand.
+ */
+
+const GRAFANA = join(REPO_ROOT, 'infra', 'grafana');
+
+interface Target {
+  refId: string;
+  expr: string;
+  legendFormat?: string;
+  datasource?: { type: string; uid: string };
+}
+interface Panel {
+  id: number;
+  type: string;
+  title: string;
+  datasource: { type: string; uid: string };
+  gridPos: { x: number; y: number; w: number; h: number };
+  targets: Target[];
+}
+interface Dashboard {
+  uid: string;
+  title: string;
+  schemaVersion: number;
+  panels: Panel[];
+}
+
+const dashboard = JSON.parse(readFileSync(join(GRAFANA, 'dashboards', 'fairway.json'), 'utf8')) as Dashboard;
+
+/** PromQL functions and aggregations the dashboard may call (a misspelt one fails the test). */
+const PROMQL_FUNCTIONS = new Set([
+  'sum',
+  'max',
+  'min',
+  'avg',
+  'count',
+  'topk',
+  'rate',
+  'irate',
+  'increase',
+  'histogram_quantile',
+  'scalar',
+  'clamp_min',
+  'clamp_max',
+]);
+/** PromQL keywords that take a label list or stand between operands. */
+const PROMQL_KEYWORDS = new Set([
+  'by',
+  'without',
+  'on',
+  'ignoring',
+  'group_left',
+  'group_right',
+  'and',
+  'or',
+  'unless',
+  'bool',
+  'offset',
+]);
+
+/**
+ * The metric names and functions an expression uses: string literals, label matchers, ranges,
+ * label lists and number literals are taken out; what remains is identifiers, a function when
+ * followed by `(`.
+ */
+function promqlNames(expr: string): { metrics: string[]; functions: string[] } {
+  const bare = expr
+    .replace(/"(?:[^"\\]|\\.)*"/g, ' ')
+    .replace(/\{[^}]*\}|\[[^\]]*\]/g, ' ')
+    .replace(/\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, ' ')
+    .replace(/(?<![A-Za-z0-9_:])\d+(\.\d+)?([eE][+-]?\d+)?/g, ' ');
+  const metrics: string[] = [];
+  const functions: string[] = [];
+  for (const m of bare.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\()?/g)) {
+    const word = m[1] as string;
+    if (m[2] !== undefined) functions.push(word);
+    else if (!PROMQL_KEYWORDS.has(word)) metrics.push(word);
+  }
+  return { metrics, functions };
+}
+
+/** Metric family names declared in a Prometheus text exposition. */
+function families(text: string): string[] {
+  return [...text.matchAll(/^# TYPE (\S+) \S+$/gm)].map((m) => m[1] as string);
+}
+
+/** A program on PATH, if any. */
+function which(name: string): string | undefined {
+  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+    const p = join(dir, name);
+    if (dir !== '' && existsSync(p)) return p;
+  }
+  return undefined;
+}
+
+describe('infra/grafana: the fleet dashboard', () => {
+  it('is provisioned from the folder compose mounts, on the provisioned Prometheus datasource', () => {
+    const provider = parse(
+      readFileSync(join(GRAFANA, 'provisioning', 'dashboards', 'fairway.yml'), 'utf8'),
+    ) as {
+      providers: { type: string; options: { path: string } }[];
+    };
+    const compose = readFileSync(join(REPO_ROOT, 'infra', 'docker-compose.yml'), 'utf8');
+    const path = provider.providers[0]?.options.path ?? '';
+    expect(provider.providers[0]?.type).toBe('file');
+    expect(compose).toContain(`./grafana/dashboards:${path}:ro`);
+    expect(compose).toContain('./grafana/provisioning:/etc/grafana/provisioning:ro');
+    const datasources = parse(
+      readFileSync(join(GRAFANA, 'provisioning', 'datasources', 'prometheus.yml'), 'utf8'),
+    ) as { datasources: { uid: string; type: string; url: string }[] };
+    const ds = datasources.datasources[0];
+    expect(ds).toMatchObject({ type: 'prometheus', url: 'http://prometheus:9090' });
+    for (const p of dashboard.panels) {
+      expect(p.datasource, p.title).toEqual({ type: 'prometheus', uid: ds?.uid });
+      for (const t of p.targets) expect(t.datasource?.uid ?? ds?.uid, p.title).toBe(ds?.uid);
+    }
+  });
+
+  it('is a well-formed dashboard: unique panel ids and ref ids, panels within the 24-column grid and not overlapping', () => {
+    expect(dashboard.uid).toMatch(/^[a-zA-Z0-9_-]{1,40}$/);
+    expect(dashboard.title.length).toBeGreaterThan(0);
+    expect(dashboard.schemaVersion).toBeGreaterThanOrEqual(36);
+    const ids = dashboard.panels.map((p) => p.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    const cells = new Set<string>();
+    for (const p of dashboard.panels) {
+      expect(['timeseries', 'stat', 'gauge', 'table', 'bargauge'], p.title).toContain(p.type);
+      const g = p.gridPos;
+      expect(g.x >= 0 && g.w > 0 && g.x + g.w <= 24 && g.y >= 0 && g.h > 0, p.title).toBe(true);
+      for (let x = g.x; x < g.x + g.w; x++)
+        for (let y = g.y; y < g.y + g.h; y++) {
+          expect(cells.has(`${x},${y}`), `${p.title} overlaps another panel at ${x},${y}`).toBe(false);
+          cells.add(`${x},${y}`);
+        }
+      expect(p.targets.length, p.title).toBeGreaterThan(0);
+      const refs = p.targets.map((t) => t.refId);
+      expect(new Set(refs).size, p.title).toBe(refs.length);
+    }
+  });
+
+  it('has the panels operators ask for', () => {
+    const exprs = dashboard.panels.flatMap((p) => p.targets.map((t) => t.expr)).join('\n');
+    for (const metric of [
+      'fairway_output_tokens_total', // fleet throughput
+      'fairway_tenant_service_total', // share of service …
+      'fairway_tenant_weight', // … against weight
+      'fairway_queue_wait_seconds_bucket', // queue wait by class
+      'fairway_slo_requests_total', // SLO attainment
+      'fairway_time_to_first_token_seconds_bucket',
+      'fairway_time_per_output_token_seconds_bucket',
+      'fairway_replica_kv_usage_ratio',
+      'fairway_throttles_total',
+      'fairway_desired_replicas',
+    ])
+      expect(exprs, metric).toContain(metric);
+  });
+
+  describe('against a running fleet', () => {
+    let up: UpHandle;
+    let exported: Set<string>;
+    beforeAll(async () => {
+      up = await startUp({
+        port: 0,
+        operatorPort: await freePort(),
+        speed: 50,
+        env: {},
+        logger: silentLogger,
+      });
+      const dispatcher = await (await fetch(`${up.dispatcher.operatorUrl}/metrics`)).text();
+      const engine = await (await fetch(`${up.engines[0]?.url}/metrics`)).text();
+      // `up` is Prometheus's own, per scrape target.
+      exported = new Set(['up', ...families(dispatcher), ...families(engine)]);
+    }, 60_000);
+    afterAll(async () => {
+      await up?.close();
+    });
+
+    it('queries only metrics fairway exports, with known PromQL functions', () => {
+      const missing: string[] = [];
+      const unknown: string[] = [];
+      let used = 0;
+      for (const p of dashboard.panels)
+        for (const { expr } of p.targets) {
+          const { metrics, functions } = promqlNames(expr);
+          expect(metrics.length, `${p.title}: ${expr}`).toBeGreaterThan(0);
+          for (const f of functions) if (!PROMQL_FUNCTIONS.has(f)) unknown.push(`${p.title}: ${f}`);
+          for (const name of metrics) {
+            used++;
+            // Histogram series carry a suffix the family name does not.
+            const family = name.replace(/_(bucket|sum|count)$/, '');
+            if (!exported.has(name) && !exported.has(family)) missing.push(`${p.title}: ${name}`);
+          }
+        }
+      expect(used).toBeGreaterThanOrEqual(20);
+      expect(unknown).toEqual([]);
+      expect(missing).toEqual([]);
+    });
+  });
+
+  const promtool = which('promtool');
+  it.skipIf(promtool === undefined)(
+    'every expression parses with promtool (when Prometheus is installed)',
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'fairway-promtool-'));
+      try {
+        const rules = dashboard.panels.flatMap((p) =>
+          p.targets.map((t) => ({
+            record: `fairway_dashboard:panel${p.id}_${t.refId.toLowerCase()}`,
+            expr: t.expr,
+          })),
+        );
+        const file = join(dir, 'rules.yml');
+        writeFileSync(file, stringify({ groups: [{ name: 'dashboard', rules }] }));
+        const { stdout } = await promisify(execFile)(promtool as string, ['check', 'rules', file]);
+        expect(stdout).toContain(`${rules.length} rules found`);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+});
