@@ -5,6 +5,7 @@ import type { Clock, FairwayConfig, Logger } from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
 import type { Tracer } from '@opentelemetry/api';
 import Fastify, { type FastifyInstance } from 'fastify';
+import { ActivityLog } from './activity-log.ts';
 import { AdminEventApplier, type AdminTrust, followAdminEvents } from './admin-events.ts';
 import { keyRingFromConfig } from './auth.ts';
 import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
@@ -23,6 +24,8 @@ import { loadPoolTokenizers } from './pool-tokenizers.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
 import { logAccess, RECORD, type RecordedRequest, RequestRecord, requestIdOf } from './request-record.ts';
 import { type AdminApiSettings, adminApiRoutes } from './routes/admin-api.ts';
+import { adminOverviewRoute } from './routes/admin-overview.ts';
+import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { healthRoutes, metricsRoute } from './routes/ops.ts';
 import { schedulingFromConfig } from './scheduling-config.ts';
@@ -82,7 +85,12 @@ const KNOWN_ROUTES: Record<string, string> = {
   '/ready': 'GET',
 };
 
-const OPERATOR_ROUTES: Record<string, string> = { '/metrics': 'GET', '/health': 'GET', '/ready': 'GET' };
+const OPERATOR_ROUTES: Record<string, string> = {
+  '/metrics': 'GET',
+  '/health': 'GET',
+  '/ready': 'GET',
+  ...Object.fromEntries(CONSOLE_PATHS.map((p) => [p, 'GET'])),
+};
 
 /** Closes, as it is accepted, a connection from an address that already holds `limit`. */
 function capConnectionsPerIp(app: FastifyInstance, limit: number): void {
@@ -195,6 +203,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     logger,
   });
   let stopAdmin: Unsubscribe | undefined;
+  let stopEvictions: Unsubscribe | undefined;
   const stopBusWatch = deps.bus.onConnectionChange?.((up) => {
     metrics.busConnected.set(up ? 1 : 0);
     if (up) logger.info('dispatcher: bus reconnected; replica states come from heartbeats again');
@@ -206,8 +215,11 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const tracer = deps.tracer;
   // One line per request, on its own logger so operators can route or silence it.
   const access = deps.logger.child({ log: 'access', dispatcher: deps.id });
+  // Recent service, throttles and evictions, for the live console.
+  const activity = new ActivityLog();
   const ctx: CompletionContext = {
     runtime,
+    activity,
     replicas,
     engines,
     keys,
@@ -296,10 +308,12 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   app.addHook('onReady', async () => {
     // Operator changes first, so the first request sees the same tenants and keys as every dispatcher.
     stopAdmin = await followAdminEvents(deps.bus, admin);
+    stopEvictions = deps.bus.subscribe('evict', (e) => activity.evicted(e));
     await runtime.start();
   });
   app.addHook('preClose', async () => {
     stopAdmin?.();
+    stopEvictions?.();
     stopBusWatch?.();
     await runtime.stop();
     const deadline = deps.timer.now() + options.drainTimeoutMs;
@@ -333,14 +347,26 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   const pools = (): string[] => [...new Set([...configuredPools, ...replicas.pools()])];
   const bands = [...new Set(scheduling.sloClasses.map((c) => c.band))].sort((x, y) => x - y);
+  const fleet = () => replicaSnapshots(deps.registry, replicas, runtime, deps.clock.now());
+  const queues = () => bandDepths(runtime, pools(), bands);
+  void operator.register(adminOverviewRoute, {
+    token: deps.adminApi?.token,
+    dispatcherId: deps.id,
+    tenants,
+    activity,
+    replicas: fleet,
+    queues,
+    now: () => deps.clock.now(),
+  });
+  void operator.register(consoleRoutes);
   void operator.register(metricsRoute, {
     runtime,
     metrics,
     pools,
     token: deps.config.server.metricsToken,
     observe: () => {
-      metrics.observeReplicas(replicaSnapshots(deps.registry, replicas, runtime, deps.clock.now()));
-      metrics.observeBands(bandDepths(runtime, pools(), bands));
+      metrics.observeReplicas(fleet());
+      metrics.observeBands(queues());
       metrics.observeWeights(tenants.ids().map((t) => [t, tenants.weightOf(t)] as const));
     },
   });

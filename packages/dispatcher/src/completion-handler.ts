@@ -1,6 +1,7 @@
 import type { Clock, CostFunction, Logger, SloClass } from '@fairway/core';
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
+import type { ActivityLog } from './activity-log.ts';
 import { authenticateRequest, type KeyRing } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
@@ -41,6 +42,8 @@ export interface CompletionContext {
   readonly engines: EnginePool;
   readonly keys: KeyRing;
   readonly metrics: GatewayMetrics;
+  /** What the live console lists: service per tenant, throttles. */
+  readonly activity: ActivityLog;
   readonly options: ResolvedDispatcherOptions;
   readonly sloClasses: ReadonlyMap<string, SloClass>;
   readonly defaultSloClass: string;
@@ -149,6 +152,7 @@ export async function handleCompletion(
   if (!sub.ok) {
     m.requests.inc({ tenant, outcome: refusalOutcome(sub.code) });
     m.throttles.inc({ tenant, reason: sub.code });
+    ctx.activity.throttled(req.tenant, sub.code, ctx.clock.now());
     throw rejectionError(sub.code, sub.retryAfterMs, sub.key, sub);
   }
   m.requests.inc({ tenant, outcome: 'admitted' });
@@ -215,7 +219,9 @@ function observeServed(
   const m = ctx.metrics;
   const { inputTokens, outputTokens } = result.usage;
   const model = req.model;
-  m.service.inc({ tenant }, ctx.cost.cost(inputTokens, outputTokens));
+  const cost = ctx.cost.cost(inputTokens, outputTokens);
+  m.service.inc({ tenant }, cost);
+  ctx.activity.served(req.tenant, cost);
   m.inputTokens.inc({ tenant, model }, inputTokens);
   m.outputTokens.inc({ tenant, model }, outputTokens);
   if (result.firstByteMs === undefined) return;
