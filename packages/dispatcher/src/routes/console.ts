@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join, sep } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyPluginAsync } from 'fastify';
 
@@ -9,27 +9,30 @@ import type { FastifyPluginAsync } from 'fastify';
 const CONSOLE_DIR = fileURLToPath(new URL('../../console/', import.meta.url));
 
 const require = createRequire(import.meta.url);
-/** A file of an installed npm package (the console's front-end libraries, vendored at install time). */
-function packageFile(pkg: string, file: string): string {
-  // From its entry point (not every package exports its package.json) up to its folder.
-  const entry = require.resolve(pkg);
-  const marker = `${sep}node_modules${sep}${pkg}${sep}`;
-  return join(entry.slice(0, entry.lastIndexOf(marker) + marker.length), file);
-}
 
 const JS = 'text/javascript; charset=utf-8';
 const CSS = 'text/css; charset=utf-8';
 
-/** Every file the console serves, by URL path: nothing else is read from disk. */
+/**
+ * Every file the console serves, by URL path: nothing else is read from disk. The front-end
+ * libraries are the installed npm packages' own ESM builds (vendored at install time; htm's
+ * beside the CommonJS entry `require` resolves to).
+ */
 const FILES: Record<string, { path: string; type: string }> = {
   '/console': { path: join(CONSOLE_DIR, 'index.html'), type: 'text/html; charset=utf-8' },
   '/console/app.js': { path: join(CONSOLE_DIR, 'app.js'), type: JS },
   '/console/console.css': { path: join(CONSOLE_DIR, 'console.css'), type: CSS },
-  '/console/vendor/preact.mjs': { path: packageFile('preact', 'dist/preact.mjs'), type: JS },
-  '/console/vendor/preact-hooks.mjs': { path: packageFile('preact', 'hooks/dist/hooks.mjs'), type: JS },
-  '/console/vendor/htm.mjs': { path: packageFile('htm', 'dist/htm.mjs'), type: JS },
-  '/console/vendor/uPlot.esm.js': { path: packageFile('uplot', 'dist/uPlot.esm.js'), type: JS },
-  '/console/vendor/uPlot.min.css': { path: packageFile('uplot', 'dist/uPlot.min.css'), type: CSS },
+  '/console/vendor/preact.mjs': { path: require.resolve('preact'), type: JS },
+  '/console/vendor/preact-hooks.mjs': { path: require.resolve('preact/hooks'), type: JS },
+  '/console/vendor/htm.mjs': { path: join(dirname(require.resolve('htm')), 'htm.mjs'), type: JS },
+  '/console/vendor/uPlot.esm.js': {
+    path: require.resolve('uplot/dist/uPlot.esm.js'),
+    type: JS,
+  },
+  '/console/vendor/uPlot.min.css': {
+    path: require.resolve('uplot/dist/uPlot.min.css'),
+    type: CSS,
+  },
 };
 
 /**
