@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
 import { startUp, type UpHandle } from '@fairway/cli';
 import { hashApiKey, silentLogger } from '@fairway/core';
 import { freePort } from '@fairway/testkit';
@@ -8,6 +8,7 @@ import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../infra/support/repo.ts';
 import { sendChat } from './support/chat.ts';
+import { onPath } from './support/processes.ts';
 
 /**
  * The live console (`GET /console` on the operator port) in a real browser: Debian's headless
@@ -18,16 +19,7 @@ import { sendChat } from './support/chat.ts';
  */
 
 /** Debian's chromium (or another on PATH); the test is skipped without one. */
-function findChromium(): string | undefined {
-  for (const name of ['chromium', 'chromium-browser', 'google-chrome'])
-    for (const dir of (process.env.PATH ?? '').split(delimiter)) {
-      const p = join(dir, name);
-      if (dir !== '' && existsSync(p)) return p;
-    }
-  return undefined;
-}
-
-const CHROMIUM = findChromium();
+const CHROMIUM = onPath('chromium', 'chromium-browser', 'google-chrome');
 const TOKEN = 'console-admin-token-0123456789';
 const MODEL = 'llama-2-7b';
 const REVOKED = 'sk-fairway-globex-demo';

@@ -1,13 +1,15 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { startUp, type UpHandle } from '@fairway/cli';
 import { silentLogger } from '@fairway/core';
 import { freePort } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
+import { onPath } from '../e2e/support/processes.ts';
+import { promFamilies } from '../e2e/support/prometheus.ts';
 import { REPO_ROOT } from './support/repo.ts';
 
 /**
@@ -94,20 +96,6 @@ function promqlNames(expr: string): { metrics: string[]; functions: string[] } {
   return { metrics, functions };
 }
 
-/** Metric family names declared in a Prometheus text exposition. */
-function families(text: string): string[] {
-  return [...text.matchAll(/^# TYPE (\S+) \S+$/gm)].map((m) => m[1] as string);
-}
-
-/** A program on PATH, if any. */
-function which(name: string): string | undefined {
-  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
-    const p = join(dir, name);
-    if (dir !== '' && existsSync(p)) return p;
-  }
-  return undefined;
-}
-
 describe('infra/grafana: the fleet dashboard', () => {
   it('is provisioned from the folder compose mounts, on the provisioned Prometheus datasource', () => {
     const provider = parse(
@@ -184,7 +172,7 @@ describe('infra/grafana: the fleet dashboard', () => {
       const dispatcher = await (await fetch(`${up.dispatcher.operatorUrl}/metrics`)).text();
       const engine = await (await fetch(`${up.engines[0]?.url}/metrics`)).text();
       // `up` is Prometheus's own, per scrape target.
-      exported = new Set(['up', ...families(dispatcher), ...families(engine)]);
+      exported = new Set(['up', ...promFamilies(dispatcher), ...promFamilies(engine)]);
     }, 60_000);
     afterAll(async () => {
       await up?.close();
@@ -212,7 +200,7 @@ describe('infra/grafana: the fleet dashboard', () => {
     });
   });
 
-  const promtool = which('promtool');
+  const promtool = onPath('promtool');
   it.skipIf(promtool === undefined)(
     'every expression parses with promtool (when Prometheus is installed)',
     async () => {

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { delimiter, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 
 /** The `fairway` executable as a user runs it (`npx fairway` resolves to this script). */
@@ -132,4 +133,14 @@ export function startEngineSims(count: number, args: readonly string[]): Promise
       ),
     ),
   );
+}
+
+/** The first of `names` found on PATH (a program a test needs from the system), if any. */
+export function onPath(...names: string[]): string | undefined {
+  for (const name of names)
+    for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+      const p = join(dir, name);
+      if (dir !== '' && existsSync(p)) return p;
+    }
+  return undefined;
 }
