@@ -242,7 +242,7 @@ or with the OpenAI SDK (npm install openai):
   });
   for await (const chunk of stream) process.stdout.write(chunk.choices[0]?.delta?.content ?? '');
 
-${h.dispatcher.operatorUrl === undefined ? 'operator port disabled' : `metrics ${h.dispatcher.operatorUrl}/metrics (operator port)`}   ·   Ctrl+C to stop
+${h.dispatcher.operatorUrl === undefined ? 'operator port disabled' : `metrics ${h.dispatcher.operatorUrl}/metrics, console ${h.dispatcher.operatorUrl}/console (operator port)`}   ·   Ctrl+C to stop
 `;
 }
 
