@@ -89,7 +89,17 @@ describe('metrics of a running fleet (operator port)', () => {
     );
     for (const o of [...plain, ...streamed]) expect(o.ok, o.text).toBe(true);
     await idle(up);
-    const after = (await scrape(up)).samples;
+    // A client can read its last byte just before the dispatcher records the request.
+    let after = (await scrape(up)).samples;
+    await expect
+      .poll(async () => {
+        after = (await scrape(up)).samples;
+        return (
+          promSum(after, 'fairway_request_duration_seconds_count') -
+          promSum(before, 'fairway_request_duration_seconds_count')
+        );
+      })
+      .toBe(10);
     const delta = (name: string, labels: Record<string, string> = {}) =>
       promSum(after, name, labels) - promSum(before, name, labels);
 
@@ -221,10 +231,19 @@ describe('metrics of a running fleet (operator port)', () => {
       await setFaults({ errorRate: 0, dropRate: 0 });
     }
     await idle(up);
-    const { samples } = await scrape(up);
-    const outcome = (o: string) => promSum(samples, 'fairway_requests_total', { outcome: o });
-    const ends = Object.fromEntries(END_OUTCOMES.map((o) => [o, outcome(o)]));
-    const admitted = outcome('admitted');
+    // Ends are counted as each handler finishes, which may be just after its client saw the answer.
+    const outcome = (samples: PromSample[], o: string) =>
+      promSum(samples, 'fairway_requests_total', { outcome: o });
+    const endSum = (samples: PromSample[]) => END_OUTCOMES.reduce((a, o) => a + outcome(samples, o), 0);
+    let samples: PromSample[] = [];
+    await expect
+      .poll(async () => {
+        samples = (await scrape(up)).samples;
+        return endSum(samples) - outcome(samples, 'admitted');
+      })
+      .toBe(0);
+    const ends = Object.fromEntries(END_OUTCOMES.map((o) => [o, outcome(samples, o)]));
+    const admitted = outcome(samples, 'admitted');
     console.info(`admitted ${admitted}; ends ${JSON.stringify(ends)}`);
     expect(admitted).toBeGreaterThan(20);
     expect(Object.values(ends).reduce((a, b) => a + b, 0)).toBe(admitted);
