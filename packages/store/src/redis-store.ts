@@ -15,6 +15,7 @@ import {
   settleAndDispatchInputSchema,
   settleInputSchema,
   snapshotInputSchema,
+  usageQuerySchema,
 } from './input-schemas.ts';
 import { STORE_LAYOUT_VERSION, StoreKeys } from './keys.ts';
 import { type LuaLibrary, loadLibrary } from './script-loader.ts';
@@ -29,6 +30,7 @@ import type {
   DispatchResult,
   QueuedRequest,
   QueueSnapshot,
+  QuotaAlert,
   RequeueInput,
   Reservation,
   RestoreInput,
@@ -37,6 +39,8 @@ import type {
   SettleAndDispatchInput,
   SettleAndDispatchResult,
   SettleInput,
+  UsageQuery,
+  UsageRow,
 } from './store.ts';
 import {
   HISTORY_LENGTH,
@@ -45,6 +49,7 @@ import {
   resolveStoreOptions,
   type StoreOptions,
 } from './store-options.ts';
+import { usageRows } from './usage-rows.ts';
 
 /** Options of {@link RedisStore}. */
 export interface RedisStoreOptions extends StoreOptions {
@@ -103,7 +108,19 @@ function asString(reply: Reply | undefined): string {
 
 function admitReply(script: string, r: Reply): AdmitResult {
   const reply = expectArray(script, r);
-  if (reply[0] === 1) return { ok: true, queued: Number(reply[1]) };
+  if (reply[0] === 1) {
+    if (reply[2] === undefined) return { ok: true, queued: Number(reply[1]) };
+    const flat = expectArray(script, reply[2]).map(asString);
+    const alerts: QuotaAlert[] = [];
+    for (let i = 0; i < flat.length; i += 4)
+      alerts.push({
+        quota: flat[i] as string,
+        bucket: flat[i + 1] as string,
+        budget: Number(flat[i + 2]),
+        used: Number(flat[i + 3]),
+      });
+    return { ok: true, queued: Number(reply[1]), alerts };
+  }
   return {
     ok: false,
     code: asString(reply[1]) as AdmitRejectCode,
@@ -400,6 +417,7 @@ export class RedisStore implements SchedulingStore {
         l.shared ? '1' : '0',
       );
     }
+    args.push(...usageArgs(input));
     return args;
   }
 
@@ -602,6 +620,25 @@ export class RedisStore implements SchedulingStore {
     return { counters, backlogged, queued };
   }
 
+  async usage(query: UsageQuery): Promise<readonly UsageRow[]> {
+    this.#open('usage');
+    if (this.#opts.validate) parseInput('usage', usageQuerySchema, query);
+    if (query.days.length === 0) return [];
+    // Plain reads, one pipelined round trip: nothing changes, so no script and no epoch check.
+    const pipeline = this.#redis.pipeline();
+    for (const day of query.days) pipeline.hgetall(this.#keys.key('usageDay', day));
+    const replies = (await pipeline.exec()) ?? [];
+    return usageRows(
+      query,
+      replies.map(([err, hash], i) => {
+        if (err) throw err;
+        const fields = new Map<string, number>();
+        for (const [f, v] of Object.entries(hash as Record<string, string>)) fields.set(f, Number(v));
+        return { day: query.days[i] as string, fields };
+      }),
+    );
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -612,6 +649,34 @@ export class RedisStore implements SchedulingStore {
   #open(operation: string): void {
     if (this.#closed) throw new StoreError(StoreErrorCode.CLOSED, operation, 'the store is closed');
   }
+}
+
+/** The usage account and quota arguments after the limits (see includes/usage.lua). */
+function usageArgs(input: AdmitInput): string[] {
+  const u = input.usage;
+  if (u === undefined) return ['', '', '', '', '', '', '', '0'];
+  const quotas = input.quotas ?? [];
+  const args = [
+    '1',
+    u.key ?? '',
+    u.model,
+    u.day,
+    u.month,
+    u.priceIn === undefined ? '' : str(u.priceIn),
+    u.priceOut === undefined ? '' : str(u.priceOut),
+    str(quotas.length),
+  ];
+  for (const q of quotas)
+    args.push(
+      q.scope,
+      q.window,
+      q.kind,
+      str(q.budget),
+      str(q.amount),
+      q.alertAt === undefined ? '' : str(q.alertAt),
+      str(q.resetAtMs),
+    );
+  return args;
 }
 
 /** A request's scalar fields in the order admit-4.lua and restore-1.lua read them. */
