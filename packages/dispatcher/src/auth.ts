@@ -5,6 +5,8 @@ import type { TenantDirectory } from './tenant-directory.ts';
 /** Who a request authenticates as. */
 export interface Principal {
   readonly tenant: string;
+  /** The key's id, `sha256:<hex>` (usage accounting and key budgets). */
+  readonly keyId?: string | undefined;
   readonly weight: number;
   /** App bound to the key, if any; else taken from `x-fairway-app`. */
   readonly app: string | undefined;
@@ -88,6 +90,7 @@ export class KeyRing {
     if (tenant === undefined) return undefined;
     return {
       tenant: tenant.id,
+      keyId: `sha256:${entry.digest.toString('hex')}`,
       weight: tenant.weight,
       app: entry.app,
       sloClass: entry.sloClass ?? tenant.sloClass,

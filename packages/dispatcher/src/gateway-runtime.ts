@@ -9,7 +9,7 @@ import type {
 } from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger, RequestDescriptor, Usage } from '@fairway/core';
 import { type Dispatched, Gateway, type GatewayStats, type SubmitResult } from '@fairway/scheduler';
-import type { SchedulingStore } from '@fairway/store';
+import type { QuotaAlert, SchedulingStore } from '@fairway/store';
 import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EngineProbe } from './engine-probe.ts';
@@ -343,6 +343,13 @@ export class GatewayRuntime {
     const ticket = new Ticket(req, pool);
     this.#tickets.set(req.id, ticket);
     const submitted = this.gateway.submit(req);
+    // Whenever the admission answers (a dispatch may resolve this call first).
+    submitted.then(
+      (r) => {
+        if (r.ok && r.alerts !== undefined) this.#quotaAlerts(req, r.alerts);
+      },
+      () => undefined,
+    );
     let res: SubmitResult | undefined;
     try {
       res = await Promise.race([submitted, ticket.dispatched.then(() => undefined)]);
@@ -364,6 +371,38 @@ export class GatewayRuntime {
     }
     ticket.submittedAt = this.#o.timer.now();
     return { ok: true, ticket };
+  }
+
+  /**
+   * Publishes (`quotaAlert`) and logs each budget this request's admission brought to its alert
+   * fraction; the store reports each budget once per window, whichever dispatcher admits.
+   */
+  #quotaAlerts(req: RequestDescriptor, alerts: readonly QuotaAlert[]): void {
+    for (const a of alerts) {
+      const [scope, window, kind] = a.quota.split(':') as [
+        'tenant' | 'key',
+        'day' | 'month',
+        'tokens' | 'spend',
+      ];
+      const msg = {
+        tenant: req.tenant,
+        ...(scope === 'key' && req.keyId !== undefined ? { key: req.keyId } : {}),
+        scope,
+        window,
+        kind,
+        bucket: a.bucket,
+        budget: a.budget,
+        used: a.used,
+        at: this.#o.clock.now(),
+        dispatcherId: this.id,
+      };
+      this.#o.logger.warn(msg, 'quota: budget reached its alert threshold');
+      try {
+        this.#o.bus.publish('quotaAlert', msg);
+      } catch (err) {
+        this.#o.logger.warn({ err: errText(err) }, 'quota: alert not published');
+      }
+    }
   }
 
   /**

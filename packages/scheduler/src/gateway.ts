@@ -14,6 +14,7 @@ import {
   type DispatchInput,
   type DispatchResult,
   type QueuedRequest,
+  type QuotaAlert,
   type ReplicaCandidate,
   type Reservation,
   type RestoredRequest,
@@ -53,7 +54,12 @@ function guarded(c: ReplicaCandidate, s: ReplicaState): ReplicaCandidate {
 
 /** Outcome of {@link Gateway.submit}. */
 export type SubmitResult =
-  | { readonly ok: true; readonly queued: number }
+  | {
+      readonly ok: true;
+      readonly queued: number;
+      /** Budgets this admission brought to their alert threshold (once per window). */
+      readonly alerts?: readonly QuotaAlert[];
+    }
   | {
       readonly ok: false;
       /**
@@ -305,6 +311,8 @@ export class Gateway {
       ...(rules.interaction ? { interaction: rules.interaction } : {}),
       ...(rules.maxQueuedFlow !== undefined ? { maxQueuedFlow: rules.maxQueuedFlow } : {}),
       ...(rules.maxQueuedPool !== undefined ? { maxQueuedPool: rules.maxQueuedPool } : {}),
+      ...(rules.usage !== undefined ? { usage: rules.usage } : {}),
+      ...(rules.quotas !== undefined && rules.quotas.length > 0 ? { quotas: rules.quotas } : {}),
     };
     const own: Owned = {
       req,
