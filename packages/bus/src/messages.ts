@@ -284,6 +284,8 @@ export const adminEventSchema = z.discriminatedUnion('type', [
     keyHash,
     app: id.optional(),
     sloClass: id.optional(),
+    /** When the key stops authenticating (ms since the epoch); never when absent. */
+    expiresAt: timestampMs.optional(),
   }),
   z.object({ ...adminBase, type: z.literal('keyRevoke'), keyHash }),
   z

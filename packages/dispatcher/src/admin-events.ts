@@ -3,12 +3,14 @@ import {
   type AdminEvent,
   type AdminEventRecord,
   type Bus,
+  OperatorSigner,
   OperatorVerifier,
   type Unsubscribe,
 } from '@fairway/bus';
 import { configIdSchema, type Logger } from '@fairway/core';
 import type { KeyRing } from './auth.ts';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
+import type { AdminApiSettings } from './routes/admin-api.ts';
 import type { TenantDirectory } from './tenant-directory.ts';
 
 /** What applying one admin event did. */
@@ -39,18 +41,7 @@ export type AdminTrust =
  */
 export function adminTrustOf(busKind: 'nats' | 'memory', publicKeyFiles: readonly string[]): AdminTrust {
   if (publicKeyFiles.length === 0) return busKind === 'memory' ? { kind: 'in-process' } : { kind: 'none' };
-  const pems = publicKeyFiles.map((file) => {
-    try {
-      return readFileSync(file);
-    } catch (cause) {
-      throw new DispatcherError(
-        DispatcherErrorCode.OPERATOR_KEY_INVALID,
-        file,
-        `cannot read operator public key ${file}: ${(cause as NodeJS.ErrnoException).code ?? 'unreadable'}`,
-        { cause },
-      );
-    }
-  });
+  const pems = publicKeyFiles.map((file) => readSecretFile(file, 'operator public key'));
   try {
     return { kind: 'signed', verifier: OperatorVerifier.fromPems(pems, publicKeyFiles) };
   } catch (cause) {
@@ -61,6 +52,55 @@ export function adminTrustOf(busKind: 'nats' | 'memory', publicKeyFiles: readonl
       { cause },
     );
   }
+}
+
+function readSecretFile(file: string, what: string): Buffer {
+  try {
+    return readFileSync(file);
+  } catch (cause) {
+    throw new DispatcherError(
+      DispatcherErrorCode.OPERATOR_KEY_INVALID,
+      file,
+      `cannot read ${what} ${file}: ${(cause as NodeJS.ErrnoException).code ?? 'unreadable'}`,
+      { cause },
+    );
+  }
+}
+
+/**
+ * The admin API's settings from its files: the bearer token (trimmed; at least 16 characters) and
+ * the operator private key that signs its writes. Throws a `DispatcherError` naming a file that
+ * is unreadable or holds no usable secret (never quoting it).
+ */
+export function adminApiSettingsOf(
+  tokenFile: string | undefined,
+  operatorKeyFile: string | undefined,
+): AdminApiSettings {
+  let token: string | undefined;
+  if (tokenFile !== undefined) {
+    token = readSecretFile(tokenFile, 'admin token file').toString('utf8').trim();
+    if (token.length < 16)
+      throw new DispatcherError(
+        DispatcherErrorCode.OPERATOR_KEY_INVALID,
+        tokenFile,
+        `admin token file ${tokenFile} must hold a token of at least 16 characters`,
+      );
+  }
+  let signer: OperatorSigner | undefined;
+  if (operatorKeyFile !== undefined) {
+    const pem = readSecretFile(operatorKeyFile, 'operator private key');
+    try {
+      signer = OperatorSigner.fromPem(pem, operatorKeyFile);
+    } catch (cause) {
+      throw new DispatcherError(
+        DispatcherErrorCode.OPERATOR_KEY_INVALID,
+        operatorKeyFile,
+        cause instanceof Error ? cause.message : String(cause),
+        { cause },
+      );
+    }
+  }
+  return { token, signer };
 }
 
 /** Options of {@link AdminEventApplier}. */
@@ -206,7 +246,7 @@ export class AdminEventApplier {
         }
         if (this.#revoked.has(e.keyHash))
           return { applied: false, reason: 'this key was revoked; issue a new key' };
-        keys.add(e.keyHash, { tenant: e.tenantId, app: e.app, sloClass: e.sloClass });
+        keys.add(e.keyHash, { tenant: e.tenantId, app: e.app, sloClass: e.sloClass, expiresAt: e.expiresAt });
         return APPLIED;
       case 'keyRevoke':
         this.#revoked.add(e.keyHash);

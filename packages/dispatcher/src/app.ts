@@ -21,8 +21,10 @@ import type { LeaseBackend } from './leader-lease.ts';
 import { loadPoolTokenizers } from './pool-tokenizers.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
 import { logAccess, RECORD, type RecordedRequest, RequestRecord, requestIdOf } from './request-record.ts';
+import { type AdminApiSettings, adminApiRoutes } from './routes/admin-api.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { healthRoutes, metricsRoute } from './routes/ops.ts';
+import { usageApiRoutes } from './routes/usage-api.ts';
 import { schedulingFromConfig } from './scheduling-config.ts';
 import { TenantDirectory } from './tenant-directory.ts';
 import { TimedStore } from './timed-store.ts';
@@ -54,6 +56,8 @@ export interface DispatcherDeps {
   readonly adminTrust: AdminTrust;
   /** Traces requests (see `startTracing`). @default none: no span is built */
   readonly tracer?: Tracer | undefined;
+  /** The admin HTTP API on the operator port. @default off: every `/admin/v1` route answers 403 */
+  readonly adminApi?: AdminApiSettings | undefined;
 }
 
 /** A built dispatcher: the fastify apps (not listening) and their parts, for tests and tools. */
@@ -62,7 +66,8 @@ export interface Dispatcher {
   readonly app: FastifyInstance;
   /**
    * The operator listener's app: `/metrics` (with `server.metricsToken` if set), `/health`,
-   * `/ready`. Closed with `app`; listening on `server.operatorPort` is the caller's.
+   * `/ready` and the admin API (`/admin/v1`, with the admin token). Closed with `app`; listening
+   * on `server.operatorPort` is the caller's.
    */
   readonly operator: FastifyInstance;
   readonly runtime: GatewayRuntime;
@@ -318,6 +323,19 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   answerErrorsAsOpenAi(operator, OPERATOR_ROUTES, logger);
   void operator.register(healthRoutes, { runtime });
+  void operator.register(adminApiRoutes, {
+    settings: deps.adminApi ?? { token: undefined, signer: undefined },
+    trust: deps.adminTrust,
+    bus: deps.bus,
+    tenants,
+    keys,
+    clock: deps.clock,
+  });
+  void operator.register(usageApiRoutes, {
+    token: deps.adminApi?.token,
+    store: deps.store,
+    clock: deps.clock,
+  });
   void operator.register(metricsRoute, {
     runtime,
     metrics,

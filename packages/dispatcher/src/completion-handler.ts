@@ -1,7 +1,7 @@
 import type { Clock, CostFunction, Logger, SloClass } from '@fairway/core';
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
-import type { KeyRing } from './auth.ts';
+import { authenticateRequest, type KeyRing } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
 import {
@@ -24,7 +24,7 @@ import {
 } from './openai-schemas.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import { describeRequest, type Endpoint, type PoolTokenizer } from './request-descriptor.ts';
-import { bearerToken, readFairwayHeaders } from './request-headers.ts';
+import { readFairwayHeaders } from './request-headers.ts';
 import { RECORD, type RecordedRequest, RequestRecord } from './request-record.ts';
 import { proxyResumable } from './resumable-proxy.ts';
 
@@ -84,11 +84,7 @@ export async function handleCompletion(
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) leave();
   });
-  const key = bearerToken(request.headers);
-  if (key === undefined)
-    throw new ApiError('MISSING_API_KEY', 'missing API key: send "Authorization: Bearer <key>"');
-  const principal = ctx.keys.authenticate(key);
-  if (principal === undefined) throw new ApiError('INVALID_API_KEY', 'invalid API key');
+  const principal = authenticateRequest(ctx.keys, request.headers, ctx.clock.now());
   record.tenant = principal.tenant;
   const headers = readFairwayHeaders(request.headers);
   refuseUnknownFields(request.body, endpoint === 'chat' ? CHAT_FIELDS : COMPLETION_FIELDS);

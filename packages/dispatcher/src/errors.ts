@@ -14,8 +14,11 @@ export const ApiErrors = {
   MISSING_API_KEY: { status: 401, type: 'authentication_error', code: 'missing_api_key' },
   INVALID_API_KEY: { status: 401, type: 'authentication_error', code: 'invalid_api_key' },
   FORBIDDEN: { status: 403, type: 'permission_error', code: 'forbidden' },
+  ADMIN_API_DISABLED: { status: 403, type: 'permission_error', code: 'admin_api_disabled' },
+  ADMIN_WRITES_DISABLED: { status: 403, type: 'permission_error', code: 'admin_writes_disabled' },
   MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error', code: 'model_not_found' },
   ROUTE_NOT_FOUND: { status: 404, type: 'invalid_request_error', code: 'not_found' },
+  RESOURCE_NOT_FOUND: { status: 404, type: 'invalid_request_error', code: 'not_found' },
   METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error', code: 'method_not_allowed' },
   BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error', code: 'request_too_large' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error', code: 'unsupported_media_type' },
@@ -75,7 +78,7 @@ export const DispatcherErrorCode = {
   STORE_UNREACHABLE: 'FAIRWAY_DISPATCHER_STORE_UNREACHABLE',
   /** The bus (NATS) could not be reached at start-up. */
   BUS_UNREACHABLE: 'FAIRWAY_DISPATCHER_BUS_UNREACHABLE',
-  /** An operator public key file is missing or does not hold an Ed25519 public key. */
+  /** An operator key file (public or private) or the admin token file is missing or holds no usable secret. */
   OPERATOR_KEY_INVALID: 'FAIRWAY_DISPATCHER_OPERATOR_KEY_INVALID',
   /** The operator listener (metrics) cannot listen where it is configured (port in use, foreign host). */
   OPERATOR_PORT_INVALID: 'FAIRWAY_DISPATCHER_OPERATOR_PORT_INVALID',

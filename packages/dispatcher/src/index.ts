@@ -7,7 +7,18 @@ export {
   followAdminEvents,
 } from './admin-events.ts';
 export { buildDispatcher, type Dispatcher, type DispatcherDeps } from './app.ts';
-export { hashApiKey, type KeyGrant, KeyRing, keyRingFromConfig, type Principal } from './auth.ts';
+export {
+  authenticateRequest,
+  bearerTokenCheck,
+  hashApiKey,
+  type KeyCheck,
+  type KeyGrant,
+  type KeyInfo,
+  KeyRing,
+  keyRingFromConfig,
+  newApiKey,
+  type Principal,
+} from './auth.ts';
 export { ControlFeed } from './control-feed.ts';
 export { ControlPlane, type ControlPlaneOptions, type Holdings } from './control-plane.ts';
 export { liveProfiles, type ReplicaShape } from './control-profiles.ts';

@@ -30,6 +30,16 @@ export interface ServeSettings {
    * `bus.operatorPublicKeyFiles`. @default none: on NATS, every admin event is refused
    */
   readonly operatorPublicKeyFiles: readonly string[] | undefined;
+  /**
+   * File holding the admin API's bearer token (`FAIRWAY_ADMIN_TOKEN_FILE`). @default none: the
+   * admin API on the operator port answers 403
+   */
+  readonly adminTokenFile: string | undefined;
+  /**
+   * The operator private key (PEM, `fairway admin keygen`) the admin API signs its events with
+   * (`FAIRWAY_OPERATOR_KEY_FILE`). @default none: admin writes only on the in-process bus
+   */
+  readonly operatorKeyFile: string | undefined;
   /** @default 8080 */
   readonly port: number;
   /** @default '127.0.0.1' */
@@ -107,6 +117,8 @@ export const serveEnvSchema = z.object({
   FAIRWAY_STALE_MS: int(10).optional(),
   FAIRWAY_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).optional(),
   FAIRWAY_OPERATOR_PUBLIC_KEY_FILE: z.string().min(1).optional(),
+  FAIRWAY_ADMIN_TOKEN_FILE: z.string().min(1).optional(),
+  FAIRWAY_OPERATOR_KEY_FILE: z.string().min(1).optional(),
 });
 
 /** Explicit values (command-line flags) that win over the environment. */
@@ -122,7 +134,8 @@ export type ServeOverrides = Partial<Omit<ServeSettings, 'options'>> & {
  * `FAIRWAY_DISPATCHER_ID`, `FAIRWAY_LEASE_MS`,
  * `FAIRWAY_QUEUE_TIMEOUT_MS`, `FAIRWAY_DEFAULT_MAX_TOKENS`, `FAIRWAY_BODY_LIMIT_BYTES`,
  * `FAIRWAY_RESERVE`, `FAIRWAY_REPREDICT`, `FAIRWAY_STALE_MS`, `FAIRWAY_LOG_LEVEL`,
- * `FAIRWAY_OPERATOR_PUBLIC_KEY_FILE` and the `NATS_*` credentials), with `overrides` on top. Throws a
+ * `FAIRWAY_OPERATOR_PUBLIC_KEY_FILE`, `FAIRWAY_ADMIN_TOKEN_FILE`, `FAIRWAY_OPERATOR_KEY_FILE` and the
+ * `NATS_*` credentials), with `overrides` on top. Throws a
  * `ConfigError` naming every invalid variable.
  */
 export function serveSettings(
@@ -161,6 +174,8 @@ export function serveSettings(
       e.FAIRWAY_OPERATOR_PUBLIC_KEY_FILE?.split(',')
         .map((f) => f.trim())
         .filter((f) => f !== ''),
+    adminTokenFile: overrides.adminTokenFile ?? e.FAIRWAY_ADMIN_TOKEN_FILE,
+    operatorKeyFile: overrides.operatorKeyFile ?? e.FAIRWAY_OPERATOR_KEY_FILE,
     port: overrides.port ?? e.PORT ?? 8080,
     host: overrides.host ?? e.HOST ?? '127.0.0.1',
     operatorPort: overrides.operatorPort ?? e.FAIRWAY_OPERATOR_PORT,

@@ -5,7 +5,7 @@ import { mergeNatsSecurity } from '@fairway/bus';
 import { type Clock, type FairwayConfig, type Logger, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
 import type { Tracer } from '@opentelemetry/api';
-import { adminTrustOf } from './admin-events.ts';
+import { adminApiSettingsOf, adminTrustOf } from './admin-events.ts';
 import { buildDispatcher, type Dispatcher } from './app.ts';
 import type { EngineFactory } from './engine-pool.ts';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
@@ -93,8 +93,10 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
       infrastructure.busKind,
       settings.operatorPublicKeyFiles ?? config.bus.operatorPublicKeyFiles,
     );
+    const adminApi = adminApiSettingsOf(settings.adminTokenFile, settings.operatorKeyFile);
     dispatcher = buildDispatcher({
       adminTrust,
+      adminApi,
       id,
       config,
       store: infrastructure.store,

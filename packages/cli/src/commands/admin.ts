@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
@@ -9,7 +8,7 @@ import {
   NatsBus,
   OperatorSigner,
 } from '@fairway/bus';
-import { hashApiKey } from '@fairway/dispatcher';
+import { hashApiKey, newApiKey } from '@fairway/dispatcher';
 import type { Command } from 'commander';
 import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
@@ -49,9 +48,18 @@ function checked(event: AdminEventInput): AdminEventInput {
   return event;
 }
 
-/** A new API key: `sk-fw-` and 32 random bytes in base64url. */
-export function newApiKey(): string {
-  return `sk-fw-${randomBytes(32).toString('base64url')}`;
+const UNIT_MS = { m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/** `--expires`: an ISO-8601 time or a duration from `nowMs` (`30d`, `12h`, `90m`), in the future. */
+function expiryFlag(text: string, nowMs: number): number {
+  const d = /^(\d+)([mhd])$/.exec(text);
+  const at = d ? nowMs + Number(d[1]) * UNIT_MS[d[2] as keyof typeof UNIT_MS] : Date.parse(text);
+  if (!Number.isFinite(at))
+    throw new UsageError([
+      '--expires: give an ISO-8601 time (2027-01-31T00:00:00Z) or a duration like 30d, 12h, 90m',
+    ]);
+  if (at <= nowMs) throw new UsageError(['--expires: must be in the future']);
+  return at;
 }
 
 /**
@@ -191,21 +199,32 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
       .argument('<tenant>', 'tenant id')
       .option('--key <key>', 'use this key instead of a new random one')
       .option('--app <id>', 'bind the key to an app')
-      .option('--slo-class <name>', "the key's SLO class (default: the tenant's)"),
-  ).action(async (tenant: string, f: BusFlags & { key?: string; app?: string; sloClass?: string }) => {
-    const key = f.key ?? newApiKey();
-    if (key.length < 8) throw new UsageError(['--key: must be at least 8 characters']);
-    await publish(f, {
-      type: 'keyAdd',
-      at: Date.now(),
-      ...by(f),
-      tenantId: tenant,
-      keyHash: hashApiKey(key),
-      ...(f.app !== undefined ? { app: f.app } : {}),
-      ...(f.sloClass !== undefined ? { sloClass: f.sloClass } : {}),
-    });
-    if (f.key === undefined) io.out(`api key (shown once): ${key}\n`);
-  });
+      .option('--slo-class <name>', "the key's SLO class (default: the tenant's)")
+      .option(
+        '--expires <when>',
+        'when the key stops working: an ISO-8601 time, or a duration from now like 30d, 12h, 90m',
+      ),
+  ).action(
+    async (
+      tenant: string,
+      f: BusFlags & { key?: string; app?: string; sloClass?: string; expires?: string },
+    ) => {
+      const key = f.key ?? newApiKey();
+      if (key.length < 8) throw new UsageError(['--key: must be at least 8 characters']);
+      const expiresAt = f.expires === undefined ? undefined : expiryFlag(f.expires, Date.now());
+      await publish(f, {
+        type: 'keyAdd',
+        at: Date.now(),
+        ...by(f),
+        tenantId: tenant,
+        keyHash: hashApiKey(key),
+        ...(f.app !== undefined ? { app: f.app } : {}),
+        ...(f.sloClass !== undefined ? { sloClass: f.sloClass } : {}),
+        ...(expiresAt !== undefined ? { expiresAt } : {}),
+      });
+      if (f.key === undefined) io.out(`api key (shown once): ${key}\n`);
+    },
+  );
 
   common(
     admin

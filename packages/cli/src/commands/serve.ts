@@ -10,6 +10,8 @@ import { stopOnSignals } from './agent.ts';
 /** Flags of `fairway serve`; each overrides its environment variable. */
 interface ServeFlags extends NatsFlags {
   operatorPublicKey?: string[];
+  adminTokenFile?: string;
+  operatorKey?: string;
   config?: string;
   port?: number;
   host?: string;
@@ -52,6 +54,14 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
     .option(
       '--operator-public-key <file...>',
       'operator public key(s) whose signed admin events apply (env FAIRWAY_OPERATOR_PUBLIC_KEY_FILE; without any, admin events are refused)',
+    )
+    .option(
+      '--admin-token-file <file>',
+      'bearer token of the admin API (/admin/v1 on the operator port) (env FAIRWAY_ADMIN_TOKEN_FILE; without it the admin API is off)',
+    )
+    .option(
+      '--operator-key <file>',
+      'operator private key the admin API signs its changes with (env FAIRWAY_OPERATOR_KEY_FILE; without it admin API writes are refused on NATS)',
     );
   addNatsFlags(cmd).action(async (flags: ServeFlags) => {
     const overrides: ServeOverrides = {
@@ -64,6 +74,8 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       ...(flags.id !== undefined ? { dispatcherId: flags.id } : {}),
       ...(flags.leaseMs !== undefined ? { options: { leaseMs: flags.leaseMs } } : {}),
       ...(flags.operatorPublicKey !== undefined ? { operatorPublicKeyFiles: flags.operatorPublicKey } : {}),
+      ...(flags.adminTokenFile !== undefined ? { adminTokenFile: flags.adminTokenFile } : {}),
+      ...(flags.operatorKey !== undefined ? { operatorKeyFile: flags.operatorKey } : {}),
       natsSecurity: natsFlagSecurity(flags),
       ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
       natsUrl: flags.natsUrl ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',

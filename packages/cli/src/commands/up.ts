@@ -248,6 +248,8 @@ ${h.dispatcher.operatorUrl === undefined ? 'operator port disabled' : `metrics $
 
 interface UpFlags extends NatsFlags {
   operatorPublicKey?: string[];
+  adminTokenFile?: string;
+  operatorKey?: string;
   config?: string;
   port: number;
   host: string;
@@ -285,6 +287,14 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
       '--operator-public-key <file...>',
       'with --nats-url: operator public key(s) whose signed admin events apply (env FAIRWAY_OPERATOR_PUBLIC_KEY_FILE)',
     )
+    .option(
+      '--admin-token-file <file>',
+      'bearer token of the admin API (/admin/v1 on the operator port) (env FAIRWAY_ADMIN_TOKEN_FILE; without it the admin API is off)',
+    )
+    .option(
+      '--operator-key <file>',
+      'with --nats-url: operator private key the admin API signs its changes with (env FAIRWAY_OPERATOR_KEY_FILE)',
+    )
     .option('--prefix <prefix>', 'Redis key and NATS subject prefix')
     .addOption(
       new Option('--log-level <level>', 'log level (logs go to stderr)')
@@ -309,6 +319,8 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
       settings: {
         natsSecurity: natsFlagSecurity(flags),
         ...(flags.operatorPublicKey !== undefined ? { operatorPublicKeyFiles: flags.operatorPublicKey } : {}),
+        ...(flags.adminTokenFile !== undefined ? { adminTokenFile: flags.adminTokenFile } : {}),
+        ...(flags.operatorKey !== undefined ? { operatorKeyFile: flags.operatorKey } : {}),
       },
       logger,
     });

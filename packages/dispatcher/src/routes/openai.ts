@@ -1,7 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
+import { authenticateRequest } from '../auth.ts';
 import { type CompletionContext, handleCompletion } from '../completion-handler.ts';
-import { ApiError } from '../errors.ts';
-import { bearerToken } from '../request-headers.ts';
 
 /** Options of the OpenAI routes plugin. */
 export interface OpenAiRoutesOptions {
@@ -19,10 +18,7 @@ export const openAiRoutes: FastifyPluginAsync<OpenAiRoutesOptions> = async (app,
   app.post('/v1/chat/completions', (request, reply) => handleCompletion(ctx, 'chat', request, reply));
   app.post('/v1/completions', (request, reply) => handleCompletion(ctx, 'completions', request, reply));
   app.get('/v1/models', async (request) => {
-    const key = bearerToken(request.headers);
-    if (key === undefined)
-      throw new ApiError('MISSING_API_KEY', 'missing API key: send "Authorization: Bearer <key>"');
-    if (ctx.keys.authenticate(key) === undefined) throw new ApiError('INVALID_API_KEY', 'invalid API key');
+    authenticateRequest(ctx.keys, request.headers, ctx.clock.now());
     // `created` is fixed: the list describes configuration, not events.
     return {
       object: 'list',

@@ -1,9 +1,8 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
+import { bearerTokenCheck } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayMetrics } from '../gateway-metrics.ts';
 import type { GatewayRuntime } from '../gateway-runtime.ts';
-import { bearerToken } from '../request-headers.ts';
 
 /** Options of the health routes plugin. */
 export interface HealthRoutesOptions {
@@ -34,24 +33,19 @@ export interface MetricsRouteOptions {
   readonly token: string | undefined;
 }
 
-const digest = (s: string): Buffer => createHash('sha256').update(s, 'utf8').digest();
-
 /**
  * `GET /metrics` (Prometheus text), served on the operator port only: its tenant labels, outcomes
  * and token counts are operators' business. With `server.metricsToken` it requires
  * `Authorization: Bearer <token>` (compared in constant time).
  */
 export const metricsRoute: FastifyPluginAsync<MetricsRouteOptions> = async (app, opts) => {
-  const expected = opts.token === undefined ? undefined : digest(opts.token);
+  const authorized = opts.token === undefined ? undefined : bearerTokenCheck(opts.token);
   app.get('/metrics', async (request, reply) => {
-    if (expected !== undefined) {
-      const given = bearerToken(request.headers);
-      if (given === undefined || !timingSafeEqual(digest(given), expected))
-        throw new ApiError(
-          'INVALID_API_KEY',
-          'metrics need the operator token (Authorization: Bearer <token>)',
-        );
-    }
+    if (authorized !== undefined && !authorized(request.headers))
+      throw new ApiError(
+        'INVALID_API_KEY',
+        'metrics need the operator token (Authorization: Bearer <token>)',
+      );
     const { metrics, runtime } = opts;
     const stats = runtime.stats();
     metrics.inflight.set({ state: 'queued' }, stats.queued);

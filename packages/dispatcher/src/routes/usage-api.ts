@@ -1,20 +1,18 @@
 import type { Clock } from '@fairway/core';
 import type { SchedulingStore, UsageRow } from '@fairway/store';
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
 import { ApiError } from '../errors.ts';
 import { daysBetween, utcDay } from '../quotas.ts';
+import { adminAuthHook } from './admin-api.ts';
 
 /** Options of {@link usageApiRoutes}. */
 export interface UsageApiOptions {
   readonly store: SchedulingStore;
   /** The store's clock: the default range ends today (UTC). */
   readonly clock: Clock;
-  /**
-   * The admin API's authentication, run before the handler (the hook `admin-api.ts` uses): throws
-   * an `ApiError` (401 / 403) for a caller who is not the operator.
-   */
-  readonly authorize: (request: FastifyRequest) => void | Promise<void>;
+  /** The admin API's bearer token (`AdminApiSettings.token`); every route answers 403 without one. */
+  readonly token: string | undefined;
 }
 
 const day = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a UTC day, YYYY-MM-DD');
@@ -56,7 +54,8 @@ function totalsOf(rows: readonly UsageRow[]) {
  * 400 days. Operator-only: behind the admin API's authentication, never on the public port.
  */
 export const usageApiRoutes: FastifyPluginAsync<UsageApiOptions> = async (app, opts) => {
-  app.get('/admin/v1/usage', { preHandler: async (request) => opts.authorize(request) }, async (request) => {
+  app.addHook('onRequest', adminAuthHook(opts.token));
+  app.get('/admin/v1/usage', async (request) => {
     const parsed = querySchema.safeParse(request.query ?? {});
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
