@@ -332,7 +332,10 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     clock: deps.clock,
   });
   void operator.register(usageApiRoutes, {
-    token: deps.adminApi?.token,
+    settings: deps.adminApi ?? { token: undefined, signer: undefined },
+    trust: deps.adminTrust,
+    bus: deps.bus,
+    tenants,
     store: deps.store,
     clock: deps.clock,
   });

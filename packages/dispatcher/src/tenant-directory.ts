@@ -105,6 +105,21 @@ export class TenantDirectory {
     return this.#tenantQuotas.get(tenant) ?? this.#defaultQuotas;
   }
 
+  /** The default budgets, if any. */
+  defaultQuotas(): QuotasConfig | undefined {
+    return this.#defaultQuotas;
+  }
+
+  /** A tenant's own budgets (not the defaults), if any. */
+  ownQuotas(tenant: string): QuotasConfig | undefined {
+    return this.#tenantQuotas.get(tenant);
+  }
+
+  /** Every key with budgets of its own, by id. */
+  keysWithQuotas(): [string, QuotasConfig][] {
+    return [...this.#keyQuotas];
+  }
+
   /** Budgets of one API key (by its `sha256:<hex>` id), if an operator set any. */
   keyQuotas(keyId: string): QuotasConfig | undefined {
     return this.#keyQuotas.get(keyId);
