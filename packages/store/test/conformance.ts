@@ -1246,6 +1246,21 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         });
       });
 
+      it('keeps the reservation of a running request reclaimed with its dead owner, and drops a queued one’s', async () => {
+        const q = { usage: account(), quotas: [quota({ budget: 100, amount: 40 })] };
+        expect(await s.admit(admitOf(makeReq('run', { owner: 'dead' }), q))).toMatchObject({ ok: true });
+        await dispatchedId();
+        expect(await s.admit(admitOf(makeReq('wait', { owner: 'dead' }), q))).toMatchObject({ ok: true });
+        await s.renewOwner('dead', 0, 10);
+        expect(await s.reclaim(10)).toEqual({ dropped: ['wait'], released: ['run'] });
+        // 40 stay counted for the request that ran (its usage is unknown); the queued one's 40 are back.
+        const check = (amount: number) =>
+          s.admit(admitOf(makeReq(`n${amount}`), { ...q, quotas: [quota({ amount })] }));
+        expect(await check(61)).toMatchObject({ ok: false, code: 'quota_exceeded' });
+        expect(await check(60)).toMatchObject({ ok: true });
+        expect(await s.usage?.({ days: ['2026-11-24'] })).toEqual([]);
+      });
+
       it('rejects quotas without a usage account, and a key quota without a key', async () => {
         await expect(s.admit(admitOf(makeReq('x'), { quotas: [quota()] }))).rejects.toThrow(/quotas/);
         await expect(
