@@ -62,7 +62,9 @@ export async function startStack(o: StackOptions): Promise<Stack> {
     redisUrl: o.redisUrl ?? (o.redis ? redisUrl() : undefined),
     prefix,
     defaultLeaseMs: o.options?.leaseMs ?? 10_000,
-    staleAfterMs: 1000,
+    // The agents heartbeat from this same process every 100 ms; on a loaded 2-core machine its
+    // event loop can stall past 1 s, and a healthy replica would then look stale (no retry target).
+    staleAfterMs: 3000,
     name: 'test',
     clock: systemClock,
     logger: silentLogger,
