@@ -107,6 +107,17 @@ local function releaseQuotas(id, r)
   for i = 1, #q, 3 do addFloat(q[i], q[i + 1], -num(q[i + 2])) end
 end
 
+-- Adds amounts to fields of one hash, one read and one write (numbers stored with fmt).
+local function addFields(key, fields, amounts)
+  local v = redis.call('HMGET', key, unpack(fields))
+  local kv = {}
+  for i = 1, #fields do
+    kv[#kv + 1] = fields[i]
+    kv[#kv + 1] = fmt(num(v[i]) + amounts[i])
+  end
+  redis.call('HSET', key, unpack(kv))
+end
+
 -- Records a settled request's usage (whole tokens) and replaces its reservations by it.
 local function recordUsage(id, r, actualTokens, outputTokens)
   if r.ua ~= '1' then return end
@@ -118,19 +129,19 @@ local function recordUsage(id, r, actualTokens, outputTokens)
   local priced = u[6] ~= '' or u[7] ~= ''
   local cost = (inp * num(u[6]) + out * num(u[7])) / 1000000
   local row = lp(tenant) .. lp(keyId) .. u[3]
-  local dk = key_usageDay(day)
-  redis.call('HINCRBY', dk, 'r' .. row, 1)
-  redis.call('HINCRBY', dk, 'i' .. row, inp)
-  redis.call('HINCRBY', dk, 'o' .. row, out)
-  if priced then addFloat(dk, 'c' .. row, cost) end
+  if priced then
+    addFields(key_usageDay(day), { 'r' .. row, 'i' .. row, 'o' .. row, 'c' .. row }, { 1, inp, out, cost })
+  else
+    addFields(key_usageDay(day), { 'r' .. row, 'i' .. row, 'o' .. row }, { 1, inp, out })
+  end
   local totals = { totalKey('tenant', tenant, keyId, day), totalKey('tenant', tenant, keyId, month) }
   if keyId ~= '' then
     totals[3] = totalKey('key', tenant, keyId, day)
     totals[4] = totalKey('key', tenant, keyId, month)
   end
   for _, tk in ipairs(totals) do
-    redis.call('HINCRBY', tk, 't', inp + out)
-    if priced then addFloat(tk, 'c', cost) end
+    if priced then addFields(tk, { 't', 'c' }, { inp + out, cost })
+    else addFields(tk, { 't' }, { inp + out }) end
   end
   releaseQuotas(id, r)
 end
