@@ -68,7 +68,8 @@ interface ReplicaBounds {
  * - (b) the batch's weighted context stays within θ of the ATGT context limit `l_d(b + 1)` (Eq. 4),
  *   with the decode model's per-sequence cost raised by the amortised prefill stall;
  * - (c) the new request's prefill, with every prompt placed on the replica and not yet prefilled,
- *   must end within its TTFT less the time it has waited: that bounds its prompt — except on the
+ *   after the engine's step in flight, must end within its TTFT less the time it has waited: that
+ *   bounds its prompt — except on the
  *   replica where a prompt finishes soonest, when no replica can meet it (Algorithm 1 would open a
  *   new bin; a fixed fleet gives the request its earliest first token instead of holding it);
  * - (d) the new request's prefill, with every prefill still pending, must fit the least ATGT slack
@@ -119,7 +120,8 @@ export function aladdinBounds(
 
     let ttftPrompt = Number.POSITIVE_INFINITY;
     if (options.ttftMs !== undefined && perf.prefill.k1 > 0)
-      ttftPrompt = (options.ttftMs - waitedMs - perf.prefill.c1) / perf.prefill.k1 - pending;
+      ttftPrompt =
+        (options.ttftMs - waitedMs - (r.stepRemainingMs ?? 0) - perf.prefill.c1) / perf.prefill.k1 - pending;
 
     const atgt = options.atgtMs;
     if (atgt === undefined) return { tokenCapacity, seqCapacity, ttftPrompt };

@@ -45,6 +45,11 @@ export interface ReplicaState {
   readonly stale: boolean;
   /** Its sequences' progress, when the replica source reports it. @default unknown */
   readonly sequences?: readonly SequenceProgress[] | undefined;
+  /**
+   * Time until the engine's step in flight ends, ms, when the source knows it (the simulator
+   * does): a prompt sent now is prefilled after it, which counts against its TTFT. @default 0
+   */
+  readonly stepRemainingMs?: number | undefined;
 }
 
 /** What a placement knows about the request the store will place next. */
