@@ -36,6 +36,8 @@ const MODEL = 'llama-2-7b';
 const GPU = 'A100-80GB';
 /** Trace seconds between the windows of consecutive seeds (a window at rate ×4 spans 4 × WINDOW_S). */
 const STRIDE_S = 600;
+/** What every plan of this report shares. */
+const SETUP = { trace: 'azure-conv', model: MODEL, gpu: GPU, slo: SLO } as const;
 
 const pct = (x: number | undefined) => (x === undefined ? '–' : `${(x * 100).toFixed(0)}%`);
 const median = (xs: readonly number[]) => {
@@ -52,10 +54,7 @@ async function tpPart() {
   const out: Record<string, FleetPlan['tp']> = {};
   for (const interconnect of ['pcie', 'nvlink'] as const) {
     const plan = await planFleet({
-      trace: 'azure-conv',
-      model: MODEL,
-      gpu: GPU,
-      slo: SLO,
+      ...SETUP,
       rateScales: [1],
       windowS: 10,
       tps: [1, 2, 4],
@@ -103,10 +102,7 @@ async function comparePart() {
     const startS = (seed - 1) * STRIDE_S;
     const t0 = performance.now();
     const plan = await planFleet({
-      trace: 'azure-conv',
-      model: MODEL,
-      gpu: GPU,
-      slo: SLO,
+      ...SETUP,
       rateScales: RATES,
       windowS: WINDOW_S,
       startS,
@@ -125,10 +121,7 @@ async function comparePart() {
 async function ownPart() {
   // The baselines as they were: the replica's own KV and sequence room, no sequence reports.
   const plan = await planFleet({
-    trace: 'azure-conv',
-    model: MODEL,
-    gpu: GPU,
-    slo: SLO,
+    ...SETUP,
     rateScales: [1],
     windowS: 300,
     tps: [1],
@@ -144,10 +137,7 @@ async function ablationPart() {
   const out: { seed: number; without: FleetPlan; with: FleetPlan }[] = [];
   for (let seed = 1; seed <= SEEDS; seed++) {
     const base = {
-      trace: 'azure-conv',
-      model: MODEL,
-      gpu: GPU,
-      slo: SLO,
+      ...SETUP,
       rateScales: RATES,
       windowS: WINDOW_S,
       startS: (seed - 1) * STRIDE_S,
