@@ -258,6 +258,13 @@ export const policyConfigSchema = z
          * given no more sequences and context than keep its decode iterations within it.
          */
         atgtS: positive,
+        /**
+         * Time to first token, seconds from arrival (Aladdin constraint c): a replica takes a
+         * request only if that request's prefill, after the prompts already placed there, ends
+         * within what is left of it — unless no replica can, then the one where it ends soonest.
+         * @default none
+         */
+        ttftS: positive.optional(),
       })
       .strict()
       .optional(),

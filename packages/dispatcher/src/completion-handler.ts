@@ -153,7 +153,7 @@ export async function handleCompletion(
   tr?.close(admission);
 
   if (request.raw.socket?.destroyed === true) leave();
-  ticket.evicted.signal.addEventListener('abort', () => stop.abort(), { once: true });
+  ticket.abortOnEvict(stop);
   const signal = stop.signal;
   const attempts = ctx.options.engineAttempts;
   let result: ProxyResult | undefined;

@@ -145,7 +145,11 @@ function placementFromConfig(
   // Each replica with a performance model gets the room its SLO constraints allow (Aladdin
   // section 4.2 via the placement's capacity hook); replicas without one keep KV and sequences.
   const perfOf = performanceModelOf(loadPerformanceModels(performanceModels), config, identityOf);
-  return aladdinPlacement({ perfOf, ...(slo === undefined ? {} : { atgtMs: slo.atgtS * 1000 }) });
+  return aladdinPlacement({
+    perfOf,
+    ...(slo === undefined ? {} : { atgtMs: slo.atgtS * 1000 }),
+    ...(slo?.ttftS === undefined ? {} : { ttftMs: slo.ttftS * 1000 }),
+  });
 }
 
 /**

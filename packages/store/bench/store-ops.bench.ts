@@ -1,7 +1,7 @@
 /**
  * Store operations per second, both backends: admit, dispatch, charge, settle, and dispatch+charge
- * pairs. The Redis runs use one connection with many calls in flight (ioredis pipelines them on the
- * socket). Ends with the exact-limit demo: 4 dispatcher clients share one RPM limit of 60.
+ * pairs. The Redis runs use one connection with many calls in flight, auto-pipelined as the
+ * dispatcher's connection is (calls made in one event-loop turn leave in one write). Ends with the exact-limit demo: 4 dispatcher clients share one RPM limit of 60.
  *
  *   npm run bench:store            (REDIS_URL defaults to redis://127.0.0.1:6379)
  *   BENCH_N=50000 npm run bench:store
@@ -9,6 +9,7 @@
  *   BENCH_VALIDATE=0 npm run bench:store   (Redis store without input validation, as the dispatcher runs it)
  *   BENCH_USAGE=1 npm run bench:store      (admissions carry a usage account, priced, and a tenant and a
  *                                          key token budget: the cost of usage accounting and quotas)
+ *   BENCH_AUTOPIPELINE=0 npm run bench:store   (one write per call, as before auto-pipelining)
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -47,6 +48,7 @@ const accounting = USAGE
       })),
     }
   : {};
+const AUTOPIPELINE = process.env.BENCH_AUTOPIPELINE !== '0';
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const FLOWS = 100;
 const IN_FLIGHT = 256;
@@ -252,14 +254,19 @@ async function main(): Promise<void> {
     await measure('memory', new MemoryStore(), 1);
     await measure('memory, validation off', new MemoryStore({ validate: false }), 1);
   }
-  const redis = new Redis(REDIS_URL);
+  const redis = new Redis(REDIS_URL, { enableAutoPipelining: AUTOPIPELINE });
   const store = new RedisStore({
     redis,
     prefix: `bench-${randomBytes(4).toString('hex')}`,
     validate: VALIDATE,
   });
   try {
-    await measure(`redis, one connection${VALIDATE ? '' : ', validation off'}`, store, IN_FLIGHT, redis);
+    await measure(
+      `redis, one connection${AUTOPIPELINE ? ', auto-pipelined' : ''}${VALIDATE ? '' : ', validation off'}`,
+      store,
+      IN_FLIGHT,
+      redis,
+    );
   } finally {
     await purgeStore(redis, store.keys.prefix);
     await redis.quit();

@@ -58,6 +58,12 @@ export interface RedisStoreOptions extends StoreOptions {
    * own connection and closes it on `close()`).
    */
   readonly redis: Redis | string;
+  /**
+   * A second connected client to the same Redis for control traffic — lease renewals, reclaims,
+   * queue snapshots and placement look-ups — so it never queues behind admissions and
+   * settlements on `redis` (the store does not close it). @default `redis`
+   */
+  readonly control?: Redis | undefined;
   /** Prefix of every key; each prefix is an independent store in one hash slot. Must not contain `{}`. */
   readonly prefix: string;
 }
@@ -195,10 +201,12 @@ function dispatchReply(script: string, r: Reply): DispatchResult {
  */
 export class RedisStore implements SchedulingStore {
   readonly #redis: Redis;
+  /** The connection of control traffic (see {@link RedisStoreOptions.control}). */
+  readonly #control: Redis;
   readonly #ownsClient: boolean;
   readonly #keys: StoreKeys;
   readonly #opts: ResolvedStoreOptions;
-  readonly #cmd: (name: string) => { readonly script: string; readonly invoke: Invoke };
+  readonly #cmd: (name: string, client?: Redis) => { readonly script: string; readonly invoke: Invoke };
   #closed = false;
   /** The layout check and epoch claim of this store's prefix, made before its first function call. */
   #layout: Promise<void> | undefined;
@@ -221,18 +229,19 @@ export class RedisStore implements SchedulingStore {
     });
     this.#ownsClient = typeof options.redis === 'string';
     this.#redis = typeof options.redis === 'string' ? new Redis(options.redis) : options.redis;
+    this.#control = options.control ?? this.#redis;
     this.#keys = new StoreKeys(options.prefix);
     this.#connected = this.#redis.status === 'ready';
     this.#redis.on('ready', this.#onReady);
     cachedLibrary ??= loadLibrary();
     const library = cachedLibrary;
-    this.#cmd = (name) => {
+    this.#cmd = (name, client = this.#redis) => {
       const c = library.commands.get(name);
       if (c === undefined) throw new StoreError(StoreErrorCode.SCRIPT_ARGS, name, 'no such script');
       const { functionName, numberOfKeys } = c;
       return {
         script: functionName,
-        invoke: (...args) => this.#fcall(library, functionName, numberOfKeys, args),
+        invoke: (...args) => this.#fcall(client, library, functionName, numberOfKeys, args),
       };
     };
   }
@@ -243,22 +252,23 @@ export class RedisStore implements SchedulingStore {
    * the call is retried once. A call in a lost epoch throws `STATE_LOST` (it changed nothing).
    */
   async #fcall(
+    redis: Redis,
     library: LuaLibrary,
     fn: string,
     numberOfKeys: number,
     args: (string | number)[],
   ): Promise<Reply> {
     const epoch = this.#epoch ?? (await this.#claimed());
-    if (!loaded.has(this.#redis)) await this.#load(library);
+    if (!loaded.has(redis)) await this.#load(redis, library);
     let reply: Reply;
     try {
-      reply = (await this.#redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
+      reply = (await redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
     } catch (err) {
       if (!functionMissing(err)) throw err;
-      loaded.delete(this.#redis);
-      loading.delete(this.#redis);
-      await this.#load(library);
-      reply = (await this.#redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
+      loaded.delete(redis);
+      loading.delete(redis);
+      await this.#load(redis, library);
+      reply = (await redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
     }
     if (reply === ScriptErrorCode.STATE_LOST) throw scriptErrorFromCode(fn, reply);
     return reply;
@@ -320,8 +330,7 @@ export class RedisStore implements SchedulingStore {
     await claim;
   }
 
-  #load(library: LuaLibrary): Promise<void> {
-    const redis = this.#redis;
+  #load(redis: Redis, library: LuaLibrary): Promise<void> {
     let p = loading.get(redis);
     if (p === undefined) {
       p = redis.function('LOAD', library.code).then(
@@ -499,7 +508,7 @@ export class RedisStore implements SchedulingStore {
     const epoch = this.#epoch ?? (await this.#claimed());
     // The epoch read rides with the renewal (one round trip): an idle dispatcher learns of a
     // loss on its next renewal, not only on its next request.
-    const replies = await this.#redis
+    const replies = await this.#control
       .multi()
       .get(this.#keys.epoch())
       .zadd(this.#keys.key('leases'), str(nowMs + leaseMs), owner)
@@ -559,7 +568,7 @@ export class RedisStore implements SchedulingStore {
   ): Promise<{ readonly dropped: readonly string[]; readonly released: readonly string[] }> {
     this.#open('reclaim');
     if (this.#opts.validate) parseInput('reclaim', cancelInputSchema.shape.nowMs, nowMs);
-    const { script, invoke } = this.#cmd('reclaim');
+    const { script, invoke } = this.#cmd('reclaim', this.#control);
     const reply = expectArray(script, await invoke(this.#keys.key('leases'), this.#keys.base, str(nowMs)));
     return {
       dropped: expectArray(script, reply[0] ?? null).map(asString),
@@ -587,7 +596,7 @@ export class RedisStore implements SchedulingStore {
     if (ids.length === 0) return placed;
     // Plain reads of the request records (one pipelined round trip): nothing changes, so no
     // script and no epoch check — after a loss the records are gone and nothing is reported.
-    const pipeline = this.#redis.pipeline();
+    const pipeline = this.#control.pipeline();
     for (const id of ids) pipeline.hmget(this.#keys.key('req', id), 'state', 'replica');
     const replies = (await pipeline.exec()) ?? [];
     replies.forEach(([err, fields], i) => {
@@ -601,7 +610,7 @@ export class RedisStore implements SchedulingStore {
   async snapshot(pool: string, band: number): Promise<QueueSnapshot> {
     this.#open('snapshot');
     if (this.#opts.validate) parseInput('snapshot', snapshotInputSchema, { pool, band });
-    const { script, invoke } = this.#cmd('snapshot');
+    const { script, invoke } = this.#cmd('snapshot', this.#control);
     const reply = expectArray(
       script,
       await invoke(this.#keys.key('flows', pool, band), this.#keys.base, pool, str(band)),
