@@ -44,6 +44,8 @@ export {
   type NodeCommand,
   type NodeCommandInput,
   nodeCommandSchema,
+  type QuotaAlertMessage,
+  quotaAlertSchema,
   type Registration,
   type ReplicaState,
   type ReplicaUnavailable,

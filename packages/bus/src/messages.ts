@@ -4,7 +4,7 @@
  * rather than reject them, so a newer agent can add a field without breaking older dispatchers
  * during a rolling upgrade; unknown message *types* are rejected.
  */
-import { limitsSchema } from '@fairway/core';
+import { limitsSchema, quotasSchema } from '@fairway/core';
 import { z } from 'zod';
 
 const id = z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters');
@@ -301,6 +301,25 @@ export const adminEventSchema = z.discriminatedUnion('type', [
       message: 'give "id" for scope tenant, app or user, and none for scope default',
       path: ['id'],
     }),
+  z
+    .object({
+      ...adminBase,
+      type: z.literal('quotaSet'),
+      /** A tenant's budgets, one key's, or those of every tenant that sets none (`default`). */
+      scope: z.enum(['tenant', 'key', 'default']),
+      /** The tenant id or the key hash (`sha256:<hex>`); absent for `default`. */
+      id: id.optional(),
+      /** The budgets, replacing the scope's; `{}` removes them. */
+      quotas: quotasSchema,
+    })
+    .refine((e) => (e.scope === 'default') === (e.id === undefined), {
+      message: 'give "id" for scope tenant or key, and none for scope default',
+      path: ['id'],
+    })
+    .refine((e) => e.scope !== 'key' || keyHash.safeParse(e.id).success, {
+      message: 'a key is named by its hash: "sha256:" followed by 64 hex digits',
+      path: ['id'],
+    }),
 ]);
 /** An admin event. */
 export type AdminEvent = z.infer<typeof adminEventSchema>;
@@ -335,6 +354,28 @@ export interface AdminEventRecord {
   readonly subject?: string;
 }
 
+/**
+ * A budget reached its alert fraction (`quotas.alertAt`, default 80%) in a window: published once
+ * per budget and window by the dispatcher whose admission reached it. Ids only, never a key.
+ */
+export const quotaAlertSchema = z.object({
+  tenant: id,
+  /** The key's hash for a key budget. */
+  key: keyHash.optional(),
+  scope: z.enum(['tenant', 'key']),
+  window: z.enum(['day', 'month']),
+  kind: z.enum(['tokens', 'spend']),
+  /** The window: `YYYY-MM-DD` or `YYYY-MM` (UTC). */
+  bucket: z.string().min(7).max(10),
+  budget: z.number().nonnegative(),
+  /** Settled usage plus running requests' reservations when the alert was raised (≥ alertAt × budget). */
+  used: z.number().nonnegative(),
+  at: timestampMs,
+  dispatcherId: id,
+});
+/** A quota alert. */
+export type QuotaAlertMessage = z.infer<typeof quotaAlertSchema>;
+
 /** Schemas of the publish/subscribe message kinds. */
 export const messageSchemas = {
   registration: registrationSchema,
@@ -346,6 +387,7 @@ export const messageSchemas = {
   controlReport: controlReportSchema,
   controlRoutes: controlRoutesSchema,
   replicaUnavailable: replicaUnavailableSchema,
+  quotaAlert: quotaAlertSchema,
 } as const;
 /** A publish/subscribe message kind. */
 export type MessageKind = keyof typeof messageSchemas;

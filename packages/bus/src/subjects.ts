@@ -15,6 +15,7 @@
  * | desiredReplicas | `<p>.pool.<pool>.desired` | pool |
  * | controlReport | `<p>.control.<dispatcherId>.report` | dispatcher that reports |
  * | controlRoutes | `<p>.control.routes` | — (every dispatcher) |
+ * | quotaAlert | `<p>.quota.alert` | — |
  * | command (request/reply) | `<p>.node.<replicaId>.command` | replica |
  * | admin (JetStream) | `<p>.admin.<type>` in stream `<p>_admin` | — |
  */
@@ -68,6 +69,7 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
       return (msg as MessageOf<'controlReport'>).dispatcherId;
     case 'discover':
     case 'controlRoutes':
+    case 'quotaAlert':
       return undefined;
     default:
       return assertNever(kind);
@@ -117,6 +119,8 @@ export class Subjects {
         return `${p}.control.${k}.report`;
       case 'controlRoutes':
         return `${p}.control.routes`;
+      case 'quotaAlert':
+        return `${p}.quota.alert`;
       case 'command':
         return `${p}.node.${k}.command`;
       default:

@@ -31,6 +31,34 @@ export const limitsSchema = z
   })
   .strict();
 
+/**
+ * Budgets over UTC calendar windows (usage accounting and quotas): tokens (input + output) and
+ * spend (at `pricing`'s prices) per day and per month. A request reserves its estimated tokens
+ * (prompt + output cap) or their cost at admission, atomically with the rate limits, and settles
+ * with its true usage; one that does not fit is refused with 429 `insufficient_quota`.
+ */
+export const quotasSchema = z
+  .object({
+    tokensPerDay: nonNegInt.optional(),
+    tokensPerMonth: nonNegInt.optional(),
+    /** In the prices' currency (`pricing`). */
+    spendPerDay: z.number().nonnegative().optional(),
+    spendPerMonth: z.number().nonnegative().optional(),
+    /** Fraction of a budget at which one alert per window is published and logged. @default 0.8 */
+    alertAt: z.number().gt(0).max(1).optional(),
+  })
+  .strict();
+
+/** Prices of one model, per 1M tokens, in one currency (usage cost and spend budgets). */
+export const modelPriceSchema = z
+  .object({
+    /** Price per 1M input (prompt) tokens. */
+    input: z.number().nonnegative(),
+    /** Price per 1M output (completion) tokens. */
+    output: z.number().nonnegative(),
+  })
+  .strict();
+
 /** An API key (stored as a SHA-256 hash) that authenticates as a tenant. */
 export const apiKeySchema = z
   .object({
@@ -43,6 +71,8 @@ export const apiKeySchema = z
     key: z.string().min(8, 'must be at least 8 characters').optional(),
     app: id.optional(),
     sloClass: id.optional(),
+    /** Budgets of this key alone (its tenant's apply as well). */
+    quotas: quotasSchema.optional(),
   })
   .strict()
   .refine((k) => (k.hash === undefined) !== (k.key === undefined), {
@@ -55,6 +85,8 @@ export const tenantSchema = z
     weight: positive.default(1),
     limits: limitsSchema.default({}),
     keys: z.array(apiKeySchema).default([]),
+    /** Budgets of the tenant (all its keys together); none means `defaultQuotas` apply. */
+    quotas: quotasSchema.optional(),
     /** Default SLO class for this tenant's requests. */
     sloClass: id.optional(),
   })
@@ -226,6 +258,13 @@ export const policyConfigSchema = z
          * given no more sequences and context than keep its decode iterations within it.
          */
         atgtS: positive,
+        /**
+         * Time to first token, seconds from arrival (Aladdin constraint c): a replica takes a
+         * request only if that request's prefill, after the prompts already placed there, ends
+         * within what is left of it — unless no replica can, then the one where it ends soonest.
+         * @default none
+         */
+        ttftS: positive.optional(),
       })
       .strict()
       .optional(),
@@ -414,6 +453,10 @@ export const fairwayConfigSchema = z
     policy: policyConfigSchema.default(policyConfigSchema.parse({})),
     /** Limits applied to every tenant that sets none of its own. */
     defaultLimits: limitsSchema.default({}),
+    /** Budgets of every tenant that sets none of its own. @default none */
+    defaultQuotas: quotasSchema.optional(),
+    /** Prices per 1M tokens by model name (usage cost, spend budgets). @default none: cost 0 */
+    pricing: z.record(z.string().min(1), modelPriceSchema).default({}),
     /** Listeners: operator port, connection limits, request timeouts. */
     server: serverConfigSchema.default(serverConfigSchema.parse({})),
     /** What the Prometheus metrics reveal of tenants. */
@@ -490,6 +533,10 @@ export const fairwayConfigSchema = z
 export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
 export type TenantConfig = z.infer<typeof tenantSchema>;
 export type LimitsConfig = z.infer<typeof limitsSchema>;
+/** Token and spend budgets of a tenant or key (`quotas`). */
+export type QuotasConfig = z.infer<typeof quotasSchema>;
+/** A model's prices per 1M tokens (`pricing`). */
+export type ModelPrice = z.infer<typeof modelPriceSchema>;
 export type PolicyConfig = z.infer<typeof policyConfigSchema>;
 /** A dispatcher's listener settings (`server`). */
 export type ServerConfig = z.infer<typeof serverConfigSchema>;

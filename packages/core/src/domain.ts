@@ -48,6 +48,8 @@ export const DEFAULT_SLO_CLASSES: readonly SloClass[] = [
 export interface RequestDescriptor {
   readonly id: string;
   readonly tenant: string;
+  /** Id (`sha256:<hex>`) of the API key the request authenticated with, if any (usage accounting). */
+  readonly keyId?: string | undefined;
   readonly app?: string | undefined;
   readonly user?: string | undefined;
   /** Model name; requests are served only by replicas of a pool that serves this model. */

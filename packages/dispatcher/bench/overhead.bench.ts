@@ -9,7 +9,9 @@
  * through-the-dispatcher p50/p90/p99 latency and time to first token and the difference; the
  * dispatcher's own overhead and queue headers; the CPU each process (and the rest of the machine)
  * used per request; the highest rate one dispatcher sustains (open-loop steps until completions
- * fall behind or p99 passes 50 ms); and published gateway overheads to compare with.
+ * fall behind or p99 passes 50 ms), the most it completes closed-loop (`--closed-concurrency`
+ * clients sending back to back); and published gateway overheads to compare with. Latency counts
+ * from each request's intended send time (load-generator.ts), so a late send is not hidden.
  *
  * `--baseline` adds a second dispatcher on the same store with the fused store operations hidden
  * (the calls made before admitAndDispatch/settleAndDispatch), measured in the same rounds.
@@ -20,12 +22,13 @@
  * `--diagnose` prints each dispatcher phase's event-loop delay and GC pauses (by kind);
  * `--heap-profile <file>` writes a sampling heap profile of everything the dispatcher allocated;
  * `--trace-gc` runs it with V8's `--trace-gc-nvp` and prints each phase's scavenges (pause, bytes
- * copied and promoted).
+ * copied and promoted) and the KB the dispatcher allocated per request.
  * The dispatchers run with the production image's `NODE_OPTIONS` (infra/Dockerfile);
  * `--node-options "<flags>"` replaces them for an experiment.
  *
  * Usage: npm run bench:overhead [-- --duration 8 --rate 500 --stream-rate 500 --rounds 2
- *        --max-rates 500,1000,1500,2000 --baseline --tracing --skip-max --cpu-prof --diagnose]
+ *        --max-rates 500,1000,1500,2000 --closed-concurrency 64 --closed-duration 4 --baseline
+ *        --tracing --skip-max --skip-closed --cpu-prof --diagnose --trace-gc]
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -52,6 +55,9 @@ const { values: args } = parseArgs({
     'stream-tokens': { type: 'string', default: '8' },
     'cpu-prof': { type: 'boolean', default: false },
     'skip-max': { type: 'boolean', default: false },
+    'closed-concurrency': { type: 'string', default: '64' },
+    'closed-duration': { type: 'string', default: '4' },
+    'skip-closed': { type: 'boolean', default: false },
     diagnose: { type: 'boolean', default: false },
     'heap-profile': { type: 'string' },
     'node-options': { type: 'string' },
@@ -72,6 +78,8 @@ const MAX_RATES = (args['max-rates'] ?? '')
   .map(Number)
   .filter((n) => n > 0);
 const MAX_DURATION_MS = Number(args['max-duration']) * 1000;
+const CLOSED_CONCURRENCY = Number(args['closed-concurrency']);
+const CLOSED_DURATION_MS = Number(args['closed-duration']) * 1000;
 const OUTPUT_TOKENS = Number(args['output-tokens']);
 const STREAM_TOKENS = Number(args['stream-tokens']);
 const FAIRWAY_BIN = resolve(import.meta.dirname, '..', '..', 'cli', 'bin', 'fairway.js');
@@ -90,6 +98,8 @@ interface Proc {
   diag(): Promise<Diag>;
   /** The scavenges V8 traced (`--trace-gc-nvp`) since the last call. */
   scavenges(): Scavenge[];
+  /** Bytes the heap allocated since the last call, summed over every GC V8 traced (`--trace-gc-nvp`). */
+  allocated(): number;
 }
 
 /** One scavenge as V8's `--trace-gc-nvp` prints it: pause, and bytes copied within new space and promoted. */
@@ -137,6 +147,7 @@ function startProcess(
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   const diags: ((d: Diag) => void)[] = [];
   let scavenges: Scavenge[] = [];
+  let allocated = 0;
   return new Promise((resolvePromise, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
@@ -144,8 +155,10 @@ function startProcess(
     }, 30_000);
     child.once('exit', (code) => reject(new Error(`${what} exited ${code}:\n${output.join('\n')}`)));
     createInterface({ input: child.stdout! }).on('line', (l) => {
+      const field = (name: string): number => Number(new RegExp(`\\b${name}=([\\d.]+)`).exec(l)?.[1] ?? 0);
+      // Every GC line says what was allocated since the previous GC.
+      if (l.includes(' gc=') && l.includes(' pause=')) allocated += field('allocated');
       if (l.includes(' gc=s ')) {
-        const field = (name: string): number => Number(new RegExp(`\\b${name}=([\\d.]+)`).exec(l)?.[1] ?? 0);
         scavenges.push({
           pauseMs: field('pause'),
           survivedBytes: field('new_space_survived'),
@@ -175,6 +188,11 @@ function startProcess(
         scavenges() {
           const out = scavenges;
           scavenges = [];
+          return out;
+        },
+        allocated() {
+          const out = allocated;
+          allocated = 0;
           return out;
         },
         diag() {
@@ -286,6 +304,8 @@ interface Sample {
   readonly diag?: Diag;
   /** The target dispatcher's scavenges over the phase (`--trace-gc`). */
   readonly scavenges?: Scavenge[];
+  /** Bytes the target dispatcher allocated over the phase (`--trace-gc`). */
+  readonly allocatedBytes?: number;
 }
 
 /** Where a phase sends its load. */
@@ -444,6 +464,7 @@ async function main(): Promise<void> {
       stream: boolean,
       rate: number,
       durationMs: number,
+      concurrency?: number,
     ): Promise<Sample> => {
       const proc =
         target === 'via'
@@ -455,6 +476,7 @@ async function main(): Promise<void> {
               : traced[target];
       if (args.diagnose) await proc?.diag();
       proc?.scavenges();
+      proc?.allocated();
       const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuMs(pid)]));
       const waitBefore = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, runWaitMs(pid)]));
       const busyBefore = machineBusyMs();
@@ -466,8 +488,9 @@ async function main(): Promise<void> {
         rate,
         durationMs,
         stream,
-        connections: 256,
+        connections: Math.max(256, concurrency ?? 0),
         drainMs: 10_000,
+        ...(concurrency !== undefined ? { concurrency } : {}),
       });
       const cpu: Record<string, number> = Object.fromEntries(
         Object.entries(pids).map(([k, pid]) => [k, cpuMs(pid) - (before[k] ?? 0)]),
@@ -480,7 +503,15 @@ async function main(): Promise<void> {
       );
       const diag = args.diagnose ? await proc?.diag() : undefined;
       const scavenges = args['trace-gc'] ? proc?.scavenges() : undefined;
-      return { report, cpu, runWait, ...(diag ? { diag } : {}), ...(scavenges ? { scavenges } : {}) };
+      const allocatedBytes = args['trace-gc'] ? proc?.allocated() : undefined;
+      return {
+        report,
+        cpu,
+        runWait,
+        ...(diag ? { diag } : {}),
+        ...(scavenges ? { scavenges } : {}),
+        ...(allocatedBytes !== undefined ? { allocatedBytes } : {}),
+      };
     };
 
     console.log(
@@ -529,7 +560,9 @@ async function main(): Promise<void> {
       }
       return added;
     };
-    console.log('latency, ms (open-loop; from send to the last byte, or to the first for TTFT)');
+    console.log(
+      'latency, ms (open-loop; from the intended send time to the last byte, or to the first for TTFT)',
+    );
     const total = table(`non-streamed @ ${RATE}/s, total`, false, (r) => r.latencies);
     const ttft = table(`streamed @ ${STREAM_RATE}/s, time to first token`, true, (r) => r.firstBytes);
     table(`streamed @ ${STREAM_RATE}/s, total`, true, (r) => r.latencies);
@@ -543,6 +576,16 @@ async function main(): Promise<void> {
         `${TARGET_LABEL[t]}: own x-fairway-overhead-ms p50 ${f2(pct(own, 50))} p99 ${f2(pct(own, 99))}; ` +
           `x-fairway-queue-ms p50 ${f2(pct(queued, 50))} p99 ${f2(pct(queued, 99))}`,
       );
+    }
+    // Each round on its own (the targets ask for every run to meet them, not the pooled one).
+    for (const t of targets.filter((x) => x !== 'direct')) {
+      const direct = results.get(key('direct', false)) ?? [];
+      const rounds = (results.get(key(t, false)) ?? []).map((s, i) => {
+        const d = direct[i]?.report.latencies ?? [];
+        const v = s.report.latencies;
+        return `${f2(pct(v, 50) - pct(d, 50))}/${f2(pct(v, 99) - pct(d, 99))}`;
+      });
+      console.log(`${TARGET_LABEL[t]}, non-streamed added p50/p99 per round: ${rounds.join(', ')} ms`);
     }
     const lags = targets.flatMap((t) => all(key(t, false), (r) => r.lags));
     console.log(`generator send lag p50 ${f2(pct(lags, 50))} p99 ${f2(pct(lags, 99))} ms`);
@@ -599,10 +642,12 @@ async function main(): Promise<void> {
           const sc = s.scavenges ?? [];
           const mean = (f: (x: Scavenge) => number): number =>
             sc.reduce((a, x) => a + f(x), 0) / Math.max(1, sc.length);
+          const kbPerRequest = (s.allocatedBytes ?? 0) / 1024 / Math.max(1, s.report.completed);
           console.log(
             `  ${k.padEnd(16)} ${sc.length} scavenges; pause mean ${f2(mean((x) => x.pauseMs))} max ` +
               `${f2(Math.max(0, ...sc.map((x) => x.pauseMs)))} ms; survived mean ` +
-              `${f2(mean((x) => x.survivedBytes) / 1e6)} MB, promoted mean ${f2(mean((x) => x.promotedBytes) / 1e6)} MB`,
+              `${f2(mean((x) => x.survivedBytes) / 1e6)} MB, promoted mean ${f2(mean((x) => x.promotedBytes) / 1e6)} MB; ` +
+              `allocated ${f2(kbPerRequest)} KB per request`,
           );
         }
     }
@@ -691,6 +736,27 @@ async function main(): Promise<void> {
         console.log(
           `  highest sustained rate: ${best > 0 ? `${best} requests/s` : `below ${MAX_RATES[0]}/s`}`,
         );
+      }
+    }
+
+    if (!args['skip-closed'] && CLOSED_CONCURRENCY > 0) {
+      console.log(
+        `\nclosed loop (${CLOSED_CONCURRENCY} clients sending back to back, non-streamed, ${CLOSED_DURATION_MS / 1000} s):`,
+      );
+      console.log(
+        `${'target'.padEnd(46)}${'done/s'.padStart(9)}${'errors'.padStart(8)}${'p50'.padStart(9)}${'p99'.padStart(9)}${'disp CPU'.padStart(10)}${'CPU ms/req'.padStart(12)}`,
+      );
+      for (const t of targets) {
+        const s = await phase(t, false, 0, CLOSED_DURATION_MS, CLOSED_CONCURRENCY);
+        const r = s.report;
+        const own = t === 'via' ? 'dispatcher' : t === 'baseline' ? 'baseline' : 'engine';
+        const cpu = s.cpu[own] ?? 0;
+        console.log(
+          `  ${TARGET_LABEL[t].padEnd(44)}${((r.completed * 1000) / CLOSED_DURATION_MS).toFixed(0).padStart(9)}` +
+            `${String(r.errors).padStart(8)}${f2(pct(r.latencies, 50)).padStart(9)}${f2(pct(r.latencies, 99)).padStart(9)}` +
+            `${`${((cpu / CLOSED_DURATION_MS) * 100).toFixed(0)}%`.padStart(10)}${f2(cpu / Math.max(1, r.completed)).padStart(12)}`,
+        );
+        await new Promise((r) => setTimeout(r, 500));
       }
     }
 

@@ -255,6 +255,10 @@ export class AdminEventApplier {
         return tenants.setLimits(e.scope, e.id, e.limits)
           ? APPLIED
           : { applied: false, reason: `no ${e.scope} "${e.id ?? ''}"` };
+      case 'quotaSet':
+        return tenants.setQuotas(e.scope, e.id, e.quotas)
+          ? APPLIED
+          : { applied: false, reason: `no ${e.scope} "${e.id ?? ''}"` };
     }
   }
 }

@@ -28,6 +28,7 @@ import { adminOverviewRoute } from './routes/admin-overview.ts';
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { healthRoutes, metricsRoute } from './routes/ops.ts';
+import { usageApiRoutes } from './routes/usage-api.ts';
 import { schedulingFromConfig } from './scheduling-config.ts';
 import { TenantDirectory } from './tenant-directory.ts';
 import { TimedStore } from './timed-store.ts';
@@ -343,6 +344,14 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     bus: deps.bus,
     tenants,
     keys,
+    clock: deps.clock,
+  });
+  void operator.register(usageApiRoutes, {
+    settings: deps.adminApi ?? { token: undefined, signer: undefined },
+    trust: deps.adminTrust,
+    bus: deps.bus,
+    tenants,
+    store: deps.store,
     clock: deps.clock,
   });
   const pools = (): string[] => [...new Set([...configuredPools, ...replicas.pools()])];

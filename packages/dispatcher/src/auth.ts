@@ -7,6 +7,8 @@ import type { TenantDirectory } from './tenant-directory.ts';
 /** Who a request authenticates as. */
 export interface Principal {
   readonly tenant: string;
+  /** The key's id, `sha256:<hex>` (usage accounting and key budgets). */
+  readonly keyId?: string | undefined;
   readonly weight: number;
   /** App bound to the key, if any; else taken from `x-fairway-app`. */
   readonly app: string | undefined;
@@ -115,6 +117,7 @@ export class KeyRing {
       ok: true,
       principal: {
         tenant: tenant.id,
+        keyId: `sha256:${entry.digest.toString('hex')}`,
         weight: tenant.weight,
         app: entry.app,
         sloClass: entry.sloClass ?? tenant.sloClass,

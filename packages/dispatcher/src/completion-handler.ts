@@ -271,7 +271,7 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
   const arrivedAt = record.arrivedAt;
 
   if (request.raw.socket?.destroyed === true) leave();
-  ticket.evicted.signal.addEventListener('abort', () => stop.abort(), { once: true });
+  ticket.abortOnEvict(stop);
   const signal = stop.signal;
   const attempts = ctx.options.engineAttempts;
   let result: ProxyResult | undefined;

@@ -174,7 +174,7 @@ async function failedBeforeAnswer(call: ProxyCall, err: unknown): Promise<ProxyR
 
 /** The client went away (as opposed to an eviction, which also aborts the engine call). */
 function clientGone(call: ProxyCall): boolean {
-  return call.signal.aborted && !call.ticket.evicted.signal.aborted;
+  return call.signal.aborted && !call.ticket.evicted;
 }
 
 function evicted(): ApiError {

@@ -18,6 +18,7 @@ const REJECT: Record<RejectCode, ApiErrorName> = {
   tpm_limited: 'TPM_LIMITED',
   throttled: 'THROTTLED',
   queue_full: 'QUEUE_FULL',
+  quota_exceeded: 'QUOTA_EXCEEDED',
   duplicate: 'INTERNAL',
   context_too_long: 'CONTEXT_TOO_LONG',
   exceeds_limit: 'EXCEEDS_LIMIT',
@@ -28,6 +29,7 @@ const REJECT_MESSAGE: Record<RejectCode, string> = {
   tpm_limited: 'token rate limit reached',
   throttled: 'the fleet is overloaded and this user or app is over its share; retry later',
   queue_full: 'too many requests are waiting',
+  quota_exceeded: 'insufficient quota',
   duplicate: 'duplicate request id',
   context_too_long: 'the prompt does not fit the context of any replica serving this model',
   exceeds_limit: 'this request alone needs more tokens than its token limit allows per window',
@@ -50,8 +52,22 @@ export function rejectionError(
     code === 'exceeds_limit' && sizes?.needed !== undefined && sizes.limit !== undefined
       ? `: about ${sizes.needed} tokens (prompt estimate and output cap) against a limit of ${sizes.limit}; shorten the prompt, tools or max_tokens`
       : '';
-  const message = `${REJECT_MESSAGE[code]} (${key})${why}`;
+  const message =
+    code === 'quota_exceeded' ? quotaMessage(key, retryAfterMs) : `${REJECT_MESSAGE[code]} (${key})${why}`;
   return new ApiError(kind, message, retryAfterS === undefined ? {} : { retryAfterS });
+}
+
+/**
+ * What a `quota_exceeded` refusal tells the client: which of its own budgets (`quota:<scope>:
+ * <window>:<kind>`, always the caller's key or tenant) is used up and when its window resets.
+ */
+function quotaMessage(key: string, retryAfterMs: number): string {
+  const [, scope, window, kind] = key.split(':');
+  const whose = scope === 'key' ? "this API key's" : "your organization's";
+  const period = window === 'month' ? 'monthly' : 'daily';
+  const what = kind === 'spend' ? 'spend' : 'token';
+  const hours = Math.max(1, Math.ceil(retryAfterMs / 3_600_000));
+  return `You exceeded your current quota: ${whose} ${period} ${what} budget is used up (${key}); it resets in about ${hours} h (UTC ${window === 'month' ? 'month' : 'day'} end)`;
 }
 
 /** The client error for a failed engine call: its 4xx passed on as a 400, timeouts 504, the rest 502. */

@@ -28,6 +28,8 @@ export const ApiErrors = {
   TPM_LIMITED: { status: 429, type: 'tokens', code: 'rate_limit_exceeded' },
   THROTTLED: { status: 429, type: 'requests', code: 'throttled_overloaded' },
   QUEUE_FULL: { status: 429, type: 'requests', code: 'queue_full' },
+  /** A token or spend budget is used up for its window (OpenAI's name for it). */
+  QUOTA_EXCEEDED: { status: 429, type: 'insufficient_quota', code: 'insufficient_quota' },
   NO_REPLICA: { status: 503, type: 'service_unavailable', code: 'no_replica' },
   NOT_READY: { status: 503, type: 'service_unavailable', code: 'not_ready' },
   ENGINE_ERROR: { status: 502, type: 'server_error', code: 'engine_error' },

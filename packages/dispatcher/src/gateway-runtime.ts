@@ -9,7 +9,7 @@ import type {
 } from '@fairway/bus';
 import type { Clock, FairwayConfig, Logger, RequestDescriptor, Usage } from '@fairway/core';
 import { type Dispatched, Gateway, type GatewayStats, type SubmitResult } from '@fairway/scheduler';
-import type { SchedulingStore } from '@fairway/store';
+import type { QuotaAlert, SchedulingStore } from '@fairway/store';
 import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EngineProbe } from './engine-probe.ts';
@@ -114,7 +114,10 @@ export class GatewayRuntime {
   readonly #accepting = new Map<string, boolean>();
   /** Running streams: how many output tokens each has streamed so far, read on every charge tick. */
   readonly #meters = new Map<string, () => number>();
-  readonly #shutdown = new AbortController();
+  /** Set by `stop`: waits for a dispatch end with `shutdown`. */
+  #stopping = false;
+  /** The `done` of every wait for a dispatch in progress, ended with `shutdown` by `stop`. */
+  readonly #waits = new Set<(outcome: WaitOutcome) => void>();
   /** The SLO-class control plane (`ordering: edf | qlm`) and desired-replicas signal, if configured. */
   readonly control: ControlPlane | undefined;
   /** Abort controllers of resumable engine runs (control plane on): an eviction aborts the run. */
@@ -309,7 +312,8 @@ export class GatewayRuntime {
   async stop(): Promise<void> {
     if (!this.#started) return;
     this.#started = false;
-    this.#shutdown.abort();
+    this.#stopping = true;
+    for (const done of [...this.#waits]) done('shutdown');
     for (const t of this.#timers.splice(0)) clearInterval(t);
     for (const u of this.#unsubs.splice(0)) u();
     await this.control?.stop().catch(() => undefined);
@@ -362,6 +366,13 @@ export class GatewayRuntime {
     const ticket = new Ticket(req, pool);
     this.#tickets.set(req.id, ticket);
     const submitted = this.gateway.submit(req);
+    // Whenever the admission answers (a dispatch may resolve this call first).
+    submitted.then(
+      (r) => {
+        if (r.ok && r.alerts !== undefined) this.#quotaAlerts(req, r.alerts);
+      },
+      () => undefined,
+    );
     let res: SubmitResult | undefined;
     try {
       res = await Promise.race([submitted, ticket.dispatched.then(() => undefined)]);
@@ -386,12 +397,47 @@ export class GatewayRuntime {
   }
 
   /**
+   * Publishes (`quotaAlert`) and logs each budget this request's admission brought to its alert
+   * fraction; the store reports each budget once per window, whichever dispatcher admits.
+   */
+  #quotaAlerts(req: RequestDescriptor, alerts: readonly QuotaAlert[]): void {
+    for (const a of alerts) {
+      const [scope, window, kind] = a.quota.split(':') as [
+        'tenant' | 'key',
+        'day' | 'month',
+        'tokens' | 'spend',
+      ];
+      const msg = {
+        tenant: req.tenant,
+        ...(scope === 'key' && req.keyId !== undefined ? { key: req.keyId } : {}),
+        scope,
+        window,
+        kind,
+        bucket: a.bucket,
+        budget: a.budget,
+        used: a.used,
+        at: this.#o.clock.now(),
+        dispatcherId: this.id,
+      };
+      this.#o.logger.warn(msg, 'quota: budget reached its alert threshold');
+      try {
+        this.#o.bus.publish('quotaAlert', msg);
+      } catch (err) {
+        this.#o.logger.warn({ err: errText(err) }, 'quota: alert not published');
+      }
+    }
+  }
+
+  /**
    * Waits until the request is dispatched, `timeoutMs` passes, `signal` aborts (client gone) or the
    * dispatcher shuts down. On anything but a dispatch the request is taken out of the queue — or,
    * if another dispatcher picked it meanwhile, served anyway after a timeout, or released.
    */
   async waitForDispatch(ticket: Ticket, timeoutMs: number, signal: AbortSignal): Promise<WaitOutcome> {
     if (ticket.replica !== undefined) return 'dispatched';
+    // One listener on the client's own signal; the dispatcher's shutdown and the ticket's dispatch
+    // reach `done` through plain references (a listener per waiting request on one shared signal
+    // was a MaxListenersExceededWarning beyond 10 queued requests).
     const outcome = await new Promise<WaitOutcome>((resolve) => {
       let settled = false;
       const done = (o: WaitOutcome): void => {
@@ -399,21 +445,19 @@ export class GatewayRuntime {
         settled = true;
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
-        this.#shutdown.signal.removeEventListener('abort', onShutdown);
-        ticket.unservable.signal.removeEventListener('abort', onUnservable);
+        this.#waits.delete(done);
+        if (ticket.waiter === done) ticket.waiter = undefined;
         resolve(o);
       };
       const onAbort = (): void => done('aborted');
-      const onShutdown = (): void => done('shutdown');
-      const onUnservable = (): void => done('no_replica');
-      const timer = setTimeout(() => done('timeout'), timeoutMs);
+      const timer = setTimeout(done, timeoutMs, 'timeout');
       signal.addEventListener('abort', onAbort, { once: true });
-      this.#shutdown.signal.addEventListener('abort', onShutdown, { once: true });
-      ticket.unservable.signal.addEventListener('abort', onUnservable, { once: true });
-      if (ticket.unservable.signal.aborted) onUnservable();
+      this.#waits.add(done);
+      ticket.waiter = done;
+      if (ticket.unservable) done('no_replica');
       if (signal.aborted) onAbort();
-      if (this.#shutdown.signal.aborted) onShutdown();
-      void ticket.dispatched.then(() => done('dispatched'));
+      if (this.#stopping) done('shutdown');
+      if (ticket.replica !== undefined) done('dispatched');
     });
     return outcome === 'dispatched' ? outcome : this.#giveUp(ticket, outcome);
   }
@@ -626,7 +670,7 @@ export class GatewayRuntime {
       if (t?.replica === undefined || t.replica !== e.replicaId) continue;
       const run = this.#runs.get(id);
       if (run !== undefined) run.abort(e.reason ?? 'evicted');
-      else t.evicted.abort(e.reason ?? 'evicted');
+      else t.evict(e.reason ?? 'evicted');
     }
   }
 
@@ -726,7 +770,7 @@ export class GatewayRuntime {
       if (now - since < o.options.noReplicaWaitMs) continue;
       for (const t of this.#tickets.values())
         if (t.pool === pool && t.replica === undefined && !o.waitsForReplica?.(t.req.model))
-          t.unservable.abort();
+          t.markUnservable();
     }
   }
 

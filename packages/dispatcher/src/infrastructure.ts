@@ -84,12 +84,21 @@ function readOnlyAfterFailover(err: Error): 2 | false {
   return err.message.startsWith('READONLY') ? 2 : false;
 }
 
-async function connectRedis(target: RedisTarget, timeoutMs: number, logger: Logger): Promise<Redis> {
+async function connectRedis(
+  target: RedisTarget,
+  timeoutMs: number,
+  logger: Logger,
+  purpose: 'requests' | 'control',
+): Promise<Redis> {
   const common: RedisOptions = {
     lazyConnect: true,
     connectTimeout: timeoutMs,
     maxRetriesPerRequest: 2,
     reconnectOnError: readOnlyAfterFailover,
+    // Store calls made while one turn of the event loop handles I/O (many requests' admissions and
+    // settlements) leave in one write: one syscall instead of one per call. Each FCALL is still
+    // atomic and replies keep their order, so nothing about exactness changes.
+    enableAutoPipelining: true,
   };
   let redis: Redis;
   if ('url' in target) redis = new Redis(target.url, common);
@@ -115,7 +124,9 @@ async function connectRedis(target: RedisTarget, timeoutMs: number, logger: Logg
     await redis.connect();
     await redis.ping();
     // Later drops are retried by the client; say so rather than crash or stay silent.
-    redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis connection error'));
+    redis.on('error', (err: Error) =>
+      logger.warn({ err: err.message, connection: purpose }, 'redis connection error'),
+    );
     return redis;
   } catch (cause) {
     redis.disconnect();
@@ -142,6 +153,7 @@ async function connectRedis(target: RedisTarget, timeoutMs: number, logger: Logg
 export async function connectInfrastructure(o: InfrastructureOptions): Promise<Infrastructure> {
   const timeoutMs = o.connectTimeoutMs ?? 5000;
   let redis: Redis | undefined;
+  let control: Redis | undefined;
   let store: SchedulingStore;
   const target: RedisTarget | undefined =
     o.redisSentinel !== undefined
@@ -150,10 +162,22 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
         ? { url: o.redisUrl }
         : undefined;
   if (target !== undefined) {
-    redis = await connectRedis(target, timeoutMs, o.logger);
+    redis = await connectRedis(target, timeoutMs, o.logger, 'requests');
+    // Lease renewals, reclaims, snapshots and the leader lease on a connection of their own, so a
+    // burst of admissions never holds a heartbeat back past its lease.
+    control = await connectRedis(target, timeoutMs, o.logger, 'control').catch((err: unknown) => {
+      redis?.disconnect();
+      throw err;
+    });
     // The gateway validates each request (parseRequest) and computes every other store input;
     // re-checking them with zod on each call was ~9% of what a request allocated (bench:overhead).
-    store = new RedisStore({ redis, prefix: o.prefix, defaultLeaseMs: o.defaultLeaseMs, validate: false });
+    store = new RedisStore({
+      redis,
+      control,
+      prefix: o.prefix,
+      defaultLeaseMs: o.defaultLeaseMs,
+      validate: false,
+    });
   } else {
     store = new MemoryStore({ defaultLeaseMs: o.defaultLeaseMs });
   }
@@ -173,6 +197,7 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
   } catch (cause) {
     await store.close();
     redis?.disconnect();
+    control?.disconnect();
     throw new DispatcherError(
       DispatcherErrorCode.BUS_UNREACHABLE,
       redactUrls(o.natsUrl ?? 'memory'),
@@ -198,8 +223,8 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
     store,
     bus,
     registry,
-    lease: redis
-      ? new RedisLeaseBackend(redis, `{${o.prefix}}:control-leader`)
+    lease: control
+      ? new RedisLeaseBackend(control, `{${o.prefix}}:control-leader`)
       : new MemoryLeaseBackend(o.clock),
     storeKind: redis ? 'redis' : 'memory',
     busKind: o.natsUrl !== undefined ? 'nats' : 'memory',
@@ -208,6 +233,7 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
       await bus.close();
       await store.close();
       if (redis) await redis.quit().catch(() => redis?.disconnect());
+      if (control) await control.quit().catch(() => control?.disconnect());
     },
   };
 }

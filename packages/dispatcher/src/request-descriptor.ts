@@ -105,6 +105,7 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
   const descriptor: RequestDescriptor = {
     id: input.id,
     tenant: principal.tenant,
+    ...(principal.keyId !== undefined ? { keyId: principal.keyId } : {}),
     model: body.model,
     sloClass,
     inputTokens: promptTokens(input.endpoint, body, input.tokenizer),

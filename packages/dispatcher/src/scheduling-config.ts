@@ -28,6 +28,7 @@ import {
 import type { AdmissionFunction, AdmissionRules } from '@fairway/scheduler';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import { loadPerformanceModels, performanceModelOf, type ReplicaIdentity } from './performance-models.ts';
+import { usageAdmission } from './quotas.ts';
 import { TenantDirectory } from './tenant-directory.ts';
 
 /** Everything the gateway scheduler needs, derived once from the config file. */
@@ -144,7 +145,11 @@ function placementFromConfig(
   // Each replica with a performance model gets the room its SLO constraints allow (Aladdin
   // section 4.2 via the placement's capacity hook); replicas without one keep KV and sequences.
   const perfOf = performanceModelOf(loadPerformanceModels(performanceModels), config, identityOf);
-  return aladdinPlacement({ perfOf, ...(slo === undefined ? {} : { atgtMs: slo.atgtS * 1000 }) });
+  return aladdinPlacement({
+    perfOf,
+    ...(slo === undefined ? {} : { atgtMs: slo.atgtS * 1000 }),
+    ...(slo?.ttftS === undefined ? {} : { ttftMs: slo.ttftS * 1000 }),
+  });
 }
 
 /**
@@ -180,6 +185,13 @@ export function schedulingFromConfig(
       : undefined;
   const oit = config.policy.oit ? interactions : undefined;
 
+  // Usage is recorded for every request; budgets are the tenant's (or the defaults) and the key's.
+  const prices = new Map(Object.entries(config.pricing));
+  const quotaSources = {
+    priceOf: (model: string) => prices.get(model),
+    tenantQuotas: (tenant: string) => tenants.tenantQuotas(tenant),
+    keyQuotas: (keyId: string) => tenants.keyQuotas(keyId),
+  };
   const admission: AdmissionFunction = (req: RequestDescriptor, ctx): AdmissionRules => {
     const limits: WindowLimit[] = [];
     const t = tenants.tenantLimits(req.tenant);
@@ -196,11 +208,14 @@ export function schedulingFromConfig(
     }
     if (oit) limits.push(...oit.limits(req, ctx));
     const interaction: AdmissionRules['interaction'] = interactions?.interaction(req);
+    const { usage, quotas } = usageAdmission(quotaSources, req, ctx.nowMs, ctx.reservedTokens);
     return {
       limits,
       interaction,
       maxQueuedFlow: t.maxQueued,
       maxQueuedPool: poolMaxQueued.get(ctx.pool),
+      usage,
+      quotas,
     };
   };
 

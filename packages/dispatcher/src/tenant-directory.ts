@@ -1,4 +1,4 @@
-import type { FairwayConfig, LimitsConfig } from '@fairway/core';
+import { type FairwayConfig, hashApiKey, type LimitsConfig, type QuotasConfig } from '@fairway/core';
 
 /** A tenant as the dispatcher serves it now: the config file's entry with admin changes applied. */
 export interface TenantEntry {
@@ -9,6 +9,19 @@ export interface TenantEntry {
   readonly sloClass: string | undefined;
   /** Its own limits; empty means the default limits apply. */
   readonly limits: LimitsConfig;
+}
+
+/** A quotas scope an operator can set (admin event `quotaSet`). */
+export type QuotaScope = 'tenant' | 'key' | 'default';
+
+function hasQuotas(q: QuotasConfig | undefined): q is QuotasConfig {
+  return (
+    q !== undefined &&
+    (q.tokensPerDay !== undefined ||
+      q.tokensPerMonth !== undefined ||
+      q.spendPerDay !== undefined ||
+      q.spendPerMonth !== undefined)
+  );
 }
 
 /** A limits scope an operator can set (admin event `limitsSet`). */
@@ -28,6 +41,9 @@ export class TenantDirectory {
   readonly #apps = new Map<string, LimitsConfig>();
   readonly #users = new Map<string, LimitsConfig>();
   #defaults: LimitsConfig;
+  readonly #tenantQuotas = new Map<string, QuotasConfig>();
+  readonly #keyQuotas = new Map<string, QuotasConfig>();
+  #defaultQuotas: QuotasConfig | undefined;
 
   constructor(defaults: LimitsConfig = {}) {
     this.#defaults = defaults;
@@ -39,6 +55,12 @@ export class TenantDirectory {
     for (const t of config.tenants)
       d.upsertTenant({ id: t.id, weight: t.weight, sloClass: t.sloClass, limits: t.limits });
     for (const a of config.apps) if (hasLimits(a.limits)) d.setLimits('app', a.id, a.limits);
+    if (config.defaultQuotas !== undefined) d.setQuotas('default', undefined, config.defaultQuotas);
+    for (const t of config.tenants) {
+      if (t.quotas !== undefined) d.setQuotas('tenant', t.id, t.quotas);
+      for (const k of t.keys)
+        if (k.quotas !== undefined) d.setQuotas('key', k.hash ?? hashApiKey(k.key ?? ''), k.quotas);
+    }
     return d;
   }
 
@@ -76,6 +98,48 @@ export class TenantDirectory {
   /** Limits of an end user (`x-fairway-user`), if an operator set any. */
   userLimits(user: string): LimitsConfig | undefined {
     return this.#users.get(user);
+  }
+
+  /** Budgets of a tenant: its own if it has any, else the default budgets (if any). */
+  tenantQuotas(tenant: string): QuotasConfig | undefined {
+    return this.#tenantQuotas.get(tenant) ?? this.#defaultQuotas;
+  }
+
+  /** The default budgets, if any. */
+  defaultQuotas(): QuotasConfig | undefined {
+    return this.#defaultQuotas;
+  }
+
+  /** A tenant's own budgets (not the defaults), if any. */
+  ownQuotas(tenant: string): QuotasConfig | undefined {
+    return this.#tenantQuotas.get(tenant);
+  }
+
+  /** Every key with budgets of its own, by id. */
+  keysWithQuotas(): [string, QuotasConfig][] {
+    return [...this.#keyQuotas];
+  }
+
+  /** Budgets of one API key (by its `sha256:<hex>` id), if an operator set any. */
+  keyQuotas(keyId: string): QuotasConfig | undefined {
+    return this.#keyQuotas.get(keyId);
+  }
+
+  /**
+   * Replaces the budgets of one scope; budgets without any amount remove them (a tenant then
+   * uses the default budgets). Returns false for a tenant that does not exist.
+   */
+  setQuotas(scope: QuotaScope, id: string | undefined, quotas: QuotasConfig): boolean {
+    const keep = hasQuotas(quotas) ? quotas : undefined;
+    if (scope === 'default') {
+      this.#defaultQuotas = keep;
+      return true;
+    }
+    if (id === undefined || (scope === 'tenant' && !this.#tenants.has(id))) return false;
+    const map = scope === 'tenant' ? this.#tenantQuotas : this.#keyQuotas;
+    if (keep === undefined) map.delete(id);
+    else map.set(id, keep);
+    return true;
   }
 
   /** Adds a tenant or replaces one (weight, default SLO class and limits together). */

@@ -97,15 +97,18 @@ interface CallContext {
   readonly connectTimeoutMs: number;
   readonly headersTimeoutMs: number;
   readonly bodyTimeoutMs: number;
-  /** The caller's signal or the stream's own abort; when fired, errors become EngineAbortedError. */
-  readonly aborted: () => boolean;
+  /** The caller's signal, if any; when fired, errors become EngineAbortedError. */
+  readonly signal: AbortSignal | undefined;
+  /** Set by `EngineStream.abort()`: errors after it are EngineAbortedError too. */
+  streamAborted: boolean;
 }
 
 /** Maps an undici / socket failure to a typed engine error. `started`: response headers were received. */
 function mapError(err: unknown, ctx: CallContext, started: boolean): EngineError {
   if (err instanceof EngineHttpError || err instanceof EngineBadResponseError) return err;
   const { url, operation } = ctx;
-  if (ctx.aborted()) return new EngineAbortedError(url, operation, { cause: err });
+  if (ctx.signal?.aborted === true || ctx.streamAborted)
+    return new EngineAbortedError(url, operation, { cause: err });
   const code = errorCode(err);
   switch (code) {
     case 'UND_ERR_CONNECT_TIMEOUT':
@@ -151,16 +154,44 @@ function describeErrorBody(text: string): { message: string; type: string | unde
   return { message: text.trim().slice(0, 500) || '(empty body)', type: undefined };
 }
 
-const usageSchema = z.object({
-  prompt_tokens: z.number().int().nonnegative(),
-  completion_tokens: z.number().int().nonnegative(),
-  total_tokens: z.number().int().nonnegative().optional(),
-});
+const isCount = (v: unknown): v is number => Number.isInteger(v) && (v as number) >= 0;
 
-const completionBodySchema = z.looseObject({
-  choices: z.array(z.looseObject({ finish_reason: z.string().nullish() })),
-  usage: usageSchema,
-});
+/**
+ * What a non-streamed completion body must hold — `choices` and integer `usage` counts — read
+ * without a schema: this runs once per request on the hot path, where zod's parse (copying the
+ * whole body) was 1% of a dispatcher's CPU (bench:overhead --cpu-prof). Usage counts are
+ * non-negative integers, `total_tokens` optional. Returns the path of the first missing or
+ * malformed field instead when there is one.
+ */
+function readCompletionBody(
+  parsed: unknown,
+): { usage: CompletionResult['usage']; finishReason: string | undefined } | string {
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return 'fields';
+  const o = parsed as { choices?: unknown; usage?: unknown };
+  if (!Array.isArray(o.choices)) return 'choices';
+  const first: unknown = o.choices[0];
+  if (first !== undefined && (typeof first !== 'object' || first === null)) return 'choices.0';
+  const reason = (first as { finish_reason?: unknown } | undefined)?.finish_reason;
+  if (reason !== undefined && reason !== null && typeof reason !== 'string') return 'choices.0.finish_reason';
+  const u = o.usage;
+  if (typeof u !== 'object' || u === null) return 'usage';
+  const {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: total,
+  } = u as Record<string, unknown>;
+  if (!isCount(prompt)) return 'usage.prompt_tokens';
+  if (!isCount(completion)) return 'usage.completion_tokens';
+  if (total !== undefined && !isCount(total)) return 'usage.total_tokens';
+  return {
+    usage: {
+      promptTokens: prompt,
+      completionTokens: completion,
+      totalTokens: (total as number | undefined) ?? prompt + completion,
+    },
+    finishReason: reason ?? undefined,
+  };
+}
 
 const modelsSchema = z.looseObject({
   data: z.array(
@@ -181,25 +212,15 @@ class VllmStream implements EngineStream {
   readonly headers: IncomingHttpHeaders;
   readonly #body: Dispatcher.ResponseData['body'];
   readonly #scanner: SseScanner;
-  readonly #abort: AbortController;
   readonly #ctx: CallContext;
-  readonly #unlink: () => void;
   #iterated = false;
 
-  constructor(
-    res: Dispatcher.ResponseData,
-    scanner: SseScanner,
-    abort: AbortController,
-    ctx: CallContext,
-    unlink: () => void,
-  ) {
+  constructor(res: Dispatcher.ResponseData, scanner: SseScanner, ctx: CallContext) {
     this.status = res.statusCode;
     this.headers = res.headers;
     this.#body = res.body;
     this.#scanner = scanner;
-    this.#abort = abort;
     this.#ctx = ctx;
-    this.#unlink = unlink;
   }
 
   get completionTokens(): number {
@@ -219,9 +240,9 @@ class VllmStream implements EngineStream {
   }
 
   abort(): void {
-    if (!this.#abort.signal.aborted) this.#abort.abort();
+    // Destroying the body closes the connection (undici), which is what makes vLLM stop.
+    this.#ctx.streamAborted = true;
     this.#body.destroy();
-    this.#unlink();
   }
 
   [Symbol.asyncIterator](): AsyncIterator<Uint8Array> {
@@ -250,7 +271,6 @@ class VllmStream implements EngineStream {
     } finally {
       // Breaking out early, or failing, must close the connection so vLLM aborts the request.
       if (!this.#scanner.done && !this.#body.destroyed) this.#body.destroy();
-      this.#unlink();
     }
   }
 }
@@ -285,44 +305,29 @@ export class VllmClient implements Engine {
   ): Promise<CompletionResult> {
     const path = ENDPOINT_PATH[endpoint];
     const payload = JSON.stringify({ ...body, stream: false });
-    const { res, ctx, unlink } = await this.#send('POST', path, payload, options, false);
+    const { res, ctx } = await this.#send('POST', path, payload, options, false);
+    let bytes: Buffer;
     try {
-      let bytes: Buffer;
-      try {
-        bytes = Buffer.from(await res.body.arrayBuffer());
-      } catch (err) {
-        throw mapError(err, ctx, true);
-      }
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(bytes.toString('utf8'));
-      } catch (cause) {
-        throw new EngineBadResponseError(this.url, ctx.operation, 'body is not JSON', { cause });
-      }
-      const checked = completionBodySchema.safeParse(parsed);
-      if (!checked.success) {
-        throw new EngineBadResponseError(
-          this.url,
-          ctx.operation,
-          `body lacks ${checked.error.issues[0]?.path.join('.') || 'fields'}`,
-          { cause: checked.error },
-        );
-      }
-      const u = checked.data.usage;
-      return {
-        status: res.statusCode,
-        bytes,
-        body: parsed as Record<string, unknown>,
-        usage: {
-          promptTokens: u.prompt_tokens,
-          completionTokens: u.completion_tokens,
-          totalTokens: u.total_tokens ?? u.prompt_tokens + u.completion_tokens,
-        },
-        finishReason: checked.data.choices[0]?.finish_reason ?? undefined,
-      };
-    } finally {
-      unlink();
+      bytes = Buffer.from(await res.body.arrayBuffer());
+    } catch (err) {
+      throw mapError(err, ctx, true);
     }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(bytes.toString('utf8'));
+    } catch (cause) {
+      throw new EngineBadResponseError(this.url, ctx.operation, 'body is not JSON', { cause });
+    }
+    const read = readCompletionBody(parsed);
+    if (typeof read === 'string')
+      throw new EngineBadResponseError(this.url, ctx.operation, `body lacks ${read}`);
+    return {
+      status: res.statusCode,
+      bytes,
+      body: parsed as Record<string, unknown>,
+      usage: read.usage,
+      finishReason: read.finishReason,
+    };
   }
 
   async stream(
@@ -344,18 +349,17 @@ export class VllmClient implements Engine {
         continuous_usage_stats: options.continuousUsage ?? true,
       },
     });
-    const { res, ctx, abort, unlink } = await this.#send('POST', path, payload, options, true);
+    const { res, ctx } = await this.#send('POST', path, payload, options, true);
     const type = String(res.headers['content-type'] ?? '');
     if (!type.startsWith('text/event-stream')) {
       const text = await res.body.text().catch(() => '');
-      unlink();
       throw new EngineBadResponseError(
         this.url,
         ctx.operation,
         `expected text/event-stream, got "${type}": ${text.slice(0, 200)}`,
       );
     }
-    return new VllmStream(res, new SseScanner(options.onLine), abort, ctx, unlink);
+    return new VllmStream(res, new SseScanner(options.onLine), ctx);
   }
 
   async models(): Promise<readonly EngineModelCard[]> {
@@ -414,7 +418,8 @@ export class VllmClient implements Engine {
 
   /**
    * Sends a request and checks its status. Non-2xx bodies are read and thrown as EngineHttpError.
-   * The returned `unlink` detaches the caller's signal; call it when the response is finished.
+   * The caller's signal goes to undici as it is: no controller or listener of the client's own
+   * per call (`EngineStream.abort` destroys the body, which closes the connection).
    */
   async #send(
     method: 'GET' | 'POST',
@@ -422,22 +427,9 @@ export class VllmClient implements Engine {
     payload: string | undefined,
     options: GenerateOptions & { control?: boolean },
     streaming: boolean,
-  ): Promise<{ res: Dispatcher.ResponseData; ctx: CallContext; abort: AbortController; unlink: () => void }> {
+  ): Promise<{ res: Dispatcher.ResponseData; ctx: CallContext }> {
     const o = this.#options;
-    const abort = new AbortController();
-    const outer = options.signal;
-    // A stream has an abort of its own (`EngineStream.abort`), linked to the caller's signal; any
-    // other call just uses the caller's signal (one controller and listener less per request).
-    const own = streaming || outer === undefined;
-    const signal = own ? abort.signal : outer;
-    const onOuterAbort = (): void => abort.abort(outer?.reason);
-    if (outer && own) {
-      if (outer.aborted) abort.abort(outer.reason);
-      else outer.addEventListener('abort', onOuterAbort, { once: true });
-    }
-    const unlink = own
-      ? (): void => outer?.removeEventListener('abort', onOuterAbort)
-      : (): void => undefined;
+    const signal = options.signal;
     const headersTimeoutMs = options.control
       ? o.controlTimeoutMs
       : (options.headersTimeoutMs ?? o.headersTimeoutMs);
@@ -448,7 +440,8 @@ export class VllmClient implements Engine {
       connectTimeoutMs: o.connectTimeoutMs,
       headersTimeoutMs,
       bodyTimeoutMs,
-      aborted: () => signal.aborted,
+      signal,
+      streamAborted: false,
     };
     const headers: Record<string, string> = { ...this.#auth, ...options.headers };
     if (payload !== undefined) headers['content-type'] = 'application/json';
@@ -465,7 +458,6 @@ export class VllmClient implements Engine {
         bodyTimeout: bodyTimeoutMs,
       });
     } catch (err) {
-      unlink();
       throw mapError(err, ctx, false);
     }
     if (res.statusCode < 200 || res.statusCode >= 300) {
@@ -475,22 +467,19 @@ export class VllmClient implements Engine {
       } catch {
         // The status alone is the error.
       }
-      unlink();
       const { message, type } = describeErrorBody(text);
       throw new EngineHttpError(this.url, ctx.operation, res.statusCode, text, message, type);
     }
-    return { res, ctx, abort, unlink };
+    return { res, ctx };
   }
 
   async #controlText(method: 'GET' | 'POST', path: string, json?: unknown): Promise<string> {
     const payload = json === undefined ? undefined : JSON.stringify(json);
-    const { res, ctx, unlink } = await this.#send(method, path, payload, { control: true }, false);
+    const { res, ctx } = await this.#send(method, path, payload, { control: true }, false);
     try {
       return await res.body.text();
     } catch (err) {
       throw mapError(err, ctx, true);
-    } finally {
-      unlink();
     }
   }
 

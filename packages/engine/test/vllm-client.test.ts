@@ -1,9 +1,12 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { freePort } from '@fairway/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { FaultConfig } from '../src/engine-sim/faults.ts';
 import { type EngineSimHandle, startEngineSim } from '../src/engine-sim/server.ts';
 import {
   EngineAbortedError,
+  EngineBadResponseError,
   EngineConnectionLostError,
   EngineHttpError,
   EngineTimeoutError,
@@ -330,5 +333,53 @@ describe('engine-sim engine behaviour through the client', () => {
     const a = await lengths(7);
     expect(await lengths(7)).toEqual(a);
     expect(new Set(a).size).toBeGreaterThan(1);
+  });
+});
+
+describe('VllmClient against an engine answering malformed completions', () => {
+  let server: Server;
+  let url: string;
+  /** The body the engine answers the next completion with. */
+  let body: unknown;
+  beforeAll(async () => {
+    server = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    await new Promise((r) => server.close(r));
+  });
+
+  it('names the field the engine left out or got wrong, and reads a well-formed body', async () => {
+    const client = new VllmClient({ url });
+    const ok = { id: 'x', choices: [{ index: 0, finish_reason: 'length' }] };
+    const cases: [unknown, string][] = [
+      [[], 'fields'],
+      [{ usage: { prompt_tokens: 1, completion_tokens: 1 } }, 'choices'],
+      [{ ...ok }, 'usage'],
+      [{ ...ok, usage: { prompt_tokens: 1.5, completion_tokens: 1 } }, 'usage.prompt_tokens'],
+      [{ ...ok, usage: { prompt_tokens: 1, completion_tokens: -1 } }, 'usage.completion_tokens'],
+      [{ ...ok, usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: '2' } }, 'usage.total_tokens'],
+      [
+        { choices: [{ finish_reason: 3 }], usage: { prompt_tokens: 1, completion_tokens: 1 } },
+        'choices.0.finish_reason',
+      ],
+    ];
+    try {
+      for (const [answer, field] of cases) {
+        body = answer;
+        const err = await client.complete('chat', chat(1)).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(EngineBadResponseError);
+        expect((err as Error).message).toContain(`body lacks ${field}`);
+      }
+      body = { ...ok, usage: { prompt_tokens: 3, completion_tokens: 2 } };
+      const r = await client.complete('chat', chat(1));
+      expect(r.usage).toEqual({ promptTokens: 3, completionTokens: 2, totalTokens: 5 });
+      expect(r.finishReason).toBe('length');
+    } finally {
+      await client.close();
+    }
   });
 });

@@ -7,7 +7,12 @@ export {
   reservedTokensOf,
   type WindowLimit,
 } from './admission.ts';
-export { type AladdinPlacementOptions, aladdinPlacement } from './aladdin/aladdin-placement.ts';
+export {
+  type AladdinPlacementOptions,
+  aladdinBounds,
+  aladdinPlacement,
+  sloAwarePlacement,
+} from './aladdin/aladdin-placement.ts';
 export {
   asPlaced,
   byCapacityNorm,
@@ -131,6 +136,8 @@ export {
   compareKeys,
   kvLoad,
   orderBy,
+  type PlacementCandidate,
+  type PlacementContext,
   type PlacementPolicy,
   queueLength,
   type ReplicaState,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { aladdinPlacement } from '../src/aladdin/aladdin-placement.ts';
+import { aladdinPlacement, sloAwarePlacement } from '../src/aladdin/aladdin-placement.ts';
 import { decodeIterationMs } from '../src/perf-model/decode-model.ts';
 import type { PerformanceModel } from '../src/perf-model/performance-model.ts';
 import type { ReplicaState, SequenceProgress } from '../src/placement/placement-policy.ts';
@@ -106,5 +106,82 @@ describe('Aladdin placement capacity', () => {
     expect(placementByName('aladdin').name).toBe('aladdin');
     expect(placementByName('aladdin').capacity).toBeUndefined();
     expect(placementByName('aladdin', undefined, { aladdin: { perfOf: () => perf } }).capacity).toBeDefined();
+  });
+});
+
+describe('Aladdin Algorithm 1 (place)', () => {
+  // TTFT 300 ms: a prompt of (300 − 0.3) / 0.068 ≈ 4,407 tokens fills it on an idle replica.
+  const alg1 = aladdinPlacement({ perfOf: () => perf, atgtMs: 20, ttftMs: 300, theta: 1, gamma: 1 });
+  const place = (replicas: ReplicaState[], waitedMs = 0) =>
+    (alg1.place?.(replicas, { waitedMs }) ?? []).map((c) => ({
+      id: c.replica.id,
+      room: c.tokenCapacity - c.replica.reservedTokens,
+    }));
+  // Running sequences well ahead of their ATGT (1.5 s of slack: constraint d binds far later).
+  const ahead = seq({ generated: 100, decodeMs: 500 });
+  // A fuller replica whose queue holds a 3,000-token prompt not yet prefilled.
+  const busy = replica({
+    id: 'busy',
+    reservedTokens: 3_700,
+    reservedSeqs: 2,
+    running: 2,
+    sequences: [ahead, seq({ inputTokens: 3_000, generated: 0, decodeMs: 0, prefilled: false })],
+  });
+  const idle = replica({ id: 'idle', reservedTokens: 700, reservedSeqs: 1, running: 1, sequences: [ahead] });
+
+  it("refuses a replica where the new request's TTFT would miss (constraint c)", () => {
+    const [first, second] = place([idle, busy]);
+    // Best fit tries the fullest replica first…
+    expect(first?.id).toBe('busy');
+    expect(second?.id).toBe('idle');
+    // …but there a prompt must be prefilled with the pending 3,000 tokens: only (300 − 0.3) / 0.068
+    // − 3,000 ≈ 1,407 tokens (plus the predicted output) keep its first token within 300 ms.
+    const ttftRoom = Math.floor((300 - 0.3) / 0.068 - 3_000);
+    expect(first?.room).toBeLessThanOrEqual(ttftRoom + 1);
+    expect(first?.room).toBeGreaterThan(ttftRoom - 50);
+    // The idle replica takes a prompt up to the whole TTFT budget.
+    expect(second?.room).toBeGreaterThan(ttftRoom + 2_500);
+    // A prompt that waited 200 ms has 100 ms left: the busy replica can take nothing.
+    expect(place([idle, busy], 200)[0]).toEqual({ id: 'busy', room: 0 });
+  });
+
+  it('waives (c) on the replica where a prompt would finish soonest when none can meet it', () => {
+    // 400 ms of waiting: the TTFT is lost everywhere; the request is placed where it ends soonest
+    // (the idle replica, bounded by its other constraints) rather than held.
+    const late = place([idle, busy], 400);
+    expect(late.find((c) => c.id === 'busy')?.room).toBe(0);
+    expect(late.find((c) => c.id === 'idle')?.room).toBeGreaterThan(1_000);
+  });
+
+  it('never offers more than the KV capacity (constraint e) nor the replica’s own room', () => {
+    const roomy = aladdinPlacement({ perfOf: () => perf, atgtMs: 1_000, ttftMs: 60_000, theta: 1, gamma: 1 });
+    for (const reserved of [0, 50_000, 98_000, 99_000]) {
+      const r = replica({ id: 'r', reservedTokens: reserved, reservedSeqs: 10, tokenCapacity: 99_000 });
+      for (const c of roomy.place?.([r], {}) ?? []) {
+        expect(c.tokenCapacity).toBeLessThanOrEqual(Math.min(99_000, perf.kvCapacityTokens));
+        expect(c.seqCapacity).toBeLessThanOrEqual(256);
+      }
+    }
+  });
+
+  it('gives a baseline the same room as Aladdin and keeps its own order', () => {
+    const jsq = sloAwarePlacement(placementByName('jsq'), {
+      perfOf: () => perf,
+      atgtMs: 20,
+      ttftMs: 300,
+      theta: 1,
+      gamma: 1,
+    });
+    const base = place([idle, busy]);
+    const same = (jsq.place?.([idle, busy], {}) ?? []).map((c) => ({
+      id: c.replica.id,
+      room: c.tokenCapacity - c.replica.reservedTokens,
+    }));
+    // JSQ tries the shorter queue first; each replica's room is Aladdin's.
+    expect(same.map((c) => c.id)).toEqual(['idle', 'busy']);
+    expect([...same].sort((a, b) => a.id.localeCompare(b.id))).toEqual(
+      [...base].sort((a, b) => a.id.localeCompare(b.id)),
+    );
+    expect(jsq.name).toBe('jsq');
   });
 });

@@ -1,3 +1,4 @@
+import { createRng } from '@fairway/core';
 import { describe, expect, it } from 'vitest';
 import { aladdinPlacement } from '../src/aladdin/aladdin-placement.ts';
 import { placeBestFit, rankBestFit } from '../src/aladdin/best-fit.ts';
@@ -180,6 +181,79 @@ describe('rebalance', () => {
       finished: [{ id: 'short', predictedOutput: 500, actualOutput: 100 }],
     };
     expect(rebalance([x, y]).moves).toEqual([]);
+  });
+});
+
+describe('rebalance on random fleets', () => {
+  // Seeded random fleets: running requests that outran or undershot their predictions, and
+  // pending (placed, not started) ones with TTFT and ATGT targets.
+  const fleet = (
+    seed: number,
+  ): (ReplicaView & { finished: { id: string; predictedOutput: number; actualOutput: number }[] })[] => {
+    const rng = createRng(seed);
+    return Array.from({ length: 4 }, (_, i) => {
+      const requests: PlacedRequest[] = [];
+      for (let k = rng.int(0, 6); k > 0; k--) {
+        const predicted = rng.int(20, 400);
+        requests.push({
+          ...running(`r${i}-${k}`, rng.int(50, 2_000), predicted, rng.int(1, 2 * predicted), rng.int(8, 20)),
+        });
+      }
+      for (let k = rng.int(0, 4); k > 0; k--)
+        requests.push({
+          id: `p${i}-${k}`,
+          inputTokens: rng.int(50, 2_000),
+          predictedOutput: rng.int(20, 400),
+          generated: 0,
+          started: false,
+          atgtMs: 30,
+          ttftMs: 2_000,
+          waitedMs: rng.int(0, 500),
+        });
+      const finished = Array.from({ length: rng.int(0, 3) }, (_, k) => ({
+        id: `f${i}-${k}`,
+        predictedOutput: 300,
+        actualOutput: rng.int(1, 600),
+      }));
+      return { ...replica(`w${i}`, requests, { kvCapacityTokens: 20_000 }), finished };
+    });
+  };
+  // A request violates when the replica it sits on, without it, could not take it back.
+  const violations = (replicas: readonly ReplicaView[]) => {
+    let n = 0;
+    for (const r of replicas)
+      for (const req of r.requests)
+        if (
+          !checkPlacement(
+            { ...r, requests: r.requests.filter((x) => x !== req) },
+            req,
+            resolveAladdinOptions(),
+          ).ok
+        )
+          n++;
+    return n;
+  };
+
+  it('moves only requests that have not started, and never adds an SLO violation', () => {
+    let moved = 0;
+    for (let seed = 1; seed <= 40; seed++) {
+      const replicas = fleet(seed);
+      const plan = rebalance(replicas);
+      const after = replicas.map((r) => ({ ...r, requests: [...r.requests] }));
+      for (const m of plan.moves) {
+        const from = after.find((r) => r.id === m.from)!;
+        const req = from.requests.find((x) => x.id === m.requestId)!;
+        expect(req.started).toBe(false);
+        from.requests.splice(from.requests.indexOf(req), 1);
+        after.find((r) => r.id === m.to)!.requests.push(req);
+        moved++;
+      }
+      // Moves only take requests off a replica (relaxing it) onto one that passes every constraint
+      // with them, so the count of violating requests never grows.
+      expect(violations(after)).toBeLessThanOrEqual(violations(replicas));
+    }
+    // The instances are not trivial: re-balancing did move requests in some of them.
+    expect(moved).toBeGreaterThan(0);
   });
 });
 

@@ -1,5 +1,6 @@
 import type { RequestDescriptor } from '@fairway/core';
 import type { AdmissionPolicy, WindowLimit } from '@fairway/policy';
+import type { QuotaCheck, UsageAccount } from '@fairway/store';
 
 /** What an admission function sees about a request, beside the descriptor itself. */
 export interface AdmissionContext {
@@ -29,6 +30,10 @@ export interface AdmissionRules {
   readonly maxQueuedFlow?: number | undefined;
   /** Most requests the pool may have queued (all bands). */
   readonly maxQueuedPool?: number | undefined;
+  /** Where the request's usage is recorded at settle (usage accounting). */
+  readonly usage?: UsageAccount | undefined;
+  /** Token or spend budgets checked and reserved with the limits (they need `usage`). */
+  readonly quotas?: readonly QuotaCheck[] | undefined;
 }
 
 /**
@@ -54,8 +59,8 @@ export function fromAdmissionPolicy(policy: AdmissionPolicy): AdmissionFunction 
 }
 
 /**
- * Combines admission sources, checked in order: limits are concatenated, the first interaction
- * and the first queue bounds given win, and a request is a continuation if any source says so.
+ * Combines admission sources, checked in order: limits and quotas are concatenated, the first
+ * interaction, queue bounds and usage account given win, and a request is a continuation if any source says so.
  */
 export function composeRules(parts: readonly AdmissionRules[]): AdmissionRules {
   if (parts.length === 1) return parts[0]!;
@@ -64,12 +69,16 @@ export function composeRules(parts: readonly AdmissionRules[]): AdmissionRules {
   let continuation = false;
   let maxQueuedFlow: number | undefined;
   let maxQueuedPool: number | undefined;
+  let usage: UsageAccount | undefined;
+  const quotas: QuotaCheck[] = [];
   for (const p of parts) {
     limits.push(...p.limits);
     interaction ??= p.interaction;
     continuation ||= p.continuation === true;
     maxQueuedFlow ??= p.maxQueuedFlow;
     maxQueuedPool ??= p.maxQueuedPool;
+    usage ??= p.usage;
+    if (p.quotas !== undefined) quotas.push(...p.quotas);
   }
-  return { limits, interaction, continuation, maxQueuedFlow, maxQueuedPool };
+  return { limits, interaction, continuation, maxQueuedFlow, maxQueuedPool, usage, quotas };
 }

@@ -14,6 +14,7 @@ import {
   type DispatchInput,
   type DispatchResult,
   type QueuedRequest,
+  type QuotaAlert,
   type ReplicaCandidate,
   type Reservation,
   type RestoredRequest,
@@ -53,7 +54,12 @@ function guarded(c: ReplicaCandidate, s: ReplicaState): ReplicaCandidate {
 
 /** Outcome of {@link Gateway.submit}. */
 export type SubmitResult =
-  | { readonly ok: true; readonly queued: number }
+  | {
+      readonly ok: true;
+      readonly queued: number;
+      /** Budgets this admission brought to their alert threshold (once per window). */
+      readonly alerts?: readonly QuotaAlert[];
+    }
   | {
       readonly ok: false;
       /**
@@ -305,6 +311,8 @@ export class Gateway {
       ...(rules.interaction ? { interaction: rules.interaction } : {}),
       ...(rules.maxQueuedFlow !== undefined ? { maxQueuedFlow: rules.maxQueuedFlow } : {}),
       ...(rules.maxQueuedPool !== undefined ? { maxQueuedPool: rules.maxQueuedPool } : {}),
+      ...(rules.usage !== undefined ? { usage: rules.usage } : {}),
+      ...(rules.quotas !== undefined && rules.quotas.length > 0 ? { quotas: rules.quotas } : {}),
     };
     const own: Owned = {
       req,
@@ -338,7 +346,7 @@ export class Gateway {
       const depth = (result.key.startsWith('pool:') ? rules.maxQueuedPool : rules.maxQueuedFlow) ?? 1;
       return { ...result, retryAfterMs: this.#drain.retryAfterS(pool, depth, o.clock.now()) * 1000 };
     };
-    const candidates = this.#candidates(states, undefined, false);
+    const candidates = this.#candidates(states, undefined, false, pool);
     if (o.store.admitAndDispatch === undefined || o.router !== undefined || candidates.length === 0) {
       let result: SubmitResult;
       try {
@@ -898,10 +906,10 @@ export class Gateway {
    * store's reservations — sequences running or waiting, KV tokens in use — so work not yet put
    * back is not placed over: an engine is overcommitted at most until its next heartbeat.
    */
-  #candidate(s: ReplicaState, unlimited: boolean): ReplicaCandidate {
+  #candidate(s: ReplicaState, unlimited: boolean, bounded = true): ReplicaCandidate {
     const c = this.options.clock.now() < this.#guardUntil ? guarded(toCandidate(s), s) : toCandidate(s);
     if (unlimited && !s.stale) return { id: c.id, tokenCapacity: UNLIMITED, seqCapacity: UNLIMITED };
-    const bound = this.#placement.capacity?.(s);
+    const bound = bounded ? this.#placement.capacity?.(s) : undefined;
     if (bound === undefined) return c;
     return {
       id: c.id,
@@ -910,18 +918,44 @@ export class Gateway {
     };
   }
 
-  /** Fresh replicas (of `allowed`, when given) in placement order, as store candidates. */
+  /**
+   * Fresh replicas (of `allowed`, when given) in placement order, as store candidates. A policy
+   * that decides the whole placement at once (`place`: Aladdin's Algorithm 1) is told how long the
+   * request the store will pick has waited — the oldest this gateway holds queued in `pool`.
+   */
   #candidates(
     states: readonly ReplicaState[],
     allowed: ReadonlySet<string> | undefined,
     unlimited: boolean,
+    pool?: string,
   ): ReplicaCandidate[] {
+    const offered = allowed === undefined ? states : states.filter((x) => allowed.has(x.id));
     const out: ReplicaCandidate[] = [];
-    for (const s of this.#placement.order(
-      allowed === undefined ? states : states.filter((x) => allowed.has(x.id)),
-    ))
-      if (!s.stale) out.push(this.#candidate(s, unlimited));
+    const place = this.#placement.place;
+    if (place !== undefined && !unlimited) {
+      const ctx = { waitedMs: pool === undefined ? 0 : this.#oldestQueuedWaitMs(pool) };
+      for (const p of place.call(this.#placement, offered, ctx)) {
+        if (p.replica.stale) continue;
+        const c = this.#candidate(p.replica, false, false);
+        out.push({
+          id: c.id,
+          tokenCapacity: Math.max(0, Math.min(c.tokenCapacity, p.tokenCapacity)),
+          seqCapacity: Math.max(0, Math.min(c.seqCapacity, p.seqCapacity)),
+        });
+      }
+      return out;
+    }
+    for (const s of this.#placement.order(offered)) if (!s.stale) out.push(this.#candidate(s, unlimited));
     return out;
+  }
+
+  /** Time the oldest request this gateway holds queued in `pool` has waited, ms (0 if none). */
+  #oldestQueuedWaitMs(pool: string): number {
+    // Owned requests are kept in admission order, so the first queued one of the pool is the oldest.
+    for (const own of this.#owned.values())
+      if (own.state === 'queued' && own.pool === pool)
+        return Math.max(0, this.options.clock.now() - own.req.arrivalMs);
+    return 0;
   }
 
   #dispatchInput(pool: string, bands: readonly number[], replicas: ReplicaCandidate[]): DispatchInput {
@@ -973,7 +1007,7 @@ export class Gateway {
       // A replica may have failed or gone stale since the round read the view (its retry may be
       // the very request this round picks next): place only where the source still offers room.
       this.#dropStale(states);
-      const candidates = this.#candidates(states, allowed, unlimited);
+      const candidates = this.#candidates(states, allowed, unlimited, pool);
       if (candidates.length === 0 || bands.length === 0) return n;
       const res = await this.options.store.dispatch(this.#dispatchInput(pool, bands, candidates));
       if (res.kind !== 'dispatched') return n;
@@ -1090,7 +1124,7 @@ export class Gateway {
     const candidates =
       o.store.settleAndDispatch === undefined || o.router !== undefined
         ? []
-        : this.#candidates(this.#viewStates(pool, own), undefined, false);
+        : this.#candidates(this.#viewStates(pool, own), undefined, false, pool);
     if (o.store.settleAndDispatch === undefined || candidates.length === 0) {
       if (await o.store.settle(settle)) this.#release(own);
       await this.pump(pool);

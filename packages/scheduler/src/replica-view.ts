@@ -21,6 +21,8 @@ export interface ReplicaInfo {
   readonly stale: boolean;
   /** Progress of each sequence on it, when the source reports it (Aladdin's decode-SLO check). */
   readonly sequences?: readonly SequenceProgress[] | undefined;
+  /** Time until its step in flight ends, ms, when the source knows it (Aladdin's TTFT check). */
+  readonly stepRemainingMs?: number | undefined;
 }
 
 /** Where a gateway reads replicas from: a registry fed by heartbeats, or the simulator's cluster. */
@@ -71,6 +73,7 @@ export function replicaState(
     kvUsage: info.kvUsage,
     stale: info.stale,
     ...(info.sequences !== undefined ? { sequences: info.sequences } : {}),
+    ...(info.stepRemainingMs !== undefined ? { stepRemainingMs: info.stepRemainingMs } : {}),
   };
 }
 

@@ -9,6 +9,7 @@ export const requestDescriptorSchema = z
   .object({
     id: z.string().min(1),
     tenant: z.string().min(1),
+    keyId: z.string().min(1).optional(),
     app: z.string().optional(),
     user: z.string().optional(),
     model: z.string().min(1),

@@ -44,35 +44,43 @@ const FLUSH_MS = [10, 50, 200, 1000];
 class CountingStore extends MemoryStore {
   chargeCalls = 0;
   calls = 0;
-  override async admit(input: AdmitInput): Promise<AdmitResult> {
+  /** Calls by store operation. */
+  readonly byOp = new Map<string, number>();
+  /** Inside a counted call: the memory store's combined operations call its own parts. */
+  #inside = false;
+  async #count<T>(op: string, call: () => Promise<T>): Promise<T> {
+    if (this.#inside) return call();
     this.calls++;
-    return super.admit(input);
+    this.byOp.set(op, (this.byOp.get(op) ?? 0) + 1);
+    this.#inside = true;
+    try {
+      return await call();
+    } finally {
+      this.#inside = false;
+    }
+  }
+  override async admit(input: AdmitInput): Promise<AdmitResult> {
+    return this.#count('admit', () => super.admit(input));
   }
   override async admitAndDispatch(input: AdmitAndDispatchInput): Promise<AdmitAndDispatchResult> {
-    this.calls++;
-    return super.admitAndDispatch(input);
+    return this.#count('admitAndDispatch', () => super.admitAndDispatch(input));
   }
   override async charge(items: readonly ChargeItem[]): Promise<void> {
-    this.calls++;
     this.chargeCalls++;
-    return super.charge(items);
+    return this.#count('charge', () => super.charge(items));
   }
   override async dispatch(input: DispatchInput): Promise<DispatchResult> {
-    this.calls++;
     if (input.charges !== undefined && input.charges.length > 0) this.chargeCalls++;
-    return super.dispatch(input);
+    return this.#count('dispatch', () => super.dispatch(input));
   }
   override async settle(input: SettleInput): Promise<boolean> {
-    this.calls++;
-    return super.settle(input);
+    return this.#count('settle', () => super.settle(input));
   }
   override async settleAndDispatch(input: SettleAndDispatchInput): Promise<SettleAndDispatchResult> {
-    this.calls++;
-    return super.settleAndDispatch(input);
+    return this.#count('settleAndDispatch', () => super.settleAndDispatch(input));
   }
   override async requeue(input: RequeueInput): Promise<boolean> {
-    this.calls++;
-    return super.requeue(input);
+    return this.#count('requeue', () => super.requeue(input));
   }
 }
 
@@ -95,6 +103,8 @@ interface Measured {
   readonly chargesPerS: number;
   /** Store (Redis script) calls per simulated second. */
   readonly callsPerS: number;
+  /** The same by operation, and dispatches that found nothing to dispatch. */
+  readonly byOpPerS: Readonly<Record<string, number>>;
 }
 
 async function measureRun(
@@ -121,6 +131,7 @@ async function measureRun(
     maxDiff: m.fairness.maxDiff,
     chargesPerS: store.chargeCalls / input.durationS,
     callsPerS: store.calls / input.durationS,
+    byOpPerS: Object.fromEntries([...store.byOp].map(([op, n]) => [op, n / input.durationS])),
   };
 }
 
@@ -240,6 +251,13 @@ async function scale(): Promise<void> {
     largest = runs;
   }
   const callsPerPool = median(largest.map((r) => r.callsPerS));
+  const ops = largest[0]?.byOpPerS ?? {};
+  console.log(
+    `store calls/s per pool by operation at 128 dispatchers (seed 1): ${Object.entries(ops)
+      .sort((a, b) => b[1] - a[1])
+      .map(([op, n]) => `${op} ${n.toFixed(0)}`)
+      .join(', ')}`,
+  );
   console.log(
     `\nstore load: ${pools} pools of ${replicas} replicas (${pools * replicas} GPUs), 128 dispatchers, ${callsPerPool.toFixed(0)} calls/s per pool; ` +
       `Redis modelled as M/D/1 at ${opUs} µs per call, ${rttUs} µs round trip`,

@@ -5,8 +5,8 @@
  * the performance models. Writes JSON, SVG plots and summary tables to reports/slo/.
  *
  * Run with `npm run report:slo` (about 15–20 minutes on two cores). Env:
- * SLO_REPORT_ONLY=qlm|plan|fit|repredict runs one part; SLO_REPORT_WINDOW_S (300), SLO_REPORT_RATES (1,2,4,8) and SLO_REPORT_TPS (1,2,4)
- * size the plan.
+ * SLO_REPORT_ONLY=qlm|fit|placement runs one part; the placement part (Aladdin vs the baselines,
+ * worker configuration, held-out fit error, Algorithm 2) is `placement-report.ts`.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -16,14 +16,10 @@ import {
   bucketedOutputPredictor,
   buildRunInput,
   computeMetrics,
-  type FleetPlan,
   fitEnginePerformance,
   loadScenario,
   loadTrace,
-  type PlanProbe,
-  planFleet,
   renderAttainmentPlot,
-  renderPlanPlot,
   renderThroughputPlot,
   runSimulation,
   runSloExperiment,
@@ -32,6 +28,7 @@ import {
   type SloExperimentResult,
   type SloPolicy,
 } from '../src/index.ts';
+import { placementReport } from './placement-report.ts';
 
 const OUT = resolve(import.meta.dirname, '..', '..', '..', 'reports', 'slo');
 mkdirSync(OUT, { recursive: true });
@@ -107,111 +104,6 @@ async function qlmPart(): Promise<void> {
     );
     summary.push(`## ${scenario}`, '', ...table(results), '');
   }
-}
-
-async function planPart(): Promise<void> {
-  const windowS = Number(process.env.SLO_REPORT_WINDOW_S ?? 300);
-  const rateScales = (process.env.SLO_REPORT_RATES ?? '1,2,4,8').split(',').map(Number);
-  const t0 = performance.now();
-  const plan = await planFleet({
-    trace: 'azure-conv',
-    model: 'llama-2-7b',
-    gpu: 'A100-80GB',
-    slo: { ttftS: 1, atgtS: 0.025 },
-    rateScales,
-    windowS,
-    tps: (process.env.SLO_REPORT_TPS ?? '1,2,4').split(',').map(Number),
-    onProgress: (m) => console.log(`plan: ${m}`),
-  });
-  console.log(`plan done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
-  writeFileSync(join(OUT, 'plan-azure-conv.json'), `${JSON.stringify(plan, null, 2)}\n`);
-  writeFileSync(join(OUT, 'plan-azure-conv-gpus-vs-rate.svg'), await renderPlanPlot(plan));
-  summary.push(
-    '## fairway plan — azure-conv, llama-2-7b on A100-80GB, TTFT ≤ 1 s, ATGT ≤ 25 ms (P100)',
-    '',
-    `Chosen TP ${plan.tp.chosen}; candidates: ${plan.tp.candidates.map((c) => `TP${c.tp} ${c.feasible ? `${c.tokensPerSPerGpu.toFixed(0)} tok/s/GPU (batch ${c.batch}, ${c.bottleneck})` : c.reason}`).join('; ')}.`,
-    `Fit error (MAPE) of the chosen model: prefill ${pct(plan.performance.fit.prefill.mape)}, decode ${pct(plan.performance.fit.decode.mape)}, KV ${pct(plan.performance.fit.kv?.mape)}. Requests infeasible on any fleet: ${plan.infeasible}.`,
-    '',
-    `| placement | ${plan.policies[0]?.points.map((p) => `${p.rate.toFixed(1)} req/s`).join(' | ')} | n = ceil(k·r + c) |`,
-    `|---|${plan.policies[0]?.points.map(() => '---').join('|')}|---|`,
-    ...plan.policies.map(
-      (p) =>
-        `| ${p.placement} | ${p.points.map((pt) => (pt.gpus === undefined ? '> max' : `${pt.gpus} GPUs`)).join(' | ')} | ${p.workerModel ? `k=${p.workerModel.k.toFixed(3)}, c=${p.workerModel.c.toFixed(2)}` : '–'} |`,
-    ),
-    '',
-    `Aladdin vs JSQ: ${plan.aladdinSavingsVsJsq.map((s) => `${(plan.traceRate * s.rateScale).toFixed(1)} req/s ${pct(s.saving)}`).join(', ')} fewer GPUs.`,
-    '',
-  );
-}
-
-/**
- * Aladdin with and without re-prediction (section 4.3) on the plan's workload: the fleet each
- * needs for P100, and — at the same fleet sizes (the no-repredict plan's answer and one replica
- * less) — preemptions, TTFT/ATGT attainment and P99s of both.
- */
-async function repredictPart(): Promise<void> {
-  const windowS = Number(process.env.SLO_REPORT_WINDOW_S ?? 300);
-  const rateScales = (process.env.SLO_REPORT_RATES ?? '1,2,4').split(',').map(Number);
-  const base = {
-    trace: 'azure-conv',
-    model: 'llama-2-7b',
-    gpu: 'A100-80GB',
-    slo: { ttftS: 1, atgtS: 0.025 },
-    rateScales,
-    windowS,
-    tps: [1],
-    placements: ['aladdin'],
-  } as const;
-  const t0 = performance.now();
-  // Both plans are probed at the no-repredict answer and one replica less.
-  const around = (n: number | undefined) => (n === undefined ? [] : [n, n - 1].filter((x) => x >= 1));
-  const without = await planFleet({
-    ...base,
-    probeReplicas: (_, n) => around(n),
-    onProgress: (m) => console.log(`repredict off: ${m}`),
-  });
-  const at = (scale: number) =>
-    around(without.policies[0]?.points.find((p) => p.rateScale === scale)?.replicas);
-  const withRe = await planFleet({
-    ...base,
-    repredict: true,
-    probeReplicas: at,
-    onProgress: (m) => console.log(`repredict on: ${m}`),
-  });
-  console.log(`repredict part done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
-  const pointsOf = (p: FleetPlan) => p.policies[0]?.points ?? [];
-  writeFileSync(
-    join(OUT, 'repredict-azure-conv.json'),
-    `${JSON.stringify({ without: pointsOf(without), with: pointsOf(withRe) }, null, 2)}\n`,
-  );
-  const probe = (p: FleetPlan, scale: number, n: number): PlanProbe | undefined =>
-    pointsOf(p)
-      .find((x) => x.rateScale === scale)
-      ?.probes.find((x) => x.replicas === n);
-  const miss = (p: PlanProbe, attainment: number) => Math.round((1 - attainment) * p.requests);
-  const s3 = (x: number | undefined) => (x === undefined ? '–' : x.toFixed(3));
-  const lines = [
-    '## Aladdin re-prediction of under-estimated outputs (section 4.3) — azure-conv, `fairway plan` setup',
-    '',
-    `Placement aladdin, reserve predicted (bucket mean), TP 1, TTFT ≤ 1 s, ATGT ≤ 25 ms, ${windowS}-s windows.`,
-    '',
-    '| rate | GPUs (P100) without → with | fleet | preemptions without / with | TTFT misses without / with | ATGT misses without / with | P99 TTFT s | P99 ATGT s | re-predictions |',
-    '|---|---|---|---|---|---|---|---|---|',
-  ];
-  for (const scale of rateScales) {
-    const a = pointsOf(without).find((p) => p.rateScale === scale);
-    const b = pointsOf(withRe).find((p) => p.rateScale === scale);
-    for (const n of at(scale)) {
-      const x = probe(without, scale, n);
-      const y = probe(withRe, scale, n);
-      if (!x || !y) continue;
-      lines.push(
-        `| ${a?.rate.toFixed(1)} req/s | ${a?.gpus ?? '> max'} → ${b?.gpus ?? '> max'} | ${n} | ${x.preemptions} / ${y.preemptions} | ${miss(x, x.ttftAttainment)} / ${miss(y, y.ttftAttainment)} | ${miss(x, x.atgtAttainment)} / ${miss(y, y.atgtAttainment)} | ${s3(x.ttftP99S)} / ${s3(y.ttftP99S)} | ${s3(x.atgtP99S)} / ${s3(y.atgtP99S)} | ${y.repredictions} |`,
-      );
-    }
-  }
-  summary.push(...lines, '');
-  await repredictScenario();
 }
 
 /** TTFT ≤ 1 s and ATGT ≤ 25 ms over a run's requests (rejected or unfinished ones miss). */
@@ -339,7 +231,7 @@ function fitPart(): void {
 
 if (!only || only === 'fit') fitPart();
 if (!only || only === 'qlm') await qlmPart();
-if (!only || only === 'plan') await planPart();
-if (!only || only === 'repredict') await repredictPart();
+if (!only || only === 'placement') await placementReport();
+if (!only || only === 'repredict') await repredictScenario();
 writeFileSync(join(OUT, only ? `summary-${only}.md` : 'summary.md'), `${summary.join('\n')}\n`);
 console.log(`wrote ${OUT}`);

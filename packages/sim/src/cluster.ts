@@ -26,16 +26,23 @@ export class Cluster implements ReplicaSource {
   readonly #configs = new Map<string, EngineConfig>();
 
   readonly #reportSequences: boolean;
+  /** Clock ms at which each member's step in flight ends (reported with its sequences). */
+  readonly #stepEnds = new Map<string, number>();
+  readonly #now: () => number;
 
   /**
    * Builds one {@link EngineModel} per entry; engine configs are validated and named `engines[i].config`.
-   * @param reportSequences report each replica's sequences (SLO-aware placement reads them). @default false
+   * @param reportSequences report each replica's sequences and the time left of its step in flight
+   *   (SLO-aware placement reads them). @default false
+   * @param now the simulation clock, ms (for the step time left). @default always 0
    */
   constructor(
     engines: readonly { readonly id: string; readonly config: EngineConfig }[],
     reportSequences = false,
+    now: () => number = () => 0,
   ) {
     this.#reportSequences = reportSequences;
+    this.#now = now;
     const members: ClusterMember[] = [];
     engines.forEach((e, index) => {
       if (this.#byId.has(e.id))
@@ -80,9 +87,20 @@ export class Cluster implements ReplicaSource {
         waiting: s.waiting,
         kvUsage: s.kvUsage,
         stale: false,
-        ...(this.#reportSequences ? { sequences: m.engine.sequences() } : {}),
+        ...(this.#reportSequences
+          ? {
+              sequences: m.engine.sequences(),
+              stepRemainingMs: Math.max(0, (this.#stepEnds.get(m.id) ?? 0) - this.#now()),
+            }
+          : {}),
       };
     });
+  }
+
+  /** A member's engine started a step that ends at `endsAtMs` (clock ms); `undefined`: it is idle. */
+  stepInFlight(id: string, endsAtMs: number | undefined): void {
+    if (endsAtMs === undefined) this.#stepEnds.delete(id);
+    else this.#stepEnds.set(id, endsAtMs);
   }
 
   pools(): readonly string[] {

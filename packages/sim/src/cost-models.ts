@@ -1,7 +1,7 @@
 import { modelSpec } from '@fairway/core';
 import type { BatchShape, StepCostModel } from './engine-api.ts';
 import { SimError, SimErrorCode } from './errors.ts';
-import { GPU_HARDWARE, MODEL_ARCHITECTURES } from './hardware-specs.ts';
+import { allReduceLink, GPU_HARDWARE, type Interconnect, MODEL_ARCHITECTURES } from './hardware-specs.ts';
 
 /**
  * Coefficients of the InferMax batch-time form (InferMax section 3.2; DESIGN.md "Performance
@@ -207,13 +207,16 @@ function sevenBFit(gpu: string): { coefficients: StepCostCoefficients; derivatio
  * 2. otherwise the GPU's 7B fit (measured, or the A100-80GB fit scaled by bandwidth and FLOP/s) is
  *    scaled to the model: floor by weight bytes, per-token terms by parameters, launch overhead by
  *    layers, KV read by KV bytes per token, prefill attention by layers × hidden — all ÷ TP;
- * 3. for TP > 1, all-reduce is added: 2 all-reduces per layer, each `allReduceLatencyUs`, plus the
- *    ring traffic `2·(tp−1)/tp` × (2 · layers · hidden · 2 B) per token over the bus bandwidth.
+ * 3. for TP > 1, all-reduce is added (Aladdin section 4.1: compute shrinks as 1/TP, communication
+ *    does not): 2 all-reduces per layer, each paying the link's latency, plus the ring traffic
+ *    `2·(tp−1)/tp` × (2 · layers · hidden · 2 B) per token over the link's bus bandwidth — NVLink
+ *    where the GPU has it unless `interconnect` says `pcie`.
  */
 export function costCoefficients(
   model: string,
   gpu: string,
   tp = 1,
+  interconnect?: Interconnect,
 ): { coefficients: StepCostCoefficients; derivation: string } {
   const hw = GPU_HARDWARE[gpu];
   const arch = MODEL_ARCHITECTURES[model];
@@ -255,19 +258,27 @@ export function costCoefficients(
         : `${seven.derivation}; scaled to ${model} (weights ×${weights.toFixed(2)}, params ×${params.toFixed(2)}, layers ×${layers.toFixed(2)}, KV ×${kv.toFixed(2)}) and TP ${tp}`;
   }
   if (tp > 1) {
+    const link = allReduceLink(hw, interconnect);
+    const kind = link === hw.nvlink ? 'NVLink' : 'PCIe';
     const bytesPerToken = 2 * arch.layers * arch.hidden * 2 * ((2 * (tp - 1)) / tp);
     base = {
       ...base,
-      allReduceBaseMs: (2 * arch.layers * hw.allReduceLatencyUs) / 1000,
-      allReducePerTokenMs: (bytesPerToken / (hw.allReduceBusGBps * 1e9)) * 1000,
+      allReduceBaseMs: (2 * arch.layers * link.latencyUs) / 1000,
+      allReducePerTokenMs: (bytesPerToken / (link.busGBps * 1e9)) * 1000,
     };
-    derivation += `; all-reduce over ${hw.allReduceBusGBps} GB/s, ${hw.allReduceLatencyUs} µs per call`;
+    derivation += `; all-reduce over ${kind} at ${link.busGBps} GB/s, ${link.latencyUs} µs per call`;
   }
   return { coefficients: base, derivation };
 }
 
 /** The preset step-cost model for `(model, gpu, tp)`; see {@link costCoefficients} for the rules. */
-export function costModelPreset(model: string, gpu: string, tp = 1): LinearStepCostModel {
-  const { coefficients, derivation } = costCoefficients(model, gpu, tp);
-  return new LinearStepCostModel(`${model}@${gpu}×${tp}`, coefficients, derivation);
+export function costModelPreset(
+  model: string,
+  gpu: string,
+  tp = 1,
+  interconnect?: Interconnect,
+): LinearStepCostModel {
+  const { coefficients, derivation } = costCoefficients(model, gpu, tp, interconnect);
+  const link = tp > 1 && interconnect === 'pcie' ? '/pcie' : '';
+  return new LinearStepCostModel(`${model}@${gpu}×${tp}${link}`, coefficients, derivation);
 }

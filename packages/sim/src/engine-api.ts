@@ -44,7 +44,12 @@ export interface EngineConfig {
   readonly preemption?: PreemptionMode;
   /** Order the waiting queue by `priority` (lower first), as `--scheduling-policy priority`. @default false */
   readonly priorityScheduling?: boolean;
-  /** Cost-model override; defaults to the preset for (model, gpu, tp). */
+  /**
+   * Link the replica's GPUs all-reduce over at TP > 1 (its cost is in the preset step cost).
+   * @default NVLink where the GPU has it, else PCIe
+   */
+  readonly interconnect?: 'nvlink' | 'pcie';
+  /** Cost-model override; defaults to the preset for (model, gpu, tp, interconnect). */
   readonly costModel?: StepCostModel;
 }
 

@@ -2,6 +2,7 @@ import { ErrorCode, parseWith } from '@fairway/core';
 import { z } from 'zod';
 import { costModelPreset } from './cost-models.ts';
 import type { EngineConfig, EngineModelApi, StepCostModel } from './engine-api.ts';
+import { GPU_HARDWARE } from './hardware-specs.ts';
 import { kvCapacityTokens } from './kv-capacity.ts';
 
 /** An engine configuration with every default applied, as {@link EngineModelApi.config} exposes it. */
@@ -33,6 +34,7 @@ export const engineConfigSchema = z
     chunkedPrefill: z.boolean().optional(),
     preemption: z.enum(['recompute', 'eviction-free']).optional(),
     priorityScheduling: z.boolean().optional(),
+    interconnect: z.enum(['nvlink', 'pcie']).optional(),
     costModel: costModelSchema.optional(),
   })
   .strict();
@@ -66,6 +68,7 @@ export function resolveEngineConfig(config: EngineConfig, source?: string): Reso
     chunkedPrefill,
     preemption: c.preemption ?? 'recompute',
     priorityScheduling: c.priorityScheduling ?? false,
-    costModel: c.costModel ?? costModelPreset(c.model, c.gpu, tp),
+    interconnect: c.interconnect ?? (GPU_HARDWARE[c.gpu]?.nvlink !== undefined ? 'nvlink' : 'pcie'),
+    costModel: c.costModel ?? costModelPreset(c.model, c.gpu, tp, c.interconnect),
   };
 }

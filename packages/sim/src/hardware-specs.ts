@@ -16,16 +16,43 @@ export interface GpuHardware {
   readonly memoryBandwidthGBps: number;
   /** Dense FP16 tensor-core throughput, TFLOP/s. */
   readonly fp16Tflops: number;
-  /** One NCCL all-reduce's fixed latency between GPUs of one replica, microseconds. */
-  readonly allReduceLatencyUs: number;
-  /** Effective all-reduce bus bandwidth between GPUs of one replica (nccl-tests `busbw`), GB/s. */
-  readonly allReduceBusGBps: number;
+  /** All-reduce over NVLink, when the GPU's servers have it (SXM boards). */
+  readonly nvlink?: AllReduceLink | undefined;
+  /** All-reduce over PCIe (PCIe boards, or servers without NVLink). */
+  readonly pcie: AllReduceLink;
+}
+
+/** How fast GPUs of one replica all-reduce over one kind of link. */
+export interface AllReduceLink {
+  /** One NCCL all-reduce's fixed latency, microseconds. */
+  readonly latencyUs: number;
+  /** Effective all-reduce bus bandwidth (nccl-tests `busbw`), GB/s. */
+  readonly busGBps: number;
+}
+
+/** The link GPUs of one replica all-reduce over. */
+export type Interconnect = 'nvlink' | 'pcie';
+
+/**
+ * PCIe all-reduce by generation: a x16 link carries 16/32/64 GB/s one way (Gen3/4/5); a ring
+ * all-reduce through the host bridge reaches about 60% of it as nccl-tests `busbw`, and each call
+ * pays about twice NVLink's latency (the hop through the PCIe switch).
+ */
+const PCIE_GEN3: AllReduceLink = { latencyUs: 50, busGBps: 10 };
+const PCIE_GEN4: AllReduceLink = { latencyUs: 40, busGBps: 20 };
+const PCIE_GEN5: AllReduceLink = { latencyUs: 30, busGBps: 40 };
+
+/** The link a replica of `gpu` all-reduces over: `interconnect` if given, else NVLink where the GPU has it. */
+export function allReduceLink(hw: GpuHardware, interconnect?: Interconnect): AllReduceLink {
+  if (interconnect === 'pcie') return hw.pcie;
+  return hw.nvlink ?? hw.pcie;
 }
 
 /**
  * GPU datasheet numbers. Bandwidth and FLOP/s: NVIDIA A10, V100 (SXM2), A100 (SXM4) and H100
  * (SXM5) datasheets. All-reduce: NVLink generations 2/3/4 measured by nccl-tests at about 130/230/450
  * GB/s bus bandwidth; the A10G (AWS g5) has no NVLink and reduces over PCIe Gen4 (about 20 GB/s).
+ * The PCIe figures apply to the PCIe boards of each GPU (Aladdin's A100 testbed: 4 × A100-80GB on PCIe).
  */
 export const GPU_HARDWARE: Readonly<Record<string, GpuHardware>> = {
   'A10G-24GB': {
@@ -33,40 +60,39 @@ export const GPU_HARDWARE: Readonly<Record<string, GpuHardware>> = {
     usableMemoryGiB: 23028 / 1024,
     memoryBandwidthGBps: 600,
     fp16Tflops: 125,
-    allReduceLatencyUs: 40,
-    allReduceBusGBps: 20,
+    pcie: PCIE_GEN4,
   },
   'V100-32GB': {
     name: 'V100-32GB',
     usableMemoryGiB: 32,
     memoryBandwidthGBps: 900,
     fp16Tflops: 125,
-    allReduceLatencyUs: 25,
-    allReduceBusGBps: 130,
+    nvlink: { latencyUs: 25, busGBps: 130 },
+    pcie: PCIE_GEN3,
   },
   'A100-40GB': {
     name: 'A100-40GB',
     usableMemoryGiB: 40,
     memoryBandwidthGBps: 1555,
     fp16Tflops: 312,
-    allReduceLatencyUs: 20,
-    allReduceBusGBps: 230,
+    nvlink: { latencyUs: 20, busGBps: 230 },
+    pcie: PCIE_GEN4,
   },
   'A100-80GB': {
     name: 'A100-80GB',
     usableMemoryGiB: 80,
     memoryBandwidthGBps: 2039,
     fp16Tflops: 312,
-    allReduceLatencyUs: 20,
-    allReduceBusGBps: 230,
+    nvlink: { latencyUs: 20, busGBps: 230 },
+    pcie: PCIE_GEN4,
   },
   'H100-80GB': {
     name: 'H100-80GB',
     usableMemoryGiB: 81559 / 1024,
     memoryBandwidthGBps: 3350,
     fp16Tflops: 989,
-    allReduceLatencyUs: 15,
-    allReduceBusGBps: 450,
+    nvlink: { latencyUs: 15, busGBps: 450 },
+    pcie: PCIE_GEN5,
   },
 };
 

@@ -41,6 +41,7 @@ export {
   oitLimitsOf,
   peakWindowCounts,
 } from './fairserve-profiles.ts';
+export { HELD_OUT_GRID, type HeldOutError, heldOutError, jitteredCostModel } from './fit-validation.ts';
 export {
   GPU_HARDWARE,
   type GpuHardware,
@@ -90,6 +91,7 @@ export {
   bucketedOutputPredictor,
   type FleetPlan,
   type FleetPlanOptions,
+  fewestPassing,
   type PlanPoint,
   type PlanProbe,
   type PlanSlo,

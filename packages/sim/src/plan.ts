@@ -4,8 +4,11 @@
  * each placement policy, at the tensor-parallel degree that maximises per-GPU throughput under the
  * SLOs. Performance models are fitted from profiling runs of the simulated engine (with their fit
  * error reported); each candidate fleet size is checked by simulating a window of the trace
- * through the production gateway, and the search over fleet sizes is a doubling-then-bisection
- * search, so the work is bounded by the window and a logarithmic number of runs.
+ * through the production gateway. Pass/fail need not be monotone in the fleet size (a larger fleet
+ * can change where best fit packs, and P100 hangs on single requests), so the search scans fleet
+ * sizes upward from one and takes the first that passes ({@link fewestPassing}). Baselines get the
+ * same information as Aladdin by default: the room Aladdin's SLO constraints leave on each replica
+ * and the replicas' sequence reports ({@link sloAwarePlacement}); they differ only in order.
  */
 
 import { createRng, type RequestDescriptor, type SloClass } from '@fairway/core';
@@ -17,7 +20,9 @@ import {
   type PerformanceFitReport,
   type PerformanceModel,
   PLACEMENT_NAMES,
+  type PlacementPolicy,
   placementByName,
+  sloAwarePlacement,
   type TpEvaluation,
   type WorkerCountModel,
   type WorkloadProfile,
@@ -64,6 +69,17 @@ export interface FleetPlanOptions {
   readonly placements?: readonly string[] | undefined;
   /** Tensor-parallel degrees to consider (those whose weights fit). @default [1, 2, 4, 8] */
   readonly tps?: readonly number[] | undefined;
+  /**
+   * Link the GPUs of one replica all-reduce over at TP > 1 (Aladdin's A100 testbed: PCIe).
+   * @default NVLink where the GPU has it
+   */
+  readonly interconnect?: 'nvlink' | 'pcie' | undefined;
+  /**
+   * What the baseline placements know: `slo-aware` gives them Aladdin's SLO-aware room on every
+   * replica and the replicas' sequence reports (equal information: only the order differs);
+   * `own` leaves them the replicas' KV and sequence capacity. @default 'slo-aware'
+   */
+  readonly baselineCapacity?: 'slo-aware' | 'own' | undefined;
   /** Largest fleet searched, replicas. @default 64 */
   readonly maxReplicas?: number | undefined;
   /**
@@ -105,6 +121,8 @@ export interface PlanPoint {
   readonly rate: number;
   /** Fewest replicas meeting P100, or undefined when even `maxReplicas` did not. */
   readonly replicas: number | undefined;
+  /** Fleet sizes above `replicas` found to miss P100 (pass/fail is not monotone in replicas). */
+  readonly missesAbove: readonly number[];
   /** `replicas × tp`. */
   readonly gpus: number | undefined;
   /** Simulations run for this point. */
@@ -160,6 +178,29 @@ export interface FleetPlan {
   readonly policies: readonly PolicyPlan[];
   /** `1 − gpus(aladdin) / gpus(jsq)` per rate scale, where both found a fleet. */
   readonly aladdinSavingsVsJsq: readonly { readonly rateScale: number; readonly saving: number }[];
+  /**
+   * `1 − gpus(aladdin) / gpus(best baseline)` per rate scale: the baseline needing the fewest GPUs
+   * at that rate (undefined saving when Aladdin or every baseline found no fleet).
+   */
+  readonly aladdinSavingsVsBest: readonly {
+    readonly rateScale: number;
+    readonly best: string | undefined;
+    readonly saving: number | undefined;
+  }[];
+}
+
+/**
+ * The fewest fleet size in `1..max` for which `passes` holds, scanning upward: no monotonicity in
+ * the fleet size is assumed (a bisection would return a larger size when a smaller one passes
+ * below a failing one). Runs `passes` at most `max` times; undefined when none passes.
+ */
+export async function fewestPassing(
+  passes: (replicas: number) => Promise<boolean>,
+  max: number,
+  from = 1,
+): Promise<number | undefined> {
+  for (let n = Math.max(1, from); n <= max; n++) if (await passes(n)) return n;
+  return undefined;
 }
 
 /** An output-length predictor from history: the mean output of prompts of a similar length (Aladdin section 2.3). */
@@ -269,8 +310,9 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
       `using the given performance model of ${given.model.model} on ${given.model.gpu} × ${given.model.tp}: fit error ${(given.fit.worstMape * 100).toFixed(1)}%`,
     );
   }
+  const link = options.interconnect === undefined ? {} : { interconnect: options.interconnect };
   for (const tp of given ? [] : (options.tps ?? [1, 2, 4, 8])) {
-    const config: EngineConfig = { model: options.model, gpu: options.gpu, tp };
+    const config: EngineConfig = { model: options.model, gpu: options.gpu, tp, ...link };
     try {
       resolveEngineConfig(config);
     } catch {
@@ -310,7 +352,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
   );
   const engineConfig: EngineConfig = given
     ? performanceEngineConfig(given.model)
-    : { model: options.model, gpu: options.gpu, tp: chosenTp };
+    : { model: options.model, gpu: options.gpu, tp: chosenTp, ...link };
   const costModel = resolveEngineConfig(engineConfig).costModel;
   const feasibleAlone = (r: RequestDescriptor): boolean => {
     const prefill = costModel.stepMs({
@@ -351,19 +393,22 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
     windows.set(scale, arrivals);
   }
 
-  const placementFor = (name: string) =>
-    placementByName(name, createRng(seed), {
-      aladdin: {
-        perfOf: () => perf.model,
-        atgtMs,
-        workload,
-        predictOutput: predictor.predict,
-        shortOutput: predictor.short,
-        minPredictedOutput: predictor.min,
-        theta: options.theta ?? 0.8,
-        ...(options.gamma !== undefined ? { gamma: options.gamma } : {}),
-      },
-    });
+  const aladdin = {
+    perfOf: () => perf.model,
+    atgtMs,
+    ttftMs,
+    workload,
+    predictOutput: predictor.predict,
+    shortOutput: predictor.short,
+    minPredictedOutput: predictor.min,
+    theta: options.theta ?? 0.8,
+    ...(options.gamma !== undefined ? { gamma: options.gamma } : {}),
+  };
+  const sloAware = (options.baselineCapacity ?? 'slo-aware') === 'slo-aware';
+  const placementFor = (name: string): PlacementPolicy => {
+    const policy = placementByName(name, createRng(seed), { aladdin });
+    return name === 'aladdin' || !sloAware ? policy : sloAwarePlacement(policy, aladdin);
+  };
 
   const repredict = options.repredict === true;
   const meets = async (
@@ -388,7 +433,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
               predictor.conditionalMean(r.inputTokens, generated),
           }
         : {}),
-      reportSequences: placement === 'aladdin',
+      reportSequences: placement === 'aladdin' || sloAware,
       sloClasses: [slo],
     });
     let requests = 0;
@@ -431,7 +476,6 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
   const policies: PolicyPlan[] = [];
   for (const placement of options.placements ?? PLACEMENT_NAMES) {
     const points: PlanPoint[] = [];
-    let floor = 1;
     for (const [scale, arrivals] of windows) {
       let runs = 0;
       const probes: PlanProbe[] = [];
@@ -445,24 +489,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
         );
         return ok;
       };
-      // More load never needs fewer replicas: start from the previous rate's answer.
-      let lo = floor - 1;
-      let hi = Math.max(floor, 1);
-      while (hi <= maxReplicas && !(await check(hi))) {
-        lo = hi;
-        hi *= 2;
-      }
-      let replicas: number | undefined;
-      if (hi <= maxReplicas || (lo < maxReplicas && (await check(maxReplicas)))) {
-        if (hi > maxReplicas) hi = maxReplicas;
-        while (hi - lo > 1) {
-          const mid = Math.floor((lo + hi) / 2);
-          if (await check(mid)) hi = mid;
-          else lo = mid;
-        }
-        replicas = hi;
-        floor = hi;
-      }
+      const replicas = await fewestPassing(check, maxReplicas);
       for (const n of options.probeReplicas?.(scale, replicas) ?? [])
         if (n >= 1 && !probes.some((p) => p.replicas === n)) {
           runs++;
@@ -473,6 +500,9 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
         rateScale: scale,
         rate: traceRate * scale,
         replicas,
+        missesAbove: probes
+          .filter((p) => replicas !== undefined && p.replicas > replicas && !p.met)
+          .map((p) => p.replicas),
         gpus: replicas === undefined ? undefined : replicas * chosenTp,
         runs,
         probes,
@@ -501,6 +531,24 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
     const j = gpusOf('jsq', scale);
     if (a !== undefined && j !== undefined && j > 0) savings.push({ rateScale: scale, saving: 1 - a / j });
   }
+  const savingsVsBest = [...windows.keys()].map((scale) => {
+    let best: string | undefined;
+    let bestGpus = Number.POSITIVE_INFINITY;
+    for (const p of policies) {
+      if (p.placement === 'aladdin') continue;
+      const g = gpusOf(p.placement, scale);
+      if (g !== undefined && g < bestGpus) {
+        best = p.placement;
+        bestGpus = g;
+      }
+    }
+    const a = gpusOf('aladdin', scale);
+    return {
+      rateScale: scale,
+      best,
+      saving: a === undefined || best === undefined ? undefined : 1 - a / bestGpus,
+    };
+  });
   return {
     trace: options.trace,
     model: modelName,
@@ -514,5 +562,6 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
     infeasible,
     policies,
     aladdinSavingsVsJsq: savings,
+    aladdinSavingsVsBest: savingsVsBest,
   };
 }

@@ -162,7 +162,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   parseWith(runInputSchema, input, `simulation "${input.scenario}"`, ErrorCode.SCENARIO_INVALID);
   const durationMs = input.durationS * 1000;
   const clock = new ManualClock(0);
-  const cluster = new Cluster(input.engines, input.reportSequences ?? false);
+  const cluster = new Cluster(input.engines, input.reportSequences ?? false, () => clock.now());
   const store = input.store ?? new MemoryStore({ validate: false });
   const queue = new EventQueue<SimEvent>();
   const recs = new Map<string, Rec>();
@@ -248,11 +248,13 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     if (result.durationMs === 0 && result.events.length === 0) return;
     busy[m.index] = true;
     stepStartMs[m.index] = clock.now();
+    cluster.stepInFlight(m.id, clock.now() + result.durationMs);
     queue.push(clock.now() + result.durationMs, { kind: 'step', member: m, result });
   };
 
   const onStepEnd = async (m: ClusterMember, result: StepResult): Promise<void> => {
     busy[m.index] = false;
+    cluster.stepInFlight(m.id, undefined);
     const t = nowS();
     const here = onMember[m.index]!;
     for (const e of result.events) {

@@ -114,6 +114,24 @@ describe('costModelPreset', () => {
     expect(tp8.perDecodeSeqMs).toBeCloseTo(0.078, 9);
   });
 
+  it('makes TP > 1 cost more GPU time per token for a 7B model on PCIe, and less so on NVLink', () => {
+    // GPU-milliseconds per decoded token: the step time times the GPUs it occupies, over the batch.
+    const gpuMsPerToken = (tp: number, interconnect: 'nvlink' | 'pcie', b: number) =>
+      (costModelPreset('llama-2-7b', 'A100-80GB', tp, interconnect).stepMs(decode(b, 1200)) * tp) / b;
+    for (const b of [16, 64, 128]) {
+      expect(gpuMsPerToken(2, 'pcie', b)).toBeGreaterThan(gpuMsPerToken(1, 'pcie', b));
+      expect(gpuMsPerToken(4, 'pcie', b)).toBeGreaterThan(gpuMsPerToken(2, 'pcie', b));
+      // The all-reduce is what makes the difference: NVLink moves the same bytes 11× faster.
+      expect(gpuMsPerToken(2, 'nvlink', b)).toBeLessThan(gpuMsPerToken(2, 'pcie', b));
+    }
+    // A 2,000-token prefill over PCIe at TP 2 takes more than half the TP 1 time: the ring
+    // traffic grows with the prompt (2 all-reduces per layer of 2,000 × 4,096 fp16 activations).
+    const pre = (tp: number) => costModelPreset('llama-2-7b', 'A100-80GB', tp, 'pcie').stepMs(prefill(2000));
+    expect(pre(2)).toBeGreaterThan(pre(1) / 2);
+    expect(costCoefficients('llama-2-7b', 'A100-80GB', 2, 'pcie').derivation).toMatch(/PCIe at 20 GB\/s/);
+    expect(costCoefficients('llama-2-7b', 'A100-80GB', 2).derivation).toMatch(/NVLink at 230 GB\/s/);
+  });
+
   it('says where every preset’s numbers come from', () => {
     for (const model of Object.keys(MODELS))
       for (const gpu of Object.keys(GPUS))

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { heldOutError } from '../src/fit-validation.ts';
 import { modelSwapSeconds } from '../src/model-swap.ts';
-import { bucketedOutputPredictor, planFleet } from '../src/plan.ts';
+import { bucketedOutputPredictor, fewestPassing, planFleet } from '../src/plan.ts';
 import { fitEnginePerformance, profileEngine, qlmProfile } from '../src/plan-profiling.ts';
 
 describe('performance models fitted from profiling runs', () => {
@@ -63,7 +64,7 @@ describe('fairway plan', () => {
     expect(p.min).toBeCloseTo(29.5, 5);
   });
 
-  it('finds fewer GPUs for Aladdin than for JSQ on the Azure conversation trace at a high rate', async () => {
+  it('gives JSQ the same information as Aladdin and needs at least as many GPUs at a high rate', async () => {
     const plan = await planFleet({
       trace: 'azure-conv',
       model: 'llama-2-7b',
@@ -73,6 +74,7 @@ describe('fairway plan', () => {
       windowS: 60,
       placements: ['jsq', 'aladdin'],
       tps: [1],
+      maxReplicas: 16,
     });
     expect(plan.tp.chosen).toBe(1);
     expect(plan.performance.fit.worstMape).toBeLessThan(0.1);
@@ -81,7 +83,61 @@ describe('fairway plan', () => {
     const aladdin = gpus('aladdin');
     expect(jsq).toBeDefined();
     expect(aladdin).toBeDefined();
-    expect(aladdin as number).toBeLessThan(jsq as number);
-    expect(plan.aladdinSavingsVsJsq[0]?.saving).toBeGreaterThan(0);
+    // Best fit packs at least as tightly as the shortest queue under the same SLO-aware room.
+    expect(aladdin as number).toBeLessThanOrEqual(jsq as number);
+    expect(plan.aladdinSavingsVsBest[0]).toEqual({
+      rateScale: 4,
+      best: 'jsq',
+      saving: 1 - (aladdin as number) / (jsq as number),
+    });
+    // Every fleet below the answer was simulated and missed (no size was skipped by a bisection).
+    const point = plan.policies.find((p) => p.placement === 'aladdin')?.points[0];
+    expect(point?.probes.filter((p) => !p.met).map((p) => p.replicas)).toEqual(
+      Array.from({ length: (point?.replicas as number) - 1 }, (_, i) => i + 1),
+    );
+  });
+
+  it('finds the fewest passing fleet when pass/fail is not monotone in the fleet size', async () => {
+    // Passes with 3, misses with 4 and 5 (one unlucky request), passes from 6 on. Doubling then
+    // bisection probes 1, 2, 4, 8, then 6, 5 and answers 6; the scan answers 3.
+    const passing = (n: number) => n === 3 || n >= 6;
+    const probed: number[] = [];
+    const found = await fewestPassing(async (n) => {
+      probed.push(n);
+      return passing(n);
+    }, 64);
+    expect(found).toBe(3);
+    expect(probed).toEqual([1, 2, 3]);
+    expect(await fewestPassing(async () => false, 5)).toBeUndefined();
+    expect(await fewestPassing(async (n) => n >= 7, 10, 2)).toBe(7);
+  });
+
+  it('chooses TP 1 for Llama-2-7B on A100s linked by PCIe, as Aladdin’s Table 3', async () => {
+    const plan = await planFleet({
+      trace: 'azure-conv',
+      model: 'llama-2-7b',
+      gpu: 'A100-80GB',
+      slo: { ttftS: 1, atgtS: 0.025 },
+      rateScales: [1],
+      windowS: 10,
+      tps: [1, 2],
+      interconnect: 'pcie',
+      placements: [],
+    });
+    expect(plan.tp.chosen).toBe(1);
+    const perGpu = (tp: number) => plan.tp.candidates.find((c) => c.tp === tp)?.tokensPerSPerGpu ?? 0;
+    expect(perGpu(2)).toBeLessThan(perGpu(1));
+  });
+
+  it('reports fit error against held-out shapes measured with step-time jitter', () => {
+    const config = { model: 'llama-2-7b', gpu: 'A100-80GB', tp: 1 };
+    const { model } = fitEnginePerformance(config, { maxBatch: 68 });
+    const still = heldOutError(model, config, { sigma: 0, seed: 1, maxBatch: 68 });
+    const noisy = heldOutError(model, config, { sigma: 0.05, seed: 1, maxBatch: 68 });
+    expect(still.samples.decode).toBeGreaterThan(10);
+    expect(still.decodeMape).toBeLessThan(0.1);
+    // Jitter shows in the error: the held-out check is not the fit's own data.
+    expect(noisy.decodeMape).toBeGreaterThan(still.decodeMape);
+    expect(noisy.decodeMape).toBeLessThan(0.15);
   });
 });

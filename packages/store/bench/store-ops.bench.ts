@@ -1,12 +1,15 @@
 /**
  * Store operations per second, both backends: admit, dispatch, charge, settle, and dispatch+charge
- * pairs. The Redis runs use one connection with many calls in flight (ioredis pipelines them on the
- * socket). Ends with the exact-limit demo: 4 dispatcher clients share one RPM limit of 60.
+ * pairs. The Redis runs use one connection with many calls in flight, auto-pipelined as the
+ * dispatcher's connection is (calls made in one event-loop turn leave in one write). Ends with the exact-limit demo: 4 dispatcher clients share one RPM limit of 60.
  *
  *   npm run bench:store            (REDIS_URL defaults to redis://127.0.0.1:6379)
  *   BENCH_N=50000 npm run bench:store
  *   BENCH_ONLY=redis npm run bench:store   (skip the memory runs and the exact-limit demo)
  *   BENCH_VALIDATE=0 npm run bench:store   (Redis store without input validation, as the dispatcher runs it)
+ *   BENCH_USAGE=1 npm run bench:store      (admissions carry a usage account, priced, and a tenant and a
+ *                                          key token budget: the cost of usage accounting and quotas)
+ *   BENCH_AUTOPIPELINE=0 npm run bench:store   (one write per call, as before auto-pipelining)
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -22,6 +25,30 @@ import {
 const N = Number(process.env.BENCH_N ?? 20_000);
 const ONLY_REDIS = process.env.BENCH_ONLY === 'redis';
 const VALIDATE = process.env.BENCH_VALIDATE !== '0';
+const USAGE = process.env.BENCH_USAGE === '1';
+/** With BENCH_USAGE=1: what the dispatcher adds to each admission for accounting and two budgets. */
+const accounting = USAGE
+  ? {
+      usage: {
+        key: 'sha256:k',
+        model: 'm',
+        day: '2026-11-24',
+        month: '2026-11',
+        priceIn: 0.5,
+        priceOut: 1.5,
+      },
+      quotas: (['tenant', 'key'] as const).map((scope) => ({
+        scope,
+        window: 'day' as const,
+        kind: 'tokens' as const,
+        budget: 1e15,
+        amount: 300,
+        alertAt: 0.8e15,
+        resetAtMs: 1e13,
+      })),
+    }
+  : {};
+const AUTOPIPELINE = process.env.BENCH_AUTOPIPELINE !== '0';
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const FLOWS = 100;
 const IN_FLIGHT = 256;
@@ -109,7 +136,15 @@ async function measure(
     scripts[name] = perOp(stats, await commandStats(redis), n);
   };
   await rate('admit', N, (i) =>
-    store.admit({ req: req(i), nowMs: i, lift: 'vtc', limits: [], overloaded: false, tenant: 't' }),
+    store.admit({
+      req: req(i),
+      nowMs: i,
+      lift: 'vtc',
+      limits: [],
+      overloaded: false,
+      tenant: 't',
+      ...accounting,
+    }),
   );
   await rate('dispatch', N / 2, (i) =>
     store.dispatch({
@@ -158,7 +193,9 @@ async function measure(
   await rate('settle', N, (i) =>
     store.settle({ id: `q${i}`, nowMs: N + i, finalCost: 300, actualTokens: 350, outputTokens: 100 }),
   );
-  console.log(`\n${label} (N=${N}, ${FLOWS} flows, ${inFlight} in flight)`);
+  console.log(
+    `\n${label} (N=${N}, ${FLOWS} flows, ${inFlight} in flight${USAGE ? ', usage account and 2 budgets' : ''})`,
+  );
   for (const [op, perS] of Object.entries(results)) {
     const sc = scripts[op] ?? { scriptUs: 0, innerCalls: 0 };
     const cpu =
@@ -217,14 +254,19 @@ async function main(): Promise<void> {
     await measure('memory', new MemoryStore(), 1);
     await measure('memory, validation off', new MemoryStore({ validate: false }), 1);
   }
-  const redis = new Redis(REDIS_URL);
+  const redis = new Redis(REDIS_URL, { enableAutoPipelining: AUTOPIPELINE });
   const store = new RedisStore({
     redis,
     prefix: `bench-${randomBytes(4).toString('hex')}`,
     validate: VALIDATE,
   });
   try {
-    await measure(`redis, one connection${VALIDATE ? '' : ', validation off'}`, store, IN_FLIGHT, redis);
+    await measure(
+      `redis, one connection${AUTOPIPELINE ? ', auto-pipelined' : ''}${VALIDATE ? '' : ', validation off'}`,
+      store,
+      IN_FLIGHT,
+      redis,
+    );
   } finally {
     await purgeStore(redis, store.keys.prefix);
     await redis.quit();

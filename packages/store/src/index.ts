@@ -23,6 +23,8 @@ export type {
   OrderingMode,
   QueuedRequest,
   QueueSnapshot,
+  QuotaAlert,
+  QuotaCheck,
   ReplicaCandidate,
   RequeueInput,
   Reservation,
@@ -34,6 +36,9 @@ export type {
   SettleAndDispatchInput,
   SettleAndDispatchResult,
   SettleInput,
+  UsageAccount,
+  UsageQuery,
+  UsageRow,
   WindowLimit,
 } from './store.ts';
 export { HISTORY_LENGTH, type StoreOptions } from './store-options.ts';

@@ -37,18 +37,61 @@ export const queuedRequestSchema = z.object({
 });
 
 /** {@link AdmitInput} */
-export const admitInputSchema = z.object({
-  req: queuedRequestSchema,
-  tenant: id,
-  nowMs: finite,
-  lift: z.enum(['vtc', 'none']),
-  limits: z.array(windowLimitSchema).refine((ls) => new Set(ls.map((l) => l.key)).size === ls.length, {
-    message: 'window keys must be distinct',
-  }),
-  overloaded: z.boolean(),
-  interaction: z.object({ key: id, ttlMs: finite.positive() }).optional(),
-  maxQueuedFlow: z.number().int().min(0).optional(),
-  maxQueuedPool: z.number().int().min(0).optional(),
+export const admitInputSchema = z
+  .object({
+    req: queuedRequestSchema,
+    tenant: id,
+    nowMs: finite,
+    lift: z.enum(['vtc', 'none']),
+    limits: z.array(windowLimitSchema).refine((ls) => new Set(ls.map((l) => l.key)).size === ls.length, {
+      message: 'window keys must be distinct',
+    }),
+    overloaded: z.boolean(),
+    interaction: z.object({ key: id, ttlMs: finite.positive() }).optional(),
+    maxQueuedFlow: z.number().int().min(0).optional(),
+    maxQueuedPool: z.number().int().min(0).optional(),
+    usage: z
+      .object({
+        key: id.optional(),
+        model: id,
+        day: z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'must be YYYY-MM-DD'),
+        month: z.string().regex(/^\d{4}-\d{2}$/, 'must be YYYY-MM'),
+        priceIn: nonNegative.optional(),
+        priceOut: nonNegative.optional(),
+      })
+      .optional(),
+    quotas: z
+      .array(
+        z.object({
+          scope: z.enum(['tenant', 'key']),
+          window: z.enum(['day', 'month']),
+          kind: z.enum(['tokens', 'spend']),
+          budget: nonNegative,
+          amount: nonNegative,
+          alertAt: nonNegative.optional(),
+          resetAtMs: finite,
+        }),
+      )
+      .refine((qs) => new Set(qs.map((q) => `${q.scope}:${q.window}:${q.kind}`)).size === qs.length, {
+        message: 'quotas must be distinct by scope, window and kind',
+      })
+      .optional(),
+  })
+  .refine((a) => (a.quotas ?? []).length === 0 || a.usage !== undefined, {
+    message: 'quotas need a usage account',
+    path: ['quotas'],
+  })
+  .refine((a) => !(a.quotas ?? []).some((q) => q.scope === 'key') || a.usage?.key !== undefined, {
+    message: 'a key quota needs usage.key',
+    path: ['quotas'],
+  });
+
+/** {@link UsageQuery} */
+export const usageQuerySchema = z.object({
+  days: z.array(z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'must be YYYY-MM-DD')).max(400),
+  tenant: id.optional(),
+  key: id.optional(),
+  model: id.optional(),
 });
 
 /** {@link ReplicaCandidate} */

@@ -57,6 +57,16 @@ export const KEY_LAYOUT = {
   windowAmounts: ['key'],
   /** STRING: sum of a window's amounts (%.17g). */
   windowTotal: ['key'],
+  /**
+   * HASH of one UTC day's usage: `<metric><lp(tenant)><lp(key)><model>` → requests (`r`), input
+   * (`i`) and output (`o`) tokens, cost (`c`, %.17g); see `includes/usage.lua`.
+   */
+  usageDay: ['day'],
+  /**
+   * HASH of a tenant's (`tenant:<id>`) or key's (`key:<id>`) usage in one day or month bucket:
+   * `t` tokens and `c` cost settled, `rt` / `rc` reserved by running requests, `at` / `ac` alert sent.
+   */
+  usageTotal: ['scope', 'bucket'],
 } as const satisfies Record<string, readonly string[]>;
 
 /** Name of a key kind in {@link KEY_LAYOUT}. */

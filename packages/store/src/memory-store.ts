@@ -13,6 +13,7 @@ import {
   settleAndDispatchInputSchema,
   settleInputSchema,
   snapshotInputSchema,
+  usageQuerySchema,
 } from './input-schemas.ts';
 import { tenantScoped } from './keys.ts';
 import type {
@@ -25,6 +26,8 @@ import type {
   DispatchResult,
   QueuedRequest,
   QueueSnapshot,
+  QuotaAlert,
+  QuotaCheck,
   ReplicaCandidate,
   RequeueInput,
   Reservation,
@@ -34,6 +37,9 @@ import type {
   SettleAndDispatchInput,
   SettleAndDispatchResult,
   SettleInput,
+  UsageAccount,
+  UsageQuery,
+  UsageRow,
 } from './store.ts';
 import {
   fairBefore,
@@ -43,7 +49,13 @@ import {
   resolveStoreOptions,
   type StoreOptions,
 } from './store-options.ts';
+import { usageField, usageRows } from './usage-rows.ts';
 import { WindowLog } from './window-log.ts';
+
+/** The bucket of a usage account's window: its day or its month. */
+function bucketOf(usage: UsageAccount, window: 'day' | 'month'): string {
+  return window === 'month' ? usage.month : usage.day;
+}
 
 /** A request the store knows: queued in a flow's FIFO, or running on a replica until settled. */
 interface RequestState {
@@ -60,6 +72,29 @@ interface RequestState {
   /** Windows this request consumed, for true-up at settle or cancel. */
   readonly windows: readonly { readonly key: string; readonly trueUp: boolean }[];
   readonly interaction: { readonly key: string; readonly ttlMs: number } | undefined;
+  /** Where its usage is recorded at settle, and the quota reservations it holds until then. */
+  readonly account?: Account | undefined;
+}
+
+/** A request's usage account as admitted (see `includes/usage.lua`). */
+interface Account {
+  readonly tenant: string;
+  readonly usage: UsageAccount;
+  readonly reserved: readonly {
+    readonly total: UsageTotal;
+    readonly field: 'rt' | 'rc';
+    readonly amount: number;
+  }[];
+}
+
+/** A tenant's or key's usage in one day or month bucket, as `usageTotal` in keys.ts. */
+interface UsageTotal {
+  t: number;
+  c: number;
+  rt: number;
+  rc: number;
+  at: boolean;
+  ac: boolean;
 }
 
 /** A FIFO of requests with O(1) head and lazy removal from the middle (cancel, EDF picks). */
@@ -165,6 +200,9 @@ export class MemoryStore implements SchedulingStore {
   readonly #interactions = new Map<string, number>();
   #interactionsSweepAt = 1024;
   readonly #history = new Map<string, number[]>();
+  /** Usage rows by UTC day, in the field encoding the Redis backend uses (usage-rows.ts). */
+  readonly #usageDays = new Map<string, Map<string, number>>();
+  readonly #usageTotals = new Map<string, UsageTotal>();
   #closed = false;
 
   constructor(options: StoreOptions = {}) {
@@ -236,6 +274,18 @@ export class MemoryStore implements SchedulingStore {
       const retryAfterMs = log.retryAfter(limit.amount, limit.limit, limit.windowMs, nowMs);
       if (retryAfterMs !== undefined) return { ok: false, code: limit.code, retryAfterMs, key: limit.key };
     }
+    const quotas = input.usage === undefined ? [] : (input.quotas ?? []);
+    for (const q of quotas) {
+      const total = this.#usageTotal(q.scope, input.tenant, input.usage, q.window, false);
+      const used = total === undefined ? 0 : q.kind === 'spend' ? total.c + total.rc : total.t + total.rt;
+      if (used + q.amount > q.budget)
+        return {
+          ok: false,
+          code: 'quota_exceeded',
+          retryAfterMs: Math.max(0, q.resetAtMs - nowMs),
+          key: `quota:${q.scope}:${q.window}:${q.kind}`,
+        };
+    }
 
     const queue = this.#queue(req.pool, req.band, false);
     const flowState = queue?.flows.get(req.flow);
@@ -272,6 +322,28 @@ export class MemoryStore implements SchedulingStore {
     if (interaction !== undefined) this.#openInteraction(interaction.key, nowMs, interaction.ttlMs);
     this.#hold(req, nowMs);
 
+    const alerts: QuotaAlert[] = [];
+    const reserved: Account['reserved'][number][] = [];
+    for (const q of quotas) {
+      const total = this.#usageTotal(q.scope, input.tenant, input.usage, q.window, true) as UsageTotal;
+      const spend = q.kind === 'spend';
+      const before = spend ? total.rc : total.rt;
+      const used = (spend ? total.c : total.t) + before + q.amount;
+      if (spend) total.rc = before + q.amount;
+      else total.rt = before + q.amount;
+      reserved.push({ total, field: spend ? 'rc' : 'rt', amount: q.amount });
+      if (q.alertAt !== undefined && used >= q.alertAt && !(spend ? total.ac : total.at)) {
+        if (spend) total.ac = true;
+        else total.at = true;
+        alerts.push({
+          quota: `${q.scope}:${q.window}:${q.kind}`,
+          bucket: bucketOf(input.usage as UsageAccount, q.window),
+          budget: q.budget,
+          used,
+        });
+      }
+    }
+
     const rs: RequestState = {
       req,
       // A call made while its interaction is open continues it, whoever says so (FairServe).
@@ -283,12 +355,13 @@ export class MemoryStore implements SchedulingStore {
       cost: req.dispatchCost,
       windows,
       interaction,
+      account: input.usage === undefined ? undefined : { tenant: input.tenant, usage: input.usage, reserved },
     };
     this.#requests.set(req.id, rs);
     const q = queue ?? (this.#queue(req.pool, req.band, true) as QueueState);
     this.#enqueue(q, rs, input.lift);
     this.#poolQueued.set(req.pool, (this.#poolQueued.get(req.pool) ?? 0) + 1);
-    return { ok: true, queued: q.size };
+    return alerts.length > 0 ? { ok: true, queued: q.size, alerts } : { ok: true, queued: q.size };
   }
 
   async dispatch(input: DispatchInput): Promise<DispatchResult> {
@@ -359,6 +432,7 @@ export class MemoryStore implements SchedulingStore {
     this.#addToCounter(q, rs.req.flow, input.finalCost - rs.charged);
     this.#release(rs);
     this.#trueUp(rs, input.actualTokens);
+    this.#recordUsage(rs, input.actualTokens, input.outputTokens);
     let hist = this.#history.get(rs.req.flow);
     if (hist === undefined) {
       hist = [];
@@ -587,6 +661,15 @@ export class MemoryStore implements SchedulingStore {
     };
   }
 
+  async usage(query: UsageQuery): Promise<readonly UsageRow[]> {
+    this.#open('usage');
+    if (this.#opts.validate) parseInput('usage', usageQuerySchema, query);
+    return usageRows(
+      query,
+      query.days.map((day) => ({ day, fields: this.#usageDays.get(day) ?? new Map<string, number>() })),
+    );
+  }
+
   async close(): Promise<void> {
     this.#closed = true;
   }
@@ -717,7 +800,70 @@ export class MemoryStore implements SchedulingStore {
   #drop(rs: RequestState): void {
     this.#unqueue(this.#queue(rs.req.pool, rs.req.band, true) as QueueState, rs);
     this.#trueUp(rs, 0);
+    this.#releaseQuotas(rs);
     this.#forget(rs);
+  }
+
+  /** The usage total of a quota's scope and window for a request (created if `create`). */
+  #usageTotal(
+    scope: QuotaCheck['scope'],
+    tenant: string,
+    usage: UsageAccount | undefined,
+    window: QuotaCheck['window'],
+    create: boolean,
+  ): UsageTotal | undefined {
+    if (usage === undefined) return undefined;
+    const id = scope === 'key' ? `key:${usage.key ?? ''}` : `tenant:${tenant}`;
+    return this.#total(id, bucketOf(usage, window), create);
+  }
+
+  #total(id: string, bucket: string, create: boolean): UsageTotal | undefined {
+    const k = `${id}\u0000${bucket}`;
+    let t = this.#usageTotals.get(k);
+    if (t === undefined && create) {
+      t = { t: 0, c: 0, rt: 0, rc: 0, at: false, ac: false };
+      this.#usageTotals.set(k, t);
+    }
+    return t;
+  }
+
+  #releaseQuotas(rs: RequestState): void {
+    for (const r of rs.account?.reserved ?? []) r.total[r.field] = r.total[r.field] + -r.amount;
+  }
+
+  /** Records a settled request's usage (whole tokens) and replaces its reservations by it. */
+  #recordUsage(rs: RequestState, actualTokens: number, outputTokens: number): void {
+    const a = rs.account;
+    if (a === undefined) return;
+    const u = a.usage;
+    const out = Math.floor(outputTokens);
+    const inp = Math.max(0, Math.floor(actualTokens) - out);
+    const priced = u.priceIn !== undefined || u.priceOut !== undefined;
+    const cost = (inp * (u.priceIn ?? 0) + out * (u.priceOut ?? 0)) / 1000000;
+    let day = this.#usageDays.get(u.day);
+    if (day === undefined) {
+      day = new Map();
+      this.#usageDays.set(u.day, day);
+    }
+    const key = u.key ?? '';
+    const add = (metric: 'r' | 'i' | 'o' | 'c', v: number): void => {
+      const f = usageField(metric, a.tenant, key, u.model);
+      day.set(f, (day.get(f) ?? 0) + v);
+    };
+    add('r', 1);
+    add('i', inp);
+    add('o', out);
+    if (priced) add('c', cost);
+    const ids = [`tenant:${a.tenant}`, ...(key === '' ? [] : [`key:${key}`])];
+    const totals: UsageTotal[] = [];
+    for (const id of ids)
+      for (const b of [u.day, u.month]) totals.push(this.#total(id, b, true) as UsageTotal);
+    // In the Redis backend's order: tenant day, tenant month, key day, key month.
+    for (const t of totals) {
+      t.t += inp + out;
+      if (priced) t.c = t.c + cost;
+    }
+    this.#releaseQuotas(rs);
   }
 
   #forget(rs: RequestState): void {

@@ -15,6 +15,7 @@ import {
   settleAndDispatchInputSchema,
   settleInputSchema,
   snapshotInputSchema,
+  usageQuerySchema,
 } from './input-schemas.ts';
 import { STORE_LAYOUT_VERSION, StoreKeys } from './keys.ts';
 import { type LuaLibrary, loadLibrary } from './script-loader.ts';
@@ -29,6 +30,7 @@ import type {
   DispatchResult,
   QueuedRequest,
   QueueSnapshot,
+  QuotaAlert,
   RequeueInput,
   Reservation,
   RestoreInput,
@@ -37,6 +39,8 @@ import type {
   SettleAndDispatchInput,
   SettleAndDispatchResult,
   SettleInput,
+  UsageQuery,
+  UsageRow,
 } from './store.ts';
 import {
   HISTORY_LENGTH,
@@ -45,6 +49,7 @@ import {
   resolveStoreOptions,
   type StoreOptions,
 } from './store-options.ts';
+import { usageRows } from './usage-rows.ts';
 
 /** Options of {@link RedisStore}. */
 export interface RedisStoreOptions extends StoreOptions {
@@ -53,6 +58,12 @@ export interface RedisStoreOptions extends StoreOptions {
    * own connection and closes it on `close()`).
    */
   readonly redis: Redis | string;
+  /**
+   * A second connected client to the same Redis for control traffic — lease renewals, reclaims,
+   * queue snapshots and placement look-ups — so it never queues behind admissions and
+   * settlements on `redis` (the store does not close it). @default `redis`
+   */
+  readonly control?: Redis | undefined;
   /** Prefix of every key; each prefix is an independent store in one hash slot. Must not contain `{}`. */
   readonly prefix: string;
 }
@@ -103,7 +114,19 @@ function asString(reply: Reply | undefined): string {
 
 function admitReply(script: string, r: Reply): AdmitResult {
   const reply = expectArray(script, r);
-  if (reply[0] === 1) return { ok: true, queued: Number(reply[1]) };
+  if (reply[0] === 1) {
+    if (reply[2] === undefined) return { ok: true, queued: Number(reply[1]) };
+    const flat = expectArray(script, reply[2]).map(asString);
+    const alerts: QuotaAlert[] = [];
+    for (let i = 0; i < flat.length; i += 4)
+      alerts.push({
+        quota: flat[i] as string,
+        bucket: flat[i + 1] as string,
+        budget: Number(flat[i + 2]),
+        used: Number(flat[i + 3]),
+      });
+    return { ok: true, queued: Number(reply[1]), alerts };
+  }
   return {
     ok: false,
     code: asString(reply[1]) as AdmitRejectCode,
@@ -178,10 +201,12 @@ function dispatchReply(script: string, r: Reply): DispatchResult {
  */
 export class RedisStore implements SchedulingStore {
   readonly #redis: Redis;
+  /** The connection of control traffic (see {@link RedisStoreOptions.control}). */
+  readonly #control: Redis;
   readonly #ownsClient: boolean;
   readonly #keys: StoreKeys;
   readonly #opts: ResolvedStoreOptions;
-  readonly #cmd: (name: string) => { readonly script: string; readonly invoke: Invoke };
+  readonly #cmd: (name: string, client?: Redis) => { readonly script: string; readonly invoke: Invoke };
   #closed = false;
   /** The layout check and epoch claim of this store's prefix, made before its first function call. */
   #layout: Promise<void> | undefined;
@@ -204,18 +229,19 @@ export class RedisStore implements SchedulingStore {
     });
     this.#ownsClient = typeof options.redis === 'string';
     this.#redis = typeof options.redis === 'string' ? new Redis(options.redis) : options.redis;
+    this.#control = options.control ?? this.#redis;
     this.#keys = new StoreKeys(options.prefix);
     this.#connected = this.#redis.status === 'ready';
     this.#redis.on('ready', this.#onReady);
     cachedLibrary ??= loadLibrary();
     const library = cachedLibrary;
-    this.#cmd = (name) => {
+    this.#cmd = (name, client = this.#redis) => {
       const c = library.commands.get(name);
       if (c === undefined) throw new StoreError(StoreErrorCode.SCRIPT_ARGS, name, 'no such script');
       const { functionName, numberOfKeys } = c;
       return {
         script: functionName,
-        invoke: (...args) => this.#fcall(library, functionName, numberOfKeys, args),
+        invoke: (...args) => this.#fcall(client, library, functionName, numberOfKeys, args),
       };
     };
   }
@@ -226,22 +252,23 @@ export class RedisStore implements SchedulingStore {
    * the call is retried once. A call in a lost epoch throws `STATE_LOST` (it changed nothing).
    */
   async #fcall(
+    redis: Redis,
     library: LuaLibrary,
     fn: string,
     numberOfKeys: number,
     args: (string | number)[],
   ): Promise<Reply> {
     const epoch = this.#epoch ?? (await this.#claimed());
-    if (!loaded.has(this.#redis)) await this.#load(library);
+    if (!loaded.has(redis)) await this.#load(redis, library);
     let reply: Reply;
     try {
-      reply = (await this.#redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
+      reply = (await redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
     } catch (err) {
       if (!functionMissing(err)) throw err;
-      loaded.delete(this.#redis);
-      loading.delete(this.#redis);
-      await this.#load(library);
-      reply = (await this.#redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
+      loaded.delete(redis);
+      loading.delete(redis);
+      await this.#load(redis, library);
+      reply = (await redis.fcall(fn, numberOfKeys, ...args, epoch)) as Reply;
     }
     if (reply === ScriptErrorCode.STATE_LOST) throw scriptErrorFromCode(fn, reply);
     return reply;
@@ -303,8 +330,7 @@ export class RedisStore implements SchedulingStore {
     await claim;
   }
 
-  #load(library: LuaLibrary): Promise<void> {
-    const redis = this.#redis;
+  #load(redis: Redis, library: LuaLibrary): Promise<void> {
     let p = loading.get(redis);
     if (p === undefined) {
       p = redis.function('LOAD', library.code).then(
@@ -400,6 +426,7 @@ export class RedisStore implements SchedulingStore {
         l.shared ? '1' : '0',
       );
     }
+    args.push(...usageArgs(input));
     return args;
   }
 
@@ -481,7 +508,7 @@ export class RedisStore implements SchedulingStore {
     const epoch = this.#epoch ?? (await this.#claimed());
     // The epoch read rides with the renewal (one round trip): an idle dispatcher learns of a
     // loss on its next renewal, not only on its next request.
-    const replies = await this.#redis
+    const replies = await this.#control
       .multi()
       .get(this.#keys.epoch())
       .zadd(this.#keys.key('leases'), str(nowMs + leaseMs), owner)
@@ -541,7 +568,7 @@ export class RedisStore implements SchedulingStore {
   ): Promise<{ readonly dropped: readonly string[]; readonly released: readonly string[] }> {
     this.#open('reclaim');
     if (this.#opts.validate) parseInput('reclaim', cancelInputSchema.shape.nowMs, nowMs);
-    const { script, invoke } = this.#cmd('reclaim');
+    const { script, invoke } = this.#cmd('reclaim', this.#control);
     const reply = expectArray(script, await invoke(this.#keys.key('leases'), this.#keys.base, str(nowMs)));
     return {
       dropped: expectArray(script, reply[0] ?? null).map(asString),
@@ -569,7 +596,7 @@ export class RedisStore implements SchedulingStore {
     if (ids.length === 0) return placed;
     // Plain reads of the request records (one pipelined round trip): nothing changes, so no
     // script and no epoch check — after a loss the records are gone and nothing is reported.
-    const pipeline = this.#redis.pipeline();
+    const pipeline = this.#control.pipeline();
     for (const id of ids) pipeline.hmget(this.#keys.key('req', id), 'state', 'replica');
     const replies = (await pipeline.exec()) ?? [];
     replies.forEach(([err, fields], i) => {
@@ -583,7 +610,7 @@ export class RedisStore implements SchedulingStore {
   async snapshot(pool: string, band: number): Promise<QueueSnapshot> {
     this.#open('snapshot');
     if (this.#opts.validate) parseInput('snapshot', snapshotInputSchema, { pool, band });
-    const { script, invoke } = this.#cmd('snapshot');
+    const { script, invoke } = this.#cmd('snapshot', this.#control);
     const reply = expectArray(
       script,
       await invoke(this.#keys.key('flows', pool, band), this.#keys.base, pool, str(band)),
@@ -602,6 +629,25 @@ export class RedisStore implements SchedulingStore {
     return { counters, backlogged, queued };
   }
 
+  async usage(query: UsageQuery): Promise<readonly UsageRow[]> {
+    this.#open('usage');
+    if (this.#opts.validate) parseInput('usage', usageQuerySchema, query);
+    if (query.days.length === 0) return [];
+    // Plain reads, one pipelined round trip: nothing changes, so no script and no epoch check.
+    const pipeline = this.#redis.pipeline();
+    for (const day of query.days) pipeline.hgetall(this.#keys.key('usageDay', day));
+    const replies = (await pipeline.exec()) ?? [];
+    return usageRows(
+      query,
+      replies.map(([err, hash], i) => {
+        if (err) throw err;
+        const fields = new Map<string, number>();
+        for (const [f, v] of Object.entries(hash as Record<string, string>)) fields.set(f, Number(v));
+        return { day: query.days[i] as string, fields };
+      }),
+    );
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -612,6 +658,34 @@ export class RedisStore implements SchedulingStore {
   #open(operation: string): void {
     if (this.#closed) throw new StoreError(StoreErrorCode.CLOSED, operation, 'the store is closed');
   }
+}
+
+/** The usage account and quota arguments after the limits (see includes/usage.lua). */
+function usageArgs(input: AdmitInput): string[] {
+  const u = input.usage;
+  if (u === undefined) return ['', '', '', '', '', '', '', '0'];
+  const quotas = input.quotas ?? [];
+  const args = [
+    '1',
+    u.key ?? '',
+    u.model,
+    u.day,
+    u.month,
+    u.priceIn === undefined ? '' : str(u.priceIn),
+    u.priceOut === undefined ? '' : str(u.priceOut),
+    str(quotas.length),
+  ];
+  for (const q of quotas)
+    args.push(
+      q.scope,
+      q.window,
+      q.kind,
+      str(q.budget),
+      str(q.amount),
+      q.alertAt === undefined ? '' : str(q.alertAt),
+      str(q.resetAtMs),
+    );
+  return args;
 }
 
 /** A request's scalar fields in the order admit-4.lua and restore-1.lua read them. */

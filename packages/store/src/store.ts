@@ -67,13 +67,80 @@ export interface AdmitInput {
   readonly maxQueuedFlow?: number;
   /** Most requests the pool may have queued (all bands). */
   readonly maxQueuedPool?: number;
+  /**
+   * Where the request's usage is recorded when it settles (usage accounting). @default none:
+   * nothing is recorded and no quota can apply
+   */
+  readonly usage?: UsageAccount;
+  /**
+   * Budgets checked after the window limits (they need `usage`): each reserves `amount` in its
+   * window until the request settles, when the reservation is replaced by the true usage.
+   * @default []
+   */
+  readonly quotas?: readonly QuotaCheck[];
 }
 
-export type AdmitRejectCode = 'rpm_limited' | 'tpm_limited' | 'throttled' | 'queue_full' | 'duplicate';
+/**
+ * Who a request's usage is recorded under and when: counted at settle (requests, input and output
+ * tokens, cost when priced) per (tenant, key, model) in the UTC day of its admission, and in its
+ * tenant's and key's day and month totals that quotas read. The tenant is `AdmitInput.tenant`.
+ */
+export interface UsageAccount {
+  /** The API key's id (`sha256:<hex>`); absent for requests without one. */
+  readonly key?: string;
+  readonly model: string;
+  /** UTC day of admission, `YYYY-MM-DD`. */
+  readonly day: string;
+  /** UTC month of admission, `YYYY-MM`. */
+  readonly month: string;
+  /** Price per 1M input tokens; with `priceOut`, cost = (in × priceIn + out × priceOut) / 1e6. */
+  readonly priceIn?: number;
+  /** Price per 1M output tokens. */
+  readonly priceOut?: number;
+}
 
-/** `queued` is the number of requests waiting in the (pool, band) queue after this admission. */
+/** One budget a request is admitted under: its tenant's or its key's, over a UTC day or month. */
+export interface QuotaCheck {
+  readonly scope: 'tenant' | 'key';
+  readonly window: 'day' | 'month';
+  /** `tokens` (input + output) or `spend` (cost, in the prices' currency). */
+  readonly kind: 'tokens' | 'spend';
+  /** Most the window may hold: settled usage plus what running requests reserve. */
+  readonly budget: number;
+  /** What this request reserves: estimated tokens (prompt + output cap) or their cost. */
+  readonly amount: number;
+  /** Usage (settled + reserved) at which one alert per window is reported. @default none */
+  readonly alertAt?: number;
+  /** When the window ends (ms): a refusal's `retryAfterMs` is the time until then. */
+  readonly resetAtMs: number;
+}
+
+/** A budget whose usage reached its alert threshold (reported once per window). */
+export interface QuotaAlert {
+  /** `<scope>:<window>:<kind>`, as in a refusal's key without `quota:`. */
+  readonly quota: string;
+  /** The window's bucket: its day (`YYYY-MM-DD`) or month (`YYYY-MM`). */
+  readonly bucket: string;
+  readonly budget: number;
+  /** Settled usage plus reservations, this request's included. */
+  readonly used: number;
+}
+
+export type AdmitRejectCode =
+  | 'rpm_limited'
+  | 'tpm_limited'
+  | 'throttled'
+  | 'queue_full'
+  | 'duplicate'
+  | 'quota_exceeded';
+
+/**
+ * `queued` is the number of requests waiting in the (pool, band) queue after this admission;
+ * `alerts` the budgets this admission brought to their alert threshold (absent if none). A
+ * `quota_exceeded` refusal's key is `quota:<scope>:<window>:<kind>`.
+ */
 export type AdmitResult =
-  | { readonly ok: true; readonly queued: number }
+  | { readonly ok: true; readonly queued: number; readonly alerts?: readonly QuotaAlert[] }
   | {
       readonly ok: false;
       readonly code: AdmitRejectCode;
@@ -177,7 +244,10 @@ export interface SettleInput {
   readonly nowMs: number;
   /** Total weighted cost the request should have been charged; the counter is corrected to it. */
   readonly finalCost: number;
-  /** True tokens, to true-up TPM windows reserved at admission. */
+  /**
+   * True tokens (input + output), to true-up TPM windows reserved at admission; with
+   * `outputTokens`, the usage recorded for a request admitted with a usage account (whole tokens).
+   */
   readonly actualTokens: number;
   /** True output length, appended to the flow's length history (VTC(predict)). */
   readonly outputTokens: number;
@@ -258,6 +328,30 @@ export interface RestoreResult {
   readonly forgotten: number;
 }
 
+/** Which recorded usage to read (see {@link SchedulingStore.usage}). */
+export interface UsageQuery {
+  /** UTC days to read, `YYYY-MM-DD` (at most 400). */
+  readonly days: readonly string[];
+  readonly tenant?: string;
+  /** API key id (`sha256:<hex>`). */
+  readonly key?: string;
+  readonly model?: string;
+}
+
+/** Usage of one (tenant, key, model) on one UTC day. */
+export interface UsageRow {
+  readonly day: string;
+  readonly tenant: string;
+  /** API key id; '' for requests without a key. */
+  readonly key: string;
+  readonly model: string;
+  readonly requests: number;
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  /** Cost at the prices configured when each request was admitted; 0 when none were. */
+  readonly cost: number;
+}
+
 /** A read-only view of one queue, for metrics, tests and the conformance suite. */
 export interface QueueSnapshot {
   readonly counters: Readonly<Record<string, number>>;
@@ -308,6 +402,9 @@ export interface SchedulingStore {
    * Ends a running request: corrects its flow's counter so the request was charged `finalCost` in
    * total, releases its reservation, replaces its true-up windows' amounts by `actualTokens`,
    * records `outputTokens` in the flow's history and keeps its interaction open for another ttl.
+   * A request admitted with a usage account has its usage recorded and its quota reservations
+   * replaced by that usage. A running request reclaimed with its owner's lease keeps its quota
+   * reservations (its true usage is unknown; counting the estimate never lets a budget overshoot).
    * Returns false if the request was not running.
    */
   settle(input: SettleInput): Promise<boolean>;
@@ -377,5 +474,10 @@ export interface SchedulingStore {
   placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>>;
   /** Counters of every flow seen in the queue; backlogged flows in `fair` order with their queue lengths. */
   snapshot(pool: string, band: number): Promise<QueueSnapshot>;
+  /**
+   * Recorded usage per (day, tenant, key, model) over the days of `query`, filtered by its fields.
+   * Optional like `requeue`; both built-in backends implement it.
+   */
+  usage?(query: UsageQuery): Promise<readonly UsageRow[]>;
   close(): Promise<void>;
 }

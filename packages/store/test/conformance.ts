@@ -3,9 +3,11 @@ import {
   type AdmitInput,
   type DispatchInput,
   type QueuedRequest,
+  type QuotaCheck,
   type ReplicaCandidate,
   type SchedulingStore,
   tenantScoped,
+  type UsageAccount,
   type WindowLimit,
 } from '../src/index.ts';
 
@@ -1094,6 +1096,178 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       it('holds restored requests under their owner’s lease', async () => {
         await restore([{ req: makeReq('q', { owner: 'gone' }), windows: [] }]);
         expect(await s.reclaim(500 + 31_000)).toEqual({ dropped: ['q'], released: [] });
+      });
+    });
+
+    describe('usage accounting and quotas', () => {
+      const account = (over: Partial<UsageAccount> = {}): UsageAccount => ({
+        key: 'sha256:k1',
+        model: 'm',
+        day: '2026-11-24',
+        month: '2026-11',
+        ...over,
+      });
+      const quota = (over: Partial<QuotaCheck> = {}): QuotaCheck => ({
+        scope: 'tenant',
+        window: 'day',
+        kind: 'tokens',
+        budget: 100,
+        amount: 40,
+        resetAtMs: 1_000,
+        ...over,
+      });
+      async function run(id: string, over: Partial<AdmitInput>, actual: number, output: number) {
+        const r = await s.admit(admitOf(makeReq(id), over));
+        if (!r.ok) return r;
+        await dispatchedId();
+        await s.settle({ id, nowMs: 1, finalCost: 0, actualTokens: actual, outputTokens: output });
+        return r;
+      }
+
+      it('records requests, input and output tokens and cost per (day, tenant, key, model)', async () => {
+        const priced = account({ priceIn: 0.5, priceOut: 1.5 });
+        await run('u1', { usage: priced }, 30, 10);
+        await run('u2', { usage: priced }, 7, 3);
+        await run('u3', { usage: account({ key: 'sha256:k2', model: 'n' }) }, 5, 5);
+        await run('u4', { tenant: 'other', usage: account({ key: 'sha256:k3' }) }, 9, 1);
+        await run('u5', {}, 50, 50); // no account: not recorded
+        const usage = s.usage?.bind(s);
+        if (usage === undefined) throw new Error('usage missing');
+        expect(await usage({ days: ['2026-11-24'], tenant: 't' })).toEqual([
+          {
+            day: '2026-11-24',
+            tenant: 't',
+            key: 'sha256:k1',
+            model: 'm',
+            requests: 2,
+            inputTokens: 24,
+            outputTokens: 13,
+            cost: (20 * 0.5 + 10 * 1.5) / 1e6 + (4 * 0.5 + 3 * 1.5) / 1e6,
+          },
+          {
+            day: '2026-11-24',
+            tenant: 't',
+            key: 'sha256:k2',
+            model: 'n',
+            requests: 1,
+            inputTokens: 0,
+            outputTokens: 5,
+            cost: 0,
+          },
+        ]);
+        expect(await usage({ days: ['2026-11-24'], model: 'm' })).toHaveLength(2);
+        expect(await usage({ days: ['2026-11-24'], key: 'sha256:k3' })).toMatchObject([
+          { tenant: 'other', requests: 1, inputTokens: 8, outputTokens: 1 },
+        ]);
+        expect(await usage({ days: ['2026-11-23', '2026-11-25'] })).toEqual([]);
+      });
+
+      it('refuses a request whose reservation does not fit the budget, changing nothing', async () => {
+        const q = { usage: account(), quotas: [quota()] };
+        expect(await run('a', q, 30, 10)).toMatchObject({ ok: true }); // used 40
+        expect(await run('b', q, 45, 5)).toMatchObject({ ok: true }); // used 90
+        const refused = await s.admit(admitOf(makeReq('c'), { ...q, nowMs: 400 }));
+        expect(refused).toEqual({
+          ok: false,
+          code: 'quota_exceeded',
+          retryAfterMs: 600,
+          key: 'quota:tenant:day:tokens',
+        });
+        // A reservation of 10 still fits (90 + 10 <= 100).
+        expect(await s.admit(admitOf(makeReq('d'), { ...q, quotas: [quota({ amount: 10 })] }))).toMatchObject(
+          {
+            ok: true,
+          },
+        );
+        // Another tenant's and another day's budgets are their own.
+        expect(await s.admit(admitOf(makeReq('e'), { ...q, tenant: 'other' }))).toMatchObject({ ok: true });
+        expect(
+          await s.admit(admitOf(makeReq('f'), { ...q, usage: account({ day: '2026-11-25' }) })),
+        ).toMatchObject({ ok: true });
+      });
+
+      it('holds a reservation while the request runs and returns what it did not use at settle', async () => {
+        const q = { usage: account(), quotas: [quota({ budget: 100, amount: 60 })] };
+        expect(await s.admit(admitOf(makeReq('a'), q))).toMatchObject({ ok: true });
+        await dispatchedId();
+        expect(await s.admit(admitOf(makeReq('b'), q))).toMatchObject({ ok: false, code: 'quota_exceeded' });
+        await s.settle({ id: 'a', nowMs: 1, finalCost: 0, actualTokens: 15, outputTokens: 5 });
+        expect(await s.admit(admitOf(makeReq('b'), q))).toMatchObject({ ok: true }); // 15 + 60
+        expect(await s.cancel('b', 2)).toBe(true); // a cancelled request gives its reservation back
+        expect(await s.admit(admitOf(makeReq('c'), { ...q, quotas: [quota({ amount: 85 })] }))).toMatchObject(
+          {
+            ok: true,
+          },
+        );
+      });
+
+      it('keeps key, tenant, day, month, token and spend budgets apart', async () => {
+        const priced = account({ priceIn: 1_000_000, priceOut: 2_000_000 }); // 1 and 2 per token
+        const spend = quota({ scope: 'key', window: 'month', kind: 'spend', budget: 50, amount: 0 });
+        expect(await run('a', { usage: priced, quotas: [spend] }, 30, 10)).toMatchObject({ ok: true }); // 40
+        const next = { usage: priced, quotas: [{ ...spend, amount: 11 }] };
+        expect(await s.admit(admitOf(makeReq('b'), next))).toMatchObject({
+          ok: false,
+          code: 'quota_exceeded',
+          key: 'quota:key:month:spend',
+        });
+        // The month's spend counts another day's usage; another key's budget is untouched.
+        const otherDay = { ...next, usage: { ...priced, day: '2026-11-30' } };
+        expect(await s.admit(admitOf(makeReq('c'), otherDay))).toMatchObject({ ok: false });
+        const otherKey = { ...next, usage: { ...priced, key: 'sha256:k9' } };
+        expect(await s.admit(admitOf(makeReq('d'), otherKey))).toMatchObject({ ok: true });
+        // Tokens of the tenant's day: 30 used (20 in, 10 out).
+        const tokens = { usage: priced, quotas: [quota({ budget: 50, amount: 21 })] };
+        expect(await s.admit(admitOf(makeReq('e'), tokens))).toMatchObject({
+          ok: false,
+          key: 'quota:tenant:day:tokens',
+        });
+      });
+
+      it('reports an alert once per window when usage reaches its threshold', async () => {
+        const q = (amount: number) => ({ usage: account(), quotas: [quota({ amount, alertAt: 80 })] });
+        const first = await run('a', q(50), 50, 10);
+        expect(first).toEqual({ ok: true, queued: 1 });
+        const second = await s.admit(admitOf(makeReq('b'), q(30)));
+        expect(second).toEqual({
+          ok: true,
+          queued: 1,
+          alerts: [{ quota: 'tenant:day:tokens', bucket: '2026-11-24', budget: 100, used: 80 }],
+        });
+        await dispatchedId();
+        await s.settle({ id: 'b', nowMs: 2, finalCost: 0, actualTokens: 5, outputTokens: 1 });
+        expect(await s.admit(admitOf(makeReq('c'), q(30)))).toEqual({ ok: true, queued: 1 });
+        const nextDay = {
+          usage: account({ day: '2026-11-25' }),
+          quotas: [quota({ amount: 90, alertAt: 80 })],
+        };
+        expect(await s.admit(admitOf(makeReq('d'), nextDay))).toMatchObject({
+          alerts: [{ bucket: '2026-11-25', used: 90 }],
+        });
+      });
+
+      it('keeps the reservation of a running request reclaimed with its dead owner, and drops a queued one’s', async () => {
+        const q = { usage: account(), quotas: [quota({ budget: 100, amount: 40 })] };
+        expect(await s.admit(admitOf(makeReq('run', { owner: 'dead' }), q))).toMatchObject({ ok: true });
+        await dispatchedId();
+        expect(await s.admit(admitOf(makeReq('wait', { owner: 'dead' }), q))).toMatchObject({ ok: true });
+        await s.renewOwner('dead', 0, 10);
+        expect(await s.reclaim(10)).toEqual({ dropped: ['wait'], released: ['run'] });
+        // 40 stay counted for the request that ran (its usage is unknown); the queued one's 40 are back.
+        const check = (amount: number) =>
+          s.admit(admitOf(makeReq(`n${amount}`), { ...q, quotas: [quota({ amount })] }));
+        expect(await check(61)).toMatchObject({ ok: false, code: 'quota_exceeded' });
+        expect(await check(60)).toMatchObject({ ok: true });
+        expect(await s.usage?.({ days: ['2026-11-24'] })).toEqual([]);
+      });
+
+      it('rejects quotas without a usage account, and a key quota without a key', async () => {
+        await expect(s.admit(admitOf(makeReq('x'), { quotas: [quota()] }))).rejects.toThrow(/quotas/);
+        await expect(
+          s.admit(
+            admitOf(makeReq('y'), { usage: account({ key: undefined }), quotas: [quota({ scope: 'key' })] }),
+          ),
+        ).rejects.toThrow(/key quota/);
       });
     });
 

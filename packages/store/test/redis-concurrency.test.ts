@@ -8,20 +8,27 @@ import { connect, deletePrefix } from './redis-harness.ts';
 
 const CLIENTS = 4;
 
-describe('RedisStore under concurrent dispatchers', () => {
+describe.each([
+  { connections: 'one connection each', pipelined: false },
+  // As a dispatcher connects (infrastructure.ts): calls of one event-loop turn in one write, and
+  // renewals, reclaims and snapshots on a second connection.
+  { connections: 'auto-pipelined, with a control connection', pipelined: true },
+])('RedisStore under concurrent dispatchers ($connections)', ({ pipelined }) => {
   let clients: Redis[];
+  let controls: Redis[];
   let stores: RedisStore[];
 
   beforeEach(() => {
     const prefix = uniquePrefix('conc');
-    clients = Array.from({ length: CLIENTS }, () => connect());
-    stores = clients.map((redis) => new RedisStore({ redis, prefix }));
+    clients = Array.from({ length: CLIENTS }, () => connect({ enableAutoPipelining: pipelined }));
+    controls = pipelined ? clients.map(() => connect({ enableAutoPipelining: true })) : [];
+    stores = clients.map((redis, i) => new RedisStore({ redis, control: controls[i], prefix }));
   });
 
   afterEach(async () => {
     await deletePrefix(clients[0] as Redis, stores[0] as RedisStore);
     await Promise.all(stores.map((s) => s.close()));
-    await Promise.all(clients.map((c) => c.quit()));
+    await Promise.all([...clients, ...controls].map((c) => c.quit()));
   });
 
   it('admits exactly the shared RPM limit however many dispatchers race for it', async () => {

@@ -1,5 +1,5 @@
 import { redisUrl, uniquePrefix } from '@fairway/testkit';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { purgeStore, RedisStore, type StoreOptions } from '../src/index.ts';
 
 /** Deletes every key of a store prefix (tests clean up after themselves). */
@@ -7,9 +7,9 @@ export async function deletePrefix(redis: Redis, store: RedisStore): Promise<voi
   await purgeStore(redis, store.keys.prefix);
 }
 
-/** Opens a client on the test Redis. */
-export function connect(): Redis {
-  return new Redis(redisUrl(), { lazyConnect: false, maxRetriesPerRequest: 2 });
+/** Opens a client on the test Redis (`options`: e.g. auto-pipelining, as the dispatcher connects). */
+export function connect(options: RedisOptions = {}): Redis {
+  return new Redis(redisUrl(), { lazyConnect: false, maxRetriesPerRequest: 2, ...options });
 }
 
 /** A Redis store on a fresh prefix of the test Redis, and its cleanup. */

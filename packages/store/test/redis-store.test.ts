@@ -1,3 +1,4 @@
+import { uniquePrefix } from '@fairway/testkit';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StoreError, StoreErrorCode } from '../src/errors.ts';
@@ -25,6 +26,46 @@ describeStoreConformance('redis', async () => {
       await store.close();
     },
   };
+});
+
+describeStoreConformance('redis, auto-pipelined with a control connection', async () => {
+  const requests = connect({ enableAutoPipelining: true });
+  const control = connect({ enableAutoPipelining: true });
+  const store = new RedisStore({ redis: requests, control, prefix: uniquePrefix('store') });
+  return {
+    store,
+    dispose: async () => {
+      await deletePrefix(redis, store);
+      await store.close();
+      await Promise.all([requests.quit(), control.quit()]);
+    },
+  };
+});
+
+describe('control connection', () => {
+  it('renews leases, reclaims and snapshots while the request connection is held up', async () => {
+    const requests = connect({ enableAutoPipelining: true });
+    const control = connect({ enableAutoPipelining: true });
+    const store = new RedisStore({ redis: requests, control, prefix: uniquePrefix('store') });
+    try {
+      await store.renewOwner('d1', 0, 10_000); // claims the epoch, loads the library
+      await store.reclaim(0);
+      // A blocking read holds the request connection for 2 s; what queues behind it waits too.
+      const blocked = requests.blpop(`${store.keys.base}:nothing`, 2).then(() => 'requests');
+      const queuedBehind = store.reserved('r1').then(() => 'queued behind');
+      const controlCalls = Promise.all([
+        store.renewOwner('d1', 1, 10_000),
+        store.reclaim(1),
+        store.snapshot('p', 0),
+      ]).then(() => 'control');
+      expect(await Promise.race([blocked, queuedBehind, controlCalls])).toBe('control');
+      expect(await Promise.race([blocked, queuedBehind])).toBe('requests');
+    } finally {
+      await deletePrefix(redis, store);
+      await store.close();
+      await Promise.all([requests.quit(), control.quit()]);
+    }
+  });
 });
 
 describe('redis functions library', () => {

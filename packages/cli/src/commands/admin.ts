@@ -14,6 +14,7 @@ import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsSecurityOf } from '../nats-flags.ts';
+import { registerAdminUsageCommand } from './admin-usage.ts';
 
 /** Connection flags every `fairway admin` subcommand takes. */
 interface BusFlags extends NatsFlags {
@@ -266,6 +267,57 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
       limits: limitsOf(f),
     });
   });
+
+  common(
+    admin
+      .command('quota')
+      .description(
+        'set the token and spend budgets of a tenant, a key or the default (per UTC day and month); no budget flags clears them',
+      )
+      .argument('<scope>', 'tenant, key or default')
+      .argument('[id]', 'the tenant id, or the key (or its sha256: id); none for default')
+      .option('--tokens-per-day <n>', 'input + output tokens per UTC day', wholeNumber)
+      .option('--tokens-per-month <n>', 'input + output tokens per UTC month', wholeNumber)
+      .option('--spend-per-day <x>', 'cost per UTC day, at the configured prices', positiveNumber)
+      .option('--spend-per-month <x>', 'cost per UTC month, at the configured prices', positiveNumber)
+      .option(
+        '--alert-at <fraction>',
+        'fraction of a budget that raises its alert (default 0.8)',
+        positiveNumber,
+      ),
+  ).action(
+    async (
+      scope: string,
+      id: string | undefined,
+      f: BusFlags & {
+        tokensPerDay?: number;
+        tokensPerMonth?: number;
+        spendPerDay?: number;
+        spendPerMonth?: number;
+        alertAt?: number;
+      },
+    ) => {
+      if (!['tenant', 'key', 'default'].includes(scope))
+        throw new UsageError([`scope: must be tenant, key or default, not "${scope}"`]);
+      const target = scope === 'key' && id !== undefined && !id.startsWith('sha256:') ? hashApiKey(id) : id;
+      const { tokensPerDay, tokensPerMonth, spendPerDay, spendPerMonth, alertAt } = f;
+      const quotas = Object.fromEntries(
+        Object.entries({ tokensPerDay, tokensPerMonth, spendPerDay, spendPerMonth, alertAt }).filter(
+          ([, v]) => v !== undefined,
+        ),
+      );
+      await publish(f, {
+        type: 'quotaSet',
+        at: Date.now(),
+        ...by(f),
+        scope: scope as 'tenant' | 'key' | 'default',
+        ...(target !== undefined ? { id: target } : {}),
+        quotas,
+      });
+    },
+  );
+
+  registerAdminUsageCommand(admin, io, setCode);
 
   connection(
     admin

@@ -35,6 +35,10 @@ export interface PlanOptions {
   readonly out?: string | undefined;
   /** A performance-model file from `fairway profile`, used instead of profiling the presets. */
   readonly perfModel?: string | undefined;
+  /** `nvlink` or `pcie`: the link a replica's GPUs all-reduce over at TP > 1. */
+  readonly interconnect?: string | undefined;
+  /** `slo-aware` (default: Aladdin's room for every baseline) or `own` (KV and sequence slots only). */
+  readonly baselines?: string | undefined;
 }
 
 /** Reads a performance-model file; problems (unreadable, not JSON, invalid fields) are appended. */
@@ -122,6 +126,14 @@ export function registerPlanCommand(program: Command, io: CliIo, setCode: (code:
     .option('--placements <list>', `placement policies (default ${PLACEMENT_NAMES.join(',')})`)
     .option('--tp <list>', 'tensor-parallel degrees to consider (default 1,2,4,8)')
     .option('--max-replicas <n>', 'largest fleet searched (default 64)')
+    .option(
+      '--interconnect <link>',
+      'nvlink or pcie: how a replica’s GPUs all-reduce at TP > 1 (default NVLink where the GPU has it)',
+    )
+    .option(
+      '--baselines <info>',
+      'slo-aware (default: baselines get Aladdin’s SLO-aware room and sequence reports) or own (KV and sequence slots only)',
+    )
     .option('--seed <n>', 'seed (default 1)')
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--out <dir>', 'also write plan.json and gpus-vs-rate.svg to this directory')
@@ -171,6 +183,12 @@ export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number>
   const maxReplicas = numberList('--max-replicas', opts.maxReplicas, true, problems)?.[0];
   const seed = numberList('--seed', opts.seed, true, problems)?.[0];
   const placements = opts.placements?.split(',').map((p) => p.trim());
+  const interconnect = opts.interconnect;
+  if (interconnect !== undefined && interconnect !== 'nvlink' && interconnect !== 'pcie')
+    problems.push(`--interconnect: "${interconnect}" is neither nvlink nor pcie`);
+  const baselines = opts.baselines;
+  if (baselines !== undefined && baselines !== 'slo-aware' && baselines !== 'own')
+    problems.push(`--baselines: "${baselines}" is neither slo-aware nor own`);
   for (const p of placements ?? [])
     if (!(PLACEMENT_NAMES as readonly string[]).includes(p))
       problems.push(`--placements: unknown placement "${p}"; known: ${PLACEMENT_NAMES.join(', ')}`);
@@ -190,13 +208,19 @@ export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number>
     tps,
     maxReplicas,
     seed,
+    interconnect: interconnect as 'nvlink' | 'pcie' | undefined,
+    baselineCapacity: baselines as 'slo-aware' | 'own' | undefined,
     onProgress: opts.json ? undefined : (m) => io.err(`${m}\n`),
   });
   if (opts.json) io.out(`${JSON.stringify(plan)}\n`);
   else {
     const fit = plan.performance.fit;
-    const savings = plan.aladdinSavingsVsJsq
-      .map((s) => `${(plan.traceRate * s.rateScale).toFixed(1)} req/s: ${(s.saving * 100).toFixed(0)}%`)
+    const savings = plan.aladdinSavingsVsBest
+      .filter((s) => s.saving !== undefined)
+      .map(
+        (s) =>
+          `${(plan.traceRate * s.rateScale).toFixed(1)} req/s: ${((s.saving as number) * 100).toFixed(0)}% (vs ${s.best})`,
+      )
       .join(', ');
     io.out(
       [
@@ -207,7 +231,7 @@ export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number>
         `performance model${opts.perfModel ? ` (from ${opts.perfModel})` : ''} fit error (MAPE): prefill ${(fit.prefill.mape * 100).toFixed(1)}%, decode ${(fit.decode.mape * 100).toFixed(1)}%, KV ${((fit.kv?.mape ?? 0) * 100).toFixed(1)}%`,
         `GPUs needed (window ${plan.windowS} s of ${plan.trace}; ${plan.infeasible} requests excluded as infeasible on any fleet):`,
         table(plan),
-        ...(savings ? [`Aladdin vs JSQ: ${savings} fewer GPUs`] : []),
+        ...(savings ? [`Aladdin vs the best baseline: ${savings} fewer GPUs`] : []),
         '',
       ].join('\n'),
     );

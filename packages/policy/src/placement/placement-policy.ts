@@ -45,6 +45,30 @@ export interface ReplicaState {
   readonly stale: boolean;
   /** Its sequences' progress, when the replica source reports it. @default unknown */
   readonly sequences?: readonly SequenceProgress[] | undefined;
+  /**
+   * Time until the engine's step in flight ends, ms, when the source knows it (the simulator
+   * does): a prompt sent now is prefilled after it, which counts against its TTFT. @default 0
+   */
+  readonly stepRemainingMs?: number | undefined;
+}
+
+/** What a placement knows about the request the store will place next. */
+export interface PlacementContext {
+  /**
+   * Time the request has waited since arrival, ms (counts against its TTFT, Aladdin constraint c).
+   * The store picks the request in the same atomic step, so the gateway passes the wait of the
+   * request it expects the pick to be: the oldest it holds queued in the pool. @default 0
+   */
+  readonly waitedMs?: number | undefined;
+}
+
+/** A replica offered to the store with the room the placement allows on it. */
+export interface PlacementCandidate {
+  readonly replica: ReplicaState;
+  /** KV tokens the store may have reserved on it in total after the placement. */
+  readonly tokenCapacity: number;
+  /** Sequences the store may have reserved on it after the placement. */
+  readonly seqCapacity: number;
 }
 
 /** A placement policy: orders replicas, best first. */
@@ -67,6 +91,14 @@ export interface PlacementPolicy {
    * offers the smaller of this and the replica's own capacity. Absent: the replica's capacity.
    */
   capacity?(replica: ReplicaState): { readonly tokenCapacity: number; readonly seqCapacity: number };
+  /**
+   * Optional: the whole placement decision at once — the fresh replicas in order of preference,
+   * each with the room the store may fill on it for the request described by `ctx` (Aladdin's
+   * Algorithm 1 needs every replica to waive constraint c on the one where a first token comes
+   * soonest). When present the gateway uses it instead of `order` and `capacity`, still offering
+   * no more than a replica's own capacity.
+   */
+  place?(replicas: readonly ReplicaState[], ctx: PlacementContext): readonly PlacementCandidate[];
 }
 
 /** Requests on a replica as far as anyone knows: the larger of the store's and the engine's count. */

@@ -4,8 +4,9 @@
   the owner's default lease, the counter lift and the enqueue. A rejection changes nothing.
 
   admitRequest(o) reads the admission arguments from ARGV[o + 2] on, in admit-4.lua's layout (o = 0
-  there): ARGV[o + 2] id ... ARGV[o + 22] tenant, ARGV[o + 23] number of limits n, then 8 per limit.
-  admissionEnd(o) is the index of its last argument (nil if n is not a number).
+  there): ARGV[o + 2] id ... ARGV[o + 22] tenant, ARGV[o + 23] number of limits n, then 8 per limit,
+  then the usage account and quotas (includes/usage.lua, e = o + 23 + 8n). admissionEnd(o) is the
+  index of its last argument (nil if a count is not a number).
 
   Windows and the interaction belong to the request's tenant: their keys are the caller's keys
   prefixed with lp(tenant) (as tenantScoped in keys.ts), so no key a request names reaches another
@@ -16,14 +17,16 @@
 --- @include "queue"
 --- @include "windows"
 --- @include "interactions"
+--- @include "usage"
 
 local function admissionEnd(o)
   local n = tonumber(ARGV[o + 23])
   if n == nil then return nil end
-  return o + 23 + n * 8
+  return usageEnd(o + 23 + n * 8)
 end
 
--- { 1, queued } admitted (queued = size of the (pool, band) queue), or { 0, code, retryAfterMs, key }.
+-- { 1, queued [, alerts] } admitted (queued = size of the (pool, band) queue; alerts as
+-- reserveQuotas returns them, only if any), or { 0, code, retryAfterMs, key }.
 local function admitRequest(o)
   local id, pool, band, flow = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
   local owner = ARGV[o + 10]
@@ -55,6 +58,9 @@ local function admitRequest(o)
       if retry ~= nil then return { 0, ARGV[b + 5], fmt(retry), ARGV[b] } end
     end
   end
+  local ue = o + 23 + nLimits * 8
+  local overQuota = checkQuotas(ue, ARGV[o + 22], now)
+  if overQuota ~= nil then return overQuota end
 
   if ARGV[o + 18] ~= '' then
     local n = redis.call('ZCARD', key_fifo(pool, band, flow))
@@ -93,7 +99,9 @@ local function admitRequest(o)
   local fm = sortKey(num(ARGV[o + 7])) .. id
   record[#record + 1] = 'fm'
   record[#record + 1] = fm
+  local alerts = reserveQuotas(ue, ARGV[o + 22], record)
   redis.call('HSET', reqKey, unpack(record))
   local size = enqueue(pool, band, flow, id, fm, seq, ARGV[o + 6], ARGV[o + 7], cont == '1', ARGV[o + 14])
+  if #alerts > 0 then return { 1, size, alerts } end
   return { 1, size }
 end

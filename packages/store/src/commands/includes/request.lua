@@ -5,9 +5,10 @@
     fm (the request's member in its flow's FIFOs: sortKey(arrival) .. id),
     state ('q' queued, 'r' running), replica, charged,
     grown (tokens its reservation grew by while it runs, on top of reserve; absent if none),
-    ikey, ittl (interaction, '' if none), wn (number of windows), wk<i>, wt<i> (window key, '1' if true-up).
+    ikey, ittl (interaction, '' if none), wn (number of windows), wk<i>, wt<i> (window key, '1' if true-up),
+    ua, qn and the usage account's fields (includes/usage.lua; absent without one).
 ]]
-local REQ_FIELDS = { 'state', 'pool', 'band', 'flow', 'charged', 'replica', 'reserve', 'grown', 'owner', 'cont', 'fm', 'ikey', 'ittl', 'wn' }
+local REQ_FIELDS = { 'state', 'pool', 'band', 'flow', 'charged', 'replica', 'reserve', 'grown', 'owner', 'cont', 'fm', 'ikey', 'ittl', 'wn', 'ua', 'qn' }
 
 -- The record's fields but `rec`, `arrival` and `cost` (each field in a reply costs the script),
 -- with wk<i>, wt<i> of its windows; nil if there is no record.

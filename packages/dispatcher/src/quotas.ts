@@ -1,0 +1,113 @@
+import type { ModelPrice, QuotasConfig, RequestDescriptor } from '@fairway/core';
+import type { QuotaCheck, UsageAccount } from '@fairway/store';
+
+const DAY_MS = 86_400_000;
+
+/** Fraction of a budget at which its alert is raised, when `quotas.alertAt` says nothing. */
+export const DEFAULT_ALERT_AT = 0.8;
+
+/** The UTC day (`YYYY-MM-DD`) of a time in ms. */
+export function utcDay(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10);
+}
+
+/** The UTC day and month buckets of `nowMs` and when each ends (ms). */
+export function usageWindows(nowMs: number): {
+  day: string;
+  month: string;
+  dayEndMs: number;
+  monthEndMs: number;
+} {
+  const d = new Date(nowMs);
+  return {
+    day: utcDay(nowMs),
+    month: utcDay(nowMs).slice(0, 7),
+    dayEndMs: (Math.floor(nowMs / DAY_MS) + 1) * DAY_MS,
+    monthEndMs: Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1),
+  };
+}
+
+/** Every UTC day from `from` to `to` (inclusive, `YYYY-MM-DD`), or undefined if more than `max`. */
+export function daysBetween(from: string, to: string, max = 400): string[] | undefined {
+  const start = Date.parse(`${from}T00:00:00Z`);
+  const end = Date.parse(`${to}T00:00:00Z`);
+  if (Number.isNaN(start) || Number.isNaN(end) || end < start) return [];
+  const n = (end - start) / DAY_MS + 1;
+  if (n > max) return undefined;
+  return Array.from({ length: n }, (_, i) => utcDay(start + i * DAY_MS));
+}
+
+/** Cost of tokens at a model's prices (per 1M tokens), as the store computes it at settle. */
+export function costOf(price: ModelPrice | undefined, input: number, output: number): number {
+  return price === undefined ? 0 : (input * price.input + output * price.output) / 1_000_000;
+}
+
+/** What {@link usageAdmission} needs to know of the fleet's configuration. */
+export interface QuotaSources {
+  /** Prices of a model, if configured. */
+  priceOf(model: string): ModelPrice | undefined;
+  /** A tenant's budgets (its own, else the default), if any. */
+  tenantQuotas(tenant: string): QuotasConfig | undefined;
+  /** A key's own budgets, if any. */
+  keyQuotas(keyId: string): QuotasConfig | undefined;
+}
+
+function checksOf(
+  scope: QuotaCheck['scope'],
+  q: QuotasConfig | undefined,
+  tokens: number,
+  spend: number,
+  w: ReturnType<typeof usageWindows>,
+): QuotaCheck[] {
+  if (q === undefined) return [];
+  const alert = q.alertAt ?? DEFAULT_ALERT_AT;
+  const out: QuotaCheck[] = [];
+  const add = (window: 'day' | 'month', kind: 'tokens' | 'spend', budget: number | undefined): void => {
+    if (budget === undefined) return;
+    out.push({
+      scope,
+      window,
+      kind,
+      budget,
+      amount: kind === 'tokens' ? tokens : spend,
+      alertAt: budget * alert,
+      resetAtMs: window === 'day' ? w.dayEndMs : w.monthEndMs,
+    });
+  };
+  add('day', 'tokens', q.tokensPerDay);
+  add('month', 'tokens', q.tokensPerMonth);
+  add('day', 'spend', q.spendPerDay);
+  add('month', 'spend', q.spendPerMonth);
+  return out;
+}
+
+/**
+ * A request's usage account and the budgets it is admitted under: its tenant's and its key's,
+ * each reserving the request's estimated tokens (`reservedTokens`: prompt + output cap, as the
+ * TPM limits reserve) or their cost, in the UTC day and month of `nowMs`.
+ */
+export function usageAdmission(
+  sources: QuotaSources,
+  req: RequestDescriptor,
+  nowMs: number,
+  reservedTokens: number,
+): { usage: UsageAccount; quotas: QuotaCheck[] } {
+  const w = usageWindows(nowMs);
+  const price = sources.priceOf(req.model);
+  const usage: UsageAccount = {
+    model: req.model,
+    day: w.day,
+    month: w.month,
+    ...(req.keyId !== undefined ? { key: req.keyId } : {}),
+    ...(price !== undefined ? { priceIn: price.input, priceOut: price.output } : {}),
+  };
+  const output = Math.max(0, reservedTokens - req.inputTokens);
+  const spend = costOf(price, Math.min(req.inputTokens, reservedTokens), output);
+  const quotas = [
+    ...checksOf('tenant', sources.tenantQuotas(req.tenant), reservedTokens, spend, w),
+    ...(req.keyId === undefined
+      ? []
+      : checksOf('key', sources.keyQuotas(req.keyId), reservedTokens, spend, w)),
+  ];
+  return { usage, quotas };
+}

@@ -1,0 +1,147 @@
+--[[
+  Usage accounting and quotas (admit, admitAndDispatch, settle, settleAndDispatch, cancel, reclaim).
+
+  A request admitted with a usage account records, when it settles, its requests / input / output
+  tokens / cost in its admission day's row (key_usageDay(day), fields <metric> .. lp(tenant) ..
+  lp(key) .. model, metric r, i, o or c) and its tokens and cost in the totals of its tenant and
+  its key for that day and month (key_usageTotal('tenant:' .. id | 'key:' .. id, day | month),
+  fields t tokens, c cost, rt / rc reserved by running requests, at / ac alert sent). Quotas read
+  these totals: settled usage plus reservations plus the request's amount must fit the budget.
+  Floats are added in Lua and stored with fmt, in the same order as memory-store.ts.
+
+  Admission arguments after the window limits (e = admission's last limit argument):
+    ARGV[e + 1] '1' with a usage account, '' without (the rest is then '' and 0 quotas)
+    ARGV[e + 2] key id ('' none)  ARGV[e + 3] model  ARGV[e + 4] day  ARGV[e + 5] month
+    ARGV[e + 6] price in per 1M tokens ('' none)  ARGV[e + 7] price out ('' none)
+    ARGV[e + 8] number of quotas m, then 7 per quota: scope ('tenant' | 'key'), window ('day' |
+    'month'), kind ('tokens' | 'spend'), budget, amount, alertAt ('' none), resetAtMs
+
+  Record fields: ua ('1'), ut tenant, uk, um, ud, umo, upi, upo, qn, and per quota qk<i> (totals
+  key), qf<i> (rt | rc), qr<i> (amount reserved).
+]]
+--- @include "numbers"
+
+-- Index of the last usage argument after e, nil if the count is not a number.
+local function usageEnd(e)
+  local m = tonumber(ARGV[e + 8])
+  if m == nil then return nil end
+  return e + 8 + m * 7
+end
+
+local function addFloat(key, field, amount)
+  redis.call('HSET', key, field, fmt(num(redis.call('HGET', key, field)) + amount))
+end
+
+local function totalKey(scope, tenant, keyId, bucket)
+  if scope == 'key' then return key_usageTotal('key:' .. keyId, bucket) end
+  return key_usageTotal('tenant:' .. tenant, bucket)
+end
+
+-- nil if every quota fits; else the refusal { 0, 'quota_exceeded', retryAfterMs, key }.
+local function checkQuotas(e, tenant, now)
+  if ARGV[e + 1] ~= '1' then return nil end
+  for i = 0, num(ARGV[e + 8]) - 1 do
+    local b = e + 9 + i * 7
+    local bucket = ARGV[b + 1] == 'month' and ARGV[e + 5] or ARGV[e + 4]
+    local tk = totalKey(ARGV[b], tenant, ARGV[e + 2], bucket)
+    local used = ARGV[b + 2] == 'spend' and { 'c', 'rc' } or { 't', 'rt' }
+    local v = redis.call('HMGET', tk, used[1], used[2])
+    if num(v[1]) + num(v[2]) + num(ARGV[b + 4]) > num(ARGV[b + 3]) then
+      return { 0, 'quota_exceeded', fmt(math.max(0, num(ARGV[b + 6]) - now)),
+        'quota:' .. ARGV[b] .. ':' .. ARGV[b + 1] .. ':' .. ARGV[b + 2] }
+    end
+  end
+  return nil
+end
+
+-- Appends the usage fields to an admitted request's record, reserves its quotas and returns the
+-- alerts this admission set off: { quota, bucket, budget, used, ... } (flat).
+local function reserveQuotas(e, tenant, record)
+  local alerts = {}
+  if ARGV[e + 1] ~= '1' then return alerts end
+  local m = num(ARGV[e + 8])
+  local fields = {
+    'ua', '1', 'ut', tenant, 'uk', ARGV[e + 2], 'um', ARGV[e + 3], 'ud', ARGV[e + 4],
+    'umo', ARGV[e + 5], 'upi', ARGV[e + 6], 'upo', ARGV[e + 7], 'qn', m,
+  }
+  for _, f in ipairs(fields) do record[#record + 1] = f end
+  for i = 0, m - 1 do
+    local b = e + 9 + i * 7
+    local bucket = ARGV[b + 1] == 'month' and ARGV[e + 5] or ARGV[e + 4]
+    local tk = totalKey(ARGV[b], tenant, ARGV[e + 2], bucket)
+    local spend = ARGV[b + 2] == 'spend'
+    local uf, rf, af = 't', 'rt', 'at'
+    if spend then uf, rf, af = 'c', 'rc', 'ac' end
+    local amount = num(ARGV[b + 4])
+    local v = redis.call('HMGET', tk, uf, rf)
+    redis.call('HSET', tk, rf, fmt(num(v[2]) + amount))
+    local n = i + 1
+    record[#record + 1] = 'qk' .. n
+    record[#record + 1] = tk
+    record[#record + 1] = 'qf' .. n
+    record[#record + 1] = rf
+    record[#record + 1] = 'qr' .. n
+    record[#record + 1] = ARGV[b + 4]
+    local used = num(v[1]) + num(v[2]) + amount
+    if ARGV[b + 5] ~= '' and used >= num(ARGV[b + 5]) and redis.call('HSETNX', tk, af, '1') == 1 then
+      alerts[#alerts + 1] = ARGV[b] .. ':' .. ARGV[b + 1] .. ':' .. ARGV[b + 2]
+      alerts[#alerts + 1] = bucket
+      alerts[#alerts + 1] = ARGV[b + 3]
+      alerts[#alerts + 1] = fmt(used)
+    end
+  end
+  return alerts
+end
+
+-- Gives back a request's quota reservations (settle, or a queued request dropped).
+local function releaseQuotas(id, r)
+  local n = num(r.qn)
+  if n == 0 then return end
+  local names = {}
+  for i = 1, n do
+    names[#names + 1] = 'qk' .. i
+    names[#names + 1] = 'qf' .. i
+    names[#names + 1] = 'qr' .. i
+  end
+  local q = redis.call('HMGET', key_req(id), unpack(names))
+  for i = 1, #q, 3 do addFloat(q[i], q[i + 1], -num(q[i + 2])) end
+end
+
+-- Adds amounts to fields of one hash, one read and one write (numbers stored with fmt).
+local function addFields(key, fields, amounts)
+  local v = redis.call('HMGET', key, unpack(fields))
+  local kv = {}
+  for i = 1, #fields do
+    kv[#kv + 1] = fields[i]
+    kv[#kv + 1] = fmt(num(v[i]) + amounts[i])
+  end
+  redis.call('HSET', key, unpack(kv))
+end
+
+-- Records a settled request's usage (whole tokens) and replaces its reservations by it.
+local function recordUsage(id, r, actualTokens, outputTokens)
+  if r.ua ~= '1' then return end
+  local out = math.floor(outputTokens)
+  local inp = math.floor(actualTokens) - out
+  if inp < 0 then inp = 0 end
+  local u = redis.call('HMGET', key_req(id), 'ut', 'uk', 'um', 'ud', 'umo', 'upi', 'upo')
+  local tenant, keyId, day, month = u[1], u[2], u[4], u[5]
+  local priced = u[6] ~= '' or u[7] ~= ''
+  local cost = (inp * num(u[6]) + out * num(u[7])) / 1000000
+  local row = lp(tenant) .. lp(keyId) .. u[3]
+  if priced then
+    addFields(key_usageDay(day), { 'r' .. row, 'i' .. row, 'o' .. row, 'c' .. row }, { 1, inp, out, cost })
+  else
+    addFields(key_usageDay(day), { 'r' .. row, 'i' .. row, 'o' .. row }, { 1, inp, out })
+  end
+  local totals = { totalKey('tenant', tenant, keyId, day), totalKey('tenant', tenant, keyId, month) }
+  if keyId ~= '' then
+    totals[3] = totalKey('key', tenant, keyId, day)
+    totals[4] = totalKey('key', tenant, keyId, month)
+  end
+  for _, tk in ipairs(totals) do
+    if priced then addFields(tk, { 't', 'c' }, { inp + out, cost })
+    else addFields(tk, { 't' }, { inp + out }) end
+  end
+  releaseQuotas(id, r)
+end
