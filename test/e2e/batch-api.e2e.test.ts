@@ -154,14 +154,24 @@ describe('the Batch API through the openai client', () => {
       endpoint: '/v1/chat/completions',
       completion_window: '24h',
     });
+    // Cancel once it runs and some lines are done.
+    for (const deadline = Date.now() + 30_000; ; ) {
+      const b = await acme.batches.retrieve(created.id);
+      if ((b.request_counts?.completed ?? 0) >= 5) break;
+      if (Date.now() > deadline) throw new Error(`batch never ran: ${b.status}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
     const cancelling = await acme.batches.cancel(created.id);
     expect(['cancelling', 'cancelled']).toContain(cancelling.status);
     const done = await waitDone(acme, created.id);
+    // Cancelling again answers the batch as it is.
+    expect((await acme.batches.cancel(created.id)).status).toBe('cancelled');
     expect(done.status).toBe('cancelled');
     expect(done.cancelling_at).not.toBeNull();
     expect(done.cancelled_at).not.toBeNull();
     const counts = done.request_counts!;
     expect(counts.total).toBe(2000);
+    expect(counts.completed).toBeGreaterThanOrEqual(5);
     expect(counts.completed).toBeLessThan(2000);
     // What ran before the cancel is in the output, once per line.
     const out = done.output_file_id
@@ -169,6 +179,38 @@ describe('the Batch API through the openai client', () => {
       : [];
     expect(out).toHaveLength(counts.completed);
     expect(new Set(out.map((l) => JSON.parse(l).custom_id)).size).toBe(out.length);
+  });
+
+  it('cancels a batch still validating: it ends cancelled with no output', async () => {
+    const file = await acme.files.create({
+      file: await toFile(Buffer.from(jsonl(50, 'v')), 'v.jsonl'),
+      purpose: 'batch',
+    });
+    const created = await acme.batches.create({
+      input_file_id: file.id,
+      endpoint: '/v1/chat/completions',
+      completion_window: '24h',
+    });
+    await acme.batches.cancel(created.id);
+    const done = await waitDone(acme, created.id);
+    expect(done.status).toBe('cancelled');
+    expect(done.request_counts!.completed).toBeLessThanOrEqual(50);
+  });
+
+  it('fails a batch whose lines target another endpoint than its own, naming the line', async () => {
+    const file = await acme.files.create({
+      file: await toFile(Buffer.from(jsonl(3, 'm')), 'm.jsonl'),
+      purpose: 'batch',
+    });
+    const created = await acme.batches.create({
+      input_file_id: file.id,
+      endpoint: '/v1/completions',
+      completion_window: '24h',
+    });
+    const done = await waitDone(acme, created.id);
+    expect(done.status).toBe('failed');
+    expect(done.failed_at).not.toBeNull();
+    expect(done.errors?.data?.[0]).toMatchObject({ code: 'mismatched_endpoint', line: 1 });
   });
 
   it("keeps a tenant's files and batches from every other tenant (404, as if absent)", async () => {

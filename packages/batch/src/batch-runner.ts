@@ -96,9 +96,11 @@ export class BatchRunner {
       removeOnFail: { count: 1000 },
     });
     this.#worker.on('error', (err) => this.#logger.warn({ err: err.message }, 'batch: worker error'));
-    this.#worker.on('failed', (job, err) =>
-      this.#logger.error({ job: job?.id, err: err.message }, 'batch: job failed for good'),
-    );
+    this.#worker.on('failed', (job, err) => {
+      // BullMQ reports every failed attempt; only the last one is for good.
+      if (job !== undefined && job.attemptsMade < (job.opts.attempts ?? 1)) return;
+      this.#logger.error({ job: job?.id, err: err.message }, 'batch: job failed for good');
+    });
   }
 
   /** Starts taking jobs. */
@@ -146,17 +148,43 @@ export class BatchRunner {
     await this.#store.moveStatus(batch, 'failed', 'failed_at', ['validating']);
   }
 
-  /** Reads and checks the input file, stores its lines and queues them (again, harmlessly, on a re-run). */
+  /**
+   * Reads and checks the input file, stores its lines, moves the batch in progress, then queues
+   * its lines. A re-run (its dispatcher died) queues them again: lines already recorded are skipped.
+   */
   async #startBatch(batch: string): Promise<void> {
     const f = await this.#store.batchFields(batch);
     if (f === undefined) return;
-    if (f.status === 'cancelling') {
+    if (f.status === 'validating' && !(await this.#validate(batch, f))) {
+      // Cancelled while validating: nothing was queued, so nothing else will finish it.
       await this.#store.moveStatus(batch, 'cancelled', 'cancelled_at', ['cancelling']);
       return;
     }
-    if (f.status !== 'validating') return;
-    const tenant = f.tenant ?? '';
-    const content = await this.#store.fileContent(tenant, f.input_file_id ?? '');
+    const now = await this.#store.batchFields(batch);
+    const total = Number.parseInt(now?.total ?? '0', 10);
+    if (now?.status === 'cancelling' && total === 0) {
+      await this.#store.moveStatus(batch, 'cancelled', 'cancelled_at', ['cancelling']);
+      return;
+    }
+    // Line k of every batch before line k+1 of any: a new batch is not stuck behind a long one.
+    for (let from = 0; from < total; from += 1000) {
+      await this.#queue.addBulk(
+        Array.from({ length: Math.min(1000, total - from) }, (_, k) => ({
+          name: 'line',
+          data: { batch, index: from + k },
+          opts: {
+            jobId: `${batch}-${from + k}`,
+            priority: Math.min(from + k + 1, MAX_PRIORITY),
+            ...this.#retrying(),
+          },
+        })),
+      );
+    }
+  }
+
+  /** Checks a validating batch's input file and stores its lines; false if the batch failed (or moved on). */
+  async #validate(batch: string, f: Record<string, string>): Promise<boolean> {
+    const content = await this.#store.fileContent(f.tenant ?? '', f.input_file_id ?? '');
     if (content === undefined) {
       await this.#fail(batch, [
         {
@@ -166,7 +194,7 @@ export class BatchRunner {
           line: null,
         },
       ]);
-      return;
+      return false;
     }
     let lines: ReturnType<typeof parseBatchInput>;
     try {
@@ -176,7 +204,7 @@ export class BatchRunner {
       await this.#fail(batch, [
         { code: 'invalid_request', message: err.message, param: 'input_file_id', line: err.line },
       ]);
-      return;
+      return false;
     }
     const wrong = lines.findIndex((l) => l.url !== f.endpoint);
     if (wrong >= 0) {
@@ -188,21 +216,14 @@ export class BatchRunner {
           line: wrong + 1,
         },
       ]);
-      return;
+      return false;
     }
     await this.#store.putLines(
       batch,
       lines.map((l) => JSON.stringify(l)),
     );
-    // Line k of every batch before line k+1 of any: a new batch is not stuck behind a long one.
-    await this.#queue.addBulk(
-      lines.map((_, i) => ({
-        name: 'line',
-        data: { batch, index: i },
-        opts: { jobId: `${batch}-${i}`, priority: Math.min(i + 1, MAX_PRIORITY), ...this.#retrying() },
-      })),
-    );
-    await this.#store.moveStatus(batch, 'in_progress', 'in_progress_at', ['validating']);
+    // Lines are queued only once the batch is in progress, so no line job sees it validating.
+    return this.#store.moveStatus(batch, 'in_progress', 'in_progress_at', ['validating']);
   }
 
   async #record(batch: string, index: number, outcome: Outcome, counter: LineCounter): Promise<void> {
