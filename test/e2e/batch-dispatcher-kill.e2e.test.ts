@@ -1,9 +1,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BATCH_QUEUE, BatchKeys } from '@fairway/batch';
 import { startNatsServer, startRedisServer, type TestServer, uniquePrefix } from '@fairway/testkit';
-import { Queue } from 'bullmq';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
