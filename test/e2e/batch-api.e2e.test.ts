@@ -11,6 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
  */
 const KEY_ACME = 'sk-fairway-acme-demo';
 const KEY_GLOBEX = 'sk-fairway-globex-demo';
+/** The upload limit these tests set (FAIRWAY_BATCH_MAX_FILE_BYTES). */
+const MAX_FILE_BYTES = 1_000_000;
 
 function jsonl(n: number, tag: string): string {
   return Array.from({ length: n }, (_, i) =>
@@ -46,7 +48,7 @@ describe('the Batch API through the openai client', () => {
       redisUrl: redis.url,
       port: 0,
       operatorPort: 0,
-      env: {},
+      env: { FAIRWAY_BATCH_MAX_FILE_BYTES: String(MAX_FILE_BYTES) },
       speed: 20,
       logger: createLogger({ level: 'warn', name: 'batch-e2e' }),
     });
@@ -267,6 +269,12 @@ describe('the Batch API through the openai client', () => {
       expect(err).toMatchObject({ status: 400, type: 'invalid_request_error', param: 'file' });
       expect(err.message).toMatch(message);
     }
+    const tooLarge = await acme.files
+      .create({ file: await toFile(Buffer.from(jsonl(8000, 'big')), 'big.jsonl'), purpose: 'batch' })
+      .catch((e) => e);
+    expect(jsonl(8000, 'big').length).toBeGreaterThan(MAX_FILE_BYTES);
+    expect(tooLarge).toMatchObject({ status: 413, param: 'file' });
+    expect(tooLarge.message).toMatch(`at most ${MAX_FILE_BYTES} bytes`);
     const wrongPurpose = await acme.files
       .create({ file: await toFile(Buffer.from(jsonl(1, 'p')), 'x.jsonl'), purpose: 'assistants' })
       .catch((e) => e);
@@ -282,6 +290,32 @@ describe('the Batch API through the openai client', () => {
       param: 'endpoint',
     });
     const anon = await fetch(`${up.url}/v1/files`);
+    expect(anon.status).toBe(401);
+  });
+});
+
+describe('the Batch API without Redis (fairway up on the in-memory store)', () => {
+  let up: UpHandle;
+
+  beforeAll(async () => {
+    up = await startUp({
+      port: 0,
+      operatorPort: 0,
+      env: {},
+      logger: createLogger({ level: 'warn', name: 'batch-e2e' }),
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await up?.close();
+  });
+
+  it('answers 501 with what to do, after authenticating', async () => {
+    const client = new OpenAI({ apiKey: KEY_ACME, baseURL: `${up.url}/v1`, maxRetries: 0 });
+    const err = await client.batches.list().catch((e) => e);
+    expect(err).toMatchObject({ status: 501, code: 'not_implemented' });
+    expect(err.message).toMatch(/needs Redis: start fairway with REDIS_URL/);
+    const anon = await fetch(`${up.url}/v1/batches`);
     expect(anon.status).toBe(401);
   });
 });

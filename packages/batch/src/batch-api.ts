@@ -48,6 +48,8 @@ export function batchApi(options: BatchApiOptions): DispatcherPlugin {
   return async (dispatcher, infrastructure) => {
     const limits = { ...DEFAULT_BATCH_LIMITS, ...options.limits };
     const sloClass = options.sloClass ?? batchSloClass(options.config.sloClasses);
+    if (!options.config.sloClasses.some((c) => c.name === sloClass))
+      throw new Error(`FAIRWAY_BATCH_SLO_CLASS: unknown SLO class "${sloClass}"`);
     const newId = (): string => randomBytes(12).toString('hex');
     const logger = options.logger.child({ component: 'batch' });
     const redis = infrastructure.redis;
@@ -79,19 +81,35 @@ export function batchApi(options: BatchApiOptions): DispatcherPlugin {
   };
 }
 
-const runnerEnvSchema = z.object({
+const batchEnvSchema = z.object({
   FAIRWAY_BATCH_CONCURRENCY: z.coerce.number().int().min(1).max(10_000).optional(),
   FAIRWAY_BATCH_LOCK_MS: z.coerce.number().int().min(1000).optional(),
+  FAIRWAY_BATCH_MAX_FILE_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024)
+    .max(512 * 1024 * 1024)
+    .optional(),
+  FAIRWAY_BATCH_SLO_CLASS: z.string().min(1).optional(),
 });
 
+/** What {@link batchEnv} reads: the parts of {@link BatchApiOptions} the environment may set. */
+export type BatchEnvOptions = Pick<BatchApiOptions, 'limits' | 'sloClass' | 'runner'>;
+
 /**
- * The batch runner's options from the environment: `FAIRWAY_BATCH_CONCURRENCY` (lines a dispatcher
- * runs at once) and `FAIRWAY_BATCH_LOCK_MS` (how soon a dead dispatcher's lines run elsewhere).
+ * Batch options from the environment: `FAIRWAY_BATCH_CONCURRENCY` (lines a dispatcher runs at
+ * once), `FAIRWAY_BATCH_LOCK_MS` (how soon a dead dispatcher's lines run elsewhere),
+ * `FAIRWAY_BATCH_MAX_FILE_BYTES` (largest upload) and `FAIRWAY_BATCH_SLO_CLASS`.
  */
-export function batchRunnerEnv(env: Readonly<Record<string, string | undefined>>): BatchRunnerOptions {
-  const e = parseWith(runnerEnvSchema, env, 'environment');
+export function batchEnv(env: Readonly<Record<string, string | undefined>>): BatchEnvOptions {
+  const e = parseWith(batchEnvSchema, env, 'environment');
   return {
-    ...(e.FAIRWAY_BATCH_CONCURRENCY !== undefined ? { concurrency: e.FAIRWAY_BATCH_CONCURRENCY } : {}),
-    ...(e.FAIRWAY_BATCH_LOCK_MS !== undefined ? { lockMs: e.FAIRWAY_BATCH_LOCK_MS } : {}),
+    runner: {
+      ...(e.FAIRWAY_BATCH_CONCURRENCY !== undefined ? { concurrency: e.FAIRWAY_BATCH_CONCURRENCY } : {}),
+      ...(e.FAIRWAY_BATCH_LOCK_MS !== undefined ? { lockMs: e.FAIRWAY_BATCH_LOCK_MS } : {}),
+    },
+    limits:
+      e.FAIRWAY_BATCH_MAX_FILE_BYTES !== undefined ? { maxFileBytes: e.FAIRWAY_BATCH_MAX_FILE_BYTES } : {},
+    sloClass: e.FAIRWAY_BATCH_SLO_CLASS,
   };
 }

@@ -1,4 +1,10 @@
-export { type BatchApiOptions, batchApi, batchRunnerEnv, batchSloClass } from './batch-api.ts';
+export {
+  type BatchApiOptions,
+  type BatchEnvOptions,
+  batchApi,
+  batchEnv,
+  batchSloClass,
+} from './batch-api.ts';
 export { BatchInputError, type BatchRequestLine, parseBatchInput } from './batch-input.ts';
 export { BatchKeys } from './batch-keys.ts';
 export {

@@ -1,4 +1,4 @@
-import { batchApi, batchRunnerEnv } from '@fairway/batch';
+import { batchApi, batchEnv } from '@fairway/batch';
 import { createLogger, loadConfig, redactUrls } from '@fairway/core';
 import { type ServeOverrides, serveSettings, startDispatcher } from '@fairway/dispatcher';
 import type { Command } from 'commander';
@@ -85,7 +85,7 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       settings,
       config,
       logger,
-      plugins: [batchApi({ config, prefix: settings.prefix, logger, runner: batchRunnerEnv(process.env) })],
+      plugins: [batchApi({ config, prefix: settings.prefix, logger, ...batchEnv(process.env) })],
     });
     io.out(
       `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl !== undefined ? redactUrls(settings.redisUrl) : `sentinel ${(settings.redisSentinel ?? config.store.redis)?.name ?? ''}`}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})${running.operatorUrl === undefined ? '' : `; metrics on ${running.operatorUrl}/metrics`}\n`,
