@@ -25,6 +25,15 @@ function jsonl(n: number, tag: string): string {
   ).join('\n');
 }
 
+/** Uploads `text` as a batch input file and creates a batch of it. */
+async function submit(client: OpenAI, text: string, endpoint: '/v1/chat/completions' | '/v1/completions') {
+  const file = await client.files.create({
+    file: await toFile(Buffer.from(text), 'input.jsonl'),
+    purpose: 'batch',
+  });
+  return client.batches.create({ input_file_id: file.id, endpoint, completion_window: '24h' });
+}
+
 async function waitDone(client: OpenAI, id: string, timeoutMs = 60_000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -119,20 +128,7 @@ describe('the Batch API through the openai client', () => {
         body: { model: 'gpt-nope', messages: [{ role: 'user', content: 'hi' }] },
       }),
     ].join('\n');
-    const file = await acme.files.create({
-      file: await toFile(Buffer.from(bad), 'mixed.jsonl'),
-      purpose: 'batch',
-    });
-    const b = await waitDone(
-      acme,
-      (
-        await acme.batches.create({
-          input_file_id: file.id,
-          endpoint: '/v1/chat/completions',
-          completion_window: '24h',
-        })
-      ).id,
-    );
+    const b = await waitDone(acme, (await submit(acme, bad, '/v1/chat/completions')).id);
     expect(b.status).toBe('completed');
     expect(b.request_counts).toEqual({ total: 2, completed: 1, failed: 1 });
     const errors = (await (await acme.files.content(b.error_file_id!)).text())
@@ -147,15 +143,7 @@ describe('the Batch API through the openai client', () => {
   });
 
   it('cancels a running batch: it ends cancelled, and what ran is in its output', async () => {
-    const file = await acme.files.create({
-      file: await toFile(Buffer.from(jsonl(2000, 'c')), 'big.jsonl'),
-      purpose: 'batch',
-    });
-    const created = await acme.batches.create({
-      input_file_id: file.id,
-      endpoint: '/v1/chat/completions',
-      completion_window: '24h',
-    });
+    const created = await submit(acme, jsonl(2000, 'c'), '/v1/chat/completions');
     // Cancel once it runs and some lines are done.
     for (const deadline = Date.now() + 30_000; ; ) {
       const b = await acme.batches.retrieve(created.id);
@@ -184,15 +172,7 @@ describe('the Batch API through the openai client', () => {
   });
 
   it('cancels a batch still validating: it ends cancelled with no output', async () => {
-    const file = await acme.files.create({
-      file: await toFile(Buffer.from(jsonl(50, 'v')), 'v.jsonl'),
-      purpose: 'batch',
-    });
-    const created = await acme.batches.create({
-      input_file_id: file.id,
-      endpoint: '/v1/chat/completions',
-      completion_window: '24h',
-    });
+    const created = await submit(acme, jsonl(50, 'v'), '/v1/chat/completions');
     await acme.batches.cancel(created.id);
     const done = await waitDone(acme, created.id);
     expect(done.status).toBe('cancelled');
@@ -200,15 +180,7 @@ describe('the Batch API through the openai client', () => {
   });
 
   it('fails a batch whose lines target another endpoint than its own, naming the line', async () => {
-    const file = await acme.files.create({
-      file: await toFile(Buffer.from(jsonl(3, 'm')), 'm.jsonl'),
-      purpose: 'batch',
-    });
-    const created = await acme.batches.create({
-      input_file_id: file.id,
-      endpoint: '/v1/completions',
-      completion_window: '24h',
-    });
+    const created = await submit(acme, jsonl(3, 'm'), '/v1/completions');
     const done = await waitDone(acme, created.id);
     expect(done.status).toBe('failed');
     expect(done.failed_at).not.toBeNull();

@@ -10,7 +10,11 @@ import type { BatchStore, LineCounter } from './batch-store.ts';
 
 /** Options of the batch runner. */
 export interface BatchRunnerOptions {
-  /** Lines this dispatcher runs at once (each waits in the fair queue like a client's request). @default 32 */
+  /**
+   * Lines this dispatcher runs at once (each waits in the fair queue like a client's request). A
+   * running line is not preempted, so keep lines in flight below the free sequence slots of the
+   * fleet: an interactive request then finds a slot at once. @default 8
+   */
   readonly concurrency?: number;
   /**
    * How long a worker's hold on a line lasts without renewal, ms: a line held by a dispatcher that
@@ -87,7 +91,7 @@ export class BatchRunner {
       connection: workerConn,
       prefix,
       autorun: false,
-      concurrency: o.concurrency ?? 32,
+      concurrency: o.concurrency ?? 8,
       lockDuration: lockMs,
       stalledInterval: lockMs,
       // A line may be taken again after many dispatcher deaths: its outcome is recorded once anyway.
@@ -304,28 +308,11 @@ export class BatchRunner {
       if (outcome.startsWith('o')) output.push(outcome.slice(1));
       else if (outcome.startsWith('e')) errors.push(outcome.slice(1));
     }
-    const hex = batch.replace(/^batch_/, '');
     const fields: Record<string, string> = {};
-    if (output.length > 0) {
-      const id = `file-${hex}-output`;
-      await this.#store.putFile(tenant, {
-        id,
-        filename: `${batch}_output.jsonl`,
-        purpose: 'batch_output',
-        content: `${output.join('\n')}\n`,
-      });
-      fields.output_file_id = id;
-    }
-    if (errors.length > 0) {
-      const id = `file-${hex}-errors`;
-      await this.#store.putFile(tenant, {
-        id,
-        filename: `${batch}_errors.jsonl`,
-        purpose: 'batch_output',
-        content: `${errors.join('\n')}\n`,
-      });
-      fields.error_file_id = id;
-    }
+    const outputId = await this.#writeFile(tenant, batch, 'output', output);
+    if (outputId !== undefined) fields.output_file_id = outputId;
+    const errorId = await this.#writeFile(tenant, batch, 'errors', errors);
+    if (errorId !== undefined) fields.error_file_id = errorId;
     if (Object.keys(fields).length > 0) await this.#store.setBatchFields(batch, fields);
     if (cancelling) await this.#store.moveStatus(batch, 'cancelled', 'cancelled_at', ['cancelling']);
     else if (Number.parseInt(f.expired ?? '0', 10) > 0)
@@ -333,5 +320,23 @@ export class BatchRunner {
     else await this.#store.moveStatus(batch, 'completed', 'completed_at', ['finalizing']);
     await this.#store.dropWorkingSet(batch);
     this.#logger.info({ batch, completed: output.length, errors: errors.length }, 'batch: finished');
+  }
+
+  /** Stores one of a batch's result files (JSONL); its id follows from the batch, so a re-run rewrites it. */
+  async #writeFile(
+    tenant: string,
+    batch: string,
+    kind: 'output' | 'errors',
+    lines: readonly string[],
+  ): Promise<string | undefined> {
+    if (lines.length === 0) return undefined;
+    const id = `file-${batch.replace(/^batch_/, '')}-${kind}`;
+    await this.#store.putFile(tenant, {
+      id,
+      filename: `${batch}_${kind}.jsonl`,
+      purpose: 'batch_output',
+      content: `${lines.join('\n')}\n`,
+    });
+    return id;
   }
 }
