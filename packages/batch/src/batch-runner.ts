@@ -232,15 +232,23 @@ export class BatchRunner {
 
   async #record(batch: string, index: number, outcome: Outcome, counter: LineCounter): Promise<void> {
     const left = await this.#store.recordLine(batch, index, outcome, counter);
-    if (left === 0)
-      await this.#queue.add('finalize', { batch }, { jobId: `finalize-${batch}`, ...this.#retrying() });
+    if (left === 0) await this.#queueFinalize(batch);
+  }
+
+  async #queueFinalize(batch: string): Promise<void> {
+    await this.#queue.add('finalize', { batch }, { jobId: `finalize-${batch}`, ...this.#retrying() });
   }
 
   /** Runs one line through the dispatcher and records its outcome (unless recorded already). */
   async #runLine(batch: string, index: number): Promise<void> {
     const f = await this.#store.batchFields(batch);
     if (f === undefined || (f.status !== 'in_progress' && f.status !== 'cancelling')) return;
-    if (await this.#store.recorded(batch, index)) return;
+    if (await this.#store.recorded(batch, index)) {
+      // A run of a line whose dispatcher died after recording it, perhaps before queueing the
+      // finalize job: queue it again if every line is settled (finalizing twice is harmless).
+      if (f.total !== undefined && f.settled === f.total) await this.#queueFinalize(batch);
+      return;
+    }
     const src = await this.#store.line(batch, index);
     if (src === undefined) return;
     const line = JSON.parse(src) as { custom_id: string; url: string; body: unknown };

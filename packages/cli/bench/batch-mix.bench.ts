@@ -25,8 +25,15 @@ const BATCH_TOKENS = 16;
 const CONCURRENCY = process.env.BATCH_MIX_CONCURRENCY ?? '8';
 const MODEL = 'llama-2-7b';
 
-/** Time to the first content chunk of one streamed chat completion, ms (undefined if it failed). */
-async function ttftOnce(url: string): Promise<number | undefined> {
+/** One interactive request: time to its first content chunk and its wait in fairway's queue, ms. */
+interface Sample {
+  readonly ttft: number;
+  /** `x-fairway-queue-ms`: the part of the TTFT the scheduler's queue took. */
+  readonly queue: number;
+}
+
+/** One streamed chat completion (undefined if it failed). */
+async function ttftOnce(url: string): Promise<Sample | undefined> {
   const start = performance.now();
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
@@ -49,23 +56,25 @@ async function ttftOnce(url: string): Promise<number | undefined> {
     if (first === undefined && decoder.decode(chunk as Uint8Array).includes('"content"'))
       first = performance.now() - start;
   }
-  return first;
+  return first === undefined
+    ? undefined
+    : { ttft: first, queue: Number(res.headers.get('x-fairway-queue-ms') ?? Number.NaN) };
 }
 
 /** Runs `CLIENTS` closed-loop interactive clients until `stop()` is true; returns the TTFTs and failures. */
-async function interactive(url: string, stop: () => boolean): Promise<{ ttfts: number[]; failed: number }> {
-  const ttfts: number[] = [];
+async function interactive(url: string, stop: () => boolean): Promise<{ samples: Sample[]; failed: number }> {
+  const samples: Sample[] = [];
   let failed = 0;
   await Promise.all(
     Array.from({ length: CLIENTS }, async () => {
       while (!stop()) {
         const t = await ttftOnce(url).catch(() => undefined);
         if (t === undefined) failed++;
-        else ttfts.push(t);
+        else samples.push(t);
       }
     }),
   );
-  return { ttfts, failed };
+  return { samples, failed };
 }
 
 function quantile(xs: number[], q: number): number {
@@ -136,18 +145,28 @@ try {
   await poll;
   const batchS = (performance.now() - batchStart) / 1000;
 
-  const p50a = quantile(alone.ttfts, 0.5);
-  const p50b = quantile(mixed.ttfts, 0.5);
-  const row = (name: string, r: { ttfts: number[]; failed: number }) =>
-    `| ${name.padEnd(26)} | ${String(r.ttfts.length).padStart(8)} | ${String(r.failed).padStart(6)} | ${quantile(r.ttfts, 0.5).toFixed(1).padStart(8)} | ${quantile(r.ttfts, 0.9).toFixed(1).padStart(8)} | ${quantile(r.ttfts, 0.99).toFixed(1).padStart(8)} |`;
+  const ttfts = (r: { samples: Sample[] }) => r.samples.map((x) => x.ttft);
+  const p50a = quantile(ttfts(alone), 0.5);
+  const p50b = quantile(ttfts(mixed), 0.5);
+  const ms = (v: number) => v.toFixed(1).padStart(8);
+  const row = (name: string, r: { samples: Sample[]; failed: number }) => {
+    const t = ttfts(r);
+    const q = r.samples.map((x) => x.queue);
+    return `| ${name.padEnd(26)} | ${String(t.length).padStart(8)} | ${String(r.failed).padStart(6)} | ${ms(quantile(t, 0.5))} | ${ms(quantile(t, 0.9))} | ${ms(quantile(t, 0.99))} | ${ms(quantile(q, 0.5))} | ${ms(quantile(q, 0.99))} |`;
+  };
   console.log(
     `batch-mix: ${CLIENTS} closed-loop interactive clients (${INTERACTIVE_TOKENS} output tokens, streamed), ` +
       `batch of ${LINES} lines (${BATCH_TOKENS} output tokens, ${CONCURRENCY} in flight), 2 engine-sims (max-num-seqs 16, speed ${process.env.BATCH_MIX_SPEED ?? 4})\n`,
   );
-  console.log('| interactive phase          | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 |');
-  console.log('|----------------------------|---------:|-------:|---------:|---------:|---------:|');
+  console.log(
+    '| interactive phase          | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | queue p50 | queue p99 |',
+  );
+  console.log(
+    '|----------------------------|---------:|-------:|---------:|---------:|---------:|----------:|----------:|',
+  );
   console.log(row('alone', alone));
   console.log(row('with the batch running', mixed));
+  console.log("(ms; queue = x-fairway-queue-ms, the wait in fairway's fair queue before dispatch)");
   console.log(`\nTTFT p50 with the batch / alone: ${(p50b / p50a).toFixed(2)}x (target <= 1.2x)`);
   console.log(
     `batch: ${last.status} in ${batchS.toFixed(1)} s (${(LINES / batchS).toFixed(0)} lines/s), request_counts ${JSON.stringify(last.request_counts)}`,
