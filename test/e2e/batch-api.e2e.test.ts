@@ -1,6 +1,8 @@
+import { BatchKeys } from '@fairway/batch';
 import { startUp, type UpHandle } from '@fairway/cli';
 import { createLogger } from '@fairway/core';
 import { startRedisServer, type TestServer } from '@fairway/testkit';
+import { Redis } from 'ioredis';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -46,15 +48,15 @@ async function waitDone(client: OpenAI, id: string, timeoutMs = 60_000) {
 }
 
 describe('the Batch API through the openai client', () => {
-  let redis: TestServer;
+  let redisServer: TestServer;
   let up: UpHandle;
   let acme: OpenAI;
   let globex: OpenAI;
 
   beforeAll(async () => {
-    redis = await startRedisServer();
+    redisServer = await startRedisServer();
     up = await startUp({
-      redisUrl: redis.url,
+      redisUrl: redisServer.url,
       port: 0,
       operatorPort: 0,
       env: { FAIRWAY_BATCH_MAX_FILE_BYTES: String(MAX_FILE_BYTES) },
@@ -67,7 +69,7 @@ describe('the Batch API through the openai client', () => {
 
   afterAll(async () => {
     await up?.close();
-    await redis?.stop();
+    await redisServer?.stop();
   });
 
   it('answers every line once, in a completed batch with the right counts', async () => {
@@ -169,6 +171,41 @@ describe('the Batch API through the openai client', () => {
       : [];
     expect(out).toHaveLength(counts.completed);
     expect(new Set(out.map((l) => JSON.parse(l).custom_id)).size).toBe(out.length);
+  });
+
+  it('expires a batch whose window ends: the lines not run are in the error file as batch_expired', async () => {
+    const created = await submit(acme, jsonl(1000, 'x'), '/v1/chat/completions');
+    for (const deadline = Date.now() + 30_000; ; ) {
+      const b = await acme.batches.retrieve(created.id);
+      if ((b.request_counts?.completed ?? 0) >= 3) break;
+      if (Date.now() > deadline) throw new Error(`batch never ran: ${b.status}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    // 24 hours pass: the stored end of the window moves to the past.
+    const redis = new Redis(redisServer.url);
+    await redis.hset(`${new BatchKeys('fairway').batch(created.id)}`, 'expires_at', '1');
+    redis.disconnect();
+    const done = await waitDone(acme, created.id);
+    expect(done.status).toBe('expired');
+    expect(done.expired_at).not.toBeNull();
+    const counts = done.request_counts!;
+    expect(counts.completed).toBeGreaterThanOrEqual(3);
+    expect(counts.completed).toBeLessThan(1000);
+    const out = done.output_file_id
+      ? (await (await acme.files.content(done.output_file_id)).text()).trim().split('\n')
+      : [];
+    const errors = (await (await acme.files.content(done.error_file_id!)).text())
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { custom_id: string; response: unknown; error: { code: string } });
+    expect(out).toHaveLength(counts.completed);
+    expect(errors.every((e) => e.response === null && e.error.code === 'batch_expired')).toBe(true);
+    // Every line once: answered, or expired.
+    const ids = [
+      ...out.map((l) => (JSON.parse(l) as { custom_id: string }).custom_id),
+      ...errors.map((e) => e.custom_id),
+    ];
+    expect(ids.sort()).toEqual(Array.from({ length: 1000 }, (_, i) => `x-${i}`).sort());
   });
 
   it('cancels a batch still validating: it ends cancelled with no output', async () => {
