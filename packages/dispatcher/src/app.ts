@@ -7,7 +7,7 @@ import type { Tracer } from '@opentelemetry/api';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { ActivityLog } from './activity-log.ts';
 import { AdminEventApplier, type AdminTrust, followAdminEvents } from './admin-events.ts';
-import { keyRingFromConfig } from './auth.ts';
+import { keyRingFromConfig, type Principal } from './auth.ts';
 import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
 import type { CompletionContext } from './completion-handler.ts';
 import { type DispatcherOptions, resolveDispatcherOptions } from './dispatcher-options.ts';
@@ -18,6 +18,7 @@ import { ApiError } from './errors.ts';
 import { bandDepths, replicaSnapshots } from './fleet-view.ts';
 import { GatewayMetrics } from './gateway-metrics.ts';
 import { GatewayRuntime } from './gateway-runtime.ts';
+import { authenticateHeaders, InternalCompletions } from './internal-completion.ts';
 import { useStrictJsonBodies } from './json-body.ts';
 import type { LeaseBackend } from './leader-lease.ts';
 import { loadPoolTokenizers } from './pool-tokenizers.ts';
@@ -76,6 +77,10 @@ export interface Dispatcher {
   readonly operator: FastifyInstance;
   readonly runtime: GatewayRuntime;
   readonly metrics: GatewayMetrics;
+  /** Who a request's `Authorization` header authenticates as (throws the OpenAI-shaped 401s). */
+  readonly authenticate: (headers: Record<string, string | string[] | undefined>) => Principal;
+  /** Completions run for a tenant through the public route, in process (the Batch API's lines). */
+  readonly internal: InternalCompletions;
 }
 
 const KNOWN_ROUTES: Record<string, string> = {
@@ -380,5 +385,12 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     },
   });
   app.addHook('onClose', async () => operator.close());
-  return { app, operator, runtime, metrics };
+  return {
+    app,
+    operator,
+    runtime,
+    metrics,
+    authenticate: (headers) => authenticateHeaders(keys, headers),
+    internal: new InternalCompletions(app, keys),
+  };
 }

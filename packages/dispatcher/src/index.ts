@@ -51,6 +51,12 @@ export {
   type RedisSentinelSettings,
 } from './infrastructure.ts';
 export {
+  authenticateHeaders,
+  type InternalAnswer,
+  type InternalCompletion,
+  InternalCompletions,
+} from './internal-completion.ts';
+export {
   LeaderLease,
   type LeaderLeaseOptions,
   type LeaseBackend,
@@ -69,6 +75,7 @@ export {
   serveSettings,
 } from './serve-settings.ts';
 export {
+  type DispatcherPlugin,
   monotonicTimer,
   type RunningDispatcher,
   type StartDispatcherInput,

@@ -34,6 +34,8 @@ export interface Infrastructure {
   /** `redis` or `memory`, for start-up messages. */
   readonly storeKind: 'redis' | 'memory';
   readonly busKind: 'nats' | 'memory';
+  /** The store's Redis connection (closed with the infrastructure), or undefined on the in-memory store. */
+  readonly redis: Redis | undefined;
   close(): Promise<void>;
 }
 
@@ -228,6 +230,7 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
       : new MemoryLeaseBackend(o.clock),
     storeKind: redis ? 'redis' : 'memory',
     busKind: o.natsUrl !== undefined ? 'nats' : 'memory',
+    redis,
     async close() {
       registry.stop();
       await bus.close();

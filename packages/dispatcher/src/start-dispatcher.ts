@@ -38,7 +38,15 @@ export interface StartDispatcherInput {
   readonly tracer?: Tracer;
   /** Where the `OTEL_*` variables are read. @default the process environment */
   readonly env?: Readonly<Record<string, string | undefined>>;
+  /** Add routes or workers (e.g. the Batch API) to the built dispatcher before it listens. @default none */
+  readonly plugins?: readonly DispatcherPlugin[];
 }
+
+/**
+ * Extends a built dispatcher before it listens: registers routes on `dispatcher.app` and hooks to
+ * stop what it starts when the app closes.
+ */
+export type DispatcherPlugin = (dispatcher: Dispatcher, infrastructure: Infrastructure) => Promise<void>;
 
 /** A listening dispatcher. */
 export interface RunningDispatcher {
@@ -114,6 +122,7 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     dispatcher.metrics.collectProcessMetrics();
     const flushTraces = tracing.shutdown;
     dispatcher.app.addHook('onClose', async () => flushTraces());
+    for (const plugin of input.plugins ?? []) await plugin(dispatcher, infrastructure);
     await dispatcher.app.listen({ host: settings.host, port: settings.port });
   } catch (err) {
     await tracing?.shutdown();

@@ -1,3 +1,4 @@
+import { batchApi, batchEnv } from '@fairway/batch';
 import { createLogger, loadConfig, redactUrls } from '@fairway/core';
 import { type ServeOverrides, serveSettings, startDispatcher } from '@fairway/dispatcher';
 import type { Command } from 'commander';
@@ -92,7 +93,12 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
     )
       settings = { ...settings, redisUrl: 'redis://127.0.0.1:6379' };
     const logger = createLogger({ level: settings.logLevel, name: 'dispatcher' });
-    const running = await startDispatcher({ settings, config, logger });
+    const running = await startDispatcher({
+      settings,
+      config,
+      logger,
+      plugins: [batchApi({ config, prefix: settings.prefix, logger, ...batchEnv(process.env) })],
+    });
     io.out(
       `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl !== undefined ? redactUrls(settings.redisUrl) : `sentinel ${(settings.redisSentinel ?? config.store.redis)?.name ?? ''}`}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})${running.operatorUrl === undefined ? '' : `; metrics on ${running.operatorUrl}/metrics`}\n`,
     );

@@ -1,4 +1,5 @@
 import { fileURLToPath } from 'node:url';
+import { batchApi, batchEnv } from '@fairway/batch';
 import { mergeNatsSecurity } from '@fairway/bus';
 import { createLogger, type FairwayConfig, type Logger, loadConfig, systemClock } from '@fairway/core';
 import {
@@ -183,6 +184,7 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
       config,
       logger,
       infrastructure: infra,
+      plugins: [batchApi({ config, prefix: settings.prefix, logger, ...batchEnv(o.env ?? process.env) })],
       ...(o.tracer === undefined ? {} : { tracer: o.tracer }),
       ...(o.env === undefined ? {} : { env: o.env }),
     });

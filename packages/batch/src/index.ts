@@ -1,0 +1,19 @@
+export {
+  type BatchApiOptions,
+  type BatchEnvOptions,
+  batchApi,
+  batchEnv,
+  batchSloClass,
+} from './batch-api.ts';
+export { BatchInputError, type BatchRequestLine, parseBatchInput } from './batch-input.ts';
+export { BatchKeys } from './batch-keys.ts';
+export {
+  BATCH_ENDPOINTS,
+  type BatchEndpoint,
+  type BatchLimits,
+  DEFAULT_BATCH_LIMITS,
+} from './batch-limits.ts';
+export type { BatchErrorEntry, BatchObject, BatchStatus, FileObject } from './batch-objects.ts';
+export { type BatchRoutesOptions, batchRoutes } from './batch-routes.ts';
+export { BATCH_QUEUE, BatchRunner, type BatchRunnerOptions } from './batch-runner.ts';
+export { BatchStore, type LineCounter } from './batch-store.ts';
