@@ -25,9 +25,16 @@ export type {
   EngineStats,
   PreemptionMode,
   StepCostModel,
+  StepNoise,
+  StepNoiseDistribution,
   StepResult,
 } from './engine-api.ts';
-export { engineConfigSchema, type ResolvedEngineConfig, resolveEngineConfig } from './engine-config.ts';
+export {
+  engineConfigSchema,
+  type ResolvedEngineConfig,
+  resolveEngineConfig,
+  VLLM_STEP_JITTER_CV,
+} from './engine-config.ts';
 export { EngineModel } from './engine-model.ts';
 export { SimError, SimErrorCode } from './errors.ts';
 export { EventQueue } from './event-queue.ts';
