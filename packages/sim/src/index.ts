@@ -38,7 +38,13 @@ export {
 export { EngineModel } from './engine-model.ts';
 export { SimError, SimErrorCode } from './errors.ts';
 export { EventQueue } from './event-queue.ts';
-export { type VtcFairnessBound, vtcFairnessBound } from './fairness-bound.ts';
+export {
+  type BackloggedGap,
+  backloggedServiceGap,
+  backlogIntervals,
+  type VtcFairnessBound,
+  vtcFairnessBound,
+} from './fairness-bound.ts';
 export {
   type AppProfileOptions,
   appProfilesOf,
@@ -148,6 +154,7 @@ export {
 } from './scenario.ts';
 export { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 export { FAIRSERVE_ABUSE_WINDOW_S, FAIRSERVE_ABUSER } from './scenarios/fairserve.ts';
+export { EVIDENCE_SEEDS, overSeeds, type SeedSummary, summarizeSeeds } from './seed-summary.ts';
 export type {
   ControlOp,
   ControlReplica,
