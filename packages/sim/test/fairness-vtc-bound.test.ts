@@ -17,6 +17,7 @@ import type { RequestRecord, SimRun } from '../src/records.ts';
 import { runSimulation } from '../src/runner.ts';
 import { buildRunInput, loadScenario } from '../src/scenario.ts';
 import { overSeeds, type SeedSummary } from '../src/seed-summary.ts';
+import { SEEDED_TIMEOUT_MS, showSeeds } from './support/seeded.ts';
 
 async function simulate(suite: string, policy: OrderingPolicyName, durationS: number, seed: number) {
   const input = buildRunInput(loadScenario(suite), { durationS, seed });
@@ -39,8 +40,7 @@ async function gapOverSeeds(suite: string, policy: OrderingPolicyName, durationS
   return { gap, bound };
 }
 
-const show = (s: SeedSummary) =>
-  `median ${s.median.toFixed(0)}, worst ${s.worst.toFixed(0)} (${s.values.map((v) => v.toFixed(0)).join(', ')})`;
+const show = (s: SeedSummary) => showSeeds(s, 0);
 
 /** A request of `tenant` waiting from `arrivalS` until `dispatchS` (never, if undefined), then charged `cost` at once. */
 function rec(tenant: string, arrivalS: number, dispatchS: number | undefined, cost = 1): RequestRecord {
@@ -123,12 +123,16 @@ describe('VTC fairness bound (Theorem 4.4), every sub-interval, five seeds with 
     'vtc-real',
     'vtc-overload-multi',
   ];
-  it('VTC never lets two backlogged clients differ by more than 2·max(w_in·L_in, w_out·M) in any suite', async () => {
-    for (const suite of ALL) {
-      const { gap, bound } = await gapOverSeeds(suite, 'vtc', 300);
-      expect(gap.worst, `${suite}: ${show(gap)} vs bound ${bound}`).toBeLessThanOrEqual(bound);
-    }
-  });
+  it(
+    'VTC never lets two backlogged clients differ by more than 2·max(w_in·L_in, w_out·M) in any suite',
+    async () => {
+      for (const suite of ALL) {
+        const { gap, bound } = await gapOverSeeds(suite, 'vtc', 300);
+        expect(gap.worst, `${suite}: ${show(gap)} vs bound ${bound}`).toBeLessThanOrEqual(bound);
+      }
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 
   // Backlogged clients sending at different rates: FCFS serves them in proportion to their rates.
   const FCFS_UNBOUNDED = [
@@ -138,28 +142,40 @@ describe('VTC fairness bound (Theorem 4.4), every sub-interval, five seeds with 
     'vtc-poisson-short-long-2',
     'vtc-real',
   ];
-  it('FCFS exceeds the bound under every seed wherever backlogged clients send at different rates', async () => {
-    for (const suite of FCFS_UNBOUNDED) {
-      const { gap, bound } = await gapOverSeeds(suite, 'fcfs', suite === 'vtc-real' ? 600 : 300);
-      expect(gap.best, `${suite}: ${show(gap)} vs bound ${bound}`).toBeGreaterThan(bound);
-    }
-  });
+  it(
+    'FCFS exceeds the bound under every seed wherever backlogged clients send at different rates',
+    async () => {
+      for (const suite of FCFS_UNBOUNDED) {
+        const { gap, bound } = await gapOverSeeds(suite, 'fcfs', suite === 'vtc-real' ? 600 : 300);
+        expect(gap.best, `${suite}: ${show(gap)} vs bound ${bound}`).toBeGreaterThan(bound);
+      }
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 
-  it('LCF exceeds the bound in the median over seeds on the real workload, where clients return with lagging counters', async () => {
-    // Whether a returning client is itself backlogged (sends above what LCF hands it) depends on the
-    // draw: under seed 3 none is, and LCF stays at 8196 (seeds 1–5: 56229, 47681, 8196, 43435, 40910).
-    const { gap, bound } = await gapOverSeeds('vtc-real', 'lcf', 600);
-    expect(gap.median, `vtc-real: ${show(gap)} vs bound ${bound}`).toBeGreaterThan(bound);
-  });
+  it(
+    'LCF exceeds the bound in the median over seeds on the real workload, where clients return with lagging counters',
+    async () => {
+      // Whether a returning client is itself backlogged (sends above what LCF hands it) depends on the
+      // draw: under seed 3 none is, and LCF stays at 8196 (seeds 1–5: 56229, 47681, 8196, 43435, 40910).
+      const { gap, bound } = await gapOverSeeds('vtc-real', 'lcf', 600);
+      expect(gap.median, `vtc-real: ${show(gap)} vs bound ${bound}`).toBeGreaterThan(bound);
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 
-  it("keeps VTC's windowed max diff on vtc-overload at most half of FCFS's under every seed, at equal throughput (±3%)", async () => {
-    for (const seed of [1, 2, 3, 4, 5]) {
-      const vtc = computeMetrics((await simulate('vtc-overload', 'vtc', 600, seed)).run);
-      const fcfs = computeMetrics((await simulate('vtc-overload', 'fcfs', 600, seed)).run);
-      expect(vtc.fairness.maxDiff, `seed ${seed}`).toBeLessThanOrEqual(fcfs.fairness.maxDiff / 2);
-      const t = vtc.throughput.tokensPerS;
-      const f = fcfs.throughput.tokensPerS;
-      expect(Math.abs(t - f) / f, `seed ${seed}`).toBeLessThanOrEqual(0.03);
-    }
-  });
+  it(
+    "keeps VTC's windowed max diff on vtc-overload at most half of FCFS's under every seed, at equal throughput (±3%)",
+    async () => {
+      for (const seed of [1, 2, 3, 4, 5]) {
+        const vtc = computeMetrics((await simulate('vtc-overload', 'vtc', 600, seed)).run);
+        const fcfs = computeMetrics((await simulate('vtc-overload', 'fcfs', 600, seed)).run);
+        expect(vtc.fairness.maxDiff, `seed ${seed}`).toBeLessThanOrEqual(fcfs.fairness.maxDiff / 2);
+        const t = vtc.throughput.tokensPerS;
+        const f = fcfs.throughput.tokensPerS;
+        expect(Math.abs(t - f) / f, `seed ${seed}`).toBeLessThanOrEqual(0.03);
+      }
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 });
