@@ -1,4 +1,4 @@
-import { xoroshiro128plus } from 'pure-rand/generator/xoroshiro128plus';
+import { xoroshiro128plusFromState } from 'pure-rand/generator/xoroshiro128plus';
 
 /**
  * Seeded random source. Every random choice in fairway goes through one of these so that a seed
@@ -27,14 +27,36 @@ function hashLabel(label: string): number {
   return h >>> 0;
 }
 
+/**
+ * One SplitMix32 step (Steele, Lea & Flood, "Fast splittable pseudorandom number generators",
+ * OOPSLA 2014, 32-bit variant with MurmurHash3's finaliser): advances `state` by the golden-ratio
+ * increment and returns the mixed output. Used only to expand a seed into xoroshiro's 128-bit state,
+ * so that nearby seeds (1, 2, 3, …) start uncorrelated streams: pure-rand's `xoroshiro128plus(seed)`
+ * puts the seed into the state unmixed, and its first outputs for seeds n and n+1 differ by one.
+ */
+function splitMix32(state: { s: number }): number {
+  state.s = (state.s + 0x9e3779b9) | 0;
+  let z = state.s;
+  z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
+  z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
+  return (z ^ (z >>> 16)) >>> 0;
+}
+
+/** xoroshiro128+'s four 32-bit state words from a 32-bit seed, through SplitMix32 (never all zero). */
+function seedState(seed: number): number[] {
+  const st = { s: seed | 0 };
+  const words = [splitMix32(st), splitMix32(st), splitMix32(st), splitMix32(st)].map((w) => w | 0);
+  return words.some((w) => w !== 0) ? words : [1, 0, 0, 0];
+}
+
 class XoroshiroRng implements Rng {
   readonly #seed: number;
-  readonly #gen: ReturnType<typeof xoroshiro128plus>;
+  readonly #gen: ReturnType<typeof xoroshiro128plusFromState>;
   #spare: number | undefined;
 
   constructor(seed: number) {
     this.#seed = seed >>> 0;
-    this.#gen = xoroshiro128plus(this.#seed);
+    this.#gen = xoroshiro128plusFromState(seedState(this.#seed));
   }
 
   next(): number {
@@ -76,7 +98,7 @@ class XoroshiroRng implements Rng {
   }
 }
 
-/** Creates a seeded RNG (xoroshiro128+ from `pure-rand`). */
+/** Creates a seeded RNG (xoroshiro128+ from `pure-rand`, its state expanded from `seed` by SplitMix32). */
 export function createRng(seed: number): Rng {
   return new XoroshiroRng(seed);
 }

@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import { linearCost } from '@fairway/core';
 import { type OrderingPolicyName, orderingPolicyByName, placementByName, vtcPolicy } from '@fairway/policy';
 import type { TopLevelSpec } from 'vega-lite';
-import { vtcFairnessBound } from '../src/fairness-bound.ts';
+import { backloggedServiceGap, vtcFairnessBound } from '../src/fairness-bound.ts';
 import { computeMetrics, type SimMetrics, windowServiceDifference } from '../src/metrics.ts';
 import { ServiceCurve } from '../src/metrics-curve.ts';
 import { renderSvg } from '../src/plots.ts';
@@ -27,6 +27,7 @@ import {
   type ScenarioRunInput,
 } from '../src/scenario.ts';
 import { VTC_SCENARIOS } from '../src/scenarios/vtc.ts';
+import { EVIDENCE_SEEDS, type SeedSummary, summarizeSeeds } from '../src/seed-summary.ts';
 
 const { values: args } = parseArgs({ options: { out: { type: 'string' } } });
 const OUT = resolve(args.out ?? join(import.meta.dirname, '..', '..', '..', 'reports'));
@@ -521,7 +522,7 @@ async function table2(): Promise<Map<string, Sim>> {
     lcf.fairness.avgDiff < fcfs.fairness.avgDiff &&
     Math.abs(vtc.throughput.tokensPerS - fcfs.throughput.tokensPerS) / fcfs.throughput.tokensPerS < 0.03;
   summary.push([
-    'Table 2',
+    'Table 2 (seed 42)',
     "VTC's Avg Diff well below FCFS's and LCF's at equal throughput; RPM(5) cuts throughput",
     `Avg Diff VTC ${f0(vtc.fairness.avgDiff)}, LCF ${f0(lcf.fairness.avgDiff)}, FCFS ${f0(fcfs.fairness.avgDiff)}; RPM(5) ${pct(R.rpm5Ratio)} of VTC's throughput`,
     yes(
@@ -532,8 +533,8 @@ async function table2(): Promise<Map<string, Sim>> {
   return sims;
 }
 
-/** Seeds of the prediction sweep on `vtc-real`: the scenario's own and six others. */
-const SWEEP_SEEDS = [42, 1, 2, 3, 4, 5, 6];
+/** Seeds of the prediction sweep on `vtc-real`. */
+const SWEEP_SEEDS = EVIDENCE_SEEDS;
 
 /**
  * Where the prediction variants stand against VTC on vtc-real, stated from the numbers: one
@@ -555,7 +556,7 @@ async function predictionNote(sims: ReadonlyMap<string, Sim>): Promise<string> {
     for (const seed of SWEEP_SEEDS) list.push((await simulate('vtc-real', policy, { seed })).m.fairness);
     runs.set(label, list);
   }
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const mean = (xs: number[]) => summarizeSeeds(xs).median;
   const vtcRuns = runs.get('VTC')!;
   const rows = policies.map(([label]) => {
     const list = runs.get(label)!;
@@ -586,9 +587,9 @@ async function predictionNote(sims: ReadonlyMap<string, Sim>): Promise<string> {
     return started.filter((r) => r.firstTokenS! - r.arrivalS > 5).length / started.length;
   };
   return [
-    `Prediction: with seed 42, VTC(predict) is ${cmp('VTC(predict)', 'maxDiff')} VTC on Max Diff, ${cmp('VTC(predict)', 'avgDiff')} on Avg Diff and ${cmp('VTC(predict)', 'diffVar')} on Diff Var; VTC(oracle) is ${cmp('VTC(oracle)', 'maxDiff')}, ${cmp('VTC(oracle)', 'avgDiff')} and ${cmp('VTC(oracle)', 'diffVar')}. One seed's Max Diff is the largest of 19 windows and moves by about ±100 from seed to seed, so here are the means over seeds ${SWEEP_SEEDS.join(', ')} (arrivals re-drawn; the paper's row is one run of one trace):`,
+    `Prediction: with seed 42, VTC(predict) is ${cmp('VTC(predict)', 'maxDiff')} VTC on Max Diff, ${cmp('VTC(predict)', 'avgDiff')} on Avg Diff and ${cmp('VTC(predict)', 'diffVar')} on Diff Var; VTC(oracle) is ${cmp('VTC(oracle)', 'maxDiff')}, ${cmp('VTC(oracle)', 'avgDiff')} and ${cmp('VTC(oracle)', 'diffVar')}. One seed's Max Diff is the largest of 19 windows and moves by about ±100 from seed to seed, so here are the medians over seeds ${SWEEP_SEEDS.join(', ')} (arrivals and step-time noise re-drawn; the paper's row is one run of one trace):`,
     table(['scheduler', 'Max Diff', 'Avg Diff', 'Diff Var'], rows),
-    `On this stand-in the paper's VTC > VTC(predict) > VTC(oracle) ordering does not hold on average: VTC(predict) (whose history is a client's last five outputs) is about level with VTC and VTC(oracle) is above it. With the stationary Zipf(1) shares \`vtc-real\` had before (table below) the oracle was below VTC on Avg Diff, so the sign depends on how client shares move over the run. Burstiness alone is not the cause (with Poisson arrivals the oracle is still above VTC, see below). We have not isolated the mechanism. What we see is that the light clients wait longer under the oracle at the same service: clients 4–27 get ${pct(lightShare('VTC(oracle)'))} of the service under the oracle and ${pct(lightShare('VTC'))} under VTC, but ${pct(lightSlow('VTC(oracle)'))} of their requests wait over 5 s for the first token against ${pct(lightSlow('VTC'))}. A candidate, not verified, is that charging a request's whole output when it starts makes a light client's next request wait for the others to catch up, which the windowed difference counts as unmet demand.`,
+    `On this stand-in the paper's VTC > VTC(predict) > VTC(oracle) ordering does not hold on the medians: VTC(predict) (whose history is a client's last five outputs) is about level with VTC and VTC(oracle) is above it. With the stationary Zipf(1) shares \`vtc-real\` had before (table below) the oracle was below VTC on Avg Diff, so the sign depends on how client shares move over the run. Burstiness alone is not the cause (with Poisson arrivals the oracle is still above VTC, see below). We have not isolated the mechanism. What we see is that the light clients wait longer under the oracle at the same service: clients 4–27 get ${pct(lightShare('VTC(oracle)'))} of the service under the oracle and ${pct(lightShare('VTC'))} under VTC, but ${pct(lightSlow('VTC(oracle)'))} of their requests wait over 5 s for the first token against ${pct(lightSlow('VTC'))}. A candidate, not verified, is that charging a request's whole output when it starts makes a light client's next request wait for the others to catch up, which the windowed difference counts as unmet demand.`,
   ].join('\n\n');
 }
 
@@ -718,7 +719,7 @@ async function table5(): Promise<void> {
     ),
     `**VTC(predict) and VTC(oracle)** are below VTC on Max Diff (${f2(p.maxDiff)} and ${f2(o.maxDiff)} against ${f2(v.maxDiff)}), Avg Diff (${f2(p.avgDiff)}, ${f2(o.avgDiff)} against ${f2(v.avgDiff)}) and the accumulated difference (${f0(p.accumulatedMaxDiff)}, ${f0(o.accumulatedMaxDiff)} against ${f0(v.accumulatedMaxDiff)}); Diff Var is ${below(o, 'diffVar') ? 'below' : 'above'} (${f2(o.diffVar)} against ${f2(v.diffVar)}, the variance of windows that all lie within a few units). Every output here is 256 tokens = \`max_tokens\`, so the prior is exact and VTC(predict) prices every request as the oracle does: their rows are the same run.`,
     `**Why VTC(predict) used to be worse than VTC here** (Max Diff ${f2(n.maxDiff)}, Diff Var ${f2(n.diffVar)}). Measured per window: the largest of its 19 windows is the first (${f2(n.diffSeries[0]!)}, centred at ${f0(n.diffTicks[0]!)} s, against ${f2(o.diffSeries[0]!)} for the oracle), and ${sameAfter ? "every later window equals the oracle's to 10⁻⁶" : "later windows differ from the oracle's"}. The run starts with an empty engine: in the first five seconds it admits whatever arrives (${early('client2')} requests of client 2, ${early('client1')} of client 1), and the windowed difference then swings with the batch period until the counters have evened it out. Measured at every whole-second window centre (the last centre before 150 s whose difference is above 5 units/s), that start-up lasts until ${settle.n} s without a prior (plain VTC: ${settle.v} s), but only until ${settle.o} s when every request is charged its output up front (oracle, and VTC(predict) now). The artifact's first window (centred at ${f0(n.diffTicks[0]!)} s) falls inside the longer start-up. Without a prior the first batch was charged only as it streamed, while every later request was charged up front: the counters of the first ~10 s did not see the output already committed. The paper's Algorithm 3 starts each client's prediction at 0 as well (the artifact's \`vtc_pred_len_req_queue.py\`), so the paper's VTC(predict) had the same start-up; its Table 5 has no VTC(predict) row.`,
-    `**VTC(±50%) does not reproduce the paper's middle row**: it is ${below(noisy, 'maxDiff') ? 'below' : 'above'} VTC on Max Diff (${f2(noisy.maxDiff)}) and ${below(noisy, 'avgDiff') ? 'below' : 'above'} on Avg Diff (${f2(noisy.avgDiff)}); over seeds 1–6 its Max Diff ranges ${range('maxDiff')} and its Avg Diff ${range('avgDiff')}. In the paper plain VTC's windows differ by ~100 units/s on a real server, and a ±50% prediction still beats that; fairway's simulated engine is deterministic and plain VTC's windows differ by only ${f1(v.avgDiff)}, while each noisy prediction misprices a request by up to ±256 cost units until it finishes (~10 s later), which is larger than what it corrects.`,
+    `**VTC(±50%) does not reproduce the paper's middle row**: it is ${below(noisy, 'maxDiff') ? 'below' : 'above'} VTC on Max Diff (${f2(noisy.maxDiff)}) and ${below(noisy, 'avgDiff') ? 'below' : 'above'} on Avg Diff (${f2(noisy.avgDiff)}); over seeds 1–6 its Max Diff ranges ${range('maxDiff')} and its Avg Diff ${range('avgDiff')}. In the paper plain VTC's windows differ by ~100 units/s on a real server, and a ±50% prediction still beats that; on fairway's engine, even with vLLM's step-time jitter, plain VTC's windows differ by only ${f1(v.avgDiff)}, while each noisy prediction misprices a request by up to ±256 cost units until it finishes (~10 s later), which is larger than what it corrects. (This table is one run, seed 42; the five-seed table above is the claim.)`,
   );
   const loose: string[][] = [];
   const LOOSE_LABELS = ['the max_tokens prior', 'no prior', 'expectedOutput 256', 'the oracle'];
@@ -765,7 +766,7 @@ async function table5(): Promise<void> {
     `${notBelow.length === 0 ? 'Every variant is below VTC on both measures at every max_tokens.' : `Below VTC on both measures everywhere except: ${notBelow.join('; ')}.`} A configured \`expectedOutput\` close to the true mean does as well as the oracle. A loose \`max_tokens\` prior can cost start-up fairness against no prior (compare the columns at 1024), but it never under-charges; without a prior a flow's first requests are charged only their input, the under-estimate the paper blames for VTC's larger differences (section 4.4). A prior from the pool's recent outputs would avoid both; it needs the store or the gateway to keep outputs across flows, which fairway does not yet do.`,
   );
   summary.push([
-    'Table 5',
+    'Table 5 (seed 42)',
     'VTC(±50%) and VTC(oracle) reduce the service difference below VTC (VTC(predict) too, section 4.4)',
     `Max/Avg Diff VTC ${f2(v.maxDiff)}/${f2(v.avgDiff)}, VTC(predict) and VTC(oracle) ${f2(o.maxDiff)}/${f2(o.avgDiff)}, VTC(±50%) ${f2(noisy.maxDiff)}/${f2(noisy.avgDiff)}`,
     (() => {
@@ -884,18 +885,178 @@ async function dispatchersCurve(): Promise<void> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Evidence over seeds: Theorem 4.4 on every sub-interval, Tables 2 and 5 as medians and worst cases
+// ---------------------------------------------------------------------------------------------
+
+/** `median (worst)` of a seed summary. */
+const mw = (s: SeedSummary, fmt: (x: number) => string) => `${fmt(s.median)} (${fmt(s.worst)})`;
+
+/** One measure of a policy's runs over {@link EVIDENCE_SEEDS}. */
+async function overSeedsOf(
+  scenario: string,
+  policy: OrderingPolicyName,
+  durationS: number,
+  measure: (s: Sim) => number,
+): Promise<SeedSummary> {
+  const values: number[] = [];
+  for (const seed of EVIDENCE_SEEDS)
+    values.push(measure(await simulate(scenario, policy, { durationS, seed })));
+  return summarizeSeeds(values);
+}
+
+/** Whether `order` (labels, expected largest first) holds on the medians of `by`. */
+function inOrder(order: readonly string[], by: (label: string) => number): boolean {
+  return order.every((l, i) => i === 0 || by(order[i - 1]!) > by(l));
+}
+
+/** Every suite of the paper whose clients have equal weights: section 5's and Table 6's. */
+const BOUND_SUITES = [...Object.keys(VTC_SCENARIOS), 'vtc-overload-multi'];
+
+async function evidence(): Promise<void> {
+  const seeds = EVIDENCE_SEEDS.join(', ');
+  // Theorem 4.4 over every backlogged sub-interval.
+  const boundRows: string[][] = [];
+  const verdict = { vtcOk: 0, fcfsOver: [] as string[], lcfOver: [] as string[] };
+  let bound = 0;
+  for (const suite of BOUND_SUITES) {
+    const durationS = suite === 'vtc-real' ? 600 : 300;
+    bound = vtcFairnessBound(
+      buildRunInput(loadScenario(suite), { durationS }).engines,
+      buildRunInput(loadScenario(suite), { durationS }).arrivals,
+    ).bound;
+    const cells: string[] = [suite, String(durationS)];
+    for (const policy of ['vtc', 'lcf', 'fcfs'] as const) {
+      const g = await overSeedsOf(suite, policy, durationS, (s) => backloggedServiceGap(s.run).gap);
+      const over = g.values.filter((v) => v > bound).length;
+      cells.push(`${mw(g, f0)}${over > 0 ? ` — **${over}/${g.values.length} over**` : ''}`);
+      if (policy === 'vtc' && over === 0) verdict.vtcOk++;
+      if (policy === 'fcfs' && g.median > bound) verdict.fcfsOver.push(suite);
+      if (policy === 'lcf' && g.median > bound) verdict.lcfOver.push(suite);
+    }
+    cells.push(String(bound));
+    boundRows.push(cells);
+  }
+  add(
+    '## Evidence over five seeds, on a jittered engine',
+    `Every claim in this section is judged over seeds ${seeds} — arrivals, the ±50% predictor's errors and the engine's step-time noise all re-drawn — and reported as **median (worst)**. The engine's step times carry vLLM's measured decode-step jitter: each step's modelled time is multiplied by a lognormal factor of mean 1 and CV 0.10 (\`VLLM_STEP_JITTER_CV\`, from single-stream \`vllm bench serve\` inter-token latencies, median 4.62 ms and p99 5.83 ms, vllm-project/vllm PR #51349), which the VTC suites declare and \`fairway sim --step-noise none\` turns off. The seeded RNG expands each seed through SplitMix32, so seeds 1–5 are unrelated streams.`,
+    '### Theorem 4.4 over every sub-interval',
+    `For each pair of clients and **every** interval [t1, t2) in which both are backlogged (a request waiting at the gateway, Definition 4.1), the largest |W_f(t1,t2) − W_g(t1,t2)|, computed exactly (\`backloggedServiceGap\` in \`packages/sim/src/fairness-bound.ts\`: input charged at dispatch, output as it streams, max − min of the difference at every dispatch and token breakpoint), against the theorem's threshold 2·max(w_p·L_input, w_q·M) with M = 10,000 KV tokens: ${bound.toLocaleString('en-US')} in every suite. "over" counts the seeds that exceed it.`,
+    table(['suite', 'run (s)', 'VTC', 'LCF', 'FCFS', 'bound'], boundRows),
+    `VTC stays within the bound in ${verdict.vtcOk} of ${BOUND_SUITES.length} suites under every seed. FCFS exceeds it (median) in ${verdict.fcfsOver.length} suites (${verdict.fcfsOver.join(', ')}): wherever backlogged clients send at different rates it serves them in proportion to their rates, and the gap grows with the interval. LCF exceeds it (median) in ${verdict.lcfOver.length === 0 ? 'no suite' : verdict.lcfOver.join(', ')}: on the real workload clients fall quiet and return with counters lagging behind, and a returning client that is itself backlogged takes the server until its counter catches up — the paper's note on Table 2 that LCF's isolation "can be broken by newly joined clients whose virtual counter is lagging behind". On the distribution shift of Figure 10 LCF over-serves the returning client 1 (see Figure 10) but does not break Theorem 4.4's quantity: client 1 asks 60 requests/min, less than LCF hands it, so it is never backlogged there — the theorem bounds only pairs of backlogged clients.`,
+  );
+  summary.push([
+    'Thm 4.4',
+    'two backlogged clients differ by at most 2·max(w_p·L_in, w_q·M) over any interval under VTC; FCFS and LCF are unbounded',
+    `every sub-interval, 5 seeds: VTC within 40,000 in ${verdict.vtcOk}/${BOUND_SUITES.length} suites; FCFS over in ${verdict.fcfsOver.length}, LCF over in ${verdict.lcfOver.length} (vtc-real)`,
+    yes(verdict.vtcOk === BOUND_SUITES.length && verdict.fcfsOver.length > 0 && verdict.lcfOver.length > 0),
+  ]);
+
+  // Table 5 over seeds: the paper's order is VTC > VTC(±50%) > VTC(oracle).
+  const t5: [string, OrderingPolicyName, number, number][] = [
+    ['VTC', 'vtc', 192.88, 103.77],
+    ['VTC(±50%)', 'vtc-noisy-oracle', 33.98, 12.54],
+    ['VTC(oracle)', 'vtc-oracle', 5.87, 0.51],
+    ['VTC(predict)', 'vtc-predict', Number.NaN, Number.NaN],
+  ];
+  const t5m = new Map<string, { max: SeedSummary; avg: SeedSummary; acc: SeedSummary; tput: SeedSummary }>();
+  for (const [label, policy] of t5)
+    t5m.set(label, {
+      max: await overSeedsOf('vtc-overload', policy, 360, (s) => s.m.fairness.maxDiff),
+      avg: await overSeedsOf('vtc-overload', policy, 360, (s) => s.m.fairness.avgDiff),
+      acc: await overSeedsOf('vtc-overload', policy, 360, (s) => s.m.fairness.accumulatedMaxDiff),
+      tput: await overSeedsOf('vtc-overload', policy, 360, (s) => s.m.throughput.tokensPerS),
+    });
+  const paperCell = (x: number) => (Number.isNaN(x) ? '—' : f2(x));
+  const t5order = ['VTC', 'VTC(±50%)', 'VTC(oracle)'];
+  const t5MaxOk = inOrder(t5order, (l) => t5m.get(l)!.max.median);
+  const t5AvgOk = inOrder(t5order, (l) => t5m.get(l)!.avg.median);
+  const v5 = t5m.get('VTC')!;
+  const n5 = t5m.get('VTC(±50%)')!;
+  const o5 = t5m.get('VTC(oracle)')!;
+  const p5 = t5m.get('VTC(predict)')!;
+  add(
+    '### Table 5 over five seeds (`vtc-overload`, 360 s)',
+    'Max Diff and Avg Diff are the windowed service difference (cost units/s); the accumulated difference is the largest over every sub-interval in which both clients are backlogged (after the 30 s warm-up). Each fairway cell is median (worst) over the five seeds; paper values are its one run.',
+    table(
+      ['scheduler', 'paper Max Diff', 'Max Diff', 'paper Avg Diff', 'Avg Diff', 'acc. diff', 'throughput'],
+      t5.map(([label, , pMax, pAvg]) => {
+        const r = t5m.get(label)!;
+        return [
+          label,
+          paperCell(pMax),
+          mw(r.max, f2),
+          paperCell(pAvg),
+          mw(r.avg, f2),
+          mw(r.acc, f0),
+          f0(r.tput.median),
+        ];
+      }),
+    ),
+    `The paper's order VTC > VTC(±50%) > VTC(oracle) ${t5MaxOk ? 'holds' : 'does not hold'} on the median Max Diff (${f2(v5.max.median)} > ${f2(n5.max.median)} > ${f2(o5.max.median)} is ${t5MaxOk ? 'true' : 'false'}) and ${t5AvgOk ? 'holds' : 'does not hold'} on the median Avg Diff (${f2(v5.avg.median)}, ${f2(n5.avg.median)}, ${f2(o5.avg.median)}). VTC(predict) prices every request at \`max_tokens\` = 256 = its output here, so it runs as the oracle (${f2(p5.max.median)} / ${f2(p5.avg.median)}).${t5MaxOk && t5AvgOk ? '' : ` Measured reason: VTC(±50%) misprices each request by up to ±256 cost units until it finishes (about 10 s later); with jitter plain VTC's windows differ by ${f2(v5.avg.median)} units/s (median Avg Diff), against the paper's 103.77 on a real server, so on this engine the ±50% error is larger than the batching error it would correct.`}`,
+  );
+  summary.push([
+    'Table 5 (5 seeds)',
+    'VTC > VTC(±50%) > VTC(oracle) in service difference',
+    `median Max Diff ${f2(v5.max.median)} / ${f2(n5.max.median)} / ${f2(o5.max.median)}; Avg Diff ${f2(v5.avg.median)} / ${f2(n5.avg.median)} / ${f2(o5.avg.median)}`,
+    t5MaxOk && t5AvgOk ? 'yes' : t5MaxOk || t5AvgOk ? 'partly' : 'no',
+  ]);
+
+  // Table 2 over seeds: the paper's order is FCFS > LCF > VTC > VTC(predict) > VTC(oracle).
+  const t2: [string, OrderingPolicyName, number, number][] = [
+    ['FCFS', 'fcfs', 759.97, 433.53],
+    ['LCF', 'lcf', 750.49, 323.82],
+    ['VTC', 'vtc', 368.4, 251.66],
+    ['VTC(predict)', 'vtc-predict', 365.47, 240.33],
+    ['VTC(oracle)', 'vtc-oracle', 329.46, 227.51],
+  ];
+  const t2m = new Map<string, { max: SeedSummary; avg: SeedSummary; tput: SeedSummary }>();
+  for (const [label, policy] of t2)
+    t2m.set(label, {
+      max: await overSeedsOf('vtc-real', policy, 600, (s) => s.m.fairness.maxDiff),
+      avg: await overSeedsOf('vtc-real', policy, 600, (s) => s.m.fairness.avgDiff),
+      tput: await overSeedsOf('vtc-real', policy, 600, (s) => s.m.throughput.tokensPerS),
+    });
+  const order2 = t2.map(([l]) => l);
+  const avgOk = inOrder(order2, (l) => t2m.get(l)!.avg.median);
+  const coarseOk = inOrder(['FCFS', 'LCF', 'VTC'], (l) => t2m.get(l)!.avg.median);
+  const broken = order2
+    .slice(1)
+    .filter((l, i) => !(t2m.get(order2[i]!)!.avg.median > t2m.get(l)!.avg.median));
+  add(
+    '### Table 2 over five seeds (`vtc-real`, 600 s)',
+    table(
+      ['scheduler', 'paper Max Diff', 'Max Diff', 'paper Avg Diff', 'Avg Diff', 'throughput'],
+      t2.map(([label, , pMax, pAvg]) => {
+        const r = t2m.get(label)!;
+        return [label, f2(pMax), mw(r.max, f2), f2(pAvg), mw(r.avg, f2), f0(r.tput.median)];
+      }),
+    ),
+    `The paper's order FCFS > LCF > VTC > VTC(predict) > VTC(oracle) on Avg Diff ${avgOk ? 'holds on the medians' : `holds on the medians for FCFS > LCF > VTC${coarseOk ? '' : ' only in part'}, and breaks at ${broken.join(', ')} (each not below the scheduler before it)`}. ${avgOk ? '' : 'We have not isolated why the prediction variants are not below VTC here; the Table 2 section below shows what we measured (light clients wait longer for their first token under the oracle at the same service).'}`,
+  );
+  summary.push([
+    'Table 2 (5 seeds)',
+    'FCFS > LCF > VTC > VTC(predict) > VTC(oracle) in Avg Diff',
+    order2.map((l) => `${l} ${f0(t2m.get(l)!.avg.median)}`).join(', '),
+    avgOk ? 'yes' : coarseOk ? `partly (FCFS > LCF > VTC yes; breaks at ${broken.join(', ')})` : 'no',
+  ]);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The report
 // ---------------------------------------------------------------------------------------------
 
 const intro = [
   '# Reproducing the VTC paper with fairway',
   '',
-  'Sheng et al., *Fairness in Serving Large Language Models* (OSDI 2024): figures 3–10 (section 5.2) and Table 2 (section 5.3), with Table 5 (appendix B.3) and the cross-dispatcher curve as extras. Generated by `npm run report:vtc` (`packages/sim/bench/vtc-report.ts`); every run is seeded, so the numbers and plots below regenerate identically.',
+  'Sheng et al., *Fairness in Serving Large Language Models* (OSDI 2024): figures 3–10 (section 5.2) and Table 2 (section 5.3), with Table 5 (appendix B.3) and the cross-dispatcher curve as extras. Generated by `npm run report:vtc` (`packages/sim/bench/vtc-report.ts`); every run is seeded, so the numbers and plots below regenerate identically. The claims are judged over five seeds (median and worst) in the first section; the figure and table sections after it show one run each (each scenario’s own seed, 42).',
   '',
-  "**Setup.** The paper runs Llama-2-7B on one A10G (24 GB) with S-LoRA, a KV pool of 10,000 tokens and block size 1. fairway simulates the same engine (`A10G-24GB`, `llama-2-7b`, `kvCapacityTokens: 10000`, `blockSize: 1`; step times from the VTC authors' A10G profile, see `packages/sim/src/cost-models.ts`) and schedules it with the production `Gateway` over a `MemoryStore`: requests wait at the gateway until the engine has room for their prompt plus `max_tokens`, so the gateway's order is the order that runs. Workloads are the built-in scenarios named in each section (`packages/sim/src/scenarios/vtc.ts`). Service is input + 2·output tokens (the paper's w_p = 1, w_q = 2); service rates use 60 s windows (T = 30 s); the windowed *service difference* and its Max/Avg/Var follow the artifact's scripts (`packages/sim/src/metrics.ts`). Runs are cut at the scenario's end (600 s unless stated); the artifact lets the server drain the queue, so fairway's response-time curves omit requests still waiting at the cut.",
+  "**Setup.** The paper runs Llama-2-7B on one A10G (24 GB) with S-LoRA, a KV pool of 10,000 tokens and block size 1. fairway simulates the same engine (`A10G-24GB`, `llama-2-7b`, `kvCapacityTokens: 10000`, `blockSize: 1`; step times from the VTC authors' A10G profile, see `packages/sim/src/cost-models.ts`, each multiplied by vLLM's measured step-time jitter, see below) and schedules it with the production `Gateway` over a `MemoryStore`: requests wait at the gateway until the engine has room for their prompt plus `max_tokens`, so the gateway's order is the order that runs. Workloads are the built-in scenarios named in each section (`packages/sim/src/scenarios/vtc.ts`). Service is input + 2·output tokens (the paper's w_p = 1, w_q = 2); service rates use 60 s windows (T = 30 s); the windowed *service difference* and its Max/Avg/Var follow the artifact's scripts (`packages/sim/src/metrics.ts`). Runs are cut at the scenario's end (600 s unless stated); the artifact lets the server drain the queue, so fairway's response-time curves omit requests still waiting at the cut.",
   '',
 ];
 
+await evidence();
+const evidenceMd = md.splice(0);
+const evidenceSummary = summary.splice(0);
 await figure3();
 await figure4();
 await onOff(5);
@@ -941,8 +1102,9 @@ const out = [
   ...intro,
   '## Summary',
   '',
-  table(['paper', 'claim', 'fairway measured', 'holds'], summary, true),
+  table(['paper', 'claim', 'fairway measured', 'holds'], [...evidenceSummary, ...summary], true),
   '',
+  ...evidenceMd,
   '## Figures 3–10 — synthetic workloads (section 5.2)',
   '',
   "Each section quotes the paper (caption, then text), states what fairway measured, and shows the plots: service rate per client (60 s window), response time per client, or the absolute difference in accumulated service (log scale, from the 30 s warm-up). Which panel shows what follows the paper's text; its figures themselves are not in the text we have.",
@@ -953,7 +1115,7 @@ const out = [
   ...table5Md,
   '## Where and why fairway differs from the paper',
   '',
-  `- **Magnitudes of the windowed service difference on synthetic workloads.** fairway's VTC keeps two backlogged clients within a few cost units per second of each other (Table 5: Max Diff ${f1(R.t5.vtcMax)} vs the paper's 192.9; Avg ${f1(R.t5.vtcAvg)} vs 103.8), and its VTC(oracle) likewise. The simulated engine is deterministic — every step takes exactly its cost model's time and the gateway refills the batch the moment memory frees — while S-LoRA's router interleaves prefill batches with runs of decode steps and measures service on a real clock with jitter. Both are well inside Theorem 4.4's bound (40,000 here). We have not identified which real-system effect contributes most. The orderings, which are what the paper argues from, are the same, except where the magnitude itself decides: the ±50% noisy oracle of Table 5 adds more error than plain VTC has here.`,
+  `- **Magnitudes of the windowed service difference on synthetic workloads.** fairway's VTC keeps two backlogged clients within a few cost units per second of each other (Table 5: Max Diff ${f1(R.t5.vtcMax)} vs the paper's 192.9; Avg ${f1(R.t5.vtcAvg)} vs 103.8), and its VTC(oracle) likewise. The simulated engine now carries vLLM's measured step-time jitter (lognormal, CV 0.10), and the differences stay small: jitter of this size moves when a step ends by a few milliseconds, while the gateway still refills the batch the moment memory frees. S-LoRA's router interleaves prefill batches with runs of decode steps and measures service on a real clock; we have not identified which of its effects makes the paper's differences ~40× larger. Both are well inside Theorem 4.4's bound (40,000 here; the five-seed section above checks every sub-interval). The orderings, which are what the paper argues from, are the same, except where the magnitude itself decides: the ±50% noisy oracle of Table 5 adds more error than plain VTC has here.`,
   `- **Throughput.** fairway's A10G model serves ${f0(R.overloadTput)} tokens/s on the 256/256 synthetic suites (paper: 875–904 in Tables 4–6) and ${f0(R.realTput)} on \`vtc-real\` (paper 777–781); the cost model comes from the authors' profile, not from our own GPU measurements.`,
   `- **Real workload.** \`vtc-real\` is a synthetic stand-in for the LMSYS trace whose client shares follow the artifact's published per-request results (see *Why Table 2 differs*): the ordering of Table 2 holds and RPM(5) cuts throughput to ${pct(R.rpm5Ratio)} of VTC's (paper ${pct(340 / 779)}); the prediction variants do not improve on VTC there.`,
   "- **VTC(predict).** The paper predicts a request's output when it is selected (Algorithm 3). fairway predicted it at admission until commit 56fca6c: a request that waited minutes kept the prediction of its arrival, which on `vtc-overload` left a permanent offset of ~2,400 cost units between the clients. The gateway re-prices at dispatch (`packages/scheduler/src/gateway.ts`, the same `Gateway` the live dispatcher runs), and a flow without history is priced at `max_tokens` (or a configured `expectedOutput`, `packages/policy/src/vtc.ts`) and refunded at settle, so every flow's in-flight output is in its counter from its first request. The artifact starts each client's prediction at 0; on `vtc-overload` that made VTC(predict)'s start-up longer (Table 5).",

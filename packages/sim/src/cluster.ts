@@ -1,3 +1,4 @@
+import type { Rng } from '@fairway/core';
 import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
 import type { EngineConfig } from './engine-api.ts';
 import { EngineModel } from './engine-model.ts';
@@ -24,6 +25,8 @@ export class Cluster implements ReplicaSource {
   readonly #byPool = new Map<string, ClusterMember[]>();
   /** Each member's configuration as given, to rebuild its engine for another model. */
   readonly #configs = new Map<string, EngineConfig>();
+  /** Each member's step-noise stream (forked by engine id), kept across model swaps. */
+  readonly #rngs = new Map<string, Rng | undefined>();
 
   readonly #reportSequences: boolean;
   /** Clock ms at which each member's step in flight ends (reported with its sequences). */
@@ -35,11 +38,13 @@ export class Cluster implements ReplicaSource {
    * @param reportSequences report each replica's sequences and the time left of its step in flight
    *   (SLO-aware placement reads them). @default false
    * @param now the simulation clock, ms (for the step time left). @default always 0
+   * @param rng step-noise source; each engine gets `rng.fork(id)`. @default each engine's own default
    */
   constructor(
     engines: readonly { readonly id: string; readonly config: EngineConfig }[],
     reportSequences = false,
     now: () => number = () => 0,
+    rng?: Rng,
   ) {
     this.#reportSequences = reportSequences;
     this.#now = now;
@@ -53,7 +58,9 @@ export class Cluster implements ReplicaSource {
             subject: e.id,
           },
         );
-      const engine = new EngineModel(e.config, `engines[${index}].config`);
+      const engineRng = rng?.fork(e.id);
+      this.#rngs.set(e.id, engineRng);
+      const engine = new EngineModel(e.config, `engines[${index}].config`, engineRng);
       const m: ClusterMember = { id: e.id, pool: engine.config.model, engine, index };
       members.push(m);
       this.#byId.set(e.id, m);
@@ -120,7 +127,7 @@ export class Cluster implements ReplicaSource {
         subject: id,
       });
     const { costModel: _cost, kvCapacityTokens: _kv, ...rest } = this.#configs.get(id) as EngineConfig;
-    m.engine = new EngineModel({ ...rest, model }, `swap of ${id} to ${model}`);
+    m.engine = new EngineModel({ ...rest, model }, `swap of ${id} to ${model}`, this.#rngs.get(id));
     const old = this.#byPool.get(m.pool) ?? [];
     old.splice(old.indexOf(m), 1);
     if (old.length === 0) this.#byPool.delete(m.pool);

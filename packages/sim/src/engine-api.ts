@@ -51,6 +51,28 @@ export interface EngineConfig {
   readonly interconnect?: 'nvlink' | 'pcie';
   /** Cost-model override; defaults to the preset for (model, gpu, tp, interconnect). */
   readonly costModel?: StepCostModel;
+  /**
+   * Random jitter on every step's time, drawn from the RNG the engine is given (the simulator
+   * forks it from the run's seed). @default off (`{ distribution: 'none' }`): a step takes exactly
+   * its cost model's time, so fits and exact schedules see the model itself.
+   */
+  readonly stepNoise?: StepNoise;
+}
+
+/** Distribution of the factor a step's time is multiplied by. */
+export type StepNoiseDistribution =
+  /** No jitter. */
+  | 'none'
+  /** exp(σ·z − σ²/2) with σ² = ln(1 + cv²): mean 1, right-skewed, never negative. */
+  | 'lognormal'
+  /** 1 + cv·z, floored at 0.05 (mean 1 up to the floor). */
+  | 'normal';
+
+/** Step-time noise: a multiplicative factor with mean 1 and coefficient of variation `cv`. */
+export interface StepNoise {
+  readonly distribution: StepNoiseDistribution;
+  /** Coefficient of variation of the factor (std / mean). @default VLLM_STEP_JITTER_CV (0.10) */
+  readonly cv?: number;
 }
 
 /** Time of one engine step, from the batch's shape (DESIGN.md "Performance models"). */
@@ -130,9 +152,10 @@ export interface EngineStats {
 
 /** One replica's engine model. Implemented by `EngineModel` in `engine-model.ts`. */
 export interface EngineModelApi {
-  readonly config: Readonly<Required<Omit<EngineConfig, 'costModel' | 'kvCapacityTokens'>>> & {
+  readonly config: Readonly<Required<Omit<EngineConfig, 'costModel' | 'kvCapacityTokens' | 'stepNoise'>>> & {
     readonly kvCapacityTokens: number;
     readonly costModel: StepCostModel;
+    readonly stepNoise: Required<StepNoise>;
   };
   /** Adds a sequence to the waiting queue. Throws if the id is already present. */
   add(seq: EngineSeqInput): void;

@@ -1,3 +1,4 @@
+import { createRng, type Rng } from '@fairway/core';
 import type {
   BatchShape,
   EngineConfig,
@@ -123,6 +124,15 @@ class WaitingQueue {
   }
 }
 
+/** The step-time transform for a noise setting: a fresh factor with mean 1 and CV `cv` per step. */
+function stepJitter(noise: EngineModelApi['config']['stepNoise'], rng: Rng): (ms: number) => number {
+  const { distribution, cv } = noise;
+  if (distribution === 'none' || cv === 0) return (ms) => ms;
+  if (distribution === 'normal') return (ms) => ms * Math.max(0.05, 1 + cv * rng.normal());
+  const sigma = Math.sqrt(Math.log(1 + cv * cv));
+  return (ms) => ms * Math.exp(sigma * rng.normal() - (sigma * sigma) / 2);
+}
+
 const byPriorityThenOrder = (a: Seq, b: Seq): number => a.priority - b.priority || a.order - b.order;
 
 /**
@@ -162,10 +172,17 @@ export class EngineModel implements EngineModelApi {
   #generationTokens = 0;
   #finished = 0;
   #steps = 0;
+  /** Multiplies a step's modelled time by a draw of the configured noise (identity when off). */
+  readonly #jitter: (ms: number) => number;
 
-  /** Validates `config` (throws a `ConfigError` naming the field) and builds an idle engine. */
-  constructor(config: EngineConfig, source?: string) {
+  /**
+   * Validates `config` (throws a `ConfigError` naming the field) and builds an idle engine.
+   * @param rng source of step-time noise (`config.stepNoise`); the simulator forks it from the run's
+   * seed. @default a stream of seed 0 (only drawn from when noise is on)
+   */
+  constructor(config: EngineConfig, source?: string, rng?: Rng) {
     this.config = resolveEngineConfig(config, source);
+    this.#jitter = stepJitter(this.config.stepNoise, rng ?? createRng(0).fork('step-noise'));
     this.#blockSize = this.config.blockSize;
     this.#numBlocks = Math.floor(this.config.kvCapacityTokens / this.#blockSize);
     this.#watermarkBlocks = this.config.watermark * this.#numBlocks;
@@ -408,7 +425,7 @@ export class EngineModel implements EngineModelApi {
     }
     if (finishedAny) this.#running = this.#running.filter((s) => s.state === 'running');
     const shape: BatchShape = { decodeSeqs, prefillTokens, prefillChunkSq, kvTokensRead };
-    const durationMs = batch.length === 0 ? 0 : this.config.costModel.stepMs(shape);
+    const durationMs = batch.length === 0 ? 0 : this.#jitter(this.config.costModel.stepMs(shape));
     if (batch.length > 0) this.#steps++;
     // Every sequence past its first token before the step waits it out, in the batch or stalled.
     for (const s of decoding) s.decodeMs += durationMs;

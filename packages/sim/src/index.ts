@@ -25,13 +25,26 @@ export type {
   EngineStats,
   PreemptionMode,
   StepCostModel,
+  StepNoise,
+  StepNoiseDistribution,
   StepResult,
 } from './engine-api.ts';
-export { engineConfigSchema, type ResolvedEngineConfig, resolveEngineConfig } from './engine-config.ts';
+export {
+  engineConfigSchema,
+  type ResolvedEngineConfig,
+  resolveEngineConfig,
+  VLLM_STEP_JITTER_CV,
+} from './engine-config.ts';
 export { EngineModel } from './engine-model.ts';
 export { SimError, SimErrorCode } from './errors.ts';
 export { EventQueue } from './event-queue.ts';
-export { type VtcFairnessBound, vtcFairnessBound } from './fairness-bound.ts';
+export {
+  type BackloggedGap,
+  backloggedServiceGap,
+  backlogIntervals,
+  type VtcFairnessBound,
+  vtcFairnessBound,
+} from './fairness-bound.ts';
 export {
   type AppProfileOptions,
   appProfilesOf,
@@ -143,6 +156,7 @@ export {
 } from './scenario.ts';
 export { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 export { FAIRSERVE_ABUSE_WINDOW_S, FAIRSERVE_ABUSER } from './scenarios/fairserve.ts';
+export { EVIDENCE_SEEDS, overSeeds, type SeedSummary, summarizeSeeds } from './seed-summary.ts';
 export type {
   ControlOp,
   ControlReplica,

@@ -9,6 +9,7 @@
  */
 import type { CostFunction, SloClass } from '@fairway/core';
 import { DEFAULT_SLO_CLASSES, linearCost } from '@fairway/core';
+import { backloggedServiceGap } from './fairness-bound.ts';
 import { ServiceCurve, type ServiceSpan } from './metrics-curve.ts';
 import type { RequestRecord, SimRun } from './records.ts';
 
@@ -102,9 +103,10 @@ export interface FairnessMetrics {
   /** Centres of the fairness ticks, seconds. */
   readonly diffTicks: readonly number[];
   /**
-   * Largest |W_i(t1,t) − W_j(t1,t)| (weight-normalised) over pairs of tenants and times t inside an
-   * interval [t1, t] in which both were backlogged throughout (VTC Theorem 4.4's quantity; sampled
-   * on the series step). Equals the artifact's accumulated difference when all tenants stay backlogged.
+   * Largest |W_i(t1,t2) − W_j(t1,t2)| (weight-normalised) over pairs of tenants and every
+   * sub-interval [t1, t2) after warm-up in which both were backlogged throughout — VTC Theorem 4.4's
+   * quantity, computed exactly by {@link backloggedServiceGap} (input charged at dispatch, output as
+   * it streams). Equals the artifact's accumulated difference when all tenants stay backlogged.
    */
   readonly accumulatedMaxDiff: number;
   /** Jain's index of weight-normalised total service over tenants that sent requests. */
@@ -284,13 +286,7 @@ export function computeMetrics(run: SimRun, options: MetricsOptions = {}): SimMe
     : 0;
 
   const series = buildSeries(run, tenantIds, curves, byTenant, { windowS, warmupS, step });
-  const accumulatedMaxDiff = backloggedPairMaxDiff(
-    active,
-    byTenant,
-    curves,
-    weight,
-    series.t.filter((t) => t >= warmupS),
-  );
+  const accumulatedMaxDiff = backloggedServiceGap(run, { cost, fromS: warmupS }).gap;
   const jain = jainIndex(active.map((id) => curves.get(id)!.total / weight(id)));
 
   // Requests, throughput, latency.
@@ -448,48 +444,6 @@ function upperBound(xs: readonly { at: number }[], v: number): number {
     else hi = m;
   }
   return lo;
-}
-
-/** Whether the tenant has a request waiting at the gateway (arrived, not yet dispatched or rejected) at each time. */
-function backlogged(records: readonly RequestRecord[], times: readonly number[]): boolean[] {
-  const events: [number, number][] = [];
-  for (const r of records) {
-    const leave = r.rejected ? r.rejected.atS : (r.dispatchS ?? Number.POSITIVE_INFINITY);
-    if (leave > r.arrivalS) events.push([r.arrivalS, 1], [leave, -1]);
-  }
-  events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
-  const out: boolean[] = [];
-  let k = 0;
-  let waiting = 0;
-  for (const t of times) {
-    while (k < events.length && events[k]![0] <= t) waiting += events[k++]![1];
-    out.push(waiting > 0);
-  }
-  return out;
-}
-
-function backloggedPairMaxDiff(
-  tenants: readonly string[],
-  byTenant: ReadonlyMap<string, readonly RequestRecord[]>,
-  curves: ReadonlyMap<string, ServiceCurve>,
-  weight: (id: string) => number,
-  times: readonly number[],
-): number {
-  const busy = tenants.map((id) => backlogged(byTenant.get(id)!, times));
-  const acc = tenants.map((id) => times.map((t) => curves.get(id)!.at(t) / weight(id)));
-  let best = 0;
-  for (let i = 0; i < tenants.length; i++) {
-    for (let j = i + 1; j < tenants.length; j++) {
-      let d = 0;
-      for (let k = 1; k < times.length; k++) {
-        if (busy[i]![k - 1] && busy[i]![k] && busy[j]![k - 1] && busy[j]![k]) {
-          d += acc[i]![k]! - acc[i]![k - 1]! - (acc[j]![k]! - acc[j]![k - 1]!);
-          if (Math.abs(d) > best) best = Math.abs(d);
-        } else d = 0;
-      }
-    }
-  }
-  return best;
 }
 
 function sloAttainment(run: SimRun, classes: readonly SloClass[]): SloAttainment[] {

@@ -1,4 +1,5 @@
 import {
+  createRng,
   ErrorCode,
   ManualClock,
   parseWith,
@@ -162,7 +163,13 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   parseWith(runInputSchema, input, `simulation "${input.scenario}"`, ErrorCode.SCENARIO_INVALID);
   const durationMs = input.durationS * 1000;
   const clock = new ManualClock(0);
-  const cluster = new Cluster(input.engines, input.reportSequences ?? false, () => clock.now());
+  // Engines with `stepNoise` draw it from the run's seed, one stream per engine.
+  const cluster = new Cluster(
+    input.engines,
+    input.reportSequences ?? false,
+    () => clock.now(),
+    createRng(input.seed).fork('engine-step-noise'),
+  );
   const store = input.store ?? new MemoryStore({ validate: false });
   const queue = new EventQueue<SimEvent>();
   const recs = new Map<string, Rec>();

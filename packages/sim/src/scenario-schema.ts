@@ -5,6 +5,7 @@
  */
 import { GPUS, MODELS } from '@fairway/core';
 import { z } from 'zod';
+import { stepNoiseSchema } from './engine-config.ts';
 
 const id = z
   .string()
@@ -156,6 +157,8 @@ export const engineOptionsSchema = z
     chunkedPrefill: z.boolean().optional(),
     preemption: z.enum(['recompute', 'eviction-free']).optional(),
     priorityScheduling: z.boolean().optional(),
+    /** Step-time jitter, e.g. `{ distribution: lognormal }` (CV 0.10, vLLM's measured decode jitter). */
+    stepNoise: stepNoiseSchema.optional(),
   })
   .strict();
 

@@ -6,7 +6,7 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import type { RequestDescriptor, Tenant } from '@fairway/core';
 import { ConfigError, ErrorCode, parseWith, readStructuredFile } from '@fairway/core';
 import type { LengthSpec } from './distributions.ts';
-import type { EngineConfig } from './engine-api.ts';
+import type { EngineConfig, StepNoise } from './engine-api.ts';
 import { QLM_SCENARIOS } from './qlm-scenarios.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';
@@ -87,6 +87,8 @@ export interface ScenarioOverrides {
   readonly seed?: number | undefined;
   /** Simulated seconds; shortens or extends the workload too. */
   readonly durationS?: number | undefined;
+  /** Step-time noise for every engine, replacing what the scenario's engine groups set. */
+  readonly stepNoise?: StepNoise | undefined;
 }
 
 type ScenarioLength = NonNullable<Scenario['streams']>[number]['input'];
@@ -137,6 +139,7 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
           tp: g.tp,
           ...(g.kvCapacityTokens !== undefined ? { kvCapacityTokens: g.kvCapacityTokens } : {}),
           ...g.options,
+          ...(overrides.stepNoise !== undefined ? { stepNoise: overrides.stepNoise } : {}),
         },
       });
     }

@@ -15,6 +15,8 @@ import type { SimRun } from '../src/records.ts';
 import { runSimulation } from '../src/runner.ts';
 import { buildRunInput, loadScenario } from '../src/scenario.ts';
 import { FAIRSERVE_ABUSE_WINDOW_S, FAIRSERVE_ABUSER } from '../src/scenarios/fairserve.ts';
+import { EVIDENCE_SEEDS, summarizeSeeds } from '../src/seed-summary.ts';
+import { SEEDED_TIMEOUT_MS, showSeeds } from './support/seeded.ts';
 
 /** A real MemoryStore that remembers, for every admission, whether the pool was overloaded and the result. */
 class AdmissionLog extends MemoryStore {
@@ -35,11 +37,14 @@ const input = buildRunInput(loaded);
 // FairServe learns app profiles and limits from history: the same platform under another seed.
 const fairserve = fairserveOptionsOf(buildRunInput(loaded, { seed: input.seed + 1 }).arrivals);
 
-async function simulate(policy: OrderingPolicyName, rpm?: number) {
+async function simulate(policy: OrderingPolicyName, rpm?: number, seed?: number) {
   const store = new AdmissionLog({ validate: false });
+  const runInput = seed === undefined ? input : buildRunInput(loaded, { seed });
+  const learned =
+    seed === undefined ? fairserve : fairserveOptionsOf(buildRunInput(loaded, { seed: seed + 1 }).arrivals);
   const run = await runSimulation({
-    ...input,
-    ordering: orderingPolicyByName(policy, { ...fairserve, ...(rpm !== undefined ? { rpm } : {}) }),
+    ...runInput,
+    ordering: orderingPolicyByName(policy, { ...learned, ...(rpm !== undefined ? { rpm } : {}) }),
     placement: placementByName('least-kv'),
     store,
   });
@@ -182,13 +187,38 @@ describe('FairServe WSC + OIT on fairserve-abuse', () => {
     expect(peak).toBeGreaterThan(fairserve.oit.userLimit);
   });
 
-  it('serves benign users with lower queueing delay than VTC and than an RPM limit at the same user limit', async () => {
-    const fs = benignDelays((await simulate('wsc-oit')).run);
-    const vtc = benignDelays((await simulate('vtc')).run);
-    const rpm = benignDelays((await simulate('rpm', fairserve.oit.userLimit)).run);
-    expect(fs.mean).toBeLessThan(0.75 * vtc.mean);
-    expect(fs.mean).toBeLessThan(0.75 * rpm.mean);
-    expect(fs.p90).toBeLessThan(vtc.p90);
-    expect(fs.p90).toBeLessThan(rpm.p90);
-  });
+  it(
+    'serves benign users with lower queueing delay than VTC and than an RPM limit at the same user limit, over five seeds',
+    async () => {
+      const ratios: Record<'meanVtc' | 'meanRpm' | 'p90Vtc' | 'p90Rpm', number>[] = [];
+      for (const seed of EVIDENCE_SEEDS) {
+        const userLimit = fairserveOptionsOf(buildRunInput(loaded, { seed: seed + 1 }).arrivals).oit
+          .userLimit;
+        const fs = benignDelays((await simulate('wsc-oit', undefined, seed)).run);
+        const vtc = benignDelays((await simulate('vtc', undefined, seed)).run);
+        const rpm = benignDelays((await simulate('rpm', userLimit, seed)).run);
+        ratios.push({
+          meanVtc: fs.mean / vtc.mean,
+          meanRpm: fs.mean / rpm.mean,
+          p90Vtc: fs.p90 / vtc.p90,
+          p90Rpm: fs.p90 / rpm.p90,
+        });
+      }
+      // Measured over seeds 1–5: the mean against VTC and the p90 against VTC hold under every
+      // seed; against RPM the mean holds 0.75 in the median (worst 0.88) and the p90 only in the
+      // median (seed 3: 1.33; seed 4: RPM rejects so much that its benign p90 is 0).
+      const claims: [keyof (typeof ratios)[number], number, number | undefined][] = [
+        ['meanVtc', 0.75, 0.75],
+        ['meanRpm', 0.75, 1],
+        ['p90Vtc', 1, 1],
+        ['p90Rpm', 1, undefined],
+      ];
+      for (const [k, median, worst] of claims) {
+        const r = summarizeSeeds(ratios.map((x) => x[k]));
+        expect(r.median, `${k}: ${showSeeds(r)}`).toBeLessThan(median);
+        if (worst !== undefined) expect(r.worst, `${k}: ${showSeeds(r)}`).toBeLessThan(worst);
+      }
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 });

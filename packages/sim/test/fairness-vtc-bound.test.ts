@@ -1,47 +1,105 @@
 /**
- * VTC's central guarantee (VTC paper, Theorem 4.4): two clients backlogged over an interval receive
- * service that differs by at most 2·max(w_in·L_in, w_out·M), however long the interval — while FCFS
- * lets the difference grow with time. Runs are shortened to 300 s for the bound (every suite is in
- * its steady state well before; the theorem holds at every instant) and to 360 s — the artifact's
- * length for the overload suites — for the growth comparison (FCFS's gap doubles between 195 s and
- * 360 s, enough to tell growth from VTC's bounded oscillation).
+ * VTC's central guarantee (VTC paper, Theorem 4.4): for any two clients and ANY interval [t1, t2)
+ * in which both are backlogged, the service they receive differs by at most
+ * 2·max(w_in·L_in, w_out·M). The check runs over every such sub-interval exactly
+ * (`backloggedServiceGap`), on engines with vLLM's step-time jitter, over five seeds (median and
+ * worst): VTC stays within the bound in every suite, while FCFS exceeds it wherever backlogged
+ * clients send at different rates and LCF exceeds it on the real workload, where clients return
+ * with counters lagging behind (the paper's Table 2 footnote: LCF's isolation "can be broken by
+ * newly joined clients whose virtual counter is lagging behind").
  */
+import type { RequestDescriptor } from '@fairway/core';
 import { type OrderingPolicyName, orderingPolicyByName, placementByName } from '@fairway/policy';
 import { describe, expect, it } from 'vitest';
-import { vtcFairnessBound } from '../src/fairness-bound.ts';
-import { computeMetrics, type SimMetrics } from '../src/metrics.ts';
+import { backloggedServiceGap, vtcFairnessBound } from '../src/fairness-bound.ts';
+import { computeMetrics } from '../src/metrics.ts';
+import type { RequestRecord, SimRun } from '../src/records.ts';
 import { runSimulation } from '../src/runner.ts';
 import { buildRunInput, loadScenario } from '../src/scenario.ts';
+import { overSeeds, type SeedSummary } from '../src/seed-summary.ts';
+import { SEEDED_TIMEOUT_MS, showSeeds } from './support/seeded.ts';
 
-async function simulate(suite: string, policy: OrderingPolicyName, durationS: number) {
-  const input = buildRunInput(loadScenario(suite), { durationS });
+async function simulate(suite: string, policy: OrderingPolicyName, durationS: number, seed: number) {
+  const input = buildRunInput(loadScenario(suite), { durationS, seed });
   const run = await runSimulation({
     ...input,
-    ordering: orderingPolicyByName(policy),
+    ordering: orderingPolicyByName(policy, { seed }),
     placement: placementByName('least-kv'),
   });
-  return { input, metrics: computeMetrics(run) };
+  return { run, bound: vtcFairnessBound(input.engines, input.arrivals).bound };
 }
 
-/** Least-squares slope of the accumulated service difference over time after warm-up (cost units/s). */
-function growthRate(m: SimMetrics): number {
-  const pts: [number, number][] = [];
-  m.series.t.forEach((t, i) => {
-    const d = m.series.accumulatedDiff[i];
-    if (d !== null && d !== undefined) pts.push([t, d]);
+/** The theorem's quantity over every backlogged sub-interval, per seed, and the bound (equal across seeds). */
+async function gapOverSeeds(suite: string, policy: OrderingPolicyName, durationS: number) {
+  let bound = 0;
+  const gap = await overSeeds(async (seed) => {
+    const s = await simulate(suite, policy, durationS, seed);
+    bound = s.bound;
+    return backloggedServiceGap(s.run).gap;
   });
-  const mt = pts.reduce((a, [t]) => a + t, 0) / pts.length;
-  const md = pts.reduce((a, [, d]) => a + d, 0) / pts.length;
-  let num = 0;
-  let den = 0;
-  for (const [t, d] of pts) {
-    num += (t - mt) * (d - md);
-    den += (t - mt) ** 2;
-  }
-  return num / den;
+  return { gap, bound };
 }
 
-describe('VTC fairness bound (Theorem 4.4)', () => {
+const show = (s: SeedSummary) => showSeeds(s, 0);
+
+/** A request of `tenant` waiting from `arrivalS` until `dispatchS` (never, if undefined), then charged `cost` at once. */
+function rec(tenant: string, arrivalS: number, dispatchS: number | undefined, cost = 1): RequestRecord {
+  const req: RequestDescriptor = {
+    id: `${tenant}-${arrivalS}-${dispatchS}`,
+    tenant,
+    model: 'm',
+    sloClass: 'interactive',
+    inputTokens: cost,
+    maxTokens: 0,
+    outputTokens: 0,
+    arrivalMs: arrivalS * 1000,
+  };
+  return { req, arrivalS, dispatchS, generated: 0, preemptions: 0 };
+}
+
+function runOf(records: RequestRecord[], durationS = 10): SimRun {
+  return {
+    scenario: 't',
+    policy: 'p',
+    placement: 'x',
+    seed: 1,
+    durationS,
+    records,
+    samples: [],
+    engineSteps: 0,
+    preemptions: 0,
+    tenantWeights: { f: 1, g: 1 },
+  };
+}
+
+describe('backloggedServiceGap', () => {
+  // f and g both wait from 0 to the end; f is charged 100 at 1 s and 8 s, g 300 at 5 s.
+  const charges = [rec('f', 1, 1, 100), rec('g', 5, 5, 300), rec('f', 8, 8, 100)];
+
+  it('finds the largest gap over every sub-interval, not only those starting when the backlog starts', () => {
+    const g = backloggedServiceGap(runOf([rec('f', 0, undefined), rec('g', 0, undefined), ...charges]));
+    // From t = 0 the gap never exceeds 200 (g's 300 against f's 100); from just after f's charge
+    // at 1 s to just after g's at 5 s (or up to f's next at 8 s) it is 300.
+    expect(g.gap).toBe(300);
+    expect(g.where?.flows).toEqual(['f', 'g']);
+    expect(g.where?.fromS).toBe(1);
+    expect([5, 8]).toContain(g.where?.toS);
+  });
+
+  it('counts only intervals in which both flows are backlogged', () => {
+    // g's waiting request leaves at 4 s: the charges after it are outside every joint interval.
+    const g = backloggedServiceGap(runOf([rec('f', 0, undefined), rec('g', 0, 4), ...charges]));
+    expect(g.gap).toBe(100);
+    expect(backloggedServiceGap(runOf([rec('f', 0, undefined), ...charges])).gap).toBe(0);
+  });
+
+  it('normalises by weight', () => {
+    const run = runOf([rec('f', 0, undefined), rec('g', 0, undefined), rec('f', 2, 2, 200)]);
+    expect(backloggedServiceGap({ ...run, tenantWeights: { f: 2, g: 1 } }).gap).toBe(100);
+  });
+});
+
+describe('VTC fairness bound (Theorem 4.4), every sub-interval, five seeds with step-time noise', () => {
   it('computes M from the engine: the KV tokens a running batch can hold on the VTC A10G setup', () => {
     const input = buildRunInput(loadScenario('vtc-poisson-short-long-2'), { durationS: 10 });
     const b = vtcFairnessBound(input.engines, input.arrivals);
@@ -65,49 +123,59 @@ describe('VTC fairness bound (Theorem 4.4)', () => {
     'vtc-real',
     'vtc-overload-multi',
   ];
-  it('never lets two backlogged clients differ by more than 2·max(w_in·L_in, w_out·M) in any suite', async () => {
-    for (const suite of ALL) {
-      const { input, metrics } = await simulate(suite, 'vtc', 300);
-      const { bound } = vtcFairnessBound(input.engines, input.arrivals);
-      expect(metrics.fairness.accumulatedMaxDiff, suite).toBeLessThanOrEqual(bound);
-    }
-  });
+  it(
+    'VTC never lets two backlogged clients differ by more than 2·max(w_in·L_in, w_out·M) in any suite',
+    async () => {
+      for (const suite of ALL) {
+        const { gap, bound } = await gapOverSeeds(suite, 'vtc', 300);
+        expect(gap.worst, `${suite}: ${show(gap)} vs bound ${bound}`).toBeLessThanOrEqual(bound);
+      }
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 
-  // Suites where every client stays backlogged, so the difference of accumulated service since
-  // warm-up is exactly the quantity the theorem bounds.
-  const BACKLOGGED = [
+  // Backlogged clients sending at different rates: FCFS serves them in proportion to their rates.
+  const FCFS_UNBOUNDED = [
     'vtc-overload',
     'vtc-on-off-overload',
     'vtc-poisson-short-long',
     'vtc-poisson-short-long-2',
-    'vtc-overload-multi',
+    'vtc-real',
   ];
-  it('keeps the accumulated difference of backlogged clients from growing with time, while FCFS lets it grow steadily', async () => {
-    for (const suite of BACKLOGGED) {
-      const vtc = await simulate(suite, 'vtc', 360);
-      const fcfs = await simulate(suite, 'fcfs', 360);
-      const { bound } = vtcFairnessBound(vtc.input.engines, vtc.input.arrivals);
-      const vtcRate = growthRate(vtc.metrics);
-      const fcfsRate = growthRate(fcfs.metrics);
-      // FCFS serves each client in proportion to its request rate: the gap widens steadily...
-      expect(fcfsRate, suite).toBeGreaterThan(0);
-      const fcfsEnd = fcfs.metrics.series.accumulatedDiff.at(-1)!;
-      const fcfsMid = fcfs.metrics.series.accumulatedDiff[Math.floor(fcfs.metrics.series.t.length / 2)]!;
-      expect(fcfsEnd, suite).toBeGreaterThan(1.5 * fcfsMid);
-      // ...while under VTC it hovers: its trend is under 2% of FCFS's.
-      expect(Math.abs(vtcRate), suite).toBeLessThan(0.02 * fcfsRate);
-      expect(Math.max(...vtc.metrics.series.accumulatedDiff.map((d) => d ?? 0)), suite).toBeLessThanOrEqual(
-        bound,
-      );
-    }
-  });
+  it(
+    'FCFS exceeds the bound under every seed wherever backlogged clients send at different rates',
+    async () => {
+      for (const suite of FCFS_UNBOUNDED) {
+        const { gap, bound } = await gapOverSeeds(suite, 'fcfs', suite === 'vtc-real' ? 600 : 300);
+        expect(gap.best, `${suite}: ${show(gap)} vs bound ${bound}`).toBeGreaterThan(bound);
+      }
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 
-  it("keeps VTC's max diff on vtc-overload at most half of FCFS's, at equal throughput (±3%)", async () => {
-    const vtc = (await simulate('vtc-overload', 'vtc', 600)).metrics;
-    const fcfs = (await simulate('vtc-overload', 'fcfs', 600)).metrics;
-    expect(vtc.fairness.maxDiff).toBeLessThanOrEqual(fcfs.fairness.maxDiff / 2);
-    const t = vtc.throughput.tokensPerS;
-    const f = fcfs.throughput.tokensPerS;
-    expect(Math.abs(t - f) / f).toBeLessThanOrEqual(0.03);
-  });
+  it(
+    'LCF exceeds the bound in the median over seeds on the real workload, where clients return with lagging counters',
+    async () => {
+      // Whether a returning client is itself backlogged (sends above what LCF hands it) depends on the
+      // draw: under seed 3 none is, and LCF stays at 8196 (seeds 1–5: 56229, 47681, 8196, 43435, 40910).
+      const { gap, bound } = await gapOverSeeds('vtc-real', 'lcf', 600);
+      expect(gap.median, `vtc-real: ${show(gap)} vs bound ${bound}`).toBeGreaterThan(bound);
+    },
+    SEEDED_TIMEOUT_MS,
+  );
+
+  it(
+    "keeps VTC's windowed max diff on vtc-overload at most half of FCFS's under every seed, at equal throughput (±3%)",
+    async () => {
+      for (const seed of [1, 2, 3, 4, 5]) {
+        const vtc = computeMetrics((await simulate('vtc-overload', 'vtc', 600, seed)).run);
+        const fcfs = computeMetrics((await simulate('vtc-overload', 'fcfs', 600, seed)).run);
+        expect(vtc.fairness.maxDiff, `seed ${seed}`).toBeLessThanOrEqual(fcfs.fairness.maxDiff / 2);
+        const t = vtc.throughput.tokensPerS;
+        const f = fcfs.throughput.tokensPerS;
+        expect(Math.abs(t - f) / f, `seed ${seed}`).toBeLessThanOrEqual(0.03);
+      }
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 });

@@ -143,13 +143,15 @@ describe('computeMetrics', () => {
 
   it('accumulates the service difference only while both tenants are backlogged', () => {
     // Samples every 30 s: A_a = 0, 25, 50, 80, 110; A_b = 0, 0, 50, 100, 100.
-    // Both backlogged only from 60 on: d = (80−50) − (100−50) = −20, then −20 + 30 − 0 = 10 → 20.
     const m = computeMetrics(fixture(), { warmupS: 0, seriesStepS: 30 });
     expect(m.series.t).toEqual([0, 30, 60, 90, 120]);
     expect(m.series.accumulatedService.a).toEqual([0, 25, 50, 80, 110]);
     expect(m.series.accumulatedService.b).toEqual([0, 0, 50, 100, 100]);
     expect(m.series.accumulatedDiff).toEqual([0, 25, 0, 20, 10]);
-    expect(m.fairness.accumulatedMaxDiff).toBeCloseTo(20, 10);
+    // The exact check (every sub-interval, input charged at dispatch, output as it streams): both are
+    // backlogged over [0, 30) and [60, 120). Across a2's dispatch at 60 s, whose 30 input tokens are
+    // charged at once, D = A_a − A_b jumps from −9.32 to 20.68, a gap of 30; [0, 30) reaches 29.66.
+    expect(m.fairness.accumulatedMaxDiff).toBeCloseTo(30, 10);
     // Total service a = 110, b = 100 → Jain = 210² / (2·(110² + 100²)).
     expect(m.fairness.jain).toBeCloseTo(210 ** 2 / (2 * (110 ** 2 + 100 ** 2)), 12);
   });

@@ -180,7 +180,14 @@ describe('built-in scenarios', () => {
     expect(run.engines).toEqual([
       {
         id: 'replica-0',
-        config: { gpu: 'A10G-24GB', model: 'llama-2-7b', tp: 1, kvCapacityTokens: 10_000, blockSize: 1 },
+        config: {
+          gpu: 'A10G-24GB',
+          model: 'llama-2-7b',
+          tp: 1,
+          kvCapacityTokens: 10_000,
+          blockSize: 1,
+          stepNoise: { distribution: 'lognormal' },
+        },
       },
     ]);
     const count = (t: string) => run.arrivals.filter((r) => r.tenant === t).length;

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { parseScenario } from '../src/scenario.ts';
+import { EVIDENCE_SEEDS, summarizeSeeds } from '../src/seed-summary.ts';
 import { runSloExperiment, type SloExperimentResult } from '../src/slo-experiments.ts';
+import { SEEDED_TIMEOUT_MS, showSeeds } from './support/seeded.ts';
 
 const attainment = (r: SloExperimentResult, cls: string) =>
   r.classes.find((c) => c.sloClass === cls)?.attainment ?? 0;
@@ -8,27 +10,57 @@ const attainment = (r: SloExperimentResult, cls: string) =>
 describe('QLM on the mixed interactive + batch scenario (shortened)', () => {
   // 150 simulated seconds: the batch-2 document dump fills both KV caches while batch-1 jobs
   // and bursty chat traffic keep arriving.
-  const run = (policy: Parameters<typeof runSloExperiment>[0]['policy']) =>
-    runSloExperiment({ scenario: 'qlm-mixed', policy, durationS: 150 });
+  // Judged over seeds 1–5 (arrivals re-drawn): what holds under every seed is asserted on the
+  // worst seed, what holds only in the median on the median. Measured interactive attainment,
+  // seeds 1–5: QLM 1.000 under all; EDF 0.797, 1.000, 0.686, 0.620, 0.875; QLM without eviction
+  // 1.000, 0.991, 1.000, 0.910, 0.905.
+  const run = (policy: Parameters<typeof runSloExperiment>[0]['policy'], seed: number) =>
+    runSloExperiment({ scenario: 'qlm-mixed', policy, durationS: 150, seed });
 
-  it('meets interactive SLOs where FCFS and EDF do not, and each operation it drops costs attainment', async () => {
-    const [fcfs, edf, qlm, noPull, noEvict] = await Promise.all([
-      run('fcfs'),
-      run('edf'),
-      run('qlm'),
-      run('qlm-no-pull'),
-      run('qlm-no-evict'),
-    ]);
-    expect(attainment(fcfs, 'interactive')).toBeLessThan(0.6);
-    expect(attainment(qlm, 'interactive')).toBeGreaterThanOrEqual(0.9);
-    expect(attainment(qlm, 'interactive')).toBeGreaterThan(attainment(edf, 'interactive'));
-    // Without pulling, everything is pushed to the engines and their FCFS queues decide.
-    expect(attainment(noPull, 'interactive')).toBeLessThan(attainment(qlm, 'interactive') - 0.3);
-    // Without eviction, interactive bursts wait behind the documents holding the KV cache.
-    expect(attainment(noEvict, 'interactive')).toBeLessThan(attainment(qlm, 'interactive'));
-    expect(qlm.evictions).toBeGreaterThan(0);
-    expect(noEvict.evictions).toBe(0);
-  });
+  it(
+    'meets interactive SLOs where FCFS and EDF do not, and each operation it drops costs attainment',
+    async () => {
+      const per: Record<'fcfs' | 'edf' | 'qlm' | 'noPull' | 'noEvict', number>[] = [];
+      for (const seed of EVIDENCE_SEEDS) {
+        const [fcfs, edf, qlm, noPull, noEvict] = await Promise.all([
+          run('fcfs', seed),
+          run('edf', seed),
+          run('qlm', seed),
+          run('qlm-no-pull', seed),
+          run('qlm-no-evict', seed),
+        ]);
+        expect(qlm.evictions, `seed ${seed}`).toBeGreaterThan(0);
+        expect(noEvict.evictions, `seed ${seed}`).toBe(0);
+        per.push({
+          fcfs: attainment(fcfs, 'interactive'),
+          edf: attainment(edf, 'interactive'),
+          qlm: attainment(qlm, 'interactive'),
+          noPull: attainment(noPull, 'interactive'),
+          noEvict: attainment(noEvict, 'interactive'),
+        });
+      }
+      const fcfs = summarizeSeeds(per.map((p) => p.fcfs));
+      expect(fcfs.worst, `FCFS: ${showSeeds(fcfs)}`).toBeLessThan(0.6);
+      const qlm = summarizeSeeds(
+        per.map((p) => p.qlm),
+        'lower',
+      );
+      expect(qlm.worst, `QLM: ${showSeeds(qlm)}`).toBeGreaterThanOrEqual(0.9);
+      // Without pulling, everything is pushed to the engines and their FCFS queues decide: every seed.
+      const pullGain = summarizeSeeds(
+        per.map((p) => p.qlm - p.noPull),
+        'lower',
+      );
+      expect(pullGain.worst, `QLM − no pull: ${showSeeds(pullGain)}`).toBeGreaterThan(0.3);
+      // Above EDF, and without eviction interactive bursts wait behind the documents holding the KV
+      // cache: in the median (EDF ties QLM at 1.0 under one seed, no-eviction under two).
+      const overEdf = summarizeSeeds(per.map((p) => p.qlm - p.edf));
+      expect(overEdf.median, `QLM − EDF: ${showSeeds(overEdf)}`).toBeGreaterThan(0);
+      const evictGain = summarizeSeeds(per.map((p) => p.qlm - p.noEvict));
+      expect(evictGain.median, `QLM − no eviction: ${showSeeds(evictGain)}`).toBeGreaterThan(0);
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 });
 
 describe('QLM model swapping in a multi-model pool', () => {

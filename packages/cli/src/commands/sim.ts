@@ -34,6 +34,10 @@ export interface SimOptions {
   readonly dispatchers?: number | undefined;
   /** Interval at which each gateway charges streamed output, ms. */
   readonly flushMs?: number | undefined;
+  /** Step-time noise distribution for every engine (none, lognormal, normal). */
+  readonly stepNoise?: 'none' | 'lognormal' | 'normal' | undefined;
+  /** Its coefficient of variation. */
+  readonly stepNoiseCv?: number | undefined;
 }
 
 function integer(value: string): number {
@@ -45,6 +49,12 @@ function integer(value: string): number {
 function positive(value: string): number {
   const n = Number(value);
   if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number of seconds');
+  return n;
+}
+
+function nonNegative(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError('must be a number ≥ 0');
   return n;
 }
 
@@ -71,6 +81,17 @@ export function registerSimCommand(program: Command, io: CliIo, setCode: (code: 
     .option('--duration <s>', "override the scenario's duration (simulated seconds)", positive)
     .option('--dispatchers <n>', 'gateway replicas (dispatchers) sharing one store (default 1)', integer)
     .option('--flush-ms <ms>', 'each dispatcher charges streamed output this often (default 50)', positive)
+    .addOption(
+      new Option(
+        '--step-noise <dist>',
+        "jitter every engine step's time (replaces the scenario's setting; default: the scenario's, else none)",
+      ).choices(['none', 'lognormal', 'normal']),
+    )
+    .option(
+      '--step-noise-cv <x>',
+      "coefficient of variation of --step-noise (default 0.10, vLLM's measured decode-step jitter)",
+      nonNegative,
+    )
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--out <dir>', 'also write report.json and SVG plots to this directory')
     .option('--list', 'list the built-in scenarios')
@@ -101,11 +122,17 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     problems.push('policy rpm needs --rpm <n> (requests per minute per tenant, > 0)');
   if (opts.dispatchers !== undefined && opts.dispatchers < 1)
     problems.push('--dispatchers must be at least 1');
+  if (opts.stepNoiseCv !== undefined && opts.stepNoise === undefined)
+    problems.push('--step-noise-cv needs --step-noise <lognormal|normal>');
   if (problems.length > 0 || !policyEntry || !placementEntry || !opts.scenario)
     throw new UsageError(problems);
 
   const loaded = loadScenario(opts.scenario);
-  const input = buildRunInput(loaded, { seed: opts.seed, durationS: opts.duration });
+  const stepNoise =
+    opts.stepNoise === undefined
+      ? undefined
+      : { distribution: opts.stepNoise, ...(opts.stepNoiseCv !== undefined ? { cv: opts.stepNoiseCv } : {}) };
+  const input = buildRunInput(loaded, { seed: opts.seed, durationS: opts.duration, stepNoise });
   // FairServe policies learn from past traffic: the same scenario under the next seed.
   const history = buildRunInput(loaded, { seed: input.seed + 1, durationS: opts.duration }).arrivals;
   const bar = progressBar(io, opts.json, 'simulating {bar} {percentage}% | {value}/{total} simulated s');

@@ -8,19 +8,7 @@
  *   rates (`overload-multi` in `fair_bench/exp_suite.py`: three at 24 and five at 36 req/min).
  */
 import type { ScenarioInput } from '../scenario-schema.ts';
-
-const A10G_VTC = {
-  engines: [
-    {
-      gpu: 'A10G-24GB',
-      model: 'llama-2-7b',
-      tp: 1,
-      count: 1,
-      kvCapacityTokens: 10_000,
-      options: { blockSize: 1 },
-    },
-  ],
-};
+import { A10G_VTC } from './vtc.ts';
 
 const client = (i: number, rate: number) => ({
   tenant: `client${i}`,

@@ -12,8 +12,13 @@
  */
 import type { ScenarioInput } from '../scenario-schema.ts';
 
-/** S-LoRA, which VTC runs on, pages KV memory with a block size of 1 (VTC section 5.1, footnote 7). */
-const A10G_VTC = {
+/**
+ * S-LoRA, which VTC runs on, pages KV memory with a block size of 1 (VTC section 5.1, footnote 7).
+ * The paper measured on a real A10G, so its suites run with real step-time jitter: lognormal with
+ * vLLM's measured decode-step CV (`VLLM_STEP_JITTER_CV`, 0.10), drawn from the run's seed
+ * (`fairway sim --step-noise none` turns it off).
+ */
+export const A10G_VTC = {
   engines: [
     {
       gpu: 'A10G-24GB',
@@ -21,7 +26,7 @@ const A10G_VTC = {
       tp: 1,
       count: 1,
       kvCapacityTokens: 10_000,
-      options: { blockSize: 1 },
+      options: { blockSize: 1, stepNoise: { distribution: 'lognormal' as const } },
     },
   ],
 };
