@@ -29,9 +29,11 @@ export const engineConfigSchema = z
     watermark: z.number().min(0).max(0.5).optional(),
     maxNumSeqs: positiveInt.optional(),
     maxNumBatchedTokens: positiveInt.optional(),
+    maxNumPrefillTokens: positiveInt.optional(),
     batchPolicy: z.enum(['prefill-priority', 'decode-priority']).optional(),
     chunkedPrefill: z.boolean().optional(),
     preemption: z.enum(['recompute', 'eviction-free']).optional(),
+    preemptionVictim: z.enum(['newest', 'cheapest-refill']).optional(),
     priorityScheduling: z.boolean().optional(),
     costModel: costModelSchema.optional(),
   })
@@ -62,9 +64,11 @@ export function resolveEngineConfig(config: EngineConfig, source?: string): Reso
     watermark: c.watermark ?? 0.01,
     maxNumSeqs,
     maxNumBatchedTokens,
+    maxNumPrefillTokens: c.maxNumPrefillTokens ?? maxNumBatchedTokens,
     batchPolicy,
     chunkedPrefill,
     preemption: c.preemption ?? 'recompute',
+    preemptionVictim: c.preemptionVictim ?? 'newest',
     priorityScheduling: c.priorityScheduling ?? false,
     costModel: c.costModel ?? costModelPreset(c.model, c.gpu, tp),
   };
