@@ -165,6 +165,8 @@ export class EngineModel implements EngineModelApi {
   /** Prompt tokens the step being formed may still take (P). */
   #prefillLeft = 0;
   #order = 0;
+  /** The last step's batch as a plan (what {@link stepPlanned} would take to repeat it). */
+  #lastBatch: PlannedBatch = { preempt: [], run: [] };
   #preemptions = 0;
   #promptTokens = 0;
   #generationTokens = 0;
@@ -350,6 +352,11 @@ export class EngineModel implements EngineModelApi {
     return this.#run(batch, events);
   }
 
+  /** The last step's batch as a plan: its preemptions, then each request's tokens. */
+  lastBatch(): PlannedBatch {
+    return this.#lastBatch;
+  }
+
   stats(): EngineStats {
     const used = this.#numBlocks - this.#freeBlocks;
     return {
@@ -500,6 +507,12 @@ export class EngineModel implements EngineModelApi {
     let prefillChunkSq = 0;
     let kvTokensRead = 0;
     let finishedAny = false;
+    const preempt: string[] = [];
+    for (const e of events) if (e.kind === 'preempted') preempt.push(e.id);
+    this.#lastBatch = {
+      preempt,
+      run: batch.filter((s) => s.state === 'running').map((s) => ({ id: s.id, tokens: s.stepTokens })),
+    };
     for (const s of batch) {
       if (s.state !== 'running') continue;
       const t = s.stepTokens;

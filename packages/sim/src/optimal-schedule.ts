@@ -122,6 +122,8 @@ export interface ScheduleOutcome {
     readonly firstTokenMs: number;
     readonly finishMs: number;
   }[];
+  /** The batches run, as plans {@link replaySchedule} takes. */
+  readonly batches: readonly PlannedBatch[];
 }
 
 /** The value of a schedule outcome under an objective. */
@@ -184,6 +186,7 @@ function drive(
   let added = 0;
   let steps = 0;
   let preemptions = 0;
+  const plans: PlannedBatch[] = [];
   const admit = (): void => {
     while (added < order.length && (order[added]!.arrivalMs ?? 0) <= now) {
       const r = order[added++]!;
@@ -205,6 +208,7 @@ function drive(
     }
     admit();
     const r = step(model);
+    if (r.durationMs > 0) plans.push(model.lastBatch());
     steps++;
     const end = now + r.durationMs;
     for (const e of r.events) {
@@ -237,7 +241,7 @@ function drive(
     totalLatencyMs += f - (r.arrivalMs ?? 0);
     out.push({ id: r.id, firstTokenMs: first.get(r.id) ?? f, finishMs: f });
   }
-  return { makespanMs, totalLatencyMs, preemptions, steps, requests: out };
+  return { makespanMs, totalLatencyMs, preemptions, steps, requests: out, batches: plans };
 }
 
 /** The engine rules the MILP uses, from a resolved config. */
@@ -350,11 +354,12 @@ function heuristicUpperBound(
   objective: ScheduleObjective,
   preemption: boolean,
   hybrid: boolean,
-): number {
-  let best = Infinity;
+): ScheduleOutcome | undefined {
+  let best: ScheduleOutcome | undefined;
   for (const cfg of heuristicConfigs(requests, engine, rules, preemption, hybrid)) {
     try {
-      best = Math.min(best, objectiveValue(runHeuristic(requests, cfg), objective));
+      const o = runHeuristic(requests, cfg);
+      if (!best || objectiveValue(o, objective) < objectiveValue(best, objective)) best = o;
     } catch (err) {
       // An eviction-free heuristic reserving input + max_tokens may not fit at all: no bound from it.
       if (!(err instanceof SimError && err.code === SimErrorCode.NO_SCHEDULE)) throw err;
@@ -939,33 +944,47 @@ export async function solveOptimalSchedule(
   const objective = options.objective ?? 'makespan';
   const preemption = options.preemption ?? true;
   const hybrid = options.hybrid ?? true;
-  const upper = heuristicUpperBound(requests, options.engine, rules, objective, preemption, hybrid);
+  const heuristic = heuristicUpperBound(requests, options.engine, rules, objective, preemption, hybrid);
+  const upper = heuristic ? objectiveValue(heuristic, objective) : Infinity;
   const { J, exact, horizonMs } = batchBound(requests, rules, objective, upper);
   const model = buildModel(requests, rules, J, objective, preemption, hybrid, horizonMs);
   const highs = await loadHighs();
   const solved = runHighs(highs, model.lp.text(model.objective, false), options.timeLimitS ?? 60, true);
-  if (solved.status === 'infeasible' || solved.status === 'none')
+  if (solved.status === 'infeasible' && heuristic === undefined)
+    throw new SimError(SimErrorCode.NO_SCHEDULE, `no schedule fits in ${J} batches (the MILP is infeasible)`);
+  if (solved.status === 'none' && heuristic === undefined)
     throw new SimError(
       SimErrorCode.NO_SCHEDULE,
-      solved.status === 'infeasible'
-        ? `no schedule fits in ${J} batches (the MILP is infeasible)`
-        : `HiGHS found no schedule within ${options.timeLimitS ?? 60} s`,
+      `HiGHS found no schedule within ${options.timeLimitS ?? 60} s`,
     );
-  const batches = readSchedule(requests, J, solved.value);
   const replayEngine = { ...options.engine, watermark: 0, costModel: rules.config.costModel };
-  const outcome = replaySchedule(requests, replayEngine, batches);
+  const found = solved.status === 'optimal' || solved.status === 'feasible';
+  let batches = found ? readSchedule(requests, J, solved.value) : [];
+  let outcome = found ? replaySchedule(requests, replayEngine, batches) : undefined;
+  // A search stopped before it beat the best heuristic returns the heuristic's schedule, as
+  // `feasible` with the solver's bound.
+  const fallback =
+    heuristic !== undefined &&
+    (!outcome ||
+      objectiveValue(heuristic, objective) < objectiveValue(outcome, objective) * (1 - 1e-6) - 1e-6);
+  if (fallback) {
+    batches = [...heuristic.batches];
+    outcome = replaySchedule(requests, replayEngine, batches);
+  }
+  if (!outcome) throw new SimError(SimErrorCode.NO_SCHEDULE, 'no schedule found');
+  const bound = Number.isFinite(solved.bound) ? solved.bound : -Infinity;
   const starts = replayStarts(requests, replayEngine, batches);
   const analytic = analyticLowerBound(requests, options.engine, objective);
   const valueMs = objectiveValue(outcome, objective);
   // The total-latency MILP minimises Σ finish; latency subtracts the (constant) arrivals.
   const shift = objective === 'total-latency' ? requests.reduce((s, r) => s + (r.arrivalMs ?? 0), 0) : 0;
   return {
-    status: solved.status,
+    status: solved.status === 'optimal' && !fallback ? 'optimal' : 'feasible',
     exact,
     objective,
     valueMs,
-    lowerBoundMs: exact ? Math.min(valueMs, Math.max(analytic, solved.bound - shift)) : analytic,
-    milpValueMs: solved.objective - shift,
+    lowerBoundMs: exact ? Math.min(valueMs, Math.max(analytic, bound - shift)) : analytic,
+    milpValueMs: found ? solved.objective - shift : valueMs,
     makespanMs: outcome.makespanMs,
     totalLatencyMs: outcome.totalLatencyMs,
     preemptions: outcome.preemptions,
@@ -1018,8 +1037,10 @@ export async function scheduleLowerBound(
   const objective = options.objective ?? 'makespan';
   const preemption = options.preemption ?? true;
   const hybrid = options.hybrid ?? true;
-  const upper = heuristicUpperBound(requests, options.engine, rules, objective, preemption, hybrid);
+  const heuristic = heuristicUpperBound(requests, options.engine, rules, objective, preemption, hybrid);
+  const upper = heuristic ? objectiveValue(heuristic, objective) : Infinity;
   const analytic = analyticLowerBound(requests, options.engine, objective);
+  if (!heuristic) return { lowerBoundMs: analytic, upperBoundMs: upper, source: 'analytic' };
   const lastArrival = Math.max(...requests.map((r) => r.arrivalMs ?? 0));
   const need = Math.floor(
     (objective === 'makespan' ? upper : lastArrival + upper) / cheapestBatchMs(rules.c) + 1e-9,
