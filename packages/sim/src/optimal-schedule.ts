@@ -543,11 +543,11 @@ function buildModel(
     const T = r.arrivalMs ?? 0;
     const pfMax = Math.min(L, P, budget);
     // Tangent points of c² for the prefill-attention term: every prompt a prefill can have (I + G),
-    // plus, under chunking, an even grid of at most 64 chunk sizes.
+    // plus, under chunking, an even grid of at most 16 chunk sizes.
     const tangents = new Set<number>();
     for (let g = 0; g < O; g++) if (I + g <= pfMax) tangents.add(I + g);
     if (chunked) {
-      const step = Math.max(1, Math.ceil(pfMax / 64));
+      const step = Math.max(1, Math.ceil(pfMax / 16));
       for (let k = step; k <= pfMax; k += step) tangents.add(k);
       tangents.add(pfMax);
     }
@@ -743,6 +743,22 @@ function buildModel(
         );
       // Held KV tokens: what is computed while unfinished, the whole prompt while prefilling.
       lp.row([[1, held], [-1, m], ...finPrev.map(([k, x]) => [L * k, x] as [number, string])], '>=', 0);
+      // Valid cuts (implied at integer points, they tighten the relaxation): a request generating
+      // holds its prompt and output so far; a decoding, unfinished request holds at least its prompt
+      // and reads it.
+      lp.row([[1, held], [-(I + O), g], ...GPrev.map(([k, x]) => [-k, x] as [number, string])], '>=', -O);
+      if (d) {
+        lp.row([[1, held], [-I, d], ...finPrev.map(([k, x]) => [I * k, x] as [number, string])], '>=', 0);
+        lp.row([...mPrev, [-I, d]], '>=', 0);
+        lp.row(
+          [
+            [1, kr],
+            [-I, dec],
+          ],
+          '>=',
+          0,
+        );
+      }
       if (chunked) {
         const pr = lp.col(v('pr', i, j), 'bin', 0, 1);
         // m > 0 outside the decode phase ⇒ prefilling (pr = 1).
@@ -873,29 +889,35 @@ function loadHighs(): Promise<Highs> {
 
 interface Solved {
   readonly status: 'optimal' | 'feasible' | 'infeasible' | 'none';
+  /** The search ran to its end (not stopped by the time limit): no schedule beats the cutoff. */
+  readonly complete: boolean;
   readonly objective: number;
   readonly bound: number;
   readonly value: (name: string) => number;
 }
 
-function runHighs(highs: Highs, text: string, timeLimitS: number, mip: boolean): Solved {
+function runHighs(highs: Highs, text: string, timeLimitS: number, mip: boolean, cutoff = Infinity): Solved {
   const model = highs.createModel({ format: 'lp', data: text });
   try {
     model.options.set({ output_flag: false, time_limit: timeLimitS, mip_rel_gap: 1e-6 });
+    // Prune every node that cannot beat the best heuristic (whose schedule is the fallback).
+    if (mip && Number.isFinite(cutoff)) model.options.set({ objective_bound: cutoff });
     model.run();
     const ms = highs.constants.modelStatus;
     const status = model.getModelStatus();
+    const complete = status === ms.optimal || status === ms.infeasible || status === ms.objectiveBound;
     if (status === ms.infeasible)
-      return { status: 'infeasible', objective: NaN, bound: NaN, value: () => NaN };
+      return { status: 'infeasible', complete, objective: NaN, bound: NaN, value: () => NaN };
     const feasible = model.info.get('primal_solution_status') === highs.constants.solutionStatus.feasible;
     const bound = mip ? Number(model.info.get('mip_dual_bound')) : model.getObjectiveValue();
-    if (!feasible) return { status: 'none', objective: NaN, bound, value: () => NaN };
+    if (!feasible) return { status: 'none', complete, objective: NaN, bound, value: () => NaN };
     const index = new Map<string, number>();
     const cols = model.getLp().numCols;
     for (let k = 0; k < cols; k++) index.set(model.getColName(k), k);
     const colValue = model.getSolution().colValue;
     return {
       status: status === ms.optimal ? 'optimal' : 'feasible',
+      complete,
       objective: model.getObjectiveValue(),
       bound: status === ms.optimal && !mip ? model.getObjectiveValue() : bound,
       value: (name) => {
@@ -949,7 +971,16 @@ export async function solveOptimalSchedule(
   const { J, exact, horizonMs } = batchBound(requests, rules, objective, upper);
   const model = buildModel(requests, rules, J, objective, preemption, hybrid, horizonMs);
   const highs = await loadHighs();
-  const solved = runHighs(highs, model.lp.text(model.objective, false), options.timeLimitS ?? 60, true);
+  const shift0 = objective === 'total-latency' ? requests.reduce((s, r) => s + (r.arrivalMs ?? 0), 0) : 0;
+  // Loose enough that the heuristic's own schedule (and anything near it) stays in the search.
+  const cutoff = (upper + shift0) * (1 + 1e-4) + 1e-3;
+  const solved = runHighs(
+    highs,
+    model.lp.text(model.objective, false),
+    options.timeLimitS ?? 60,
+    true,
+    cutoff,
+  );
   if (solved.status === 'infeasible' && heuristic === undefined)
     throw new SimError(SimErrorCode.NO_SCHEDULE, `no schedule fits in ${J} batches (the MILP is infeasible)`);
   if (solved.status === 'none' && heuristic === undefined)
@@ -972,14 +1003,20 @@ export async function solveOptimalSchedule(
     outcome = replaySchedule(requests, replayEngine, batches);
   }
   if (!outcome) throw new SimError(SimErrorCode.NO_SCHEDULE, 'no schedule found');
-  const bound = Number.isFinite(solved.bound) ? solved.bound : -Infinity;
+  // A complete search with the heuristic as cutoff that found nothing better proves it optimal.
+  const provedHeuristic =
+    fallback && solved.complete && (solved.status === 'infeasible' || solved.status === 'none');
+  const shift = shift0;
+  const bound = provedHeuristic
+    ? objectiveValue(outcome, objective) + shift
+    : Number.isFinite(solved.bound)
+      ? solved.bound
+      : -Infinity;
   const starts = replayStarts(requests, replayEngine, batches);
   const analytic = analyticLowerBound(requests, options.engine, objective);
   const valueMs = objectiveValue(outcome, objective);
-  // The total-latency MILP minimises Σ finish; latency subtracts the (constant) arrivals.
-  const shift = objective === 'total-latency' ? requests.reduce((s, r) => s + (r.arrivalMs ?? 0), 0) : 0;
   return {
-    status: solved.status === 'optimal' && !fallback ? 'optimal' : 'feasible',
+    status: (solved.status === 'optimal' && !fallback) || provedHeuristic ? 'optimal' : 'feasible',
     exact,
     objective,
     valueMs,
