@@ -124,6 +124,8 @@ export interface ScheduleOutcome {
   }[];
   /** The batches run, as plans {@link replaySchedule} takes. */
   readonly batches: readonly PlannedBatch[];
+  /** When each of those batches started, ms. */
+  readonly batchStartsMs: readonly number[];
 }
 
 /** The value of a schedule outcome under an objective. */
@@ -187,6 +189,7 @@ function drive(
   let steps = 0;
   let preemptions = 0;
   const plans: PlannedBatch[] = [];
+  const starts: number[] = [];
   const admit = (): void => {
     while (added < order.length && (order[added]!.arrivalMs ?? 0) <= now) {
       const r = order[added++]!;
@@ -208,7 +211,8 @@ function drive(
     }
     admit();
     const r = step(model);
-    if (r.durationMs > 0) plans.push(model.lastBatch());
+    plans.push(model.lastBatch());
+    starts.push(now);
     steps++;
     const end = now + r.durationMs;
     for (const e of r.events) {
@@ -241,7 +245,15 @@ function drive(
     totalLatencyMs += f - (r.arrivalMs ?? 0);
     out.push({ id: r.id, firstTokenMs: first.get(r.id) ?? f, finishMs: f });
   }
-  return { makespanMs, totalLatencyMs, preemptions, steps, requests: out, batches: plans };
+  return {
+    makespanMs,
+    totalLatencyMs,
+    preemptions,
+    steps,
+    requests: out,
+    batches: plans,
+    batchStartsMs: starts,
+  };
 }
 
 /** The engine rules the MILP uses, from a resolved config. */
@@ -296,6 +308,10 @@ function checkInstance(requests: readonly ScheduleRequest[], rules: Rules): void
     )
       tooLarge(`request "${r.id}": inputTokens and outputTokens must be integers ≥ 1`);
     const longest = r.inputTokens + r.outputTokens - 1;
+    if (r.outputTokens > OPTIMAL_LIMITS.maxBatches)
+      tooLarge(
+        `request "${r.id}" generates ${r.outputTokens} tokens, one per batch: at most ${OPTIMAL_LIMITS.maxBatches} (OPTIMAL_LIMITS.maxBatches)`,
+      );
     if (r.inputTokens + r.outputTokens > OPTIMAL_LIMITS.maxTokensPerRequest)
       tooLarge(
         `request "${r.id}" has ${r.inputTokens + r.outputTokens} tokens: at most ${OPTIMAL_LIMITS.maxTokensPerRequest} (OPTIMAL_LIMITS.maxTokensPerRequest)`,
@@ -1005,14 +1021,14 @@ export async function solveOptimalSchedule(
   if (!outcome) throw new SimError(SimErrorCode.NO_SCHEDULE, 'no schedule found');
   // A complete search with the heuristic as cutoff that found nothing better proves it optimal.
   const provedHeuristic =
-    fallback && solved.complete && (solved.status === 'infeasible' || solved.status === 'none');
+    fallback && exact && solved.complete && (solved.status === 'infeasible' || solved.status === 'none');
   const shift = shift0;
   const bound = provedHeuristic
     ? objectiveValue(outcome, objective) + shift
     : Number.isFinite(solved.bound)
       ? solved.bound
       : -Infinity;
-  const starts = replayStarts(requests, replayEngine, batches);
+  const starts = outcome.batchStartsMs;
   const analytic = analyticLowerBound(requests, options.engine, objective);
   const valueMs = objectiveValue(outcome, objective);
   return {
@@ -1030,30 +1046,6 @@ export async function solveOptimalSchedule(
     size: { batches: J, columns: model.lp.cols.size, rows: model.lp.rows.length },
     solveMs: performance.now() - started,
   };
-}
-
-/** Start time of each replayed batch. */
-function replayStarts(
-  requests: readonly ScheduleRequest[],
-  engine: EngineConfig,
-  batches: readonly PlannedBatch[],
-): number[] {
-  const starts: number[] = [];
-  const model = new EngineModel(engine);
-  for (const r of requests)
-    model.add({
-      id: r.id,
-      inputTokens: r.inputTokens,
-      outputTokens: r.outputTokens,
-      maxTokens: r.outputTokens,
-    });
-  let now = 0;
-  for (const b of batches) {
-    for (const r of b.run) now = Math.max(now, arrivalOf(requests, r.id));
-    starts.push(now);
-    now += model.stepPlanned(b).durationMs;
-  }
-  return starts;
 }
 
 /**

@@ -155,6 +155,8 @@ export const engineOptionsSchema = z
     batchPolicy: z.enum(['prefill-priority', 'decode-priority']).optional(),
     chunkedPrefill: z.boolean().optional(),
     preemption: z.enum(['recompute', 'eviction-free']).optional(),
+    maxNumPrefillTokens: posInt.optional(),
+    preemptionVictim: z.enum(['newest', 'cheapest-refill']).optional(),
     priorityScheduling: z.boolean().optional(),
   })
   .strict();
