@@ -10,7 +10,6 @@ import { join } from 'node:path';
 import { createRng } from '@fairway/core';
 import type { EngineConfig } from '../src/engine-api.ts';
 import {
-  objectiveValue,
   runHeuristic,
   type ScheduleOutcome,
   type ScheduleRequest,

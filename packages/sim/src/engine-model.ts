@@ -286,7 +286,7 @@ export class EngineModel implements EngineModelApi {
     let free = this.#freeBlocks;
     for (const id of plan.preempt ?? []) {
       const s = this.#seqs.get(id);
-      if (!s || s.state !== 'running') fail(`cannot preempt "${id}": it is not running`, id);
+      if (s?.state !== 'running') fail(`cannot preempt "${id}": it is not running`, id);
       if (this.#evictionFree) fail(`cannot preempt "${id}": the engine is eviction-free`, id);
       preempt.add(s!);
       free += s!.blocks;
