@@ -18,6 +18,16 @@ export type PreemptionMode =
   /** Admit a request only if its worst case (input + max output) fits: never preempts. */
   | 'eviction-free';
 
+/** Which running request a preemption evicts when KV blocks run out. */
+export type PreemptionVictim =
+  /** vLLM: the newest running request (the lowest-priority one under priority scheduling). */
+  | 'newest'
+  /**
+   * InferMax section 4.5's finding: evict the request whose refill is cheapest — the fewest
+   * computed KV tokens to recompute — so long requests are not thrown away; ties go to the newest.
+   */
+  | 'cheapest-refill';
+
 /** Configuration of one engine (one replica, possibly tensor-parallel over several GPUs). */
 export interface EngineConfig {
   /** GPU preset name, e.g. `A100-80GB`. */
@@ -38,10 +48,18 @@ export interface EngineConfig {
   readonly maxNumBatchedTokens?: number;
   /** @default 'prefill-priority' */
   readonly batchPolicy?: BatchPolicy;
+  /**
+   * Most prompt (prefill) tokens in one step: Sarathi's prefill budget P beside the step budget C
+   * (`maxNumBatchedTokens`; InferMax section 3.1, Table 1: Sarathi C = 4096, P = 512).
+   * @default maxNumBatchedTokens (P = C)
+   */
+  readonly maxNumPrefillTokens?: number;
   /** Split long prompts over several steps (Sarathi). @default false (true under decode-priority) */
   readonly chunkedPrefill?: boolean;
   /** @default 'recompute' */
   readonly preemption?: PreemptionMode;
+  /** @default 'newest' */
+  readonly preemptionVictim?: PreemptionVictim;
   /** Order the waiting queue by `priority` (lower first), as `--scheduling-policy priority`. @default false */
   readonly priorityScheduling?: boolean;
   /**
@@ -121,6 +139,15 @@ export type EngineEvent =
       readonly ignored?: boolean;
     }
   | { readonly kind: 'preempted'; readonly id: string };
+
+/**
+ * A batch chosen outside the engine (an optimal schedule replayed): which running requests to
+ * preempt first, then how many tokens each request processes — a prefill chunk, or 1 for a decode.
+ */
+export interface PlannedBatch {
+  readonly preempt?: readonly string[] | undefined;
+  readonly run: readonly { readonly id: string; readonly tokens: number }[];
+}
 
 /** Result of one step. */
 export interface StepResult {

@@ -6,6 +6,7 @@ import type {
   EngineModelApi,
   EngineSeqInput,
   EngineStats,
+  PlannedBatch,
   StepResult,
 } from './engine-api.ts';
 import { type ResolvedEngineConfig, resolveEngineConfig } from './engine-config.ts';
@@ -142,7 +143,10 @@ const byPriorityThenOrder = (a: Seq, b: Seq): number => a.priority - b.priority 
  * decodes first and fills the token budget with (chunked) prefills in the same step. When a decode
  * needs a block and none is free, the newest running sequence (the lowest-priority one under
  * priority scheduling) is preempted by recompute: its blocks are freed and its output so far is
- * appended to its prompt for a later refill. The eviction-free variant admits a sequence only if
+ * appended to its prompt for a later refill (`preemptionVictim: 'cheapest-refill'` evicts the one
+ * with the fewest computed KV tokens instead, InferMax section 4.5). A step processes at most
+ * `maxNumBatchedTokens` tokens (C), of which at most `maxNumPrefillTokens` are prompt tokens (P,
+ * Sarathi's prefill budget). The eviction-free variant admits a sequence only if
  * its worst case (input + max_tokens) fits and never preempts. Step time comes from the
  * configured {@link StepCostModel}.
  *
@@ -157,6 +161,8 @@ export class EngineModel implements EngineModelApi {
   readonly #watermarkBlocks: number;
   readonly #blockSize: number;
   readonly #budget: number;
+  readonly #prefillBudget: number;
+  readonly #cheapestVictim: boolean;
   readonly #chunked: boolean;
   readonly #decodeFirst: boolean;
   readonly #evictionFree: boolean;
@@ -166,7 +172,11 @@ export class EngineModel implements EngineModelApi {
   /** Running sequences in admission order (the last is the newest). */
   #running: Seq[] = [];
   #freeBlocks: number;
+  /** Prompt tokens the step being formed may still take (P). */
+  #prefillLeft = 0;
   #order = 0;
+  /** The last step's batch as a plan (what {@link stepPlanned} would take to repeat it). */
+  #lastBatch: PlannedBatch = { preempt: [], run: [] };
   #preemptions = 0;
   #promptTokens = 0;
   #generationTokens = 0;
@@ -188,6 +198,8 @@ export class EngineModel implements EngineModelApi {
     this.#watermarkBlocks = this.config.watermark * this.#numBlocks;
     this.#freeBlocks = this.#numBlocks;
     this.#budget = this.config.maxNumBatchedTokens;
+    this.#prefillBudget = Math.min(this.config.maxNumPrefillTokens, this.#budget);
+    this.#cheapestVictim = this.config.preemptionVictim === 'cheapest-refill';
     this.#chunked = this.config.chunkedPrefill;
     this.#decodeFirst = this.config.batchPolicy === 'decode-priority';
     this.#evictionFree = this.config.preemption === 'eviction-free';
@@ -257,6 +269,7 @@ export class EngineModel implements EngineModelApi {
     const batch: Seq[] = [];
     if (this.#priority && this.#running.length > 1) this.#running.sort(byPriorityThenOrder);
     let budget = this.#budget;
+    this.#prefillLeft = this.#prefillBudget;
     if (this.#decodeFirst) {
       budget = this.#scheduleDecodes(batch, events, budget);
       budget = this.#continuePrefills(batch, budget);
@@ -267,6 +280,98 @@ export class EngineModel implements EngineModelApi {
       if (batch.length === 0) this.#scheduleDecodes(batch, events, budget);
     }
     return this.#run(batch, events);
+  }
+
+  /**
+   * Runs a batch chosen outside the engine — an optimal schedule being replayed — under the engine's
+   * own rules, and prices it like any other step: the preemptions free their blocks first; a
+   * waiting request admitted here allocates its whole prompt (as {@link step} does); a decoding
+   * request processes exactly 1 token and takes a new block when it needs one; a prefill chunk
+   * shorter than what remains needs `chunkedPrefill`; at most `maxNumSeqs` run, at most C tokens
+   * and P prompt tokens are processed. The watermark is not applied: it is the built-in
+   * scheduler's admission margin, not capacity. Nothing changes when the plan is rejected.
+   *
+   * @throws SimError `INVALID_BATCH_PLAN` naming the sequence and the rule the plan breaks
+   */
+  stepPlanned(plan: PlannedBatch): StepResult {
+    const fail = (message: string, subject?: string): never => {
+      throw new SimError(SimErrorCode.INVALID_BATCH_PLAN, `planned step ${this.#steps + 1}: ${message}`, {
+        ...(subject === undefined ? {} : { subject }),
+      });
+    };
+    const preempt = new Set<Seq>();
+    let free = this.#freeBlocks;
+    for (const id of plan.preempt ?? []) {
+      const s = this.#seqs.get(id);
+      if (s?.state !== 'running') fail(`cannot preempt "${id}": it is not running`, id);
+      if (this.#evictionFree) fail(`cannot preempt "${id}": the engine is eviction-free`, id);
+      preempt.add(s!);
+      free += s!.blocks;
+    }
+    let running = this.#running.length - preempt.size;
+    let tokens = 0;
+    let prefill = 0;
+    const seen = new Set<string>();
+    for (const { id, tokens: t } of plan.run) {
+      const s = this.#seqs.get(id);
+      if (!s) return fail(`unknown sequence "${id}"`, id);
+      if (seen.has(id) || preempt.has(s)) fail(`"${id}" is preempted or listed twice`, id);
+      seen.add(id);
+      if (!Number.isInteger(t) || t < 1)
+        fail(`"${id}" must process a whole number ≥ 1 of tokens, got ${t}`, id);
+      if (s.state === 'running' && s.computed >= s.prompt) {
+        if (t !== 1) fail(`"${id}" is decoding: it processes 1 token, not ${t}`, id);
+        if (s.computed + 1 > s.blocks * this.#blockSize && free-- <= 0)
+          fail(`no free KV block for "${id}"'s decode`, id);
+      } else {
+        const left = s.prompt - s.computed;
+        if (t > left) fail(`"${id}" has ${left} prompt tokens left, the plan gives ${t}`, id);
+        if (t < left && !this.#chunked)
+          fail(`a chunk of ${t} of "${id}"'s ${left} tokens needs chunkedPrefill`, id);
+        if (s.state === 'waiting') {
+          const need = this.#blocksFor(this.#evictionFree ? s.input + s.maxTokens : s.prompt);
+          if (need > free) fail(`admitting "${id}" needs ${need} KV blocks, ${free} are free`, id);
+          if (++running > this.config.maxNumSeqs)
+            fail(`admitting "${id}" exceeds maxNumSeqs ${this.config.maxNumSeqs}`, id);
+          free -= need;
+        }
+        prefill += t;
+      }
+      tokens += t;
+    }
+    if (tokens > this.#budget) fail(`${tokens} tokens exceed maxNumBatchedTokens ${this.#budget}`);
+    if (prefill > this.#prefillBudget)
+      fail(`${prefill} prompt tokens exceed maxNumPrefillTokens ${this.#prefillBudget}`);
+
+    const events: EngineEvent[] = [];
+    if (preempt.size > 0) {
+      this.#running = this.#running.filter((s) => !preempt.has(s));
+      for (const s of preempt) this.#preempt(s, events);
+    }
+    const batch: Seq[] = [];
+    for (const { id, tokens: t } of plan.run) {
+      const s = this.#seqs.get(id)!;
+      if (s.state === 'waiting') {
+        const need = this.#blocksFor(this.#evictionFree ? s.input + s.maxTokens : s.prompt);
+        this.#waiting.remove(s);
+        s.state = 'running';
+        s.blocks = need;
+        this.#freeBlocks -= need;
+        this.#running.push(s);
+        events.push({ kind: 'scheduled', id: s.id });
+      } else if (s.computed >= s.prompt && s.computed + 1 > s.blocks * this.#blockSize) {
+        this.#freeBlocks--;
+        s.blocks++;
+      }
+      s.stepTokens = t;
+      batch.push(s);
+    }
+    return this.#run(batch, events);
+  }
+
+  /** The last step's batch as a plan: its preemptions, then each request's tokens. */
+  lastBatch(): PlannedBatch {
+    return this.#lastBatch;
   }
 
   stats(): EngineStats {
@@ -305,11 +410,15 @@ export class EngineModel implements EngineModelApi {
       if (s.computed < s.prompt) continue;
       if (s.computed + 1 > s.blocks * this.#blockSize) {
         // Eviction-free sequences reserved their worst case, so only recompute can get here.
-        while (this.#freeBlocks === 0 && running.length - 1 > i) this.#preempt(running.pop()!, events);
-        if (this.#freeBlocks === 0) {
-          running.pop();
-          this.#preempt(s, events);
-          break;
+        if (this.#cheapestVictim) {
+          if (!this.#evictCheapest(s, i, events)) break;
+        } else {
+          while (this.#freeBlocks === 0 && running.length - 1 > i) this.#preempt(running.pop()!, events);
+          if (this.#freeBlocks === 0) {
+            running.pop();
+            this.#preempt(s, events);
+            break;
+          }
         }
         this.#freeBlocks--;
         s.blocks++;
@@ -321,16 +430,35 @@ export class EngineModel implements EngineModelApi {
     return budget;
   }
 
+  /**
+   * Frees a block for running[i] (`s`) by preempting, among `s` and the running sequences not yet
+   * in this step's batch, the one with the fewest computed KV tokens (cheapest to refill; the newest
+   * on a tie), until a block is free. False when `s` itself was the victim.
+   */
+  #evictCheapest(s: Seq, i: number, events: EngineEvent[]): boolean {
+    const running = this.#running;
+    while (this.#freeBlocks === 0) {
+      let victim = i;
+      for (let k = i + 1; k < running.length; k++)
+        if (running[k]!.computed <= running[victim]!.computed) victim = k;
+      const [v] = running.splice(victim, 1);
+      this.#preempt(v!, events);
+      if (v === s) return false;
+    }
+    return true;
+  }
+
   /** Running sequences part-way through a chunked prefill continue, oldest first. */
   #continuePrefills(batch: Seq[], budget: number): number {
     if (!this.#chunked) return budget;
     for (const s of this.#running) {
-      if (budget <= 0) break;
+      if (budget <= 0 || this.#prefillLeft <= 0) break;
       if (s.computed >= s.prompt) continue;
-      const chunk = Math.min(s.prompt - s.computed, budget);
+      const chunk = Math.min(s.prompt - s.computed, budget, this.#prefillLeft);
       s.stepTokens = chunk;
       batch.push(s);
       budget -= chunk;
+      this.#prefillLeft -= chunk;
     }
     return budget;
   }
@@ -350,8 +478,9 @@ export class EngineModel implements EngineModelApi {
       }
       if (this.#freeBlocks - need < this.#watermarkBlocks) break;
       let chunk = s.prompt;
-      if (chunk > budget) {
-        if (this.#chunked && budget > 0) chunk = budget;
+      const room = Math.min(budget, this.#prefillLeft);
+      if (chunk > room) {
+        if (this.#chunked && room > 0) chunk = room;
         else if (batch.length === 0 && budget === this.#budget) chunk = s.prompt;
         else break;
       }
@@ -364,6 +493,7 @@ export class EngineModel implements EngineModelApi {
       batch.push(s);
       events.push({ kind: 'scheduled', id: s.id });
       budget -= chunk;
+      this.#prefillLeft -= chunk;
       if (budget <= 0) break;
     }
     return budget;
@@ -394,6 +524,12 @@ export class EngineModel implements EngineModelApi {
     let prefillChunkSq = 0;
     let kvTokensRead = 0;
     let finishedAny = false;
+    const preempt: string[] = [];
+    for (const e of events) if (e.kind === 'preempted') preempt.push(e.id);
+    this.#lastBatch = {
+      preempt,
+      run: batch.filter((s) => s.state === 'running').map((s) => ({ id: s.id, tokens: s.stepTokens })),
+    };
     for (const s of batch) {
       if (s.state !== 'running') continue;
       const t = s.stepTokens;

@@ -12,6 +12,12 @@ export const SimErrorCode = {
   INVALID_SEQUENCE: 'FAIRWAY_SIM_INVALID_SEQUENCE',
   /** The simulation input is malformed (unsorted arrivals, unknown engine, duplicate ids). */
   RUN_INPUT_INVALID: 'FAIRWAY_SIM_RUN_INPUT_INVALID',
+  /** A planned batch breaks the engine's KV, budget or phase rules (replaying a schedule). */
+  INVALID_BATCH_PLAN: 'FAIRWAY_SIM_INVALID_BATCH_PLAN',
+  /** An instance is larger than the optimal-schedule solver accepts (the message names the limit). */
+  INSTANCE_TOO_LARGE: 'FAIRWAY_SIM_INSTANCE_TOO_LARGE',
+  /** The optimal-schedule solver found no schedule within its budget. */
+  NO_SCHEDULE: 'FAIRWAY_SIM_NO_SCHEDULE',
 } as const;
 export type SimErrorCode = (typeof SimErrorCode)[keyof typeof SimErrorCode];
 

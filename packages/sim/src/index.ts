@@ -23,7 +23,9 @@ export type {
   EngineModelApi,
   EngineSeqInput,
   EngineStats,
+  PlannedBatch,
   PreemptionMode,
+  PreemptionVictim,
   StepCostModel,
   StepNoise,
   StepNoiseDistribution,
@@ -100,6 +102,20 @@ export {
   swapCostOf,
   WAKE_OVERHEAD_S,
 } from './model-swap.ts';
+export {
+  analyticLowerBound,
+  OPTIMAL_LIMITS,
+  type OptimalSchedule,
+  type OptimalScheduleOptions,
+  objectiveValue,
+  replaySchedule,
+  runHeuristic,
+  type ScheduleObjective,
+  type ScheduleOutcome,
+  type ScheduleRequest,
+  scheduleLowerBound,
+  solveOptimalSchedule,
+} from './optimal-schedule.ts';
 export {
   bucketedOutputPredictor,
   type FleetPlan,

@@ -156,6 +156,8 @@ export const engineOptionsSchema = z
     batchPolicy: z.enum(['prefill-priority', 'decode-priority']).optional(),
     chunkedPrefill: z.boolean().optional(),
     preemption: z.enum(['recompute', 'eviction-free']).optional(),
+    maxNumPrefillTokens: posInt.optional(),
+    preemptionVictim: z.enum(['newest', 'cheapest-refill']).optional(),
     priorityScheduling: z.boolean().optional(),
     /** Step-time jitter, e.g. `{ distribution: lognormal }` (CV 0.10, vLLM's measured decode jitter). */
     stepNoise: stepNoiseSchema.optional(),

@@ -341,3 +341,68 @@ describe('EngineModel calibration', () => {
     expect(throughput).toBeLessThan(890 * 1.15);
   });
 });
+
+describe('EngineModel prefill budget P and cost-aware preemption (InferMax sections 3.1, 4.5)', () => {
+  it('never processes more than P prompt tokens in a step, and P = C by default changes nothing', () => {
+    const rng = createRng(11);
+    const seqs = Array.from({ length: 60 }, (_, i) => {
+      const out = rng.int(1, 40);
+      return { id: `r${i}`, inputTokens: rng.int(1, 700), outputTokens: out, maxTokens: out };
+    });
+    const run = (extra: Partial<EngineConfig>) => {
+      const engine = new EngineModel({
+        ...A100,
+        kvCapacityTokens: 6000,
+        batchPolicy: 'decode-priority',
+        maxNumBatchedTokens: 1024,
+        ...extra,
+      });
+      for (const s of seqs) engine.add(s);
+      let maxPrefill = 0;
+      let timeMs = 0;
+      while (engine.hasWork()) {
+        const r = engine.step();
+        maxPrefill = Math.max(maxPrefill, r.shape.prefillTokens);
+        timeMs += r.durationMs;
+      }
+      return { maxPrefill, timeMs };
+    };
+    const p128 = run({ maxNumPrefillTokens: 128 });
+    expect(p128.maxPrefill).toBe(128);
+    const unset = run({});
+    expect(unset.maxPrefill).toBe(1024);
+    expect(run({ maxNumPrefillTokens: 1024 }).timeMs).toBe(unset.timeMs);
+    // Unchunked vLLM-style: prompts are whole, and a step's prompts stay within P unless one runs alone.
+    const engine = new EngineModel({ ...A100, kvCapacityTokens: 6000, maxNumPrefillTokens: 512 });
+    for (const s of seqs) engine.add(s);
+    while (engine.hasWork()) {
+      const r = engine.step();
+      if (r.shape.prefillTokens > 512) expect(r.shape.prefillChunkSq).toBe(r.shape.prefillTokens ** 2);
+    }
+  });
+
+  it('cheapest-refill preempts the request with the fewest computed tokens, newest stays the default', () => {
+    const preemptedFirst = (victim?: 'newest' | 'cheapest-refill') => {
+      const engine = new EngineModel({
+        ...A100,
+        kvCapacityTokens: 80,
+        blockSize: 1,
+        watermark: 0,
+        ...(victim ? { preemptionVictim: victim } : {}),
+      });
+      // Admitted in this order: a long prompt, a short one, then a medium one (the newest).
+      engine.add({ id: 'long', inputTokens: 40, outputTokens: 30, maxTokens: 30 });
+      engine.add({ id: 'short', inputTokens: 4, outputTokens: 30, maxTokens: 30 });
+      engine.add({ id: 'medium', inputTokens: 20, outputTokens: 30, maxTokens: 30 });
+      while (engine.hasWork()) {
+        const r = engine.step();
+        const p = r.events.find((e) => e.kind === 'preempted');
+        if (p) return p.id;
+      }
+      return undefined;
+    };
+    expect(preemptedFirst()).toBe('medium');
+    expect(preemptedFirst('newest')).toBe('medium');
+    expect(preemptedFirst('cheapest-refill')).toBe('short');
+  });
+});

@@ -18,6 +18,7 @@ import type { CliIo } from '../cli-io.ts';
 import { PLACEMENT_POLICIES } from '../placement-table.ts';
 import { ORDERING_POLICIES } from '../policy-table.ts';
 import { progressBar } from '../progress-bar.ts';
+import { optimalSimCommand } from './sim-optimal.ts';
 
 /** Parsed options of `fairway sim`. */
 export interface SimOptions {
@@ -67,7 +68,7 @@ export function registerSimCommand(program: Command, io: CliIo, setCode: (code: 
     .addOption(
       new Option(
         '-p, --policy <name>',
-        `ordering policy: ${Object.keys(ORDERING_POLICIES).join(', ')}`,
+        `ordering policy: ${Object.keys(ORDERING_POLICIES).join(', ')}, optimal (InferMax optimal schedule, small one-engine scenarios)`,
       ).default('fcfs'),
     )
     .addOption(
@@ -108,6 +109,7 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     io.out(`${all.map((s) => `${s.name.padEnd(width)}  ${s.description}`).join('\n')}\n`);
     return ExitCode.OK;
   }
+  if (opts.policy === 'optimal') return optimalSimCommand(opts, io);
   const problems: string[] = [];
   if (!opts.scenario) problems.push('--scenario is required (see --list for the built-in ones)');
   const policyEntry = ORDERING_POLICIES[opts.policy];
