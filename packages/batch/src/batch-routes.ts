@@ -78,7 +78,7 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
         'NOT_IMPLEMENTED',
         'the Files and Batch API needs Redis: start fairway with REDIS_URL (this one runs on the in-memory store)',
       );
-    return { tenant: principal.tenant, ...opts.backend };
+    return { tenant: principal.tenant, keyId: principal.keyId ?? '', ...opts.backend };
   };
 
   app.post('/v1/files', { bodyLimit: limits.maxFileBytes + 64 * 1024 }, async (request) => {
@@ -144,7 +144,7 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
   });
 
   app.post('/v1/batches', async (request) => {
-    const { tenant, store, runner } = backendFor(request);
+    const { tenant, keyId, store, runner } = backendFor(request);
     const parsed = createBatchSchema.safeParse(request.body);
     if (!parsed.success) throw firstIssue(parsed.error);
     const b = parsed.data;
@@ -154,6 +154,7 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
       throw badRequest(`file ${input.id} has purpose ${input.purpose}, not batch`, 'input_file_id');
     const created = await store.createBatch(tenant, {
       id: `batch_${opts.newId()}`,
+      keyId,
       endpoint: b.endpoint,
       inputFileId: b.input_file_id,
       completionWindowS: WINDOWS[b.completion_window] ?? 24 * 3600,

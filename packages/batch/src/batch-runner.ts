@@ -271,7 +271,7 @@ export class BatchRunner {
       await this.#record(batch, index, expired(), 'expired');
       return;
     }
-    const answer = await this.#internal.complete(f.tenant ?? '', {
+    const answer = await this.#internal.complete(f.key_id ?? '', {
       url: line.url,
       body: line.body,
       sloClass: f.slo_class ?? '',

@@ -150,6 +150,8 @@ export class BatchStore {
     tenant: string,
     b: {
       id: string;
+      /** The key that created it (`sha256:<hex>`): its lines run, and are charged, as that key. */
+      keyId: string;
       endpoint: string;
       inputFileId: string;
       completionWindowS: number;
@@ -161,6 +163,7 @@ export class BatchStore {
     const h: Record<string, string> = {
       id: b.id,
       tenant,
+      key_id: b.keyId,
       endpoint: b.endpoint,
       input_file_id: b.inputFileId,
       completion_window: '24h',

@@ -25,6 +25,7 @@ describe('BatchStore (Redis)', () => {
   async function runningBatch(id: string, lines: number): Promise<void> {
     await store.createBatch('acme', {
       id,
+      keyId: `sha256:${'a'.repeat(64)}`,
       endpoint: '/v1/completions',
       inputFileId: 'file-x',
       completionWindowS: 86_400,

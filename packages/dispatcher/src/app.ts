@@ -7,7 +7,7 @@ import type { Tracer } from '@opentelemetry/api';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { ActivityLog } from './activity-log.ts';
 import { AdminEventApplier, type AdminTrust, followAdminEvents } from './admin-events.ts';
-import { keyRingFromConfig, type Principal } from './auth.ts';
+import { Authenticator, keyRingFromConfig, type Principal } from './auth.ts';
 import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
 import type { CompletionContext } from './completion-handler.ts';
 import { type DispatcherOptions, resolveDispatcherOptions } from './dispatcher-options.ts';
@@ -18,7 +18,7 @@ import { ApiError } from './errors.ts';
 import { bandDepths, replicaSnapshots } from './fleet-view.ts';
 import { GatewayMetrics } from './gateway-metrics.ts';
 import { GatewayRuntime } from './gateway-runtime.ts';
-import { authenticateHeaders, InternalCompletions } from './internal-completion.ts';
+import { InternalCompletions } from './internal-completion.ts';
 import { useStrictJsonBodies } from './json-body.ts';
 import type { LeaseBackend } from './leader-lease.ts';
 import { loadPoolTokenizers } from './pool-tokenizers.ts';
@@ -126,7 +126,8 @@ function answerErrorsAsOpenAi(app: FastifyInstance, routes: Record<string, strin
     const api = toApiError(err);
     const record = request[RECORD];
     if (record !== undefined) record.outcome ??= api.kind;
-    if (api.status >= 500)
+    // 501 is a deployment's answer (a feature it does not run), not a failure to log.
+    if (api.status >= 500 && api.status !== 501)
       logger.error({ err: err instanceof Error ? err.message : String(err) }, 'request failed');
     if (api.retryAfterS !== undefined) void reply.header('retry-after', String(api.retryAfterS));
     return reply.code(api.status).send(api.body());
@@ -199,6 +200,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     ? 'interactive'
     : ([...scheduling.sloClasses].sort((a, b) => a.band - b.band)[0]?.name ?? 'interactive');
   const keys = keyRingFromConfig(deps.config, tenants);
+  const auth = new Authenticator(keys, () => deps.clock.now());
   const admin = new AdminEventApplier({
     trust: deps.adminTrust,
     fleet: deps.bus.prefix,
@@ -228,7 +230,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     activity,
     replicas,
     engines,
-    keys,
+    auth,
     metrics,
     options,
     sloClasses,
@@ -390,7 +392,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     operator,
     runtime,
     metrics,
-    authenticate: (headers) => authenticateHeaders(keys, headers),
-    internal: new InternalCompletions(app, keys),
+    authenticate: (headers) => auth.principal(headers),
+    internal: new InternalCompletions(app, auth),
   };
 }

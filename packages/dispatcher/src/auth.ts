@@ -110,6 +110,16 @@ export class KeyRing {
     const entry = this.#byHash.get(digest.toString('hex'));
     // The map lookup already matched; the constant-time check guards against a future change of lookup.
     if (!entry || !timingSafeEqual(entry.digest, digest)) return UNKNOWN;
+    return this.#checked(entry, nowMs);
+  }
+
+  /** What the key with id (hash) `sha256:<hex>` is at `nowMs`, as {@link check} says of a presented key. */
+  checkId(id: string, nowMs: number): KeyCheck {
+    const entry = this.#byHash.get(id.slice('sha256:'.length));
+    return entry === undefined ? UNKNOWN : this.#checked(entry, nowMs);
+  }
+
+  #checked(entry: Entry, nowMs: number): KeyCheck {
     const tenant = this.#tenants.get(entry.tenant);
     if (tenant === undefined) return UNKNOWN;
     if (entry.expiresAt !== undefined && nowMs >= entry.expiresAt) return EXPIRED;
@@ -162,19 +172,53 @@ export class KeyRing {
 const UNKNOWN: KeyCheck = { ok: false, reason: 'unknown' };
 const EXPIRED: KeyCheck = { ok: false, reason: 'expired' };
 
+/** Header an in-process caller (the Batch API) names its key by: `<process secret>.<key id>`. */
+export const INTERNAL_KEY_HEADER = 'x-fairway-internal-key';
+
 /**
- * The principal of a request's `Authorization: Bearer <key>` at `nowMs`; throws the 401 a client
- * sees for a missing, unknown or expired key.
+ * Who a request is: the key in its `Authorization: Bearer <key>`, or — for requests this process
+ * makes itself (batch lines, through `app.inject`) — the key named by id in
+ * {@link INTERNAL_KEY_HEADER} with a random secret only this process knows. Either way the key is
+ * checked on the ring at the request's time, so a revoked or expired key stops its batches too,
+ * and usage is charged to the key that made them; no key is ever added for internal use.
  */
-export function authenticateRequest(
-  keys: KeyRing,
-  headers: Record<string, string | string[] | undefined>,
-  nowMs: number,
-): Principal {
-  const key = bearerToken(headers);
-  if (key === undefined)
-    throw new ApiError('MISSING_API_KEY', 'missing API key: send "Authorization: Bearer <key>"');
-  const c = keys.check(key, nowMs);
+export class Authenticator {
+  readonly #keys: KeyRing;
+  readonly #now: () => number;
+  readonly #secret = randomBytes(32).toString('hex');
+
+  constructor(keys: KeyRing, now: () => number) {
+    this.#keys = keys;
+    this.#now = now;
+  }
+
+  /** The principal of a request; throws the 401 a client sees for a missing, unknown or expired key. */
+  principal(headers: Record<string, string | string[] | undefined>): Principal {
+    const internal = headers[INTERNAL_KEY_HEADER];
+    if (internal !== undefined) return this.#internal(internal);
+    const key = bearerToken(headers);
+    if (key === undefined)
+      throw new ApiError('MISSING_API_KEY', 'missing API key: send "Authorization: Bearer <key>"');
+    return principalOf(this.#keys.check(key, this.#now()));
+  }
+
+  /** The header that makes an in-process request authenticate as the key with id `keyId`. */
+  internalHeader(keyId: string): Record<string, string> {
+    return { [INTERNAL_KEY_HEADER]: `${this.#secret}.${keyId}` };
+  }
+
+  #internal(value: string | string[]): Principal {
+    const text = Array.isArray(value) ? '' : value;
+    const dot = text.indexOf('.');
+    const given = Buffer.from(dot < 0 ? '' : text.slice(0, dot));
+    const expected = Buffer.from(this.#secret);
+    if (given.length !== expected.length || !timingSafeEqual(given, expected))
+      throw new ApiError('INVALID_API_KEY', 'invalid API key');
+    return principalOf(this.#keys.checkId(text.slice(dot + 1), this.#now()));
+  }
+}
+
+function principalOf(c: KeyCheck): Principal {
   if (c.ok) return c.principal;
   throw new ApiError('INVALID_API_KEY', c.reason === 'expired' ? 'API key expired' : 'invalid API key');
 }

@@ -2,7 +2,7 @@ import type { Clock, CostFunction, Logger, SloClass } from '@fairway/core';
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
 import type { ActivityLog } from './activity-log.ts';
-import { authenticateRequest, type KeyRing } from './auth.ts';
+import type { Authenticator } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
 import {
@@ -40,7 +40,8 @@ export interface CompletionContext {
   readonly runtime: GatewayRuntime;
   readonly replicas: RegistryReplicaSource;
   readonly engines: EnginePool;
-  readonly keys: KeyRing;
+  /** Who a request is (API key, or an in-process caller's key id). */
+  readonly auth: Authenticator;
   readonly metrics: GatewayMetrics;
   /** What the live console lists: service per tenant, throttles. */
   readonly activity: ActivityLog;
@@ -93,7 +94,7 @@ export async function handleCompletion(
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) leave();
   });
-  const principal = authenticateRequest(ctx.keys, request.headers, ctx.clock.now());
+  const principal = ctx.auth.principal(request.headers);
   record.tenant = principal.tenant;
   const headers = readFairwayHeaders(request.headers);
   refuseUnknownFields(request.body, endpoint === 'chat' ? CHAT_FIELDS : COMPLETION_FIELDS);

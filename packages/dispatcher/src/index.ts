@@ -8,9 +8,10 @@ export {
 } from './admin-events.ts';
 export { buildDispatcher, type Dispatcher, type DispatcherDeps } from './app.ts';
 export {
-  authenticateRequest,
+  Authenticator,
   bearerTokenCheck,
   hashApiKey,
+  INTERNAL_KEY_HEADER,
   type KeyCheck,
   type KeyGrant,
   type KeyInfo,
@@ -51,7 +52,6 @@ export {
   type RedisSentinelSettings,
 } from './infrastructure.ts';
 export {
-  authenticateHeaders,
   type InternalAnswer,
   type InternalCompletion,
   InternalCompletions,

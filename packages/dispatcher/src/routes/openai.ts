@@ -1,5 +1,4 @@
 import type { FastifyPluginAsync } from 'fastify';
-import { authenticateRequest } from '../auth.ts';
 import { type CompletionContext, handleCompletion } from '../completion-handler.ts';
 
 /** Options of the OpenAI routes plugin. */
@@ -18,7 +17,7 @@ export const openAiRoutes: FastifyPluginAsync<OpenAiRoutesOptions> = async (app,
   app.post('/v1/chat/completions', (request, reply) => handleCompletion(ctx, 'chat', request, reply));
   app.post('/v1/completions', (request, reply) => handleCompletion(ctx, 'completions', request, reply));
   app.get('/v1/models', async (request) => {
-    authenticateRequest(ctx.keys, request.headers, ctx.clock.now());
+    ctx.auth.principal(request.headers);
     // `created` is fixed: the list describes configuration, not events.
     return {
       object: 'list',
