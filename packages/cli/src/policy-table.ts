@@ -27,7 +27,7 @@ export interface PolicyEntry {
  */
 export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
   fcfs: {
-    description: 'first come, first served (vLLM default)',
+    description: 'first come, first served in one queue over every SLO class (vLLM default)',
     create: () => orderingPolicyByName('fcfs'),
   },
   rpm: {
@@ -67,11 +67,12 @@ export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
     create: (c) => orderingPolicyByName('wsc-oit', fairserveOptionsOf(c.history ?? [])),
   },
   edf: {
-    description: 'earliest deadline first: arrival + the SLO class TTFT target (QLM baseline)',
+    description: 'earliest deadline first in one queue: arrival + the SLO class TTFT target (QLM baseline)',
     create: () => orderingPolicyByName('edf'),
   },
   qlm: {
-    description: 'QLM band order with VTC inside each SLO band (QLM control: npm run report:slo)',
+    description:
+      'QLM: SLO bands in request-group order plus its control (RWT estimator, HiGHS global scheduler, evictions, swaps)',
     create: () => orderingPolicyByName('qlm'),
   },
 };

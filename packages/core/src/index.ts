@@ -26,6 +26,7 @@ export {
   type ServerConfig,
   scalingConfigSchema,
   serverConfigSchema,
+  sloClassSchema,
   type TenantConfig,
   telemetryConfigSchema,
   tracingConfigSchema,

@@ -1,4 +1,4 @@
-import { ErrorCode, parseWith } from '@fairway/core';
+import { ErrorCode, MODELS, type ModelSpec, parseWith } from '@fairway/core';
 import { z } from 'zod';
 import { costModelPreset } from './cost-models.ts';
 import type { EngineConfig, EngineModelApi, StepCostModel } from './engine-api.ts';
@@ -34,6 +34,7 @@ export const engineConfigSchema = z
     preemption: z.enum(['recompute', 'eviction-free']).optional(),
     priorityScheduling: z.boolean().optional(),
     costModel: costModelSchema.optional(),
+    maxModelLen: positiveInt.optional(),
   })
   .strict();
 
@@ -67,5 +68,9 @@ export function resolveEngineConfig(config: EngineConfig, source?: string): Reso
     preemption: c.preemption ?? 'recompute',
     priorityScheduling: c.priorityScheduling ?? false,
     costModel: c.costModel ?? costModelPreset(c.model, c.gpu, tp),
+    maxModelLen:
+      c.maxModelLen ??
+      (MODELS as Readonly<Record<string, ModelSpec>>)[c.model]?.maxModelLen ??
+      Number.POSITIVE_INFINITY,
   };
 }

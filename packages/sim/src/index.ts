@@ -155,6 +155,9 @@ export {
   type SloExperimentOptions,
   type SloExperimentResult,
   type SloPolicy,
+  type SloPolicySetup,
+  type SloSetupOptions,
+  sloPolicySetup,
 } from './slo-experiments.ts';
 export {
   loadTrace,
