@@ -12,6 +12,8 @@ export interface PolicyContext {
   readonly history?: readonly RequestDescriptor[] | undefined;
   /** The run's seed (the scenario's, or `--seed`): seeds `vtc-noisy-oracle`'s errors. */
   readonly seed?: number | undefined;
+  /** FairServe's user priority factor E by user (the scenario's tenants' `priority`). */
+  readonly userPriorities?: Readonly<Record<string, number>> | undefined;
 }
 
 /** An ordering policy selectable by name on the command line. */
@@ -59,12 +61,18 @@ export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
     create: (c) => orderingPolicyByName('vtc-noisy-oracle', c.seed === undefined ? {} : { seed: c.seed }),
   },
   wsc: {
-    description: 'FairServe weighted service counter: per user@app, normalised by app profiles',
-    create: (c) => orderingPolicyByName('wsc', fairserveOptionsOf(c.history ?? [])),
+    description:
+      'FairServe weighted service counter: per user, normalised by learned app profiles, E per user',
+    create: (c) =>
+      orderingPolicyByName('wsc', fairserveOptionsOf(c.history ?? [], { userPriorities: c.userPriorities })),
   },
   'wsc-oit': {
     description: 'FairServe WSC plus overload- and interaction-driven throttling (OIT)',
-    create: (c) => orderingPolicyByName('wsc-oit', fairserveOptionsOf(c.history ?? [])),
+    create: (c) =>
+      orderingPolicyByName(
+        'wsc-oit',
+        fairserveOptionsOf(c.history ?? [], { userPriorities: c.userPriorities }),
+      ),
   },
   edf: {
     description: 'earliest deadline first in one queue: arrival + the SLO class TTFT target (QLM baseline)',

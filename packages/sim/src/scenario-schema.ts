@@ -173,7 +173,15 @@ export const engineGroupSchema = z
   })
   .strict();
 
-const tenantSchema = z.object({ id, weight: pos.default(1), app: id.optional() }).strict();
+const tenantSchema = z
+  .object({
+    id,
+    weight: pos.default(1),
+    app: id.optional(),
+    /** FairServe's user priority factor E (the tenant's requests are its user's): service counts E times. */
+    priority: pos.optional(),
+  })
+  .strict();
 
 /** A trace-driven workload. */
 export const traceSourceSchema = z

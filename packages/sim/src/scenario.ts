@@ -91,6 +91,8 @@ export interface ScenarioRunInput {
   readonly arrivals: readonly RequestDescriptor[];
   /** The scenario's SLO classes (its own, or QLM's three by default); every arrival's class is one. */
   readonly sloClasses: readonly SloClass[];
+  /** FairServe's user priority factor E of the tenants that set one (absent: 1). */
+  readonly userPriorities: Readonly<Record<string, number>>;
 }
 
 /** Run-time overrides of a scenario's settings. */
@@ -203,5 +205,17 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
   const tenantWeights: Record<string, number> = {};
   for (const t of tenants) tenantWeights[t.id] = t.weight;
   const sloClasses = s.sloClasses ?? DEFAULT_SLO_CLASSES;
-  return { scenario: loaded.name, seed, durationS, engines, tenants, tenantWeights, arrivals, sloClasses };
+  const userPriorities: Record<string, number> = {};
+  for (const [id, t] of declared) if (t.priority !== undefined) userPriorities[id] = t.priority;
+  return {
+    scenario: loaded.name,
+    seed,
+    durationS,
+    engines,
+    tenants,
+    tenantWeights,
+    arrivals,
+    sloClasses,
+    userPriorities,
+  };
 }

@@ -144,6 +144,7 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
           rpm: opts.rpm,
           history,
           seed: input.seed,
+          userPriorities: input.userPriorities,
         }),
       sloClasses: slo?.gatewayClasses ?? input.sloClasses,
       control: slo?.control,
