@@ -10,8 +10,7 @@
  * `npm run report:qlm-solver`; env QLM_TABLE_SEEDS (1,2,3,4,5), QLM_TABLE_SIZES (300,1000),
  * QLM_TABLE_TIME_LIMIT_S (5).
  */
-import { createRng, DEFAULT_SLO_CLASSES, type Rng } from '@fairway/core';
-import { sloClassMap } from '../src/edf.ts';
+import { createRng, type Rng } from '@fairway/core';
 import { buildPlanInstance } from '../src/qlm/instance-builder.ts';
 import { listPlan } from '../src/qlm/list-planner.ts';
 import { buildMilp } from '../src/qlm/milp-model.ts';
@@ -24,9 +23,9 @@ import {
   type QueuePlan,
 } from '../src/qlm/plan-instance.ts';
 import { improvePlan } from '../src/qlm/plan-search.ts';
-import type { QlmReplica, QlmState } from '../src/qlm/qlm-state.ts';
-import { type GroupKey, GroupTable, groupKeyString, toQlmRequest } from '../src/qlm/request-group.ts';
-import type { RwtProfile } from '../src/qlm/rwt-estimator.ts';
+import type { QlmState } from '../src/qlm/qlm-state.ts';
+import { type GroupKey, groupKeyString } from '../src/qlm/request-group.ts';
+import { BENCH_MODELS, randomQlmState } from './qlm-random-state.ts';
 
 const SEEDS = (process.env.QLM_TABLE_SEEDS ?? '1,2,3,4,5').split(',').map(Number);
 const SIZES = (process.env.QLM_TABLE_SIZES ?? '300,1000').split(',').map(Number);
@@ -34,49 +33,10 @@ const TIME_LIMIT_S = Number(process.env.QLM_TABLE_TIME_LIMIT_S ?? 5);
 const BATCH = 16;
 const REPLICAS = 4;
 
-const profile: RwtProfile = {
-  decodeMsPerIteration: 25,
-  batchSize: BATCH,
-  inefficiency: 1.2,
-  prefillMs: 150,
-  maxOutputTokens: 1024,
-};
-const models = ['llama-a', 'llama-b'];
-const classes = sloClassMap(DEFAULT_SLO_CLASSES);
+const models = BENCH_MODELS;
 
 function makeState(rng: Rng, queued: number): QlmState {
-  const nowMs = 3_600_000;
-  // Groups of at most δ·batch = 32 requests: the size cap of QLM's Algorithm 1.
-  const table = new GroupTable({ avgBatchSize: BATCH, delta: 2, profileBoundaries: [1024] });
-  for (let i = 0; i < queued; i++) {
-    const u = rng.next();
-    const sloClass = u < 0.2 ? 'interactive' : u < 0.6 ? 'batch-1' : 'batch-2';
-    const input = Math.min(8000, Math.max(8, Math.round(Math.exp(5.5 + 1.1 * rng.normal()))));
-    table.add(
-      toQlmRequest(
-        {
-          id: `r${i}`,
-          tenant: 't',
-          model: models[rng.int(0, models.length - 1)] as string,
-          sloClass,
-          inputTokens: input,
-          maxTokens: 1024,
-          arrivalMs: nowMs - rng.int(0, 60_000),
-        },
-        classes,
-      ),
-    );
-  }
-  const replicas: QlmReplica[] = Array.from({ length: REPLICAS }, (_, k) => ({
-    id: `r${k}`,
-    model: models[k % models.length],
-    loadable: Object.fromEntries(models.map((m) => [m, { costS: 20, mechanism: 'sleep-wake' as const }])),
-    profiles: Object.fromEntries(models.map((m) => [m, profile])),
-    running: [],
-    freeTokens: 0,
-    freeSeqs: 0,
-  }));
-  return { nowMs, replicas, groups: table.groups(), queues: {} };
+  return randomQlmState(rng, queued, { replicas: REPLICAS, batch: BATCH, delta: 2 });
 }
 
 const lengths = new OutputLengthStats({ mean: 250, variance: 200 ** 2 });
