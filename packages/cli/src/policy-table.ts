@@ -12,6 +12,8 @@ export interface PolicyContext {
   readonly history?: readonly RequestDescriptor[] | undefined;
   /** The run's seed (the scenario's, or `--seed`): seeds `vtc-noisy-oracle`'s errors. */
   readonly seed?: number | undefined;
+  /** FairServe's user priority factor E by user (the scenario's tenants' `priority`). */
+  readonly userPriorities?: Readonly<Record<string, number>> | undefined;
 }
 
 /** An ordering policy selectable by name on the command line. */
@@ -27,7 +29,7 @@ export interface PolicyEntry {
  */
 export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
   fcfs: {
-    description: 'first come, first served (vLLM default)',
+    description: 'first come, first served in one queue over every SLO class (vLLM default)',
     create: () => orderingPolicyByName('fcfs'),
   },
   rpm: {
@@ -59,19 +61,26 @@ export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
     create: (c) => orderingPolicyByName('vtc-noisy-oracle', c.seed === undefined ? {} : { seed: c.seed }),
   },
   wsc: {
-    description: 'FairServe weighted service counter: per user@app, normalised by app profiles',
-    create: (c) => orderingPolicyByName('wsc', fairserveOptionsOf(c.history ?? [])),
+    description:
+      'FairServe weighted service counter: per user, normalised by learned app profiles, E per user',
+    create: (c) =>
+      orderingPolicyByName('wsc', fairserveOptionsOf(c.history ?? [], { userPriorities: c.userPriorities })),
   },
   'wsc-oit': {
     description: 'FairServe WSC plus overload- and interaction-driven throttling (OIT)',
-    create: (c) => orderingPolicyByName('wsc-oit', fairserveOptionsOf(c.history ?? [])),
+    create: (c) =>
+      orderingPolicyByName(
+        'wsc-oit',
+        fairserveOptionsOf(c.history ?? [], { userPriorities: c.userPriorities }),
+      ),
   },
   edf: {
-    description: 'earliest deadline first: arrival + the SLO class TTFT target (QLM baseline)',
+    description: 'earliest deadline first in one queue: arrival + the SLO class TTFT target (QLM baseline)',
     create: () => orderingPolicyByName('edf'),
   },
   qlm: {
-    description: 'QLM band order with VTC inside each SLO band (QLM control: npm run report:slo)',
+    description:
+      'QLM: SLO bands in request-group order plus its control (RWT estimator, HiGHS global scheduler, evictions, swaps)',
     create: () => orderingPolicyByName('qlm'),
   },
 };

@@ -21,7 +21,7 @@ describe('fairway sim (in process)', () => {
     const r = await fairway('sim', '--scenario', 'vtc-overload', '--policy', 'nope', '--placement', 'bogus');
     expect(r.code).toBe(2);
     expect(r.stderr.trim().split('\n')).toEqual([
-      'error: unknown policy "nope"; known: fcfs, rpm, lcf, vtc, vtc-weighted, vtc-predict, vtc-oracle, vtc-noisy-oracle, wsc, wsc-oit, edf, qlm',
+      'error: unknown policy "nope"; known: fcfs, rpm, lcf, vtc, vtc-weighted, vtc-predict, vtc-oracle, vtc-noisy-oracle, wsc, wsc-oit, edf, qlm, qlm-no-pull, qlm-no-evict, qlm-no-lb, qlm-no-swap',
       'error: unknown placement "bogus"; known: least-kv, round-robin, jsq, power-of-two, aladdin',
     ]);
     const s = await fairway('sim', '--scenario', 'vtc-nope');

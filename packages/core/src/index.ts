@@ -30,6 +30,7 @@ export {
   type ServerConfig,
   scalingConfigSchema,
   serverConfigSchema,
+  sloClassSchema,
   type TenantConfig,
   telemetryConfigSchema,
   tracingConfigSchema,

@@ -10,6 +10,7 @@ import {
 } from '@fairway/core';
 import {
   type AdmissionPolicy,
+  AppProfileLearner,
   aladdinPlacement,
   edfPolicy,
   fcfsPolicy,
@@ -111,8 +112,10 @@ function orderingFromConfig(
       if (apps.size === 0)
         throw unsupported('apps', 'policy.ordering wsc needs at least one app with its token profile');
       const fallback = config.apps[0];
+      // Configured profiles start it; each dispatcher then learns them from its settled calls.
       return wscPolicy({
         appProfile: (app) => apps.get(app),
+        learner: new AppProfileLearner(),
         ...(fallback ? { fallbackProfile: { id: fallback.id, stages: fallback.stages } } : {}),
       });
     }

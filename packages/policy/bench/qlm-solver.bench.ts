@@ -12,8 +12,7 @@
  * Run with `npm run bench:qlm`; env: QLM_BENCH_REPLICAS (4), QLM_BENCH_TIME_LIMIT_S (2),
  * QLM_BENCH_ROUNDS (3), QLM_BENCH_DELTA (4), QLM_BENCH_HEAD (3), QLM_BENCH_NODES (50).
  */
-import { createRng, DEFAULT_SLO_CLASSES, type Rng } from '@fairway/core';
-import { sloClassMap } from '../src/edf.ts';
+import { createRng, type Rng } from '@fairway/core';
 import { solveGlobalSchedule } from '../src/qlm/global-scheduler.ts';
 import { buildPlanInstance } from '../src/qlm/instance-builder.ts';
 import { listPlan } from '../src/qlm/list-planner.ts';
@@ -21,9 +20,9 @@ import { loadHighsSolver } from '../src/qlm/milp-solver.ts';
 import { OutputLengthStats } from '../src/qlm/output-stats.ts';
 import { evaluatePlan } from '../src/qlm/plan-instance.ts';
 import { improvePlan } from '../src/qlm/plan-search.ts';
-import type { QlmReplica, QlmState } from '../src/qlm/qlm-state.ts';
-import { type GroupKey, GroupTable, groupKeyString, toQlmRequest } from '../src/qlm/request-group.ts';
-import type { RwtProfile } from '../src/qlm/rwt-estimator.ts';
+import type { QlmState } from '../src/qlm/qlm-state.ts';
+import { type GroupKey, groupKeyString } from '../src/qlm/request-group.ts';
+import { BENCH_MODELS, randomQlmState } from './qlm-random-state.ts';
 
 const REPLICAS = Number(process.env.QLM_BENCH_REPLICAS ?? 4);
 const TIME_LIMIT_S = Number(process.env.QLM_BENCH_TIME_LIMIT_S ?? 2);
@@ -33,51 +32,10 @@ const HEAD = Number(process.env.QLM_BENCH_HEAD ?? 3);
 const NODES = Number(process.env.QLM_BENCH_NODES ?? 50);
 const BATCH = 64;
 
-// A Llama-2-7B-like replica: 64-sequence batches at 25 ms an iteration, ε = 1.2 (≈ 2,100 tokens/s).
-const profile: RwtProfile = {
-  decodeMsPerIteration: 25,
-  batchSize: BATCH,
-  inefficiency: 1.2,
-  prefillMs: 150,
-  maxOutputTokens: 1024,
-};
-const models = ['llama-a', 'llama-b'];
-const classes = sloClassMap(DEFAULT_SLO_CLASSES);
+const models = BENCH_MODELS;
 
 function makeState(rng: Rng, queued: number): QlmState {
-  const nowMs = 3_600_000;
-  // Two prompt-length profiles × three classes × two models: twelve kinds of request.
-  const table = new GroupTable({ avgBatchSize: BATCH, delta: DELTA, profileBoundaries: [1024] });
-  for (let i = 0; i < queued; i++) {
-    const u = rng.next();
-    const sloClass = u < 0.2 ? 'interactive' : u < 0.6 ? 'batch-1' : 'batch-2';
-    const input = Math.min(8000, Math.max(8, Math.round(Math.exp(5.5 + 1.1 * rng.normal()))));
-    table.add(
-      toQlmRequest(
-        {
-          id: `r${i}`,
-          tenant: 't',
-          model: models[rng.int(0, models.length - 1)] as string,
-          sloClass,
-          inputTokens: input,
-          maxTokens: 1024,
-          // Arrived over the last minute, so some interactive deadlines are close.
-          arrivalMs: nowMs - rng.int(0, 60_000),
-        },
-        classes,
-      ),
-    );
-  }
-  const replicas: QlmReplica[] = Array.from({ length: REPLICAS }, (_, k) => ({
-    id: `r${k}`,
-    model: models[k % models.length],
-    loadable: Object.fromEntries(models.map((m) => [m, { costS: 20, mechanism: 'sleep-wake' as const }])),
-    profiles: Object.fromEntries(models.map((m) => [m, profile])),
-    running: [],
-    freeTokens: 0,
-    freeSeqs: 0,
-  }));
-  return { nowMs, replicas, groups: table.groups(), queues: {} };
+  return randomQlmState(rng, queued, { replicas: REPLICAS, batch: BATCH, delta: DELTA });
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;

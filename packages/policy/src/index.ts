@@ -71,6 +71,7 @@ export {
   type WorkerSlo,
   type WorkloadProfile,
 } from './aladdin/worker-config.ts';
+export { AppProfileLearner, type AppProfileLearnerOptions } from './app-profile-learner.ts';
 export { deadlineMs, edfPolicy, sloClassMap } from './edf.ts';
 export {
   FitError,

@@ -44,8 +44,10 @@ export function appOf(req: RequestDescriptor): string {
 /**
  * FairServe's Overload- and Interaction-driven Throttling (FairServe section 4.2, Algorithm 1 lines
  * 19–24): a user window, then an app window, both checked only while the pool is overloaded and
- * never for a request that continues an open interaction. Every admitted request is counted, so
- * the windows reflect real rates when overload begins. The caller passes `overloaded` (see
+ * never for a request that continues an open interaction. Every arrival is counted — admitted,
+ * exempt or throttled (Algorithm 1 line 19 increments the counters before the checks) — so the
+ * windows reflect real rates when overload begins and a user who keeps sending while throttled
+ * stays throttled. The caller passes `overloaded` (see
  * {@link kvOverloaded}) to the store with these limits.
  */
 export function oitAdmission(options: OitOptions): AdmissionPolicy {

@@ -58,8 +58,9 @@ function missing(name: string, field: string, what: string): PolicyInputError {
  * Builds a policy by name: `fcfs`; `rpm` (FCFS plus a per-tenant RPM limit, the VTC paper's RPM
  * baseline); `lcf`; `vtc`; `vtc-weighted`; `vtc-predict`; `vtc-oracle`; `vtc-noisy-oracle` (the true output ±50%, VTC Table 5); `wsc`; `wsc-oit` (WSC
  * plus OIT throttling); `edf` (earliest deadline first, QLM's baseline); `qlm` (the order inside
- * each SLO band under QLM: VTC — QLM's own control, the virtual queues, evictions and swaps, runs
- * beside the gateway and routes it). `rpm`/`tpm` options add exact rate limits to any of them.
+ * each SLO band under QLM: arrival order, i.e. its request groups' FCFS order — QLM's own control,
+ * the virtual queues, evictions and swaps, runs beside the gateway and routes it; `fairway sim
+ * --policy qlm` runs both). `rpm`/`tpm` options add exact rate limits to any of them.
  */
 export function orderingPolicyByName(
   name: OrderingPolicyName,
@@ -117,7 +118,7 @@ export function orderingPolicyByName(
       ordering = edfPolicy(options.sloClasses ?? DEFAULT_SLO_CLASSES, cost);
       break;
     case 'qlm':
-      ordering = { ...vtcPolicy({ cost }), name: 'qlm' };
+      ordering = { ...fcfsPolicy(cost), name: 'qlm' };
       break;
   }
   if (admissions.length === 0) return ordering;

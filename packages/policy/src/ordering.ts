@@ -40,6 +40,11 @@ export interface OrderingPolicy {
   /** Total weighted cost the request should have been charged once it ends with `usage` (the engine's count of its prompt and output, which settles admission's estimate). */
   finalCost(req: RequestDescriptor, usage: Usage): number;
   /**
+   * Called once when a request settles with its true usage (not on eviction), after `finalCost`:
+   * policies that learn from traffic (WSC's app profiles) learn here. @default none
+   */
+  settled?(req: RequestDescriptor, usage: Usage): void;
+  /**
    * Whether the request continues an ongoing interaction and should be served before the other
    * requests of its queue (WSC, FairServe Algorithm 1 lines 31–35); the store's `continuation`.
    * @default () => false

@@ -1,5 +1,6 @@
 import type { AppProfile, RequestDescriptor, Usage } from '@fairway/core';
 import { z } from 'zod';
+import type { AppProfileLearner } from './app-profile-learner.ts';
 import { PolicyInputError, parseInput } from './errors.ts';
 import { appOf, userOf } from './oit.ts';
 import type { OrderingPolicy } from './ordering.ts';
@@ -10,6 +11,17 @@ export interface WscOptions {
   readonly appProfile: (app: string) => AppProfile | undefined;
   /** Profile for apps `appProfile` does not know; without one, such requests are rejected. */
   readonly fallbackProfile?: AppProfile;
+  /**
+   * Profiles learned from the traffic itself ({@link AppProfileLearner}): every settled call feeds
+   * it, and once an app has enough samples its learned profile replaces `appProfile`'s (which then
+   * only covers the start and apps too rare to learn). @default none (configured profiles only)
+   */
+  readonly learner?: AppProfileLearner | undefined;
+  /**
+   * Whose service a counter measures: `user` (FairServe's `u_i`, one counter per user across
+   * apps) or `user-app` (one per user of each app). @default 'user'
+   */
+  readonly counter?: 'user' | 'user-app';
   /**
    * User priority factor E: service counts E times, so a user with E < 1 is preferred.
    * @default () => 1
@@ -29,9 +41,12 @@ const wscSchema = z.object({
   gamma: z.number().min(0).optional(),
 });
 
-/** The WSC flow of a request: `user@app` (FairServe counts service per user of an app). */
-export function wscFlowOf(req: RequestDescriptor): string {
-  return `${userOf(req)}@${appOf(req)}`;
+/**
+ * The WSC flow of a request: its user (FairServe's per-user counter `u_i`), or `user@app` when
+ * counters are kept per user of each app.
+ */
+export function wscFlowOf(req: RequestDescriptor, counter: 'user' | 'user-app' = 'user'): string {
+  return counter === 'user' ? userOf(req) : `${userOf(req)}@${appOf(req)}`;
 }
 
 /** Whether a request continues an interaction (a call after the first), served first under WSC. */
@@ -43,7 +58,9 @@ export function continuesInteraction(req: RequestDescriptor): boolean {
  * FairServe's Weighted Service Counter (FairServe section 4.3, Eq. 2–3): a request's service is
  * `E_user · (α·n_in + β·n_sys + γ·n_out) / w_{a,j}` with `w_{a,j} = α·N̄_in + β·N̄_sys + γ·N̄_out`,
  * the app's expected tokens at the request's interaction stage, so users of token-heavy apps are
- * not penalised for their app's normal size. `n_in` excludes system tokens. Charged like VTC:
+ * not penalised for their app's normal size. `n_in` excludes system tokens. One counter per user
+ * across apps (the paper's `u_i`) unless `counter: 'user-app'`; the expected tokens are learned
+ * from the traffic when a `learner` is given. Charged like VTC:
  * input and system tokens at dispatch, output as it streams, settled to the total at the end.
  *
  * Ongoing interactions are served first (Algorithm 1 lines 31–35) by marking calls after the first
@@ -57,7 +74,7 @@ export function wscPolicy(options: WscOptions): OrderingPolicy {
   const gamma = options.gamma ?? 1;
   const norm = (req: RequestDescriptor): number => {
     const app = appOf(req);
-    const profile = options.appProfile(app) ?? options.fallbackProfile;
+    const profile = options.learner?.profile(app) ?? options.appProfile(app) ?? options.fallbackProfile;
     if (profile === undefined || profile.stages.length === 0) {
       throw new PolicyInputError('wscPolicy', [
         { path: `appProfile.${app}`, message: 'no token profile for this app' },
@@ -78,15 +95,18 @@ export function wscPolicy(options: WscOptions): OrderingPolicy {
     const sys = Math.min(req.systemTokens ?? 0, req.inputTokens);
     return alpha * (req.inputTokens - sys) + beta * sys;
   };
+  const counter = options.counter ?? 'user';
+  const learner = options.learner;
   return {
     name: 'wsc',
     mode: 'fair',
     lift: 'vtc',
-    flowOf: wscFlowOf,
+    flowOf: (req) => wscFlowOf(req, counter),
     score: (req) => req.arrivalMs,
     dispatchCost: (req) => promptCost(req) * norm(req),
     outputCost: (req, before, after) => (after > before ? gamma * (after - before) * norm(req) : 0),
     finalCost: (req, usage: Usage) => (promptCost(req) + gamma * usage.outputTokens) * norm(req),
+    ...(learner ? { settled: (req: RequestDescriptor, usage: Usage) => learner.observe(req, usage) } : {}),
     continuation: continuesInteraction,
   };
 }

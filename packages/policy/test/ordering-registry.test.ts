@@ -36,7 +36,7 @@ describe('orderingPolicyByName', () => {
       wsc: ['fair', 'vtc', '-'],
       'wsc-oit': ['fair', 'vtc', 'oit'],
       edf: ['score', 'none', '-'],
-      qlm: ['fair', 'vtc', '-'],
+      qlm: ['score', 'none', '-'],
     });
   });
 

@@ -191,6 +191,45 @@ describe('solveGlobalSchedule', () => {
     }
   });
 
+  it("solves Eqs. 6–13 cold to a plan that satisfies the model's constraints and never loses to the heuristic", () => {
+    const rng = createRng(11);
+    for (let trial = 0; trial < 6; trial++) {
+      const base = randomInstance(rng, 5, 2);
+      // Two kinds per model (as groups split from one request kind by the size cap).
+      const instance = {
+        ...base,
+        groups: base.groups.map((g, i) => ({ ...g, orderKey: `${g.model}|${i % 2}` })),
+      };
+      // The MILP on its own, no incumbent handed to it, solved to optimality.
+      const model = buildMilp(instance, { maxPositions: instance.groups.length });
+      const result = solver.solve(model.lp, { timeLimitS: 30, relativeGap: 1e-9 });
+      expect(result.status).toBe('optimal');
+      if (result.status !== 'optimal') continue;
+      const plan = model.decode(result.value);
+      expect(plan).toBeDefined();
+      const e = evaluatePlan(instance, plan as QueuePlan);
+      // Eq. 6: every group at exactly one position of one queue, each position at most one group.
+      const placed = Object.values(plan as QueuePlan).flat();
+      expect(placed.sort()).toEqual(instance.groups.map((g) => g.id).sort());
+      // Eqs. 9–12 linearised: the solver's objective is the plan's own cost, swaps and waits included.
+      expect(e.feasible).toBe(true);
+      if (!e.feasible) continue;
+      expect(result.objective).toBeCloseTo(e.objective, 4);
+      // Groups of one kind keep their FCFS order on a shared queue.
+      for (const ids of Object.values(plan as QueuePlan)) {
+        const kinds = ids.map((id) => instance.groups.find((g) => g.id === id)?.orderKey);
+        for (const k of new Set(kinds.filter((x) => x !== undefined))) {
+          const mine = ids.filter((_, i) => kinds[i] === k);
+          expect(mine).toEqual([...mine].sort((a, b) => Number(a.slice(1)) - Number(b.slice(1))));
+        }
+      }
+      const heuristic = improvePlan(instance, listPlan(instance, 'edf').plan).evaluation;
+      expect(heuristic.feasible && e.objective).toBeLessThanOrEqual(
+        (heuristic.feasible ? heuristic.objective : 0) + 1e-6,
+      );
+    }
+  });
+
   it('falls back to EDF when no solver is configured, and reports groups nobody can serve', () => {
     const instance: PlanInstance = {
       groups: [

@@ -1,5 +1,6 @@
 import type { AppProfile, RequestDescriptor } from '@fairway/core';
 import { describe, expect, it } from 'vitest';
+import { AppProfileLearner } from '../src/app-profile-learner.ts';
 import { wscPolicy } from '../src/wsc.ts';
 
 const chat: AppProfile = { id: 'chat', stages: [{ input: 100, system: 0, output: 100 }] };
@@ -31,10 +32,44 @@ const req = (over: Partial<RequestDescriptor> = {}): RequestDescriptor => ({
 describe('wscPolicy', () => {
   const p = wscPolicy({ appProfile: (a) => profiles.get(a) });
 
-  it('uses user@app flows with fair ordering and lift', () => {
+  it('keeps one counter per user across apps (FairServe u_i), with fair ordering and lift', () => {
     expect([p.mode, p.lift]).toEqual(['fair', 'vtc']);
-    expect(p.flowOf(req())).toBe('u@chat');
-    expect(p.flowOf(req({ user: undefined, app: undefined }))).toBe('t@default');
+    expect(p.flowOf(req())).toBe('u');
+    expect(p.flowOf(req({ app: 'rag' }))).toBe('u');
+    expect(p.flowOf(req({ user: undefined, app: undefined }))).toBe('t');
+  });
+
+  it('keeps one counter per user of each app as an option', () => {
+    const perApp = wscPolicy({ appProfile: (a) => profiles.get(a), counter: 'user-app' });
+    expect(perApp.flowOf(req())).toBe('u@chat');
+    expect(perApp.flowOf(req({ app: 'rag' }))).toBe('u@rag');
+    expect(perApp.flowOf(req({ user: undefined, app: undefined }))).toBe('t@default');
+  });
+
+  it('counts a user’s service E times (the user priority factor)', () => {
+    const e = wscPolicy({ appProfile: (a) => profiles.get(a), userPriority: (u) => (u === 'vip' ? 0.5 : 2) });
+    expect(e.finalCost(req({ user: 'vip' }), { inputTokens: 100, outputTokens: 100 })).toBe(0.5);
+    expect(e.finalCost(req(), { inputTokens: 100, outputTokens: 100 })).toBe(2);
+  });
+
+  it('learns app profiles from settled calls and normalises by them once learned', () => {
+    const learner = new AppProfileLearner({ minSamples: 3 });
+    const learned = wscPolicy({ appProfile: (a) => profiles.get(a), learner });
+    // The configured chat profile (w = 200) prices calls until three have settled…
+    const big = req({ inputTokens: 300 });
+    const usage = { inputTokens: 300, outputTokens: 900 };
+    expect(learned.finalCost(big, usage)).toBe(6);
+    for (let i = 0; i < 2; i++) learned.settled?.(big, usage);
+    expect(learned.finalCost(big, usage)).toBe(6);
+    // …then the app's own traffic does: a call of its learned usual size costs 1.
+    learned.settled?.(big, usage);
+    expect(learner.profile('chat')).toEqual({ id: 'chat', stages: [{ input: 300, system: 0, output: 900 }] });
+    expect(learner.outputInputRatio('chat')).toBe(3);
+    expect(learned.finalCost(big, usage)).toBe(1);
+    // An app it has never seen keeps its configured profile.
+    expect(
+      learned.finalCost(req({ app: 'rag', inputTokens: 1500 }), { inputTokens: 1500, outputTokens: 0 }),
+    ).toBe(1);
   });
 
   it('normalises service by the app’s expected tokens at the interaction stage (FairServe Eq. 2–3)', () => {

@@ -1105,6 +1105,7 @@ export class Gateway {
       actualTokens: usage.inputTokens + usage.outputTokens,
       outputTokens: usage.outputTokens,
     };
+    o.ordering.settled?.(own.req, usage);
     this.#log.trueUp(id, settle.actualTokens);
     this.#settling.add(id);
     try {

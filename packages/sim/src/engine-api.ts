@@ -75,6 +75,12 @@ export interface EngineConfig {
    * its cost model's time, so fits and exact schedules see the model itself.
    */
   readonly stepNoise?: StepNoise;
+  /**
+   * Context length, tokens (vLLM's `--max-model-len`): a sequence whose prompt reaches it, or whose
+   * prompt plus `max_tokens` exceeds it, is rejected as vLLM's server rejects it (HTTP 400).
+   * @default the model preset's context length (unlimited for a model without a preset)
+   */
+  readonly maxModelLen?: number;
 }
 
 /** Distribution of the factor a step's time is multiplied by. */
@@ -137,6 +143,11 @@ export type EngineEvent =
       readonly generated: number;
       /** True when the engine dropped the sequence because its prompt can never fit in the cache. */
       readonly ignored?: boolean;
+      /**
+       * True when the engine refused the sequence without running it: prompt plus `max_tokens` over
+       * the context length (vLLM answers 400 `context_length_exceeded`).
+       */
+      readonly contextExceeded?: boolean;
     }
   | { readonly kind: 'preempted'; readonly id: string };
 

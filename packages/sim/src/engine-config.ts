@@ -1,4 +1,4 @@
-import { ErrorCode, parseWith } from '@fairway/core';
+import { ErrorCode, MODELS, type ModelSpec, parseWith } from '@fairway/core';
 import { z } from 'zod';
 import { costModelPreset } from './cost-models.ts';
 import type { EngineConfig, EngineModelApi, StepCostModel } from './engine-api.ts';
@@ -58,6 +58,7 @@ export const engineConfigSchema = z
     interconnect: z.enum(['nvlink', 'pcie']).optional(),
     costModel: costModelSchema.optional(),
     stepNoise: stepNoiseSchema.optional(),
+    maxModelLen: positiveInt.optional(),
   })
   .strict();
 
@@ -98,5 +99,9 @@ export function resolveEngineConfig(config: EngineConfig, source?: string): Reso
       distribution: c.stepNoise?.distribution ?? 'none',
       cv: c.stepNoise?.distribution === 'none' ? 0 : (c.stepNoise?.cv ?? VLLM_STEP_JITTER_CV),
     },
+    maxModelLen:
+      c.maxModelLen ??
+      (MODELS as Readonly<Record<string, ModelSpec>>)[c.model]?.maxModelLen ??
+      Number.POSITIVE_INFINITY,
   };
 }

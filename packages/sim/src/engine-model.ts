@@ -153,7 +153,9 @@ const byPriorityThenOrder = (a: Seq, b: Seq): number => a.priority - b.priority 
  * Deviations from vLLM, chosen for a model that never loses a request: a prompt longer than
  * `maxNumBatchedTokens` (without chunked prefill) runs alone in a step instead of being rejected;
  * a decode preempts only when it actually needs a new block (vLLM v0 asks for one free block per
- * sequence). A prompt that can never fit in the cache finishes at once with `ignored: true`.
+ * sequence). A prompt that can never fit in the cache finishes at once with `ignored: true`; one over
+ * the context length (`maxModelLen`, prompt plus `max_tokens`) is refused at its first step with
+ * `contextExceeded: true`, as vLLM's server refuses it with a 400.
  */
 export class EngineModel implements EngineModelApi {
   readonly config: ResolvedEngineConfig;
@@ -169,6 +171,8 @@ export class EngineModel implements EngineModelApi {
   readonly #priority: boolean;
   readonly #seqs = new Map<string, Seq>();
   readonly #waiting = new WaitingQueue();
+  /** Sequences refused for their length, reported at the next step. */
+  #refused: Seq[] = [];
   /** Running sequences in admission order (the last is the newest). */
   #running: Seq[] = [];
   #freeBlocks: number;
@@ -222,13 +226,17 @@ export class EngineModel implements EngineModelApi {
     }
     const s = new Seq(seq, this.#order++);
     this.#seqs.set(s.id, s);
-    this.#waiting.push(s);
+    // vLLM's server check: the prompt must leave room for one token and for all of max_tokens.
+    const len = this.config.maxModelLen;
+    if (seq.inputTokens >= len || seq.inputTokens + seq.maxTokens > len) this.#refused.push(s);
+    else this.#waiting.push(s);
   }
 
   abort(id: string): boolean {
     const s = this.#seqs.get(id);
     if (!s) return false;
-    if (s.state === 'waiting') this.#waiting.remove(s);
+    if (this.#refused.includes(s)) this.#refused = this.#refused.filter((r) => r !== s);
+    else if (s.state === 'waiting') this.#waiting.remove(s);
     else if (s.state === 'running') {
       const i = this.#running.indexOf(s);
       if (i >= 0) this.#running.splice(i, 1);
@@ -240,7 +248,7 @@ export class EngineModel implements EngineModelApi {
   }
 
   hasWork(): boolean {
-    return this.#running.length > 0 || this.#waiting.size > 0;
+    return this.#running.length > 0 || this.#waiting.size > 0 || this.#refused.length > 0;
   }
 
   /**
@@ -266,6 +274,12 @@ export class EngineModel implements EngineModelApi {
 
   step(): StepResult {
     const events: EngineEvent[] = [];
+    for (const s of this.#refused) {
+      s.state = 'gone';
+      this.#seqs.delete(s.id);
+      events.push({ kind: 'finished', id: s.id, generated: 0, ignored: true, contextExceeded: true });
+    }
+    this.#refused = [];
     const batch: Seq[] = [];
     if (this.#priority && this.#running.length > 1) this.#running.sort(byPriorityThenOrder);
     let budget = this.#budget;

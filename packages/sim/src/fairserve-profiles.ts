@@ -6,7 +6,14 @@
  * profiles are learned from traffic like the run's, not from the run itself.
  */
 import type { AppProfile, RequestDescriptor } from '@fairway/core';
-import { appOf, MINUTE_MS, type OitOptions, userOf, type WscOptions } from '@fairway/policy';
+import {
+  AppProfileLearner,
+  appOf,
+  MINUTE_MS,
+  type OitOptions,
+  userOf,
+  type WscOptions,
+} from '@fairway/policy';
 
 /** Options of {@link appProfilesOf}. */
 export interface AppProfileOptions {
@@ -137,11 +144,25 @@ export interface FairServeOptions {
   readonly profiles: ReadonlyMap<string, AppProfile>;
 }
 
+/** Options of {@link fairserveOptionsOf}. */
+export interface FairServeSetup {
+  /** FairServe's user priority factor E by user (absent: 1). */
+  readonly userPriorities?: Readonly<Record<string, number>> | undefined;
+  /** Whose service a WSC counter measures (see `WscOptions.counter`). @default 'user' */
+  readonly counter?: 'user' | 'user-app' | undefined;
+  /** Keep learning app profiles from the run's settled calls. @default true */
+  readonly learn?: boolean | undefined;
+}
+
 /**
  * WSC and OIT options learned from `history`. Apps absent from the history are normalised by the
- * mean profile of all requests (a `fallbackProfile`), so a new app is served rather than rejected.
+ * mean profile of all requests (a `fallbackProfile`), so a new app is served rather than rejected;
+ * WSC goes on learning each app's profile from the run's own settled calls.
  */
-export function fairserveOptionsOf(history: readonly RequestDescriptor[]): FairServeOptions {
+export function fairserveOptionsOf(
+  history: readonly RequestDescriptor[],
+  setup: FairServeSetup = {},
+): FairServeOptions {
   const profiles = appProfilesOf(history);
   const all = appProfilesOf(
     history.map((r) => ({ ...r, app: '*', interactionStage: 0 })),
@@ -151,6 +172,11 @@ export function fairserveOptionsOf(history: readonly RequestDescriptor[]): FairS
     wsc: {
       appProfile: (app) => profiles.get(app),
       ...(all !== undefined ? { fallbackProfile: all } : {}),
+      ...(setup.learn === false ? {} : { learner: new AppProfileLearner() }),
+      ...(setup.counter !== undefined ? { counter: setup.counter } : {}),
+      ...(setup.userPriorities !== undefined
+        ? { userPriority: (u: string) => setup.userPriorities?.[u] ?? 1 }
+        : {}),
     },
     oit: oitLimitsOf(history),
     profiles,

@@ -187,6 +187,9 @@ export {
   type SloExperimentOptions,
   type SloExperimentResult,
   type SloPolicy,
+  type SloPolicySetup,
+  type SloSetupOptions,
+  sloPolicySetup,
 } from './slo-experiments.ts';
 export {
   loadTrace,

@@ -353,8 +353,10 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
   const engineConfig: EngineConfig = given
     ? performanceEngineConfig(given.model)
     : { model: options.model, gpu: options.gpu, tp: chosenTp, ...link };
-  const costModel = resolveEngineConfig(engineConfig).costModel;
+  const { costModel, maxModelLen } = resolveEngineConfig(engineConfig);
   const feasibleAlone = (r: RequestDescriptor): boolean => {
+    // The engine refuses what does not fit its context (vLLM's 400); no fleet serves it.
+    if (r.inputTokens + r.maxTokens > maxModelLen || r.inputTokens >= maxModelLen) return false;
     const prefill = costModel.stepMs({
       decodeSeqs: 0,
       prefillTokens: r.inputTokens,

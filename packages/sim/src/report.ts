@@ -3,6 +3,8 @@
  * numbers (the same scenario and seed give byte-identical JSON apart from `wallMs`), and a
  * readable table for the terminal.
  */
+import type { QlmControlStats } from '@fairway/scheduler';
+import type { InteractionMetrics } from './interaction-metrics.ts';
 import type { SimMetrics } from './metrics.ts';
 import type { SimRun } from './records.ts';
 
@@ -77,13 +79,41 @@ export interface SimReport {
   readonly slo: readonly {
     readonly sloClass: string;
     readonly ttftTargetS: number;
+    /** Requests whose outcome is known (met, missed or rejected). */
+    readonly requests: number;
+    readonly met: number;
     readonly attainment: number | null;
+    /** 99th-percentile TTFT of the class's requests that got a first token, s. */
+    readonly ttftP99S: number | null;
   }[];
+  /** Service per tenant over sliding windows (the VTC paper's service rate), tokens/s at `t`. */
+  readonly windowedService: {
+    readonly t: readonly number[];
+    readonly byTenant: Readonly<Record<string, readonly number[]>>;
+  };
+  /**
+   * FairServe's figures (section 5): interactions cut midway, tokens wasted on them, rejections by
+   * code and per user over time (throttles), and the share of users delayed.
+   */
+  readonly fairserve?: {
+    readonly interactions: InteractionMetrics['interactions'];
+    readonly wastedTokens: number;
+    readonly rejections: InteractionMetrics['rejections'];
+    readonly rejectionSeries: InteractionMetrics['rejectionSeries'];
+    readonly delayedUserShare: number | null;
+  };
+  /** What an SLO control (QLM, or a baseline's model swapping) did, when one ran. */
+  readonly control?: QlmControlStats & { readonly swaps: number; readonly evictions: number };
   readonly tenants: readonly TenantReport[];
 }
 
 /** Builds the report object from a run and its metrics. */
-export function buildReport(run: SimRun, m: SimMetrics, wallMs: number): SimReport {
+export function buildReport(
+  run: SimRun,
+  m: SimMetrics,
+  wallMs: number,
+  extra: { readonly interactions?: InteractionMetrics; readonly control?: QlmControlStats } = {},
+): SimReport {
   const totalService = m.tenants.reduce((a, t) => a + t.service, 0);
   return {
     scenario: run.scenario,
@@ -125,8 +155,37 @@ export function buildReport(run: SimRun, m: SimMetrics, wallMs: number): SimRepo
     slo: m.slo.map((s) => ({
       sloClass: s.sloClass,
       ttftTargetS: s.ttftTargetS,
+      requests: s.requests,
+      met: s.met,
       attainment: round(s.attainment, 4),
+      ttftP99S: round(classTtftP99(run, s.sloClass)),
     })),
+    windowedService: {
+      t: m.series.t.map((t) => round(t, 2) ?? 0),
+      byTenant: Object.fromEntries(
+        Object.entries(m.series.serviceRate).map(([k, v]) => [k, v.map((x) => round(x, 2) ?? 0)]),
+      ),
+    },
+    ...(extra.interactions
+      ? {
+          fairserve: {
+            interactions: extra.interactions.interactions,
+            wastedTokens: extra.interactions.wastedTokens,
+            rejections: extra.interactions.rejections,
+            rejectionSeries: extra.interactions.rejectionSeries,
+            delayedUserShare: round(extra.interactions.delayedUserShare, 4),
+          },
+        }
+      : {}),
+    ...(extra.control
+      ? {
+          control: {
+            ...extra.control,
+            swaps: run.swaps ?? 0,
+            evictions: run.records.reduce((a, r) => a + (r.evictions ?? 0), 0),
+          },
+        }
+      : {}),
     tenants: m.tenants.map((t) => ({
       id: t.id,
       weight: t.weight,
@@ -212,4 +271,13 @@ export function formatReport(r: SimReport): string {
     ]),
   );
   return [...head, summary, '', tenants, ''].join('\n');
+}
+
+/** 99th-percentile TTFT of a class's requests that got a first token, s (nearest rank). */
+export function classTtftP99(run: SimRun, sloClass: string): number | undefined {
+  const ttfts = run.records
+    .filter((r) => r.req.sloClass === sloClass && r.firstTokenS !== undefined)
+    .map((r) => (r.firstTokenS as number) - r.arrivalS)
+    .sort((a, b) => a - b);
+  return ttfts.length ? ttfts[Math.min(ttfts.length - 1, Math.ceil(0.99 * ttfts.length) - 1)] : undefined;
 }

@@ -287,7 +287,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         case 'finished': {
           const rec = recs.get(e.id)!;
           rec.generated = rec.resumeFrom + e.generated;
-          if (e.ignored) rec.rejected = { code: 'context_too_long', atS: t };
+          if (e.contextExceeded) rec.rejected = { code: 'context_length_exceeded', atS: t };
+          else if (e.ignored) rec.rejected = { code: 'context_too_long', atS: t };
           else rec.finishS = t;
           here.delete(e.id);
           control?.onFinished(rec.req, rec.generated);

@@ -3,7 +3,7 @@
  * either synthetic request streams or a trace with a tenant split. Validated with zod; every error
  * names the offending field by path (e.g. `streams[1].arrival.rate`).
  */
-import { GPUS, MODELS } from '@fairway/core';
+import { DEFAULT_SLO_CLASSES, GPUS, MODELS, sloClassSchema } from '@fairway/core';
 import { z } from 'zod';
 import { stepNoiseSchema } from './engine-config.ts';
 
@@ -178,7 +178,15 @@ export const engineGroupSchema = z
   })
   .strict();
 
-const tenantSchema = z.object({ id, weight: pos.default(1), app: id.optional() }).strict();
+const tenantSchema = z
+  .object({
+    id,
+    weight: pos.default(1),
+    app: id.optional(),
+    /** FairServe's user priority factor E (the tenant's requests are its user's): service counts E times. */
+    priority: pos.optional(),
+  })
+  .strict();
 
 /** A trace-driven workload. */
 export const traceSourceSchema = z
@@ -205,9 +213,38 @@ export const scenarioSchema = z
     tenants: z.array(tenantSchema).optional(),
     streams: z.array(streamSchema).min(1, 'needs at least one stream').optional(),
     trace: traceSourceSchema.optional(),
+    /**
+     * SLO classes the run's requests belong to, with their TTFT targets: attainment is scored
+     * against them and SLO-aware policies plan with them. @default QLM's three classes
+     */
+    sloClasses: z.array(sloClassSchema).min(1, 'needs at least one class').optional(),
   })
   .strict()
   .superRefine((s, ctx) => {
+    const classes = (s.sloClasses ?? DEFAULT_SLO_CLASSES).map((c) => c.name);
+    const classSeen = new Set<string>();
+    s.sloClasses?.forEach((c, i) => {
+      if (classSeen.has(c.name))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['sloClasses', i, 'name'],
+          message: `duplicate SLO class "${c.name}"`,
+        });
+      classSeen.add(c.name);
+    });
+    // A stream or trace without a class sends 'interactive' requests.
+    const unknownClass = (name: string | undefined, path: (string | number)[]) => {
+      if (!classes.includes(name ?? 'interactive'))
+        ctx.addIssue({
+          code: 'custom',
+          path,
+          message: `unknown SLO class "${name ?? 'interactive'}"${name === undefined ? ' (the default)' : ''}; ${s.sloClasses ? 'declared in "sloClasses"' : 'known (no "sloClasses" given)'}: ${classes.join(', ')}`,
+        });
+    };
+    s.streams?.forEach((st, i) => {
+      unknownClass(st.sloClass, ['streams', i, 'sloClass']);
+    });
+    if (s.trace) unknownClass(s.trace.sloClass, ['trace', 'sloClass']);
     if ((s.streams === undefined) === (s.trace === undefined))
       ctx.addIssue({ code: 'custom', message: 'give exactly one of "streams" or "trace"' });
     const seen = new Set<string>();

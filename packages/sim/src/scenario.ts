@@ -3,8 +3,17 @@
  * the runner's input (engines, tenants and the arrival list), minus the policies.
  */
 import { dirname, isAbsolute, resolve } from 'node:path';
-import type { RequestDescriptor, Tenant } from '@fairway/core';
-import { ConfigError, ErrorCode, parseWith, readStructuredFile } from '@fairway/core';
+import {
+  ConfigError,
+  DEFAULT_SLO_CLASSES,
+  ErrorCode,
+  modelSpec,
+  parseWith,
+  type RequestDescriptor,
+  readStructuredFile,
+  type SloClass,
+  type Tenant,
+} from '@fairway/core';
 import type { LengthSpec } from './distributions.ts';
 import type { EngineConfig, StepNoise } from './engine-api.ts';
 import { QLM_SCENARIOS } from './qlm-scenarios.ts';
@@ -80,6 +89,10 @@ export interface ScenarioRunInput {
   readonly tenantWeights: Readonly<Record<string, number>>;
   /** Sorted by `arrivalMs`, `outputTokens` set. */
   readonly arrivals: readonly RequestDescriptor[];
+  /** The scenario's SLO classes (its own, or QLM's three by default); every arrival's class is one. */
+  readonly sloClasses: readonly SloClass[];
+  /** FairServe's user priority factor E of the tenants that set one (absent: 1). */
+  readonly userPriorities: Readonly<Record<string, number>>;
 }
 
 /** Run-time overrides of a scenario's settings. */
@@ -172,6 +185,7 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
       durationS,
       sloClass: t.sloClass,
       apps,
+      maxModelLen: modelSpec(model).maxModelLen,
     });
   } else {
     const streams = (s.streams ?? []).map((st, i) => ({
@@ -193,5 +207,18 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
   const tenants: Tenant[] = tenantIds.map((id) => ({ id, weight: declared.get(id)?.weight ?? 1 }));
   const tenantWeights: Record<string, number> = {};
   for (const t of tenants) tenantWeights[t.id] = t.weight;
-  return { scenario: loaded.name, seed, durationS, engines, tenants, tenantWeights, arrivals };
+  const sloClasses = s.sloClasses ?? DEFAULT_SLO_CLASSES;
+  const userPriorities: Record<string, number> = {};
+  for (const [id, t] of declared) if (t.priority !== undefined) userPriorities[id] = t.priority;
+  return {
+    scenario: loaded.name,
+    seed,
+    durationS,
+    engines,
+    tenants,
+    tenantWeights,
+    arrivals,
+    sloClasses,
+    userPriorities,
+  };
 }

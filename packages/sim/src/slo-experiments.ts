@@ -2,7 +2,7 @@
  * SLO-class experiments (QLM section 8): one scenario under FCFS (vLLM), EDF, QLM and QLM without
  * each serving operation (the paper's ablation). Every policy runs the production gateway and
  * store; the baselines queue all classes in one band ordered by arrival (FCFS) or deadline (EDF),
- * QLM queues each class in its own band with fairness inside the band and adds its control (request
+ * QLM queues each class in its own band, in arrival (request-group) order inside it, and adds its control (request
  * groups, RWT estimator, global scheduler, pull / evict / load balancing / model swap). In a
  * multi-model pool every policy may swap models, the baselines at request granularity.
  */
@@ -19,15 +19,15 @@ import {
   type QueuePlanner,
   type RwtProfile,
   type SwapMechanism,
-  vtcPolicy,
 } from '@fairway/policy';
 import type { EngineConfig } from './engine-api.ts';
 import { computeMetrics, type SimMetrics } from './metrics.ts';
 import { swapCostOf } from './model-swap.ts';
 import { fitEnginePerformance, qlmProfile } from './plan-profiling.ts';
 import { QlmControl, type QlmControlStats, type SwapCost } from './qlm-control.ts';
+import { classTtftP99 } from './report.ts';
 import { runSimulation } from './runner.ts';
-import { buildRunInput, type LoadedScenario, loadScenario } from './scenario.ts';
+import { buildRunInput, type LoadedScenario, loadScenario, type ScenarioRunInput } from './scenario.ts';
 
 /** Policies an SLO experiment compares. */
 export const SLO_POLICIES = [
@@ -115,7 +115,9 @@ function setupOf(policy: SloPolicy): PolicySetup {
     planner: 'qlm',
     flags,
     bands: 'classes',
-    ordering: () => ({ ...vtcPolicy(), name: 'qlm' }),
+    // Inside a class, requests leave in arrival order: the order of a class's request groups
+    // (each served FCFS, QLM definition 4.1) as the global scheduler keeps them.
+    ordering: () => ({ ...fcfsPolicy(), name: 'qlm' }),
   });
   switch (policy) {
     case 'fcfs':
@@ -143,23 +145,40 @@ function lengthsOf(arrivals: readonly RequestDescriptor[], model: string) {
   };
 }
 
+/** Options of {@link sloPolicySetup}: the policy and QLM's knobs (see {@link SloExperimentOptions}). */
+export type SloSetupOptions = Pick<
+  SloExperimentOptions,
+  'policy' | 'solver' | 'budget' | 'intervalMs' | 'sloClasses' | 'minSwapWorkFactor' | 'swapMechanism'
+>;
+
+/** What the runner needs to run one SLO policy: its ordering, the gateway's bands and the control. */
+export interface SloPolicySetup {
+  readonly ordering: OrderingPolicy;
+  /** Classes as the gateway bands them: one band for the single-queue baselines. */
+  readonly gatewayClasses: readonly SloClass[];
+  /** Classes attainment is scored against (the scenario's). */
+  readonly sloClasses: readonly SloClass[];
+  /** QLM's control, or the baselines' in a multi-model pool (which must swap models too). */
+  readonly control: QlmControl | undefined;
+}
+
 /**
- * Runs one policy on one scenario and reports SLO attainment per class, throughput, swaps and
- * evictions. Estimator profiles come from profiling runs of each (model, GPU, TP) in the fleet
- * and the workload's lengths; output-length priors and profiles are learned from the same
- * scenario under the next seed (history), never from the run itself. Deterministic for a seed
- * when the MILP budget is node-limited.
+ * Builds one SLO policy for a run: FCFS (vLLM) and EDF are one queue over every class, ordered by
+ * arrival or deadline; QLM bands the classes and adds its control (request groups, RWT estimator,
+ * global scheduler, pull / evict / load balancing / model swap). Estimator profiles come from
+ * profiling runs of each (model, GPU, TP) in the fleet and the workload's lengths; output-length
+ * priors are learned from `history` (the same scenario under another seed), never from the run.
  */
-export async function runSloExperiment(options: SloExperimentOptions): Promise<SloExperimentResult> {
-  const loaded = typeof options.scenario === 'string' ? loadScenario(options.scenario) : options.scenario;
-  const input = buildRunInput(loaded, { seed: options.seed, durationS: options.durationS });
-  const history = buildRunInput(loaded, { seed: input.seed + 1, durationS: options.durationS }).arrivals;
-  const classes = options.sloClasses ?? DEFAULT_SLO_CLASSES;
+export function sloPolicySetup(
+  input: Pick<ScenarioRunInput, 'engines'> & { readonly sloClasses?: readonly SloClass[] | undefined },
+  history: readonly RequestDescriptor[],
+  options: SloSetupOptions,
+): SloPolicySetup {
+  const classes = options.sloClasses ?? input.sloClasses ?? DEFAULT_SLO_CLASSES;
   const setup = setupOf(options.policy);
   const models = [...new Set(input.engines.map((e) => e.config.model))];
   const multiModel = models.length > 1;
   const gatewayClasses = setup.bands === 'single' ? classes.map((c) => ({ ...c, band: 0 })) : classes;
-
   // Controls run QLM, and the baselines of a multi-model pool (which must swap models too).
   let control: QlmControl | undefined;
   if (setup.bands === 'classes' || multiModel) {
@@ -217,9 +236,22 @@ export async function runSloExperiment(options: SloExperimentOptions): Promise<S
     );
   }
 
+  return { ordering: setup.ordering(classes), gatewayClasses, sloClasses: classes, control };
+}
+
+/**
+ * Runs one policy on one scenario (see {@link sloPolicySetup}) and reports SLO attainment per
+ * class, throughput, swaps and evictions. Deterministic for a seed when the MILP budget is
+ * node-limited.
+ */
+export async function runSloExperiment(options: SloExperimentOptions): Promise<SloExperimentResult> {
+  const loaded = typeof options.scenario === 'string' ? loadScenario(options.scenario) : options.scenario;
+  const input = buildRunInput(loaded, { seed: options.seed, durationS: options.durationS });
+  const history = buildRunInput(loaded, { seed: input.seed + 1, durationS: options.durationS }).arrivals;
+  const { ordering, gatewayClasses, sloClasses: classes, control } = sloPolicySetup(input, history, options);
   const run = await runSimulation({
     ...input,
-    ordering: setup.ordering(classes),
+    ordering,
     placement: leastKvPlacement(),
     sloClasses: gatewayClasses,
     control,
@@ -233,21 +265,13 @@ export async function runSloExperiment(options: SloExperimentOptions): Promise<S
     policy: options.policy,
     seed: input.seed,
     durationS: input.durationS,
-    classes: metrics.slo.map((s) => {
-      const ttfts = run.records
-        .filter((r) => r.req.sloClass === s.sloClass && r.firstTokenS !== undefined)
-        .map((r) => (r.firstTokenS as number) - r.arrivalS)
-        .sort((a, b) => a - b);
-      return {
-        sloClass: s.sloClass,
-        requests: s.requests,
-        met: s.met,
-        attainment: s.attainment,
-        ttftP99S: ttfts.length
-          ? ttfts[Math.min(ttfts.length - 1, Math.ceil(0.99 * ttfts.length) - 1)]
-          : undefined,
-      };
-    }),
+    classes: metrics.slo.map((s) => ({
+      sloClass: s.sloClass,
+      requests: s.requests,
+      met: s.met,
+      attainment: s.attainment,
+      ttftP99S: classTtftP99(run, s.sloClass),
+    })),
     requests: { arrived: metrics.requests.arrived, completed: metrics.requests.completed },
     throughput: {
       completedPerS: metrics.throughput.completedPerS,

@@ -163,6 +163,12 @@ export interface TraceWorkloadOptions {
   readonly maxTokensFactor?: number | undefined;
   /** @default 256 */
   readonly maxTokensFloor?: number | undefined;
+  /**
+   * Context length of the serving model: `max_tokens` is capped so the prompt plus it fits, as a
+   * client that knows the context asks (a prompt that alone reaches it is still refused, by the
+   * engine). @default unlimited
+   */
+  readonly maxModelLen?: number | undefined;
 }
 
 /**
@@ -184,14 +190,16 @@ export function traceWorkload(opts: TraceWorkloadOptions): RequestDescriptor[] {
     if (r.arrivalS < start || r.arrivalS >= end) return;
     const tenant = tenants[i]!;
     const outputTokens = Math.max(1, r.outputTokens);
+    const inputTokens = Math.max(1, r.inputTokens);
+    const room = Math.max(1, (opts.maxModelLen ?? Number.POSITIVE_INFINITY) - inputTokens);
     out.push({
       id: `${prefix}-${i}`,
       tenant,
       app: opts.apps?.[tenant],
       model: opts.model,
       sloClass: opts.sloClass ?? 'interactive',
-      inputTokens: Math.max(1, r.inputTokens),
-      maxTokens: Math.max(floor, Math.ceil(outputTokens * factor)),
+      inputTokens,
+      maxTokens: Math.min(room, Math.max(floor, Math.ceil(outputTokens * factor))),
       outputTokens,
       arrivalMs: Math.round(((r.arrivalS - start) / scale) * 1e6) / 1000,
     });

@@ -406,3 +406,31 @@ describe('EngineModel prefill budget P and cost-aware preemption (InferMax secti
     expect(preemptedFirst('cheapest-refill')).toBe('short');
   });
 });
+
+describe('EngineModel context length', () => {
+  it("refuses, without running it, a sequence whose prompt plus max_tokens exceeds the model's context", () => {
+    // llama-2-7b's context is 4,096 tokens (vLLM's max_model_len).
+    const engine = new EngineModel({ gpu: 'A100-80GB', model: 'llama-2-7b' });
+    expect(engine.config.maxModelLen).toBe(4096);
+    engine.add({ id: 'too-long', inputTokens: 4000, outputTokens: 50, maxTokens: 200 });
+    engine.add({ id: 'prompt-only', inputTokens: 4096, outputTokens: 1, maxTokens: 1 });
+    engine.add({ id: 'fits', inputTokens: 3896, outputTokens: 50, maxTokens: 200 });
+    const first = engine.step();
+    const refused = first.events.filter((e) => e.kind === 'finished');
+    expect(refused).toEqual([
+      { kind: 'finished', id: 'too-long', generated: 0, ignored: true, contextExceeded: true },
+      { kind: 'finished', id: 'prompt-only', generated: 0, ignored: true, contextExceeded: true },
+    ]);
+    expect(first.shape.prefillTokens).toBe(3896);
+    expect(engine.stats().promptTokensTotal).toBe(3896);
+  });
+
+  it('takes --max-model-len from the config', () => {
+    const engine = new EngineModel({ gpu: 'A100-80GB', model: 'llama-2-7b', maxModelLen: 1024 });
+    engine.add({ id: 'a', inputTokens: 1000, outputTokens: 10, maxTokens: 25 });
+    expect(engine.step().events).toEqual([
+      { kind: 'finished', id: 'a', generated: 0, ignored: true, contextExceeded: true },
+    ]);
+    expect(engine.hasWork()).toBe(false);
+  });
+});

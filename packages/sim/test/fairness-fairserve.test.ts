@@ -172,7 +172,7 @@ describe('FairServe WSC + OIT on fairserve-abuse', () => {
     expect(throttled.length).toBeGreaterThan(50);
     for (const a of throttled) {
       expect(a.result.ok === false && a.result.code).toBe('throttled');
-      expect(a.flow).toBe(`${FAIRSERVE_ABUSER}@qa`);
+      expect(a.flow).toBe(FAIRSERVE_ABUSER);
       expect(a.overloaded).toBe(true);
     }
     for (const r of run.records.filter((x) => x.rejected)) {

@@ -253,13 +253,29 @@ export class MemoryStore implements SchedulingStore {
     const interactionOpen =
       interaction !== undefined && nowMs < (this.#interactions.get(interaction.key) ?? -Infinity);
     const throttleApplies = input.overloaded && !interactionOpen;
+    // Throttle windows count every arrival, admitted or not (FairServe Algorithm 1 line 19).
+    const reject = (result: AdmitResult & { ok: false }): AdmitResult => {
+      for (const [i, limit] of input.limits.entries()) {
+        if (!limit.onlyWhenOverloaded) continue;
+        const wkey = windowKeys[i] as string;
+        let log = this.#windows.get(wkey);
+        if (log === undefined) {
+          log = new WindowLog();
+          this.#windows.set(wkey, log);
+        }
+        log.purge(nowMs - limit.windowMs);
+        // Its own entry: the same id may arrive again, and be admitted then.
+        log.add(`${req.id}#${nowMs}`, nowMs, limit.amount);
+      }
+      return result;
+    };
     for (const [i, limit] of input.limits.entries()) {
       if (limit.onlyWhenOverloaded && !throttleApplies) continue;
       const wkey = windowKeys[i] as string;
       const log = this.#windows.get(wkey);
       if (log === undefined) {
         if (limit.amount > limit.limit) {
-          return { ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key };
+          return reject({ ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key });
         }
         continue;
       }
@@ -267,43 +283,44 @@ export class MemoryStore implements SchedulingStore {
       if (log.isEmpty()) {
         this.#windows.delete(wkey);
         if (limit.amount > limit.limit) {
-          return { ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key };
+          return reject({ ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key });
         }
         continue;
       }
       const retryAfterMs = log.retryAfter(limit.amount, limit.limit, limit.windowMs, nowMs);
-      if (retryAfterMs !== undefined) return { ok: false, code: limit.code, retryAfterMs, key: limit.key };
+      if (retryAfterMs !== undefined)
+        return reject({ ok: false, code: limit.code, retryAfterMs, key: limit.key });
     }
     const quotas = input.usage === undefined ? [] : (input.quotas ?? []);
     for (const q of quotas) {
       const total = this.#usageTotal(q.scope, input.tenant, input.usage, q.window, false);
       const used = total === undefined ? 0 : q.kind === 'spend' ? total.c + total.rc : total.t + total.rt;
       if (used + q.amount > q.budget)
-        return {
+        return reject({
           ok: false,
           code: 'quota_exceeded',
           retryAfterMs: Math.max(0, q.resetAtMs - nowMs),
           key: `quota:${q.scope}:${q.window}:${q.kind}`,
-        };
+        });
     }
 
     const queue = this.#queue(req.pool, req.band, false);
     const flowState = queue?.flows.get(req.flow);
     if (input.maxQueuedFlow !== undefined && (flowState?.all.count ?? 0) >= input.maxQueuedFlow) {
-      return {
+      return reject({
         ok: false,
         code: 'queue_full',
         retryAfterMs: this.#opts.queueFullRetryMs,
         key: `flow:${req.pool}:${req.band}:${req.flow}`,
-      };
+      });
     }
     if (input.maxQueuedPool !== undefined && (this.#poolQueued.get(req.pool) ?? 0) >= input.maxQueuedPool) {
-      return {
+      return reject({
         ok: false,
         code: 'queue_full',
         retryAfterMs: this.#opts.queueFullRetryMs,
         key: `pool:${req.pool}`,
-      };
+      });
     }
 
     // Every window records the request, throttle windows included (FairServe Algorithm 1 line 19:

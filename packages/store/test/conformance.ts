@@ -488,6 +488,29 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         });
       });
 
+      it('counts a throttled arrival in its throttle window, as FairServe counts arrivals', async () => {
+        const user: WindowLimit = {
+          ...rpm(2),
+          key: 'oit:user:u',
+          code: 'throttled',
+          onlyWhenOverloaded: true,
+        };
+        const over = { limits: [user], overloaded: true };
+        expect((await s.admit(admitOf(makeReq('x0'), { nowMs: 0, ...over }))).ok).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x1'), { nowMs: 1, ...over }))).ok).toBe(true);
+        expect(await s.admit(admitOf(makeReq('x2'), { nowMs: 2, ...over }))).toMatchObject({
+          code: 'throttled',
+        });
+        // x0 and x1 have left the window; the throttled x2 still counts, so only one more fits.
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1001.5, ...over }))).ok).toBe(true);
+        expect(await s.admit(admitOf(makeReq('x4'), { nowMs: 1001.6, ...over }))).toMatchObject({
+          code: 'throttled',
+        });
+        // Retrying keeps counting: x4's own throttled arrival holds it back until it leaves.
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1002.5, ...over }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 2001.7, ...over }))).ok).toBe(true);
+      });
+
       it('never throttles a request that continues an open interaction', async () => {
         const user: WindowLimit = {
           ...rpm(1),
@@ -507,9 +530,11 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         // The interaction closes after its ttl without calls or completions…
         expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 700, ...over }))).ok).toBe(false);
         // …and a completion keeps it open for another ttl.
-        await dispatchedId();
-        await s.settle({ id: 'x0', nowMs: 650, finalCost: 1, actualTokens: 1, outputTokens: 1 });
-        expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 1100, ...over }))).ok).toBe(true);
+        // (x1, the continuation, is served first.)
+        const id = await dispatchedId();
+        expect(await s.settle({ id, nowMs: 550, finalCost: 1, actualTokens: 1, outputTokens: 1 })).toBe(true);
+        // (x2's throttled arrival at 700 fills the window, but an open interaction is exempt.)
+        expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 1000, ...over }))).ok).toBe(true);
       });
 
       describe('tenant isolation', () => {

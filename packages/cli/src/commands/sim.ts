@@ -1,9 +1,11 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { loadHighsSolver } from '@fairway/policy';
 import {
   buildReport,
   buildRunInput,
+  computeInteractionMetrics,
   computeMetrics,
   formatReport,
   listScenarios,
@@ -11,6 +13,9 @@ import {
   renderPlots,
   reportJson,
   runSimulation,
+  SLO_POLICIES,
+  type SloPolicy,
+  sloPolicySetup,
 } from '@fairway/sim';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { ExitCode, UsageError } from '../cli-error.ts';
@@ -59,6 +64,18 @@ function nonNegative(value: string): number {
   return n;
 }
 
+/**
+ * Policies the SLO experiments run (`fcfs`, `edf`, `qlm` and QLM's ablations): `fairway sim` runs
+ * them exactly as `runSloExperiment` does — one queue for FCFS and EDF, QLM's control for `qlm*`.
+ */
+function sloPolicyOf(name: string): SloPolicy | undefined {
+  return (SLO_POLICIES as readonly string[]).includes(name) ? (name as SloPolicy) : undefined;
+}
+
+function policyNames(): string[] {
+  return [...new Set([...Object.keys(ORDERING_POLICIES), ...SLO_POLICIES])];
+}
+
 /** Adds `fairway sim` to the program. */
 export function registerSimCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
   program
@@ -68,7 +85,7 @@ export function registerSimCommand(program: Command, io: CliIo, setCode: (code: 
     .addOption(
       new Option(
         '-p, --policy <name>',
-        `ordering policy: ${Object.keys(ORDERING_POLICIES).join(', ')}, optimal (InferMax optimal schedule, small one-engine scenarios)`,
+        `ordering policy: ${policyNames().join(', ')}, optimal (InferMax optimal schedule, small one-engine scenarios)`,
       ).default('fcfs'),
     )
     .addOption(
@@ -113,8 +130,9 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
   const problems: string[] = [];
   if (!opts.scenario) problems.push('--scenario is required (see --list for the built-in ones)');
   const policyEntry = ORDERING_POLICIES[opts.policy];
-  if (!policyEntry)
-    problems.push(`unknown policy "${opts.policy}"; known: ${Object.keys(ORDERING_POLICIES).join(', ')}`);
+  const sloPolicy = sloPolicyOf(opts.policy);
+  if (!policyEntry && !sloPolicy)
+    problems.push(`unknown policy "${opts.policy}"; known: ${policyNames().join(', ')}`);
   const placementEntry = PLACEMENT_POLICIES[opts.placement];
   if (!placementEntry)
     problems.push(
@@ -126,7 +144,7 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     problems.push('--dispatchers must be at least 1');
   if (opts.stepNoiseCv !== undefined && opts.stepNoise === undefined)
     problems.push('--step-noise-cv needs --step-noise <lognormal|normal>');
-  if (problems.length > 0 || !policyEntry || !placementEntry || !opts.scenario)
+  if (problems.length > 0 || (!policyEntry && !sloPolicy) || !placementEntry || !opts.scenario)
     throw new UsageError(problems);
 
   const loaded = loadScenario(opts.scenario);
@@ -137,6 +155,13 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
   const input = buildRunInput(loaded, { seed: opts.seed, durationS: opts.duration, stepNoise });
   // FairServe policies learn from past traffic: the same scenario under the next seed.
   const history = buildRunInput(loaded, { seed: input.seed + 1, durationS: opts.duration }).arrivals;
+  const slo = sloPolicy
+    ? sloPolicySetup(input, history, {
+        policy: sloPolicy,
+        // QLM plans with HiGHS under a node limit, so a seed replays exactly.
+        solver: sloPolicy.startsWith('qlm') ? await loadHighsSolver() : undefined,
+      })
+    : undefined;
   const bar = progressBar(io, opts.json, 'simulating {bar} {percentage}% | {value}/{total} simulated s');
   bar?.start(Math.round(input.durationS), 0);
   const started = performance.now();
@@ -144,12 +169,17 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
   try {
     run = await runSimulation({
       ...input,
-      ordering: policyEntry.create({
-        tenantWeights: input.tenantWeights,
-        rpm: opts.rpm,
-        history,
-        seed: input.seed,
-      }),
+      ordering:
+        slo?.ordering ??
+        (policyEntry as NonNullable<typeof policyEntry>).create({
+          tenantWeights: input.tenantWeights,
+          rpm: opts.rpm,
+          history,
+          seed: input.seed,
+          userPriorities: input.userPriorities,
+        }),
+      sloClasses: slo?.gatewayClasses ?? input.sloClasses,
+      control: slo?.control,
       placement: placementEntry.create(input.seed),
       dispatchers: opts.dispatchers,
       flushMs: opts.flushMs,
@@ -159,8 +189,11 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     bar?.stop();
   }
   const wallMs = performance.now() - started;
-  const metrics = computeMetrics(run);
-  const report = buildReport(run, metrics, wallMs);
+  const metrics = computeMetrics(run, { sloClasses: input.sloClasses });
+  const report = buildReport(run, metrics, wallMs, {
+    interactions: computeInteractionMetrics(run),
+    ...(slo?.control ? { control: slo.control.stats() } : {}),
+  });
   const json = reportJson(report);
   if (opts.json) io.out(`${json}\n`);
   else io.out(formatReport(report));

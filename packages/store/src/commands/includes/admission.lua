@@ -1,7 +1,9 @@
 --[[
   Admission (admit, admitAndDispatch): duplicate check, window limits (throttles only when
   overloaded and outside an open interaction), queue bounds; then window usage, the interaction,
-  the owner's default lease, the counter lift and the enqueue. A rejection changes nothing.
+  the owner's default lease, the counter lift and the enqueue. A rejection changes nothing but the
+  throttle windows (onlyWhenOverloaded), which count every arrival, admitted or not (FairServe
+  Algorithm 1 line 19: the counter is incremented on arrival, before the limits are checked).
 
   admitRequest(o) reads the admission arguments from ARGV[o + 2] on, in admit-4.lua's layout (o = 0
   there): ARGV[o + 2] id ... ARGV[o + 22] tenant, ARGV[o + 23] number of limits n, then 8 per limit,
@@ -23,6 +25,19 @@ local function admissionEnd(o)
   local n = tonumber(ARGV[o + 23])
   if n == nil then return nil end
   return usageEnd(o + 23 + n * 8)
+end
+
+-- Counts a rejected arrival in the request's throttle windows (see the header).
+local function countRejectedArrival(o, id, now, scope, nLimits)
+  for i = 0, nLimits - 1 do
+    local b = o + 24 + i * 8
+    if ARGV[b + 4] == '1' then
+      local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
+      purgeWindow(wkey, now - num(ARGV[b + 3]))
+      -- Its own entry: the same id may arrive again, and be admitted then.
+      addToWindow(wkey, id .. '#' .. fmt(now), now, num(ARGV[b + 2]))
+    end
+  end
 end
 
 -- { 1, queued [, alerts] } admitted (queued = size of the (pool, band) queue; alerts as
@@ -55,21 +70,29 @@ local function admitRequest(o)
     if not (ARGV[b + 4] == '1' and not throttleApplies) then
       purgeWindow(wkey, now - windowMs)
       local retry = windowRetryAfter(wkey, amount, limit, windowMs, now)
-      if retry ~= nil then return { 0, ARGV[b + 5], fmt(retry), ARGV[b] } end
+      if retry ~= nil then
+        countRejectedArrival(o, id, now, scope, nLimits)
+        return { 0, ARGV[b + 5], fmt(retry), ARGV[b] }
+      end
     end
   end
   local ue = o + 23 + nLimits * 8
   local overQuota = checkQuotas(ue, ARGV[o + 22], now)
-  if overQuota ~= nil then return overQuota end
+  if overQuota ~= nil then
+    countRejectedArrival(o, id, now, scope, nLimits)
+    return overQuota
+  end
 
   if ARGV[o + 18] ~= '' then
     local n = redis.call('ZCARD', key_fifo(pool, band, flow))
     if n >= num(ARGV[o + 18]) then
+      countRejectedArrival(o, id, now, scope, nLimits)
       return { 0, 'queue_full', ARGV[o + 21], 'flow:' .. pool .. ':' .. band .. ':' .. flow }
     end
   end
   if ARGV[o + 19] ~= '' then
     if num(redis.call('GET', key_poolQueued(pool))) >= num(ARGV[o + 19]) then
+      countRejectedArrival(o, id, now, scope, nLimits)
       return { 0, 'queue_full', ARGV[o + 21], 'pool:' .. pool }
     end
   end
