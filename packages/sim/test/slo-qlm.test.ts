@@ -12,8 +12,9 @@ describe('QLM on the mixed interactive + batch scenario (shortened)', () => {
   // and bursty chat traffic keep arriving.
   // Judged over seeds 1–5 (arrivals re-drawn): what holds under every seed is asserted on the
   // worst seed, what holds only in the median on the median. Measured interactive attainment,
-  // seeds 1–5: QLM 1.000 under all; EDF 0.797, 1.000, 0.686, 0.620, 0.875; QLM without eviction
-  // 1.000, 0.991, 1.000, 0.910, 0.905.
+  // seeds 1–5, with QLM's request groups served in arrival order inside a class (issue 14):
+  // QLM 1.000 under all; QLM without eviction 1.000, 1.000, 1.000, 0.910, 1.000 — eviction now
+  // matters under one seed of five (before, with VTC order inside a class, under three).
   const run = (policy: Parameters<typeof runSloExperiment>[0]['policy'], seed: number) =>
     runSloExperiment({ scenario: 'qlm-mixed', policy, durationS: 150, seed });
 
@@ -52,12 +53,17 @@ describe('QLM on the mixed interactive + batch scenario (shortened)', () => {
         'lower',
       );
       expect(pullGain.worst, `QLM − no pull: ${showSeeds(pullGain)}`).toBeGreaterThan(0.3);
-      // Above EDF, and without eviction interactive bursts wait behind the documents holding the KV
-      // cache: in the median (EDF ties QLM at 1.0 under one seed, no-eviction under two).
+      // Above EDF in the median (EDF ties QLM at 1.0 under some seeds).
       const overEdf = summarizeSeeds(per.map((p) => p.qlm - p.edf));
       expect(overEdf.median, `QLM − EDF: ${showSeeds(overEdf)}`).toBeGreaterThan(0);
-      const evictGain = summarizeSeeds(per.map((p) => p.qlm - p.noEvict));
-      expect(evictGain.median, `QLM − no eviction: ${showSeeds(evictGain)}`).toBeGreaterThan(0);
+      // Eviction never costs interactive attainment, and gains it where a burst would otherwise
+      // wait behind documents holding the KV cache — under some seed, not in the median.
+      const evictGain = summarizeSeeds(
+        per.map((p) => p.qlm - p.noEvict),
+        'lower',
+      );
+      expect(evictGain.worst, `QLM − no eviction: ${showSeeds(evictGain)}`).toBeGreaterThanOrEqual(0);
+      expect(evictGain.best, `QLM − no eviction: ${showSeeds(evictGain)}`).toBeGreaterThan(0);
     },
     SEEDED_TIMEOUT_MS,
   );
