@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { generateOperatorKeyPair } from '@fairway/bus';
 import { parseConfig, silentLogger } from '@fairway/core';
 import { startNatsServer, type TestServer } from '@fairway/testkit';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningDispatcher, type ServeOverrides, serveSettings, startDispatcher } from '../src/index.ts';
-import { waitFor } from './support/stack.ts';
+import { dispatcherStarter, waitFor } from './support/stack.ts';
 
 const MODEL = 'llama-2-7b';
 const ALPHA_KEY = 'sk-admin-alpha-0001';
@@ -64,18 +64,7 @@ async function keyStatus(d: RunningDispatcher, key: string): Promise<number> {
 }
 
 describe('admin API on the in-process bus (fairway up)', () => {
-  const running: RunningDispatcher[] = [];
-  afterEach(async () => {
-    for (const d of running.splice(0)) await d.close();
-  });
-  async function start(
-    overrides: ServeOverrides = { adminTokenFile: tokenFile },
-  ): Promise<RunningDispatcher> {
-    const settings = serveSettings({}, { port: 0, operatorPort: 0, ...overrides });
-    const d = await startDispatcher({ settings, config: CONFIG, logger: silentLogger });
-    running.push(d);
-    return d;
-  }
+  const start = dispatcherStarter(CONFIG, { adminTokenFile: tokenFile });
 
   it('is off without an admin token, and refuses a wrong or missing token', async () => {
     const off = await start({});

@@ -2,10 +2,10 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseConfig, silentLogger } from '@fairway/core';
-import { afterEach, describe, expect, it } from 'vitest';
-import { type RunningDispatcher, type ServeOverrides, serveSettings, startDispatcher } from '../src/index.ts';
-import { waitFor } from './support/stack.ts';
+import { parseConfig } from '@fairway/core';
+import { describe, expect, it } from 'vitest';
+import type { RunningDispatcher } from '../src/index.ts';
+import { dispatcherStarter, waitFor } from './support/stack.ts';
 
 const TOKEN = 'overview-token-0123456789abcdef';
 const ALPHA_KEY = 'sk-overview-alpha-01';
@@ -28,18 +28,7 @@ const tokenFile = join(dir, 'admin-token');
 writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
 
 describe('GET /admin/v1/overview and the console files (operator port)', () => {
-  const running: RunningDispatcher[] = [];
-  afterEach(async () => {
-    for (const d of running.splice(0)) await d.close();
-  });
-  async function start(
-    overrides: ServeOverrides = { adminTokenFile: tokenFile },
-  ): Promise<RunningDispatcher> {
-    const settings = serveSettings({}, { port: 0, operatorPort: 0, ...overrides });
-    const d = await startDispatcher({ settings, config: CONFIG, logger: silentLogger });
-    running.push(d);
-    return d;
-  }
+  const start = dispatcherStarter(CONFIG, { adminTokenFile: tokenFile });
   const overview = (d: RunningDispatcher, token: string | null = TOKEN) =>
     d.dispatcher.operator.inject({
       method: 'GET',

@@ -9,11 +9,13 @@ import {
 import { purgeStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { redisUrl, uniquePrefix } from '@fairway/testkit';
 import type { Tracer } from '@opentelemetry/api';
+import { afterEach } from 'vitest';
 import {
   connectInfrastructure,
   type DispatcherOptions,
   type Infrastructure,
   type RunningDispatcher,
+  type ServeOverrides,
   serveSettings,
   startDispatcher,
 } from '../../src/index.ts';
@@ -163,4 +165,25 @@ export async function waitFor(
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/**
+ * Starts dispatchers of `config` in this process on their embedded store and bus (unless the
+ * overrides name Redis or NATS), on free ports with no operator listener (tests use `inject`);
+ * each is closed after the test that started it. Call inside a `describe`.
+ */
+export function dispatcherStarter(
+  config: FairwayConfig,
+  defaults: ServeOverrides = {},
+): (overrides?: ServeOverrides) => Promise<RunningDispatcher> {
+  const running: RunningDispatcher[] = [];
+  afterEach(async () => {
+    for (const d of running.splice(0)) await d.close();
+  });
+  return async (overrides = defaults) => {
+    const settings = serveSettings({}, { port: 0, operatorPort: 0, ...overrides });
+    const d = await startDispatcher({ settings, config, logger: silentLogger });
+    running.push(d);
+    return d;
+  };
 }
