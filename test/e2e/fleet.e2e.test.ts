@@ -352,12 +352,9 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
     for (const r of survivors) expect(r.error).toBeUndefined();
     expect(survivors.filter((r) => r.endMs > killedAt - origin).length).toBeGreaterThan(5);
     expect(load[2]!.records.some((r) => r.error !== undefined)).toBe(true);
-    // The survivors are idle now; whatever is still reserved or queued was the dead dispatcher's.
-    const heldByDead = await reservedTotal();
-    const sinceKill = performance.now() - killedAt;
-    // Its lease was last renewed up to leaseMs / 3 before the kill, so it can expire (and be
-    // reclaimed) from 2/3 of the lease after the kill on: only before then must something be held.
-    if (sinceKill < (2 * LEASE_MS) / 3 - 500) expect(heldByDead.seqs + (await queued())).toBeGreaterThan(0);
+    // The survivors are idle now; whatever is still reserved or queued was the dead dispatcher's
+    // (its clients' failed requests above show it held some at the kill). It must all be free
+    // within the lease and a reclaim round; survivors may free it sooner.
     for (;;) {
       const r = await reservedTotal();
       if (r.seqs === 0 && r.tokens === 0 && (await queued()) === 0) break;
