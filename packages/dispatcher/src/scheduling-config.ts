@@ -123,7 +123,10 @@ function orderingFromConfig(
       // Earliest deadline first over every class in one band, as the simulator's EDF baseline.
       return edfPolicy(config.sloClasses, cost);
     case 'qlm':
-      // QLM: fairness (VTC) inside each class's band; the control plane orders the bands.
+      // QLM: the control plane orders the bands; inside a class's band the live gateway keeps VTC,
+      // on purpose: tenants share a class fairly (fairway's first promise), and each tenant's
+      // requests still leave in arrival order (a flow is FIFO). The simulator's `--policy qlm`
+      // serves a class in plain arrival order, as the paper's request groups do (issue 14).
       return { ...vtcPolicy({ cost, weightOf }), name: 'qlm' };
   }
 }
