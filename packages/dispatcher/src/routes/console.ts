@@ -5,8 +5,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyPluginAsync } from 'fastify';
 
-/** The console's own files (packages/dispatcher/console). */
-const CONSOLE_DIR = fileURLToPath(new URL('../../console/', import.meta.url));
+/** The console's own files (packages/dispatcher/src/console): the page, its script and style. */
+const CONSOLE_DIR = fileURLToPath(new URL('../console/', import.meta.url));
 
 const require = createRequire(import.meta.url);
 
