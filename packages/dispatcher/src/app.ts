@@ -358,7 +358,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     trust: deps.adminTrust,
     bus: deps.bus,
     tenants,
-    store: deps.store,
+    store,
     clock: deps.clock,
   });
   const pools = (): string[] => [...new Set([...configuredPools, ...replicas.pools()])];

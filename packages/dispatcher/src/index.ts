@@ -9,7 +9,6 @@ export {
 export { buildDispatcher, type Dispatcher, type DispatcherDeps } from './app.ts';
 export {
   Authenticator,
-  bearerTokenCheck,
   hashApiKey,
   INTERNAL_KEY_HEADER,
   type KeyCheck,

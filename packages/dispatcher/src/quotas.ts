@@ -11,20 +11,31 @@ export function utcDay(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10);
 }
 
+/** The UTC day and month buckets of a time and when each ends (ms). */
+export interface UsageWindows {
+  readonly day: string;
+  readonly month: string;
+  readonly dayEndMs: number;
+  readonly monthEndMs: number;
+}
+
+/** The last day's windows: every request of a day shares them (no date formatting per request). */
+let lastWindows: (UsageWindows & { readonly dayIndex: number }) | undefined;
+
 /** The UTC day and month buckets of `nowMs` and when each ends (ms). */
-export function usageWindows(nowMs: number): {
-  day: string;
-  month: string;
-  dayEndMs: number;
-  monthEndMs: number;
-} {
+export function usageWindows(nowMs: number): UsageWindows {
+  const dayIndex = Math.floor(nowMs / DAY_MS);
+  if (lastWindows?.dayIndex === dayIndex) return lastWindows;
   const d = new Date(nowMs);
-  return {
-    day: utcDay(nowMs),
-    month: utcDay(nowMs).slice(0, 7),
-    dayEndMs: (Math.floor(nowMs / DAY_MS) + 1) * DAY_MS,
+  const day = utcDay(nowMs);
+  lastWindows = {
+    dayIndex,
+    day,
+    month: day.slice(0, 7),
+    dayEndMs: (dayIndex + 1) * DAY_MS,
     monthEndMs: Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1),
   };
+  return lastWindows;
 }
 
 /** Every UTC day from `from` to `to` (inclusive, `YYYY-MM-DD`), or undefined if more than `max`. */
@@ -57,7 +68,7 @@ function checksOf(
   q: QuotasConfig | undefined,
   tokens: number,
   spend: number,
-  w: ReturnType<typeof usageWindows>,
+  w: UsageWindows,
 ): QuotaCheck[] {
   if (q === undefined) return [];
   const alert = q.alertAt ?? DEFAULT_ALERT_AT;

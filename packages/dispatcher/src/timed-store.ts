@@ -15,6 +15,8 @@ import type {
   SettleAndDispatchInput,
   SettleAndDispatchResult,
   SettleInput,
+  UsageQuery,
+  UsageRow,
 } from '@fairway/store';
 import type { Histogram } from 'prom-client';
 
@@ -44,6 +46,8 @@ export class TimedStore implements SchedulingStore {
     if (restore !== undefined) this.restore = (input) => this.#time('restore', restore(input));
     const adoptEpoch = inner.adoptEpoch?.bind(inner);
     if (adoptEpoch !== undefined) this.adoptEpoch = () => this.#time('adopt_epoch', adoptEpoch());
+    const usage = inner.usage?.bind(inner);
+    if (usage !== undefined) this.usage = (query) => this.#time('usage', usage(query));
   }
 
   async #time<T>(op: string, call: Promise<T>): Promise<T> {
@@ -71,6 +75,8 @@ export class TimedStore implements SchedulingStore {
   readonly restore?: (input: RestoreInput) => Promise<RestoreResult>;
   /** Present exactly when the inner store has it. */
   readonly adoptEpoch?: () => Promise<void>;
+  /** Present exactly when the inner store has it (the admin API reads usage with it). */
+  readonly usage?: (query: UsageQuery) => Promise<readonly UsageRow[]>;
   /** Present exactly when the inner store has it. */
   readonly settleAndDispatch?: (input: SettleAndDispatchInput) => Promise<SettleAndDispatchResult>;
   dispatch(input: DispatchInput): Promise<DispatchResult> {

@@ -172,7 +172,7 @@ export function recoveringStore(inner: SchedulingStore, repair: () => Promise<vo
       return inner.epoch;
     },
   };
-  const { admitAndDispatch, settleAndDispatch, requeue, restore, adoptEpoch } = inner;
+  const { admitAndDispatch, settleAndDispatch, requeue, restore, adoptEpoch, usage } = inner;
   if (admitAndDispatch !== undefined)
     s.admitAndDispatch = (input) => call(() => admitAndDispatch.call(inner, input));
   if (settleAndDispatch !== undefined)
@@ -180,5 +180,6 @@ export function recoveringStore(inner: SchedulingStore, repair: () => Promise<vo
   if (requeue !== undefined) s.requeue = (input) => call(() => requeue.call(inner, input));
   if (restore !== undefined) s.restore = (input) => restore.call(inner, input);
   if (adoptEpoch !== undefined) s.adoptEpoch = () => adoptEpoch.call(inner);
+  if (usage !== undefined) s.usage = (query) => usage.call(inner, query);
   return s;
 }
