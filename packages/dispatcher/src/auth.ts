@@ -223,6 +223,25 @@ function principalOf(c: KeyCheck): Principal {
   throw new ApiError('INVALID_API_KEY', c.reason === 'expired' ? 'API key expired' : 'invalid API key');
 }
 
+const UNIT_MS = { m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/**
+ * When a key expires, from ms since the epoch, an ISO-8601 time or a duration from `nowMs` (`30d`,
+ * `12h`, `90m`): the time in ms, or why it cannot be one (`invalid`, or `past` when not after
+ * `nowMs`). The admin API and `fairway admin key-add --expires` read expiries alike.
+ */
+export function keyExpiry(value: number | string, nowMs: number): number | 'invalid' | 'past' {
+  const d = typeof value === 'string' ? /^(\d+)([mhd])$/.exec(value) : null;
+  const at =
+    typeof value === 'number'
+      ? value
+      : d
+        ? nowMs + Number(d[1]) * UNIT_MS[d[2] as keyof typeof UNIT_MS]
+        : Date.parse(value);
+  if (!Number.isFinite(at)) return 'invalid';
+  return at <= nowMs ? 'past' : at;
+}
+
 /** A new API key: `sk-fw-` and 32 random bytes in base64url. */
 export function newApiKey(): string {
   return `sk-fw-${randomBytes(32).toString('base64url')}`;

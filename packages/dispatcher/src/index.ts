@@ -15,6 +15,7 @@ export {
   type KeyGrant,
   type KeyInfo,
   KeyRing,
+  keyExpiry,
   keyRingFromConfig,
   newApiKey,
   type Principal,

@@ -8,7 +8,7 @@ import {
   NatsBus,
   OperatorSigner,
 } from '@fairway/bus';
-import { hashApiKey, newApiKey } from '@fairway/dispatcher';
+import { hashApiKey, keyExpiry, newApiKey } from '@fairway/dispatcher';
 import type { Command } from 'commander';
 import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
@@ -49,17 +49,14 @@ function checked(event: AdminEventInput): AdminEventInput {
   return event;
 }
 
-const UNIT_MS = { m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
-
 /** `--expires`: an ISO-8601 time or a duration from `nowMs` (`30d`, `12h`, `90m`), in the future. */
 function expiryFlag(text: string, nowMs: number): number {
-  const d = /^(\d+)([mhd])$/.exec(text);
-  const at = d ? nowMs + Number(d[1]) * UNIT_MS[d[2] as keyof typeof UNIT_MS] : Date.parse(text);
-  if (!Number.isFinite(at))
+  const at = keyExpiry(text, nowMs);
+  if (at === 'invalid')
     throw new UsageError([
       '--expires: give an ISO-8601 time (2027-01-31T00:00:00Z) or a duration like 30d, 12h, 90m',
     ]);
-  if (at <= nowMs) throw new UsageError(['--expires: must be in the future']);
+  if (at === 'past') throw new UsageError(['--expires: must be in the future']);
   return at;
 }
 

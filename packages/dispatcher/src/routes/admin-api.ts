@@ -3,7 +3,7 @@ import { type Clock, configIdSchema, hashApiKey, limitsSchema } from '@fairway/c
 import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { AdminTrust } from '../admin-events.ts';
-import { bearerTokenCheck, type KeyRing, newApiKey } from '../auth.ts';
+import { bearerTokenCheck, type KeyRing, keyExpiry, newApiKey } from '../auth.ts';
 import { validationError } from '../error-mapping.ts';
 import { ApiError } from '../errors.ts';
 import type { TenantDirectory } from '../tenant-directory.ts';
@@ -68,17 +68,16 @@ export function adminPublisher(opts: Pick<AdminApiOptions, 'settings' | 'trust' 
   };
 }
 
-/**
- * A key's expiry as ms since the epoch, from ms or an ISO-8601 time; it must lie in the future.
- * Throws a 400 naming `expiresAt`.
- */
-export function expiryOf(value: number | string, nowMs: number): number {
-  const at = typeof value === 'number' ? value : Date.parse(value);
-  if (!Number.isFinite(at))
-    throw new ApiError('INVALID_REQUEST', 'expiresAt must be ms since the epoch or an ISO-8601 time', {
-      param: 'expiresAt',
-    });
-  if (at <= nowMs)
+/** A key's expiry (see {@link keyExpiry}); throws a 400 naming `expiresAt`. */
+function expiryOf(value: number | string, nowMs: number): number {
+  const at = keyExpiry(value, nowMs);
+  if (at === 'invalid')
+    throw new ApiError(
+      'INVALID_REQUEST',
+      'expiresAt must be ms since the epoch, an ISO-8601 time or a duration like 30d, 12h, 90m',
+      { param: 'expiresAt' },
+    );
+  if (at === 'past')
     throw new ApiError('INVALID_REQUEST', 'expiresAt must be in the future', { param: 'expiresAt' });
   return at;
 }
