@@ -20,11 +20,13 @@ import { type FairwayProcess, startFairway } from '../e2e/support/processes.ts';
 const SHIPPED_CONFIG = resolve(import.meta.dirname, '..', '..', 'infra', 'nats', 'nats-server.conf');
 const MODEL = 'llama-2-7b';
 const ALPHA_KEY = 'sk-security-alpha-0001';
+// Standard base64, as the shipped config asks: nats-server cannot parse a `$VAR` value that
+// starts with "-" (base64url can, one password in 64), and refuses to start.
 const PASSWORDS = {
-  FAIRWAY_DISPATCHER_NATS_PASSWORD: randomBytes(18).toString('base64url'),
-  FAIRWAY_ADMIN_NATS_PASSWORD: randomBytes(18).toString('base64url'),
-  FAIRWAY_AGENT_ENGINE_A_NATS_PASSWORD: randomBytes(18).toString('base64url'),
-  FAIRWAY_AGENT_ENGINE_B_NATS_PASSWORD: randomBytes(18).toString('base64url'),
+  FAIRWAY_DISPATCHER_NATS_PASSWORD: randomBytes(18).toString('base64'),
+  FAIRWAY_ADMIN_NATS_PASSWORD: randomBytes(18).toString('base64'),
+  FAIRWAY_AGENT_ENGINE_A_NATS_PASSWORD: randomBytes(18).toString('base64'),
+  FAIRWAY_AGENT_ENGINE_B_NATS_PASSWORD: randomBytes(18).toString('base64'),
 };
 const DISPATCHER = { user: 'dispatcher', password: PASSWORDS.FAIRWAY_DISPATCHER_NATS_PASSWORD };
 const ADMIN = { user: 'admin', password: PASSWORDS.FAIRWAY_ADMIN_NATS_PASSWORD };
