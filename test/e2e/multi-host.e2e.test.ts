@@ -1,9 +1,9 @@
 import { execFile } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
+import { natsPassword } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NetnsLab, netnsSupport } from './support/netns.ts';
 import { FAIRWAY_BIN, type StartedProcess, startProcess } from './support/processes.ts';
@@ -52,8 +52,12 @@ describe.skipIf(!support.ok)('fairway on several hosts (Linux network namespaces
   const engines = new Map<string, StartedProcess>();
   const dispatchers = new Map<string, StartedProcess>();
   const url = (host: string, port: number): string => `http://${lab.address(host)}:${port}`;
-  const password = (): string => randomBytes(12).toString('hex');
-  const passwords = { dispatcher: password(), admin: password(), e1: password(), e2: password() };
+  const passwords = {
+    dispatcher: natsPassword(),
+    admin: natsPassword(),
+    e1: natsPassword(),
+    e2: natsPassword(),
+  };
   // A test process that dies before afterAll still removes what it created.
   const removeLab = (): void => lab.destroy();
   process.once('exit', removeLab);

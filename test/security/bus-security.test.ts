@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { BusError, NatsBus, type NatsSecurity, Subjects } from '@fairway/bus';
 import { hashApiKey } from '@fairway/dispatcher';
-import { startNatsServer, startRedisServer, type TestServer } from '@fairway/testkit';
+import { natsPassword, startNatsServer, startRedisServer, type TestServer } from '@fairway/testkit';
 import { jetstream } from '@nats-io/jetstream';
 import { connect, type NatsConnection, PermissionViolationError } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,13 +20,11 @@ import { type FairwayProcess, startFairway } from '../e2e/support/processes.ts';
 const SHIPPED_CONFIG = resolve(import.meta.dirname, '..', '..', 'infra', 'nats', 'nats-server.conf');
 const MODEL = 'llama-2-7b';
 const ALPHA_KEY = 'sk-security-alpha-0001';
-// Standard base64, as the shipped config asks: nats-server cannot parse a `$VAR` value that
-// starts with "-" (base64url can, one password in 64), and refuses to start.
 const PASSWORDS = {
-  FAIRWAY_DISPATCHER_NATS_PASSWORD: randomBytes(18).toString('base64'),
-  FAIRWAY_ADMIN_NATS_PASSWORD: randomBytes(18).toString('base64'),
-  FAIRWAY_AGENT_ENGINE_A_NATS_PASSWORD: randomBytes(18).toString('base64'),
-  FAIRWAY_AGENT_ENGINE_B_NATS_PASSWORD: randomBytes(18).toString('base64'),
+  FAIRWAY_DISPATCHER_NATS_PASSWORD: natsPassword(),
+  FAIRWAY_ADMIN_NATS_PASSWORD: natsPassword(),
+  FAIRWAY_AGENT_ENGINE_A_NATS_PASSWORD: natsPassword(),
+  FAIRWAY_AGENT_ENGINE_B_NATS_PASSWORD: natsPassword(),
 };
 const DISPATCHER = { user: 'dispatcher', password: PASSWORDS.FAIRWAY_DISPATCHER_NATS_PASSWORD };
 const ADMIN = { user: 'admin', password: PASSWORDS.FAIRWAY_ADMIN_NATS_PASSWORD };

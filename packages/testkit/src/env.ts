@@ -26,3 +26,12 @@ export function natsUrl(): string {
 export function uniquePrefix(label = 't'): string {
   return `${label}-${randomBytes(6).toString('hex')}`;
 }
+
+/**
+ * A random password a `nats-server` config can take from the environment (`password: $VAR`): it
+ * starts with letters, because the server parses the value as a token and one that starts with a
+ * digit or "-" may read as a number, and then it exits.
+ */
+export function natsPassword(): string {
+  return `fw${randomBytes(18).toString('hex')}`;
+}

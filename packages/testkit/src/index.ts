@@ -1,4 +1,4 @@
-export { natsUrl, redisUrl, uniquePrefix } from './env.ts';
+export { natsPassword, natsUrl, redisUrl, uniquePrefix } from './env.ts';
 export { type LogLine, RecordingLogger } from './recording-logger.ts';
 export {
   freePort,
