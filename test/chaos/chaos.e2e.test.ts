@@ -70,7 +70,7 @@ describe('chaos: a fleet under streamed load', () => {
   it('NATS stopped: at least 95% of requests still succeed and none is lost', async () => {
     const r = await run('nats-restart');
     expect(r.completed / r.sent, failures(r)).toBeGreaterThanOrEqual(0.95);
-    expect(r.lost).toBe(0);
+    expect(r.lost, failures(r)).toBe(0);
   }, 90_000);
 
   it('Redis killed and restarted empty (no persistence): every queued request is re-admitted and answered', async () => {

@@ -5,9 +5,12 @@
  * --pause-s, --nats-down-s, --redis-down-s, --timeout-s (client), --fresh (a new fleet per fault
  * instead of one fleet restored between faults), --separate-agents (`fairway agent` beside each
  * engine instead of the agent inside engine-sim), --out <file> (the markdown table), --json (JSON
- * on stdout instead of the table), --records <file> (every request, one JSON line each).
+ * on stdout instead of the table), --records <file> (every request, one JSON line each),
+ * --repeat <n> (the fault list n times in a row, e.g. `--faults nats-restart --repeat 20`),
+ * --log-dir <dir> (each dispatcher's whole output at `info`, one request per line by the
+ * `x-request-id` a record names, appended to <dir>/d<n>.log).
  */
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { FAULT_NAMES, FAULTS, type FaultName } from './support/chaos-faults.ts';
 import { ChaosFleet } from './support/chaos-fleet.ts';
@@ -28,6 +31,8 @@ const { values } = parseArgs({
     json: { type: 'boolean', default: false },
     fresh: { type: 'boolean', default: false },
     'separate-agents': { type: 'boolean', default: false },
+    repeat: { type: 'string', default: '1' },
+    'log-dir': { type: 'string' },
   },
 });
 
@@ -37,7 +42,10 @@ function positive(name: string, v: string): number {
   return n;
 }
 
-const faults = values.faults.split(',').map((f) => f.trim());
+const listed = values.faults.split(',').map((f) => f.trim());
+const faults = Array.from({ length: positive('repeat', values.repeat) }, () => listed).flat();
+const logDir = values['log-dir'];
+if (logDir !== undefined) mkdirSync(logDir, { recursive: true });
 for (const f of faults)
   if (!(FAULT_NAMES as readonly string[]).includes(f))
     throw new Error(`--faults: unknown fault "${f}" (known: ${FAULT_NAMES.join(', ')})`);
@@ -63,7 +71,10 @@ const results = await runChaos(
       natsDownMs: positive('nats-down-s', values['nats-down-s']) * 1000,
       redisDownMs: positive('redis-down-s', values['redis-down-s']) * 1000,
     },
-    fleet: { agents: values['separate-agents'] ? 'separate' : 'embedded' },
+    fleet: {
+      agents: values['separate-agents'] ? 'separate' : 'embedded',
+      ...(logDir === undefined ? {} : { logDir, dispatcherLogLevel: 'info' as const }),
+    },
     log: (line) => console.error(`chaos: ${line}`),
   },
   (r) => console.error(`chaos: ${markdownTable([r]).split('\n')[2]}`),

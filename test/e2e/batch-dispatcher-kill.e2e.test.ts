@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { startNatsServer, startRedisServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { E2E_MODEL, E2E_POOL, singleTenantConfig } from './support/fleet-config.ts';
 import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
 
 /**
@@ -13,20 +14,11 @@ import { type FairwayProcess, startEngineSims, startFairway } from './support/pr
  * requests) run again on the survivor once their locks lapse; the batch completes with every
  * line in the output exactly once.
  */
-const MODEL = 'llama-2-7b';
-const POOL = 'llama';
+const MODEL = E2E_MODEL;
+const POOL = E2E_POOL;
 const KEY = 'sk-batch-kill-0001';
 const LINES = 300;
-const CONFIG = `
-tenants:
-  - { id: alpha, keys: [{ key: ${KEY} }] }
-pools:
-  - { id: ${POOL}, model: ${MODEL} }
-policy:
-  ordering: vtc
-  placement: least-kv
-  queueTimeoutS: 60
-`;
+const CONFIG = singleTenantConfig(KEY, 60);
 
 describe('a dispatcher SIGKILLed mid-batch', () => {
   const prefix = uniquePrefix('bkill');

@@ -6,6 +6,7 @@ import { freePort, redisUrl, startNatsServer, type TestServer, uniquePrefix } fr
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type ChatOutcome, engineMetric, gatewayMetric as metric, sendChat } from './support/chat.ts';
+import { E2E_MODEL, E2E_POOL, singleTenantConfig } from './support/fleet-config.ts';
 import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
 
 /**
@@ -16,19 +17,10 @@ import { type FairwayProcess, startEngineSims, startFairway } from './support/pr
  * mid-way must end with an SSE error event; and a replica one dispatcher caught failing must be
  * avoided by the others without failing there themselves.
  */
-const MODEL = 'llama-2-7b';
-const POOL = 'llama';
+const MODEL = E2E_MODEL;
+const POOL = E2E_POOL;
 const KEY = 'sk-faults-alpha-0001';
-const CONFIG = `
-tenants:
-  - { id: alpha, keys: [{ key: ${KEY} }] }
-pools:
-  - { id: ${POOL}, model: ${MODEL} }
-policy:
-  ordering: vtc
-  placement: least-kv
-  queueTimeoutS: 20
-`;
+const CONFIG = singleTenantConfig(KEY, 20);
 
 const chat = (url: string, tokens: number, stream = true) =>
   sendChat(url, { key: KEY, model: MODEL, tokens, stream });

@@ -6,6 +6,7 @@ import { freePort, natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric, gatewayMetric as metric, sendChat } from './support/chat.ts';
+import { E2E_MODEL, E2E_POOL, singleTenantConfig } from './support/fleet-config.ts';
 import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
 
 /**
@@ -15,19 +16,10 @@ import { type FairwayProcess, startEngineSims, startFairway } from './support/pr
  * without a heartbeat here — so requests placed on it fail before any byte reaches the client.
  * They must be re-queued and served by the other replica.
  */
-const MODEL = 'llama-2-7b';
-const POOL = 'llama';
+const MODEL = E2E_MODEL;
+const POOL = E2E_POOL;
 const KEY = 'sk-retry-alpha-0001';
-const CONFIG = `
-tenants:
-  - { id: alpha, keys: [{ key: ${KEY} }] }
-pools:
-  - { id: ${POOL}, model: ${MODEL} }
-policy:
-  ordering: vtc
-  placement: least-kv
-  queueTimeoutS: 3
-`;
+const CONFIG = singleTenantConfig(KEY, 3);
 
 const chat = (url: string, stream: boolean, tokens = 4) =>
   sendChat(url, { key: KEY, model: MODEL, tokens, stream, usage: true });

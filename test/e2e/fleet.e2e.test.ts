@@ -12,7 +12,7 @@ import type {
 } from 'openai/resources';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClosedLoop, openai, percentile, type StreamRecord, streamOnce } from './support/load.ts';
-import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startFairway, untilServed } from './support/processes.ts';
 
 /**
  * Three `fairway serve` processes sharing the machine's Redis and NATS (a unique prefix), over two
@@ -107,9 +107,8 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
     redis = new Redis(redisUrl());
     store = new RedisStore({ redis, prefix });
     // Every dispatcher must have heard both replicas register before the tests start.
-    for (const [i, d] of dispatchers.entries()) {
-      const deadline = Date.now() + 15_000;
-      for (;;) {
+    for (const [i, d] of dispatchers.entries())
+      await untilServed(d, async () => {
         const metrics = await (await fetch(`http://127.0.0.1:${operatorPorts[i]}/metrics`)).text();
         const res = await fetch(`${d.url}/v1/chat/completions`, {
           method: 'POST',
@@ -120,12 +119,8 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
             max_tokens: 1,
           }),
         });
-        if (res.status === 200 && metrics.length > 0) break;
-        if (Date.now() > deadline)
-          throw new Error(`dispatcher ${d.url} never served:\n${d.output.join('\n')}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+        return metrics.length > 0 ? res.status : 0;
+      });
   }, 90_000);
 
   afterAll(async () => {

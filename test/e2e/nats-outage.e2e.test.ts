@@ -14,6 +14,7 @@ import {
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ChatOutcome, gatewayMetric as metric, sendChat } from './support/chat.ts';
+import { E2E_MODEL, E2E_POOL, singleTenantConfig } from './support/fleet-config.ts';
 import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
 
 /**
@@ -24,19 +25,10 @@ import { type FairwayProcess, startEngineSims, startFairway } from './support/pr
  * replica states they last knew (probing the engines directly), and the admin stream must resume
  * where it stopped.
  */
-const MODEL = 'llama-2-7b';
-const POOL = 'llama';
+const MODEL = E2E_MODEL;
+const POOL = E2E_POOL;
 const KEY = 'sk-outage-alpha-0001';
-const CONFIG = `
-tenants:
-  - { id: alpha, keys: [{ key: ${KEY} }] }
-pools:
-  - { id: ${POOL}, model: ${MODEL} }
-policy:
-  ordering: vtc
-  placement: least-kv
-  queueTimeoutS: 30
-`;
+const CONFIG = singleTenantConfig(KEY, 30);
 
 const chat = (url: string, key: string, tokens: number) => sendChat(url, { key, model: MODEL, tokens });
 

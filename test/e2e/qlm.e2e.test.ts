@@ -7,7 +7,7 @@ import { purgeStore } from '@fairway/store';
 import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type FairwayProcess, startFairway } from './support/processes.ts';
+import { type FairwayProcess, startFairway, untilServed } from './support/processes.ts';
 
 /**
  * `policy.ordering: qlm` across two `fairway serve` processes on the machine's Redis and NATS, over
@@ -170,16 +170,8 @@ describe('qlm across fairway serve processes', () => {
         [1, 2].map((i) => startFairway(['serve', '--id', `d${i}`], /listening on (http:\/\/\S+)/, env)),
       )),
     );
-    for (const d of dispatchers) {
-      const deadline = Date.now() + 15_000;
-      for (;;) {
-        const a = await chat(d.url, 'interactive', 1, false);
-        if (a.status === 200) break;
-        if (Date.now() > deadline)
-          throw new Error(`dispatcher ${d.url} never served:\n${d.output.join('\n')}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+    for (const d of dispatchers)
+      await untilServed(d, async () => (await chat(d.url, 'interactive', 1, false)).status);
   }, 90_000);
 
   afterAll(async () => {

@@ -1,13 +1,8 @@
 import { join } from 'node:path';
 import { type Bus, type MessageMeta, NatsBus, ReplicaRegistry, type ReplicaView } from '@fairway/bus';
 import { systemClock } from '@fairway/core';
-import {
-  EngineAbortedError,
-  type EngineSimHandle,
-  type EngineStream,
-  startEngineSim,
-  VllmClient,
-} from '@fairway/engine';
+import { EngineAbortedError, type EngineStream, VllmClient } from '@fairway/engine';
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { freePort, natsUrl, uniquePrefix } from '@fairway/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EngineProcess, NodeAgent, type NodeAgentOptions } from '../src/index.ts';
@@ -170,7 +165,14 @@ describe('NodeAgent against engine-sim and NATS', () => {
     held.set('req-survivor', survivor);
     const victimEnded = drainStream(victim);
     const survivorEnded = drainStream(survivor);
-    await waitFor(() => victim.completionTokens > 5 && survivor.completionTokens > 5, 5000, 'both streaming');
+    // Long enough that the victim holds several KV blocks: the survivor keeps decoding while the
+    // eviction goes round, and must not grow by the victim's whole footprint in that time (a 5-token
+    // victim held one block, and a survivor delayed under load could grow by as much).
+    await waitFor(
+      () => victim.completionTokens > 120 && survivor.completionTokens > 120,
+      15_000,
+      'both streaming',
+    );
     const kvBefore = (await engine.metrics()).kvCacheUsage;
 
     const reply = await bus.request(

@@ -40,9 +40,10 @@ export function batchSloClass(classes: readonly SloClass[]): string {
 }
 
 /**
- * Adds OpenAI's Files and Batch API to a dispatcher: its routes on the public port and, on Redis,
- * a BullMQ worker that takes batch jobs alongside every other dispatcher of the fleet. On the
- * in-memory store the routes answer 501 (there is no BullMQ without Redis).
+ * Adds OpenAI's Files and Batch API to a dispatcher: its routes on the public port and, on Redis
+ * (one server or a Redis Cluster, where every batch key and BullMQ's are in the slot of
+ * `{prefix}`), a BullMQ worker that takes batch jobs alongside every other dispatcher of the
+ * fleet. On the in-memory store the routes answer 501 (there is no BullMQ without Redis).
  */
 export function batchApi(options: BatchApiOptions): DispatcherPlugin {
   return async (dispatcher, infrastructure) => {

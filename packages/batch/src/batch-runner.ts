@@ -1,7 +1,7 @@
 import type { Logger } from '@fairway/core';
 import type { InternalCompletions } from '@fairway/dispatcher';
 import { type Job, Queue, Worker } from 'bullmq';
-import type { Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { BatchInputError, parseBatchInput } from './batch-input.ts';
 import type { BatchKeys } from './batch-keys.ts';
 import type { BatchLimits } from './batch-limits.ts';
@@ -42,6 +42,20 @@ const MAX_PRIORITY = 2_097_151;
 export const BATCH_QUEUE = 'batch';
 
 /**
+ * A connection of BullMQ's own to what `redis` connects to: its blocking reads need connections
+ * that retry forever. A Cluster takes per-node options under `redisOptions` (its `duplicate`
+ * merges options shallowly, hence the copy), and BullMQ's cluster connections are not
+ * auto-pipelined, as its connections to one Redis are not.
+ */
+function bullConnection(redis: Redis | Cluster): Redis | Cluster {
+  if (!(redis instanceof Cluster)) return redis.duplicate({ maxRetriesPerRequest: null });
+  return redis.duplicate([], {
+    enableAutoPipelining: false,
+    redisOptions: { ...redis.options.redisOptions, maxRetriesPerRequest: null },
+  });
+}
+
+/**
  * Runs batches on BullMQ. A batch becomes a `start` job (read and check the input file, store its
  * lines, queue one `line` job per line), its `line` jobs (each line sent through the dispatcher's
  * public route, so it is admitted, queued fairly and dispatched like a client's request, in the
@@ -60,11 +74,12 @@ export class BatchRunner {
   readonly #newId: () => string;
   readonly #queue: Queue<JobData>;
   readonly #worker: Worker<JobData>;
-  readonly #connections: Redis[];
+  readonly #connections: (Redis | Cluster)[];
   readonly #retryDelayMs: number;
 
   constructor(deps: {
-    redis: Redis;
+    /** One Redis or a Redis Cluster client: BullMQ gets duplicates of it. */
+    redis: Redis | Cluster;
     keys: BatchKeys;
     store: BatchStore;
     internal: InternalCompletions;
@@ -80,9 +95,8 @@ export class BatchRunner {
     this.#logger = deps.logger;
     this.#newId = deps.newId;
     this.#retryDelayMs = o.retryDelayMs ?? 1000;
-    // BullMQ's blocking reads need connections of their own that retry forever.
-    const queueConn = deps.redis.duplicate({ maxRetriesPerRequest: null });
-    const workerConn = deps.redis.duplicate({ maxRetriesPerRequest: null });
+    const queueConn = bullConnection(deps.redis);
+    const workerConn = bullConnection(deps.redis);
     this.#connections = [queueConn, workerConn];
     const prefix = deps.keys.bullPrefix;
     this.#queue = new Queue<JobData>(BATCH_QUEUE, { connection: queueConn, prefix });

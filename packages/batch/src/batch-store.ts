@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Clock } from '@fairway/core';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { BatchKeys } from './batch-keys.ts';
 import {
   type BatchObject,
@@ -41,7 +41,7 @@ interface BatchCommands {
 }
 
 /** Loads `commands/<name>-<keys>.lua` as an ioredis command whose name carries the code's hash. */
-function defineCommands(redis: Redis): BatchCommands {
+function defineCommands(redis: Redis | Cluster): BatchCommands {
   const dir = join(import.meta.dirname, 'commands');
   const define = (name: string, keys: number): string => {
     const lua = readFileSync(join(dir, `${name}-${keys}.lua`), 'utf8');
@@ -63,14 +63,17 @@ function defineCommands(redis: Redis): BatchCommands {
  * The Files and Batch API's durable state in Redis: files and their content, batches with their
  * status, timestamps and counters, their request lines and each line's recorded outcome. Every
  * read for a client names the tenant, and a file or batch of another tenant reads as absent.
+ * On a Redis Cluster every key is in the slot of `{prefix}` ({@link BatchKeys}), so its scripts and
+ * transactions run as on one Redis, on the primary serving that slot.
  */
 export class BatchStore {
-  readonly #redis: Redis;
+  readonly #redis: Redis | Cluster;
   readonly #keys: BatchKeys;
   readonly #clock: Clock;
   readonly #cmd: BatchCommands;
 
-  constructor(redis: Redis, keys: BatchKeys, clock: Clock) {
+  /** @param redis one Redis or a Redis Cluster client */
+  constructor(redis: Redis | Cluster, keys: BatchKeys, clock: Clock) {
     this.#redis = redis;
     this.#keys = keys;
     this.#clock = clock;

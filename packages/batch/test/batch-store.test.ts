@@ -1,25 +1,67 @@
-import { startRedisServer, type TestServer } from '@fairway/testkit';
-import { Redis } from 'ioredis';
+import { startRedisCluster, startRedisServer } from '@fairway/testkit';
+import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatchKeys } from '../src/batch-keys.ts';
 import { BatchStore } from '../src/batch-store.ts';
 
-describe('BatchStore (Redis)', () => {
-  let server: TestServer;
-  let redis: Redis;
+/** A client on a throw-away server, and how to stop both. */
+interface Backend {
+  readonly client: Redis | Cluster;
+  stop(): Promise<void>;
+}
+
+const backends: { name: string; start: () => Promise<Backend> }[] = [
+  {
+    name: 'one Redis',
+    start: async () => {
+      const server = await startRedisServer();
+      const client = new Redis(server.url);
+      return {
+        client,
+        stop: async () => {
+          client.disconnect();
+          await server.stop();
+        },
+      };
+    },
+  },
+  {
+    name: 'a 3-primary Redis Cluster',
+    start: async () => {
+      const cluster = await startRedisCluster({ primaries: 3 });
+      // As the dispatcher opens it (connectInfrastructure): auto-pipelined, but for scripts.
+      const client = new Cluster(
+        cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })),
+        {
+          enableAutoPipelining: true,
+          autoPipeliningIgnoredCommands: ['fcall', 'eval', 'evalsha'],
+          redisOptions: { maxRetriesPerRequest: 2 },
+        },
+      );
+      return {
+        client,
+        stop: async () => {
+          client.disconnect();
+          await cluster.stop();
+        },
+      };
+    },
+  },
+];
+
+describe.each(backends)('BatchStore on $name', ({ start }) => {
+  let backend: Backend;
   let store: BatchStore;
   let now = 1_800_000_000_000;
   const clock = { now: () => now };
 
   beforeAll(async () => {
-    server = await startRedisServer();
-    redis = new Redis(server.url);
-    store = new BatchStore(redis, new BatchKeys('bs-test'), clock);
-  });
+    backend = await start();
+    store = new BatchStore(backend.client, new BatchKeys('bs-test'), clock);
+  }, 60_000);
 
   afterAll(async () => {
-    redis?.disconnect();
-    await server?.stop();
+    await backend?.stop();
   });
 
   async function runningBatch(id: string, lines: number): Promise<void> {

@@ -33,9 +33,9 @@ export interface SubscribeOptions {
 }
 
 /**
- * How a {@link Bus.deliver} ended: a subscriber received it; nobody subscribes to its subject (its
- * addressee is gone — NATS knows at once); or no answer in time (the bus may be reconnecting: the
- * message may still arrive).
+ * How a {@link Bus.deliver} ended: a subscriber received it; nobody subscribed to its subject for
+ * `awaitSubscriberMs` (its addressee is gone — NATS knows at once); or no answer in time (the bus
+ * may be reconnecting: the message may still arrive).
  */
 export type Delivery = 'delivered' | 'no_responders' | 'timeout';
 
@@ -43,6 +43,17 @@ export type Delivery = 'delivered' | 'no_responders' | 'timeout';
 export interface RequestOptions {
   /** How long to wait for the reply, ms. @default 2000 */
   readonly timeoutMs?: number;
+}
+
+/** Options of {@link Bus.deliver}. */
+export interface DeliverOptions extends RequestOptions {
+  /**
+   * How long a subject nobody subscribes to is tried again before `no_responders` is answered, ms.
+   * A subscriber that is alive may have no subscription for a moment: after a NATS restart every
+   * client reconnects on its own schedule and subscribes again only then, so a sender back first
+   * finds its addressee missing. @default 0 (answered at once)
+   */
+  readonly awaitSubscriberMs?: number;
 }
 
 /** Options of {@link Bus.subscribeAdminEvents}. */
@@ -69,7 +80,7 @@ export interface Bus {
    * when its addressee is gone (`no_responders`). Absent on a bus whose subscribers cannot vanish
    * one by one (the in-process one): `publish` there.
    */
-  deliver?<K extends MessageKind>(kind: K, msg: MessageInput<K>, options?: RequestOptions): Promise<Delivery>;
+  deliver?<K extends MessageKind>(kind: K, msg: MessageInput<K>, options?: DeliverOptions): Promise<Delivery>;
 
   /**
    * Delivers every valid message of `kind` (optionally only those routed to `options.key`); a

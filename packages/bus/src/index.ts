@@ -1,6 +1,7 @@
 export type {
   AdminSubscribeOptions,
   Bus,
+  DeliverOptions,
   Delivery,
   Handler,
   MessageMeta,

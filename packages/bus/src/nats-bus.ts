@@ -21,6 +21,7 @@ import {
 import type {
   AdminSubscribeOptions,
   Bus,
+  DeliverOptions,
   Delivery,
   Handler,
   MessageMeta,
@@ -101,6 +102,12 @@ export interface NatsBusConnectionOptions {
   /** Whether {@link NatsBus.close} drains and closes the connection. @default false */
   readonly ownsConnection?: boolean;
 }
+
+/**
+ * How often a `deliver` that found no subscriber tries again while it awaits one, ms: a client
+ * reconnecting to a restarted NATS subscribes again within a few ms of its reconnect.
+ */
+const RESUBSCRIBE_POLL_MS = 50;
 
 /**
  * The bus over NATS: core subjects for registrations, heartbeats, assignments, evictions and
@@ -201,18 +208,24 @@ export class NatsBus implements Bus {
   async deliver<K extends MessageKind>(
     kind: K,
     msg: MessageInput<K>,
-    options: RequestOptions = {},
+    options: DeliverOptions = {},
   ): Promise<Delivery> {
     this.#open();
     const value = parseOutgoing(kind, messageSchemas[kind], msg) as MessageOf<K>;
     const subject = this.#subjects.of(kind, routeKeyOf(kind, value));
-    try {
-      await this.#nc.request(subject, toBytes(value), { timeout: options.timeoutMs ?? 2000 });
-      return 'delivered';
-    } catch (cause) {
-      if (isNoResponders(cause)) return 'no_responders';
-      if (isTimeout(cause)) return 'timeout';
-      throw transportError(`deliver on ${subject}`, subject, cause);
+    const data = toBytes(value);
+    const giveUpAt = performance.now() + (options.awaitSubscriberMs ?? 0);
+    for (;;) {
+      try {
+        await this.#nc.request(subject, data, { timeout: options.timeoutMs ?? 2000 });
+        return 'delivered';
+      } catch (cause) {
+        if (isTimeout(cause)) return 'timeout';
+        if (!isNoResponders(cause)) throw transportError(`deliver on ${subject}`, subject, cause);
+      }
+      const left = giveUpAt - performance.now();
+      if (left <= 0 || this.#closed) return 'no_responders';
+      await new Promise((r) => setTimeout(r, Math.min(RESUBSCRIBE_POLL_MS, left)));
     }
   }
 

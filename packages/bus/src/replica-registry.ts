@@ -114,6 +114,22 @@ export class ReplicaRegistry {
   #lastDiscoverMs = Number.NEGATIVE_INFINITY;
   /** Registry-clock ms at which the bus disconnected; undefined while it is connected. */
   #busDownSinceMs: number | undefined;
+  /**
+   * The last unfiltered `list()`, reused until an entry changes or a replica's freshness runs out:
+   * every request reads the fleet (candidates for its dispatch), and rebuilding and sorting every
+   * replica's view per request grew with the fleet (and was ~3 % of what a request allocated).
+   */
+  #listed:
+    | { readonly views: readonly ReplicaView[]; readonly version: number; readonly untilMs: number }
+    | undefined;
+  /** Bumped on every change to an entry or to the bus's connection. */
+  #version = 0;
+  /**
+   * No replica can be forgotten before this (the least `lastSeenMs` plus `forgetAfterMs` at the
+   * last sweep; a new replica can only lower it): `get` and `list` run on every request, and a
+   * sweep walked every replica each time.
+   */
+  #sweepAtMs = Number.NEGATIVE_INFINITY;
 
   constructor(options: ReplicaRegistryOptions) {
     this.#bus = options.bus;
@@ -152,6 +168,7 @@ export class ReplicaRegistry {
     const e = this.#entries.get(replicaId);
     if (e?.heartbeat === undefined) return false;
     const kvUsage = Math.min(1, Math.max(0, o.kvUsage));
+    this.#version++;
     e.heartbeat = {
       ...e.heartbeat,
       running: Math.max(0, Math.round(o.running)),
@@ -164,6 +181,7 @@ export class ReplicaRegistry {
 
   #onConnection(up: boolean): void {
     const now = this.#clock.now();
+    this.#version++;
     if (!up) {
       if (this.#busDownSinceMs !== undefined) return;
       this.#busDownSinceMs = now;
@@ -206,16 +224,41 @@ export class ReplicaRegistry {
     return e ? this.#view(replicaId, e) : undefined;
   }
 
-  /** Every known replica, optionally of one pool or model, in id order. */
-  list(filter: { pool?: string; model?: string } = {}): ReplicaView[] {
+  /**
+   * Every known replica, optionally of one pool or model, in id order. The unfiltered list is the
+   * same array until a replica registers, heartbeats, leaves or goes stale (callers must not
+   * change it): a reader can keep what it derived from it for as long as it gets the same array.
+   */
+  list(filter: { pool?: string; model?: string } = {}): readonly ReplicaView[] {
+    const all = this.#list();
+    if (filter.pool === undefined && filter.model === undefined) return all;
+    return all.filter(
+      (v) =>
+        (filter.pool === undefined || v.registration.pool === filter.pool) &&
+        (filter.model === undefined || v.registration.model === filter.model),
+    );
+  }
+
+  #list(): readonly ReplicaView[] {
     this.#sweep();
-    const out: ReplicaView[] = [];
+    const now = this.#clock.now();
+    const last = this.#listed;
+    if (last !== undefined && last.version === this.#version && now < last.untilMs) return last.views;
+    const views: ReplicaView[] = [];
+    // The views hold until the first fresh replica turns stale or a silent one is forgotten; while
+    // the bus is down time stands still for both (see #view and #sweep).
+    let untilMs = Number.POSITIVE_INFINITY;
     for (const [id, e] of this.#entries) {
-      if (filter.pool !== undefined && e.registration.pool !== filter.pool) continue;
-      if (filter.model !== undefined && e.registration.model !== filter.model) continue;
-      out.push(this.#view(id, e));
+      const v = this.#view(id, e);
+      views.push(v);
+      if (this.#busDownSinceMs !== undefined) continue;
+      if (!v.stale && e.lastHeartbeatMs !== undefined)
+        untilMs = Math.min(untilMs, e.lastHeartbeatMs + this.#staleAfterMs);
+      untilMs = Math.min(untilMs, e.lastSeenMs + this.#forgetAfterMs);
     }
-    return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    views.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    this.#listed = { views, version: this.#version, untilMs };
+    return views;
   }
 
   #onRegistration(r: Registration, subject: string): void {
@@ -230,12 +273,14 @@ export class ReplicaRegistry {
       return;
     }
     const now = this.#clock.now();
+    this.#version++;
     const e = this.#entries.get(r.replicaId);
     if (e && e.registration.epoch === r.epoch) {
       e.registration = r;
       e.lastSeenMs = now;
     } else {
       // A new epoch is a restarted agent: its heartbeat sequence starts over.
+      this.#sweepAtMs = Math.min(this.#sweepAtMs, now + this.#forgetAfterMs);
       this.#entries.set(r.replicaId, {
         registration: r,
         heartbeat: undefined,
@@ -257,6 +302,7 @@ export class ReplicaRegistry {
       return;
     }
     if (h.state === 'gone') {
+      this.#version++;
       this.#entries.delete(h.replicaId);
       this.#logger.info({ replicaId: h.replicaId }, 'registry: replica gone');
       this.#emit({ type: 'removed', replicaId: h.replicaId });
@@ -264,6 +310,7 @@ export class ReplicaRegistry {
     }
     if (e.heartbeat && h.seq <= e.heartbeat.seq) return;
     const now = this.#clock.now();
+    this.#version++;
     e.heartbeat = h;
     e.lastHeartbeatMs = now;
     e.lastSeenMs = now;
@@ -307,13 +354,17 @@ export class ReplicaRegistry {
   #sweep(): void {
     if (this.#busDownSinceMs !== undefined) return;
     const now = this.#clock.now();
+    if (now <= this.#sweepAtMs) return;
+    let next = Number.POSITIVE_INFINITY;
     for (const [id, e] of this.#entries) {
       if (now - e.lastSeenMs > this.#forgetAfterMs) {
+        this.#version++;
         this.#entries.delete(id);
         this.#logger.warn({ replicaId: id }, 'registry: replica forgotten after silence');
         this.#emit({ type: 'removed', replicaId: id });
-      }
+      } else next = Math.min(next, e.lastSeenMs + this.#forgetAfterMs);
     }
+    this.#sweepAtMs = next;
   }
 
   #discover(force: boolean): void {

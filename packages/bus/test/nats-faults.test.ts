@@ -88,6 +88,33 @@ describe('NatsBus when NATS restarts or a peer is gone', () => {
     expect(got).toEqual(['r1']);
   }, 30_000);
 
+  it('awaits an addressee that subscribes again (a reconnect after a NATS restart) before answering no_responders', async () => {
+    const sender = await connect('sender');
+    const owner = await connect('owner');
+    const assignment = {
+      requestId: 'r1',
+      dispatcherId: 'd1',
+      pickedBy: 'd2',
+      replicaId: 'sim-1',
+      reserveTokens: 10,
+      at: 0,
+    };
+    // The owner is alive but, like a client reconnecting after the sender did, has no subscription
+    // on the server yet when the message is sent; it subscribes again a moment later.
+    const got: string[] = [];
+    const sent = sender.deliver('assignment', assignment, { timeoutMs: 2000, awaitSubscriberMs: 10_000 });
+    await new Promise((r) => setTimeout(r, 300));
+    owner.subscribe('assignment', (a) => void got.push(a.requestId), { key: 'd1' });
+    await owner.flush();
+    expect(await sent).toBe('delivered');
+    await waitFor(() => got.length === 1, 2000, 'the assignment');
+    expect(got).toEqual(['r1']);
+    // An addressee that never comes back is still reported gone once the wait is over.
+    expect(
+      await sender.deliver('assignment', { ...assignment, dispatcherId: 'd9' }, { awaitSubscriberMs: 300 }),
+    ).toBe('no_responders');
+  }, 30_000);
+
   it('reports the connection dropping and coming back, and the registry keeps replicas meanwhile', async () => {
     const agent = await connect('agent');
     const bus = await connect('dispatcher');

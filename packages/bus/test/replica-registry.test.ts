@@ -151,6 +151,41 @@ describe('ReplicaRegistry', () => {
     expect(registry.get('r1')?.capacity.running).toBe(5);
   });
 
+  it('lists the same views until a replica changes, goes stale or is forgotten, and never a stale one as fresh', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('registration', registration('r2')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1)));
+    clock.advance(400);
+    await send(() => bus.publish('heartbeat', heartbeat('r2', 1)));
+    const first = registry.list();
+    expect(first.map((v) => [v.id, v.acceptsWork])).toEqual([
+      ['r1', true],
+      ['r2', true],
+    ]);
+    // Nothing changed: the same array, so readers may keep what they derived from it.
+    expect(registry.list()).toBe(first);
+    // r1's heartbeat is 999 ms old: still fresh; past the 1000 ms limit, stale.
+    clock.advance(599);
+    expect(registry.list()).toBe(first);
+    clock.advance(1);
+    expect(registry.list()[0]?.acceptsWork).toBe(true);
+    clock.advance(1);
+    const r1Stale = registry.list();
+    expect(r1Stale).not.toBe(first);
+    expect(r1Stale.map((v) => [v.id, v.stale, v.acceptsWork])).toEqual([
+      ['r1', true, false],
+      ['r2', false, true],
+    ]);
+    // A heartbeat shows at once, with what it reports.
+    await send(() => bus.publish('heartbeat', heartbeat('r2', 2, { running: 7 })));
+    expect(registry.list()[1]?.capacity.running).toBe(7);
+    // A filtered list reads the same views.
+    expect(registry.list({ model: 'llama-2-7b' }).map((v) => v.id)).toEqual(['r1', 'r2']);
+    // Silent past forgetAfterMs (60 s): gone from the list.
+    clock.advance(60_001);
+    expect(registry.list()).toEqual([]);
+  });
+
   it('removes a replica that reports gone', async () => {
     const changes: ReplicaChange[] = [];
     registry.onChange((c) => changes.push(c));
@@ -192,6 +227,16 @@ describe('ReplicaRegistry', () => {
     await send(() => bus.publish('heartbeat', heartbeat('r1', 1)));
     clock.advance(60_001);
     expect(registry.get('r1')).toBeUndefined();
+  });
+
+  it('forgets a silent replica that registered after the registry was read while empty', async () => {
+    expect(registry.list()).toEqual([]);
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1)));
+    expect(registry.get('r1')?.acceptsWork).toBe(true);
+    clock.advance(60_001);
+    expect(registry.get('r1')).toBeUndefined();
+    expect(registry.list()).toEqual([]);
   });
 
   it('lists replicas of one pool or model in id order', async () => {

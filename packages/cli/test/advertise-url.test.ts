@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { networkInterfaces } from 'node:os';
 import { resolve } from 'node:path';
 import { NatsBus, type Registration } from '@fairway/bus';
-import { type EngineSimHandle, startEngineSim } from '@fairway/engine';
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { natsUrl, uniquePrefix } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fairway } from './support/run-cli.ts';

@@ -1,7 +1,7 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startEngineSim } from '@fairway/engine';
+import { startEngineSim } from '@fairway/engine-sim';
 import { parsePerformanceModelFile } from '@fairway/policy';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fairway } from './support/run-cli.ts';

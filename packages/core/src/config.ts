@@ -434,11 +434,26 @@ export const telemetryConfigSchema = z
   })
   .strict();
 
+/** Slot group names (`store.slotGroups`): the id alphabet, no `{`, `}` or `:` (they become part of a hash tag). */
+const slotGroupName = z
+  .string()
+  .regex(/^[A-Za-z0-9._-]{1,64}$/, 'must be 1-64 letters, digits, ".", "_" or "-"');
+
 /** The shared store: how dispatchers reach Redis when no `REDIS_URL` / `REDIS_SENTINELS` is given. */
 export const storeConfigSchema = z
   .object({
     /** Redis through Sentinel. @default none (the environment's `REDIS_URL`, else memory) */
     redis: redisSentinelConfigSchema.optional(),
+    /**
+     * Slot groups: group name → the pools in it; pools in no group form the default group. Each
+     * group's state lives in one Redis Cluster hash slot (`{<prefix>:<group>}`; the default group
+     * keeps `{<prefix>}`), so on a cluster (`REDIS_CLUSTER`, `--redis-cluster`) the groups spread
+     * over the primaries while every operation on a pool stays one atomic call on one primary.
+     * RPM/TPM windows, quotas, usage totals and output histories are exact per group: pools whose
+     * shared tenant limits must be exact belong in one group. Usage reads sum every group.
+     * @default {} (one group: every pool in one slot, as without a cluster)
+     */
+    slotGroups: z.record(slotGroupName, z.array(z.string().min(1)).min(1)).default({}),
   })
   .strict();
 
@@ -464,7 +479,7 @@ export const fairwayConfigSchema = z
     /** NATS credentials, operator keys and the replica allow-list. */
     bus: busConfigSchema.default({ nats: {}, operatorPublicKeyFiles: [] }),
     /** Redis through Sentinel (see {@link storeConfigSchema}). */
-    store: storeConfigSchema.default({}),
+    store: storeConfigSchema.default({ slotGroups: {} }),
     /** OpenTelemetry tracing (see {@link telemetryConfigSchema}). */
     telemetry: telemetryConfigSchema.default(telemetryConfigSchema.parse({})),
   })
@@ -484,6 +499,16 @@ export const fairwayConfigSchema = z
     dup(cfg.pools, 'pools');
     dup(cfg.engines, 'engines');
     const pools = new Set(cfg.pools.map((p) => p.id));
+    const grouped = new Map<string, string>();
+    for (const [group, members] of Object.entries(cfg.store.slotGroups))
+      members.forEach((pool, i) => {
+        const path = ['store', 'slotGroups', group, i];
+        if (!pools.has(pool)) ctx.addIssue({ code: 'custom', path, message: `unknown pool "${pool}"` });
+        const other = grouped.get(pool);
+        if (other !== undefined)
+          ctx.addIssue({ code: 'custom', path, message: `pool "${pool}" is in slot group "${other}" too` });
+        grouped.set(pool, group);
+      });
     cfg.engines.forEach((e, i) => {
       if (!pools.has(e.pool))
         ctx.addIssue({ code: 'custom', path: ['engines', i, 'pool'], message: `unknown pool "${e.pool}"` });

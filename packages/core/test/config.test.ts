@@ -14,6 +14,31 @@ describe('fairway config', () => {
     expect(cfg.tenants[0]?.weight).toBe(1);
   });
 
+  it('maps pools to slot groups, each pool in one group of known pools', () => {
+    const pools = [
+      { id: 'a', model: 'm1' },
+      { id: 'b', model: 'm2' },
+    ];
+    expect(parseConfig({ pools }).store.slotGroups).toEqual({});
+    expect(parseConfig({ pools, store: { slotGroups: { g1: ['a'], g2: ['b'] } } }).store.slotGroups).toEqual({
+      g1: ['a'],
+      g2: ['b'],
+    });
+    const issues = (slotGroups: unknown) => {
+      try {
+        parseConfig({ pools, store: { slotGroups } });
+        return [];
+      } catch (e) {
+        return (e as ConfigError).issues.map((i) => `${i.path}: ${i.message}`);
+      }
+    };
+    expect(issues({ g1: ['a', 'c'] })).toEqual(['store.slotGroups.g1[1]: unknown pool "c"']);
+    expect(issues({ g1: ['a'], g2: ['a'] })).toEqual([
+      'store.slotGroups.g2[0]: pool "a" is in slot group "g1" too',
+    ]);
+    expect(issues({ 'g{1}': ['a'] })).toHaveLength(1);
+  });
+
   it('names the offending field by path', () => {
     const bad = () =>
       parseConfig({ tenants: [{ id: 'a' }, { id: 'b', weight: -2, limits: { rpm: 1.5 } }] }, 'fairway.yaml');

@@ -27,6 +27,8 @@ interface Args {
    * until SIGTERM, to find what the request path allocates; none when absent.
    */
   readonly heapProfile?: string;
+  /** Keep only what outlived a scavenge in the heap profile (promoted objects), not every allocation. */
+  readonly promotedOnly?: boolean;
 }
 
 const FUSED = new Set(['admitAndDispatch', 'settleAndDispatch']);
@@ -125,7 +127,7 @@ if (a.heapProfile !== undefined) {
   await session.post('HeapProfiler.startSampling', {
     samplingInterval: 4096,
     includeObjectsCollectedByMajorGC: true,
-    includeObjectsCollectedByMinorGC: true,
+    includeObjectsCollectedByMinorGC: a.promotedOnly !== true,
   });
   stopHeapProfile = async () => {
     const { profile } = await session.post('HeapProfiler.stopSampling');

@@ -19,7 +19,8 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { CHARS_PER_TOKEN, createRng, type Rng, TOKENS_PER_MESSAGE } from '@fairway/core';
-import { loadTokenizer, startEngineSim } from '@fairway/engine';
+import { loadTokenizer } from '@fairway/engine';
+import { startEngineSim } from '@fairway/engine-sim';
 import { type PoolTokenizer, promptTokens } from '../src/request-descriptor.ts';
 
 const { values: args } = parseArgs({
@@ -47,7 +48,20 @@ function corpus(): { prose: string[]; code: string[] } {
   const code: string[] = [];
   for (const f of [
     'packages/core/src/tokens.ts',
-    'packages/scheduler/src/gateway.ts',
+    // The gateway scheduler's code, in the files gateway.ts was split into.
+    ...[
+      'gateway',
+      'admission',
+      'owned-requests',
+      'reservation-view',
+      'candidates',
+      'output-prediction',
+      'dispatch',
+      'charging',
+      'eviction',
+      'settlement',
+      'recovery',
+    ].map((f) => `packages/scheduler/src/${f}.ts`),
     'packages/store/src/memory-store.ts',
   ]) {
     const lines = readFileSync(join(ROOT, f), 'utf8').split('\n');

@@ -20,11 +20,14 @@
  * same rounds, and prints one row per mode (off / 1% / 100%): added latency, TTFT and CPU.
  * `--cpu-prof` writes the dispatcher's V8 CPU profile and prints its heaviest functions.
  * `--diagnose` prints each dispatcher phase's event-loop delay and GC pauses (by kind);
- * `--heap-profile <file>` writes a sampling heap profile of everything the dispatcher allocated;
+ * `--heap-profile <file>` writes a sampling heap profile of everything the dispatcher allocated
+ * (with `--heap-promoted`, only of what outlived a scavenge: what promotion and old-generation
+ * collections are made of);
  * `--trace-gc` runs it with V8's `--trace-gc-nvp` and prints each phase's scavenges (pause, bytes
  * copied and promoted) and the KB the dispatcher allocated per request.
  * The dispatchers run with the production image's `NODE_OPTIONS` (infra/Dockerfile);
- * `--node-options "<flags>"` replaces them for an experiment.
+ * `--node-options "<flags>"` replaces them for an experiment; `--node-flags "<flags>"` adds V8 flags
+ * to the dispatcher's command line (for those node refuses in NODE_OPTIONS).
  *
  * Usage: npm run bench:overhead [-- --duration 8 --rate 500 --stream-rate 500 --rounds 2
  *        --max-rates 500,1000,1500,2000 --closed-concurrency 64 --closed-duration 4 --baseline
@@ -60,7 +63,9 @@ const { values: args } = parseArgs({
     'skip-closed': { type: 'boolean', default: false },
     diagnose: { type: 'boolean', default: false },
     'heap-profile': { type: 'string' },
+    'heap-promoted': { type: 'boolean', default: false },
     'node-options': { type: 'string' },
+    'node-flags': { type: 'string' },
     'trace-gc': { type: 'boolean', default: false },
     baseline: { type: 'boolean', default: false },
     tracing: { type: 'boolean', default: false },
@@ -386,13 +391,17 @@ async function main(): Promise<void> {
         baseline,
         diagnose: args.diagnose,
         ...(args['heap-profile'] !== undefined && !baseline ? { heapProfile: args['heap-profile'] } : {}),
+        promotedOnly: args['heap-promoted'],
       }),
     ];
-    // `--node-options` replaces the production image's, for experiments.
+    // `--node-options` replaces the production image's, for experiments; `--node-flags` adds
+    // V8 flags that NODE_OPTIONS may not carry (node refuses most V8 flags there).
     const nodeOptions = { NODE_OPTIONS: args['node-options'] ?? productionNodeOptions() };
+    const nodeFlags = (args['node-flags'] ?? '').split(/\s+/).filter((f) => f !== '');
     const dispatcher = await startProcess(
       dispatcherArgs('bench-dispatcher', false),
       [
+        ...nodeFlags,
         '--import',
         'tsx',
         ...(args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []),
@@ -520,10 +529,14 @@ async function main(): Promise<void> {
         `${baseline ? `, baseline dispatcher ${baseline.url}` : ''} (Redis ${redisUrl}, prefix ${prefix}, VTC, ` +
         `least-kv); ${ROUNDS} rounds of ${DURATION_MS / 1000} s per phase, load generator in its own process\n`,
     );
-    // Warm-up: JIT, connection pools, Redis script cache.
+    // Warm-up: JIT, connection pools, Redis script cache, then the measured rates for as long as a
+    // phase, so V8 has sized the young generation and the heap for them, as in a dispatcher that has
+    // been serving that load (a first round at a rate the heap has not seen paid for its growth).
     for (const t of targets) {
       await phase(t, false, 200, 2000);
       await phase(t, true, 200, 1000);
+      await phase(t, false, RATE, DURATION_MS);
+      await phase(t, true, STREAM_RATE, DURATION_MS);
     }
 
     const results = new Map<string, Sample[]>();
@@ -746,6 +759,7 @@ async function main(): Promise<void> {
       console.log(
         `${'target'.padEnd(46)}${'done/s'.padStart(9)}${'errors'.padStart(8)}${'p50'.padStart(9)}${'p99'.padStart(9)}${'disp CPU'.padStart(10)}${'CPU ms/req'.padStart(12)}`,
       );
+      const budget: string[] = [];
       for (const t of targets) {
         const s = await phase(t, false, 0, CLOSED_DURATION_MS, CLOSED_CONCURRENCY);
         const r = s.report;
@@ -756,8 +770,22 @@ async function main(): Promise<void> {
             `${String(r.errors).padStart(8)}${f2(pct(r.latencies, 50)).padStart(9)}${f2(pct(r.latencies, 99)).padStart(9)}` +
             `${`${((cpu / CLOSED_DURATION_MS) * 100).toFixed(0)}%`.padStart(10)}${f2(cpu / Math.max(1, r.completed)).padStart(12)}`,
         );
+        // Where the machine's two cores went, per completed request: a closed loop is bounded by
+        // the sum over every process, not by the dispatcher's share alone.
+        const done = Math.max(1, r.completed);
+        const total = Object.values(s.cpu).reduce((a, x) => a + x, 0);
+        budget.push(
+          `  ${TARGET_LABEL[t].padEnd(44)}${Object.entries(s.cpu)
+            .map(([k, ms]) => `${k} ${f2(ms / done)}`)
+            .join(
+              ', ',
+            )}; all ${f2(total / done)} ms/req, machine ${((total / CLOSED_DURATION_MS / 2) * 100).toFixed(0)}% busy` +
+            ` (2 cores at this cost: ${((2 * 1000) / (total / done)).toFixed(0)} req/s)`,
+        );
         await new Promise((r) => setTimeout(r, 500));
       }
+      console.log('closed-loop CPU per request by process, ms:');
+      for (const b of budget) console.log(b);
     }
 
     console.log('\npublished gateway overheads for comparison (DESIGN.md "Peers"):');

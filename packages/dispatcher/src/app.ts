@@ -243,6 +243,15 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     timer: deps.timer,
     newId,
     logger,
+    resume: runtime.resumable
+      ? {
+          engineFor: (replica) => {
+            const url = replicas.urlOf(replica);
+            return url === undefined ? undefined : engines.get(url);
+          },
+          queueTimeoutMs: options.queueTimeoutMs,
+        }
+      : undefined,
   };
 
   const server = deps.config.server;
@@ -281,7 +290,8 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const settled = (record: RequestRecord | undefined): void => {
     if (record !== undefined) inflight.delete(record);
   };
-  app.addHook('onRequest', async (request: RecordedRequest, reply) => {
+  // Callback hooks, not async ones: no promise per request and hook.
+  app.addHook('onRequest', (request: RecordedRequest, reply, done) => {
     const arrivedAt = deps.timer.now();
     // On the raw response, so hijacked (streamed) and error answers carry it too.
     reply.raw.setHeader('x-request-id', request.id);
@@ -306,13 +316,23 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     reply.raw.once('close', () => {
       settled(record);
       const finished = reply.raw.writableFinished;
+      if (!finished) record.clientLeft?.();
       const status = reply.raw.statusCode;
       trace?.end(status, finished);
       logAccess(access, request, record, status, finished, deps.timer.now());
     });
-    checkHost(request);
+    try {
+      checkHost(request);
+    } catch (err) {
+      done(err as Error);
+      return;
+    }
+    done();
   });
-  app.addHook('onResponse', async (request: RecordedRequest) => settled(request[RECORD]));
+  app.addHook('onResponse', (request: RecordedRequest, _reply, done) => {
+    settled(request[RECORD]);
+    done();
+  });
   app.addHook('onReady', async () => {
     // Operator changes first, so the first request sees the same tenants and keys as every dispatcher.
     stopAdmin = await followAdminEvents(deps.bus, admin);

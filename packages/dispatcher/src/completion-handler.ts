@@ -5,22 +5,19 @@ import type { ActivityLog } from './activity-log.ts';
 import type { Authenticator } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
-import {
-  type ProxyCall,
-  type ProxyResult,
-  proxyCompletion,
-  proxyStream,
-  type TimingHeaders,
-} from './engine-proxy.ts';
+import { type ProxyResult, proxy, type Resume } from './engine-proxy.ts';
 import { rejectionError, validationError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import { type EndOutcome, type GatewayMetrics, refusalOutcome } from './gateway-metrics.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
 import {
   CHAT_FIELDS,
+  type ChatCompletionBody,
   COMPLETION_FIELDS,
+  type CompletionBody,
   chatCompletionSchema,
   completionSchema,
+  plainValidBody,
   refuseUnknownFields,
 } from './openai-schemas.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
@@ -32,7 +29,7 @@ import {
 } from './request-descriptor.ts';
 import { readFairwayHeaders } from './request-headers.ts';
 import { RECORD, type RecordedRequest, RequestRecord } from './request-record.ts';
-import { proxyResumable } from './resumable-proxy.ts';
+import { StopSignal } from './stop-signal.ts';
 import type { Ticket } from './ticket.ts';
 
 /** What the completion routes share (built once per dispatcher). */
@@ -64,6 +61,8 @@ export interface CompletionContext {
   readonly timer: Clock;
   readonly newId: () => string;
   readonly logger: Logger;
+  /** How evicted requests resume, when an SLO-class control plane routes this dispatcher. */
+  readonly resume: Resume | undefined;
 }
 
 /**
@@ -82,33 +81,35 @@ export async function handleCompletion(
   const tr = record.trace;
   // Authentication, validation and admission (closed with the response if they throw).
   const admission = tr?.child('fairway.admission');
-  // The client may leave at any time: a queued request leaves the queue, a running one is aborted.
-  const gone = new AbortController();
-  // …and the engine call also stops when the request is evicted (one controller, not
-  // AbortSignal.any: that costs weak references and a finalizer per request).
-  const stop = new AbortController();
+  // The client may leave at any time: a queued request leaves the queue, a running one's engine
+  // call is aborted (`Ticket.stopCall`; the ticket's call also stops when the request is evicted).
+  const gone = new StopSignal();
+  let held: Ticket | undefined;
   const leave = (): void => {
-    gone.abort();
-    stop.abort();
+    gone.abort('client closed');
+    held?.stopCall('client closed');
   };
-  reply.raw.once('close', () => {
-    if (!reply.raw.writableFinished) leave();
-  });
+  // Told by the app's close listener on the response (request-record.ts); in-process callers
+  // without a record get a listener of their own.
+  if (request[RECORD] !== undefined) record.clientLeft = leave;
+  else
+    reply.raw.once('close', () => {
+      if (!reply.raw.writableFinished) leave();
+    });
   const principal = ctx.auth.principal(request.headers);
   record.tenant = principal.tenant;
   const headers = readFairwayHeaders(request.headers);
   refuseUnknownFields(request.body, endpoint === 'chat' ? CHAT_FIELDS : COMPLETION_FIELDS);
-  const parsed = (endpoint === 'chat' ? chatCompletionSchema : completionSchema).safeParse(request.body);
-  if (!parsed.success) throw validationError(parsed.error);
-  const pool = ctx.poolFor(parsed.data.model);
+  const body = validBody(endpoint, request.body);
+  const pool = ctx.poolFor(body.model);
 
-  record.model = parsed.data.model;
+  record.model = body.model;
 
   const described = describeRequest({
     // The request id when fairway made it; a client's own id need not be unique in the fleet.
     id: request.headers['x-request-id'] === request.id ? ctx.newId() : request.id,
     endpoint,
-    body: parsed.data,
+    body,
     principal,
     headers,
     arrivalMs: ctx.clock.now(),
@@ -158,6 +159,7 @@ export async function handleCompletion(
   }
   m.requests.inc({ tenant, outcome: 'admitted' });
   tr?.close(admission);
+  held = sub.ticket;
   // Every admitted request ends with exactly one outcome, however it leaves (returned or thrown).
   let end: EndOutcome | undefined;
   let result: ProxyResult | undefined;
@@ -170,7 +172,6 @@ export async function handleCompletion(
       reply,
       record,
       gone,
-      stop,
       leave,
       setEnd: (e) => {
         end = e;
@@ -196,6 +197,14 @@ export async function handleCompletion(
       'gen_ai.usage.output_tokens': result.usage.outputTokens,
     });
   observeServed(ctx, req, tenant, result, described.stream, arrivedAt);
+}
+
+/** The request body as the endpoint's schema accepts it, or the validation error thrown. */
+function validBody(endpoint: Endpoint, body: unknown): ChatCompletionBody | CompletionBody {
+  if (plainValidBody(endpoint, body)) return body as ChatCompletionBody | CompletionBody;
+  const parsed = (endpoint === 'chat' ? chatCompletionSchema : completionSchema).safeParse(body);
+  if (!parsed.success) throw validationError(parsed.error);
+  return parsed.data;
 }
 
 /** The end of an admitted request that left with `err` thrown (set explicitly where known). */
@@ -251,9 +260,7 @@ interface Admitted {
   readonly reply: FastifyReply;
   readonly record: RequestRecord;
   /** Aborted when the client leaves. */
-  readonly gone: AbortController;
-  /** Aborted when the client leaves or the request is evicted: stops the engine call. */
-  readonly stop: AbortController;
+  readonly gone: StopSignal;
   readonly leave: () => void;
   /** Told the outcome of the paths that end the request with an error thrown. */
   readonly setEnd: (end: EndOutcome) => void;
@@ -265,28 +272,26 @@ interface Admitted {
  * the paths that end it with an error thrown.
  */
 async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<ProxyResult | undefined> {
-  const { ticket, described, endpoint, request, reply, record, gone, stop, leave, setEnd } = a;
+  const { ticket, described, endpoint, request, reply, record, gone, leave, setEnd } = a;
   const req = described.descriptor;
   const m = ctx.metrics;
   const tr = record.trace;
   const arrivedAt = record.arrivedAt;
 
   if (request.raw.socket?.destroyed === true) leave();
-  ticket.abortOnEvict(stop);
-  const signal = stop.signal;
   const attempts = ctx.options.engineAttempts;
   let result: ProxyResult | undefined;
   // Why the last engine call failed, when it is being retried on another replica.
   let failure: ApiError | undefined;
   // Replicas this request failed on: never its next place while another replica takes work.
-  const failedOn = new Set<string>();
+  let failedOn: Set<string> | undefined;
   // Set when a failed request found no other replica of its pool taking work.
   let noneLeft = false;
   // Times it was placed again where it had failed (by a dispatcher that had not heard yet).
   let misplaced = 0;
   for (let attempt = 1; result === undefined; attempt++) {
     const queue = tr === undefined ? undefined : queueSpan(ctx, record, req, attempt);
-    const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone.signal);
+    const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone);
     tr?.close(queue);
     if (waited !== 'dispatched') {
       if (waited === 'timeout') {
@@ -329,7 +334,7 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
     record.replica = replica;
     // Placed again where it failed, by a dispatcher that had not yet heard of the failure: back to
     // the queue without spending an engine call (a bounded number of times).
-    if (failedOn.has(replica) && misplaced < attempts) {
+    if (failedOn?.has(replica) === true && misplaced < attempts) {
       misplaced++;
       if ((await ctx.runtime.retry(ticket)) === 'requeued') {
         attempt--;
@@ -337,7 +342,8 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
       }
     }
     const url = ctx.replicas.urlOf(replica);
-    const engineAddress = url === undefined ? undefined : hostOf(url);
+    // Only the engine span reads it.
+    const engineAddress = url === undefined || tr === undefined ? undefined : hostOf(url);
     if (tr !== undefined) {
       const dispatch = tr.child('fairway.dispatch');
       if (dispatch.isRecording()) {
@@ -355,24 +361,26 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
       await ctx.runtime.abandon(ticket, { inputTokens: req.inputTokens, outputTokens: 0 });
       throw failure;
     }
-    const call = {
+    const r = await proxy({
       runtime: ctx.runtime,
       engine: ctx.engines.get(url),
       endpoint,
       ticket,
       described,
-      signal,
+      reply,
+      gone,
       timer: ctx.timer,
       arrivedAt,
       retry,
       trace: tr,
       engineAddress,
       replicaFailed: (err: unknown) => {
+        failedOn ??= new Set();
         failedOn.add(replica);
         ctx.runtime.replicaFailed(replica, err);
       },
-    };
-    const r = await proxyOnce(ctx, call, reply, gone.signal, described.stream).catch((err: unknown) => {
+      resume: ctx.resume,
+    }).catch((err: unknown) => {
       // Nowhere left to retry: say so (503) rather than pass on this replica's failure.
       throw noneLeft && err instanceof ApiError && err.status >= 500 ? noReplica(req.model, err) : err;
     });
@@ -384,10 +392,6 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
       );
       failure = r.failure;
       continue;
-    }
-    if (r.outcome === 'cancelled' && !described.stream) {
-      reply.hijack();
-      reply.raw.destroy();
     }
     result = r;
   }
@@ -401,43 +405,6 @@ function noReplica(model: string, cause: ApiError): ApiError {
     `every replica serving model "${model}" failed or is unavailable (${cause.message}); retry`,
     { retryAfterS: 1, cause },
   );
-}
-
-/** One engine call of a dispatched request: resumable under a control plane, else streamed or not. */
-function proxyOnce(
-  ctx: CompletionContext,
-  call: ProxyCall,
-  reply: FastifyReply,
-  gone: AbortSignal,
-  stream: boolean,
-): Promise<ProxyResult> {
-  return ctx.runtime.resumable
-    ? // The control plane may evict it: resume on the next replica rather than fail.
-      proxyResumable(call, {
-        reply,
-        engineFor: (id) => {
-          const u = ctx.replicas.urlOf(id);
-          return u === undefined ? undefined : ctx.engines.get(u);
-        },
-        queueTimeoutMs: ctx.options.queueTimeoutMs,
-        gone,
-      })
-    : stream
-      ? proxyStream(call, (h: TimingHeaders) => {
-          reply.hijack();
-          reply.raw.writeHead(200, {
-            'content-type': 'text/event-stream; charset=utf-8',
-            'cache-control': 'no-cache',
-            ...h,
-          });
-          return reply.raw;
-        })
-      : proxyCompletion(call, (h, body) => {
-          void reply
-            .code(200)
-            .headers({ 'content-type': 'application/json', ...h })
-            .send(body);
-        });
 }
 
 /** `host:port` of an engine URL (the engine span's `server.address`). */

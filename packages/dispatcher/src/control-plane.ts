@@ -1,5 +1,6 @@
 import type { Bus, ControlReport, ControlRoutes, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
 import type { Clock, ControlConfig, Logger, ScalingConfig, SloClass } from '@fairway/core';
+import { RESTART_OVERHEAD_S, swapCostOf } from '@fairway/perf';
 import { loadHighsSolver, type MilpSolver, type QueuePlanner, VirtualQueueRouter } from '@fairway/policy';
 import {
   type ControlOp,
@@ -9,7 +10,6 @@ import {
   type SloControl,
   type SwapCost,
 } from '@fairway/scheduler';
-import { RESTART_OVERHEAD_S, swapCostOf } from '@fairway/sim';
 import type { SchedulingStore } from '@fairway/store';
 import { ControlFeed } from './control-feed.ts';
 import { liveProfiles, type ReplicaShape } from './control-profiles.ts';
@@ -76,7 +76,7 @@ const NOOP_CONTROL: SloControl = {
   tick: async () => [],
 };
 
-/** Swap cost of restarting the engine with `model` (the agent's `swapModel`), from sim's presets. */
+/** Swap cost of restarting the engine with `model` (the agent's `swapModel`), from `@fairway/perf`'s presets. */
 function restartCost(model: string): (gpu: string, tp: number) => SwapCost {
   return (gpu, tp) => {
     try {

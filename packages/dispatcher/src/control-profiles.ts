@@ -1,6 +1,6 @@
 import type { ControlConfig } from '@fairway/core';
+import { type EngineConfig, fitEnginePerformance, qlmProfile } from '@fairway/perf';
 import type { RwtProfile } from '@fairway/policy';
-import { type EngineConfig, fitEnginePerformance, qlmProfile } from '@fairway/sim';
 
 /** What the fleet tells about a (model, gpu, tp): its replicas' KV capacity and batch limit. */
 export interface ReplicaShape {
@@ -13,10 +13,10 @@ const PROFILE_REQUESTS = 64;
 
 /**
  * QLM's estimator profiles for live replicas, built as the simulator builds them
- * (`slo-experiments.ts`): the performance model fitted by profiling the simulator's step-cost
- * preset of the replica's (model, GPU, TP) (`costModelPreset`, sim `cost-models.ts`, whose
- * coefficients cite their sources), then QLM's profile at the workload's mean lengths with the
- * inefficiency measured on a simulated engine (`qlmProfile`). The live fleet has no history at
+ * (sim `slo-experiments.ts`): the performance model fitted by profiling the engine model's step-cost
+ * preset of the replica's (model, GPU, TP) (`costModelPreset`, `@fairway/perf` `cost-models.ts`,
+ * whose coefficients cite their sources), then QLM's profile at the workload's mean lengths with
+ * the inefficiency measured on the engine model (`qlmProfile`). The live fleet has no history at
  * start-up, so the workload is the config's prior (`policy.control.inputMean`, `outputMean`), and
  * the replica's registered KV capacity and `max_num_seqs` replace the preset's. A (model, gpu)
  * without a preset (engines announce their served-model name) uses `profileModel` on

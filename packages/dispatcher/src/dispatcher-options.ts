@@ -21,7 +21,9 @@ export interface DispatcherOptions {
   readonly pumpEveryMs?: number;
   /**
    * How long the owner of a request waits for the assignment of a request another dispatcher picked
-   * while the owner was giving up on it, ms; after that the reservation is released. @default 2000
+   * while the owner was giving up on it, ms; after that the reservation is released. Also how long
+   * a dispatcher tries to reach the owner of a request it picked that has no subscription (gone, or
+   * reconnecting to NATS) before releasing the pick. @default 2000
    */
   readonly assignGraceMs?: number;
   /** How long a request may wait for capacity before a 504, ms. @default config `policy.queueTimeoutS` */

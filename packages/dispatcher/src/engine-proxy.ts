@@ -1,19 +1,24 @@
-import type { ServerResponse } from 'node:http';
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Clock, Usage } from '@fairway/core';
-import type { CompletionEndpoint, Engine, EngineStream } from '@fairway/engine';
+import type { CompletionEndpoint, Engine, EngineStream, SseDataLine } from '@fairway/engine';
 import { type Span, SpanKind } from '@opentelemetry/api';
+import type { FastifyReply } from 'fastify';
 import { engineApiError, isReplicaFailure } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
 import type { DescribedRequest } from './request-descriptor.ts';
+import { continuable, continuationBody, ResumedAnswer } from './resumed-answer.ts';
+import type { StopSignal } from './stop-signal.ts';
 import type { Ticket } from './ticket.ts';
 import { injectTraceContext, type RequestTrace } from './tracing.ts';
 import { UsageChunkFilter } from './usage-chunk-filter.ts';
 
-/** Timing headers fairway adds to every proxied response (`x-request-id` is on every response already). */
-export interface TimingHeaders {
-  'x-fairway-overhead-ms': string;
-  'x-fairway-queue-ms': string;
+/** How an evicted request resumes (an SLO-class control plane routes this dispatcher). */
+export interface Resume {
+  /** The engine of a replica the request is dispatched to again; undefined if it left. */
+  readonly engineFor: (replica: string) => Engine | undefined;
+  /** How long a resumed request may wait for its next dispatch, ms. */
+  readonly queueTimeoutMs: number;
 }
 
 /** What the proxy needs for one dispatched request. */
@@ -23,8 +28,10 @@ export interface ProxyCall {
   readonly endpoint: CompletionEndpoint;
   readonly ticket: Ticket;
   readonly described: DescribedRequest;
-  /** Aborted when the client goes away or the request is evicted; closes the engine connection. */
-  readonly signal: AbortSignal;
+  /** The client's reply: the answer is written to its raw response. */
+  readonly reply: FastifyReply;
+  /** Aborted when the client goes away (it also stops the engine call, see `Ticket.stopCall`). */
+  readonly gone: StopSignal;
   /** Monotonic ms clock. */
   readonly timer: Clock;
   /** Monotonic ms at which the request reached the dispatcher. */
@@ -44,6 +51,8 @@ export interface ProxyCall {
    * `isReplicaFailure`), before or during the response, so the replica is held out of placement.
    */
   readonly replicaFailed?: ((err: unknown) => void) | undefined;
+  /** Set when an eviction resumes the request on another replica; absent, an eviction fails it. */
+  readonly resume?: Resume | undefined;
 }
 
 /** What happened, for metrics and logs. */
@@ -59,20 +68,29 @@ export interface ProxyResult {
   readonly failure?: ApiError;
 }
 
-/** The response headers saying what the gateway added (`overheadMs`) and how long it queued. */
-export function timingHeaders(call: ProxyCall, overheadMs: number): TimingHeaders {
-  return {
-    'x-fairway-overhead-ms': overheadMs.toFixed(3),
-    'x-fairway-queue-ms': call.ticket.queueMs().toFixed(1),
-  };
+/**
+ * Forwards a dispatched request to its engine and the answer to its client (DESIGN.md request
+ * path, step 5), then settles it — one path for every request: a non-streamed one the engine
+ * answers whole is sent byte for byte; a streamed one is forwarded chunk by chunk as it arrives;
+ * under a control plane (`call.resume`) a request the leader evicts resumes on its next replica
+ * and reads as one response. Throws an `ApiError` (after settling) when the engine fails before
+ * anything reached the client; the caller answers with it.
+ */
+export function proxy(call: ProxyCall): Promise<ProxyResult> {
+  return call.resume === undefined && !call.described.stream ? proxyWhole(call) : proxyRuns(call);
 }
 
 /**
  * Opens the engine call's client span (GenAI conventions) when tracing, and the headers of the
- * engine request: fairway's request id and, traced, the W3C `traceparent` of that span.
+ * engine request: fairway's request id, for a resumed run the output it follows
+ * (`x-fairway-resumed-tokens`) and, traced, the W3C `traceparent` of that span.
  */
-export function openEngineCall(call: ProxyCall): { span: Span | undefined; headers: Record<string, string> } {
+function openEngineCall(
+  call: ProxyCall,
+  resumedTokens: number,
+): { span: Span | undefined; headers: Record<string, string> } {
   const headers: Record<string, string> = { 'x-request-id': call.ticket.id };
+  if (resumedTokens > 0) headers['x-fairway-resumed-tokens'] = String(resumedTokens);
   const tr = call.trace;
   if (tr === undefined) return { span: undefined, headers };
   const op = call.endpoint === 'chat' ? 'chat' : 'text_completion';
@@ -92,12 +110,7 @@ export function openEngineCall(call: ProxyCall): { span: Span | undefined; heade
 }
 
 /** Ends the engine span with the usage the engine reported (and its response id, when known). */
-export function closeEngineCall(
-  call: ProxyCall,
-  span: Span | undefined,
-  usage: Usage,
-  responseId?: unknown,
-): void {
+function closeEngineCall(call: ProxyCall, span: Span | undefined, usage: Usage, responseId?: unknown): void {
   if (span === undefined) return;
   if (span.isRecording()) {
     span.setAttributes({
@@ -110,40 +123,68 @@ export function closeEngineCall(
 }
 
 /** Settles a completed request with the store (`finish`), traced as `fairway.settle`. */
-export function settle(call: ProxyCall, usage: Usage): void {
+function settle(call: ProxyCall, usage: Usage): void {
   const span = call.trace?.child('fairway.settle', SpanKind.INTERNAL, undefined, false);
   const done = call.runtime.finish(call.ticket, usage);
   if (span !== undefined) void done.finally(() => span.end());
 }
 
-function timing(call: ProxyCall, engineMs: number): { overheadMs: number; headers: TimingHeaders } {
-  const overheadMs = Math.max(0, call.timer.now() - call.arrivedAt - call.ticket.queueMs() - engineMs);
-  return { overheadMs, headers: timingHeaders(call, overheadMs) };
+/** ms the gateway itself added: since arrival, less queueing and `engineMs` of engine time. */
+function overheadOf(call: ProxyCall, engineMs: number): number {
+  return Math.max(0, call.timer.now() - call.arrivedAt - call.ticket.queueMs() - engineMs);
+}
+
+/**
+ * The response headers of an answer: its content type and what the gateway added
+ * (`x-fairway-overhead-ms`) and how long it queued (`x-fairway-queue-ms`). `x-request-id` is on
+ * the response already.
+ */
+function answerHeaders(call: ProxyCall, overheadMs: number, contentType: string): OutgoingHttpHeaders {
+  return {
+    'content-type': contentType,
+    'x-fairway-overhead-ms': overheadMs.toFixed(3),
+    'x-fairway-queue-ms': call.ticket.queueMs().toFixed(1),
+  };
+}
+
+const JSON_TYPE = 'application/json';
+const SSE_TYPE = 'text/event-stream; charset=utf-8';
+
+/** Takes the client's response over from fastify and writes its status and headers. */
+function openResponse(call: ProxyCall, headers: OutgoingHttpHeaders): ServerResponse {
+  call.reply.hijack();
+  const res = call.reply.raw;
+  if (headers['content-type'] === SSE_TYPE) headers['cache-control'] = 'no-cache';
+  res.writeHead(200, headers);
+  return res;
+}
+
+/** Closes the client's connection (it left, or its request was cancelled). */
+function dropClient(call: ProxyCall): void {
+  call.reply.hijack();
+  call.reply.raw.destroy();
 }
 
 /**
  * Forwards a non-streamed completion: the engine's JSON body goes to the client byte for byte,
- * then the request settles with the engine's `usage`. Throws an `ApiError` (after settling) when
- * the engine fails; the caller answers with it.
+ * then the request settles with the engine's `usage`.
  */
-export async function proxyCompletion(
-  call: ProxyCall,
-  send: (headers: TimingHeaders, body: Uint8Array) => void,
-): Promise<ProxyResult> {
+async function proxyWhole(call: ProxyCall): Promise<ProxyResult> {
   const t0 = call.timer.now();
-  const engineCall = openEngineCall(call);
+  const engineCall = openEngineCall(call, 0);
+  const signal = call.ticket.startCall(call.gone);
   let result: Awaited<ReturnType<Engine['complete']>>;
   try {
     result = await call.engine.complete(call.endpoint, call.described.forwardBody, {
-      signal: call.signal,
+      signal,
       headers: engineCall.headers,
     });
   } catch (err) {
     call.trace?.fail(engineCall.span, err);
-    return failedBeforeAnswer(call, err);
+    return failedBeforeAnswer(call, signal, err);
   }
-  const { overheadMs, headers } = timing(call, call.timer.now() - t0);
-  send(headers, result.bytes);
+  const overheadMs = overheadOf(call, call.timer.now() - t0);
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(result.bytes);
   const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
@@ -155,9 +196,9 @@ export async function proxyCompletion(
  * the failure is the replica's and `retry` allows it; else settled with the input it was sent,
  * and thrown as the client's error (or `cancelled` when the client left).
  */
-async function failedBeforeAnswer(call: ProxyCall, err: unknown): Promise<ProxyResult> {
+async function failedBeforeAnswer(call: ProxyCall, signal: StopSignal, err: unknown): Promise<ProxyResult> {
   const usage = { inputTokens: call.ticket.req.inputTokens, outputTokens: 0 };
-  const replicaFault = !call.signal.aborted && isReplicaFailure(err);
+  const replicaFault = !signal.aborted && isReplicaFailure(err);
   if (replicaFault) call.replicaFailed?.(err);
   if (replicaFault && call.retry !== undefined && (await call.retry()))
     return {
@@ -168,13 +209,11 @@ async function failedBeforeAnswer(call: ProxyCall, err: unknown): Promise<ProxyR
       failure: engineApiError(err),
     };
   await call.runtime.abandon(call.ticket, usage);
-  if (clientGone(call)) return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
-  throw call.signal.aborted ? evicted() : engineApiError(err);
-}
-
-/** The client went away (as opposed to an eviction, which also aborts the engine call). */
-function clientGone(call: ProxyCall): boolean {
-  return call.signal.aborted && !call.ticket.evicted;
+  if (call.gone.aborted) {
+    dropClient(call);
+    return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
+  }
+  throw signal.aborted ? evicted() : engineApiError(err);
 }
 
 function evicted(): ApiError {
@@ -182,7 +221,7 @@ function evicted(): ApiError {
 }
 
 /** Waits until `res` can take more bytes, is closed, or `signal` aborts (client gone, eviction). */
-export function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
+function drained(res: ServerResponse, signal: StopSignal): Promise<void> {
   if (res.destroyed || signal.aborted) return Promise.resolve();
   return new Promise((resolve) => {
     const done = (): void => {
@@ -193,94 +232,197 @@ export function drained(res: ServerResponse, signal: AbortSignal): Promise<void>
     };
     res.once('drain', done);
     res.once('close', done);
-    signal.addEventListener('abort', done, { once: true });
+    signal.addEventListener('abort', done);
   });
 }
 
 /** An error as the SSE event that ends a stream which already started. */
-export function sseError(err: ApiError): string {
+function sseError(err: ApiError): string {
   return `data: ${JSON.stringify(err.body())}\n\n`;
 }
 
 /**
- * Forwards a streamed completion (DESIGN.md request path, step 5). The engine is asked for usage
- * (`include_usage`), and each network chunk is written to the client as it arrives — no event is
- * parsed or re-serialised. If the client did not ask for usage, the one usage-only event is cut out
- * by {@link UsageChunkFilter}. `continuous_usage_stats` is injected only when the client asked for
- * it: with it vLLM puts `usage` on every chunk, which a client that did not ask would otherwise see
- * (stripping it would mean rewriting every chunk); streamed tokens are counted from content chunks
- * instead, and the final usage settles the exact count.
+ * Serves a request from the engine's stream, in one engine run or — evicted under a control plane
+ * (QLM section 5) — several: the engine call is aborted, the request goes back to the head of its
+ * flow charged for what it was served ({@link GatewayRuntime.evict}), and once dispatched again a
+ * continuation (the prompt plus the text so far) is sent to its new replica and streamed on to the
+ * same client connection.
  *
- * Headers go out with the first bytes the engine streams, so a request the engine refused, or
- * dropped before producing anything, still gets a proper status (or is retried on another
- * replica); after that, failures end the stream with an OpenAI-shaped `data: {"error": …}`.
+ * Streamed to the client, the first run's network chunks are written as they arrive — none is
+ * held back, parsed or re-serialised. The engine is asked for usage (`include_usage`); if the
+ * client did not ask for it, the one usage-only event is cut out by {@link UsageChunkFilter}.
+ * `continuous_usage_stats` is injected only when the client asked for it: with it vLLM puts `usage`
+ * on every chunk, which a client that did not ask would otherwise see; streamed tokens are counted
+ * from content chunks instead, and the final usage settles the exact count. Only the chunks of a
+ * resumed run are rewritten ({@link ResumedAnswer}), so the client sees one id and usage over the
+ * whole output. A non-streamed request under a control plane is streamed from the engine and
+ * answered once, with every run's text joined.
+ *
+ * Headers go out with the first bytes, so a request the engine refused, or dropped before producing
+ * anything, still gets a proper status (or is retried on another replica); after that, failures
+ * end the stream with an OpenAI-shaped `data: {"error": …}`.
  */
-export async function proxyStream(
-  call: ProxyCall,
-  open: (headers: TimingHeaders) => ServerResponse,
-): Promise<ProxyResult> {
-  const { ticket, runtime } = call;
+async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
+  const { ticket, runtime, described, endpoint, resume } = call;
+  const streamed = described.stream;
   const t0 = call.timer.now();
-  const engineCall = openEngineCall(call);
-  let stream: EngineStream;
-  try {
-    stream = await call.engine.stream(call.endpoint, call.described.forwardBody, {
-      signal: call.signal,
-      continuousUsage: call.described.wantsContinuousUsage,
-      headers: engineCall.headers,
-    });
-  } catch (err) {
-    call.trace?.fail(engineCall.span, err);
-    return failedBeforeAnswer(call, err);
-  }
-  const { overheadMs, headers } = timing(call, call.timer.now() - t0);
-  // Opened with the first bytes (not buffered: they are written at once), so an engine that dies
-  // before producing anything is still a failure before the answer, retried elsewhere.
+  let engine = call.engine;
   let res: ServerResponse | undefined;
-  const filter = call.described.wantsUsage ? undefined : new UsageChunkFilter();
-  const streaming = call.trace?.child('fairway.stream', SpanKind.INTERNAL, engineCall.span);
   let firstByteMs: number | undefined;
-  const write = async (bytes: Uint8Array): Promise<void> => {
-    if (firstByteMs === undefined) {
+  let overheadMs = 0;
+  // Read (and, for a streamed client, rewritten) from the first run on when the client is answered
+  // at the end; for a streamed one, only from the first eviction on.
+  let answer = streamed ? undefined : new ResumedAnswer(endpoint, described.wantsUsage, false);
+  // What a streamed first run forwarded, kept while an eviction may need its text.
+  let sent: Uint8Array[] | undefined = streamed && resume !== undefined ? [] : undefined;
+  // Resumable: only whole lines are forwarded, so a run cut short ends on a line boundary.
+  const filter =
+    streamed && (!described.wantsUsage || resume !== undefined)
+      ? new UsageChunkFilter(!described.wantsUsage)
+      : undefined;
+  // Output tokens of the runs before this one.
+  let before = 0;
+
+  const fail = (err: ApiError, usage: Usage): ProxyResult => {
+    if (res === undefined) throw err;
+    if (!res.destroyed && !res.writableEnded) res.end(sseError(err));
+    return { usage, overheadMs, firstByteMs, outcome: 'failed' };
+  };
+  const write = async (bytes: Uint8Array | string, signal: StopSignal): Promise<void> => {
+    if (bytes.length === 0) return;
+    if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
+    res ??= openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE));
+    if (!res.write(bytes)) await drained(res, signal);
+  };
+
+  for (let run = 0; ; run++) {
+    const signal = ticket.startCall(call.gone);
+    // One engine span per run; a run cut short by an eviction is ended, failed, with the response.
+    const engineCall = openEngineCall(call, before);
+    const body =
+      answer === undefined || before === 0
+        ? described.forwardBody
+        : continuationBody(endpoint, described.forwardBody, answer.text, before);
+    const reader = answer;
+    let stream: EngineStream | undefined;
+    let streaming: Span | undefined;
+    try {
+      stream = await engine.stream(endpoint, body, {
+        signal,
+        continuousUsage: described.wantsContinuousUsage,
+        headers: engineCall.headers,
+        ...(reader === undefined ? {} : { onLine: (l: SseDataLine) => reader.line(l) }),
+      });
+      if (run === 0) overheadMs = overheadOf(call, call.timer.now() - t0);
+      streaming = call.trace?.child('fairway.stream', SpanKind.INTERNAL, engineCall.span);
+      const s = stream;
+      const done = before;
+      runtime.meter(ticket, () => done + s.completionTokens);
+      for await (const chunk of stream) {
+        if (!streamed) continue;
+        if (reader !== undefined) {
+          await write(reader.take(), signal);
+          continue;
+        }
+        const out = filter === undefined ? chunk : filter.push(chunk);
+        if (out === undefined || out.length === 0) continue;
+        if (firstByteMs === undefined) streaming?.addEvent('gen_ai.first_token');
+        sent?.push(out);
+        await write(out, signal);
+      }
+      if (reader?.error !== undefined) throw new Error(reader.error);
+      if (reader === undefined) {
+        const rest = filter?.end();
+        if (rest !== undefined) await write(rest, signal);
+      }
+    } catch (err) {
+      call.trace?.fail(streaming, err);
+      call.trace?.fail(engineCall.span, err);
+      const generated = before + (stream?.completionTokens ?? 0);
+      const used = {
+        inputTokens:
+          (answer === undefined ? stream?.usage?.promptTokens : answer.promptTokens) ??
+          ticket.req.inputTokens,
+        outputTokens: generated,
+      };
+      const gone = call.gone.aborted;
+      if (!gone && signal.aborted && resume !== undefined) {
+        // Evicted: back to the queue with the output so far, resumed once dispatched again.
+        if (!continuable(endpoint, described.forwardBody) || !(await runtime.evict(ticket, generated))) {
+          await runtime.abandon(ticket, used);
+          return fail(evicted(), used);
+        }
+        if (answer === undefined) {
+          answer = new ResumedAnswer(endpoint, described.wantsUsage, true);
+          answer.replay(sent ?? []);
+          sent = undefined;
+        }
+        answer.nextRun(generated);
+        before = generated;
+        const next = await waitToResume(call, resume, used);
+        if (next instanceof ApiError) return fail(next, used);
+        if (next === undefined) return { usage: used, overheadMs, firstByteMs, outcome: 'cancelled' };
+        engine = next;
+        continue;
+      }
+      if (res === undefined && run === 0 && !signal.aborted) return failedBeforeAnswer(call, signal, err);
+      void runtime.abandon(ticket, used);
+      if (gone) {
+        dropClient(call);
+        return { usage: used, overheadMs, firstByteMs, outcome: 'cancelled' };
+      }
+      // A stream cut by its engine: the replica is no longer counted as room (its streams just ended).
+      if (!signal.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
+      return fail(signal.aborted ? evicted() : engineApiError(err), used);
+    }
+    const u = stream.usage;
+    const usage =
+      answer === undefined
+        ? {
+            inputTokens: u?.promptTokens ?? ticket.req.inputTokens,
+            outputTokens: u?.completionTokens ?? stream.completionTokens,
+          }
+        : answer.usage(ticket.req.inputTokens, stream);
+    if (!streamed) {
+      const text = (answer as ResumedAnswer).body(usage);
       firstByteMs = call.timer.now() - call.arrivedAt;
-      streaming?.addEvent('gen_ai.first_token');
+      openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(text);
+    } else {
+      if (answer !== undefined) await write(answer.take() + answer.end(usage), signal);
+      (res ?? openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE))).end();
     }
-    res ??= open(headers);
-    if (!res.write(bytes)) await drained(res, call.signal);
-  };
-  runtime.meter(ticket, () => stream.completionTokens);
-  try {
-    for await (const chunk of stream) {
-      const out = filter ? filter.push(chunk) : chunk;
-      if (out !== undefined && out.length > 0) await write(out);
-    }
-    const rest = filter?.end();
-    if (rest !== undefined && rest.length > 0) await write(rest);
-    (res ?? open(headers)).end();
-  } catch (err) {
-    call.trace?.fail(streaming, err);
-    call.trace?.fail(engineCall.span, err);
-    if (res === undefined && !call.signal.aborted) return failedBeforeAnswer(call, err);
-    res ??= open(headers);
-    const used = {
-      inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
-      outputTokens: stream.completionTokens,
-    };
-    void runtime.abandon(ticket, used);
-    const gone = clientGone(call);
-    // A stream cut by its engine: the replica is no longer counted as room (its streams just ended).
-    if (!call.signal.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
-    if (!gone && !res.destroyed && !res.writableEnded)
-      res.end(sseError(call.signal.aborted ? evicted() : engineApiError(err)));
-    return { usage: used, overheadMs, firstByteMs, outcome: gone ? 'cancelled' : 'failed' };
+    call.trace?.close(streaming);
+    closeEngineCall(call, engineCall.span, usage);
+    settle(call, usage);
+    return { usage, overheadMs, firstByteMs, outcome: 'completed' };
   }
-  const u = stream.usage;
-  const usage = {
-    inputTokens: u?.promptTokens ?? ticket.req.inputTokens,
-    outputTokens: u?.completionTokens ?? stream.completionTokens,
-  };
-  call.trace?.close(streaming);
-  closeEngineCall(call, engineCall.span, usage);
-  settle(call, usage);
-  return { usage, overheadMs, firstByteMs, outcome: 'completed' };
+}
+
+/**
+ * Waits for an evicted request's next dispatch: the engine to resume on; undefined when the client
+ * left (its connection closed); or the `ApiError` to end it with (the request is settled).
+ */
+async function waitToResume(
+  call: ProxyCall,
+  resume: Resume,
+  used: Usage,
+): Promise<Engine | ApiError | undefined> {
+  const { ticket, runtime } = call;
+  const waited = await runtime.waitForDispatch(ticket, resume.queueTimeoutMs, call.gone);
+  if (waited === 'aborted') {
+    dropClient(call);
+    return undefined;
+  }
+  if (waited !== 'dispatched')
+    return waited === 'no_replica'
+      ? new ApiError('NO_REPLICA', 'evicted, and no replica takes work to resume it; retry', {
+          retryAfterS: 1,
+        })
+      : new ApiError('QUEUE_TIMEOUT', `evicted, and not resumed within ${resume.queueTimeoutMs} ms`);
+  const next = resume.engineFor(ticket.replica ?? '');
+  if (next !== undefined) return next;
+  await runtime.abandon(ticket, used);
+  return new ApiError('NO_REPLICA', 'the replica chosen for this request left the fleet; retry', {
+    retryAfterS: 1,
+  });
 }

@@ -17,6 +17,7 @@ import { isEngineDown } from './error-mapping.ts';
 import { type LeaseBackend, MemoryLeaseBackend } from './leader-lease.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import type { SchedulingSetup } from './scheduling-config.ts';
+import type { StopSignal } from './stop-signal.ts';
 import { SuspectReplicas } from './suspect-replicas.ts';
 import { Ticket } from './ticket.ts';
 
@@ -120,8 +121,6 @@ export class GatewayRuntime {
   readonly #waits = new Set<(outcome: WaitOutcome) => void>();
   /** The SLO-class control plane (`ordering: edf | qlm`) and desired-replicas signal, if configured. */
   readonly control: ControlPlane | undefined;
-  /** Abort controllers of resumable engine runs (control plane on): an eviction aborts the run. */
-  readonly #runs = new Map<string, AbortController>();
   /** Output tokens an evicted request had, while it waits to resume. */
   readonly #resumeFrom = new Map<string, number>();
   /** Finished since the last `holdings()` (only with a control plane). */
@@ -230,16 +229,6 @@ export class GatewayRuntime {
   }
 
   /**
-   * Opens one engine run of a resumable request: the returned signal aborts when the control
-   * plane evicts the request from its replica.
-   */
-  openRun(ticket: Ticket): AbortSignal {
-    const c = new AbortController();
-    this.#runs.set(ticket.id, c);
-    return c.signal;
-  }
-
-  /**
    * Evicts a running request this dispatcher holds, after its engine call was aborted with
    * `generated` output tokens delivered (QLM section 5): the gateway re-queues it at the head of
    * its flow, charged for what was served, and the ticket waits for its next dispatch, from
@@ -247,7 +236,6 @@ export class GatewayRuntime {
    */
   async evict(ticket: Ticket, generated: number): Promise<boolean> {
     this.#meters.delete(ticket.id);
-    this.#runs.delete(ticket.id);
     this.#resumeFrom.set(ticket.id, generated);
     return this.#putBack(ticket, 'eviction', () => this.gateway.evict(ticket.id, generated));
   }
@@ -365,26 +353,38 @@ export class GatewayRuntime {
   async submit(req: RequestDescriptor, pool: string): Promise<RuntimeSubmit> {
     const ticket = new Ticket(req, pool);
     this.#tickets.set(req.id, ticket);
-    const submitted = this.gateway.submit(req);
-    // Whenever the admission answers (a dispatch may resolve this call first).
-    submitted.then(
-      (r) => {
-        if (r.ok && r.alerts !== undefined) this.#quotaAlerts(req, r.alerts);
-      },
-      () => undefined,
-    );
+    // Resolves with the admission's answer, or undefined as soon as the request is dispatched
+    // (the rest of that dispatch round goes on without holding it back).
+    let answered = false;
     let res: SubmitResult | undefined;
     try {
-      res = await Promise.race([submitted, ticket.dispatched.then(() => undefined)]);
+      res = await new Promise<SubmitResult | undefined>((resolve, reject) => {
+        // Only a dispatch ends this wait: an unservable pool is seen by waitForDispatch.
+        ticket.waiter = (wake) => {
+          if (wake !== 'dispatched') return;
+          answered = true;
+          resolve(undefined);
+        };
+        this.gateway.submit(req).then(
+          (r) => {
+            if (r.ok && r.alerts !== undefined) this.#quotaAlerts(req, r.alerts);
+            answered = true;
+            resolve(r);
+          },
+          (err: unknown) => {
+            // Dispatched, hence admitted: a failure later in the round concerns other requests.
+            if (answered) this.#o.logger.warn({ err: errText(err) }, 'dispatcher: dispatch round failed');
+            else reject(err);
+          },
+        );
+      });
     } catch (err) {
       this.#tickets.delete(req.id);
       throw err;
+    } finally {
+      ticket.waiter = undefined;
     }
     if (res === undefined) {
-      // Dispatched, hence admitted; a failure later in the round concerns other requests.
-      submitted.catch((err: unknown) =>
-        this.#o.logger.warn({ err: errText(err) }, 'dispatcher: dispatch round failed'),
-      );
       ticket.submittedAt = this.#o.timer.now();
       return { ok: true, ticket };
     }
@@ -433,7 +433,7 @@ export class GatewayRuntime {
    * dispatcher shuts down. On anything but a dispatch the request is taken out of the queue — or,
    * if another dispatcher picked it meanwhile, served anyway after a timeout, or released.
    */
-  async waitForDispatch(ticket: Ticket, timeoutMs: number, signal: AbortSignal): Promise<WaitOutcome> {
+  async waitForDispatch(ticket: Ticket, timeoutMs: number, signal: StopSignal): Promise<WaitOutcome> {
     if (ticket.replica !== undefined) return 'dispatched';
     // One listener on the client's own signal; the dispatcher's shutdown and the ticket's dispatch
     // reach `done` through plain references (a listener per waiting request on one shared signal
@@ -451,7 +451,7 @@ export class GatewayRuntime {
       };
       const onAbort = (): void => done('aborted');
       const timer = setTimeout(done, timeoutMs, 'timeout');
-      signal.addEventListener('abort', onAbort, { once: true });
+      signal.addEventListener('abort', onAbort);
       this.#waits.add(done);
       ticket.waiter = done;
       if (ticket.unservable) done('no_replica');
@@ -597,25 +597,31 @@ export class GatewayRuntime {
       at: this.#o.clock.now(),
     };
     const bus = this.#o.bus;
+    const graceMs = this.#o.options.assignGraceMs;
     try {
       if (bus.deliver === undefined) bus.publish('assignment', assignment);
-      else
-        void bus.deliver('assignment', assignment, { timeoutMs: this.#o.options.assignGraceMs }).then(
+      else {
+        // A live owner may have no subscription for a moment (it reconnects to a restarted NATS
+        // after this dispatcher did): only an owner missing for the whole grace is taken as gone.
+        // Releasing the pick of a live one leaves its client waiting for a request nobody holds.
+        void bus.deliver('assignment', assignment, { timeoutMs: graceMs, awaitSubscriberMs: graceMs }).then(
           (delivery) => {
             if (delivery === 'no_responders') this.#ownerGone(d);
           },
           (err: unknown) =>
             this.#o.logger.error({ requestId: d.id, err: errText(err) }, 'dispatcher: assignment not sent'),
         );
+      }
     } catch (err) {
       this.#o.logger.error({ requestId: d.id, err: errText(err) }, 'dispatcher: assignment not sent');
     }
   }
 
   /**
-   * Nobody subscribes to the assignments of the request's owner: it died (SIGKILL, crash) with the
-   * client connection, and its lease has not ended yet. Its request is released now, so a dead
-   * dispatcher's queue does not fill the fleet with reservations nobody will use.
+   * Nobody subscribed to the assignments of the request's owner for `assignGraceMs`: it died
+   * (SIGKILL, crash) with the client connection, and its lease has not ended yet. Its request is
+   * released now, so a dead dispatcher's queue does not fill the fleet with reservations nobody
+   * will use.
    */
   #ownerGone(d: Dispatched): void {
     this.#o.logger.warn(
@@ -657,7 +663,6 @@ export class GatewayRuntime {
 
   /** A finished or abandoned request leaves the control's view (finished ones with their output). */
   #forget(ticket: Ticket, outputTokens: number | undefined): void {
-    this.#runs.delete(ticket.id);
     this.#resumeFrom.delete(ticket.id);
     if (outputTokens === undefined) return;
     this.#finished.push({ ...reported(ticket.req), generated: outputTokens });
@@ -668,9 +673,8 @@ export class GatewayRuntime {
       const t = this.#tickets.get(id);
       // Only the run the eviction is about: the request may have moved on since it was planned.
       if (t?.replica === undefined || t.replica !== e.replicaId) continue;
-      const run = this.#runs.get(id);
-      if (run !== undefined) run.abort(e.reason ?? 'evicted');
-      else t.evict(e.reason ?? 'evicted');
+      // Its engine call is aborted; under a control plane it resumes elsewhere (engine-proxy.ts).
+      t.evict(e.reason ?? 'evicted');
     }
   }
 

@@ -49,6 +49,7 @@ export {
   connectInfrastructure,
   type Infrastructure,
   type InfrastructureOptions,
+  type RedisClusterSettings,
   type RedisSentinelSettings,
 } from './infrastructure.ts';
 export {
@@ -69,6 +70,7 @@ export { FairwayHeaders } from './request-headers.ts';
 export { type SchedulingSetup, schedulingFromConfig } from './scheduling-config.ts';
 export {
   newDispatcherId,
+  parseHostPorts,
   type ServeOverrides,
   type ServeSettings,
   serveEnvSchema,

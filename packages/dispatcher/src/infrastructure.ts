@@ -15,8 +15,14 @@ import {
   redactUrls,
   redisSentinelConfigSchema,
 } from '@fairway/core';
-import { MemoryStore, RedisStore, type SchedulingStore } from '@fairway/store';
-import { Redis, type RedisOptions } from 'ioredis';
+import {
+  MemoryStore,
+  type RedisClient,
+  RedisStore,
+  redisSlotGroupStore,
+  type SchedulingStore,
+} from '@fairway/store';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { type LeaseBackend, MemoryLeaseBackend, RedisLeaseBackend } from './leader-lease.ts';
 
@@ -31,11 +37,16 @@ export interface Infrastructure {
    * the dispatchers sharing the store), or memory (the dispatchers of this process).
    */
   readonly lease: LeaseBackend;
-  /** `redis` or `memory`, for start-up messages. */
+  /** `redis` (one Redis or a Redis Cluster) or `memory`, for start-up messages. */
   readonly storeKind: 'redis' | 'memory';
   readonly busKind: 'nats' | 'memory';
-  /** The store's Redis connection (closed with the infrastructure), or undefined on the in-memory store. */
-  readonly redis: Redis | undefined;
+  /**
+   * The store's Redis connection (closed with the infrastructure): one Redis (or a Sentinel-managed
+   * primary) or a Redis Cluster client (`instanceof Cluster`); undefined on the in-memory store.
+   * A plugin on a cluster keeps the keys of each of its commands, scripts and transactions in one
+   * hash slot.
+   */
+  readonly redis: RedisClient | undefined;
   close(): Promise<void>;
 }
 
@@ -46,12 +57,32 @@ export interface Infrastructure {
  */
 export type RedisSentinelSettings = RedisSentinelConfig;
 
+/**
+ * A Redis Cluster: ioredis learns the slot map from any of `nodes` and follows it (MOVED, fail-overs).
+ * `REDIS_CLUSTER` / `--redis-cluster`.
+ */
+export interface RedisClusterSettings {
+  /** Seed nodes (any primaries or replicas of the cluster). */
+  readonly nodes: readonly { readonly host: string; readonly port: number }[];
+  /** Password of the cluster's nodes. @default none */
+  readonly password?: string | undefined;
+  /** TLS to the nodes. @default false */
+  readonly tls?: boolean | undefined;
+}
+
 /** Options of {@link connectInfrastructure}. */
 export interface InfrastructureOptions {
   /** Redis URL; the in-memory store when absent (and no `redisSentinel`). */
   readonly redisUrl?: string | undefined;
   /** Redis through Sentinel instead of `redisUrl`. */
   readonly redisSentinel?: RedisSentinelSettings | undefined;
+  /** A Redis Cluster instead of `redisUrl`. */
+  readonly redisCluster?: RedisClusterSettings | undefined;
+  /**
+   * Slot groups (config `store.slotGroups`): group → pools; each group a store in its own hash
+   * slot (see `SlotGroupStore`). @default {} (one store, every pool in one slot)
+   */
+  readonly slotGroups?: Readonly<Record<string, readonly string[]>> | undefined;
   /** NATS URL; the in-process bus when absent. */
   readonly natsUrl?: string | undefined;
   /** NATS credentials and TLS. @default none */
@@ -72,13 +103,18 @@ export interface InfrastructureOptions {
   readonly connectTimeoutMs?: number;
 }
 
-/** Where to connect: a URL, or a primary found through Sentinel. */
-type RedisTarget = { readonly url: string } | { readonly sentinel: RedisSentinelSettings };
+/** Where to connect: a URL, a primary found through Sentinel, or a cluster. */
+type RedisTarget =
+  | { readonly url: string }
+  | { readonly sentinel: RedisSentinelSettings }
+  | { readonly cluster: RedisClusterSettings };
 
 function describeTarget(t: RedisTarget): string {
   return 'url' in t
     ? t.url
-    : `sentinel ${t.sentinel.name}@${t.sentinel.sentinels.map((x) => `${x.host}:${x.port}`).join(',')}`;
+    : 'cluster' in t
+      ? `cluster ${t.cluster.nodes.map((x) => `${x.host}:${x.port}`).join(',')}`
+      : `sentinel ${t.sentinel.name}@${t.sentinel.sentinels.map((x) => `${x.host}:${x.port}`).join(',')}`;
 }
 
 /** A write to a primary that became a replica: reconnect (through Sentinel, to the new primary) and resend. */
@@ -91,20 +127,40 @@ async function connectRedis(
   timeoutMs: number,
   logger: Logger,
   purpose: 'requests' | 'control',
-): Promise<Redis> {
+): Promise<Redis | Cluster> {
   const common: RedisOptions = {
     lazyConnect: true,
     connectTimeout: timeoutMs,
     maxRetriesPerRequest: 2,
     reconnectOnError: readOnlyAfterFailover,
-    // Store calls made while one turn of the event loop handles I/O (many requests' admissions and
-    // settlements) leave in one write: one syscall instead of one per call. Each FCALL is still
-    // atomic and replies keep their order, so nothing about exactness changes.
-    enableAutoPipelining: true,
+    // Not ioredis's auto-pipelining: the store corks its connection for one loop turn instead
+    // (RedisStore's `send`), and a Pipeline per turn was what the dispatcher promoted.
+    enableAutoPipelining: false,
   };
-  let redis: Redis;
+  let redis: Redis | Cluster;
   if ('url' in target) redis = new Redis(target.url, common);
-  else {
+  else if ('cluster' in target) {
+    const c = target.cluster;
+    const { enableAutoPipelining: _single, lazyConnect, ...perNode } = common;
+    redis = new Cluster(
+      c.nodes.map((x) => ({ host: x.host, port: x.port })),
+      {
+        lazyConnect,
+        // A cluster's connections are its own (not corked): its non-script commands are
+        // auto-pipelined.
+        enableAutoPipelining: true,
+        // ioredis batches auto-pipelined commands by their first argument, for FCALL the function
+        // name (for EVAL the script): calls to slots on different primaries in one batch would
+        // fail (see the store's checkClient).
+        autoPipeliningIgnoredCommands: ['fcall', 'eval', 'evalsha'],
+        redisOptions: {
+          ...perNode,
+          ...(c.password !== undefined ? { password: c.password } : {}),
+          ...(c.tls === true ? { tls: {} } : {}),
+        },
+      },
+    );
+  } else {
     const s = target.sentinel;
     redis = new Redis({
       ...common,
@@ -154,15 +210,17 @@ async function connectRedis(
  */
 export async function connectInfrastructure(o: InfrastructureOptions): Promise<Infrastructure> {
   const timeoutMs = o.connectTimeoutMs ?? 5000;
-  let redis: Redis | undefined;
-  let control: Redis | undefined;
+  let redis: Redis | Cluster | undefined;
+  let control: Redis | Cluster | undefined;
   let store: SchedulingStore;
   const target: RedisTarget | undefined =
-    o.redisSentinel !== undefined
-      ? { sentinel: parseWith(redisSentinelConfigSchema, o.redisSentinel, 'redisSentinel') }
-      : o.redisUrl !== undefined
-        ? { url: o.redisUrl }
-        : undefined;
+    o.redisCluster !== undefined
+      ? { cluster: o.redisCluster }
+      : o.redisSentinel !== undefined
+        ? { sentinel: parseWith(redisSentinelConfigSchema, o.redisSentinel, 'redisSentinel') }
+        : o.redisUrl !== undefined
+          ? { url: o.redisUrl }
+          : undefined;
   if (target !== undefined) {
     redis = await connectRedis(target, timeoutMs, o.logger, 'requests');
     // Lease renewals, reclaims, snapshots and the leader lease on a connection of their own, so a
@@ -173,13 +231,18 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
     });
     // The gateway validates each request (parseRequest) and computes every other store input;
     // re-checking them with zod on each call was ~9% of what a request allocated (bench:overhead).
-    store = new RedisStore({
+    const storeOptions = {
       redis,
       control,
       prefix: o.prefix,
       defaultLeaseMs: o.defaultLeaseMs,
       validate: false,
-    });
+    };
+    // Without slot groups, one store in one slot: today's keys, no routing.
+    store =
+      Object.keys(o.slotGroups ?? {}).length === 0
+        ? new RedisStore(storeOptions)
+        : redisSlotGroupStore({ ...storeOptions, slotGroups: o.slotGroups });
   } else {
     store = new MemoryStore({ defaultLeaseMs: o.defaultLeaseMs });
   }

@@ -1,5 +1,5 @@
 import type { Clock, Logger } from '@fairway/core';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 /** Where a lease lives: Redis for a fleet of dispatchers, memory for one process. */
 export interface LeaseBackend {
@@ -31,10 +31,11 @@ return 0`;
 
 /** A lease on one Redis key (under the store's key prefix, so tests' cleanup finds it). */
 export class RedisLeaseBackend implements LeaseBackend {
-  readonly #redis: Redis;
+  readonly #redis: Redis | Cluster;
   readonly key: string;
 
-  constructor(redis: Redis, key: string) {
+  /** @param redis one Redis or a Cluster (the lease is one key). */
+  constructor(redis: Redis | Cluster, key: string) {
     this.#redis = redis;
     this.key = key;
   }

@@ -25,6 +25,11 @@ function toInfo(v: ReplicaView, pool: string): ReplicaInfo {
 export class RegistryReplicaSource implements ReplicaSource {
   readonly #registry: ReplicaRegistry;
   readonly #configuredPool: (model: string) => string | undefined;
+  /** Each pool's replicas, derived from the registry list they were read from (see `replicas`). */
+  readonly #byPool = new Map<
+    string,
+    { readonly from: readonly ReplicaView[]; readonly infos: readonly ReplicaInfo[] }
+  >();
 
   /** @param configuredPool the configured pool serving a model, if any */
   constructor(registry: ReplicaRegistry, configuredPool: (model: string) => string | undefined) {
@@ -37,10 +42,18 @@ export class RegistryReplicaSource implements ReplicaSource {
     return this.#configuredPool(v.registration.model) ?? v.registration.pool;
   }
 
+  /**
+   * A pool's replicas. Read for every request, so derived once per registry list: the registry
+   * returns the same array until a replica changes or goes stale, and so does this.
+   */
   replicas(pool: string): readonly ReplicaInfo[] {
-    const out: ReplicaInfo[] = [];
-    for (const v of this.#registry.list()) if (this.poolOf(v) === pool) out.push(toInfo(v, pool));
-    return out;
+    const all = this.#registry.list();
+    const known = this.#byPool.get(pool);
+    if (known?.from === all) return known.infos;
+    const infos: ReplicaInfo[] = [];
+    for (const v of all) if (this.poolOf(v) === pool) infos.push(toInfo(v, pool));
+    this.#byPool.set(pool, { from: all, infos });
+    return infos;
   }
 
   pools(): readonly string[] {

@@ -34,6 +34,11 @@ export class RequestRecord {
   /** How the request ended (`completed`, `throttled`, an error code …); derived from the status if unset. */
   outcome: string | undefined;
   replica: string | undefined;
+  /**
+   * Called when the connection closes before the response was written in full (the client left):
+   * the request path's one listener on it, through the record's own (no second listener per request).
+   */
+  clientLeft: (() => void) | undefined;
 
   constructor(arrivedAt: number, trace: RequestTrace | undefined) {
     this.arrivedAt = arrivedAt;

@@ -3,7 +3,7 @@ import { mergeNatsSecurity, type NatsSecurity, natsSecurityFromEnv } from '@fair
 import { ConfigError, ErrorCode, parseWith } from '@fairway/core';
 import { z } from 'zod';
 import type { DispatcherOptions } from './dispatcher-options.ts';
-import type { RedisSentinelSettings } from './infrastructure.ts';
+import type { RedisClusterSettings, RedisSentinelSettings } from './infrastructure.ts';
 
 /** How a dispatcher process is run: where it listens and what it connects to. */
 export interface ServeSettings {
@@ -16,6 +16,12 @@ export interface ServeSettings {
    * found again after a fail-over (`REDIS_SENTINELS`, `REDIS_SENTINEL_NAME`, …).
    */
   readonly redisSentinel?: RedisSentinelSettings | undefined;
+  /**
+   * A Redis Cluster instead of `redisUrl`: seed primaries (`REDIS_CLUSTER=host:port,…` or
+   * `--redis-cluster`, with `REDIS_PASSWORD`, `REDIS_TLS`); the config's `store.slotGroups` spread
+   * the pools over its primaries.
+   */
+  readonly redisCluster?: RedisClusterSettings | undefined;
   /** NATS for the bus; the in-process bus when absent (one process only). */
   readonly natsUrl: string | undefined;
   /**
@@ -85,6 +91,11 @@ export const serveEnvSchema = z.object({
     .string()
     .regex(/^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$/, 'must be host:port,host:port')
     .optional(),
+  /** Redis Cluster seed nodes as `host:port,host:port`; with it the store runs on the cluster. */
+  REDIS_CLUSTER: z
+    .string()
+    .regex(/^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$/, 'must be host:port,host:port')
+    .optional(),
   /** Name of the monitored primary (`sentinel monitor <name> …`). */
   REDIS_SENTINEL_NAME: z.string().min(1).optional(),
   REDIS_SENTINEL_PASSWORD: z.string().min(1).optional(),
@@ -127,7 +138,7 @@ export type ServeOverrides = Partial<Omit<ServeSettings, 'options'>> & {
 };
 
 /**
- * Reads a dispatcher's settings from the environment (`FAIRWAY_CONFIG`, `REDIS_URL` or
+ * Reads a dispatcher's settings from the environment (`FAIRWAY_CONFIG`, `REDIS_URL`, `REDIS_CLUSTER` or
  * `REDIS_SENTINELS` with `REDIS_SENTINEL_NAME`, `REDIS_SENTINEL_PASSWORD`, `REDIS_PASSWORD`,
  * `REDIS_TLS`, `NATS_URL`,
  * `PORT`, `HOST`, `FAIRWAY_OPERATOR_PORT`, `FAIRWAY_OPERATOR_HOST`, `FAIRWAY_PREFIX`,
@@ -159,14 +170,19 @@ export function serveSettings(
   };
   const redisSentinel = overrides.redisSentinel ?? sentinelFromEnv(e);
   const redisUrl = overrides.redisUrl ?? e.REDIS_URL;
-  if (redisSentinel !== undefined && redisUrl !== undefined)
+  const redisCluster = overrides.redisCluster ?? clusterFromEnv(e);
+  if ([redisSentinel, redisUrl, redisCluster].filter((x) => x !== undefined).length > 1)
     throw new ConfigError(ErrorCode.CONFIG_INVALID, 'environment', [
-      { path: 'REDIS_SENTINELS', message: 'give REDIS_URL or REDIS_SENTINELS, not both' },
+      {
+        path: redisCluster !== undefined ? 'REDIS_CLUSTER' : 'REDIS_SENTINELS',
+        message: 'give one of REDIS_URL, REDIS_SENTINELS and REDIS_CLUSTER',
+      },
     ]);
   const s: ServeSettings = {
     configPath: overrides.configPath ?? e.FAIRWAY_CONFIG,
     redisUrl,
     ...(redisSentinel !== undefined ? { redisSentinel } : {}),
+    ...(redisCluster !== undefined ? { redisCluster } : {}),
     natsUrl: overrides.natsUrl ?? e.NATS_URL,
     natsSecurity: mergeNatsSecurity(overrides.natsSecurity, natsSecurityFromEnv(env)),
     operatorPublicKeyFiles:
@@ -191,6 +207,23 @@ export function serveSettings(
       { path: 'port', message: 'must be a whole number from 0 to 65535' },
     ]);
   return s;
+}
+
+/** `host:port,host:port` as nodes. */
+export function parseHostPorts(list: string): { host: string; port: number }[] {
+  return list.split(',').map((hp) => {
+    const i = hp.lastIndexOf(':');
+    return { host: hp.slice(0, i), port: Number(hp.slice(i + 1)) };
+  });
+}
+
+function clusterFromEnv(e: z.infer<typeof serveEnvSchema>): RedisClusterSettings | undefined {
+  if (e.REDIS_CLUSTER === undefined) return undefined;
+  return {
+    nodes: parseHostPorts(e.REDIS_CLUSTER),
+    ...(e.REDIS_PASSWORD !== undefined ? { password: e.REDIS_PASSWORD } : {}),
+    ...(e.REDIS_TLS === '1' ? { tls: true } : {}),
+  };
 }
 
 function sentinelFromEnv(e: z.infer<typeof serveEnvSchema>): RedisSentinelSettings | undefined {

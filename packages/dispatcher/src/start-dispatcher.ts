@@ -75,9 +75,14 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     input.infrastructure ??
     (await connectInfrastructure({
       redisUrl: settings.redisUrl,
-      // The environment's REDIS_URL / REDIS_SENTINELS win over the config file's store.redis.
+      redisCluster: settings.redisCluster,
+      slotGroups: config.store.slotGroups,
+      // The environment's REDIS_URL / REDIS_SENTINELS / REDIS_CLUSTER win over the config file's store.redis.
       redisSentinel:
-        settings.redisSentinel ?? (settings.redisUrl === undefined ? config.store.redis : undefined),
+        settings.redisSentinel ??
+        (settings.redisUrl === undefined && settings.redisCluster === undefined
+          ? config.store.redis
+          : undefined),
       natsUrl: settings.natsUrl,
       prefix: settings.prefix,
       defaultLeaseMs: leaseMs,

@@ -1,4 +1,5 @@
 import type { RequestDescriptor } from '@fairway/core';
+import { StopSignal } from './stop-signal.ts';
 
 /** How waiting for a dispatch ends, as the ticket reports it to the one waiter it has. */
 export type TicketWake = 'dispatched' | 'no_replica';
@@ -12,39 +13,50 @@ export class Ticket {
   readonly id: string;
   readonly req: RequestDescriptor;
   readonly pool: string;
-  /** Set when an agent evicted the request (its engine call is aborted, see {@link abortOnEvict}). */
+  /**
+   * Set when the request was evicted from its replica (its engine call is aborted, see
+   * {@link Ticket.startCall}); cleared when it is queued again.
+   */
   evicted = false;
   /** Set when no replica of its pool has taken work for `noReplicaWaitMs` while it waited. */
   unservable = false;
   /**
    * Told when the request is dispatched or found unservable, while someone waits for that
-   * (`GatewayRuntime.waitForDispatch`): a plain callback, not an event listener, so a dispatcher
+   * (`GatewayRuntime.submit` until its admission is answered, then `waitForDispatch`): a plain callback, not an event listener, so a dispatcher
    * holding thousands of queued requests keeps no listener per request on shared signals.
    */
   waiter: ((wake: TicketWake) => void) | undefined;
-  /** Aborted on eviction: the engine call's controller. */
-  #onEvict: AbortController | undefined;
-  /** Resolves with the replica once the request is dispatched (never rejects); renewed by `requeued`. */
-  dispatched: Promise<string>;
+  /** The signal of the engine call under way (see {@link Ticket.startCall}). */
+  #call: StopSignal | undefined;
+  /** The promise {@link Ticket.dispatched} handed out for the current dispatch, if asked for. */
+  #dispatched: Promise<string> | undefined;
   /** The replica, once dispatched. */
   replica: string | undefined;
   /** Monotonic ms at which `submit` returned; undefined while it runs. */
   submittedAt: number | undefined;
   /** Monotonic ms at which the request was dispatched. */
   dispatchedAt: number | undefined;
-  #resolve: (replica: string) => void = () => undefined;
+  #resolve: ((replica: string) => void) | undefined;
 
   constructor(req: RequestDescriptor, pool: string) {
     this.id = req.id;
     this.req = req;
     this.pool = pool;
-    this.dispatched = this.#nextDispatch();
   }
 
-  #nextDispatch(): Promise<string> {
-    return new Promise((resolve) => {
-      this.#resolve = resolve;
-    });
+  /**
+   * Resolves with the replica once the request is dispatched (never rejects); a new one after
+   * `requeued`. Made when first asked for: most requests never need it.
+   */
+  get dispatched(): Promise<string> {
+    if (this.#dispatched === undefined)
+      this.#dispatched =
+        this.replica !== undefined
+          ? Promise.resolve(this.replica)
+          : new Promise((resolve) => {
+              this.#resolve = resolve;
+            });
+    return this.#dispatched;
   }
 
   /** Records the dispatch (first call wins). */
@@ -52,7 +64,8 @@ export class Ticket {
     if (this.replica !== undefined) return;
     this.replica = replica;
     this.dispatchedAt = atMs;
-    this.#resolve(replica);
+    this.#resolve?.(replica);
+    this.#resolve = undefined;
     this.waiter?.('dispatched');
   }
 
@@ -62,23 +75,40 @@ export class Ticket {
     this.waiter?.('no_replica');
   }
 
-  /** Aborts `engineCall` when the request is evicted (at once if it already was). */
-  abortOnEvict(engineCall: AbortController): void {
-    this.#onEvict = engineCall;
-    if (this.evicted) engineCall.abort('evicted');
+  /**
+   * The signal of the next engine call: aborted when the request is evicted or by
+   * {@link Ticket.stopCall} (the client left) — at once if `gone` already aborted or it was evicted.
+   */
+  startCall(gone: StopSignal): StopSignal {
+    const call = new StopSignal();
+    this.#call = call;
+    if (gone.aborted) call.abort(gone.reason);
+    else if (this.evicted) call.abort('evicted');
+    return call;
   }
 
-  /** An agent evicted the request: its engine call is aborted. */
+  /** Aborts the engine call under way, if any (the client left). */
+  stopCall(reason: unknown): void {
+    this.#call?.abort(reason);
+  }
+
+  /** The request was evicted from its replica (by its agent or the control plane): its engine call is aborted. */
   evict(reason: string): void {
     this.evicted = true;
-    this.#onEvict?.abort(reason);
+    this.#call?.abort(reason);
   }
 
-  /** The request is back in the queue (its engine failed before answering): it waits for a new dispatch. */
+  /**
+   * The request is back in the queue (its engine failed before answering, or it was evicted to
+   * resume elsewhere): it waits for a new dispatch.
+   */
   requeued(): void {
     this.replica = undefined;
     this.dispatchedAt = undefined;
-    this.dispatched = this.#nextDispatch();
+    this.evicted = false;
+    this.#call = undefined;
+    this.#dispatched = undefined;
+    this.#resolve = undefined;
   }
 
   /**

@@ -13,13 +13,22 @@ const DATA = Buffer.from('data:');
  * client cannot act on a partial line anyway, so this adds no latency — and only a line that holds
  * both `"usage":{` and `"choices":[]` (vLLM's final usage chunk) is cut, with its blank separator.
  * A literal `"usage":` cannot occur inside generated text, where quotes are escaped.
+ *
+ * With `cutUsage` false nothing is cut: the filter only holds a partial last line back, so that
+ * what was forwarded when the engine call is cut short (an eviction that resumes elsewhere) ends
+ * with a whole line.
  */
 export class UsageChunkFilter {
+  readonly #cutUsage: boolean;
   #carry: Buffer | undefined;
   /** A usage line was cut at the end of the last block; its blank separator comes next. */
   #skipBlank = false;
   /** Usage-only events removed so far. */
   dropped = 0;
+
+  constructor(cutUsage = true) {
+    this.#cutUsage = cutUsage;
+  }
 
   /** Takes the next bytes from the engine; returns what to forward now (possibly nothing). */
   push(chunk: Uint8Array): Buffer | undefined {
@@ -34,6 +43,7 @@ export class UsageChunkFilter {
     }
     this.#carry = last + 1 < data.length ? Buffer.from(data.subarray(last + 1)) : undefined;
     let block = data.subarray(0, last + 1);
+    if (!this.#cutUsage) return block;
     if (this.#skipBlank) {
       this.#skipBlank = false;
       const skip = block[0] === LF ? 1 : block[0] === CR && block[1] === LF ? 2 : 0;

@@ -12,7 +12,8 @@ import {
   Subjects,
 } from '@fairway/bus';
 import { parseConfig, silentLogger, systemClock } from '@fairway/core';
-import { type EngineSimHandle, startEngineSim, VllmClient } from '@fairway/engine';
+import { VllmClient } from '@fairway/engine';
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { purgeStore } from '@fairway/store';
 import { natsUrl, RecordingLogger, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';

@@ -1,7 +1,8 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fitEngineProfile, profileEngineMetrics, startEngineSim } from '@fairway/engine';
+import { fitEngineProfile, profileEngineMetrics } from '@fairway/engine';
+import { startEngineSim } from '@fairway/engine-sim';
 import { decodeIterationMs } from '@fairway/policy';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Stack, startStack, waitFor } from './support/stack.ts';

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { NodeAgent } from '@fairway/agent';
 import type { QuotaAlertMessage } from '@fairway/bus';
 import { hashApiKey, parseConfig, silentLogger, systemClock } from '@fairway/core';
-import { type EngineSimHandle, startEngineSim, VllmClient } from '@fairway/engine';
+import { VllmClient } from '@fairway/engine';
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { startNatsServer, startRedisServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {

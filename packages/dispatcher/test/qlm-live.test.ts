@@ -1,7 +1,8 @@
 import { NodeAgent } from '@fairway/agent';
 import { type DesiredReplicas, NatsBus } from '@fairway/bus';
 import { parseConfig, silentLogger, systemClock } from '@fairway/core';
-import { type EngineSimHandle, startEngineSim, VllmClient } from '@fairway/engine';
+import { VllmClient } from '@fairway/engine';
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { StoreKeys } from '@fairway/store';
 import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';

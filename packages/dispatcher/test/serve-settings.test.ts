@@ -45,9 +45,32 @@ describe('serveSettings', () => {
       issues(() =>
         serveSettings({ REDIS_SENTINELS: 'a:1', REDIS_SENTINEL_NAME: 'm', REDIS_URL: 'redis://x:1' }),
       ),
-    ).toEqual(['REDIS_SENTINELS: give REDIS_URL or REDIS_SENTINELS, not both']);
+    ).toEqual(['REDIS_SENTINELS: give one of REDIS_URL, REDIS_SENTINELS and REDIS_CLUSTER']);
     expect(issues(() => serveSettings({ REDIS_SENTINELS: 'a', REDIS_SENTINEL_NAME: 'm' }))).toEqual([
       'REDIS_SENTINELS: must be host:port,host:port',
+    ]);
+  });
+
+  it('runs on a Redis Cluster from REDIS_CLUSTER, with REDIS_PASSWORD and REDIS_TLS', () => {
+    const s = serveSettings({
+      REDIS_CLUSTER: 'redis-0:6379,10.0.0.8:7001',
+      REDIS_PASSWORD: 'p4ss',
+      REDIS_TLS: '1',
+    });
+    expect(s.redisUrl).toBeUndefined();
+    expect(s.redisCluster).toEqual({
+      nodes: [
+        { host: 'redis-0', port: 6379 },
+        { host: '10.0.0.8', port: 7001 },
+      ],
+      password: 'p4ss',
+      tls: true,
+    });
+    expect(issues(() => serveSettings({ REDIS_CLUSTER: 'a:1', REDIS_URL: 'redis://x:1' }))).toEqual([
+      'REDIS_CLUSTER: give one of REDIS_URL, REDIS_SENTINELS and REDIS_CLUSTER',
+    ]);
+    expect(issues(() => serveSettings({ REDIS_CLUSTER: 'a' }))).toEqual([
+      'REDIS_CLUSTER: must be host:port,host:port',
     ]);
   });
 

@@ -8,10 +8,22 @@ export type CompletionEndpoint = 'chat' | 'completions';
 /** A JSON request body as the client sent it; fields the engine does not know are passed through. */
 export type CompletionBody = Readonly<Record<string, unknown>>;
 
+/**
+ * What aborts a call: an `AbortSignal`, or any object with its `aborted`, `reason` and abort
+ * listeners (undici takes either). A dispatcher passes a plain object of its own per request:
+ * Node promotes every `AbortSignal` to the old generation.
+ */
+export interface AbortSignalLike {
+  readonly aborted: boolean;
+  readonly reason?: unknown;
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
+
 /** Per-call options of a generation. */
 export interface GenerateOptions {
   /** Aborting closes the connection, which makes vLLM abort the request and free its KV blocks. */
-  readonly signal?: AbortSignal;
+  readonly signal?: AbortSignalLike;
   /** Extra request headers (e.g. `x-request-id`). */
   readonly headers?: Readonly<Record<string, string>>;
   /** Overrides the client's headers timeout for this call, ms. */

@@ -1,4 +1,5 @@
 export type {
+  AbortSignalLike,
   CompletionBody,
   CompletionEndpoint,
   CompletionResult,
@@ -16,39 +17,6 @@ export {
   type ProfiledReplica,
   profileEngineMetrics,
 } from './engine-profiler.ts';
-export {
-  addEngineSimFlags,
-  engineSimOptionsFromFlags,
-  type RunEngineSimHooks,
-  runEngineSimCommand,
-} from './engine-sim/cli.ts';
-export {
-  type FaultConfig,
-  FaultInjector,
-  type FaultPlan,
-  faultConfigSchema,
-  faultPatchSchema,
-} from './engine-sim/faults.ts';
-export { EngineSimMetrics, type FinishedReason, type RequestTimings } from './engine-sim/metrics.ts';
-export {
-  type EngineSimOptions,
-  type EngineSimOptionsInput,
-  engineSimOptionsSchema,
-} from './engine-sim/options.ts';
-export {
-  monotonicClock,
-  RealtimeDriver,
-  type RealtimeDriverOptions,
-  type SeqListener,
-} from './engine-sim/realtime-driver.ts';
-export {
-  buildEngineSimApp,
-  type EngineSimApp,
-  type EngineSimDeps,
-  type EngineSimHandle,
-  type StartEngineSimOptions,
-  startEngineSim,
-} from './engine-sim/server.ts';
 export {
   EngineAbortedError,
   EngineBadResponseError,

@@ -3,6 +3,7 @@ import { parseWith } from '@fairway/core';
 import { type Dispatcher, Pool } from 'undici';
 import { z } from 'zod';
 import type {
+  AbortSignalLike,
   CompletionBody,
   CompletionEndpoint,
   CompletionResult,
@@ -98,7 +99,7 @@ interface CallContext {
   readonly headersTimeoutMs: number;
   readonly bodyTimeoutMs: number;
   /** The caller's signal, if any; when fired, errors become EngineAbortedError. */
-  readonly signal: AbortSignal | undefined;
+  readonly signal: AbortSignalLike | undefined;
   /** Set by `EngineStream.abort()`: errors after it are EngineAbortedError too. */
   streamAborted: boolean;
 }
@@ -453,7 +454,8 @@ export class VllmClient implements Engine {
         path,
         headers,
         body: payload,
-        signal,
+        // undici takes any object with abort listeners; its types name only AbortSignal.
+        signal: signal as AbortSignal | undefined,
         headersTimeout: headersTimeoutMs,
         bodyTimeout: bodyTimeoutMs,
       });

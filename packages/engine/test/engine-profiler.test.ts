@@ -1,8 +1,8 @@
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
+import { costModelPreset } from '@fairway/perf';
 import { decodeIterationMs, fitQuality, parsePerformanceModelFile, prefillMs } from '@fairway/policy';
-import { costModelPreset } from '@fairway/sim';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fitEngineProfile, profileEngineMetrics } from '../src/engine-profiler.ts';
-import { type EngineSimHandle, startEngineSim } from '../src/engine-sim/server.ts';
 import { EngineProfileError } from '../src/errors.ts';
 
 const MODEL = 'llama-3-8b';

@@ -1,9 +1,9 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { FaultConfig } from '@fairway/engine-sim';
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { freePort } from '@fairway/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { FaultConfig } from '../src/engine-sim/faults.ts';
-import { type EngineSimHandle, startEngineSim } from '../src/engine-sim/server.ts';
 import {
   EngineAbortedError,
   EngineBadResponseError,

@@ -1,84 +1,274 @@
 import type { RequestDescriptor } from '@fairway/core';
-import type { AdmissionPolicy, WindowLimit } from '@fairway/policy';
-import type { QuotaCheck, UsageAccount } from '@fairway/store';
+import { kvOverloaded, type ReplicaState } from '@fairway/policy';
+import {
+  type AdmitAndDispatchResult,
+  type AdmitInput,
+  type AdmitRejectCode,
+  type QueuedRequest,
+  type QuotaAlert,
+  tenantScoped,
+} from '@fairway/store';
+import { type AdmissionRules, composeRules, fromAdmissionPolicy, toRules } from './admission-rules.ts';
+import type { Candidates } from './candidates.ts';
+import type { DispatchRounds } from './dispatch.ts';
+import { UnknownSloClassError } from './errors.ts';
+import type { ResolvedGatewayOptions } from './gateway-options.ts';
+import type { OutputPredictions } from './output-prediction.ts';
+import type { Owned, OwnedRequests } from './owned-requests.ts';
+import type { Recovery } from './recovery.ts';
+import { encodeRequest, parseRequest } from './request-payload.ts';
+import { NOTHING, type ReservationView } from './reservation-view.ts';
+import type { AdmissionLog } from './state-recovery.ts';
 
-/** What an admission function sees about a request, beside the descriptor itself. */
-export interface AdmissionContext {
-  readonly nowMs: number;
-  readonly pool: string;
-  readonly band: number;
-  /** The request's fairness flow under the ordering policy. */
-  readonly flow: string;
-  /** Tokens the request will reserve on a replica (input + predicted or maximum output). */
-  readonly reservedTokens: number;
-  /** Gateway that holds the client connection. */
-  readonly gateway: string;
-}
-
-/**
- * Per-request admission rules: sliding-window limits (RPM/TPM, FairServe OIT throttles), the
- * interaction the request continues, and queue bounds. Admission policies produce these; the store
- * checks and applies them atomically with the enqueue.
- */
-export interface AdmissionRules {
-  readonly limits: readonly WindowLimit[];
-  /** Interaction the request opens or continues; while open, throttle windows do not apply. */
-  readonly interaction?: { readonly key: string; readonly ttlMs: number } | undefined;
-  /** Serve before the queue's other requests (FairServe: an interaction already under way). */
-  readonly continuation?: boolean | undefined;
-  /** Most requests the flow may have queued in this queue. */
-  readonly maxQueuedFlow?: number | undefined;
-  /** Most requests the pool may have queued (all bands). */
-  readonly maxQueuedPool?: number | undefined;
-  /** Where the request's usage is recorded at settle (usage accounting). */
-  readonly usage?: UsageAccount | undefined;
-  /** Token or spend budgets checked and reserved with the limits (they need `usage`). */
-  readonly quotas?: readonly QuotaCheck[] | undefined;
-}
-
-/**
- * A pluggable admission policy: the rules one request is admitted under. It may return just the
- * window limits. The default admits everything (no limits).
- */
-export type AdmissionFunction = (
-  req: RequestDescriptor,
-  ctx: AdmissionContext,
-) => AdmissionRules | readonly WindowLimit[];
-
-/** Admits everything: no limits, no queue bounds. */
-export const admitAll: AdmissionFunction = () => [];
-
-/** Normalises an admission function's result to {@link AdmissionRules}. */
-export function toRules(r: AdmissionRules | readonly WindowLimit[]): AdmissionRules {
-  return Array.isArray(r) ? { limits: r as readonly WindowLimit[] } : (r as AdmissionRules);
-}
-
-/** Adapts an {@link AdmissionPolicy} (RPM/TPM, OIT) to an admission function. */
-export function fromAdmissionPolicy(policy: AdmissionPolicy): AdmissionFunction {
-  return (req, ctx) => ({ limits: policy.limits(req, ctx), interaction: policy.interaction(req) });
-}
+/** Outcome of {@link Admission.submit} (and so of `Gateway.submit`). */
+export type SubmitResult =
+  | {
+      readonly ok: true;
+      readonly queued: number;
+      /** Budgets this admission brought to their alert threshold (once per window). */
+      readonly alerts?: readonly QuotaAlert[];
+    }
+  | {
+      readonly ok: false;
+      /**
+       * A store rejection; `context_too_long` when the prompt fits no replica of the pool;
+       * `exceeds_limit` when the request alone needs more than a token window allows (it could
+       * never be admitted under that limit, so it is not a 429 to retry).
+       */
+      readonly code: AdmitRejectCode | 'context_too_long' | 'exceeds_limit';
+      readonly retryAfterMs: number;
+      readonly key: string;
+      /** With `exceeds_limit`: what the request needs and what the window allows, tokens. */
+      readonly needed?: number;
+      readonly limit?: number;
+    };
 
 /**
- * Combines admission sources, checked in order: limits and quotas are concatenated, the first
- * interaction, queue bounds and usage account given win, and a request is a continuation if any source says so.
+ * Admission for one gateway (DESIGN.md request path, steps 2 and 3): a request's reservation is
+ * sized, its admission rules composed (the ordering policy's and the configured ones), and it is
+ * admitted into the store's queues — together with the first dispatch when the store can.
  */
-export function composeRules(parts: readonly AdmissionRules[]): AdmissionRules {
-  if (parts.length === 1) return parts[0]!;
-  const limits: WindowLimit[] = [];
-  let interaction: AdmissionRules['interaction'];
-  let continuation = false;
-  let maxQueuedFlow: number | undefined;
-  let maxQueuedPool: number | undefined;
-  let usage: UsageAccount | undefined;
-  const quotas: QuotaCheck[] = [];
-  for (const p of parts) {
-    limits.push(...p.limits);
-    interaction ??= p.interaction;
-    continuation ||= p.continuation === true;
-    maxQueuedFlow ??= p.maxQueuedFlow;
-    maxQueuedPool ??= p.maxQueuedPool;
-    usage ??= p.usage;
-    if (p.quotas !== undefined) quotas.push(...p.quotas);
+export class Admission {
+  readonly #o: ResolvedGatewayOptions;
+  readonly #id: string;
+  readonly #bandOf: ReadonlyMap<string, number>;
+  readonly #owned: OwnedRequests;
+  readonly #log: AdmissionLog;
+  readonly #view: ReservationView;
+  readonly #candidates: Candidates;
+  readonly #predictions: OutputPredictions;
+  readonly #dispatch: DispatchRounds;
+  readonly #recovery: Recovery;
+  admitted = 0;
+  rejected = 0;
+
+  constructor(deps: {
+    options: ResolvedGatewayOptions;
+    bandOf: ReadonlyMap<string, number>;
+    owned: OwnedRequests;
+    log: AdmissionLog;
+    view: ReservationView;
+    candidates: Candidates;
+    predictions: OutputPredictions;
+    dispatch: DispatchRounds;
+    recovery: Recovery;
+  }) {
+    this.#o = deps.options;
+    this.#id = deps.options.id;
+    this.#bandOf = deps.bandOf;
+    this.#owned = deps.owned;
+    this.#log = deps.log;
+    this.#view = deps.view;
+    this.#candidates = deps.candidates;
+    this.#predictions = deps.predictions;
+    this.#dispatch = deps.dispatch;
+    this.#recovery = deps.recovery;
   }
-  return { limits, interaction, continuation, maxQueuedFlow, maxQueuedPool, usage, quotas };
+
+  /**
+   * Admits a request (limits, queue bounds, counter lift and enqueue) and dispatches what now fits.
+   * When the store offers `admitAndDispatch` and no router splits the pool, the admission and the
+   * first dispatch are one store call (one Redis round trip): a request that arrives while a
+   * replica has room is on its way to the engine after it, with replicas ordered and overload
+   * judged from this gateway's view of the reservations. A rejection changes nothing and says why.
+   */
+  async submit(request: RequestDescriptor): Promise<SubmitResult> {
+    const o = this.#o;
+    const req = parseRequest(request, this.#id);
+    const band = this.#bandOf.get(req.sloClass);
+    if (band === undefined)
+      throw new UnknownSloClassError(this.#id, req.id, req.sloClass, [...this.#bandOf.keys()]);
+    const pool = o.poolOf(req);
+    const flow = o.ordering.flowOf(req);
+    const nowMs = o.clock.now();
+    // Read the flow's history only when something uses it.
+    const usesPrediction = o.reserve === 'predicted' || this.#predictions.pricesPrediction(req);
+    const predicted = usesPrediction ? await this.#predictions.predictedOutput(flow) : undefined;
+
+    let reserveTokens = req.inputTokens + this.#predictions.reservedOutput(req, predicted);
+    const largest = this.#largestCapacity(pool);
+    if (largest !== undefined) {
+      if (req.inputTokens + 1 > largest) {
+        this.rejected++;
+        return { ok: false, code: 'context_too_long', retryAfterMs: 0, key: `pool:${pool}` };
+      }
+      // A reservation larger than every replica would block its queue forever; the prompt fits, so
+      // cap the reservation and let the engine stop the output where it must.
+      reserveTokens = Math.min(reserveTokens, largest);
+    }
+
+    const ctx = { nowMs, pool, band, flow, reservedTokens: reserveTokens, gateway: this.#id };
+    const parts: AdmissionRules[] = [];
+    if (o.ordering.admission) parts.push(toRules(fromAdmissionPolicy(o.ordering.admission)(req, ctx)));
+    parts.push(toRules(o.admission(req, ctx)));
+    if (o.ordering.continuation?.(req)) parts.push({ limits: [], continuation: true });
+    const rules = composeRules(parts);
+    const tooLarge = rules.limits.find((l) => l.code === 'tpm_limited' && l.amount > l.limit);
+    if (tooLarge !== undefined) {
+      this.rejected++;
+      return {
+        ok: false,
+        code: 'exceeds_limit',
+        retryAfterMs: 0,
+        key: tooLarge.key,
+        needed: tooLarge.amount,
+        limit: tooLarge.limit,
+      };
+    }
+    const states = this.#view.states(pool);
+    const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)
+      ? this.#isOverloaded(pool, states)
+      : false;
+    const queued: QueuedRequest = {
+      id: req.id,
+      pool,
+      band,
+      flow,
+      score: o.ordering.score(req),
+      arrivalMs: req.arrivalMs,
+      reserveTokens,
+      dispatchCost: o.ordering.dispatchCost(req, predicted),
+      owner: this.#id,
+      payload: encodeRequest(req),
+      ...(rules.continuation ? { continuation: true } : {}),
+    };
+    const admit: AdmitInput = {
+      req: queued,
+      tenant: req.tenant,
+      nowMs,
+      lift: o.ordering.lift,
+      limits: rules.limits,
+      overloaded,
+      ...(rules.interaction ? { interaction: rules.interaction } : {}),
+      ...(rules.maxQueuedFlow !== undefined ? { maxQueuedFlow: rules.maxQueuedFlow } : {}),
+      ...(rules.maxQueuedPool !== undefined ? { maxQueuedPool: rules.maxQueuedPool } : {}),
+      ...(rules.usage !== undefined ? { usage: rules.usage } : {}),
+      ...(rules.quotas !== undefined && rules.quotas.length > 0 ? { quotas: rules.quotas } : {}),
+    };
+    const own: Owned = {
+      req,
+      pool,
+      predicted,
+      state: 'queued',
+      replica: undefined,
+      reserveTokens,
+      resumeFrom: 0,
+      queuedCost: queued.dispatchCost,
+      outputBound: reserveTokens - req.inputTokens,
+      grown: 0,
+      underEstimated: false,
+      record: queued,
+      admitted: false,
+    };
+
+    if (this.#owned.has(req.id)) {
+      this.rejected++;
+      return { ok: false, code: 'duplicate', retryAfterMs: 0, key: req.id };
+    }
+    // Owned before the store call: another gateway may dispatch the request the moment it is
+    // queued, and its assignment can arrive before this call's reply.
+    this.#owned.set(req.id, own);
+    const refused = (result: SubmitResult): SubmitResult => {
+      if (this.#owned.get(req.id) === own) this.#owned.delete(req.id);
+      this.rejected++;
+      if (result.ok || result.code !== 'queue_full') return result;
+      // Room is likely once the requests ahead (the bound that was hit) have drained at the
+      // pool's measured rate: clamped to 1–60 s, 60 s when nothing has drained lately.
+      const depth = (result.key.startsWith('pool:') ? rules.maxQueuedPool : rules.maxQueuedFlow) ?? 1;
+      return { ...result, retryAfterMs: this.#dispatch.drain.retryAfterS(pool, depth, o.clock.now()) * 1000 };
+    };
+    const candidates = this.#candidates.list(states, undefined, false, pool);
+    if (o.store.admitAndDispatch === undefined || o.router !== undefined || candidates.length === 0) {
+      let result: SubmitResult;
+      try {
+        result = await o.store.admit(admit);
+      } catch (err) {
+        this.#owned.delete(req.id);
+        this.#recovery.forget(req.id);
+        throw err;
+      }
+      if (!result.ok) return refused(result);
+      this.#noteAdmitted(own, admit);
+      await this.#dispatch.pump(pool);
+      return result;
+    }
+
+    let r: AdmitAndDispatchResult;
+    try {
+      r = await o.store.admitAndDispatch({
+        admit,
+        dispatch: this.#dispatch.input(pool, this.#dispatch.bands, candidates),
+      });
+    } catch (err) {
+      this.#owned.delete(req.id);
+      this.#recovery.forget(req.id);
+      throw err;
+    }
+    for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
+    if (!r.admit.ok) return refused(r.admit);
+    this.#noteAdmitted(own, admit);
+    if (r.dispatch?.kind === 'dispatched') {
+      this.#dispatch.countDispatch(pool);
+      // Its reservation is in the reported reservations already.
+      await this.#dispatch.handOn(r.dispatch, false);
+      // More may fit: whatever else waits in the pool goes through a dispatch round.
+      if (r.poolQueued > 0) await this.#dispatch.pump(pool);
+    }
+    return r.admit;
+  }
+
+  #noteAdmitted(own: Owned, admit: AdmitInput): void {
+    this.admitted++;
+    own.admitted = true;
+    // Logged as the store keeps them (by tenant), so `restore` puts each entry back in its window.
+    this.#log.record(
+      own.req.id,
+      admit.nowMs,
+      admit.limits.map((l) => ({ ...l, key: tenantScoped(l.shared ? '' : admit.tenant, l.key) })),
+    );
+  }
+
+  /** The largest KV capacity (tokens, less headroom) of a fresh replica of `pool`; undefined if none. */
+  #largestCapacity(pool: string): number | undefined {
+    let largest: number | undefined;
+    for (const info of this.#o.replicas.replicas(pool)) {
+      if (info.stale) continue;
+      const cap = Math.floor(info.kvCapacityTokens * (1 - this.#o.headroom.tokenFraction));
+      if (largest === undefined || cap > largest) largest = cap;
+    }
+    return largest;
+  }
+
+  /** Whether `pool` is overloaded (the `overloaded` option, else KV use over `overloadKv`). */
+  #isOverloaded(pool: string, states: readonly ReplicaState[]): boolean {
+    if (this.#o.overloaded) return this.#o.overloaded(pool, states);
+    let used = 0;
+    let capacity = 0;
+    for (const s of states) {
+      if (s.stale) continue;
+      used += Math.max(s.reservedTokens, s.kvUsage * s.tokenCapacity);
+      capacity += s.tokenCapacity;
+    }
+    return kvOverloaded(used, capacity, this.#o.overloadKv);
+  }
 }

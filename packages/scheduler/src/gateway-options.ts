@@ -8,7 +8,7 @@ import type {
 } from '@fairway/policy';
 import type { QueuedRequest, SchedulingStore } from '@fairway/store';
 import { z } from 'zod';
-import { type AdmissionFunction, admitAll, fromAdmissionPolicy } from './admission.ts';
+import { type AdmissionFunction, admitAll, fromAdmissionPolicy } from './admission-rules.ts';
 import { GatewayError, GatewayErrorCode } from './errors.ts';
 import type { Headroom, ReplicaSource } from './replica-view.ts';
 

@@ -1,3 +1,4 @@
+export type { SubmitResult } from './admission.ts';
 export {
   type AdmissionContext,
   type AdmissionFunction,
@@ -6,11 +7,11 @@ export {
   composeRules,
   fromAdmissionPolicy,
   toRules,
-} from './admission.ts';
+} from './admission-rules.ts';
 export { ChargeCoalescer } from './charge-coalescer.ts';
 export { DrainRate } from './drain-rate.ts';
 export { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
-export { Gateway, type GatewayStats, type ReplicaPredictionErrors, type SubmitResult } from './gateway.ts';
+export { Gateway, type GatewayStats } from './gateway.ts';
 export {
   type Dispatched,
   type GatewayOptions,
@@ -18,6 +19,7 @@ export {
   type ResolvedGatewayOptions,
   resolveGatewayOptions,
 } from './gateway-options.ts';
+export type { ReplicaPredictionErrors } from './output-prediction.ts';
 export {
   QlmControl,
   type QlmControlOptions,

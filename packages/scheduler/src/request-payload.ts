@@ -31,11 +31,48 @@ export function encodeRequest(req: RequestDescriptor): string {
   return JSON.stringify(req);
 }
 
+const FIELDS: ReadonlySet<string> = new Set(Object.keys(requestDescriptorSchema.shape));
+const isCount = (v: unknown): boolean => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+const isName = (v: unknown): boolean => typeof v === 'string' && v.length > 0;
+const isNumber = (v: unknown): boolean => typeof v === 'number' && Number.isFinite(v);
+const optional = (v: unknown, ok: (v: unknown) => boolean): boolean => v === undefined || ok(v);
+const isString = (v: unknown): boolean => typeof v === 'string';
+
+/**
+ * Whether `data` is a descriptor the schema accepts as it is, read without zod's copy of it (it
+ * runs once per admission; zod's parse was about 4 KB and 1.4 % of a dispatcher's busy CPU per
+ * request, bench:overhead). Only a yes is final: the schema decides and words the rest.
+ */
+function plainDescriptor(data: unknown): data is RequestDescriptor {
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) return false;
+  const r = data as Record<string, unknown>;
+  for (const k of Object.keys(r)) if (!FIELDS.has(k)) return false;
+  return (
+    isName(r.id) &&
+    isName(r.tenant) &&
+    optional(r.keyId, isName) &&
+    optional(r.app, isString) &&
+    optional(r.user, isString) &&
+    isName(r.model) &&
+    isName(r.sloClass) &&
+    isCount(r.inputTokens) &&
+    optional(r.systemTokens, isCount) &&
+    isCount(r.maxTokens) &&
+    optional(r.outputTokens, isCount) &&
+    isNumber(r.arrivalMs) &&
+    optional(r.interactionId, isString) &&
+    optional(r.interactionStage, isCount) &&
+    optional(r.interactionSize, (v) => isCount(v) && (v as number) > 0) &&
+    optional(r.priority, isNumber)
+  );
+}
+
 /**
  * Validates a descriptor; throws a {@link GatewayError} (`REQUEST_INVALID`) naming every offending
  * field.
  */
 export function parseRequest(data: unknown, gateway: string, what = 'request'): RequestDescriptor {
+  if (plainDescriptor(data)) return data;
   const r = requestDescriptorSchema.safeParse(data);
   if (r.success) return r.data;
   const fields = r.error.issues.map((i) => `${formatPath(i.path) || '(root)'}: ${i.message}`).join('; ');

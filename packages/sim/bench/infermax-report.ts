@@ -8,7 +8,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createRng } from '@fairway/core';
-import type { EngineConfig } from '../src/engine-api.ts';
+import type { EngineConfig } from '@fairway/perf';
 import {
   runHeuristic,
   type ScheduleOutcome,

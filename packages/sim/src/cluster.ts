@@ -1,7 +1,6 @@
 import type { Rng } from '@fairway/core';
+import { type EngineConfig, EngineModel } from '@fairway/perf';
 import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
-import type { EngineConfig } from './engine-api.ts';
-import { EngineModel } from './engine-model.ts';
 import { SimError, SimErrorCode } from './errors.ts';
 
 /** One replica of the simulated fleet. */

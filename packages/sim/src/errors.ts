@@ -1,15 +1,7 @@
-import { FairwayError } from '@fairway/core';
+import { PerfError } from '@fairway/perf';
 
-/** Stable codes of every error the simulator raises. */
+/** Stable codes of every error the simulator raises (its engine models' are `PerfErrorCode`). */
 export const SimErrorCode = {
-  /** An engine configuration failed validation (see the message for the field). */
-  ENGINE_CONFIG_INVALID: 'FAIRWAY_SIM_ENGINE_CONFIG_INVALID',
-  /** No cost model or KV capacity can be derived for this (model, GPU, TP) combination. */
-  NO_PRESET: 'FAIRWAY_SIM_NO_PRESET',
-  /** A sequence was added to an engine that already holds one with the same id. */
-  DUPLICATE_SEQUENCE: 'FAIRWAY_SIM_DUPLICATE_SEQUENCE',
-  /** A sequence handed to an engine is malformed (negative or non-integer token counts). */
-  INVALID_SEQUENCE: 'FAIRWAY_SIM_INVALID_SEQUENCE',
   /** The simulation input is malformed (unsorted arrivals, unknown engine, duplicate ids). */
   RUN_INPUT_INVALID: 'FAIRWAY_SIM_RUN_INPUT_INVALID',
   /** A planned batch breaks the engine's KV, budget or phase rules (replaying a schedule). */
@@ -21,14 +13,14 @@ export const SimErrorCode = {
 } as const;
 export type SimErrorCode = (typeof SimErrorCode)[keyof typeof SimErrorCode];
 
-/** Base class of simulator errors: a stable code, the engine or request involved, and a cause. */
-export class SimError extends FairwayError {
+/**
+ * Base class of simulator errors: a stable code, the engine or request involved, and a cause. It
+ * extends the engine models' `PerfError`, so one `instanceof PerfError` catches both.
+ */
+export class SimError extends PerfError {
   override readonly name: string = 'SimError';
-  /** Engine (replica) id or request id the error is about, when there is one. */
-  readonly subject: string | undefined;
 
   constructor(code: SimErrorCode, message: string, options: { subject?: string; cause?: unknown } = {}) {
-    super(code, message, { cause: options.cause });
-    this.subject = options.subject;
+    super(code, message, options);
   }
 }

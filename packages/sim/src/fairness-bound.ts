@@ -7,8 +7,7 @@
  * sharing counters the running batch is the whole fleet's, so `M` sums the replicas' capacities.
  */
 import { type CostFunction, linearCost, type RequestDescriptor } from '@fairway/core';
-import type { EngineConfig } from './engine-api.ts';
-import { EngineModel } from './engine-model.ts';
+import { type EngineConfig, EngineModel } from '@fairway/perf';
 import type { RequestRecord, SimRun } from './records.ts';
 
 /** The bound and the quantities it is made of. */

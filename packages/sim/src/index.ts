@@ -1,20 +1,4 @@
-export { Cluster, type ClusterMember } from './cluster.ts';
-export {
-  COST_MODEL_REFERENCES,
-  type CostModelReference,
-  costCoefficients,
-  costModelPreset,
-  LinearStepCostModel,
-  type StepCostCoefficients,
-} from './cost-models.ts';
-export {
-  type LengthSampler,
-  type LengthSpec,
-  lengthSampler,
-  sampleGamma,
-  searchCdf,
-  zipfCdf,
-} from './distributions.ts';
+/** Engine models, hardware specs, swap costs and fitting live in `@fairway/perf`; re-exported for the simulator's callers. */
 export type {
   BatchPolicy,
   BatchShape,
@@ -30,14 +14,59 @@ export type {
   StepNoise,
   StepNoiseDistribution,
   StepResult,
-} from './engine-api.ts';
+} from '@fairway/perf';
 export {
+  COST_MODEL_REFERENCES,
+  type CostModelReference,
+  costCoefficients,
+  costModelPreset,
+  EngineModel,
   engineConfigSchema,
+  FIXED_RESERVE_GIB,
+  fitEnginePerformance,
+  GPU_HARDWARE,
+  type GpuHardware,
+  HELD_OUT_GRID,
+  type HeldOutError,
+  heldOutError,
+  jitteredCostModel,
+  type KvCapacityBreakdown,
+  type KvCapacityInput,
+  kvCapacityBreakdown,
+  kvCapacityTokens,
+  LinearStepCostModel,
+  LORA_ADAPTER_GB,
+  LORA_OVERHEAD_S,
+  MODEL_ARCHITECTURES,
+  type ModelArchitecture,
+  modelSwapSeconds,
+  NODE_BANDWIDTH,
+  type NodeBandwidth,
+  type ProfiledModel,
+  type ProfilingGrid,
+  type ProfilingSamples,
+  performanceCostModel,
+  performanceEngineConfig,
+  profileEngine,
+  qlmProfile,
+  RESTART_OVERHEAD_S,
   type ResolvedEngineConfig,
   resolveEngineConfig,
+  type StepCostCoefficients,
+  swapCostOf,
   VLLM_STEP_JITTER_CV,
-} from './engine-config.ts';
-export { EngineModel } from './engine-model.ts';
+  WAKE_OVERHEAD_S,
+  type WorkloadLengths,
+} from '@fairway/perf';
+export { Cluster, type ClusterMember } from './cluster.ts';
+export {
+  type LengthSampler,
+  type LengthSpec,
+  lengthSampler,
+  sampleGamma,
+  searchCdf,
+  zipfCdf,
+} from './distributions.ts';
 export { SimError, SimErrorCode } from './errors.ts';
 export { EventQueue } from './event-queue.ts';
 export {
@@ -56,13 +85,6 @@ export {
   oitLimitsOf,
   peakWindowCounts,
 } from './fairserve-profiles.ts';
-export { HELD_OUT_GRID, type HeldOutError, heldOutError, jitteredCostModel } from './fit-validation.ts';
-export {
-  GPU_HARDWARE,
-  type GpuHardware,
-  MODEL_ARCHITECTURES,
-  type ModelArchitecture,
-} from './hardware-specs.ts';
 export {
   computeInteractionMetrics,
   type InteractionCounts,
@@ -70,13 +92,6 @@ export {
   type InteractionMetricsOptions,
   type UserInteractionMetrics,
 } from './interaction-metrics.ts';
-export {
-  FIXED_RESERVE_GIB,
-  type KvCapacityBreakdown,
-  type KvCapacityInput,
-  kvCapacityBreakdown,
-  kvCapacityTokens,
-} from './kv-capacity.ts';
 export {
   computeMetrics,
   type Distribution,
@@ -92,16 +107,6 @@ export {
   windowServiceDifference,
 } from './metrics.ts';
 export { ServiceCurve, type ServiceSpan } from './metrics-curve.ts';
-export {
-  LORA_ADAPTER_GB,
-  LORA_OVERHEAD_S,
-  modelSwapSeconds,
-  NODE_BANDWIDTH,
-  type NodeBandwidth,
-  RESTART_OVERHEAD_S,
-  swapCostOf,
-  WAKE_OVERHEAD_S,
-} from './model-swap.ts';
 export {
   analyticLowerBound,
   OPTIMAL_LIMITS,
@@ -133,17 +138,6 @@ export {
   renderPlanPlot,
   renderThroughputPlot,
 } from './plan-plot.ts';
-export {
-  fitEnginePerformance,
-  type ProfiledModel,
-  type ProfilingGrid,
-  type ProfilingSamples,
-  performanceCostModel,
-  performanceEngineConfig,
-  profileEngine,
-  qlmProfile,
-  type WorkloadLengths,
-} from './plan-profiling.ts';
 export { type Plot, renderPlots, renderSvg } from './plots.ts';
 export {
   QlmControl,

@@ -1,8 +1,13 @@
+import {
+  type EngineConfig,
+  EngineModel,
+  LinearStepCostModel,
+  type PlannedBatch,
+  type ResolvedEngineConfig,
+  resolveEngineConfig,
+  type StepCostCoefficients,
+} from '@fairway/perf';
 import type { Highs } from 'highs';
-import { LinearStepCostModel, type StepCostCoefficients } from './cost-models.ts';
-import type { EngineConfig, PlannedBatch } from './engine-api.ts';
-import { type ResolvedEngineConfig, resolveEngineConfig } from './engine-config.ts';
-import { EngineModel } from './engine-model.ts';
 import { SimError, SimErrorCode } from './errors.ts';
 
 /**

@@ -13,6 +13,12 @@
 
 import { createRng, type RequestDescriptor, type SloClass } from '@fairway/core';
 import {
+  type EngineConfig,
+  fitEnginePerformance,
+  performanceEngineConfig,
+  resolveEngineConfig,
+} from '@fairway/perf';
+import {
   chooseTensorParallel,
   fcfsPolicy,
   fitWorkerCount,
@@ -27,9 +33,6 @@ import {
   type WorkerCountModel,
   type WorkloadProfile,
 } from '@fairway/policy';
-import type { EngineConfig } from './engine-api.ts';
-import { resolveEngineConfig } from './engine-config.ts';
-import { fitEnginePerformance, performanceEngineConfig } from './plan-profiling.ts';
 import { runSimulation } from './runner.ts';
 import { loadTrace, traceWorkload } from './trace.ts';
 

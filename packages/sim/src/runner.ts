@@ -7,6 +7,7 @@ import {
   type SloClass,
   type Tenant,
 } from '@fairway/core';
+import type { EngineConfig, StepResult } from '@fairway/perf';
 import type { AdmissionPolicy, OrderingPolicy, PlacementPolicy } from '@fairway/policy';
 import {
   type AdmissionFunction,
@@ -19,7 +20,6 @@ import {
 import { MemoryStore, type SchedulingStore } from '@fairway/store';
 import { z } from 'zod';
 import { Cluster, type ClusterMember } from './cluster.ts';
-import type { EngineConfig, StepResult } from './engine-api.ts';
 import { EventQueue } from './event-queue.ts';
 import type { EngineSample, RequestRecord, SimRun } from './records.ts';
 import type { ControlOp, ControlReplica, SloControl } from './slo-control.ts';

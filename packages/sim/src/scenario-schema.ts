@@ -4,8 +4,8 @@
  * names the offending field by path (e.g. `streams[1].arrival.rate`).
  */
 import { DEFAULT_SLO_CLASSES, GPUS, MODELS, sloClassSchema } from '@fairway/core';
+import { stepNoiseSchema } from '@fairway/perf';
 import { z } from 'zod';
-import { stepNoiseSchema } from './engine-config.ts';
 
 const id = z
   .string()

@@ -14,8 +14,8 @@ import {
   type SloClass,
   type Tenant,
 } from '@fairway/core';
+import type { EngineConfig, StepNoise } from '@fairway/perf';
 import type { LengthSpec } from './distributions.ts';
-import type { EngineConfig, StepNoise } from './engine-api.ts';
 import { QLM_SCENARIOS } from './qlm-scenarios.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';

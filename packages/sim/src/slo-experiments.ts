@@ -7,6 +7,7 @@
  * multi-model pool every policy may swap models, the baselines at request granularity.
  */
 import { DEFAULT_SLO_CLASSES, type RequestDescriptor, type SloClass } from '@fairway/core';
+import { type EngineConfig, fitEnginePerformance, qlmProfile, swapCostOf } from '@fairway/perf';
 import {
   edfPolicy,
   fcfsPolicy,
@@ -20,10 +21,7 @@ import {
   type RwtProfile,
   type SwapMechanism,
 } from '@fairway/policy';
-import type { EngineConfig } from './engine-api.ts';
 import { computeMetrics, type SimMetrics } from './metrics.ts';
-import { swapCostOf } from './model-swap.ts';
-import { fitEnginePerformance, qlmProfile } from './plan-profiling.ts';
 import { QlmControl, type QlmControlStats, type SwapCost } from './qlm-control.ts';
 import { classTtftP99 } from './report.ts';
 import { runSimulation } from './runner.ts';

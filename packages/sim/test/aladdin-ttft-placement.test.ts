@@ -1,7 +1,7 @@
 import type { RequestDescriptor } from '@fairway/core';
+import { fitEnginePerformance } from '@fairway/perf';
 import { aladdinPlacement, fcfsPolicy } from '@fairway/policy';
 import { describe, expect, it } from 'vitest';
-import { fitEnginePerformance } from '../src/plan-profiling.ts';
 import { runSimulation } from '../src/runner.ts';
 
 const config = { model: 'llama-2-7b', gpu: 'A100-80GB', tp: 1 };

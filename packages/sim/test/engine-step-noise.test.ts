@@ -1,8 +1,12 @@
 import { ConfigError, createRng } from '@fairway/core';
+import {
+  type BatchShape,
+  type EngineConfig,
+  EngineModel,
+  type StepCostModel,
+  VLLM_STEP_JITTER_CV,
+} from '@fairway/perf';
 import { describe, expect, it } from 'vitest';
-import type { BatchShape, EngineConfig, StepCostModel } from '../src/engine-api.ts';
-import { VLLM_STEP_JITTER_CV } from '../src/engine-config.ts';
-import { EngineModel } from '../src/engine-model.ts';
 import { buildRunInput, parseScenario } from '../src/scenario.ts';
 
 /** Every decode step costs 20 ms, every prefill 100 ms: the noise factor is duration / modelled time. */

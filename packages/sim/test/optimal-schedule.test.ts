@@ -1,8 +1,12 @@
 import { createRng } from '@fairway/core';
+import {
+  type EngineConfig,
+  EngineModel,
+  PerfError,
+  type PlannedBatch,
+  resolveEngineConfig,
+} from '@fairway/perf';
 import { describe, expect, it } from 'vitest';
-import type { EngineConfig, PlannedBatch } from '../src/engine-api.ts';
-import { resolveEngineConfig } from '../src/engine-config.ts';
-import { EngineModel } from '../src/engine-model.ts';
 import { SimError } from '../src/errors.ts';
 import {
   analyticLowerBound,
@@ -330,8 +334,8 @@ describe('EngineModel.stepPlanned', () => {
         }
         return undefined;
       })();
-      expect(err).toBeInstanceOf(SimError);
-      expect((err as SimError).code).toBe('FAIRWAY_SIM_INVALID_BATCH_PLAN');
+      expect(err).toBeInstanceOf(PerfError);
+      expect((err as PerfError).code).toBe('FAIRWAY_SIM_INVALID_BATCH_PLAN');
       expect((err as Error).message).toMatch(message);
       expect(m.stats().kvUsedTokens).toBe(0);
       expect(m.stats().stepsTotal).toBe(0);

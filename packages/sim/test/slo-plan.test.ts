@@ -1,8 +1,12 @@
+import {
+  fitEnginePerformance,
+  heldOutError,
+  modelSwapSeconds,
+  profileEngine,
+  qlmProfile,
+} from '@fairway/perf';
 import { describe, expect, it } from 'vitest';
-import { heldOutError } from '../src/fit-validation.ts';
-import { modelSwapSeconds } from '../src/model-swap.ts';
 import { bucketedOutputPredictor, fewestPassing, planFleet } from '../src/plan.ts';
-import { fitEnginePerformance, profileEngine, qlmProfile } from '../src/plan-profiling.ts';
 
 describe('performance models fitted from profiling runs', () => {
   it.each([

@@ -16,7 +16,8 @@ import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { type QueuedRequest, RedisStore } from '../src/index.ts';
+import { RedisStore } from '../src/index.ts';
+import { benchRequest, FLOWS } from './bench-requests.ts';
 
 const PID = process.argv[2];
 if (PID === undefined || !/^\d+$/.test(PID)) {
@@ -25,24 +26,8 @@ if (PID === undefined || !/^\d+$/.test(PID)) {
 }
 const N = Number(process.env.BENCH_N ?? 2000);
 const DIR = process.env.CG_DIR ?? '/tmp/fairway-cg';
-const FLOWS = 100;
 const IN_FLIGHT = 64;
 const replicas = [{ id: 'r1', tokenCapacity: 1e12, seqCapacity: 1e9 }];
-
-function req(i: number): QueuedRequest {
-  return {
-    id: `q${i}`,
-    pool: 'p',
-    band: 0,
-    flow: `f${i % FLOWS}`,
-    score: i,
-    arrivalMs: i,
-    reserveTokens: 300,
-    dispatchCost: 100 + (i % 7),
-    owner: 'bench',
-    payload: '{"model":"m"}',
-  };
-}
 
 async function run(n: number, op: (i: number) => Promise<unknown>): Promise<void> {
   let next = 0;
@@ -74,13 +59,50 @@ async function main(): Promise<void> {
     fit: 'first' as const,
   };
   let previous: string | undefined;
-  const phases: [string, number, (i: number) => Promise<unknown>][] = [
+  const admitIn = (i: number, pool = 'w') => ({
+    req: { ...benchRequest(i), id: `${pool}${i}`, pool },
+    nowMs: i,
+    lift: 'vtc' as const,
+    limits: [],
+    overloaded: false,
+    tenant: 't',
+  });
+  // As the dispatcher admits every request: with a usage account (its API key's, no price set).
+  const account = { key: 'sha256:k', model: 'm', day: '2026-11-25', month: '2026-11' };
+  let pending: { id: string; amount: number }[] = [];
+  const coalesced = async (id: string | undefined): Promise<void> => {
+    if (id !== undefined) pending.push({ id, amount: 2 });
+    if (pending.length < 16) return;
+    const items = pending;
+    pending = [];
+    await store.charge(items);
+  };
+  const queue = async (from: number, to: number): Promise<void> => {
+    for (let i = from; i < to; i++) await store.admit(admitIn(i));
+  };
+  const phases: [string, number, (i: number) => Promise<unknown>, (() => Promise<void>)?][] = [
     [
       'admit',
       N,
-      (i) => store.admit({ req: req(i), nowMs: i, lift: 'vtc', limits: [], overloaded: false, tenant: 't' }),
+      (i) =>
+        store.admit({
+          req: benchRequest(i),
+          nowMs: i,
+          lift: 'vtc',
+          limits: [],
+          overloaded: false,
+          tenant: 't',
+        }),
     ],
     ['dispatch', N / 2, (i) => store.dispatch({ ...dispatch, nowMs: i })],
+    [
+      'dispatch+charge',
+      N / 4,
+      async (i) => {
+        const d = await store.dispatch({ ...dispatch, nowMs: i });
+        if (d.kind === 'dispatched') await store.charge([{ id: d.req.id, amount: 2 }]);
+      },
+    ],
     [
       'dispatch+charge, one call',
       N / 4,
@@ -102,11 +124,88 @@ async function main(): Promise<void> {
       (i) =>
         store.settle({ id: `q${i}`, nowMs: N + i, finalCost: 300, actualTokens: 350, outputTokens: 100 }),
     ],
+    // The request path's fused calls and coalesced charges, as in bench:store, on a pool of their
+    // own: requests arrive while a replica has room (the pool is empty), then completions
+    // dispatch what queued meanwhile.
+    [
+      'admit+dispatch, one call',
+      N / 2,
+      async (i) => {
+        const r = await store.admitAndDispatch({
+          admit: admitIn(i),
+          dispatch: { ...dispatch, pool: 'w', nowMs: i },
+        });
+        await coalesced(r.dispatch?.kind === 'dispatched' ? r.dispatch.req.id : undefined);
+      },
+    ],
+    [
+      'settle+dispatch, one call',
+      N / 2,
+      async (i) => {
+        const r = await store.settleAndDispatch({
+          settle: { id: `w${i}`, nowMs: N + i, finalCost: 300, actualTokens: 350, outputTokens: 100 },
+          dispatch: { ...dispatch, pool: 'w', nowMs: N + i },
+        });
+        await coalesced(r.dispatch.kind === 'dispatched' ? r.dispatch.req.id : undefined);
+      },
+      // Uncounted: queues the requests these completions dispatch.
+      () => queue(N / 2, N),
+    ],
+    [
+      'dispatch + coalesced charge',
+      N / 2,
+      async (i) => {
+        const d = await store.dispatch({ ...dispatch, pool: 'w', nowMs: i });
+        await coalesced(d.kind === 'dispatched' ? d.req.id : undefined);
+      },
+      () => queue(N, N + N / 2),
+    ],
+    // The closed loop's completion: nothing queued, so the dispatch finds nothing.
+    [
+      'settle+dispatch, empty',
+      N / 2,
+      (i) =>
+        store.settleAndDispatch({
+          settle: { id: `e${i}`, nowMs: N + i, finalCost: 300, actualTokens: 350, outputTokens: 100 },
+          dispatch: { ...dispatch, pool: 'e', nowMs: N + i },
+        }),
+      // Uncounted: requests running in a pool with nothing queued, as admit+dispatch leaves them.
+      async () => {
+        for (let i = 0; i < N / 2; i++)
+          await store.admitAndDispatch({
+            admit: admitIn(i, 'e'),
+            dispatch: { ...dispatch, pool: 'e', nowMs: i },
+          });
+      },
+    ],
+    // The two calls of the dispatcher's closed loop, each request with a usage account.
+    [
+      'admit+dispatch, account',
+      N / 2,
+      (i) =>
+        store.admitAndDispatch({
+          admit: { ...admitIn(i, 'u'), usage: account },
+          dispatch: { ...dispatch, pool: 'u', nowMs: i },
+        }),
+    ],
+    [
+      'settle+dispatch, account',
+      N / 2,
+      (i) =>
+        store.settleAndDispatch({
+          settle: { id: `u${i}`, nowMs: N + i, finalCost: 300, actualTokens: 350, outputTokens: 100 },
+          dispatch: { ...dispatch, pool: 'u', nowMs: N + i },
+        }),
+    ],
   ];
   await store.charge([{ id: 'warm-up', amount: 1 }]); // loads the library before counting
   dump('start');
   console.log(`redis instructions per operation (callgrind, N=${N}, ${FLOWS} flows, ${IN_FLIGHT} in flight)`);
-  for (const [i, [name, n, op]] of phases.entries()) {
+  for (const [i, [name, n, op, setup]] of phases.entries()) {
+    if (setup !== undefined) {
+      await setup();
+      dump(`setup${i}`);
+    }
     await run(n, op);
     const total = dump(`phase${i}`);
     console.log(`  ${name.padEnd(26)} ${(total / n / 1000).toFixed(1).padStart(8)} k instructions/op`);

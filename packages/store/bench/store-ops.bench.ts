@@ -1,15 +1,22 @@
 /**
- * Store operations per second, both backends: admit, dispatch, charge, settle, and dispatch+charge
- * pairs. The Redis runs use one connection with many calls in flight, auto-pipelined as the
- * dispatcher's connection is (calls made in one event-loop turn leave in one write). Ends with the exact-limit demo: 4 dispatcher clients share one RPM limit of 60.
+ * Store operations per second, both backends: admit, dispatch, charge, settle, dispatch+charge
+ * pairs, and the fused calls of the request path (admit+dispatch when a request arrives,
+ * settle+dispatch when one completes, each dispatch followed by its share of a coalesced charge
+ * flush). The Redis runs use one connection with many calls in flight, as the dispatcher's
+ * connection is (calls made in one event-loop turn leave in one write). Ends with the exact-limit
+ * demo: 4 dispatcher clients share one RPM limit of 60.
  *
  *   npm run bench:store            (REDIS_URL defaults to redis://127.0.0.1:6379)
  *   BENCH_N=50000 npm run bench:store
  *   BENCH_ONLY=redis npm run bench:store   (skip the memory runs and the exact-limit demo)
- *   BENCH_VALIDATE=0 npm run bench:store   (Redis store without input validation, as the dispatcher runs it)
+ *   BENCH_VALIDATE=1 npm run bench:store   (Redis store with zod input validation; the dispatcher runs
+ *                                          without, so the default is off)
  *   BENCH_USAGE=1 npm run bench:store      (admissions carry a usage account, priced, and a tenant and a
  *                                          key token budget: the cost of usage accounting and quotas)
- *   BENCH_AUTOPIPELINE=0 npm run bench:store   (one write per call, as before auto-pipelining)
+ *   BENCH_AUTOPIPELINE=0 npm run bench:store   (ioredis auto-pipelining off: the store's own calls
+ *                                          batch their writes either way; other commands do not)
+ *   BENCH_CLUSTER=3 npm run bench:store    (only this: 3 pools in 3 slot groups on one throw-away Redis,
+ *                                          then on a throw-away 3-primary Redis Cluster; see store-cluster.bench.ts)
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -21,10 +28,12 @@ import {
   type SchedulingStore,
   type WindowLimit,
 } from '../src/index.ts';
+import { benchRequest, FLOWS } from './bench-requests.ts';
+import { clusterBench } from './store-cluster.bench.ts';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const ONLY_REDIS = process.env.BENCH_ONLY === 'redis';
-const VALIDATE = process.env.BENCH_VALIDATE !== '0';
+const VALIDATE = process.env.BENCH_VALIDATE === '1';
 const USAGE = process.env.BENCH_USAGE === '1';
 /** With BENCH_USAGE=1: what the dispatcher adds to each admission for accounting and two budgets. */
 const accounting = USAGE
@@ -50,24 +59,11 @@ const accounting = USAGE
   : {};
 const AUTOPIPELINE = process.env.BENCH_AUTOPIPELINE !== '0';
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-const FLOWS = 100;
 const IN_FLIGHT = 256;
 const replicas = [{ id: 'r1', tokenCapacity: 1e12, seqCapacity: 1e9 }];
 
-function req(i: number): QueuedRequest {
-  return {
-    id: `q${i}`,
-    pool: 'p',
-    band: 0,
-    flow: `f${i % FLOWS}`,
-    score: i,
-    arrivalMs: i,
-    reserveTokens: 300,
-    dispatchCost: 100 + (i % 7),
-    owner: 'bench',
-    payload: '{"model":"m"}',
-  };
-}
+/** Items per coalesced charge flush in the request-path rows (the gateway flushes every 512 tokens or 50 ms). */
+const FLUSH_ITEMS = 16;
 
 /** Runs `op(i)` for i in [0, n) with at most `inFlight` outstanding; returns ops per second. */
 async function run(n: number, inFlight: number, op: (i: number) => Promise<unknown>): Promise<number> {
@@ -137,7 +133,7 @@ async function measure(
   };
   await rate('admit', N, (i) =>
     store.admit({
-      req: req(i),
+      req: benchRequest(i),
       nowMs: i,
       lift: 'vtc',
       limits: [],
@@ -193,6 +189,60 @@ async function measure(
   await rate('settle', N, (i) =>
     store.settle({ id: `q${i}`, nowMs: N + i, finalCost: 300, actualTokens: 350, outputTokens: 100 }),
   );
+  // The request path as the gateway runs it, on a pool of its own: a request that arrives while a
+  // replica has room (the pool is empty) is admitted and dispatched in one call; a completion settles and dispatches the next queued
+  // request in one call; output charges of the running requests go in coalesced flushes of
+  // FLUSH_ITEMS items, one flush per FLUSH_ITEMS dispatches here.
+  const dispatchIn = {
+    pool: 'w',
+    bands: [0],
+    ordering: 'fair' as const,
+    picker: 'bench',
+    replicas,
+    fit: 'first' as const,
+  };
+  const path = (i: number): QueuedRequest => ({ ...benchRequest(i), id: `w${i}`, pool: 'w' });
+  let pending: { id: string; amount: number }[] = [];
+  const coalesced = async (id: string | undefined): Promise<void> => {
+    if (id !== undefined) pending.push({ id, amount: 2 });
+    if (pending.length < FLUSH_ITEMS) return;
+    const items = pending;
+    pending = [];
+    await store.charge(items);
+  };
+  const admitIn = (i: number) => ({
+    req: path(i),
+    nowMs: i,
+    lift: 'vtc' as const,
+    limits: [],
+    overloaded: false,
+    tenant: 't',
+    ...accounting,
+  });
+  await rate('admit+dispatch, one call', N / 2, async (i) => {
+    const r = await store.admitAndDispatch?.({ admit: admitIn(i), dispatch: { ...dispatchIn, nowMs: i } });
+    await coalesced(r?.dispatch?.kind === 'dispatched' ? r.dispatch.req.id : undefined);
+  });
+  /** Queues requests `from` .. `to` - 1 (untimed). */
+  const queue = async (from: number, to: number): Promise<void> => {
+    for (let i = from; i < to; i += IN_FLIGHT)
+      await Promise.all(
+        Array.from({ length: Math.min(IN_FLIGHT, to - i) }, (_, k) => store.admit(admitIn(i + k))),
+      );
+  };
+  await queue(N / 2, N);
+  await rate('settle+dispatch, one call', N / 2, async (i) => {
+    const r = await store.settleAndDispatch?.({
+      settle: { id: `w${i}`, nowMs: N + i, finalCost: 300, actualTokens: 350, outputTokens: 100 },
+      dispatch: { ...dispatchIn, nowMs: N + i },
+    });
+    await coalesced(r?.dispatch.kind === 'dispatched' ? r.dispatch.req.id : undefined);
+  });
+  await queue(N, N + N / 2);
+  await rate('dispatch + coalesced charge', N / 2, async (i) => {
+    const d = await store.dispatch({ ...dispatchIn, nowMs: i });
+    await coalesced(d.kind === 'dispatched' ? d.req.id : undefined);
+  });
   console.log(
     `\n${label} (N=${N}, ${FLOWS} flows, ${inFlight} in flight${USAGE ? ', usage account and 2 budgets' : ''})`,
   );
@@ -229,7 +279,7 @@ async function exactLimitDemo(): Promise<void> {
     const attempts = stores.flatMap((s, c) =>
       Array.from({ length: 50 }, (_, i) =>
         s.admit({
-          req: { ...req(w * 1000 + c * 100 + i), owner: `d${c}`, flow: 'shared' },
+          req: { ...benchRequest(w * 1000 + c * 100 + i), owner: `d${c}`, flow: 'shared' },
           nowMs: w * 60_000 + i * 1000 + c,
           lift: 'vtc',
           limits: [rpm],
@@ -250,6 +300,10 @@ async function exactLimitDemo(): Promise<void> {
 }
 
 async function main(): Promise<void> {
+  if (process.env.BENCH_CLUSTER !== undefined) {
+    await clusterBench(Number(process.env.BENCH_CLUSTER), N);
+    return;
+  }
   if (!ONLY_REDIS) {
     await measure('memory', new MemoryStore(), 1);
     await measure('memory, validation off', new MemoryStore({ validate: false }), 1);

@@ -7,9 +7,25 @@ export {
   StoreScriptError,
   scriptErrorFromCode,
 } from './errors.ts';
-export { KEY_LAYOUT, type KeyKind, STORE_LAYOUT_VERSION, StoreKeys, tenantScoped } from './keys.ts';
+export {
+  KEY_LAYOUT,
+  type KeyKind,
+  SLOT_GROUP_NAME,
+  STORE_LAYOUT_VERSION,
+  StoreKeys,
+  slotGroupPrefix,
+  tenantScoped,
+} from './keys.ts';
 export { MemoryStore } from './memory-store.ts';
 export { RedisStore, type RedisStoreOptions } from './redis-store.ts';
+export { isCluster, type RedisClient } from './script-loader.ts';
+export {
+  DEFAULT_SLOT_GROUP,
+  type RedisSlotGroupStoreOptions,
+  redisSlotGroupStore,
+  SlotGroupStore,
+  type SlotGroupStoreOptions,
+} from './slot-group-store.ts';
 export type {
   AdmitAndDispatchInput,
   AdmitAndDispatchResult,
@@ -41,5 +57,5 @@ export type {
   UsageRow,
   WindowLimit,
 } from './store.ts';
-export { HISTORY_LENGTH, type StoreOptions } from './store-options.ts';
+export { HISTORY_LENGTH, type StoreOptions, USAGE_RETENTION_DAYS } from './store-options.ts';
 export { purgeStore } from './store-purge.ts';

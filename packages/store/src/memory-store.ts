@@ -48,6 +48,7 @@ import {
   type ResolvedStoreOptions,
   resolveStoreOptions,
   type StoreOptions,
+  USAGE_RETENTION_DAYS,
 } from './store-options.ts';
 import { usageField, usageRows } from './usage-rows.ts';
 import { WindowLog } from './window-log.ts';
@@ -203,6 +204,8 @@ export class MemoryStore implements SchedulingStore {
   /** Usage rows by UTC day, in the field encoding the Redis backend uses (usage-rows.ts). */
   readonly #usageDays = new Map<string, Map<string, number>>();
   readonly #usageTotals = new Map<string, UsageTotal>();
+  /** The cutoff day the last usage pruning used (see {@link MemoryStore.#pruneUsage}). */
+  #usageCutoff = '';
   #closed = false;
 
   constructor(options: StoreOptions = {}) {
@@ -450,6 +453,7 @@ export class MemoryStore implements SchedulingStore {
     this.#release(rs);
     this.#trueUp(rs, input.actualTokens);
     this.#recordUsage(rs, input.actualTokens, input.outputTokens);
+    if (rs.account !== undefined) this.#pruneUsage(input.nowMs);
     let hist = this.#history.get(rs.req.flow);
     if (hist === undefined) {
       hist = [];
@@ -881,6 +885,23 @@ export class MemoryStore implements SchedulingStore {
       if (priced) t.c = t.c + cost;
     }
     this.#releaseQuotas(rs);
+  }
+
+  /**
+   * Drops the usage days and total buckets that ended more than {@link USAGE_RETENTION_DAYS}
+   * before `nowMs` (Redis lets such keys expire); looks once per UTC day of `nowMs`.
+   */
+  #pruneUsage(nowMs: number): void {
+    const cutoff = new Date(nowMs - USAGE_RETENTION_DAYS * 86_400_000).toISOString().slice(0, 10);
+    if (cutoff === this.#usageCutoff) return;
+    this.#usageCutoff = cutoff;
+    for (const day of this.#usageDays.keys()) if (day < cutoff) this.#usageDays.delete(day);
+    // A bucket is a day (YYYY-MM-DD) or a month (YYYY-MM, which ended before the cutoff's month).
+    const month = cutoff.slice(0, 7);
+    for (const k of this.#usageTotals.keys()) {
+      const bucket = k.slice(k.indexOf('\u0000') + 1);
+      if (bucket.length === 7 ? bucket < month : bucket < cutoff) this.#usageTotals.delete(k);
+    }
   }
 
   #forget(rs: RequestState): void {

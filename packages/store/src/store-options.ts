@@ -1,6 +1,14 @@
 import { z } from 'zod';
 import { parseInput } from './errors.ts';
 
+/**
+ * How long usage is kept, days. Redis: every usage key (a day's rows, a tenant's or key's day and
+ * month totals) expires this long after its first write (`includes/usage.lua`, which holds the
+ * same number). Memory store: a settlement drops days and buckets that ended more than this long
+ * before its `nowMs`. A year of daily rows plus a month's slack.
+ */
+export const USAGE_RETENTION_DAYS = 400;
+
 /** Options shared by both store backends; both must be given the same values to behave alike. */
 export interface StoreOptions {
   /**

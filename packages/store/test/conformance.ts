@@ -723,6 +723,89 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         );
       });
 
+      it('applies charges made together, unawaited, in order and before an operation made after them', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1 })));
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', arrivalMs: 2 })));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', arrivalMs: 3 })));
+        await s.admit(admitOf(makeReq('b2', { flow: 'b', arrivalMs: 4 })));
+        expect(await dispatchedId()).toBe('a1'); // a=10, b=0
+        expect(await dispatchedId()).toBe('b1'); // b=10
+        // Concurrent requests' charges (the Redis backend sends them as one call), then a pick
+        // made before any of them answered: it sees a=16, b=12 and picks b.
+        const charged = [
+          s.charge([{ id: 'a1', amount: 5 }]),
+          s.charge([
+            { id: 'a1', amount: 1 },
+            { id: 'b1', amount: 2 },
+          ]),
+          s.charge([{ id: 'unknown', amount: 7 }]),
+        ];
+        const picked = s.dispatch(dispatchOf());
+        await Promise.all(charged);
+        expect(await picked).toMatchObject({ kind: 'dispatched', req: { id: 'b2' } });
+        expect((await s.snapshot('p', 0)).counters).toEqual({ a: 16, b: 22 });
+        // A bad item fails its own call only, before anything is sent.
+        const good = s.charge([{ id: 'a1', amount: 1 }]);
+        await expect(s.charge([{ id: 'a1', amount: Number.NaN }])).rejects.toThrow(/amount/);
+        await good;
+        expect((await s.snapshot('p', 0)).counters.a).toBe(17);
+      });
+
+      it('serves dispatches made together, unawaited, one after another in the order made', async () => {
+        for (const [i, id] of ['a1', 'a2', 'b1', 'b2'].entries())
+          await s.admit(admitOf(makeReq(id, { flow: id[0], arrivalMs: i, reserveTokens: 10 })));
+        await s.admit(admitOf(makeReq('q1', { pool: 'q', flow: 'q' })));
+        const three = { replicas: [{ id: 'r1', tokenCapacity: 1000, seqCapacity: 3 }] };
+        // Five picks onto a replica with room for three, a pick from another pool among them,
+        // then one onto a replica with room for one more: the Redis backend sends runs of the
+        // same arguments as one call.
+        const picks = [
+          s.dispatch(dispatchOf(three)),
+          s.dispatch(dispatchOf(three)),
+          s.dispatch(
+            dispatchOf({ pool: 'q', replicas: [{ id: 'r2', tokenCapacity: 1000, seqCapacity: 3 }] }),
+          ),
+          s.dispatch(dispatchOf(three)),
+          s.dispatch(dispatchOf(three)),
+          s.dispatch(dispatchOf(three)),
+          s.dispatch(dispatchOf({ replicas: [{ id: 'r1', tokenCapacity: 1000, seqCapacity: 5 }] })),
+          s.dispatch(dispatchOf({ pool: 'empty' })),
+          s.dispatch(dispatchOf({ pool: 'empty' })),
+        ];
+        const got = (await Promise.all(picks)).map((d) =>
+          d.kind === 'dispatched' ? d.req.id : d.kind === 'blocked' ? `blocked ${d.id}` : d.kind,
+        );
+        expect(got).toEqual(['a1', 'b1', 'q1', 'a2', 'blocked b2', 'blocked b2', 'b2', 'empty', 'empty']);
+      });
+
+      it('answers a read made before a change, unawaited, as it was before the change', async () => {
+        await s.admit(admitOf(makeReq('x', { reserveTokens: 30 })));
+        await dispatchedId();
+        const before = s.reserved('r1');
+        const settled = s.settle({ id: 'x', nowMs: 1, finalCost: 10, actualTokens: 30, outputTokens: 0 });
+        const after = s.reserved('r1');
+        expect(await before).toEqual({ tokens: 30, seqs: 1 });
+        expect(await settled).toBe(true);
+        expect(await after).toEqual({ tokens: 0, seqs: 0 });
+      });
+
+      it('serves continuations first among dispatches made together', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1 })));
+        await s.admit(admitOf(makeReq('c1', { flow: 'c', arrivalMs: 2, continuation: true })));
+        await s.admit(admitOf(makeReq('a2', { flow: 'a', arrivalMs: 3 })));
+        await s.admit(admitOf(makeReq('c2', { flow: 'c', arrivalMs: 4, continuation: true })));
+        const picks = await Promise.all(Array.from({ length: 6 }, () => s.dispatch(dispatchOf())));
+        expect(picks.map((d) => (d.kind === 'dispatched' ? d.req.id : d.kind))).toEqual([
+          'c1',
+          'c2',
+          'a1',
+          'a2',
+          'empty',
+          'empty',
+        ]);
+        expect(await s.reserved('r1')).toEqual({ tokens: 40, seqs: 4 });
+      });
+
       it('applies charges carried by a dispatch before it picks', async () => {
         await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1 })));
         await s.admit(admitOf(makeReq('a2', { flow: 'a', arrivalMs: 2 })));
@@ -886,6 +969,37 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(await s.settle({ id: 'x', nowMs: 1, finalCost: 10, actualTokens: 30, outputTokens: 0 })).toBe(
           true,
         );
+      });
+
+      it('into an empty pool, lifts the flow and leaves it as the last to leave, as admit and dispatch would', async () => {
+        // a (cost 10 per request) runs twice through an empty pool: a = 20, and a left last.
+        await fused(makeReq('a1', { flow: 'a', arrivalMs: 1 }));
+        await fused(makeReq('a2', { flow: 'a', arrivalMs: 2 }));
+        // b arrives at an empty pool: lifted to the counter of the last flow to leave (a's 20).
+        const r = await fused(makeReq('b1', { flow: 'b', arrivalMs: 3, dispatchCost: 5 }));
+        expect(r.admit).toEqual({ ok: true, queued: 1 });
+        expect(r.dispatch).toMatchObject({ kind: 'dispatched', req: { id: 'b1' } });
+        expect(r.poolQueued).toBe(0);
+        expect((await s.snapshot('p', 0)).counters).toEqual({ a: 20, b: 25 });
+        // Now b is the last to leave: c is lifted to b's 25, not a's 20.
+        await fused(makeReq('c1', { flow: 'c', arrivalMs: 4, dispatchCost: 1 }));
+        expect((await s.snapshot('p', 0)).counters).toEqual({ a: 20, b: 25, c: 26 });
+        // Under LCF nothing is lifted.
+        await fused(makeReq('d1', { flow: 'd', arrivalMs: 5 }), { lift: 'none' });
+        expect((await s.snapshot('p', 0)).counters).toMatchObject({ d: 10 });
+        // Running, recorded as dispatched: it settles, and a re-queue puts it back in the queue.
+        if (!s.requeue) throw new Error('backend has no requeue');
+        expect(await s.requeue({ id: 'd1', nowMs: 10, servedCost: 10 })).toBe(true);
+        expect(await dispatchedId()).toBe('d1');
+      });
+
+      it('a continuation into an empty pool runs at once and leaves no continuation queued', async () => {
+        const r = await fused(makeReq('c1', { flow: 'c', continuation: true }));
+        expect(r.dispatch).toMatchObject({ kind: 'dispatched', req: { id: 'c1' } });
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1 })));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', arrivalMs: 2 })));
+        expect(await dispatchedId()).toBe('a1');
+        expect((await s.snapshot('p', 0)).backlogged).toEqual(['b']);
       });
 
       it('serves a request queued ahead first, by the ordering', async () => {

@@ -52,6 +52,9 @@ describe('control connection', () => {
       await store.reclaim(0);
       // A blocking read holds the request connection for 2 s; what queues behind it waits too.
       const blocked = requests.blpop(`${store.keys.base}:nothing`, 2).then(() => 'requests');
+      // The BLPOP is auto-pipelined, written when this turn of the event loop ends; the store
+      // writes its own commands at once, so its read is made in the next turn, behind it.
+      await new Promise((resolve) => setImmediate(resolve));
       const queuedBehind = store.reserved('r1').then(() => 'queued behind');
       const controlCalls = Promise.all([
         store.renewOwner('d1', 1, 10_000),
@@ -59,7 +62,12 @@ describe('control connection', () => {
         store.snapshot('p', 0),
       ]).then(() => 'control');
       expect(await Promise.race([blocked, queuedBehind, controlCalls])).toBe('control');
-      expect(await Promise.race([blocked, queuedBehind])).toBe('requests');
+      // The read queued behind the blocking command still waits a second later. (Not a race
+      // with the BLPOP's own reply: auto-pipelined replies resolve a tick after the ones that
+      // follow them on the wire.)
+      const stillWaiting = new Promise((resolve) => setTimeout(() => resolve('still waiting'), 1000));
+      expect(await Promise.race([queuedBehind, stillWaiting])).toBe('still waiting');
+      expect(await Promise.all([blocked, queuedBehind])).toEqual(['requests', 'queued behind']);
     } finally {
       await deletePrefix(redis, store);
       await store.close();

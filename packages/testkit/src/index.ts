@@ -3,10 +3,13 @@ export { type LogLine, RecordingLogger } from './recording-logger.ts';
 export {
   freePort,
   type NatsServerOptions,
+  type RedisCluster,
+  type RedisClusterNode,
   type RedisSentinelGroup,
   type RestartableRedisServer,
   type RestartableServer,
   startNatsServer,
+  startRedisCluster,
   startRedisSentinelGroup,
   startRedisServer,
   startRestartableNatsServer,

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -242,6 +242,133 @@ export async function startRedisSentinelGroup(name = 'fairway'): Promise<RedisSe
     throw err;
   }
   return { primaryPort, replicaPort, sentinelPort, name, stop };
+}
+
+/** One primary of a {@link RedisCluster}. */
+export interface RedisClusterNode {
+  readonly port: number;
+  /** `redis://127.0.0.1:<port>`. */
+  readonly url: string;
+}
+
+/** A throw-away Redis Cluster, each node on its own free port. */
+export interface RedisCluster {
+  /** Every node, primaries and replicas (`CLUSTER NODES` tells which is which). */
+  readonly nodes: readonly RedisClusterNode[];
+  /** `host:port,…` of every node: what `fairway serve --redis-cluster` takes. */
+  readonly seeds: string;
+  stop(): Promise<void>;
+}
+
+function redisCli(args: readonly string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile('redis-cli', args, { timeout: 20_000 }, (err, stdout, stderr) => {
+      if (err) reject(new TestServerError(`redis-cli ${args.join(' ')}: ${stderr || err.message}`));
+      else resolve(stdout);
+    });
+  });
+}
+
+/**
+ * Starts `primaries` `redis-server` processes in cluster mode (no persistence, each with its
+ * cluster bus on a free port of its own and its node file in a temp directory) and `replicas`
+ * more per primary, gives each primary an equal range of the 16384 slots with `redis-cli
+ * --cluster create` (which attaches the replicas too), and resolves once every node reports
+ * `cluster_state:ok` and knows every other.
+ */
+export async function startRedisCluster(
+  options: { readonly primaries?: number; readonly replicas?: number } = {},
+): Promise<RedisCluster> {
+  const primaries = options.primaries ?? 3;
+  const replicas = options.replicas ?? 0;
+  if (!Number.isInteger(primaries) || primaries < 3)
+    throw new TestServerError(
+      `startRedisCluster: primaries must be an integer ≥ 3 (redis-cli's minimum), got ${primaries}`,
+    );
+  const dir = mkdtempSync(join(tmpdir(), 'fairway-cluster-'));
+  const hint = 'apt-get install -y redis-server';
+  const children: ChildProcess[] = [];
+  const nodes: RedisClusterNode[] = [];
+  const stop = async (): Promise<void> => {
+    await Promise.all(children.map((c) => stopProcess(c)));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    for (let i = 0; i < primaries * (1 + replicas); i++) {
+      const busPort = await freePort();
+      const { port, child } = await startOnFreePort((p) =>
+        startProcess(
+          'redis-server',
+          [
+            '--port',
+            String(p),
+            '--bind',
+            '127.0.0.1',
+            '--cluster-enabled',
+            'yes',
+            '--cluster-port',
+            String(busPort),
+            '--cluster-config-file',
+            join(dir, `nodes-${i}-${p}.conf`),
+            '--cluster-node-timeout',
+            '2000',
+            '--dir',
+            dir,
+            '--save',
+            '',
+            '--appendonly',
+            'no',
+          ],
+          hint,
+        ),
+      );
+      children.push(child);
+      nodes.push({ port, url: `redis://127.0.0.1:${port}` });
+    }
+    await redisCli([
+      '--cluster',
+      'create',
+      ...nodes.map((n) => `127.0.0.1:${n.port}`),
+      '--cluster-replicas',
+      String(replicas),
+      '--cluster-yes',
+    ]);
+    const deadline = Date.now() + 20_000;
+    for (const n of nodes) {
+      for (;;) {
+        const info = await redisCli(['-p', String(n.port), 'cluster', 'info']);
+        if (
+          /cluster_state:ok/.test(info) &&
+          /cluster_known_nodes:(\d+)/.exec(info)?.[1] === String(nodes.length)
+        )
+          break;
+        if (Date.now() > deadline)
+          throw new TestServerError(`the cluster node on port ${n.port} is not ok after 20 s:\n${info}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    // Replicas attached and in sync, as every node sees them (a fail-over needs both).
+    for (const n of nodes) {
+      for (;;) {
+        const known = await redisCli(['-p', String(n.port), 'cluster', 'nodes']);
+        const attached = known.split('\n').filter((l) => /[ ,](slave|replica)[ ,]/.test(l)).length;
+        const repl = await redisCli(['-p', String(n.port), 'info', 'replication']);
+        const synced = /role:master/.test(repl)
+          ? /connected_slaves:(\d+)/.exec(repl)?.[1] === String(replicas)
+          : /master_link_status:up/.test(repl);
+        if (attached === primaries * replicas && synced) break;
+        if (Date.now() > deadline)
+          throw new TestServerError(
+            `the cluster's replicas are not attached after 20 s (${attached} attached, port ${n.port}):\n${known}\n${repl}`,
+          );
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { nodes, seeds: nodes.map((n) => `127.0.0.1:${n.port}`).join(','), stop };
 }
 
 /** Options of {@link startNatsServer}. */

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -56,6 +56,16 @@ export interface FleetOptions {
   readonly cappedRpm: number;
   /** Gateway queue timeout, s. @default 60 */
   readonly queueTimeoutS: number;
+  /**
+   * The dispatchers' log level: `info` logs every request by its `x-request-id` (see
+   * `RequestRecord.requestId`), to trace a failed one through both dispatchers. @default 'warn'
+   */
+  readonly dispatcherLogLevel: 'warn' | 'info' | 'debug';
+  /**
+   * A directory each dispatcher's whole output is appended to (`d<n>.log`; the harness keeps only
+   * its last lines), kept after the fleet closes. @default none
+   */
+  readonly logDir: string | undefined;
 }
 
 /** Defaults of {@link FleetOptions}. */
@@ -69,6 +79,8 @@ export const DEFAULT_FLEET: FleetOptions = {
   leaseMs: 5000,
   cappedRpm: 20,
   queueTimeoutS: 60,
+  dispatcherLogLevel: 'warn',
+  logDir: undefined,
 };
 
 function configYaml(o: FleetOptions): string {
@@ -218,10 +230,19 @@ export class ChaosFleet {
       FAIRWAY_PREFIX: PREFIX,
       PORT: String(port),
       FAIRWAY_LEASE_MS: String(this.options.leaseMs),
-      FAIRWAY_LOG_LEVEL: 'warn',
+      FAIRWAY_LOG_LEVEL: this.options.dispatcherLogLevel,
     });
     const args = ['serve', '--id', `d${i + 1}`, '--redis-url', this.redis.url, '--nats-url', this.nats.url];
-    return startFairway(args, LISTENING, env);
+    const started = startFairway(args, LISTENING, env);
+    const logDir = this.options.logDir;
+    if (logDir === undefined) return started;
+    return started.then((p) => {
+      const log = createWriteStream(join(logDir, `d${i + 1}.log`), { flags: 'a' });
+      p.proc.stdout?.on('data', (b: Buffer) => log.write(b));
+      p.proc.stderr?.on('data', (b: Buffer) => log.write(b));
+      p.proc.once('exit', () => log.end());
+      return p;
+    });
   }
 
   /** Starts engine `i` again on its port (with its agent, if embedded) after it was killed. */

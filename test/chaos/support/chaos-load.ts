@@ -21,6 +21,8 @@ export type Outcome =
 /** What one request did. Times are ms since the experiment's origin. */
 export interface RequestRecord {
   readonly kind: 'load' | 'probe';
+  /** The `x-request-id` sent: the dispatchers' logs name the request by it. */
+  readonly requestId: string;
   readonly tenant: string;
   /** Index of the dispatcher that answered (or was tried last). */
   readonly dispatcher: number;
@@ -82,8 +84,10 @@ export async function runLoad(o: LoadOptions): Promise<RequestRecord[]> {
   const now = (): number => performance.now() - o.origin;
   // Each kind spreads over the dispatchers on its own, so the probes do not skew the load's spread.
   const rr = { load: 0, probe: 0 };
+  // Unique per run, so a lost request can be found in the dispatchers' logs of that run.
+  const run = Math.round(o.origin).toString(36);
   const send = (kind: 'load' | 'probe', tenant: { id: string; key: string }, body: object): void => {
-    pending.push(sendOne(kind, tenant, body, rr[kind]++, o, now));
+    pending.push(sendOne(kind, `chaos-${run}-${kind}-${rr[kind]}`, tenant, body, rr[kind]++, o, now));
   };
   for (let i = 0; i < o.probe.rpm + o.probe.burstExtra; i++) send('probe', o.probe.tenant, probeBody());
   const count = Math.round((o.rate * o.durationMs) / 1000);
@@ -140,6 +144,7 @@ function networkCode(err: unknown): string {
  */
 async function sendOne(
   kind: 'load' | 'probe',
+  requestId: string,
   tenant: { id: string; key: string },
   body: object,
   rr: number,
@@ -154,6 +159,7 @@ async function sendOne(
   let headersMs: number | undefined;
   const record = (outcome: Outcome, status?: number, code?: string, message?: string): RequestRecord => ({
     kind,
+    requestId,
     tenant: tenant.id,
     dispatcher,
     refused,
@@ -170,7 +176,11 @@ async function sendOne(
     try {
       res = await fetch(`${urls[dispatcher]}/v1/chat/completions`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${tenant.key}`, 'content-type': 'application/json' },
+        headers: {
+          authorization: `Bearer ${tenant.key}`,
+          'content-type': 'application/json',
+          'x-request-id': requestId,
+        },
         body: JSON.stringify(body),
         signal,
       });

@@ -135,6 +135,23 @@ export function startEngineSims(count: number, args: readonly string[]): Promise
   );
 }
 
+/**
+ * Waits until `d` serves: calls `attempt` (one request through it, answering its HTTP status)
+ * every 100 ms until it answers 200 — the dispatcher has heard the replicas it needs register —
+ * or fails after `timeoutMs` with the dispatcher's output.
+ */
+export async function untilServed(
+  d: FairwayProcess,
+  attempt: () => Promise<number>,
+  timeoutMs = 15_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while ((await attempt()) !== 200) {
+    if (Date.now() > deadline) throw new Error(`dispatcher ${d.url} never served:\n${d.output.join('\n')}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** The first of `names` found on PATH (a program a test needs from the system), if any. */
 export function onPath(...names: string[]): string | undefined {
   for (const name of names)

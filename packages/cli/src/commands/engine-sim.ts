@@ -1,6 +1,6 @@
 import { NatsBus } from '@fairway/bus';
 import { createLogger } from '@fairway/core';
-import { addEngineSimFlags, engineSimOptionsFromFlags, startEngineSim } from '@fairway/engine';
+import { addEngineSimFlags, engineSimOptionsFromFlags, startEngineSim } from '@fairway/engine-sim';
 import type { Command } from 'commander';
 import { ExitCode } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';

@@ -1,6 +1,12 @@
 import { batchApi, batchEnv } from '@fairway/batch';
-import { createLogger, loadConfig, redactUrls } from '@fairway/core';
-import { type ServeOverrides, serveSettings, startDispatcher } from '@fairway/dispatcher';
+import { createLogger, type FairwayConfig, loadConfig, redactUrls } from '@fairway/core';
+import {
+  parseHostPorts,
+  type ServeOverrides,
+  type ServeSettings,
+  serveSettings,
+  startDispatcher,
+} from '@fairway/dispatcher';
 import type { Command } from 'commander';
 import { wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
@@ -19,6 +25,7 @@ interface ServeFlags extends NatsFlags {
   operatorPort?: number;
   operatorHost?: string;
   redisUrl?: string;
+  redisCluster?: string;
   natsUrl?: string;
   prefix?: string;
   id?: string;
@@ -45,6 +52,10 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       'interface of the operator port (env FAIRWAY_OPERATOR_HOST, config server.operatorHost, default 127.0.0.1)',
     )
     .option('--redis-url <url>', 'Redis (env REDIS_URL, default redis://127.0.0.1:6379)')
+    .option(
+      '--redis-cluster <host:port,...>',
+      "a Redis Cluster's seed nodes instead of --redis-url (env REDIS_CLUSTER); the config's store.slotGroups spread pools over its primaries",
+    )
     .option('--nats-url <url>', 'NATS (env NATS_URL, default nats://127.0.0.1:4222)')
     .option('--prefix <prefix>', 'Redis key and NATS subject prefix (env FAIRWAY_PREFIX, default fairway)')
     .option(
@@ -79,6 +90,9 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       ...(flags.operatorKey !== undefined ? { operatorKeyFile: flags.operatorKey } : {}),
       natsSecurity: natsFlagSecurity(flags),
       ...(flags.redisUrl !== undefined ? { redisUrl: flags.redisUrl } : {}),
+      ...(flags.redisCluster !== undefined
+        ? { redisCluster: { nodes: clusterNodes(flags.redisCluster) } }
+        : {}),
       natsUrl: flags.natsUrl ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
     };
     let settings = serveSettings(process.env, overrides);
@@ -89,6 +103,7 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
     if (
       settings.redisUrl === undefined &&
       settings.redisSentinel === undefined &&
+      settings.redisCluster === undefined &&
       config.store.redis === undefined
     )
       settings = { ...settings, redisUrl: 'redis://127.0.0.1:6379' };
@@ -100,9 +115,26 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       plugins: [batchApi({ config, prefix: settings.prefix, logger, ...batchEnv(process.env) })],
     });
     io.out(
-      `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${settings.redisUrl !== undefined ? redactUrls(settings.redisUrl) : `sentinel ${(settings.redisSentinel ?? config.store.redis)?.name ?? ''}`}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})${running.operatorUrl === undefined ? '' : `; metrics on ${running.operatorUrl}/metrics`}\n`,
+      `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${describeStore(settings, config)}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})${running.operatorUrl === undefined ? '' : `; metrics on ${running.operatorUrl}/metrics`}\n`,
     );
     stopOnSignals(() => running.close(), logger);
     setCode(ExitCode.OK);
   });
+}
+
+/** `--redis-cluster host:port,…` as nodes; a clear usage error otherwise. */
+function clusterNodes(list: string): { host: string; port: number }[] {
+  if (!/^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$/.test(list))
+    throw new UsageError([`--redis-cluster: must be host:port,host:port (got "${list}")`]);
+  return parseHostPorts(list);
+}
+
+/** Where the store is, for the start-up line (no password). */
+function describeStore(settings: ServeSettings, config: FairwayConfig): string {
+  const groups = Object.keys(config.store.slotGroups).length;
+  const slots = groups === 0 ? '' : `, ${groups + 1} slot groups`;
+  if (settings.redisCluster !== undefined)
+    return `cluster ${settings.redisCluster.nodes.map((n) => `${n.host}:${n.port}`).join(',')}${slots}`;
+  if (settings.redisUrl !== undefined) return `${redactUrls(settings.redisUrl)}${slots}`;
+  return `sentinel ${(settings.redisSentinel ?? config.store.redis)?.name ?? ''}${slots}`;
 }

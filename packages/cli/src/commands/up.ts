@@ -10,7 +10,7 @@ import {
   serveSettings,
   startDispatcher,
 } from '@fairway/dispatcher';
-import { type EngineSimHandle, startEngineSim } from '@fairway/engine';
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { type Command, Option } from 'commander';
 import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
@@ -118,6 +118,8 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
   const logger = o.logger ?? createLogger({ level: settings.logLevel, name: 'fairway-up' });
   const infra = await connectInfrastructure({
     redisUrl: settings.redisUrl,
+    redisCluster: settings.redisCluster,
+    slotGroups: config.store.slotGroups,
     natsUrl: settings.natsUrl,
     prefix: settings.prefix,
     defaultLeaseMs: settings.options.leaseMs ?? 10_000,

@@ -1,11 +1,7 @@
 import { NodeAgent } from '@fairway/agent';
 import { type FairwayConfig, parseConfig, silentLogger, systemClock } from '@fairway/core';
-import {
-  type EngineSimHandle,
-  type EngineSimOptionsInput,
-  startEngineSim,
-  VllmClient,
-} from '@fairway/engine';
+import { VllmClient } from '@fairway/engine';
+import { type EngineSimHandle, type EngineSimOptionsInput, startEngineSim } from '@fairway/engine-sim';
 import { purgeStore, RedisStore, type SchedulingStore } from '@fairway/store';
 import { redisUrl, uniquePrefix } from '@fairway/testkit';
 import type { Tracer } from '@opentelemetry/api';

@@ -28,4 +28,5 @@
 --- @include "includes/admission"
 
 if admissionEnd(0) ~= #ARGV then return -2 end
-return admitRequest(0)
+local reply = admitRequest(0)
+return reply

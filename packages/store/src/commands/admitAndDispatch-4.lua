@@ -30,17 +30,42 @@
 local a = admissionEnd(0)
 if a == nil or #ARGV <= a then return -2 end
 local o = a - 1
-if not dispatchArgsValid(o) then return -2 end
+local d = dispatchArgs(o)
+if d == nil then return -2 end
 
-local admitted = admitRequest(0)
-local dispatched = { 'none' }
+-- With nothing queued in the pool, no charges to apply first and the request's band among the
+-- dispatch's, the dispatch would pick this very request: it goes to a replica as it is admitted
+-- (see admitRequest), or, if none has room, the dispatch is known to be blocked on it.
+local tried, place = false, nil
+if d.nCharges == 0 and d.pool == ARGV[3] and readQueued(d) == 0 then
+  for bi = 1, d.nBands do
+    if ARGV[o + 5 + bi] == ARGV[4] then
+      place = function(reserve)
+        tried = true
+        return choose(d, reserve)
+      end
+      break
+    end
+  end
+end
+
+local admitted, placed = admitRequest(0, place)
+local dispatched, queued = { 'none' }, nil
+-- An admission that did not place the request queued it: the count read above is stale.
+if admitted[1] == 1 and placed == nil then d.queued = nil end
 if admitted[1] == 1 then
-  dispatched = dispatchNext(o)
-  if dispatched == -1 then return -1 end
+  if placed ~= nil then
+    dispatched, queued = { 'dispatched', placed, ARGV[11] }, 0
+  elseif tried then
+    dispatched = { 'blocked', ARGV[2], ARGV[8] }
+  else
+    dispatched = dispatchNext(d)
+    if dispatched == -1 then return -1 end
+  end
 end
 return {
   admitted,
   dispatched,
-  num(redis.call('GET', key_poolQueued(ARGV[o + 2]))),
-  candidateReservations(o),
+  queued or readQueued(d),
+  candidateReservations(d),
 }

@@ -23,5 +23,6 @@
 ]]
 --- @include "includes/pick"
 
-if not dispatchArgsValid(0) then return -2 end
-return dispatchNext(0)
+local d = dispatchArgs(0)
+if d == nil then return -2 end
+return dispatchNext(d)

@@ -12,9 +12,9 @@
 --- @include "includes/drop"
 
 local dropped, released = {}, {}
-local owners = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(num(ARGV[2])))
+local owners = redisCall('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(num(ARGV[2])))
 for _, owner in ipairs(owners) do
-  local ids = redis.call('SMEMBERS', key_owner(owner))
+  local ids = redisCall('SMEMBERS', key_owner(owner))
   table.sort(ids, bless)
   for _, id in ipairs(ids) do
     local r = loadReq(id)
@@ -29,7 +29,7 @@ for _, owner in ipairs(owners) do
       end
     end
   end
-  redis.call('ZREM', KEYS[1], owner)
-  redis.call('DEL', key_owner(owner))
+  redisCall('ZREM', KEYS[1], owner)
+  redisCall('DEL', key_owner(owner))
 end
 return { dropped, released }

@@ -24,30 +24,30 @@ release(r)
 
 -- The head of a FIFO is its least score (admission sequence); go one below it.
 local function frontScore(key)
-  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+  local first = redisCall('ZRANGE', key, '0', '0', 'WITHSCORES')
   if first[1] == nil then return 0 end
   return num(first[2]) - 1
 end
 
 local fk = key_flow(pool, band, flow)
-local v = redis.call('HMGET', fk, 'n', 'b', 'c')
+local v = redisCall('HMGET', fk, 'n', 'b', 'c')
 local c = fmt(num(v[1]))
 local fields, gone = { 'n', c }, {}
 local member = backlogMember(r.fm, flow)
 local fifo = key_fifo(pool, band, flow)
-redis.call('ZADD', fifo, fmt(frontScore(fifo)), r.fm)
+redisCall('ZADD', fifo, fmt(frontScore(fifo)), r.fm)
 rekey(key_backlog(pool, band), 'b', v[2], member, c, true, fields, gone)
 if r.cont == '1' then
   local cf = key_contFifo(pool, band, flow)
-  redis.call('ZADD', cf, fmt(frontScore(cf)), r.fm)
+  redisCall('ZADD', cf, fmt(frontScore(cf)), r.fm)
   rekey(key_contBacklog(pool, band), 'c', v[3], member, c, true, fields, gone)
 end
 applyFlowHash(fk, fields, gone)
 local byScore = key_byScore(pool, band)
-redis.call('ZADD', byScore, cjson.decode(redis.call('HGET', KEYS[1], 'rec')).score, id)
-grow(byScore, redis.call('ZCARD', byScore))
-redis.call('INCR', key_poolQueued(pool))
-redis.call('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(num(ARGV[5])))
+redisCall('ZADD', byScore, cjson.decode(redisCall('HGET', KEYS[1], 'rec')).score, id)
+grow(byScore, redisCall('ZCARD', byScore))
+redisCall('INCR', key_poolQueued(pool))
+redisCall('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(num(ARGV[5])))
 -- The growth belonged to that run; the next dispatch reserves what the request was queued with.
-if r.grown then redis.call('HDEL', KEYS[1], 'grown') end
+if r.grown then redisCall('HDEL', KEYS[1], 'grown') end
 return 1

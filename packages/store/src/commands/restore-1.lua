@@ -45,13 +45,13 @@ if ARGV[5] ~= '' then
   local holds = {}
   for j = 7, 6 + h do holds[ARGV[j]] = true end
   local ownerKey = key_owner(ARGV[5])
-  local ids = redis.call('SMEMBERS', ownerKey)
+  local ids = redisCall('SMEMBERS', ownerKey)
   table.sort(ids, bless)
   for _, id in ipairs(ids) do
     if not holds[id] then
       local r = loadReq(id)
       if r == nil then
-        redis.call('SREM', ownerKey, id)
+        redisCall('SREM', ownerKey, id)
       else
         if r.state == 'q' then
           dropQueued(id, r)
@@ -67,7 +67,7 @@ end
 i = wAt + 1
 for _ = 1, w do
   local wkey, id = ARGV[i], ARGV[i + 1]
-  if not redis.call('HGET', key_windowAmounts(wkey), id) then
+  if not redisCall('HGET', key_windowAmounts(wkey), id) then
     addToWindow(wkey, id, num(ARGV[i + 2]), num(ARGV[i + 3]))
   end
   i = i + 4
@@ -80,7 +80,7 @@ for _ = 1, n do
   local owner, cont, rec, replica, grown = ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], ARGV[i + 11], ARGV[i + 12]
   local k = num(ARGV[i + 13])
   local reqKey = key_req(id)
-  if redis.call('EXISTS', reqKey) == 1 then
+  if redisCall('EXISTS', reqKey) == 1 then
     skipped = skipped + 1
   else
     local fm = sortKey(num(arrival)) .. id
@@ -95,16 +95,16 @@ for _ = 1, n do
       record[#record + 1] = 'wt' .. j
       record[#record + 1] = ARGV[i + 13 + 2 * j]
     end
-    redis.call('ZADD', key_leases(), 'NX', now + lease, owner)
-    redis.call('SADD', key_owner(owner), id)
+    redisCall('ZADD', key_leases(), 'NX', now + lease, owner)
+    redisCall('SADD', key_owner(owner), id)
     if replica == '' then
-      redis.call('HSET', reqKey, unpack(record))
-      enqueue(pool, band, flow, id, fm, redis.call('INCR', key_seq()), score, arrival, cont == '1', lift)
+      redisCall('HSET', reqKey, unpack(record))
+      enqueue(pool, band, flow, id, fm, redisCall('INCR', key_seq()), score, arrival, cont == '1', lift)
     else
       local g = num(grown)
       local rk = key_replica(replica)
-      local rep = redis.call('HMGET', rk, 'tokens', 'seqs')
-      redis.call('HSET', rk, 'tokens', num(rep[1]) + num(reserve) + g, 'seqs', num(rep[2]) + 1)
+      local rep = redisCall('HMGET', rk, 'tokens', 'seqs')
+      redisCall('HSET', rk, 'tokens', num(rep[1]) + num(reserve) + g, 'seqs', num(rep[2]) + 1)
       record[20] = 'r'
       record[22] = replica
       record[24] = cost
@@ -112,9 +112,9 @@ for _ = 1, n do
         record[#record + 1] = 'grown'
         record[#record + 1] = grown
       end
-      redis.call('HSET', reqKey, unpack(record))
-      if not redis.call('HGET', key_flow(pool, band, flow), 'n') then
-        redis.call('SADD', key_flows(pool, band), flow)
+      redisCall('HSET', reqKey, unpack(record))
+      if not redisCall('HGET', key_flow(pool, band, flow), 'n') then
+        redisCall('SADD', key_flows(pool, band), flow)
       end
       addToCounter(pool, band, flow, num(cost))
     end

@@ -13,4 +13,5 @@
 --- @include "includes/settlement"
 
 if #ARGV ~= 7 then return -2 end
-return settleRequest(0)
+local settled = settleRequest(0)
+return settled

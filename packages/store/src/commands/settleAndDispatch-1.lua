@@ -22,14 +22,19 @@
 --- @include "includes/pick"
 
 local o = 6
-if not dispatchArgsValid(o) then return -2 end
+local d = dispatchArgs(o)
+if d == nil then return -2 end
 
-local settled = settleRequest(0)
-local dispatched = dispatchNext(o)
+-- The pick need not read the replica the settlement released (unless charges change it first),
+-- and if it reserves on it, writes it once for both.
+local noCharges = d.nCharges == 0
+local settled, replica, held, heldKey, unwritten = settleRequest(0, noCharges)
+if settled == 1 and noCharges then
+  d.known = { [replica] = held }
+  if unwritten then d.unwritten = replica end
+end
+readQueued(d)
+local dispatched = dispatchNext(d)
+if d.unwritten ~= nil then writeHeld(heldKey, held) end
 if dispatched == -1 then return -1 end
-return {
-  settled,
-  dispatched,
-  num(redis.call('GET', key_poolQueued(ARGV[o + 2]))),
-  candidateReservations(o),
-}
+return { settled, dispatched, d.queued, candidateReservations(d) }

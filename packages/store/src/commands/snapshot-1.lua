@@ -13,14 +13,14 @@
 
 local pool, band = ARGV[2], ARGV[3]
 local backlogged = {}
-for _, member in ipairs(redis.call('ZRANGE', key_backlog(pool, band), '0', '-1')) do
+for _, member in ipairs(redisCall('ZRANGE', key_backlog(pool, band), '0', '-1')) do
   local flow = memberFlow(member)
   backlogged[#backlogged + 1] = flow
-  backlogged[#backlogged + 1] = redis.call('ZCARD', key_fifo(pool, band, flow))
+  backlogged[#backlogged + 1] = redisCall('ZCARD', key_fifo(pool, band, flow))
 end
 local counters = {}
-for _, flow in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+for _, flow in ipairs(redisCall('SMEMBERS', KEYS[1])) do
   counters[#counters + 1] = flow
-  counters[#counters + 1] = redis.call('HGET', key_flow(pool, band, flow), 'n') or '0'
+  counters[#counters + 1] = redisCall('HGET', key_flow(pool, band, flow), 'n') or '0'
 end
 return { counters, backlogged }

@@ -42,7 +42,12 @@ end
 
 -- { 1, queued [, alerts] } admitted (queued = size of the (pool, band) queue; alerts as
 -- reserveQuotas returns them, only if any), or { 0, code, retryAfterMs, key }.
-local function admitRequest(o)
+-- `place` (admitAndDispatch, when the request is the only one its dispatch can pick, see there)
+-- is asked, once the request is admitted, for a replica with room: place(reserveTokens) returns
+-- the replica's id, key, and tokens and seqs with the request on it, or nil. With one, the request
+-- runs there at once — it is recorded running and `passThrough` leaves the flow as enqueue and the
+-- dispatch would, without the queue writes that cancel out — and its id is the second result.
+local function admitRequest(o, place)
   local id, pool, band, flow = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
   local owner = ARGV[o + 10]
   local now = num(ARGV[o + 13])
@@ -52,11 +57,11 @@ local function admitRequest(o)
   local nLimits = num(ARGV[o + 23])
   local reqKey = key_req(id)
 
-  if redis.call('EXISTS', reqKey) == 1 then return { 0, 'duplicate', '0', id } end
+  if redisCall('EXISTS', reqKey) == 1 then return { 0, 'duplicate', '0', id } end
 
   local interactionOpen = false
   if ikey ~= '' then
-    local untilMs = redis.call('ZSCORE', key_interactions(), ikey)
+    local untilMs = redisCall('ZSCORE', key_interactions(), ikey)
     interactionOpen = untilMs ~= false and now < num(untilMs)
   end
   local throttleApplies = ARGV[o + 15] == '1' and not interactionOpen
@@ -84,24 +89,31 @@ local function admitRequest(o)
   end
 
   if ARGV[o + 18] ~= '' then
-    local n = redis.call('ZCARD', key_fifo(pool, band, flow))
+    local n = redisCall('ZCARD', key_fifo(pool, band, flow))
     if n >= num(ARGV[o + 18]) then
       countRejectedArrival(o, id, now, scope, nLimits)
       return { 0, 'queue_full', ARGV[o + 21], 'flow:' .. pool .. ':' .. band .. ':' .. flow }
     end
   end
   if ARGV[o + 19] ~= '' then
-    if num(redis.call('GET', key_poolQueued(pool))) >= num(ARGV[o + 19]) then
+    if num(redisCall('GET', key_poolQueued(pool))) >= num(ARGV[o + 19]) then
       countRejectedArrival(o, id, now, scope, nLimits)
       return { 0, 'queue_full', ARGV[o + 21], 'pool:' .. pool }
     end
   end
 
+  local chosen, chosenKey, chosenTokens, chosenSeqs
+  if place ~= nil then chosen, chosenKey, chosenTokens, chosenSeqs = place(num(ARGV[o + 8])) end
+  local cost = num(ARGV[o + 9])
   local record = {
     'rec', ARGV[o + 11], 'pool', pool, 'band', band, 'flow', flow, 'arrival', ARGV[o + 7],
     'reserve', ARGV[o + 8], 'cost', ARGV[o + 9], 'owner', owner, 'cont', cont, 'state', 'q',
-    'replica', '', 'charged', '0', 'ikey', ikey, 'ittl', ARGV[o + 17], 'wn', nLimits,
+    'replica', '', 'charged', '0', 'ikey', ikey, 'ittl', ARGV[o + 17], 'wn', count(nLimits),
   }
+  if chosen ~= nil then
+    -- As the dispatch writes them: charged what it was (0) plus the dispatch cost.
+    record[20], record[22], record[24] = 'r', chosen, 0 + cost
+  end
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
     local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
@@ -112,19 +124,25 @@ local function admitRequest(o)
     record[#record + 1] = ARGV[b + 6]
   end
   if ikey ~= '' then
-    redis.call('ZREMRANGEBYSCORE', key_interactions(), '-inf', fmt(now))
+    redisCall('ZREMRANGEBYSCORE', key_interactions(), '-inf', fmt(now))
     openInteraction(ikey, now, num(ARGV[o + 17]))
   end
-  redis.call('ZADD', key_leases(), 'NX', now + num(ARGV[o + 20]), owner)
-  redis.call('SADD', key_owner(owner), id)
+  redisCall('ZADD', key_leases(), 'NX', now + num(ARGV[o + 20]), owner)
+  redisCall('SADD', key_owner(owner), id)
 
-  local seq = redis.call('INCR', key_seq())
   local fm = sortKey(num(ARGV[o + 7])) .. id
   record[#record + 1] = 'fm'
   record[#record + 1] = fm
   local alerts = reserveQuotas(ue, ARGV[o + 22], record)
-  redis.call('HSET', reqKey, unpack(record))
-  local size = enqueue(pool, band, flow, id, fm, seq, ARGV[o + 6], ARGV[o + 7], cont == '1', ARGV[o + 14])
-  if #alerts > 0 then return { 1, size, alerts } end
-  return { 1, size }
+  redisCall('HSET', reqKey, unpack(record))
+  local size = 1
+  if chosen ~= nil then
+    passThrough(pool, band, flow, cost, ARGV[o + 14])
+    redisCall('HSET', chosenKey, 'tokens', chosenTokens, 'seqs', count(chosenSeqs))
+  else
+    local seq = redisCall('INCR', key_seq())
+    size = enqueue(pool, band, flow, id, fm, seq, ARGV[o + 6], ARGV[o + 7], cont == '1', ARGV[o + 14])
+  end
+  if #alerts > 0 then return { 1, size, alerts }, chosen end
+  return { 1, size }, chosen
 end

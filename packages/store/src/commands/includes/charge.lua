@@ -11,18 +11,18 @@
 -- reads they save, ≈9,000 instructions per item more, unless many items share a flow.)
 local function chargeRequest(id, amount, grow)
   local key = key_req(id)
-  local r = redis.call('HMGET', key, 'state', 'pool', 'band', 'flow', 'charged')
+  local r = redisCall('HMGET', key, 'state', 'pool', 'band', 'flow', 'charged')
   if r[1] ~= 'r' then return 0 end
   if amount ~= 0 then
-    redis.call('HSET', key, 'charged', num(r[5]) + amount)
+    redisCall('HSET', key, 'charged', num(r[5]) + amount)
     addToCounter(r[2], r[3], r[4], amount)
   end
   if grow > 0 then
-    local g = redis.call('HMGET', key, 'replica', 'grown')
-    redis.call('HSET', key, 'grown', num(g[2]) + grow)
+    local g = redisCall('HMGET', key, 'replica', 'grown')
+    redisCall('HSET', key, 'grown', num(g[2]) + grow)
     local rk = key_replica(g[1])
-    local t = redis.call('HGET', rk, 'tokens')
-    if t then redis.call('HSET', rk, 'tokens', num(t) + grow) end
+    local t = redisCall('HGET', rk, 'tokens')
+    if t then redisCall('HSET', rk, 'tokens', num(t) + grow) end
   end
   return 1
 end

@@ -5,8 +5,8 @@
 --- @include "numbers"
 local function openInteraction(ikey, now, ttl)
   local untilMs = now + ttl
-  local cur = redis.call('ZSCORE', key_interactions(), ikey)
+  local cur = redisCall('ZSCORE', key_interactions(), ikey)
   if not cur or untilMs > num(cur) then
-    redis.call('ZADD', key_interactions(), fmt(untilMs), ikey)
+    redisCall('ZADD', key_interactions(), fmt(untilMs), ikey)
   end
 end

@@ -51,27 +51,27 @@ local ZSET_SMALL = 16
 local function grow(key, size)
   if size ~= ZSET_SMALL then return end
   local marker = string.rep('~', 1025)
-  if redis.call('ZADD', key, 'NX', 0, marker) == 1 then redis.call('ZREM', key, marker) end
+  if redisCall('ZADD', key, 'NX', 0, marker) == 1 then redisCall('ZREM', key, marker) end
 end
 
 -- Adds a flow that is not in a backlog index to it.
 local function join(indexKey, counter, member)
-  redis.call('ZADD', indexKey, counter, member)
-  grow(indexKey, redis.call('ZCARD', indexKey))
+  redisCall('ZADD', indexKey, counter, member)
+  grow(indexKey, redisCall('ZCARD', indexKey))
 end
 
 local function counterOf(pool, band, flow)
-  return num(redis.call('HGET', key_flow(pool, band, flow), 'n'))
+  return num(redisCall('HGET', key_flow(pool, band, flow), 'n'))
 end
 
 -- Adds to a flow's counter and keeps the backlog indexes scored by it in step.
 local function addToCounter(pool, band, flow, amount)
   local fk = key_flow(pool, band, flow)
-  local v = redis.call('HMGET', fk, 'n', 'b', 'c')
+  local v = redisCall('HMGET', fk, 'n', 'b', 'c')
   local s = num(v[1]) + amount
-  redis.call('HSET', fk, 'n', s)
-  if v[2] then redis.call('ZADD', key_backlog(pool, band), s, v[2]) end
-  if v[3] then redis.call('ZADD', key_contBacklog(pool, band), s, v[3]) end
+  redisCall('HSET', fk, 'n', s)
+  if v[2] then redisCall('ZADD', key_backlog(pool, band), s, v[2]) end
+  if v[3] then redisCall('ZADD', key_contBacklog(pool, band), s, v[3]) end
 end
 
 -- Moves a flow in a backlog index to `new` (nil: out of the index). `old` is its current member
@@ -81,29 +81,29 @@ end
 local function rekey(indexKey, field, old, new, counter, changed, fields, gone)
   if new == nil then
     if old then
-      redis.call('ZREM', indexKey, old)
+      redisCall('ZREM', indexKey, old)
       gone[#gone + 1] = field
     end
     return false
   end
   if new ~= old then
     if old then
-      redis.call('ZREM', indexKey, old)
-      redis.call('ZADD', indexKey, counter, new)
+      redisCall('ZREM', indexKey, old)
+      redisCall('ZADD', indexKey, counter, new)
     else
       join(indexKey, counter, new)
     end
     fields[#fields + 1] = field
     fields[#fields + 1] = new
   elseif changed then
-    redis.call('ZADD', indexKey, counter, new)
+    redisCall('ZADD', indexKey, counter, new)
   end
   return true
 end
 
 local function applyFlowHash(fk, fields, gone)
-  if #fields > 0 then redis.call('HSET', fk, unpack(fields)) end
-  if #gone > 0 then redis.call('HDEL', fk, unpack(gone)) end
+  if #fields > 0 then redisCall('HSET', fk, unpack(fields)) end
+  if #gone > 0 then redisCall('HDEL', fk, unpack(gone)) end
 end
 
 -- Appends a request to its flow's FIFO, lifting the counter if the flow was not backlogged.
@@ -111,19 +111,19 @@ end
 local function enqueue(pool, band, flow, id, fm, seq, score, arrival, cont, lift)
   local fk = key_flow(pool, band, flow)
   local bl = key_backlog(pool, band)
-  local v = redis.call('HMGET', fk, 'n', 'b', 'c')
+  local v = redisCall('HMGET', fk, 'n', 'b', 'c')
   local fields = {}
   local c = v[1]
-  if not v[1] then redis.call('SADD', key_flows(pool, band), flow) end
+  if not v[1] then redisCall('SADD', key_flows(pool, band), flow) end
   if not v[2] then
     local n = num(v[1])
     if lift == 'vtc' then
       local floor = nil
-      local top = redis.call('ZRANGE', bl, '0', '0', 'WITHSCORES')
+      local top = redisCall('ZRANGE', bl, '0', '0', 'WITHSCORES')
       if top[1] ~= nil then
         floor = num(top[2])
       else
-        local last = redis.call('GET', key_lastFlow(pool, band))
+        local last = redisCall('GET', key_lastFlow(pool, band))
         if last then floor = counterOf(pool, band, last) end
       end
       if floor ~= nil and floor > n then n = floor end
@@ -136,7 +136,7 @@ local function enqueue(pool, band, flow, id, fm, seq, score, arrival, cont, lift
     fields[#fields + 1] = 'b'
     fields[#fields + 1] = m
   end
-  redis.call('ZADD', key_fifo(pool, band, flow), seq, fm)
+  redisCall('ZADD', key_fifo(pool, band, flow), seq, fm)
   if cont then
     if not v[3] then
       local m = backlogMember(fm, flow)
@@ -144,15 +144,40 @@ local function enqueue(pool, band, flow, id, fm, seq, score, arrival, cont, lift
       fields[#fields + 1] = 'c'
       fields[#fields + 1] = m
     end
-    redis.call('ZADD', key_contFifo(pool, band, flow), seq, fm)
+    redisCall('ZADD', key_contFifo(pool, band, flow), seq, fm)
   end
-  if #fields > 0 then redis.call('HSET', fk, unpack(fields)) end
+  if #fields > 0 then redisCall('HSET', fk, unpack(fields)) end
   local byScore = key_byScore(pool, band)
-  redis.call('ZADD', byScore, score, id)
-  redis.call('INCR', key_poolQueued(pool))
-  local size = redis.call('ZCARD', byScore)
+  redisCall('ZADD', byScore, score, id)
+  redisCall('INCR', key_poolQueued(pool))
+  local size = redisCall('ZCARD', byScore)
   grow(byScore, size)
   return size
+end
+
+-- What enqueue and then a dispatch of the same request leave when the pool had nothing queued
+-- (admitAndDispatch, see admitRequest): the flow's counter lifted as enqueue lifts it (the band's
+-- backlog is empty, so to the last flow's counter) plus the dispatch cost, and the flow recorded
+-- as the last to leave the backlog. The FIFO, backlog, score index and queued count it would join
+-- and leave are left alone, and no admission sequence number is drawn (only queued requests
+-- need one). A flow that was the last to leave already (one busy flow) is its own floor and stays
+-- the last: neither is read or written again.
+local function passThrough(pool, band, flow, cost, lift)
+  local fk = key_flow(pool, band, flow)
+  local lk = key_lastFlow(pool, band)
+  local v = redisCall('HGET', fk, 'n')
+  if not v then redisCall('SADD', key_flows(pool, band), flow) end
+  local n = num(v)
+  local last = nil
+  if lift == 'vtc' then
+    last = redisCall('GET', lk)
+    if last and last ~= flow then
+      local floor = counterOf(pool, band, last)
+      if floor > n then n = floor end
+    end
+  end
+  redisCall('HSET', fk, 'n', n + cost)
+  if last ~= flow then redisCall('SET', lk, flow) end
 end
 
 -- Takes a queued request out of its queue (cancel, reclaim); the flow leaves the backlog if it
@@ -160,35 +185,52 @@ end
 local function unqueue(id, r)
   local pool, band, flow = r.pool, r.band, r.flow
   local fk = key_flow(pool, band, flow)
-  local v = redis.call('HMGET', fk, 'n', 'b', 'c')
+  local v = redisCall('HMGET', fk, 'n', 'b', 'c')
   local fields, gone = {}, {}
   local fifo = key_fifo(pool, band, flow)
-  redis.call('ZREM', fifo, r.fm)
+  redisCall('ZREM', fifo, r.fm)
   if r.cont == '1' then
     local cf = key_contFifo(pool, band, flow)
-    redis.call('ZREM', cf, r.fm)
-    local head = redis.call('ZRANGE', cf, '0', '0')[1]
+    redisCall('ZREM', cf, r.fm)
+    local head = redisCall('ZRANGE', cf, '0', '0')[1]
     rekey(key_contBacklog(pool, band), 'c', v[3], backlogMember(head, flow), v[1], false, fields, gone)
   end
-  redis.call('ZREM', key_byScore(pool, band), id)
-  redis.call('DECR', key_poolQueued(pool))
-  local head = redis.call('ZRANGE', fifo, '0', '0')[1]
+  redisCall('ZREM', key_byScore(pool, band), id)
+  redisCall('DECR', key_poolQueued(pool))
+  local head = redisCall('ZRANGE', fifo, '0', '0')[1]
   if not rekey(key_backlog(pool, band), 'b', v[2], backlogMember(head, flow), v[1], false, fields, gone) then
-    redis.call('SET', key_lastFlow(pool, band), flow)
+    redisCall('SET', key_lastFlow(pool, band), flow)
   end
   applyFlowHash(fk, fields, gone)
 end
 
--- Frees a running request's reservation on its replica: what it reserved at dispatch and what
--- its reservation grew by since (charge), so nothing is left behind.
-local function release(r)
-  local key = key_replica(r.replica)
-  local rep = redis.call('HMGET', key, 'tokens', 'seqs')
-  if not rep[2] then return end
-  local seqs = num(rep[2]) - 1
-  if seqs <= 0 then
-    redis.call('DEL', key)
+-- Writes a replica's holdings as release computed them: the hash, or its deletion once it holds
+-- nothing (a replica hash has no other fields, so a later HSET of both replaces either).
+local function writeHeld(key, held)
+  if held[2] then
+    redisCall('HSET', key, 'tokens', held[1], 'seqs', count(held[2]))
   else
-    redis.call('HSET', key, 'tokens', num(rep[1]) - num(r.reserve) - num(r.grown), 'seqs', seqs)
+    redisCall('DEL', key)
   end
+end
+
+-- Frees a running request's reservation on its replica: what it reserved at dispatch and what
+-- its reservation grew by since (charge), so nothing is left behind. Returns what the replica
+-- then holds, as HMGET replica tokens seqs would read it (numbers, or false when absent), and its
+-- key. With `defer` it writes nothing, and says whether the caller must writeHeld (settleAndDispatch:
+-- a pick onto the same replica writes it once).
+local function release(r, defer)
+  local key = key_replica(r.replica)
+  local rep = redisCall('HMGET', key, 'tokens', 'seqs')
+  if not rep[2] then return rep, key, false end
+  local seqs = num(rep[2]) - 1
+  local held
+  if seqs <= 0 then
+    held = { false, false }
+  else
+    held = { wire(num(rep[1]) - num(r.reserve) - num(r.grown)), seqs }
+  end
+  if defer then return held, key, true end
+  writeHeld(key, held)
+  return held, key, false
 end

@@ -7,7 +7,8 @@
   its key for that day and month (key_usageTotal('tenant:' .. id | 'key:' .. id, day | month),
   fields t tokens, c cost, rt / rc reserved by running requests, at / ac alert sent). Quotas read
   these totals: settled usage plus reservations plus the request's amount must fit the budget.
-  Floats are added in Lua and stored with fmt, in the same order as memory-store.ts.
+  Floats are added in Lua and stored with %.17g (as numbers given to Redis, which writes them so),
+  in the same order as memory-store.ts.
 
   Admission arguments after the window limits (e = admission's last limit argument):
     ARGV[e + 1] '1' with a usage account, '' without (the rest is then '' and 0 quotas)
@@ -21,6 +22,12 @@
 ]]
 --- @include "numbers"
 
+-- How long usage keys live after their first write, seconds: USAGE_RETENTION_DAYS of
+-- store-options.ts (400 days: a year of daily rows plus a month's slack). Each day row and each
+-- tenant's or key's total gets it when its first usage (or quota reservation) is written, so
+-- nothing a tenant ever used stays in Redis for good.
+local USAGE_RETENTION_S = 400 * 86400
+
 -- Index of the last usage argument after e, nil if the count is not a number.
 local function usageEnd(e)
   local m = tonumber(ARGV[e + 8])
@@ -28,8 +35,9 @@ local function usageEnd(e)
   return e + 8 + m * 7
 end
 
+-- Sums go to HSET as numbers: Redis writes them with %.17g, the digits fmt would write, for less.
 local function addFloat(key, field, amount)
-  redis.call('HSET', key, field, fmt(num(redis.call('HGET', key, field)) + amount))
+  redisCall('HSET', key, field, num(redisCall('HGET', key, field)) + amount)
 end
 
 local function totalKey(scope, tenant, keyId, bucket)
@@ -45,7 +53,7 @@ local function checkQuotas(e, tenant, now)
     local bucket = ARGV[b + 1] == 'month' and ARGV[e + 5] or ARGV[e + 4]
     local tk = totalKey(ARGV[b], tenant, ARGV[e + 2], bucket)
     local used = ARGV[b + 2] == 'spend' and { 'c', 'rc' } or { 't', 'rt' }
-    local v = redis.call('HMGET', tk, used[1], used[2])
+    local v = redisCall('HMGET', tk, used[1], used[2])
     if num(v[1]) + num(v[2]) + num(ARGV[b + 4]) > num(ARGV[b + 3]) then
       return { 0, 'quota_exceeded', fmt(math.max(0, num(ARGV[b + 6]) - now)),
         'quota:' .. ARGV[b] .. ':' .. ARGV[b + 1] .. ':' .. ARGV[b + 2] }
@@ -60,11 +68,12 @@ local function reserveQuotas(e, tenant, record)
   local alerts = {}
   if ARGV[e + 1] ~= '1' then return alerts end
   local m = num(ARGV[e + 8])
-  local fields = {
-    'ua', '1', 'ut', tenant, 'uk', ARGV[e + 2], 'um', ARGV[e + 3], 'ud', ARGV[e + 4],
-    'umo', ARGV[e + 5], 'upi', ARGV[e + 6], 'upo', ARGV[e + 7], 'qn', m,
-  }
-  for _, f in ipairs(fields) do record[#record + 1] = f end
+  local at = #record
+  record[at + 1], record[at + 2], record[at + 3], record[at + 4] = 'ua', '1', 'ut', tenant
+  record[at + 5], record[at + 6], record[at + 7], record[at + 8] = 'uk', ARGV[e + 2], 'um', ARGV[e + 3]
+  record[at + 9], record[at + 10], record[at + 11], record[at + 12] = 'ud', ARGV[e + 4], 'umo', ARGV[e + 5]
+  record[at + 13], record[at + 14], record[at + 15], record[at + 16] = 'upi', ARGV[e + 6], 'upo', ARGV[e + 7]
+  record[at + 17], record[at + 18] = 'qn', count(m)
   for i = 0, m - 1 do
     local b = e + 9 + i * 7
     local bucket = ARGV[b + 1] == 'month' and ARGV[e + 5] or ARGV[e + 4]
@@ -73,8 +82,9 @@ local function reserveQuotas(e, tenant, record)
     local uf, rf, af = 't', 'rt', 'at'
     if spend then uf, rf, af = 'c', 'rc', 'ac' end
     local amount = num(ARGV[b + 4])
-    local v = redis.call('HMGET', tk, uf, rf)
-    redis.call('HSET', tk, rf, fmt(num(v[2]) + amount))
+    local v = redisCall('HMGET', tk, uf, rf)
+    redisCall('HSET', tk, rf, fmt(num(v[2]) + amount))
+    if not v[1] and not v[2] then redisCall('EXPIRE', tk, USAGE_RETENTION_S) end
     local n = i + 1
     record[#record + 1] = 'qk' .. n
     record[#record + 1] = tk
@@ -83,7 +93,7 @@ local function reserveQuotas(e, tenant, record)
     record[#record + 1] = 'qr' .. n
     record[#record + 1] = ARGV[b + 4]
     local used = num(v[1]) + num(v[2]) + amount
-    if ARGV[b + 5] ~= '' and used >= num(ARGV[b + 5]) and redis.call('HSETNX', tk, af, '1') == 1 then
+    if ARGV[b + 5] ~= '' and used >= num(ARGV[b + 5]) and redisCall('HSETNX', tk, af, '1') == 1 then
       alerts[#alerts + 1] = ARGV[b] .. ':' .. ARGV[b + 1] .. ':' .. ARGV[b + 2]
       alerts[#alerts + 1] = bucket
       alerts[#alerts + 1] = ARGV[b + 3]
@@ -103,19 +113,39 @@ local function releaseQuotas(id, r)
     names[#names + 1] = 'qf' .. i
     names[#names + 1] = 'qr' .. i
   end
-  local q = redis.call('HMGET', key_req(id), unpack(names))
+  local q = redisCall('HMGET', key_req(id), unpack(names))
   for i = 1, #q, 3 do addFloat(q[i], q[i + 1], -num(q[i + 2])) end
 end
 
--- Adds amounts to fields of one hash, one read and one write (numbers stored with fmt).
-local function addFields(key, fields, amounts)
-  local v = redis.call('HMGET', key, unpack(fields))
-  local kv = {}
-  for i = 1, #fields do
-    kv[#kv + 1] = fields[i]
-    kv[#kv + 1] = fmt(num(v[i]) + amounts[i])
+-- Adds a settlement's usage to its row of a day's hash (requests, input, output, and cost if
+-- priced), one read and one write (sums as addFloat writes them). The row's first write sets the
+-- key's expiry.
+local function addToDayRow(key, row, inp, out, cost, priced)
+  local rr, ri, ro = 'r' .. row, 'i' .. row, 'o' .. row
+  if priced then
+    local rc = 'c' .. row
+    local v = redisCall('HMGET', key, rr, ri, ro, rc)
+    redisCall('HSET', key, rr, num(v[1]) + 1, ri, num(v[2]) + inp, ro, num(v[3]) + out, rc, num(v[4]) + cost)
+    if not v[1] then redisCall('EXPIRE', key, USAGE_RETENTION_S) end
+  else
+    local v = redisCall('HMGET', key, rr, ri, ro)
+    redisCall('HSET', key, rr, num(v[1]) + 1, ri, num(v[2]) + inp, ro, num(v[3]) + out)
+    if not v[1] then redisCall('EXPIRE', key, USAGE_RETENTION_S) end
   end
-  redis.call('HSET', key, unpack(kv))
+end
+
+-- Adds a settlement's tokens, and cost if priced, to a total; its first settled usage sets the
+-- key's expiry. A settlement with an API key adds to four totals.
+local function addToTotal(key, tokens, cost, priced)
+  if priced then
+    local v = redisCall('HMGET', key, 't', 'c')
+    redisCall('HSET', key, 't', num(v[1]) + tokens, 'c', num(v[2]) + cost)
+    if not v[1] then redisCall('EXPIRE', key, USAGE_RETENTION_S) end
+  else
+    local t = redisCall('HGET', key, 't')
+    redisCall('HSET', key, 't', num(t) + tokens)
+    if not t then redisCall('EXPIRE', key, USAGE_RETENTION_S) end
+  end
 end
 
 -- Records a settled request's usage (whole tokens) and replaces its reservations by it.
@@ -124,24 +154,19 @@ local function recordUsage(id, r, actualTokens, outputTokens)
   local out = math.floor(outputTokens)
   local inp = math.floor(actualTokens) - out
   if inp < 0 then inp = 0 end
-  local u = redis.call('HMGET', key_req(id), 'ut', 'uk', 'um', 'ud', 'umo', 'upi', 'upo')
+  local u = redisCall('HMGET', key_req(id), 'ut', 'uk', 'um', 'ud', 'umo', 'upi', 'upo', 'qn')
   local tenant, keyId, day, month = u[1], u[2], u[4], u[5]
+  r.qn = u[8]
   local priced = u[6] ~= '' or u[7] ~= ''
   local cost = (inp * num(u[6]) + out * num(u[7])) / 1000000
   local row = lp(tenant) .. lp(keyId) .. u[3]
-  if priced then
-    addFields(key_usageDay(day), { 'r' .. row, 'i' .. row, 'o' .. row, 'c' .. row }, { 1, inp, out, cost })
-  else
-    addFields(key_usageDay(day), { 'r' .. row, 'i' .. row, 'o' .. row }, { 1, inp, out })
-  end
-  local totals = { totalKey('tenant', tenant, keyId, day), totalKey('tenant', tenant, keyId, month) }
+  addToDayRow(key_usageDay(day), row, inp, out, cost, priced)
+  local tokens = inp + out
+  addToTotal(totalKey('tenant', tenant, keyId, day), tokens, cost, priced)
+  addToTotal(totalKey('tenant', tenant, keyId, month), tokens, cost, priced)
   if keyId ~= '' then
-    totals[3] = totalKey('key', tenant, keyId, day)
-    totals[4] = totalKey('key', tenant, keyId, month)
-  end
-  for _, tk in ipairs(totals) do
-    if priced then addFields(tk, { 't', 'c' }, { inp + out, cost })
-    else addFields(tk, { 't' }, { inp + out }) end
+    addToTotal(totalKey('key', tenant, keyId, day), tokens, cost, priced)
+    addToTotal(totalKey('key', tenant, keyId, month), tokens, cost, priced)
   end
   releaseQuotas(id, r)
 end

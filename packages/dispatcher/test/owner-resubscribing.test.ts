@@ -1,0 +1,176 @@
+import { NodeAgent } from '@fairway/agent';
+import type { Bus, Unsubscribe } from '@fairway/bus';
+import { NatsBus } from '@fairway/bus';
+import { parseConfig, silentLogger, systemClock } from '@fairway/core';
+import { VllmClient } from '@fairway/engine';
+import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
+import { startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  connectInfrastructure,
+  type Infrastructure,
+  type RunningDispatcher,
+  serveSettings,
+  startDispatcher,
+} from '../src/index.ts';
+import { waitFor } from './support/stack.ts';
+
+const MODEL = 'llama-2-7b';
+const KEY = 'sk-resub-alpha-0001';
+const CONFIG = parseConfig(
+  {
+    tenants: [{ id: 'alpha', keys: [{ key: KEY }] }],
+    pools: [{ id: 'llama', model: MODEL }],
+    policy: { ordering: 'vtc', placement: 'least-kv' },
+  },
+  'test config',
+);
+
+/**
+ * A real bus whose `assignment` subscriptions reach the NATS server only once `open` is called:
+ * the state of a live dispatcher reconnecting to a restarted NATS after the others did (every
+ * client resubscribes on its own reconnect), as a sender sees it — NATS answers no-responders.
+ */
+function withheldAssignments(bus: Bus): { bus: Bus; open: () => Promise<void> } {
+  const waiting: (() => void)[] = [];
+  let opened = false;
+  const gated = new Proxy(bus, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop !== 'subscribe') return typeof value === 'function' ? value.bind(target) : value;
+      return (...args: Parameters<Bus['subscribe']>): Unsubscribe => {
+        if (args[0] !== 'assignment' || opened) return target.subscribe(...args);
+        let stop: Unsubscribe | undefined;
+        let stopped = false;
+        waiting.push(() => {
+          if (!stopped) stop = target.subscribe(...args);
+        });
+        return () => {
+          stopped = true;
+          stop?.();
+        };
+      };
+    },
+  });
+  return {
+    bus: gated,
+    async open() {
+      opened = true;
+      for (const subscribe of waiting.splice(0)) subscribe();
+      await bus.flush();
+    },
+  };
+}
+
+/**
+ * Dispatcher B picks a request dispatcher A holds while A's assignment subscription is missing on
+ * the NATS server, as after a NATS restart that B reconnected from first: A is alive and
+ * subscribes again a moment later. Two dispatchers in this process, each with its own NATS
+ * connection to a server of this test's own, sharing one store; one engine-sim with its agent.
+ */
+describe('a dispatcher whose assignment subscription is back a moment after the picker sent', () => {
+  let nats: TestServer | undefined;
+  const closers: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
+    await nats?.stop();
+    nats = undefined;
+  });
+
+  async function infrastructure(server: TestServer, prefix: string, name: string): Promise<Infrastructure> {
+    const infra = await connectInfrastructure({
+      natsUrl: server.url,
+      prefix,
+      defaultLeaseMs: 10_000,
+      staleAfterMs: 3000,
+      name,
+      clock: systemClock,
+      logger: silentLogger,
+    });
+    closers.push(() => infra.close());
+    return infra;
+  }
+
+  async function dispatcher(
+    name: string,
+    infra: Infrastructure,
+    options: Record<string, number>,
+  ): Promise<RunningDispatcher> {
+    const settings = serveSettings(
+      {},
+      { port: 0, operatorPort: 0, dispatcherId: name, options: { queueTimeoutMs: 8000, ...options } },
+    );
+    const d = await startDispatcher({
+      settings,
+      config: CONFIG,
+      logger: silentLogger,
+      infrastructure: infra,
+    });
+    closers.push(() => d.close());
+    return d;
+  }
+
+  it('serves the request: the picker waits for the owner instead of releasing its pick', async () => {
+    nats = await startNatsServer();
+    const prefix = uniquePrefix('resub');
+    const infraA = await infrastructure(nats, prefix, 'a');
+    const infraB = await infrastructure(nats, prefix, 'b');
+    const withheld = withheldAssignments(infraA.bus);
+    // A never pumps on its own timer: the request it holds is picked by B when B's request ends.
+    const a = await dispatcher('a', { ...infraA, bus: withheld.bus }, { pumpEveryMs: 600_000 });
+    // B shares A's store, as dispatchers share Redis.
+    const b = await dispatcher('b', { ...infraB, store: infraA.store }, {});
+
+    const sim: EngineSimHandle = await startEngineSim({ servedModelName: MODEL, speed: 10, maxNumSeqs: 1 });
+    closers.push(() => sim.close());
+    const engine = new VllmClient({ url: sim.url });
+    closers.push(() => engine.close());
+    const agentBus = await NatsBus.connect({ servers: nats.url, prefix, name: 'agent' });
+    closers.push(() => agentBus.close());
+    const agent = new NodeAgent({
+      bus: agentBus,
+      engine,
+      clock: systemClock,
+      replicaId: 'sim-1',
+      pool: 'llama',
+      model: MODEL,
+      maxNumSeqs: 1,
+      heartbeatIntervalMs: 100,
+    });
+    await agent.start();
+    closers.push(() => agent.stop());
+    await waitFor(
+      () => [infraA, infraB].every((i) => i.registry.list().some((v) => v.acceptsWork)),
+      5000,
+      'the replica',
+    );
+
+    const send = (url: string, tokens: number) =>
+      fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: MODEL,
+          messages: [{ role: 'user', content: 'hello' }],
+          max_tokens: tokens,
+          fairway_output_tokens: tokens,
+        }),
+      }).then(async (r) => ({ status: r.status, body: await r.text() }));
+
+    // B's request takes the engine's only slot; A's waits in the queue behind it.
+    const first = send(b.url, 40);
+    await waitFor(() => b.dispatcher.runtime.stats().running === 1, 5000, "B's request to run");
+    const held = send(a.url, 4);
+    await waitFor(() => a.dispatcher.runtime.stats().queued === 1, 5000, "A's request to queue");
+    expect((await first).status).toBe(200);
+    // B picked A's request when its own ended; its assignment found no subscriber. A subscribes again.
+    await waitFor(() => b.dispatcher.runtime.stats().dispatched === 2, 5000, "B's pick of A's request");
+    await new Promise((r) => setTimeout(r, 200));
+    await withheld.open();
+
+    const answer = await held;
+    expect(answer.status, answer.body).toBe(200);
+    // It ran on B's pick: A dispatched nothing itself.
+    expect(a.dispatcher.runtime.stats().dispatched).toBe(0);
+  }, 30_000);
+});

@@ -1,0 +1,87 @@
+import { type LengthSpec, lengthSampler } from '@fairway/sim';
+import { z } from 'zod';
+import { faultConfigSchema } from './faults.ts';
+
+const posInt = z.number().int().positive();
+
+/** A `LengthSpec` of `@fairway/sim` (or a bare token count), checked by building its sampler. */
+const lengthSpecSchema = z
+  .union([posInt.transform((value): LengthSpec => ({ kind: 'fixed', value })), z.custom<LengthSpec>()])
+  .superRefine((spec, ctx) => {
+    if (typeof spec !== 'object' || spec === null || typeof (spec as { kind?: unknown }).kind !== 'string') {
+      ctx.addIssue({
+        code: 'custom',
+        message: 'must be a token count or a length distribution with a "kind"',
+      });
+      return;
+    }
+    try {
+      if (!lengthSampler(spec)) ctx.addIssue({ code: 'custom', message: `unknown kind "${spec.kind}"` });
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });
+
+/**
+ * Options of the simulated engine (`fairway engine-sim`), mirroring `vllm serve` flags where one
+ * exists. The engine model's own options (`EngineConfig` in `@fairway/perf`) are passed through.
+ */
+export const engineSimOptionsSchema = z
+  .object({
+    /** Interface to listen on. @default '127.0.0.1' */
+    host: z.string().min(1).default('127.0.0.1'),
+    /** TCP port; 0 picks a free one. @default 0 */
+    port: z.number().int().min(0).max(65535).default(0),
+    /** Model preset of the engine model, e.g. `llama-2-7b`. @default 'llama-2-7b' */
+    model: z.string().min(1).default('llama-2-7b'),
+    /** Name clients use in `model` (`--served-model-name`). @default the `model` preset name */
+    servedModelName: z.string().min(1).optional(),
+    /** GPU preset, e.g. `A100-80GB`. @default 'A100-80GB' */
+    gpu: z.string().min(1).default('A100-80GB'),
+    /** Tensor-parallel degree. @default 1 */
+    tp: posInt.default(1),
+    /** KV capacity in tokens; overrides the one computed from GPU memory. */
+    kvCapacityTokens: posInt.optional(),
+    /** Tokens per KV block. @default 16 */
+    blockSize: posInt.optional(),
+    /** Most sequences in a batch (`--max-num-seqs`). @default 256 */
+    maxNumSeqs: posInt.optional(),
+    /** Most tokens in a step (`--max-num-batched-tokens`). */
+    maxNumBatchedTokens: posInt.optional(),
+    batchPolicy: z.enum(['prefill-priority', 'decode-priority']).optional(),
+    chunkedPrefill: z.boolean().optional(),
+    preemption: z.enum(['recompute', 'eviction-free']).optional(),
+    /** `--scheduling-policy`: `priority` orders the waiting queue by the request's `priority`. @default 'fcfs' */
+    schedulingPolicy: z.enum(['fcfs', 'priority']).default('fcfs'),
+    /** Longest prompt + output (`--max-model-len`). @default the model preset's, capped by KV capacity */
+    maxModelLen: posInt.optional(),
+    /** Model milliseconds per real millisecond; 10 runs ten times faster than the GPU would. @default 1 */
+    speed: z.number().positive().default(1),
+    /**
+     * Coalesce each stream's chunks into one write every this many ms (one token per chunk still);
+     * 0 writes each step's chunk when the step ends, for exact timing. Benchmarks with high speed
+     * factors use it so the engine is not bound by one socket write per token. @default 0
+     */
+    streamFlushMs: z.number().nonnegative().default(0),
+    /**
+     * Local path of the model's Hugging Face `tokenizer.json`: prompts are counted with it over the
+     * chat template, as vLLM does. @default a word-piece stand-in (see `wordPieceCounter`)
+     */
+    tokenizer: z.string().min(1).optional(),
+    /** Seed of every random draw (output lengths, faults, ids). @default 0 */
+    seed: z.number().int().nonnegative().default(0),
+    /**
+     * Natural output length of a request (before `max_tokens`) when neither the
+     * `fairway_output_tokens` field nor the `x-fairway-output-tokens` header gives one.
+     * @default uniform 16–512 tokens
+     */
+    outputTokens: lengthSpecSchema.default({ kind: 'uniform', min: 16, max: 512 }),
+    /** Injected faults (all off by default); changeable at runtime via `POST /fairway/faults`. */
+    faults: faultConfigSchema.default(faultConfigSchema.parse({})),
+  })
+  .strict();
+
+/** Options of the simulated engine, as given. */
+export type EngineSimOptionsInput = z.input<typeof engineSimOptionsSchema>;
+/** Options of the simulated engine, with defaults applied. */
+export type EngineSimOptions = z.output<typeof engineSimOptionsSchema>;

@@ -1,0 +1,437 @@
+import { randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import {
+  type Clock,
+  createRng,
+  type Logger,
+  modelSpec,
+  parseWith,
+  type Rng,
+  silentLogger,
+  systemClock,
+} from '@fairway/core';
+import { loadTokenizer } from '@fairway/engine';
+import { type EngineConfig, EngineModel, type EngineModelApi } from '@fairway/perf';
+import { type LengthSampler, lengthSampler } from '@fairway/sim';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { FaultInjector, faultPatchSchema } from './faults.ts';
+import { Generation } from './generation.ts';
+import { EngineSimMetrics } from './metrics.ts';
+import { type EngineSimOptions, type EngineSimOptionsInput, engineSimOptionsSchema } from './options.ts';
+import { chatPromptTokens, completionPromptTokens, wordPieceCounter } from './prompt-tokens.ts';
+import { RealtimeDriver } from './realtime-driver.ts';
+import {
+  type ChatRequest,
+  type CompletionRequest,
+  chatRequestSchema,
+  completionRequestSchema,
+  messageText,
+} from './request-schema.ts';
+import { errorBody, type ResponseKind, syntheticPrefixTokens } from './response-format.ts';
+import { StreamFlusher } from './stream-flusher.ts';
+
+/** What {@link buildEngineSimApp} needs: validated options and the engine model it serves. */
+export interface EngineSimDeps {
+  readonly options: EngineSimOptions;
+  /** The engine model that decides timing, KV usage and preemption. */
+  readonly model: EngineModelApi;
+  /** Natural output lengths of requests that do not give one. */
+  readonly outputLength: LengthSampler;
+  /** Seeded randomness for output lengths, faults and ids. */
+  readonly rng: Rng;
+  /** Wall clock for `created` timestamps and the slow-start window. @default systemClock */
+  readonly clock?: Clock;
+  readonly logger?: Logger;
+}
+
+/** A built (not yet listening) simulated engine. */
+export interface EngineSimApp {
+  readonly app: FastifyInstance;
+  readonly driver: RealtimeDriver;
+  readonly faults: FaultInjector;
+  /**
+   * The W3C `traceparent` headers of the latest generation requests (up to 256, oldest first), so a
+   * test can check that the gateway propagated its trace to the engine, as vLLM would receive it.
+   */
+  readonly traceparents: readonly string[];
+  /** Stops the engine loop, drops every open request and closes the server. */
+  close(): Promise<void>;
+}
+
+/** A running simulated engine. */
+export interface EngineSimHandle {
+  /** Base URL, e.g. `http://127.0.0.1:43817`. */
+  readonly url: string;
+  readonly port: number;
+  /** The model name clients use. */
+  readonly servedModelName: string;
+  /** See {@link EngineSimApp.traceparents}. */
+  readonly traceparents: readonly string[];
+  close(): Promise<void>;
+}
+
+const sleepQuerySchema = z.object({ level: z.enum(['1', '2']).default('1') });
+const loadLoraSchema = z.looseObject({ lora_name: z.string().min(1), lora_path: z.string().min(1) });
+const unloadLoraSchema = z.looseObject({ lora_name: z.string().min(1) });
+
+function sendError(reply: FastifyReply, status: number, type: string, message: string): FastifyReply {
+  return reply
+    .code(status)
+    .header('content-type', 'application/json')
+    .send(errorBody(status, type, message));
+}
+
+function headerInt(req: FastifyRequest, name: string): number | undefined {
+  const raw = req.headers[name];
+  if (typeof raw !== 'string') return undefined;
+  const n = Number(raw);
+  return Number.isInteger(n) && n >= 0 ? n : undefined;
+}
+
+function describeIssues(error: z.ZodError): string {
+  return error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; ');
+}
+
+/**
+ * Builds the simulated vLLM server: OpenAI chat and text completions (streamed like vLLM, one
+ * token per chunk), `/v1/models`, `/health`, `/metrics`, sleep/wake, LoRA load/unload, and the
+ * private `/fairway/faults`. Timing, KV usage and preemption come from the engine model, run in
+ * real time by a {@link RealtimeDriver}.
+ */
+export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
+  const { options, model } = deps;
+  const clock = deps.clock ?? systemClock;
+  const logger = deps.logger ?? silentLogger;
+  const servedModelName = options.servedModelName ?? options.model;
+  const maxModelLen = Math.min(
+    options.maxModelLen ?? modelSpec(options.model).maxModelLen,
+    model.config.kvCapacityTokens,
+  );
+  const outputRng = deps.rng.fork('output-length');
+  // Prompts are counted with the model's tokenizer when one is given, else a word-piece stand-in.
+  const tokens = options.tokenizer === undefined ? wordPieceCounter : loadTokenizer(options.tokenizer);
+  const faults = new FaultInjector(options.faults, deps.rng.fork('faults'));
+  const readyAtMs = clock.now() + options.faults.slowStartMs;
+  const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
+  const driver = new RealtimeDriver(model, {
+    speed: options.speed,
+    onStep: (step) => {
+      let generated = 0;
+      for (const e of step.events) if (e.kind === 'token') generated++;
+      metrics.observeIteration(step.shape.prefillTokens + generated);
+    },
+    onListenerError: (error, event) => logger.error({ err: error, event }, 'engine-sim listener failed'),
+  });
+  const adapters = new Map<string, string>();
+  const inflight = new Set<Generation>();
+  const flusher = options.streamFlushMs > 0 ? new StreamFlusher(options.streamFlushMs) : undefined;
+  let sleeping: 0 | 1 | 2 = 0;
+  const createdS = Math.floor(clock.now() / 1000);
+
+  const app = Fastify({ logger: false, bodyLimit: 64 * 1024 * 1024, forceCloseConnections: true });
+
+  const notReady = (): boolean => clock.now() < readyAtMs;
+
+  const generate = async (kind: ResponseKind, req: FastifyRequest, reply: FastifyReply): Promise<unknown> => {
+    if (notReady()) return sendError(reply, 503, 'ServiceUnavailableError', 'The engine is starting up.');
+    if (sleeping) return sendError(reply, 503, 'ServiceUnavailableError', 'The engine is sleeping.');
+    const schema = kind === 'chat' ? chatRequestSchema : completionRequestSchema;
+    const parsed = schema.safeParse(req.body);
+    if (!parsed.success) return sendError(reply, 400, 'BadRequestError', describeIssues(parsed.error));
+    const body = parsed.data;
+    const requested = body.model ?? servedModelName;
+    let adapter: string | undefined;
+    if (requested !== servedModelName) {
+      if (!adapters.has(requested)) {
+        return sendError(reply, 404, 'NotFoundError', `The model \`${requested}\` does not exist.`);
+      }
+      adapter = requested;
+    }
+    const priority = body.priority ?? 0;
+    if (priority !== 0 && options.schedulingPolicy !== 'priority') {
+      return sendError(
+        reply,
+        400,
+        'BadRequestError',
+        `Got priority ${priority} but Priority scheduling is not enabled.`,
+      );
+    }
+    const promptTokens =
+      headerInt(req, 'x-fairway-input-tokens') ??
+      (kind === 'chat'
+        ? chatPromptTokens(body as ChatRequest, tokens)
+        : completionPromptTokens(body as CompletionRequest, tokens));
+    const maxCompletion = kind === 'chat' ? (body as ChatRequest).max_completion_tokens : undefined;
+    const requestedMax = body.max_tokens ?? maxCompletion ?? undefined;
+    if (
+      promptTokens >= maxModelLen ||
+      (requestedMax !== undefined && promptTokens + requestedMax > maxModelLen)
+    ) {
+      const total = promptTokens + (requestedMax ?? 0);
+      return sendError(
+        reply,
+        400,
+        'BadRequestError',
+        `This model's maximum context length is ${maxModelLen} tokens. However, you requested ${total} tokens (${promptTokens} in the messages, ${requestedMax ?? 0} in the completion). Please reduce the length of the messages or completion.`,
+      );
+    }
+    const maxTokens = requestedMax ?? maxModelLen - promptTokens;
+    // A continuation goes on where the partial answer it carries stopped, as the model would: the
+    // tokens it already has count toward the request's natural length and the text continues.
+    let firstToken = headerInt(req, 'x-fairway-resumed-tokens') ?? 0;
+    if (kind === 'chat') {
+      const chat = body as ChatRequest;
+      if (chat.continue_final_message === true) {
+        if (chat.add_generation_prompt === true)
+          return sendError(
+            reply,
+            400,
+            'BadRequestError',
+            'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
+          );
+        const last = chat.messages[chat.messages.length - 1];
+        if (last?.role !== 'assistant')
+          return sendError(
+            reply,
+            400,
+            'BadRequestError',
+            'continue_final_message is set but the final message is not an assistant message.',
+          );
+        firstToken = syntheticPrefixTokens(messageText(last.content));
+      }
+    }
+    const natural = Math.max(
+      1,
+      (body.fairway_output_tokens ?? headerInt(req, 'x-fairway-output-tokens') ?? outputLength()) -
+        firstToken,
+    );
+    const outputTokens = body.ignore_eos ? maxTokens : Math.min(natural, maxTokens);
+    const finishReason =
+      outputTokens === maxTokens && (body.ignore_eos || natural >= maxTokens) ? 'length' : 'stop';
+
+    if (faults.config.headersDelayMs > 0) {
+      await new Promise((r) => setTimeout(r, faults.config.headersDelayMs));
+      if (sleeping) return sendError(reply, 503, 'ServiceUnavailableError', 'The engine is sleeping.');
+    }
+    const fault = faults.plan();
+    if (fault.kind === 'error') {
+      return sendError(reply, 500, 'InternalServerError', 'Injected fault: internal server error.');
+    }
+    // Random per request, as vLLM's are: not drawn from the seeded RNG (neighbouring seeds of one
+    // fleet's engines nearly coincide) nor counted (a client could guess its neighbours' ids).
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
+    reply.hijack();
+    const generation = new Generation({
+      identity: { kind, id, created: Math.floor(clock.now() / 1000), model: requested },
+      seq: {
+        id,
+        inputTokens: promptTokens,
+        outputTokens,
+        maxTokens,
+        ...(options.schedulingPolicy === 'priority' ? { priority } : {}),
+        ...(adapter === undefined ? {} : { adapter }),
+      },
+      finishReason,
+      ...(firstToken > 0 ? { firstToken } : {}),
+      stream: body.stream === true,
+      includeUsage: body.stream_options?.include_usage === true,
+      continuousUsage: body.stream_options?.continuous_usage_stats === true,
+      fault,
+      res: reply.raw,
+      driver,
+      metrics,
+      ...(flusher ? { flusher } : {}),
+      onSettled: (g) => inflight.delete(g),
+    });
+    inflight.add(generation);
+    try {
+      generation.start();
+    } catch (err) {
+      inflight.delete(generation);
+      logger.error({ err, id }, 'engine-sim could not start a request');
+      if (!reply.raw.headersSent) {
+        reply.raw.writeHead(500, { 'content-type': 'application/json' });
+        reply.raw.end(errorBody(500, 'InternalServerError', (err as Error).message));
+      } else reply.raw.destroy();
+    }
+    return reply;
+  };
+
+  function outputLength(): number {
+    return deps.outputLength.sample(outputRng);
+  }
+
+  const traceparents: string[] = [];
+  const received = (req: FastifyRequest): void => {
+    const tp = req.headers.traceparent;
+    if (typeof tp !== 'string') return;
+    if (traceparents.length >= 256) traceparents.shift();
+    traceparents.push(tp);
+  };
+  app.post('/v1/chat/completions', (req, reply) => {
+    received(req);
+    return generate('chat', req, reply);
+  });
+  app.post('/v1/completions', (req, reply) => {
+    received(req);
+    return generate('completions', req, reply);
+  });
+
+  app.get('/v1/models', async () => ({
+    object: 'list',
+    data: [
+      {
+        id: servedModelName,
+        object: 'model',
+        created: createdS,
+        owned_by: 'vllm',
+        root: options.model,
+        parent: null,
+        max_model_len: maxModelLen,
+      },
+      ...[...adapters].map(([name, path]) => ({
+        id: name,
+        object: 'model',
+        created: createdS,
+        owned_by: 'vllm',
+        root: path,
+        parent: servedModelName,
+        max_model_len: null,
+      })),
+    ],
+  }));
+
+  app.get('/health', async (_req, reply) => {
+    if (notReady()) return sendError(reply, 503, 'ServiceUnavailableError', 'The engine is starting up.');
+    return reply.code(200).send('');
+  });
+
+  app.get('/version', async () => ({ version: 'fairway-engine-sim' }));
+
+  app.get('/metrics', async (_req, reply) => {
+    const text = await metrics.render();
+    return reply.header('content-type', metrics.contentType).send(text);
+  });
+
+  app.post('/sleep', async (req, reply) => {
+    const q = sleepQuerySchema.safeParse(req.query);
+    if (!q.success) return sendError(reply, 400, 'BadRequestError', `level: must be 1 or 2`);
+    const level = Number(q.data.level) as 1 | 2;
+    sleeping = level;
+    // Sleeping discards the KV cache: whatever runs is lost.
+    for (const g of [...inflight]) g.abort();
+    if (level === 2) adapters.clear();
+    logger.info({ level }, 'engine-sim sleeping');
+    return reply.code(200).send('');
+  });
+
+  app.post('/wake_up', async (_req, reply) => {
+    sleeping = 0;
+    return reply.code(200).send('');
+  });
+
+  app.get('/is_sleeping', async () => ({ is_sleeping: sleeping !== 0 }));
+
+  app.post('/v1/load_lora_adapter', async (req, reply) => {
+    const b = loadLoraSchema.safeParse(req.body);
+    if (!b.success) {
+      return sendError(reply, 400, 'InvalidUserInput', "Both 'lora_name' and 'lora_path' must be provided.");
+    }
+    const { lora_name: name, lora_path: path } = b.data;
+    if (adapters.has(name)) {
+      return sendError(reply, 400, 'InvalidUserInput', `The lora adapter '${name}' has already been loaded.`);
+    }
+    adapters.set(name, path);
+    return reply.code(200).type('text/plain').send(`Success: LoRA adapter '${name}' added successfully.`);
+  });
+
+  app.post('/v1/unload_lora_adapter', async (req, reply) => {
+    const b = unloadLoraSchema.safeParse(req.body);
+    if (!b.success) return sendError(reply, 400, 'InvalidUserInput', "'lora_name' must be provided.");
+    const name = b.data.lora_name;
+    if (!adapters.delete(name)) {
+      return sendError(reply, 404, 'NotFoundError', `The lora adapter '${name}' cannot be found.`);
+    }
+    return reply.code(200).type('text/plain').send(`Success: LoRA adapter '${name}' removed successfully.`);
+  });
+
+  app.get('/fairway/faults', async () => faults.config);
+
+  // Private: how the real-time loop keeps up with its speed factor (benchmarks, debugging).
+  app.get('/fairway/stats', async () => ({
+    speed: options.speed,
+    realMs: driver.modelNowMs() / options.speed,
+    modelBusyMs: driver.modelBusyMs,
+    steps: driver.steps,
+    inflight: inflight.size,
+  }));
+
+  app.post('/fairway/faults', async (req, reply) => {
+    const b = faultPatchSchema.safeParse(req.body ?? {});
+    if (!b.success) return sendError(reply, 400, 'BadRequestError', describeIssues(b.error));
+    const patch = Object.fromEntries(Object.entries(b.data).filter(([, v]) => v !== undefined));
+    return faults.update(patch);
+  });
+
+  return {
+    app,
+    driver,
+    faults,
+    traceparents,
+    async close() {
+      driver.close();
+      flusher?.close();
+      for (const g of [...inflight]) g.abort();
+      await app.close();
+    },
+  };
+}
+
+/** Options of {@link startEngineSim}: the engine-sim options plus a logger. */
+export type StartEngineSimOptions = EngineSimOptionsInput & { readonly logger?: Logger };
+
+/**
+ * Starts a simulated vLLM engine on `host:port` (port 0 picks a free one) running the simulator's
+ * `EngineModel` in real time. Throws a `ConfigError` naming the field when an option is invalid.
+ */
+export async function startEngineSim(input: StartEngineSimOptions = {}): Promise<EngineSimHandle> {
+  const { logger, ...rest } = input;
+  const options = parseWith(engineSimOptionsSchema, rest, 'engine-sim options');
+  const config: EngineConfig = {
+    gpu: options.gpu,
+    model: options.model,
+    tp: options.tp,
+    priorityScheduling: options.schedulingPolicy === 'priority',
+    ...(options.kvCapacityTokens === undefined ? {} : { kvCapacityTokens: options.kvCapacityTokens }),
+    ...(options.blockSize === undefined ? {} : { blockSize: options.blockSize }),
+    ...(options.maxNumSeqs === undefined ? {} : { maxNumSeqs: options.maxNumSeqs }),
+    ...(options.maxNumBatchedTokens === undefined
+      ? {}
+      : { maxNumBatchedTokens: options.maxNumBatchedTokens }),
+    ...(options.batchPolicy === undefined ? {} : { batchPolicy: options.batchPolicy }),
+    ...(options.chunkedPrefill === undefined ? {} : { chunkedPrefill: options.chunkedPrefill }),
+    ...(options.preemption === undefined ? {} : { preemption: options.preemption }),
+  };
+  const model = new EngineModel(config);
+  const sim = buildEngineSimApp({
+    options,
+    model,
+    outputLength: lengthSampler(options.outputTokens),
+    rng: createRng(options.seed),
+    ...(logger === undefined ? {} : { logger }),
+  });
+  // uvicorn's default backlog: thousands of clients connecting at once must queue, not be dropped.
+  await sim.app.listen({ host: options.host, port: options.port, backlog: 2048 });
+  const address = sim.app.server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const url = `http://${host}:${address.port}`;
+  logger?.info({ url, model: options.model, gpu: options.gpu, speed: options.speed }, 'engine-sim listening');
+  return {
+    url,
+    port: address.port,
+    servedModelName: options.servedModelName ?? options.model,
+    traceparents: sim.traceparents,
+    close: () => sim.close(),
+  };
+}

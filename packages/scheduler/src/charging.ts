@@ -1,0 +1,120 @@
+import { ChargeCoalescer } from './charge-coalescer.ts';
+import { GatewayError, GatewayErrorCode } from './errors.ts';
+import type { Dispatched, ResolvedGatewayOptions } from './gateway-options.ts';
+import type { OutputPredictions } from './output-prediction.ts';
+import type { Owned, OwnedRequests } from './owned-requests.ts';
+import type { ReservationView } from './reservation-view.ts';
+
+/**
+ * Charging of a gateway's running requests (DESIGN.md request path, step 5): a request starts
+ * being charged when its owner learns it was dispatched; its streamed output is recorded as it
+ * arrives and charged in coalesced flushes, which also grow re-predicted reservations.
+ */
+export class Charging {
+  readonly #o: ResolvedGatewayOptions;
+  readonly #id: string;
+  readonly #owned: OwnedRequests;
+  readonly #view: ReservationView;
+  readonly #predictions: OutputPredictions;
+  readonly #charges: ChargeCoalescer;
+  #lastFlushMs: number;
+  /** Flushes that sent something. */
+  flushes = 0;
+
+  constructor(deps: {
+    options: ResolvedGatewayOptions;
+    owned: OwnedRequests;
+    view: ReservationView;
+    predictions: OutputPredictions;
+  }) {
+    this.#o = deps.options;
+    this.#id = deps.options.id;
+    this.#owned = deps.owned;
+    this.#view = deps.view;
+    this.#predictions = deps.predictions;
+    this.#charges = new ChargeCoalescer(this.#o.flushTokens);
+    this.#lastFlushMs = this.#o.clock.now();
+  }
+
+  /** Output tokens recorded but not yet charged. */
+  get pendingTokens(): number {
+    return this.#charges.pendingTokens;
+  }
+
+  /**
+   * The owner learns that its request was dispatched (by itself, or by another gateway sharing the
+   * store) and starts charging its output. Only the request id and replica are read, so an owner
+   * that learns of a dispatch over the bus (an assignment) can call it without the full record.
+   */
+  started(d: Pick<Dispatched, 'id' | 'replica'> & Partial<Pick<Dispatched, 'predicted'>>): void {
+    const own = this.#owned.get(d.id);
+    if (own === undefined || own.state !== 'queued')
+      throw new GatewayError(
+        GatewayErrorCode.UNKNOWN_REQUEST,
+        this.#id,
+        `request "${d.id}" is not queued here`,
+        {
+          requestId: d.id,
+        },
+      );
+    own.state = 'running';
+    own.replica = d.replica;
+    if (d.predicted !== undefined) own.predicted = d.predicted;
+    own.outputBound = own.reserveTokens - own.req.inputTokens;
+    own.grown = 0;
+    own.underEstimated = false;
+    this.#owned.running++;
+    this.open(own);
+  }
+
+  /** Starts (or restarts) charging `own`'s output from where it resumes. */
+  open(own: Owned): void {
+    this.#charges.open(own.req.id, own.req, own.predicted, own.resumeFrom);
+  }
+
+  /** Stops charging request `id` (it settles with its true usage, or is re-queued). */
+  close(id: string): void {
+    this.#charges.close(id);
+  }
+
+  /**
+   * Records that request `id` has streamed `generated` output tokens in total. Returns true when
+   * enough tokens wait to be charged that the caller should `flush()` now.
+   */
+  recordTokens(id: string, generated: number): boolean {
+    const due = this.#charges.record(id, generated);
+    if (this.#o.reserve === 'predicted') {
+      const own = this.#owned.get(id);
+      if (own !== undefined && own.state === 'running' && generated > own.outputBound) {
+        const growth = this.#predictions.repredict(own, generated);
+        if (growth > 0 && this.#o.repredict) this.#charges.grow(id, growth);
+      }
+    }
+    return due;
+  }
+
+  /** True when `flushMs` has passed since the last flush and tokens wait to be charged. */
+  flushDue(): boolean {
+    return this.#charges.pendingTokens > 0 && this.#o.clock.now() - this.#lastFlushMs >= this.#o.flushMs;
+  }
+
+  /** Charges every output token recorded since the last flush in one store call; returns the items sent. */
+  async flush(): Promise<number> {
+    this.#lastFlushMs = this.#o.clock.now();
+    if (this.#charges.pendingTokens === 0) return 0;
+    const items = this.#charges.drain(this.#o.ordering);
+    if (items.length === 0) return 0;
+    this.flushes++;
+    for (const item of items) {
+      if (item.reserveTokens === undefined) continue;
+      // The store grows it in this call; a request it no longer runs is ignored there and here.
+      const own = this.#owned.get(item.id);
+      if (own === undefined || own.state !== 'running' || own.replica === undefined) continue;
+      own.grown += item.reserveTokens;
+      this.#view.add(own.replica, item.reserveTokens, 0);
+      this.#predictions.errorsOf(own.replica).grownTokens += item.reserveTokens;
+    }
+    await this.#o.store.charge(items);
+    return items.length;
+  }
+}

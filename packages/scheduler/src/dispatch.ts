@@ -1,0 +1,207 @@
+import type { RequestDescriptor } from '@fairway/core';
+import type { ReplicaState } from '@fairway/policy';
+import type { DispatchInput, DispatchResult, QueuedRequest, ReplicaCandidate } from '@fairway/store';
+import type { Candidates } from './candidates.ts';
+import type { Charging } from './charging.ts';
+import { DrainRate } from './drain-rate.ts';
+import type { Dispatched, ResolvedGatewayOptions } from './gateway-options.ts';
+import type { OutputPredictions } from './output-prediction.ts';
+import type { OwnedRequests } from './owned-requests.ts';
+import { decodeRequest } from './request-payload.ts';
+import type { ReservationView } from './reservation-view.ts';
+
+/** A dispatch the store made. */
+export type StoreDispatch = Extract<DispatchResult, { kind: 'dispatched' }>;
+
+/**
+ * Dispatch for one gateway (DESIGN.md request path, step 4): work-conserving rounds that take
+ * queued requests of a pool in the ordering policy's order onto replicas with room, in the
+ * placement policy's order (split by the router's routes when there is one), and the hand-on of
+ * each dispatched request to its owner and to `onDispatch`.
+ */
+export class DispatchRounds {
+  readonly #o: ResolvedGatewayOptions;
+  readonly #id: string;
+  /** The SLO bands, most urgent first. */
+  readonly bands: readonly number[];
+  readonly #owned: OwnedRequests;
+  readonly #view: ReservationView;
+  readonly #candidates: Candidates;
+  readonly #predictions: OutputPredictions;
+  readonly #charging: Charging;
+  readonly #pumping = new Set<string>();
+  readonly #again = new Set<string>();
+  /** Dispatch rate per pool, for `queue_full`'s Retry-After. */
+  readonly drain = new DrainRate();
+  /** Requests this gateway picked (any owner). */
+  dispatched = 0;
+
+  constructor(deps: {
+    options: ResolvedGatewayOptions;
+    bands: readonly number[];
+    owned: OwnedRequests;
+    view: ReservationView;
+    candidates: Candidates;
+    predictions: OutputPredictions;
+    charging: Charging;
+  }) {
+    this.#o = deps.options;
+    this.#id = deps.options.id;
+    this.bands = deps.bands;
+    this.#owned = deps.owned;
+    this.#view = deps.view;
+    this.#candidates = deps.candidates;
+    this.#predictions = deps.predictions;
+    this.#charging = deps.charging;
+  }
+
+  /**
+   * Dispatches queued requests of `pool` (every pool when omitted) while a replica has room.
+   * Returns how many it dispatched. Concurrent calls for one pool coalesce into one loop.
+   */
+  async pump(pool?: string): Promise<number> {
+    if (pool === undefined) {
+      let n = 0;
+      for (const p of this.#o.replicas.pools()) n += await this.pump(p);
+      return n;
+    }
+    if (this.#pumping.has(pool)) {
+      this.#again.add(pool);
+      return 0;
+    }
+    this.#pumping.add(pool);
+    let n = 0;
+    try {
+      do {
+        this.#again.delete(pool);
+        n += await this.#dispatchLoop(pool);
+      } while (this.#again.has(pool));
+    } finally {
+      this.#pumping.delete(pool);
+    }
+    return n;
+  }
+
+  /** The store's dispatch input for `pool` from `bands` onto `replicas`. */
+  input(pool: string, bands: readonly number[], replicas: ReplicaCandidate[]): DispatchInput {
+    const o = this.#o;
+    return {
+      pool,
+      bands,
+      ordering: o.ordering.mode,
+      nowMs: o.clock.now(),
+      picker: this.#id,
+      replicas,
+      fit: o.fit,
+    };
+  }
+
+  /** Counts a dispatch from `pool` (stats and its drain rate). */
+  countDispatch(pool: string): void {
+    this.dispatched++;
+    this.drain.dispatched(pool, this.#o.clock.now());
+  }
+
+  /**
+   * A request was dispatched by this gateway (any owner): note its reservation in the view unless
+   * the store's reply already did, price its prediction, and hand it on — to `started` if this
+   * gateway owns it, and to `onDispatch`.
+   */
+  async handOn(res: StoreDispatch, note: boolean): Promise<void> {
+    if (note) this.#view.add(res.replica, res.req.reserveTokens, 1);
+    const own = this.#owned.get(res.req.id);
+    const req = own?.req ?? decodeRequest(res.req.payload, this.#id);
+    const resumeFrom = own?.resumeFrom ?? 0;
+    // A resumed request was already priced; its re-queue settled what it had been served.
+    const repriced = resumeFrom > 0 ? undefined : await this.#repriceAtDispatch(res.req, req);
+    const predicted = repriced?.predicted;
+    const d: Dispatched = {
+      id: res.req.id,
+      req,
+      ...(predicted !== undefined ? { predicted } : {}),
+      ...(resumeFrom > 0 ? { resumeFrom } : {}),
+      replica: res.replica,
+      owner: res.req.owner,
+      picker: this.#id,
+      reserveTokens: res.req.reserveTokens,
+      queued: res.req,
+    };
+    // Its owner may have learnt the placement from the store while this reply was on its way
+    // (`placements`, when the bus was down): it runs already, on this replica.
+    if (d.owner === this.#id && !(own?.state === 'running' && own.replica === d.replica))
+      this.#charging.started(d);
+    this.#o.onDispatch(d);
+    if (repriced !== undefined && repriced.delta !== 0)
+      await this.#o.store.charge([{ id: res.req.id, amount: repriced.delta }]);
+  }
+
+  async #dispatchLoop(pool: string): Promise<number> {
+    const states = await this.#view.roundStates(pool);
+    if (!states.some((s) => !s.stale)) return 0;
+    const router = this.#o.router;
+    if (router === undefined) return this.#dispatchRoute(pool, states, this.bands, undefined, false);
+    let n = 0;
+    // Routes change as replicas fill (a replica's queue order depends on its state), so re-ask
+    // after every round that dispatched something.
+    for (;;) {
+      let round = 0;
+      for (const route of router.routes(pool, states, this.bands))
+        round += await this.#dispatchRoute(
+          pool,
+          states,
+          route.bands,
+          new Set(route.replicas),
+          route.unlimited === true,
+        );
+      n += round;
+      if (round === 0) return n;
+    }
+  }
+
+  /** Dispatches from `bands` onto the `allowed` replicas (every fresh one when undefined) until blocked. */
+  async #dispatchRoute(
+    pool: string,
+    states: ReplicaState[],
+    bands: readonly number[],
+    allowed: ReadonlySet<string> | undefined,
+    unlimited: boolean,
+  ): Promise<number> {
+    let n = 0;
+    for (;;) {
+      // A replica may have failed or gone stale since the round read the view (its retry may be
+      // the very request this round picks next): place only where the source still offers room.
+      this.#candidates.dropStale(states);
+      const candidates = this.#candidates.list(states, allowed, unlimited, pool);
+      if (candidates.length === 0 || bands.length === 0) return n;
+      const res = await this.#o.store.dispatch(this.input(pool, bands, candidates));
+      if (res.kind !== 'dispatched') return n;
+      n++;
+      this.countDispatch(pool);
+      const i = states.findIndex((s) => s.id === res.replica);
+      const s = states[i];
+      if (s)
+        states[i] = {
+          ...s,
+          reservedTokens: s.reservedTokens + res.req.reserveTokens,
+          reservedSeqs: s.reservedSeqs + 1,
+        };
+      await this.handOn(res, true);
+    }
+  }
+
+  /**
+   * VTC(predict) predicts a request's output when it is selected (VTC Algorithm 3, line 25), but the
+   * queue priced it at admission, and a request may wait minutes while its flow's history changes
+   * (at the start no flow has any). When the policy's dispatch price depends on the prediction,
+   * the difference to the price under the flow's prediction now is charged (after the request is
+   * on its way); returns that prediction and the difference.
+   */
+  async #repriceAtDispatch(
+    q: QueuedRequest,
+    req: RequestDescriptor,
+  ): Promise<{ predicted: number | undefined; delta: number } | undefined> {
+    if (!this.#predictions.pricesPrediction(req)) return undefined;
+    const fresh = await this.#predictions.predictedOutput(q.flow);
+    return { predicted: fresh, delta: this.#o.ordering.dispatchCost(req, fresh) - q.dispatchCost };
+  }
+}
