@@ -130,6 +130,8 @@ export class GatewayRuntime {
   #probing = false;
   /** Timer ms at which the bus was last seen down (-Infinity: never). */
   #busDownAt = Number.NEGATIVE_INFINITY;
+  /** Monotonic ms of the last look-up of long-waiting requests' placements (`#catchUpPlacements`). */
+  #auditedAt = Number.NEGATIVE_INFINITY;
   /** Monotonic ms since which each pool with waiting requests has had no replica taking work. */
   readonly #unservedSince = new Map<string, number>();
   #flushing = false;
@@ -725,7 +727,12 @@ export class GatewayRuntime {
         );
       }
       if (!o.registry.busConnected) this.#busDownAt = o.timer.now();
-      if (o.timer.now() - this.#busDownAt <= BUS_CATCH_UP_MS) await this.#catchUpPlacements();
+      const now = o.timer.now();
+      if (now - this.#busDownAt <= BUS_CATCH_UP_MS) await this.#catchUpPlacements(0);
+      else if (now - this.#auditedAt >= o.options.assignGraceMs) {
+        this.#auditedAt = now;
+        await this.#catchUpPlacements(o.options.assignGraceMs);
+      }
       if (cleared.length > 0) await this.gateway.pump();
       this.#failUnservable();
     } finally {
@@ -734,14 +741,20 @@ export class GatewayRuntime {
   }
 
   /**
-   * While the bus is down (and for a while after it returns), a request this dispatcher holds may
-   * be picked by another dispatcher whose assignment message cannot reach it: the store records
-   * where each request runs, so the waiting ones are looked up there (one pipelined read) and
-   * started on the replica they were placed on, instead of waiting for the queue timeout.
+   * A request this dispatcher holds may be picked by another dispatcher whose assignment message
+   * never comes: the bus was down (or came back only a moment ago), or the picker was killed
+   * between its pick in the store and its message. The store records where each request runs, so
+   * the waiting requests are looked up there (one pipelined read) and started on the replica they
+   * were placed on, instead of waiting for the queue timeout. While the bus is down every waiting
+   * request is looked up on each probe; otherwise, once per `assignGraceMs`, those that have waited
+   * at least `minWaitMs` (a normal assignment arrives within milliseconds of the pick).
    */
-  async #catchUpPlacements(): Promise<void> {
+  async #catchUpPlacements(minWaitMs: number): Promise<void> {
     const waiting: string[] = [];
-    for (const t of this.#tickets.values()) if (t.replica === undefined) waiting.push(t.id);
+    const before = this.#o.timer.now() - minWaitMs;
+    for (const t of this.#tickets.values())
+      if (t.replica === undefined && t.submittedAt !== undefined && t.submittedAt <= before)
+        waiting.push(t.id);
     if (waiting.length === 0) return;
     try {
       const placed = await this.gateway.options.store.placements(waiting);

@@ -62,13 +62,52 @@ function withheldAssignments(bus: Bus): { bus: Bus; open: () => Promise<void> } 
   };
 }
 
+/** Sends a chat completion with `key` asking for exactly `tokens` output tokens; status and body. */
+function sender(key: string) {
+  return (url: string, tokens: number) =>
+    fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'hello' }],
+        max_tokens: tokens,
+        fairway_output_tokens: tokens,
+      }),
+    }).then(async (r) => ({ status: r.status, body: await r.text() }));
+}
+
 /**
- * Dispatcher B picks a request dispatcher A holds while A's assignment subscription is missing on
- * the NATS server, as after a NATS restart that B reconnected from first: A is alive and
- * subscribes again a moment later. Two dispatchers in this process, each with its own NATS
- * connection to a server of this test's own, sharing one store; one engine-sim with its agent.
+ * A real bus that never sends `assignment` messages: a picker killed (SIGKILL) between its pick in
+ * the store and its message to the request's owner, as the owner sees it.
  */
-describe('a dispatcher whose assignment subscription is back a moment after the picker sent', () => {
+function silentPicker(bus: Bus): Bus {
+  return new Proxy(bus, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop === 'deliver')
+        return (subject: string, ...rest: unknown[]) =>
+          subject === 'assignment'
+            ? new Promise(() => undefined)
+            : (value as (...a: unknown[]) => unknown).call(target, subject, ...rest);
+      if (prop === 'publish')
+        return (subject: string, ...rest: unknown[]) =>
+          subject === 'assignment'
+            ? undefined
+            : (value as (...a: unknown[]) => unknown).call(target, subject, ...rest);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
+/**
+ * Dispatcher B picks a request dispatcher A holds, and its assignment message is late (A's
+ * subscription is missing on the NATS server for a moment, as after a NATS restart that B
+ * reconnected from first) or never sent (B was killed right after its pick). Two dispatchers in
+ * this process, each with its own NATS connection to a server of this test's own, sharing one
+ * store; one engine-sim with its agent.
+ */
+describe('the owner of a request another dispatcher picked', () => {
   let nats: TestServer | undefined;
   const closers: (() => Promise<unknown>)[] = [];
   afterEach(async () => {
@@ -110,22 +149,13 @@ describe('a dispatcher whose assignment subscription is back a moment after the 
     return d;
   }
 
-  it('serves the request: the picker waits for the owner instead of releasing its pick', async () => {
-    nats = await startNatsServer();
-    const prefix = uniquePrefix('resub');
-    const infraA = await infrastructure(nats, prefix, 'a');
-    const infraB = await infrastructure(nats, prefix, 'b');
-    const withheld = withheldAssignments(infraA.bus);
-    // A never pumps on its own timer: the request it holds is picked by B when B's request ends.
-    const a = await dispatcher('a', { ...infraA, bus: withheld.bus }, { pumpEveryMs: 600_000 });
-    // B shares A's store, as dispatchers share Redis.
-    const b = await dispatcher('b', { ...infraB, store: infraA.store }, {});
-
+  /** One engine-sim (one slot) and its agent, registered with both dispatchers' registries. */
+  async function startReplica(server: TestServer, prefix: string, infras: Infrastructure[]): Promise<void> {
     const sim: EngineSimHandle = await startEngineSim({ servedModelName: MODEL, speed: 10, maxNumSeqs: 1 });
     closers.push(() => sim.close());
     const engine = new VllmClient({ url: sim.url });
     closers.push(() => engine.close());
-    const agentBus = await NatsBus.connect({ servers: nats.url, prefix, name: 'agent' });
+    const agentBus = await NatsBus.connect({ servers: server.url, prefix, name: 'agent' });
     closers.push(() => agentBus.close());
     const agent = new NodeAgent({
       bus: agentBus,
@@ -140,22 +170,25 @@ describe('a dispatcher whose assignment subscription is back a moment after the 
     await agent.start();
     closers.push(() => agent.stop());
     await waitFor(
-      () => [infraA, infraB].every((i) => i.registry.list().some((v) => v.acceptsWork)),
+      () => infras.every((i) => i.registry.list().some((v) => v.acceptsWork)),
       5000,
       'the replica',
     );
+  }
 
-    const send = (url: string, tokens: number) =>
-      fetch(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: MODEL,
-          messages: [{ role: 'user', content: 'hello' }],
-          max_tokens: tokens,
-          fairway_output_tokens: tokens,
-        }),
-      }).then(async (r) => ({ status: r.status, body: await r.text() }));
+  it('serves the request: the picker waits for the owner instead of releasing its pick', async () => {
+    nats = await startNatsServer();
+    const prefix = uniquePrefix('resub');
+    const infraA = await infrastructure(nats, prefix, 'a');
+    const infraB = await infrastructure(nats, prefix, 'b');
+    const withheld = withheldAssignments(infraA.bus);
+    // A never pumps on its own timer: the request it holds is picked by B when B's request ends.
+    const a = await dispatcher('a', { ...infraA, bus: withheld.bus }, { pumpEveryMs: 600_000 });
+    // B shares A's store, as dispatchers share Redis.
+    const b = await dispatcher('b', { ...infraB, store: infraA.store }, {});
+
+    await startReplica(nats, prefix, [infraA, infraB]);
+    const send = sender(KEY);
 
     // B's request takes the engine's only slot; A's waits in the queue behind it.
     const first = send(b.url, 40);
@@ -172,5 +205,36 @@ describe('a dispatcher whose assignment subscription is back a moment after the 
     expect(answer.status, answer.body).toBe(200);
     // It ran on B's pick: A dispatched nothing itself.
     expect(a.dispatcher.runtime.stats().dispatched).toBe(0);
+  }, 30_000);
+
+  it('serves a request whose picker never sent its assignment, from the placement in the store', async () => {
+    nats = await startNatsServer();
+    const prefix = uniquePrefix('lostpick');
+    const infraA = await infrastructure(nats, prefix, 'a');
+    const infraB = await infrastructure(nats, prefix, 'b');
+    // A queue timeout well past the owner's look-up (every assignGraceMs for requests waiting that
+    // long) and short of what the test allows: without the look-up the request ends in a 504.
+    const a = await dispatcher('a', infraA, {
+      pumpEveryMs: 600_000,
+      assignGraceMs: 1000,
+      queueTimeoutMs: 10_000,
+    });
+    const b = await dispatcher('b', { ...infraB, bus: silentPicker(infraB.bus), store: infraA.store }, {});
+    await startReplica(nats, prefix, [infraA, infraB]);
+    const send = sender(KEY);
+
+    const first = send(b.url, 40);
+    await waitFor(() => b.dispatcher.runtime.stats().running === 1, 5000, "B's request to run");
+    const started = performance.now();
+    const held = send(a.url, 4);
+    await waitFor(() => a.dispatcher.runtime.stats().queued === 1, 5000, "A's request to queue");
+    expect((await first).status).toBe(200);
+    await waitFor(() => b.dispatcher.runtime.stats().dispatched === 2, 5000, "B's pick of A's request");
+
+    const answer = await held;
+    expect(answer.status, answer.body).toBe(200);
+    expect(a.dispatcher.runtime.stats().dispatched).toBe(0);
+    // Found by a look-up, not by the queue timeout's last check.
+    expect(performance.now() - started).toBeLessThan(8000);
   }, 30_000);
 });
