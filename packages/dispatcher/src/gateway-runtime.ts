@@ -132,6 +132,8 @@ export class GatewayRuntime {
   #busDownAt = Number.NEGATIVE_INFINITY;
   /** Monotonic ms of the last look-up of long-waiting requests' placements (`#catchUpPlacements`). */
   #auditedAt = Number.NEGATIVE_INFINITY;
+  /** Waiting requests the store had no record of at a look-up, with when that was first seen (monotonic ms). */
+  #unknownSince = new Map<string, number>();
   /** Monotonic ms since which each pool with waiting requests has had no replica taking work. */
   readonly #unservedSince = new Map<string, number>();
   #flushing = false;
@@ -748,6 +750,12 @@ export class GatewayRuntime {
    * were placed on, instead of waiting for the queue timeout. While the bus is down every waiting
    * request is looked up on each probe; otherwise, once per `assignGraceMs`, those that have waited
    * at least `minWaitMs` (a normal assignment arrives within milliseconds of the pick).
+   *
+   * A waiting request the store has no record of was released by a picker that took this
+   * dispatcher for dead (its assignment found no subscriber for `assignGraceMs`: this dispatcher
+   * was cut off from the bus that long). Still unknown `assignGraceMs` later — not a state the
+   * store passes through, nor a Redis restart that this dispatcher's repair puts back first — it
+   * goes back to its queue (`putBackLost`), so its client is served rather than timed out.
    */
   async #catchUpPlacements(minWaitMs: number): Promise<void> {
     const waiting: string[] = [];
@@ -755,16 +763,42 @@ export class GatewayRuntime {
     for (const t of this.#tickets.values())
       if (t.replica === undefined && t.submittedAt !== undefined && t.submittedAt <= before)
         waiting.push(t.id);
-    if (waiting.length === 0) return;
+    if (waiting.length === 0) {
+      this.#unknownSince.clear();
+      return;
+    }
     try {
-      const placed = await this.gateway.options.store.placements(waiting);
-      for (const [requestId, replicaId] of placed) {
+      const { running, unknown } = await this.gateway.options.store.locate(waiting);
+      for (const [requestId, replicaId] of running) {
         const ticket = this.#tickets.get(requestId);
         if (ticket !== undefined && ticket.replica === undefined) this.#adopt(requestId, replicaId);
       }
+      await this.#putBackLost(unknown);
     } catch (err) {
       this.#o.logger.warn({ err: errText(err) }, 'dispatcher: placement look-up failed');
     }
+  }
+
+  /** Puts back waiting requests the store has not known for `assignGraceMs` (see `#catchUpPlacements`). */
+  async #putBackLost(unknown: readonly string[]): Promise<void> {
+    const now = this.#o.timer.now();
+    const since = new Map<string, number>();
+    const lost: string[] = [];
+    for (const id of unknown) {
+      const first = this.#unknownSince.get(id) ?? now;
+      if (now - first >= this.#o.options.assignGraceMs) lost.push(id);
+      else since.set(id, first);
+    }
+    this.#unknownSince = since;
+    const waiting = lost.filter((id) => this.#tickets.get(id)?.replica === undefined);
+    if (waiting.length === 0) return;
+    this.#o.logger.warn(
+      { requestIds: waiting },
+      'dispatcher: waiting requests the store no longer holds (released by a picker that took this dispatcher for gone); putting them back',
+    );
+    await this.gateway.putBackLost(waiting);
+    // A client that gave up during the put-back: its request must not stay queued for nobody.
+    for (const id of waiting) if (!this.#tickets.has(id)) void this.gateway.cancel(id).catch(() => undefined);
   }
 
   /**

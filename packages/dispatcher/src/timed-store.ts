@@ -8,6 +8,7 @@ import type {
   DispatchInput,
   DispatchResult,
   QueueSnapshot,
+  RequestLocations,
   RequeueInput,
   RestoreInput,
   RestoreResult,
@@ -105,8 +106,8 @@ export class TimedStore implements SchedulingStore {
   reserved(replica: string): Promise<{ readonly tokens: number; readonly seqs: number }> {
     return this.#time('reserved', this.#inner.reserved(replica));
   }
-  placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>> {
-    return this.#time('placements', this.#inner.placements(ids));
+  locate(ids: readonly string[]): Promise<RequestLocations> {
+    return this.#time('locate', this.#inner.locate(ids));
   }
   snapshot(pool: string, band: number): Promise<QueueSnapshot> {
     return this.#time('snapshot', this.#inner.snapshot(pool, band));

@@ -237,4 +237,37 @@ describe('the owner of a request another dispatcher picked', () => {
     // Found by a look-up, not by the queue timeout's last check.
     expect(performance.now() - started).toBeLessThan(8000);
   }, 30_000);
+
+  it('serves a request the picker released after finding no subscriber for its grace, from its queue', async () => {
+    nats = await startNatsServer();
+    const prefix = uniquePrefix('released');
+    const infraA = await infrastructure(nats, prefix, 'a');
+    const infraB = await infrastructure(nats, prefix, 'b');
+    // A's assignment subscription stays missing: cut off from the bus longer than B's grace.
+    const withheld = withheldAssignments(infraA.bus);
+    const a = await dispatcher(
+      'a',
+      { ...infraA, bus: withheld.bus },
+      { pumpEveryMs: 600_000, assignGraceMs: 1000, queueTimeoutMs: 10_000 },
+    );
+    const b = await dispatcher('b', { ...infraB, store: infraA.store }, { assignGraceMs: 300 });
+    await startReplica(nats, prefix, [infraA, infraB]);
+    const send = sender(KEY);
+
+    const first = send(b.url, 40);
+    await waitFor(() => b.dispatcher.runtime.stats().running === 1, 5000, "B's request to run");
+    const started = performance.now();
+    const held = send(a.url, 4);
+    await waitFor(() => a.dispatcher.runtime.stats().queued === 1, 5000, "A's request to queue");
+    expect((await first).status).toBe(200);
+    // B picked A's request, found no subscriber for 300 ms and released it: the store forgot it.
+    await waitFor(() => b.dispatcher.runtime.stats().dispatched === 2, 5000, "B's pick of A's request");
+
+    const answer = await held;
+    expect(answer.status, answer.body).toBe(200);
+    // A put it back in its queue and dispatched it itself (had B's pick stood, A would have
+    // found it running and adopted it, dispatching nothing).
+    expect(a.dispatcher.runtime.stats().dispatched).toBe(1);
+    expect(performance.now() - started).toBeLessThan(8000);
+  }, 30_000);
 });

@@ -127,7 +127,7 @@ export class DispatchRounds {
       queued: res.req,
     };
     // Its owner may have learnt the placement from the store while this reply was on its way
-    // (`placements`, when the bus was down): it runs already, on this replica.
+    // (`locate`: the bus was down or the picker died): it runs already, on this replica.
     if (d.owner === this.#id && !(own?.state === 'running' && own.replica === d.replica))
       this.#charging.started(d);
     this.#o.onDispatch(d);

@@ -183,6 +183,11 @@ export class Gateway {
     return this.#recovery.releaseOrphanedPick(id);
   }
 
+  /** {@inheritDoc Recovery.putBackLost} */
+  putBackLost(ids: readonly string[]): Promise<number> {
+    return this.#recovery.putBackLost(ids);
+  }
+
   /** {@inheritDoc Recovery.heartbeat} */
   heartbeat(): Promise<void> {
     return this.#recovery.heartbeat();

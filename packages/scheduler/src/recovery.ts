@@ -73,6 +73,32 @@ export class Recovery {
   }
 
   /**
+   * Requests this gateway holds queued that the store has no record of any more — released by a
+   * picker that took this gateway for dead (its assignment found no subscriber for
+   * `assignGraceMs` while this gateway was reconnecting to the bus) — go back to the end of their
+   * flows' queues with their arrival times, as a repair puts them back. Their window entries were
+   * never removed, so none is added; each is charged when it is dispatched again. Requests the
+   * store knows meanwhile are skipped. Returns how many went back.
+   */
+  async putBackLost(ids: readonly string[]): Promise<number> {
+    const o = this.#o;
+    if (o.store.restore === undefined) return 0;
+    const requests: RestoredRequest[] = [];
+    for (const id of ids) {
+      const own = this.#owned.get(id);
+      if (own === undefined || !own.admitted || own.state !== 'queued') continue;
+      requests.push({
+        req: { ...own.record, dispatchCost: own.queuedCost },
+        windows: this.#log.windowsOf(id),
+      });
+    }
+    if (requests.length === 0) return 0;
+    const r = await o.store.restore({ nowMs: o.clock.now(), lift: o.ordering.lift, windows: [], requests });
+    await this.#dispatch.pump();
+    return r.restored;
+  }
+
+  /**
    * An admission call failed without an answer (the connection dropped, or timed out, after the
    * store may have run it): the request may be queued, or even dispatched, under this gateway's
    * lease, which it keeps renewing. The client was told the request failed, so nothing may stay

@@ -166,7 +166,7 @@ export function recoveringStore(inner: SchedulingStore, repair: () => Promise<vo
     predictedOutput: (flow) => inner.predictedOutput(flow),
     reserved: (replica) => inner.reserved(replica),
     snapshot: (pool, band) => inner.snapshot(pool, band),
-    placements: (ids) => inner.placements(ids),
+    locate: (ids) => inner.locate(ids),
     close: () => inner.close(),
     get epoch() {
       return inner.epoch;

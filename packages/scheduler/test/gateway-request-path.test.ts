@@ -170,7 +170,7 @@ describe('Gateway request path', () => {
       reclaim: (t) => inner.reclaim(t),
       predictedOutput: (f) => inner.predictedOutput(f),
       reserved: (r) => inner.reserved(r),
-      placements: (ids) => inner.placements(ids),
+      locate: (ids) => inner.locate(ids),
       snapshot: (p, b) => inner.snapshot(p, b),
       close: () => inner.close(),
     });

@@ -42,6 +42,7 @@ export type {
   QuotaAlert,
   QuotaCheck,
   ReplicaCandidate,
+  RequestLocations,
   RequeueInput,
   Reservation,
   RestoredRequest,

@@ -29,6 +29,7 @@ import type {
   QuotaAlert,
   QuotaCheck,
   ReplicaCandidate,
+  RequestLocations,
   RequeueInput,
   Reservation,
   RestoreInput,
@@ -659,14 +660,16 @@ export class MemoryStore implements SchedulingStore {
     owned.add(req.id);
   }
 
-  async placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>> {
-    this.#open('placements');
-    const placed = new Map<string, string>();
+  async locate(ids: readonly string[]): Promise<RequestLocations> {
+    this.#open('locate');
+    const running = new Map<string, string>();
+    const unknown: string[] = [];
     for (const id of ids) {
       const rs = this.#requests.get(id);
-      if (rs?.state === 'running') placed.set(id, rs.replica);
+      if (rs === undefined) unknown.push(id);
+      else if (rs.state === 'running') running.set(id, rs.replica);
     }
-    return placed;
+    return { running, unknown };
   }
 
   async snapshot(pool: string, band: number): Promise<QueueSnapshot> {

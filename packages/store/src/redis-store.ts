@@ -41,6 +41,7 @@ import type {
   QueuedRequest,
   QueueSnapshot,
   QuotaAlert,
+  RequestLocations,
   RequeueInput,
   Reservation,
   RestoreInput,
@@ -675,21 +676,24 @@ export class RedisStore implements SchedulingStore {
     return { tokens: tokens ? Number(tokens) : 0, seqs: seqs ? Number(seqs) : 0 };
   }
 
-  async placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>> {
-    this.#open('placements');
-    const placed = new Map<string, string>();
-    if (ids.length === 0) return placed;
+  async locate(ids: readonly string[]): Promise<RequestLocations> {
+    this.#open('locate');
+    const running = new Map<string, string>();
+    const unknown: string[] = [];
+    if (ids.length === 0) return { running, unknown };
     // Plain reads of the request records (one pipelined round trip): nothing changes, so no
     // script and no epoch check — after a loss the records are gone and nothing is reported.
     const pipeline = this.#control.pipeline();
     for (const id of ids) pipeline.hmget(this.#keys.key('req', id), 'state', 'replica');
     const replies = (await pipeline.exec()) ?? [];
     replies.forEach(([err, fields], i) => {
-      const [state, replica] = (err ? [] : fields) as (string | null)[];
       const id = ids[i];
-      if (state === 'r' && replica && id !== undefined) placed.set(id, replica);
+      if (err || id === undefined) return; // neither: a failed read tells nothing
+      const [state, replica] = fields as (string | null)[];
+      if (state === 'r' && replica) running.set(id, replica);
+      else if (state === null || state === undefined) unknown.push(id);
     });
-    return placed;
+    return { running, unknown };
   }
 
   async snapshot(pool: string, band: number): Promise<QueueSnapshot> {

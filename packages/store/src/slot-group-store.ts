@@ -11,6 +11,7 @@ import type {
   DispatchInput,
   DispatchResult,
   QueueSnapshot,
+  RequestLocations,
   RequeueInput,
   Reservation,
   RestoredRequest,
@@ -53,7 +54,7 @@ interface Route {
 
 /**
  * The slot group of every request admitted through this store, so operations that name only an
- * id (settle, cancel, requeue, charge, placements) go to one group in one round trip: the owner
+ * id (settle, cancel, requeue, charge, locate) go to one group in one round trip: the owner
  * of a request is the dispatcher that admitted it, and it is the one that settles, cancels and
  * charges it. A route stays while the request lives and, after that, until its window entries
  * have left their windows (a `restore` may put them back); memory is one small record per request
@@ -146,7 +147,7 @@ function sumRows(query: UsageQuery, parts: readonly (readonly UsageRow[])[]): Us
  * of its own (on Redis Cluster: its own hash slot, so its own primary), and every operation on a
  * pool — admission with its windows and quotas, dispatch, settlement — runs in its pool's group,
  * atomically, in one round trip to one primary, as on a single store. What is not per pool:
- * - by id (settle, cancel, requeue, charge, placements): routed to the group the request was
+ * - by id (settle, cancel, requeue, charge, locate): routed to the group the request was
  *   admitted into through this store (the caller's own requests); an id it does not know (a
  *   request another dispatcher admitted) is tried in every group, where at most one knows it;
  * - by owner (renewOwner, reclaim), usage, adoptEpoch: every group (usage rows are summed, so a
@@ -476,7 +477,7 @@ export class SlotGroupStore implements SchedulingStore {
     });
   }
 
-  async placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>> {
+  async locate(ids: readonly string[]): Promise<RequestLocations> {
     const byGroup = new Map<string, string[]>();
     for (const id of ids) {
       const g = this.#routes.groupOf(id);
@@ -486,10 +487,21 @@ export class SlotGroupStore implements SchedulingStore {
         byGroup.set(target, list);
       }
     }
-    const parts = await Promise.all([...byGroup].map(([g, list]) => this.#store(g).placements(list)));
-    const placed = new Map<string, string>();
-    for (const p of parts) for (const [id, replica] of p) placed.set(id, replica);
-    return placed;
+    const parts = await Promise.all([...byGroup].map(([g, list]) => this.#store(g).locate(list)));
+    const running = new Map<string, string>();
+    // An id of unknown group was asked of every group: unknown only if no group knows it.
+    const unknownIn = new Map<string, number>();
+    for (const p of parts) {
+      for (const [id, replica] of p.running) running.set(id, replica);
+      for (const id of p.unknown) unknownIn.set(id, (unknownIn.get(id) ?? 0) + 1);
+    }
+    const unknown: string[] = [];
+    for (const id of ids) {
+      const g = this.#routes.groupOf(id);
+      const asked = g === undefined ? this.#groups.size : 1;
+      if (unknownIn.get(id) === asked) unknown.push(id);
+    }
+    return { running, unknown };
   }
 
   snapshot(pool: string, band: number): Promise<QueueSnapshot> {

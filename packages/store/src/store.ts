@@ -318,6 +318,14 @@ export interface RestoreInput {
   readonly owner?: { readonly id: string; readonly holds: readonly string[] };
 }
 
+/** Outcome of {@link SchedulingStore.locate}. */
+export interface RequestLocations {
+  /** The replica each dispatched, unsettled request runs on. */
+  readonly running: ReadonlyMap<string, string>;
+  /** The ids the store has no record of (settled, cancelled, released, or never admitted). */
+  readonly unknown: readonly string[];
+}
+
 /** Outcome of {@link SchedulingStore.restore}. */
 export interface RestoreResult {
   /** Requests put back. */
@@ -467,11 +475,13 @@ export interface SchedulingStore {
   /** Tokens and sequences currently reserved on a replica. */
   reserved(replica: string): Promise<Reservation>;
   /**
-   * The replica each of `ids` runs on, for those dispatched and not yet settled (queued and unknown
-   * ids are absent). The store is the record of who was placed where; an owner that missed the
-   * assignment message (the bus was down) learns its requests' placements from here.
+   * Where each of `ids` is: the replica of those dispatched and not yet settled, and which ids the
+   * store holds no record of at all (queued ids are in neither). The store is the record of who
+   * was placed where; an owner that missed the assignment message (the bus was down, the picker
+   * died) learns its requests' placements from here, and which of its waiting requests were
+   * released by a picker that took it for dead.
    */
-  placements(ids: readonly string[]): Promise<ReadonlyMap<string, string>>;
+  locate(ids: readonly string[]): Promise<RequestLocations>;
   /** Counters of every flow seen in the queue; backlogged flows in `fair` order with their queue lengths. */
   snapshot(pool: string, band: number): Promise<QueueSnapshot>;
   /**

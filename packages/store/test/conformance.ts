@@ -248,14 +248,19 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(r).toMatchObject({ kind: 'dispatched', replica: 'r3' });
       });
 
-      it('tells where each dispatched request runs until it settles, and nothing of queued or unknown ids', async () => {
+      it('tells where each dispatched request runs until it settles, and which ids it holds no record of', async () => {
         await s.admit(admitOf(makeReq('x1', { reserveTokens: 1, arrivalMs: 1 })));
         await s.admit(admitOf(makeReq('x2', { reserveTokens: 1, arrivalMs: 2 })));
         await s.dispatch(dispatchOf({ replicas: [small('r2', 100)] }));
-        expect(await s.placements(['x1', 'x2', 'nope'])).toEqual(new Map([['x1', 'r2']]));
+        expect(await s.locate(['x1', 'x2', 'nope'])).toEqual({
+          running: new Map([['x1', 'r2']]),
+          unknown: ['nope'],
+        });
         await s.settle({ id: 'x1', nowMs: 5, finalCost: 1, actualTokens: 1, outputTokens: 0 });
-        expect(await s.placements(['x1', 'x2'])).toEqual(new Map());
-        expect(await s.placements([])).toEqual(new Map());
+        expect(await s.locate(['x1', 'x2'])).toEqual({ running: new Map(), unknown: ['x1'] });
+        expect(await s.cancel('x2', 6)).toBe(true);
+        expect(await s.locate(['x2'])).toEqual({ running: new Map(), unknown: ['x2'] });
+        expect(await s.locate([])).toEqual({ running: new Map(), unknown: [] });
       });
 
       it('respects sequence capacity', async () => {

@@ -80,13 +80,14 @@ describe('RedisStore on Redis Cluster: slot groups', () => {
         await node.quit();
       }
       // By id: each request settles in its own group, in one call.
-      expect(await store.placements(['x-a', 'x-b', 'x-c'])).toEqual(
-        new Map([
+      expect(await store.locate(['x-a', 'x-b', 'x-c', 'x-none'])).toEqual({
+        running: new Map([
           ['x-a', 'r-a'],
           ['x-b', 'r-b'],
           ['x-c', 'r-c'],
         ]),
-      );
+        unknown: ['x-none'],
+      });
       for (const pool of ['a', 'b', 'c'])
         expect(
           await store.settle({ id: `x-${pool}`, nowMs: 1, finalCost: 10, actualTokens: 12, outputTokens: 2 }),
