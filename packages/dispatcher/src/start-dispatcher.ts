@@ -12,6 +12,7 @@ import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { connectInfrastructure, type Infrastructure } from './infrastructure.ts';
 import { newDispatcherId, type ServeSettings } from './serve-settings.ts';
 import { startTracing, type TracingHandle } from './tracing.ts';
+import { tuneV8ForRequestPath } from './v8-tuning.ts';
 
 /** The real-time monotonic clock dispatchers time latencies with (ms, sub-ms resolution). */
 export const monotonicTimer: Clock = { now: () => performance.now() };
@@ -68,6 +69,7 @@ export interface RunningDispatcher {
  */
 export async function startDispatcher(input: StartDispatcherInput): Promise<RunningDispatcher> {
   const { settings, config, logger } = input;
+  tuneV8ForRequestPath();
   const id = newDispatcherId(randomBytes(3).toString('hex'), settings.dispatcherId);
   const leaseMs = settings.options.leaseMs ?? 10_000;
   const owned = input.infrastructure === undefined;
