@@ -13,7 +13,8 @@ let tuned = false;
  * `bench:overhead --trace-gc` at 1,000 req/s, a dispatcher in that state promotes 0.54–1.13 MB
  * per scavenge (pauses ~2.2–2.8 ms, an old-generation collection about every 4 s) against
  * 0.08–0.19 MB (~1 ms) with pretenuring off, even after a forced burst. Set at start, before the
- * request path has warmed up; node refuses the flag in NODE_OPTIONS.
+ * request path has warmed up; node refuses the flag in NODE_OPTIONS. The flag is process-wide: an
+ * application that embeds `startDispatcher` has pretenuring off for all its code.
  */
 export function tuneV8ForRequestPath(): void {
   if (tuned) return;
