@@ -47,6 +47,27 @@ function capture(): { lines: string[]; stream: Writable } {
   return { lines, stream };
 }
 
+/**
+ * A dispatcher on a fixed operator port that was free a moment ago. Another process of the test
+ * run can take the port in between (an outgoing connection's ephemeral port), so a port found
+ * taken is replaced by another, a few times.
+ */
+async function onFreeOperatorPort(): Promise<{ d: RunningDispatcher; port: number }> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    try {
+      const d = await startDispatcher({
+        settings: serveSettings({}, { port: 0, operatorPort: port }),
+        config: parseConfig(config()),
+        logger: silentLogger,
+      });
+      return { d, port };
+    } catch (err) {
+      if (attempt >= 5 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+    }
+  }
+}
+
 describe('issue 10: metrics on the operator port', () => {
   const stacks: Stack[] = [];
   const running: RunningDispatcher[] = [];
@@ -56,12 +77,7 @@ describe('issue 10: metrics on the operator port', () => {
   });
 
   it('answers /metrics on the API port with a 404 and serves it on the operator port', async () => {
-    const port = await freePort();
-    const d = await startDispatcher({
-      settings: serveSettings({}, { port: 0, operatorPort: port }),
-      config: parseConfig(config()),
-      logger: silentLogger,
-    });
+    const { d, port } = await onFreeOperatorPort();
     running.push(d);
     const api = await fetch(`${d.url}/metrics`);
     expect(api.status).toBe(404);
@@ -74,12 +90,7 @@ describe('issue 10: metrics on the operator port', () => {
   });
 
   it('says which setting to change when the operator port is taken', async () => {
-    const port = await freePort();
-    const first = await startDispatcher({
-      settings: serveSettings({}, { port: 0, operatorPort: port }),
-      config: parseConfig(config()),
-      logger: silentLogger,
-    });
+    const { d: first, port } = await onFreeOperatorPort();
     running.push(first);
     const err = await startDispatcher({
       settings: serveSettings({}, { port: 0, operatorPort: port }),
