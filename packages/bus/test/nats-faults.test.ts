@@ -9,6 +9,16 @@ import { waitFor } from './helpers.ts';
  * again on the same port and JetStream store (as an operator's restart or a crash does), and a
  * subscriber's connection goes away.
  */
+/** An assignment from picker d2 to owner d1, as dispatchers send them. */
+const assignment = {
+  requestId: 'r1',
+  dispatcherId: 'd1',
+  pickedBy: 'd2',
+  replicaId: 'sim-1',
+  reserveTokens: 10,
+  at: 0,
+};
+
 describe('NatsBus when NATS restarts or a peer is gone', () => {
   let nats: RestartableServer;
   const buses: NatsBus[] = [];
@@ -71,14 +81,6 @@ describe('NatsBus when NATS restarts or a peer is gone', () => {
       { key: 'd1' },
     );
     await owner.flush();
-    const assignment = {
-      requestId: 'r1',
-      dispatcherId: 'd1',
-      pickedBy: 'd2',
-      replicaId: 'sim-1',
-      reserveTokens: 10,
-      at: 0,
-    };
     expect(await sender.deliver('assignment', assignment)).toBe('delivered');
     await waitFor(() => got.length === 1, 2000, 'the assignment');
     // The owner's connection is gone (a dispatcher SIGKILLed): NATS has no subscriber to offer.
@@ -91,14 +93,6 @@ describe('NatsBus when NATS restarts or a peer is gone', () => {
   it('awaits an addressee that subscribes again (a reconnect after a NATS restart) before answering no_responders', async () => {
     const sender = await connect('sender');
     const owner = await connect('owner');
-    const assignment = {
-      requestId: 'r1',
-      dispatcherId: 'd1',
-      pickedBy: 'd2',
-      replicaId: 'sim-1',
-      reserveTokens: 10,
-      at: 0,
-    };
     // The owner is alive but, like a client reconnecting after the sender did, has no subscription
     // on the server yet when the message is sent; it subscribes again a moment later.
     const got: string[] = [];

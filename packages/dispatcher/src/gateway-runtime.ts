@@ -790,7 +790,10 @@ export class GatewayRuntime {
       else since.set(id, first);
     }
     this.#unknownSince = since;
-    const waiting = lost.filter((id) => this.#tickets.get(id)?.replica === undefined);
+    const waiting = lost.filter((id) => {
+      const t = this.#tickets.get(id);
+      return t !== undefined && t.replica === undefined;
+    });
     if (waiting.length === 0) return;
     this.#o.logger.warn(
       { requestIds: waiting },

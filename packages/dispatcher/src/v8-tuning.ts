@@ -1,10 +1,8 @@
 import { setFlagsFromString } from 'node:v8';
 
-let tuned = false;
-
 /**
- * Turns off V8's allocation-site pretenuring for this process (once; the dispatcher is the
- * process's main job). A burst of concurrent requests — a backlog after a pause, a client's
+ * Turns off V8's allocation-site pretenuring for this process (the dispatcher is the process's
+ * main job; setting it again changes nothing). A burst of concurrent requests — a backlog after a pause, a client's
  * spike — makes the objects of the engine call's allocation sites (undici's request handler,
  * request, response body and stream listeners) survive a young-generation collection in numbers,
  * and V8 then allocates every later object of those sites directly in the old generation, for
@@ -17,7 +15,5 @@ let tuned = false;
  * application that embeds `startDispatcher` has pretenuring off for all its code.
  */
 export function tuneV8ForRequestPath(): void {
-  if (tuned) return;
-  tuned = true;
   setFlagsFromString('--no-allocation-site-pretenuring');
 }

@@ -2,7 +2,7 @@ import type { RestoredRequest } from '@fairway/store';
 import type { Candidates } from './candidates.ts';
 import type { DispatchRounds } from './dispatch.ts';
 import type { ResolvedGatewayOptions } from './gateway-options.ts';
-import type { OwnedRequests } from './owned-requests.ts';
+import type { Owned, OwnedRequests } from './owned-requests.ts';
 import type { ReservationView } from './reservation-view.ts';
 import type { Settlement } from './settlement.ts';
 import type { AdmissionLog } from './state-recovery.ts';
@@ -86,11 +86,7 @@ export class Recovery {
     const requests: RestoredRequest[] = [];
     for (const id of ids) {
       const own = this.#owned.get(id);
-      if (own === undefined || !own.admitted || own.state !== 'queued') continue;
-      requests.push({
-        req: { ...own.record, dispatchCost: own.queuedCost },
-        windows: this.#log.windowsOf(id),
-      });
+      if (own?.admitted && own.state === 'queued') requests.push(this.#restored(own));
     }
     if (requests.length === 0) return 0;
     const r = await o.store.restore({ nowMs: o.clock.now(), lift: o.ordering.lift, windows: [], requests });
@@ -129,11 +125,7 @@ export class Recovery {
       if (!own.admitted) continue;
       const running = own.state === 'running' && own.replica !== undefined && own.replica !== 'unknown';
       if (own.state === 'running' && !running) continue;
-      requests.push({
-        req: { ...own.record, dispatchCost: own.queuedCost },
-        ...(running ? { replica: own.replica, grown: own.grown } : {}),
-        windows: this.#log.windowsOf(own.req.id),
-      });
+      requests.push(this.#restored(own));
     }
     // Everything the store may rightly list under this gateway; anything else there is a
     // settlement or cancellation the store lost (an AOF crash) and would hold its replica's room.
@@ -155,6 +147,16 @@ export class Recovery {
     setTimeout(() => {
       this.#dispatch.pump().catch(() => undefined);
     }, 0);
+  }
+
+  /** What `restore` puts back of an owned request: its queue record, its run if it runs, its windows. */
+  #restored(own: Owned): RestoredRequest {
+    const runs = own.state === 'running' && own.replica !== undefined;
+    return {
+      req: { ...own.record, dispatchCost: own.queuedCost },
+      ...(runs ? { replica: own.replica, grown: own.grown } : {}),
+      windows: this.#log.windowsOf(own.req.id),
+    };
   }
 
   /**
