@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { DEFAULT_SLO_CLASSES } from './domain.ts';
+import { RESTRICTED_ENGINE_FIELDS } from './engine-fields.ts';
 import { parseWith, readStructuredFile } from './validate.ts';
 
 /**
@@ -70,7 +71,18 @@ export const apiKeySchema = z
     /** Plain key (demo configs only); hashed at load time and never kept. */
     key: z.string().min(8, 'must be at least 8 characters').optional(),
     app: id.optional(),
+    /** SLO class of this key's requests; else its tenant's. */
     sloClass: id.optional(),
+    /**
+     * Classes this key may also choose per request with `x-fairway-slo-class`, besides any class
+     * of a lower priority (a higher band) than its own, which every key may choose. @default none
+     */
+    sloClasses: z.array(id).max(32).optional(),
+    /**
+     * Restricted engine fields (`RESTRICTED_ENGINE_FIELDS`: e.g. `chat_template`, `request_id`,
+     * `kv_transfer_params`) this key may send; others get 400. @default the tenant's, else none
+     */
+    engineFields: z.array(z.string().min(1).max(64)).max(32).optional(),
     /** Budgets of this key alone (its tenant's apply as well). */
     quotas: quotasSchema.optional(),
   })
@@ -89,6 +101,10 @@ export const tenantSchema = z
     quotas: quotasSchema.optional(),
     /** Default SLO class for this tenant's requests. */
     sloClass: id.optional(),
+    /** Classes every key of this tenant may also choose per request (see the key's `sloClasses`). */
+    sloClasses: z.array(id).max(32).optional(),
+    /** Restricted engine fields every key of this tenant may send (see the key's `engineFields`). */
+    engineFields: z.array(z.string().min(1).max(64)).max(32).optional(),
   })
   .strict();
 
@@ -127,6 +143,12 @@ export const poolSchema = z
   .object({
     id,
     model: z.string().min(1),
+    /**
+     * The pool's engines run `--scheduling-policy priority`: fairway sets each request's vLLM
+     * `priority` to its SLO class's band (lower runs first). Off, no priority is sent (vLLM refuses
+     * a non-zero one under its default FCFS policy). @default false
+     */
+    enginePriority: z.boolean().default(false),
     /** Requests that may wait at the gateway for this pool before new ones get 429. */
     maxQueued: nonNegInt.default(10_000),
     /**
@@ -531,7 +553,27 @@ export const fairwayConfigSchema = z
         keyOwner.set(hash, owner ?? t.id);
       });
     });
+    const grants = (path: (string | number)[], g: { sloClasses?: string[]; engineFields?: string[] }) => {
+      g.sloClasses?.forEach((c, k) => {
+        if (!classes.has(c))
+          ctx.addIssue({
+            code: 'custom',
+            path: [...path, 'sloClasses', k],
+            message: `unknown SLO class "${c}"`,
+          });
+      });
+      g.engineFields?.forEach((f, k) => {
+        if (!RESTRICTED_ENGINE_FIELDS.has(f))
+          ctx.addIssue({
+            code: 'custom',
+            path: [...path, 'engineFields', k],
+            message: `"${f}" is not a restricted engine field; those are ${[...RESTRICTED_ENGINE_FIELDS].join(', ')}`,
+          });
+      });
+    };
     cfg.tenants.forEach((t, i) => {
+      grants(['tenants', i], t);
+      t.keys.forEach((k, j) => grants(['tenants', i, 'keys', j], k));
       if (t.sloClass && !classes.has(t.sloClass))
         ctx.addIssue({
           code: 'custom',

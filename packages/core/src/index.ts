@@ -54,6 +54,7 @@ export {
   tenantUserId,
   type Usage,
 } from './domain.ts';
+export { GATEWAY_OWNED_FIELDS, RESTRICTED_ENGINE_FIELDS } from './engine-fields.ts';
 export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
 export { createLogger, type Logger, type LoggerOptions, silentLogger } from './logger.ts';
 export { REDACTED, redactSecrets, redactUrls, SECRET_FIELDS, secretLogPaths } from './redaction.ts';

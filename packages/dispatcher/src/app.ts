@@ -219,6 +219,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
       logger.warn('dispatcher: bus disconnected; placing on the last known replica states, probed directly');
   });
   const tokenizers = loadPoolTokenizers(deps.config);
+  const priorityPools = new Set(deps.config.pools.filter((p) => p.enginePriority).map((p) => p.id));
   const newId = deps.newId ?? (() => `fw-${randomUUID()}`);
   const tracer = deps.tracer;
   // One line per request, on its own logger so operators can route or silence it.
@@ -238,6 +239,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     cost: scheduling.cost,
     poolFor,
     tokenizerFor: (pool) => tokenizers.get(pool),
+    enginePriorityFor: (pool) => priorityPools.has(pool),
     swapTargets,
     clock: deps.clock,
     timer: deps.timer,

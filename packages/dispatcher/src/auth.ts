@@ -2,7 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { type FairwayConfig, hashApiKey } from '@fairway/core';
 import { ApiError } from './errors.ts';
 import { bearerToken } from './request-headers.ts';
-import type { TenantDirectory } from './tenant-directory.ts';
+import { type Grants, grantsOf, type TenantDirectory } from './tenant-directory.ts';
 
 /** Who a request authenticates as. */
 export interface Principal {
@@ -14,6 +14,18 @@ export interface Principal {
   readonly app: string | undefined;
   /** Default SLO class for the key (or tenant), if any. */
   readonly sloClass: string | undefined;
+  /** The key's own grants, then its tenant's (either may be undefined). */
+  readonly grants?: readonly [Grants | undefined, Grants | undefined] | undefined;
+}
+
+/** Whether a principal may choose SLO class `name` per request beyond those below its own. */
+export function mayChooseClass(p: Principal, name: string): boolean {
+  return p.grants?.some((g) => g?.sloClasses?.has(name) === true) === true;
+}
+
+/** Whether a principal may send the restricted engine field `field`. */
+export function mayUseEngineField(p: Principal, field: string): boolean {
+  return p.grants?.some((g) => g?.engineFields?.has(field) === true) === true;
 }
 
 /** `sha256:<hex>` of an API key (defined in core, beside the config that checks keys). */
@@ -28,6 +40,7 @@ interface Entry {
   readonly sloClass: string | undefined;
   /** When the key stops authenticating, ms since the epoch. */
   readonly expiresAt: number | undefined;
+  readonly grants: Grants | undefined;
 }
 
 /** What a key is issued for: its tenant, and optionally an app and an SLO class of its own. */
@@ -37,6 +50,8 @@ export interface KeyGrant {
   readonly sloClass?: string | undefined;
   /** When the key stops authenticating, ms since the epoch. @default never */
   readonly expiresAt?: number | undefined;
+  /** Classes and restricted engine fields the key may use beyond its tenant's. @default none */
+  readonly grants?: Grants | undefined;
 }
 
 /** A key as operators may see it: its hash (the id to revoke it by) and grant, never the secret. */
@@ -82,6 +97,7 @@ export class KeyRing {
       app: grant.app,
       sloClass: grant.sloClass,
       expiresAt: grant.expiresAt,
+      grants: grant.grants,
     });
   }
 
@@ -131,6 +147,9 @@ export class KeyRing {
         weight: tenant.weight,
         app: entry.app,
         sloClass: entry.sloClass ?? tenant.sloClass,
+        ...(entry.grants !== undefined || tenant.grants !== undefined
+          ? { grants: [entry.grants, tenant.grants] as const }
+          : {}),
       },
     };
   }
@@ -271,7 +290,12 @@ export function keyRingFromConfig(config: FairwayConfig, tenants: TenantDirector
   const ring = new KeyRing(tenants);
   for (const t of config.tenants) {
     for (const k of t.keys)
-      ring.add(k.hash ?? hashApiKey(k.key ?? ''), { tenant: t.id, app: k.app, sloClass: k.sloClass });
+      ring.add(k.hash ?? hashApiKey(k.key ?? ''), {
+        tenant: t.id,
+        app: k.app,
+        sloClass: k.sloClass,
+        grants: grantsOf(k),
+      });
   }
   return ring;
 }

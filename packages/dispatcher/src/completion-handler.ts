@@ -50,6 +50,8 @@ export interface CompletionContext {
   readonly poolFor: (model: string) => string | undefined;
   /** The real tokenizer configured for a pool (`pools[].tokenizer`), if any. */
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
+  /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
+  readonly enginePriorityFor: (pool: string) => boolean;
   /**
    * Models the control plane may swap a replica to (`policy.control.swappable` with swapping on):
    * their requests are queued while no replica serves them, so the planner sees the demand.
@@ -117,6 +119,7 @@ export async function handleCompletion(
     defaultSloClass: ctx.defaultSloClass,
     defaultMaxTokens: ctx.options.defaultMaxTokens,
     tokenizer: pool === undefined ? undefined : ctx.tokenizerFor(pool),
+    enginePriority: pool !== undefined && ctx.enginePriorityFor(pool),
   });
   const req = described.descriptor;
   if (req.id !== request.id) record.schedulerId = req.id;

@@ -1,11 +1,13 @@
 import {
   countPromptTokens,
+  GATEWAY_OWNED_FIELDS,
+  RESTRICTED_ENGINE_FIELDS,
   type RequestDescriptor,
   type SloClass,
   type TokenCounter,
   tenantUserId,
 } from '@fairway/core';
-import type { Principal } from './auth.ts';
+import { mayChooseClass, mayUseEngineField, type Principal } from './auth.ts';
 import { ApiError } from './errors.ts';
 import type { ChatCompletionBody, CompletionBody } from './openai-schemas.ts';
 import type { FairwayHeaderValues } from './request-headers.ts';
@@ -40,6 +42,62 @@ export interface DescribeInput {
   readonly defaultMaxTokens: number;
   /** The pool's tokenizer, when one is configured (see {@link PoolTokenizer}). */
   readonly tokenizer?: PoolTokenizer | undefined;
+  /** The pool's engines order their queue by vLLM `priority`: fairway sets it from the class band. */
+  readonly enginePriority?: boolean | undefined;
+}
+
+/**
+ * The SLO class a request runs in. A key's class (else its tenant's, else the default) is granted;
+ * `x-fairway-slo-class` may only choose a class served after it (an equal or higher band) or one
+ * the key or tenant is granted by name (`sloClasses` in the config). Claiming a class ahead of the
+ * grant is refused (403), so no key raises its own priority.
+ */
+export function grantedSloClass(
+  principal: Principal,
+  asked: string | undefined,
+  classes: ReadonlyMap<string, SloClass>,
+  defaultClass: string,
+): string {
+  const granted = principal.sloClass ?? defaultClass;
+  if (asked === undefined || asked === granted) return granted;
+  const want = classes.get(asked);
+  if (want === undefined) {
+    throw new ApiError(
+      'INVALID_HEADER',
+      `unknown SLO class "${asked}"; known: ${[...classes.keys()].join(', ')}`,
+      { param: 'x-fairway-slo-class' },
+    );
+  }
+  const own = classes.get(granted);
+  if (own !== undefined && want.band < own.band && !mayChooseClass(principal, asked)) {
+    throw new ApiError(
+      'FORBIDDEN',
+      `this API key's SLO class is "${granted}"; it may choose a class served after it, not "${asked}" (an operator grants further classes with the key's sloClasses)`,
+      { param: 'x-fairway-slo-class' },
+    );
+  }
+  return asked;
+}
+
+/**
+ * Refuses engine fields the key may not send: a gateway-owned field always (400), a restricted
+ * one unless the key or its tenant is granted it (403). See `RESTRICTED_ENGINE_FIELDS` in core.
+ */
+export function refuseEngineFields(body: Record<string, unknown>, principal: Principal): void {
+  for (const f of GATEWAY_OWNED_FIELDS)
+    if (body[f] !== undefined)
+      throw new ApiError(
+        'INVALID_REQUEST',
+        `"${f}" is set by fairway from the request's SLO class; choose a class with the x-fairway-slo-class header`,
+        { param: f },
+      );
+  for (const f of RESTRICTED_ENGINE_FIELDS)
+    if (body[f] !== undefined && !mayUseEngineField(principal, f))
+      throw new ApiError(
+        'FORBIDDEN',
+        `this API key may not send "${f}" (an operator grants it with the key's or tenant's engineFields)`,
+        { param: f },
+      );
 }
 
 /**
@@ -70,8 +128,8 @@ export function promptTokens(
 /**
  * Builds the scheduler's descriptor of a validated request (DESIGN.md request path, steps 1–2):
  * the tenant from the key; the app from the key, else `x-fairway-app` (a key bound to an app
- * may not claim another: 403); the user (scoped by the tenant) and interaction from headers; the SLO class from
- * `x-fairway-slo-class`, else the key's or tenant's default; input tokens by {@link promptTokens}
+ * may not claim another: 403); the user (scoped by the tenant) and interaction from headers; the SLO class
+ * by {@link grantedSloClass}; restricted engine fields by {@link refuseEngineFields}; input tokens by {@link promptTokens}
  * (every field the engine tokenizes; the engine's usage settles them); the output cap from
  * `max_completion_tokens` or `max_tokens`, else injected so the reservation bounds what the
  * engine may generate.
@@ -85,14 +143,8 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
       { param: 'x-fairway-app' },
     );
   }
-  const sloClass = headers.sloClass ?? principal.sloClass ?? input.defaultSloClass;
-  if (!input.sloClasses.has(sloClass)) {
-    throw new ApiError(
-      'INVALID_HEADER',
-      `unknown SLO class "${sloClass}"; known: ${[...input.sloClasses.keys()].join(', ')}`,
-      { param: 'x-fairway-slo-class' },
-    );
-  }
+  refuseEngineFields(body, principal);
+  const sloClass = grantedSloClass(principal, headers.sloClass, input.sloClasses, input.defaultSloClass);
   const given =
     input.endpoint === 'chat'
       ? ((body as ChatCompletionBody).max_completion_tokens ?? body.max_tokens)
@@ -100,6 +152,8 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
   const maxTokens = given ?? input.defaultMaxTokens;
   const forwardBody: Record<string, unknown> =
     given == null ? { ...body, max_tokens: input.defaultMaxTokens } : { ...body };
+  const band = input.enginePriority === true ? input.sloClasses.get(sloClass)?.band : undefined;
+  if (band !== undefined) forwardBody.priority = band;
   const stream = body.stream === true;
   const so = body.stream_options ?? undefined;
   const descriptor: RequestDescriptor = {
@@ -115,7 +169,7 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
     // The user is the tenant's own: two tenants' "alice" are two users (flows, windows, throttles).
     ...(headers.user !== undefined ? { user: tenantUserId(principal.tenant, headers.user) } : {}),
     ...(headers.interaction !== undefined ? { interactionId: headers.interaction } : {}),
-    ...(body.priority !== undefined ? { priority: body.priority } : {}),
+    ...(band !== undefined ? { priority: band } : {}),
   };
   return {
     descriptor,

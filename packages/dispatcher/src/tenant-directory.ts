@@ -9,6 +9,29 @@ export interface TenantEntry {
   readonly sloClass: string | undefined;
   /** Its own limits; empty means the default limits apply. */
   readonly limits: LimitsConfig;
+  /** What every key of the tenant may choose or send beyond its class (config `sloClasses`, `engineFields`). */
+  readonly grants?: Grants | undefined;
+}
+
+/**
+ * What a key or tenant is granted beyond its own SLO class: further classes it may choose per
+ * request, and restricted engine fields it may send.
+ */
+export interface Grants {
+  readonly sloClasses?: ReadonlySet<string> | undefined;
+  readonly engineFields?: ReadonlySet<string> | undefined;
+}
+
+/** The grants a config entry names, or undefined when it names none. */
+export function grantsOf(c: {
+  sloClasses?: readonly string[];
+  engineFields?: readonly string[];
+}): Grants | undefined {
+  if (c.sloClasses === undefined && c.engineFields === undefined) return undefined;
+  return {
+    sloClasses: c.sloClasses === undefined ? undefined : new Set(c.sloClasses),
+    engineFields: c.engineFields === undefined ? undefined : new Set(c.engineFields),
+  };
 }
 
 /** A quotas scope an operator can set (admin event `quotaSet`). */
@@ -53,7 +76,13 @@ export class TenantDirectory {
   static fromConfig(config: FairwayConfig): TenantDirectory {
     const d = new TenantDirectory(config.defaultLimits);
     for (const t of config.tenants)
-      d.upsertTenant({ id: t.id, weight: t.weight, sloClass: t.sloClass, limits: t.limits });
+      d.upsertTenant({
+        id: t.id,
+        weight: t.weight,
+        sloClass: t.sloClass,
+        limits: t.limits,
+        grants: grantsOf(t),
+      });
     for (const a of config.apps) if (hasLimits(a.limits)) d.setLimits('app', a.id, a.limits);
     if (config.defaultQuotas !== undefined) d.setQuotas('default', undefined, config.defaultQuotas);
     for (const t of config.tenants) {
@@ -144,7 +173,9 @@ export class TenantDirectory {
 
   /** Adds a tenant or replaces one (weight, default SLO class and limits together). */
   upsertTenant(entry: TenantEntry): void {
-    this.#tenants.set(entry.id, entry);
+    // Grants come from the config file; an admin event that re-issues the tenant keeps them.
+    const grants = entry.grants ?? this.#tenants.get(entry.id)?.grants;
+    this.#tenants.set(entry.id, grants === entry.grants ? entry : { ...entry, grants });
   }
 
   /** Removes a tenant; true if it existed. */
