@@ -573,7 +573,9 @@ export const fairwayConfigSchema = z
     };
     cfg.tenants.forEach((t, i) => {
       grants(['tenants', i], t);
-      t.keys.forEach((k, j) => grants(['tenants', i, 'keys', j], k));
+      t.keys.forEach((k, j) => {
+        grants(['tenants', i, 'keys', j], k);
+      });
       if (t.sloClass && !classes.has(t.sloClass))
         ctx.addIssue({
           code: 'custom',
