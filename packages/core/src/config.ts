@@ -139,6 +139,30 @@ export const engineSchema = z
   })
   .strict();
 
+/**
+ * How long fairway waits on a pool's engines before it takes a replica for hung: the request is
+ * retried on another replica when nothing reached its client yet (else its stream ends with an
+ * error event), and the replica is held out of placement fleet-wide until its `/health` answers
+ * again. Enforced with about one second of granularity.
+ */
+export const engineTimeoutsSchema = z
+  .object({
+    /** Longest wait for a streamed answer's response headers (vLLM sends them on accepting the request), ms. @default 30000 */
+    firstByteMs: positive.default(30_000),
+    /** Longest silence in a streamed answer, before its first chunk or between two, ms. @default 30000 */
+    streamIdleMs: positive.default(30_000),
+    /** Longest wait for a non-streamed answer (vLLM answers it whole, at the end), ms. @default 600000 */
+    answerMs: positive.default(600_000),
+  })
+  .strict()
+  .default({ firstByteMs: 30_000, streamIdleMs: 30_000, answerMs: 600_000 });
+
+/** A pool's engine timeouts (`pools[].engineTimeouts`), ms. */
+export type EngineTimeoutsConfig = z.infer<typeof engineTimeoutsSchema>;
+
+/** The engine timeouts of a pool the config does not name (replicas that registered themselves). */
+export const DEFAULT_ENGINE_TIMEOUTS: EngineTimeoutsConfig = engineTimeoutsSchema.parse(undefined);
+
 export const poolSchema = z
   .object({
     id,
@@ -149,6 +173,8 @@ export const poolSchema = z
      * a non-zero one under its default FCFS policy). @default false
      */
     enginePriority: z.boolean().default(false),
+    /** See {@link engineTimeoutsSchema}. */
+    engineTimeouts: engineTimeoutsSchema,
     /** Requests that may wait at the gateway for this pool before new ones get 429. */
     maxQueued: nonNegInt.default(10_000),
     /**

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import type { Bus, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
-import type { Clock, FairwayConfig, Logger } from '@fairway/core';
+import { type Clock, DEFAULT_ENGINE_TIMEOUTS, type FairwayConfig, type Logger } from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
 import type { Tracer } from '@opentelemetry/api';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -220,6 +220,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   const tokenizers = loadPoolTokenizers(deps.config);
   const priorityPools = new Set(deps.config.pools.filter((p) => p.enginePriority).map((p) => p.id));
+  const poolTimeouts = new Map(deps.config.pools.map((p) => [p.id, p.engineTimeouts]));
   const newId = deps.newId ?? (() => `fw-${randomUUID()}`);
   const tracer = deps.tracer;
   // One line per request, on its own logger so operators can route or silence it.
@@ -240,6 +241,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     poolFor,
     tokenizerFor: (pool) => tokenizers.get(pool),
     enginePriorityFor: (pool) => priorityPools.has(pool),
+    timeoutsFor: (pool) => poolTimeouts.get(pool) ?? DEFAULT_ENGINE_TIMEOUTS,
     swapTargets,
     clock: deps.clock,
     timer: deps.timer,

@@ -5,7 +5,7 @@ import type { ActivityLog } from './activity-log.ts';
 import type { Authenticator } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
-import { type ProxyResult, proxy, type Resume } from './engine-proxy.ts';
+import { type EngineTimeouts, type ProxyResult, proxy, type Resume } from './engine-proxy.ts';
 import { rejectionError, validationError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import { type EndOutcome, type GatewayMetrics, refusalOutcome } from './gateway-metrics.ts';
@@ -52,6 +52,8 @@ export interface CompletionContext {
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
   /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
   readonly enginePriorityFor: (pool: string) => boolean;
+  /** A pool's `engineTimeouts`. */
+  readonly timeoutsFor: (pool: string) => EngineTimeouts | undefined;
   /**
    * Models the control plane may swap a replica to (`policy.control.swappable` with swapping on):
    * their requests are queued while no replica serves them, so the planner sees the demand.
@@ -383,6 +385,7 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
         ctx.runtime.replicaFailed(replica, err);
       },
       resume: ctx.resume,
+      timeouts: ctx.timeoutsFor(ticket.pool),
     }).catch((err: unknown) => {
       // Nowhere left to retry: say so (503) rather than pass on this replica's failure.
       throw noneLeft && err instanceof ApiError && err.status >= 500 ? noReplica(req.model, err) : err;

@@ -53,6 +53,15 @@ export interface ProxyCall {
   readonly replicaFailed?: ((err: unknown) => void) | undefined;
   /** Set when an eviction resumes the request on another replica; absent, an eviction fails it. */
   readonly resume?: Resume | undefined;
+  /** The pool's `engineTimeouts`: how long the engine may stay silent before it counts as hung. */
+  readonly timeouts?: EngineTimeouts | undefined;
+}
+
+/** How long an engine may stay silent on one call (a pool's `engineTimeouts`), ms. */
+export interface EngineTimeouts {
+  readonly firstByteMs: number;
+  readonly streamIdleMs: number;
+  readonly answerMs: number;
 }
 
 /** What happened, for metrics and logs. */
@@ -178,6 +187,9 @@ async function proxyWhole(call: ProxyCall): Promise<ProxyResult> {
     result = await call.engine.complete(call.endpoint, call.described.forwardBody, {
       signal,
       headers: engineCall.headers,
+      ...(call.timeouts === undefined
+        ? {}
+        : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
     });
   } catch (err) {
     call.trace?.fail(engineCall.span, err);
@@ -311,6 +323,9 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
         signal,
         continuousUsage: described.wantsContinuousUsage,
         headers: engineCall.headers,
+        ...(call.timeouts === undefined
+          ? {}
+          : { headersTimeoutMs: call.timeouts.firstByteMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
         ...(reader === undefined ? {} : { onLine: (l: SseDataLine) => reader.line(l) }),
       });
       if (run === 0) overheadMs = overheadOf(call, call.timer.now() - t0);

@@ -90,12 +90,14 @@ export function engineApiError(err: unknown): ApiError {
 /**
  * Whether a failed engine call is worth sending to another replica: the engine could not be
  * reached (refused, no route, connect timeout), dropped the connection before answering, or
- * answered 5xx — a fault of that replica, not of the request. A 4xx is the request's own fault,
- * and a headers or body timeout may mean the engine is still working on it.
+ * answered 5xx, or stayed silent past the pool's `engineTimeouts` — a fault of that replica, not
+ * of the request (a timed-out call is aborted, which makes vLLM drop the request). A 4xx is the
+ * request's own fault.
  */
 export function isReplicaFailure(err: unknown): boolean {
   if (err instanceof EngineUnreachableError || err instanceof EngineConnectionLostError) return true;
-  if (err instanceof EngineTimeoutError) return err.phase === 'connect';
+  // Connect, first-byte and idle timeouts alike: an engine that stops answering is hung.
+  if (err instanceof EngineTimeoutError) return true;
   return err instanceof EngineHttpError && err.status >= 500;
 }
 
@@ -106,7 +108,7 @@ export function isReplicaFailure(err: unknown): boolean {
  */
 export function isEngineDown(err: unknown): boolean {
   if (err instanceof EngineUnreachableError || err instanceof EngineConnectionLostError) return true;
-  return err instanceof EngineTimeoutError && err.phase === 'connect';
+  return err instanceof EngineTimeoutError;
 }
 
 /** A 400 naming the first offending body field of a failed validation. */
