@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { BusError, NatsBus, type NatsSecurity, Subjects } from '@fairway/bus';
 import { hashApiKey } from '@fairway/dispatcher';
-import { natsPassword, startNatsServer, startRedisServer, type TestServer } from '@fairway/testkit';
+import { freePort, natsPassword, startNatsServer, startRedisServer, type TestServer } from '@fairway/testkit';
 import { jetstream } from '@nats-io/jetstream';
 import { connect, type NatsConnection, PermissionViolationError } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -228,15 +228,15 @@ describe('the bus with the shipped NATS auth config', () => {
     await viaSettings.close();
   });
 
-  it('lets a dispatcher publish only its own subjects: no admin events, registrations or stream deletion', async () => {
+  it('lets a dispatcher publish only its own subjects and signed admin events: its unsigned key-add is refused, no registrations or stream deletion', async () => {
     const nc = await as(DISPATCHER);
     const errors = serverErrors(nc);
-    await publishRaw(nc, 'fairway.admin.keyAdd', {
-      type: 'keyAdd',
-      at: Date.now(),
-      tenantId: 'alpha',
-      keyHash: hashApiKey('sk-minted-by-dispatcher'),
-    });
+    // The dispatcher user may publish into the admin stream (for its admin API), but what it
+    // publishes unsigned applies nowhere: here, revoking a tenant's key.
+    await jetstream(nc).publish(
+      'fairway.admin.keyRevoke',
+      JSON.stringify({ type: 'keyRevoke', at: Date.now(), keyHash: hashApiKey(ALPHA_KEY) }),
+    );
     await publishRaw(nc, 'fairway.replica.engine-a.register', registration('engine-a', 'http://127.0.0.1:9'));
     await expect(
       jetstream(nc)
@@ -247,10 +247,41 @@ describe('the bus with the shipped NATS auth config', () => {
     const denied = errors
       .filter((e) => e instanceof PermissionViolationError)
       .map((e) => (e as PermissionViolationError).subject);
-    expect(denied).toEqual(
-      expect.arrayContaining(['fairway.admin.keyAdd', 'fairway.replica.engine-a.register']),
+    expect(denied).toEqual(expect.arrayContaining(['fairway.replica.engine-a.register']));
+    await waitFor(() => dispatcherLog().includes('"type":"keyRevoke"'), 10_000, 'the refusal');
+    expect(dispatcherLog()).toMatch(/"type":"keyRevoke".*"reason":"unsigned"/);
+    expect((await chat(ALPHA_KEY)).status).toBe(200);
+  });
+
+  it("serves admin API writes on a dispatcher that holds the operator key, as the shipped config's dispatcher user", async () => {
+    const token = 'fw-admin-token-for-the-security-suite';
+    writeFileSync(join(dir, 'admin.token'), token);
+    const writer = await startFairway(
+      ['serve', '-c', join(dir, 'fairway.yaml'), '--port', '0', '--operator-port', String(await freePort())],
+      /metrics on (http:\S+)\/metrics/,
+      {
+        NATS_URL: natsAt(),
+        NATS_USER: DISPATCHER.user,
+        NATS_PASSWORD: DISPATCHER.password,
+        REDIS_URL: redis.url,
+        FAIRWAY_OPERATOR_PUBLIC_KEY_FILE: join(dir, 'operator.pub'),
+        FAIRWAY_OPERATOR_KEY_FILE: join(dir, 'operator.key'),
+        FAIRWAY_ADMIN_TOKEN_FILE: join(dir, 'admin.token'),
+      },
     );
-    expect((await chat('sk-minted-by-dispatcher')).status).toBe(401);
+    try {
+      const res = await fetch(`${writer.url}/admin/v1/keys`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ tenant: 'alpha' }),
+      });
+      const body = (await res.json()) as { key?: string };
+      expect(res.status, JSON.stringify(body)).toBe(201);
+      // Applied by every dispatcher, the other one included.
+      await waitFor(async () => (await chat(body.key ?? '')).status === 200, 10_000, 'the new key to work');
+    } finally {
+      await writer.stop();
+    }
   });
 
   it('applies nothing an admin bus user publishes without the operator key: the key stays 401, the limit unchanged', async () => {

@@ -3,7 +3,7 @@
  * (a bug in the sender fails loudly at the sender) and when received (a bad or foreign message is
  * dropped with a logged reason and never reaches a handler).
  */
-import { formatPath, type Logger } from '@fairway/core';
+import { formatPath, type Logger, LogThrottle } from '@fairway/core';
 import type { z } from 'zod';
 import { BusMessageError } from './errors.ts';
 import {
@@ -77,7 +77,25 @@ function issuesOf(error: z.ZodError): { path: string; message: string }[] {
 
 /** Logs a received message that failed validation. */
 export function logRejected(logger: Logger, kind: string, subject: string, reason: string): void {
-  logger.warn({ kind, subject, reason }, 'bus: rejected invalid message');
+  // One line per kind of message and field at fault (array indices dropped, so the kinds stay few).
+  const fault = (reason.split(':', 1)[0] ?? '').replace(/\d+/g, '#').slice(0, 64);
+  throttleOf(logger).warn(
+    logger,
+    `rejected:${kind}:${fault}`,
+    { kind, subject, reason },
+    'bus: rejected invalid message',
+  );
+}
+
+// Refused messages are anyone's to send: one throttle per logger keeps them from flooding the log.
+const throttles = new WeakMap<Logger, LogThrottle>();
+function throttleOf(logger: Logger): LogThrottle {
+  let t = throttles.get(logger);
+  if (t === undefined) {
+    t = new LogThrottle();
+    throttles.set(logger, t);
+  }
+  return t;
 }
 
 /**
@@ -146,5 +164,10 @@ export function encodeAdminMessage(event: AdminEventInput | SignedAdminEnvelope)
  * publish only under its own replica's subjects cannot speak for another replica.
  */
 export function logMisrouted(logger: Logger, kind: string, subject: string, expected: string): void {
-  logger.warn({ kind, subject, expected }, 'bus: refused a message naming another route than its subject');
+  throttleOf(logger).warn(
+    logger,
+    `misrouted:${kind}`,
+    { kind, subject, expected },
+    'bus: refused a message naming another route than its subject',
+  );
 }

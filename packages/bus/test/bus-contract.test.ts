@@ -233,6 +233,11 @@ describe.each(harnesses)('$name', ({ make }) => {
     expect(reasons[0]).toBe('payload is not JSON');
     expect(reasons[1]).toMatch(/^state: /);
     expect(reasons[2]).toMatch(/epoch: .*seq: /);
+    // A flood of the same invalid message is logged once, not once per message.
+    for (let i = 0; i < 20; i++) await h.injectRaw(subject, 'not json {');
+    h.a.publish('heartbeat', heartbeat('r1', 8));
+    await waitFor(() => got.length === 2);
+    expect(h.logger.find('warn', 'rejected')).toHaveLength(3);
   });
 
   it('refuses a message whose payload names another replica than its subject, and logs it', async () => {

@@ -82,3 +82,34 @@ function wrap(p: pino.Logger): Logger {
     child: (bindings) => wrap(p.child(bindings)),
   };
 }
+
+/**
+ * Holds back repeats of a warning that outsiders can trigger at will (a refused bus message, a
+ * refused admin event): the first line of each kind is written, then at most one per `intervalMs`,
+ * carrying how many were held back since (`suppressed`). Kinds are fixed strings of the caller's,
+ * never values from the message, so the table stays small whatever arrives.
+ */
+export class LogThrottle {
+  readonly #intervalMs: number;
+  readonly #now: () => number;
+  readonly #kinds = new Map<string, { next: number; suppressed: number }>();
+
+  /** @param intervalMs least time between two lines of one kind, ms. @default 10000 */
+  constructor(intervalMs = 10_000, now: () => number = () => performance.now()) {
+    this.#intervalMs = intervalMs;
+    this.#now = now;
+  }
+
+  /** Writes `obj`/`msg` at warn level unless a line of `kind` went out less than `intervalMs` ago. */
+  warn(logger: Logger, kind: string, obj: object, msg: string): void {
+    const t = this.#now();
+    const k = this.#kinds.get(kind);
+    if (k !== undefined && t < k.next) {
+      k.suppressed++;
+      return;
+    }
+    const suppressed = k?.suppressed ?? 0;
+    this.#kinds.set(kind, { next: t + this.#intervalMs, suppressed: 0 });
+    logger.warn(suppressed > 0 ? { ...obj, suppressed } : obj, msg);
+  }
+}

@@ -7,7 +7,7 @@ import {
   OperatorVerifier,
   type Unsubscribe,
 } from '@fairway/bus';
-import { configIdSchema, type Logger } from '@fairway/core';
+import { configIdSchema, type Logger, LogThrottle } from '@fairway/core';
 import type { KeyRing } from './auth.ts';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import type { AdminApiSettings } from './routes/admin-api.ts';
@@ -131,6 +131,8 @@ export class AdminEventApplier {
   #lastSeq = 0;
   /** Nonces of the events applied so far: each signed event applies once. */
   readonly #nonces = new Set<string>();
+  /** Anyone allowed on the stream can publish refused events: their lines are throttled. */
+  readonly #refusals = new LogThrottle();
   /** Key hashes revoked so far: a revoked key is never added again (issue a new key instead). */
   readonly #revoked = new Set<string>();
 
@@ -173,7 +175,10 @@ export class AdminEventApplier {
     const log = this.#o.logger;
     const refusal = this.#refusal(record);
     if (refusal !== undefined) {
-      log.warn(
+      this.#refusals.warn(
+        log,
+        // The event type and the reason's fixed opening ("bad signature for"): one line per kind.
+        `${record.event.type} ${refusal.split(/[ "]/, 3).join(' ')}`,
         {
           seq: record.seq,
           type: record.event.type,

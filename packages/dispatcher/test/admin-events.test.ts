@@ -185,10 +185,11 @@ describe('AdminEventApplier with an operator key', () => {
     const stop = await followAdminEvents(bus, applier);
     expect(keys.authenticate('sk-carol-1')).toBeUndefined();
     const reasons = log.find('warn', 'admin: event refused').map((l) => (l.obj as { reason: string }).reason);
+    // One line per kind of refusal: the second bad signature in a row is held back (anyone on
+    // the stream can send refused events; they must not flood the log).
     expect(reasons).toEqual([
       'unsigned',
       expect.stringMatching(/^signed by unknown key ed25519:/),
-      expect.stringMatching(/^bad signature/),
       expect.stringMatching(/^bad signature/),
       'signed for fleet "staging", not "fairway"',
     ]);
