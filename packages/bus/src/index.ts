@@ -64,6 +64,7 @@ export {
 } from './messages.ts';
 export {
   describeNatsSecurity,
+  layerNatsSecurity,
   mergeNatsSecurity,
   type NatsSecurity,
   natsConnectionOptions,

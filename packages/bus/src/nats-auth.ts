@@ -68,18 +68,31 @@ export function natsSecurityFromEnv(env: Readonly<Record<string, string | undefi
 }
 
 /**
- * Layers of settings, highest priority first (flags, then environment, then the config file): each
- * field comes from the first layer that sets it. The result is validated: one credential mechanism
- * (a token on the command line and a user in the config file is an error, not a guess), TLS
- * certificate and key together.
+ * Layers of settings, highest priority first, field by field as {@link mergeNatsSecurity} does, but
+ * not yet validated: for the layers above one still to come (flags and environment, before the
+ * config file is read), where a password alone is fine if the user comes later.
  */
-export function mergeNatsSecurity(...layers: readonly (NatsSecurity | undefined)[]): NatsSecurity {
+export function layerNatsSecurity(...layers: readonly (NatsSecurity | undefined)[]): {
+  auth: NatsAuthConfig;
+  tls: Partial<NatsTlsConfig>;
+} {
   const auth: Record<string, string> = {};
   const tls: Record<string, string> = {};
   for (const l of [...layers].reverse()) {
     Object.assign(auth, defined(l?.auth ?? {}));
     Object.assign(tls, defined(l?.tls ?? {}));
   }
+  return { auth, tls };
+}
+
+/**
+ * Layers of settings, highest priority first (flags, then environment, then the config file): each
+ * field comes from the first layer that sets it. The result is validated: one credential mechanism
+ * (a token on the command line and a user in the config file is an error, not a guess), TLS
+ * certificate and key together.
+ */
+export function mergeNatsSecurity(...layers: readonly (NatsSecurity | undefined)[]): NatsSecurity {
+  const { auth, tls } = layerNatsSecurity(...layers);
   return {
     ...(Object.keys(auth).length > 0
       ? { auth: parseWith(natsAuthConfigSchema, auth, 'NATS credentials') }

@@ -1,9 +1,19 @@
 import { hostname } from 'node:os';
-import { mergeNatsSecurity, type NatsSecurity, natsSecurityFromEnv } from '@fairway/bus';
+import { layerNatsSecurity, mergeNatsSecurity, type NatsSecurity, natsSecurityFromEnv } from '@fairway/bus';
 import { ConfigError, ErrorCode, parseWith } from '@fairway/core';
 import { z } from 'zod';
 import type { DispatcherOptions } from './dispatcher-options.ts';
 import type { RedisClusterSettings, RedisSentinelSettings } from './infrastructure.ts';
+
+/**
+ * Flags over environment, checked now except for a password without a user: the config file's
+ * `bus.nats.auth.user`, layered under these when the dispatcher starts, may give it.
+ */
+function natsLayers(...layers: readonly (NatsSecurity | undefined)[]): NatsSecurity {
+  const layered = layerNatsSecurity(...layers);
+  if (layered.auth.password !== undefined && layered.auth.user === undefined) return layered;
+  return mergeNatsSecurity(layered);
+}
 
 /** How a dispatcher process is run: where it listens and what it connects to. */
 export interface ServeSettings {
@@ -184,7 +194,7 @@ export function serveSettings(
     ...(redisSentinel !== undefined ? { redisSentinel } : {}),
     ...(redisCluster !== undefined ? { redisCluster } : {}),
     natsUrl: overrides.natsUrl ?? e.NATS_URL,
-    natsSecurity: mergeNatsSecurity(overrides.natsSecurity, natsSecurityFromEnv(env)),
+    natsSecurity: natsLayers(overrides.natsSecurity, natsSecurityFromEnv(env)),
     operatorPublicKeyFiles:
       overrides.operatorPublicKeyFiles ??
       e.FAIRWAY_OPERATOR_PUBLIC_KEY_FILE?.split(',')

@@ -1,3 +1,4 @@
+import { mergeNatsSecurity } from '@fairway/bus';
 import { ConfigError, parseConfig } from '@fairway/core';
 import { type AdmissionRules, toRules } from '@fairway/scheduler';
 import { describe, expect, it } from 'vitest';
@@ -16,6 +17,16 @@ function issues(fn: () => unknown): string[] {
 }
 
 describe('serveSettings', () => {
+  it("takes the NATS password from NATS_PASSWORD and the user from the config's bus.nats.auth", () => {
+    const s = serveSettings({ NATS_URL: 'nats://nats:4222', NATS_PASSWORD: 'fwsecret' });
+    const config = parseConfig({ bus: { nats: { auth: { user: 'dispatcher' } } } }, 'test config');
+    expect(mergeNatsSecurity(s.natsSecurity, config.bus.nats)).toEqual({
+      auth: { user: 'dispatcher', password: 'fwsecret' },
+    });
+    // A password with no user anywhere is still refused, once every layer is in.
+    expect(() => mergeNatsSecurity(s.natsSecurity, undefined)).toThrow(/give "user" with "password"/);
+  });
+
   it('connects through Redis Sentinel from REDIS_SENTINELS and REDIS_SENTINEL_NAME', () => {
     const s = serveSettings({
       REDIS_SENTINELS: 'sentinel-0:26379,10.0.0.7:26380',
