@@ -53,8 +53,25 @@ export function rejectionError(
       ? `: about ${sizes.needed} tokens (prompt estimate and output cap) against a limit of ${sizes.limit}; shorten the prompt, tools or max_tokens`
       : '';
   const message =
-    code === 'quota_exceeded' ? quotaMessage(key, retryAfterMs) : `${REJECT_MESSAGE[code]} (${key})${why}`;
+    code === 'quota_exceeded'
+      ? quotaMessage(key, retryAfterMs)
+      : code === 'exceeds_limit' && key.startsWith('quota:')
+        ? overBudgetMessage(key, sizes)
+        : `${REJECT_MESSAGE[code]} (${key})${why}`;
   return new ApiError(kind, message, retryAfterS === undefined ? {} : { retryAfterS });
+}
+
+/** What a request larger than a whole budget is told: it can never fit, whatever the wait. */
+function overBudgetMessage(
+  key: string,
+  sizes: { readonly needed?: number | undefined; readonly limit?: number | undefined } | undefined,
+): string {
+  const [, scope, window, kind] = key.split(':');
+  const whose = scope === 'key' ? "this API key's" : "your organization's";
+  const period = window === 'month' ? 'monthly' : 'daily';
+  const amount = (n: number | undefined): string =>
+    kind === 'spend' ? `${Number((n ?? 0).toPrecision(4))} (spend)` : `${n ?? 0} tokens`;
+  return `this request alone needs about ${amount(sizes?.needed)} (prompt estimate and output cap), more than ${whose} whole ${period} budget of ${amount(sizes?.limit)} (${key}); it can never fit: lower max_tokens or shorten the prompt`;
 }
 
 /**

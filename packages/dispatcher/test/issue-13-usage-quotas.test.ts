@@ -29,6 +29,7 @@ const CAPPED = 'sk-capped-key-0001';
 const FREE_A = 'sk-free-key-a-0001';
 const FREE_B = 'sk-free-key-b-0001';
 const SPY = 'sk-spy-key-000001';
+const TINY = 'sk-tiny-budget-0001';
 const ADMIN_TOKEN = 'admin-token-for-issue-13';
 const BUDGET = 10_000;
 
@@ -45,6 +46,7 @@ async function startFleet(redis: TestServer, nats: TestServer, dir: string): Pro
         { id: 'capped', keys: [{ key: CAPPED }], quotas: { tokensPerDay: BUDGET, alertAt: 0.8 } },
         { id: 'free', keys: [{ key: FREE_A }, { key: FREE_B }] },
         { id: 'spy', keys: [{ key: SPY }] },
+        { id: 'tiny', keys: [{ key: TINY }], quotas: { tokensPerDay: 50 } },
       ],
       pools: [{ id: 'llama', model: MODEL }],
       pricing: { [MODEL]: { input: 0.5, output: 1.5 } },
@@ -183,6 +185,23 @@ describe('issue 13: usage accounting and quotas across three dispatchers (Redis,
     });
     return { status: res.statusCode, body: res.json() };
   }
+
+  it('tells a request larger than a whole budget that it can never fit, with no Retry-After', async () => {
+    const url = (fleet.dispatchers[0] as RunningDispatcher).url;
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TINY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 100 }),
+    });
+    const body = (await res.json()) as { error: { message: string; code: string } };
+    expect(res.status).toBe(400);
+    expect(res.headers.get('retry-after')).toBeNull();
+    expect(body.error.code).toBe('tokens_exceed_limit');
+    expect(body.error.message).toMatch(/more than your organization's whole daily budget of 50 tokens/);
+    expect(body.error.message).toMatch(/can never fit/);
+    // Nothing was spent: a request that fits is served.
+    expect((await chat(url, TINY, 10, 2)).status).toBe(200);
+  });
 
   it('admits no more than a 10,000-token budget under concurrency, refusing the rest with insufficient_quota', async () => {
     const alerts: QuotaAlertMessage[] = [];

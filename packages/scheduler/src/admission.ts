@@ -135,6 +135,19 @@ export class Admission {
         limit: tooLarge.limit,
       };
     }
+    // A budget smaller than this request alone would refuse it every window, never "try later".
+    const overBudget = rules.quotas?.find((q) => q.amount > q.budget);
+    if (overBudget !== undefined) {
+      this.rejected++;
+      return {
+        ok: false,
+        code: 'exceeds_limit',
+        retryAfterMs: 0,
+        key: `quota:${overBudget.scope}:${overBudget.window}:${overBudget.kind}`,
+        needed: overBudget.amount,
+        limit: overBudget.budget,
+      };
+    }
     const states = this.#view.states(pool);
     const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)
       ? this.#isOverloaded(pool, states)
