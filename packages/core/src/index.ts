@@ -31,7 +31,11 @@ export {
   scalingConfigSchema,
   serverConfigSchema,
   sloClassSchema,
+  type StorageConfig,
+  storageConfigSchema,
   type TenantConfig,
+  type TenantStorageConfig,
+  tenantStorageSchema,
   telemetryConfigSchema,
   tracingConfigSchema,
 } from './config.ts';
