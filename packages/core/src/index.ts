@@ -28,15 +28,15 @@ export {
   redisSentinelConfigSchema,
   type ScalingConfig,
   type ServerConfig,
+  type StorageConfig,
   scalingConfigSchema,
   serverConfigSchema,
   sloClassSchema,
-  type StorageConfig,
   storageConfigSchema,
   type TenantConfig,
   type TenantStorageConfig,
-  tenantStorageSchema,
   telemetryConfigSchema,
+  tenantStorageSchema,
   tracingConfigSchema,
 } from './config.ts';
 export {
