@@ -257,7 +257,7 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
 };
 
 /**
- * Writes an uploaded file to storage as it arrives, in pieces of about {@link FILE_CHUNK_BYTES},
+ * Writes an uploaded file to storage as it arrives, in pieces of {@link FILE_CHUNK_BYTES},
  * checking its lines on the way; waiting on each write holds the client back (backpressure), so
  * the dispatcher holds about one piece of the file at a time.
  */
@@ -269,11 +269,7 @@ async function streamFile(
 ): Promise<void> {
   let pending: Buffer[] = [];
   let pendingBytes = 0;
-  const flush = async () => {
-    if (pendingBytes === 0) return;
-    const piece = Buffer.concat(pending, pendingBytes);
-    pending = [];
-    pendingBytes = 0;
+  const write = async (piece: Buffer) => {
     const r = await upload.append(piece);
     if (r !== undefined) throw refused(r, piece.length);
   };
@@ -281,9 +277,18 @@ async function streamFile(
     parser.push(chunk);
     pending.push(chunk);
     pendingBytes += chunk.length;
-    if (pendingBytes >= FILE_CHUNK_BYTES) await flush();
+    if (pendingBytes < FILE_CHUNK_BYTES) continue;
+    // Whole pieces only (see FILE_CHUNK_BYTES); the rest waits for the next chunks.
+    let joined = Buffer.concat(pending, pendingBytes);
+    while (joined.length >= FILE_CHUNK_BYTES) {
+      await write(joined.subarray(0, FILE_CHUNK_BYTES));
+      joined = joined.subarray(FILE_CHUNK_BYTES);
+    }
+    // A copy of the rest, so the joined buffer is not kept alive by it.
+    pending = joined.length > 0 ? [Buffer.from(joined)] : [];
+    pendingBytes = joined.length;
   }
-  await flush();
+  if (pendingBytes > 0) await write(Buffer.concat(pending, pendingBytes));
   parser.end();
 }
 

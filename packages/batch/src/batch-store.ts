@@ -100,8 +100,12 @@ function defineCommands(redis: Redis | Cluster): BatchCommands {
   };
 }
 
-/** The largest piece of a file stored as one list element, bytes. */
-export const FILE_CHUNK_BYTES = 1024 * 1024;
+/**
+ * The size of each piece of a file stored as one list element, bytes: a little under 1 MiB, so a
+ * piece with Redis's own headers still fits the allocator's 1 MiB size class (a piece of exactly
+ * 1 MiB takes the next one, 1.25 MiB).
+ */
+export const FILE_CHUNK_BYTES = 1024 * 1024 - 1024;
 /** How long an upload may go without data before it is given up (and its bytes freed), ms. */
 const UPLOAD_IDLE_MS = 5 * 60_000;
 const MINUTE_MS = 60_000;
