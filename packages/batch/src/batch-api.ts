@@ -10,10 +10,11 @@ import {
 import type { DispatcherPlugin } from '@fairway/dispatcher';
 import { z } from 'zod';
 import { BatchKeys } from './batch-keys.ts';
-import { type BatchLimits, DEFAULT_BATCH_LIMITS } from './batch-limits.ts';
+import { type BatchLimits, DEFAULT_BATCH_LIMITS, storageLimitsOf } from './batch-limits.ts';
 import { batchRoutes } from './batch-routes.ts';
 import { BatchRunner, type BatchRunnerOptions } from './batch-runner.ts';
 import { BatchStore } from './batch-store.ts';
+import { MemoryGuard } from './memory-guard.ts';
 
 /** Options of {@link batchApi}. */
 export interface BatchApiOptions {
@@ -44,6 +45,8 @@ export function batchSloClass(classes: readonly SloClass[]): string {
  * (one server or a Redis Cluster, where every batch key and BullMQ's are in the slot of
  * `{prefix}`), a BullMQ worker that takes batch jobs alongside every other dispatcher of the
  * fleet. On the in-memory store the routes answer 501 (there is no BullMQ without Redis).
+ * Each tenant's files and batches are held to its `storage` limits, and new ones wait while
+ * Redis is nearly full (`storage.refuseAbove`).
  */
 export function batchApi(options: BatchApiOptions): DispatcherPlugin {
   return async (dispatcher, infrastructure) => {
@@ -54,10 +57,15 @@ export function batchApi(options: BatchApiOptions): DispatcherPlugin {
     const newId = (): string => randomBytes(12).toString('hex');
     const logger = options.logger.child({ component: 'batch' });
     const redis = infrastructure.redis;
-    let backend: { store: BatchStore; runner: BatchRunner } | undefined;
+    let backend: { store: BatchStore; runner: BatchRunner; guard: MemoryGuard } | undefined;
     if (redis !== undefined) {
       const keys = new BatchKeys(options.prefix);
-      const store = new BatchStore(redis, keys, options.clock ?? systemClock);
+      const clock = options.clock ?? systemClock;
+      const store = new BatchStore(redis, keys, clock, storageLimitsOf(options.config));
+      const guard = new MemoryGuard(redis, clock, {
+        refuseAbove: options.config.storage.refuseAbove,
+        redisMemoryBytes: options.config.storage.redisMemoryBytes,
+      });
       const runner = new BatchRunner({
         redis,
         keys,
@@ -68,7 +76,7 @@ export function batchApi(options: BatchApiOptions): DispatcherPlugin {
         newId,
         options: options.runner,
       });
-      backend = { store, runner };
+      backend = { store, runner, guard };
       dispatcher.app.addHook('onReady', async () => runner.start());
       dispatcher.app.addHook('onClose', async () => runner.close());
     }

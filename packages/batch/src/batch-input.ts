@@ -26,20 +26,59 @@ function invalid(line: number, message: string): BatchInputError {
 }
 
 /**
- * Parses and checks a batch input file (JSONL, one request per line; blank lines are skipped):
- * each line a JSON object with a unique `custom_id`, `method` POST, `url` one of
+ * Checks a batch input file (JSONL, one request per line; blank lines are skipped) as its bytes
+ * arrive: each line a JSON object with a unique `custom_id`, `method` POST, `url` one of
  * {@link BATCH_ENDPOINTS} and a JSON object `body` naming a `model`. The first bad line is
  * refused with its line number (the body itself is validated by the route when the line runs).
+ * Only the line being read and the `custom_id`s seen are held, so a file need not fit in memory.
  */
-export function parseBatchInput(text: string, limits: BatchLimits): BatchRequestLine[] {
-  const lines: BatchRequestLine[] = [];
-  const seen = new Set<string>();
-  const raw = text.split('\n');
-  for (let i = 0; i < raw.length; i++) {
-    const src = raw[i]?.trim() ?? '';
-    if (src === '') continue;
-    const n = i + 1;
-    if (lines.length >= limits.maxLines)
+export class BatchInputParser {
+  readonly #limits: BatchLimits;
+  readonly #onLine: ((line: BatchRequestLine) => void) | undefined;
+  readonly #seen = new Set<string>();
+  /** Bytes of the line not yet ended by a newline. */
+  #partial: Buffer[] = [];
+  #lineNo = 0;
+  #count = 0;
+
+  /** @param onLine called with each good line, in order */
+  constructor(limits: BatchLimits, onLine?: (line: BatchRequestLine) => void) {
+    this.#limits = limits;
+    this.#onLine = onLine;
+  }
+
+  /** Request lines read so far. */
+  get count(): number {
+    return this.#count;
+  }
+
+  /** Reads the next bytes of the file; throws {@link BatchInputError} at the first bad line. */
+  push(chunk: Buffer): void {
+    let from = 0;
+    // A newline byte never occurs inside a UTF-8 sequence, so lines split on bytes decode whole.
+    for (let nl = chunk.indexOf(10, from); nl >= 0; nl = chunk.indexOf(10, from)) {
+      this.#partial.push(chunk.subarray(from, nl));
+      this.#line(Buffer.concat(this.#partial).toString('utf8'));
+      this.#partial = [];
+      from = nl + 1;
+    }
+    if (from < chunk.length) this.#partial.push(chunk.subarray(from));
+  }
+
+  /** Ends the file: checks its last line and that it holds any; returns the request lines read. */
+  end(): number {
+    if (this.#partial.length > 0) this.#line(Buffer.concat(this.#partial).toString('utf8'));
+    this.#partial = [];
+    if (this.#count === 0) throw new BatchInputError(null, 'the file holds no request lines');
+    return this.#count;
+  }
+
+  #line(text: string): void {
+    const n = ++this.#lineNo;
+    const src = text.trim();
+    if (src === '') return;
+    const limits = this.#limits;
+    if (this.#count >= limits.maxLines)
       throw new BatchInputError(null, `a batch file holds at most ${limits.maxLines} requests`);
     let value: unknown;
     try {
@@ -54,8 +93,8 @@ export function parseBatchInput(text: string, limits: BatchLimits): BatchRequest
     if (typeof id !== 'string' || id.length === 0) throw invalid(n, 'custom_id must be a non-empty string');
     if (id.length > limits.maxCustomIdLength)
       throw invalid(n, `custom_id must be at most ${limits.maxCustomIdLength} characters`);
-    if (seen.has(id)) throw invalid(n, `duplicate custom_id "${id}": each line needs its own`);
-    seen.add(id);
+    if (this.#seen.has(id)) throw invalid(n, `duplicate custom_id "${id}": each line needs its own`);
+    this.#seen.add(id);
     if (v.method !== 'POST') throw invalid(n, 'method must be "POST"');
     if (typeof v.url !== 'string' || !ENDPOINTS.has(v.url))
       throw invalid(n, `url must be one of ${BATCH_ENDPOINTS.join(', ')}`);
@@ -66,8 +105,16 @@ export function parseBatchInput(text: string, limits: BatchLimits): BatchRequest
     if (typeof b.model !== 'string' || b.model === '')
       throw invalid(n, 'body.model must be a non-empty string');
     if (b.stream === true) throw invalid(n, 'body.stream is not supported in a batch');
-    lines.push({ custom_id: id, method: 'POST', url: v.url as BatchEndpoint, body: b });
+    this.#count++;
+    this.#onLine?.({ custom_id: id, method: 'POST', url: v.url as BatchEndpoint, body: b });
   }
-  if (lines.length === 0) throw new BatchInputError(null, 'the file holds no request lines');
+}
+
+/** Parses and checks a whole batch input file held in memory (see {@link BatchInputParser}). */
+export function parseBatchInput(text: string, limits: BatchLimits): BatchRequestLine[] {
+  const lines: BatchRequestLine[] = [];
+  const parser = new BatchInputParser(limits, (l) => lines.push(l));
+  parser.push(Buffer.from(text, 'utf8'));
+  parser.end();
   return lines;
 }

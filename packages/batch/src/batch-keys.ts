@@ -13,17 +13,37 @@ export class BatchKeys {
   get bullPrefix(): string {
     return `${this.base}:bull`;
   }
-  /** Hash: a file's metadata (tenant, name, purpose, bytes, created_at). */
+  /** Hash: a file's metadata (tenant, name, purpose, bytes, created_at, expires_at, status). */
   file(id: string): string {
     return `${this.base}:file:${id}`;
   }
-  /** String: a file's content. */
+  /** List: a file's content in pieces, in order (written as an upload arrives). */
+  fileChunks(id: string): string {
+    return `${this.base}:file:${id}:chunks`;
+  }
+  /** String: a file's content as earlier versions stored it whole (read, and deleted, still). */
   fileContent(id: string): string {
     return `${this.base}:file:${id}:content`;
   }
   /** Sorted set: a tenant's file ids by creation time (ms). */
   tenantFiles(tenant: string): string {
     return `${this.base}:tenant:${tenant}:files`;
+  }
+  /** Sorted set: a tenant's file ids by expiry (ms; an unfinished upload's by its deadline). */
+  tenantFileExpiry(tenant: string): string {
+    return `${this.base}:tenant:${tenant}:file-expiry`;
+  }
+  /** Hash: the bytes a tenant's files hold (`bytes`) and each file's (by id). */
+  tenantStorage(tenant: string): string {
+    return `${this.base}:tenant:${tenant}:storage`;
+  }
+  /** Sorted set: a tenant's recent uploads by time (ms), its upload-rate window. */
+  tenantUploads(tenant: string): string {
+    return `${this.base}:tenant:${tenant}:uploads`;
+  }
+  /** Set: a tenant's batches that may still be open (ended ones leave it at the next creation). */
+  tenantOpenBatches(tenant: string): string {
+    return `${this.base}:tenant:${tenant}:open-batches`;
   }
   /** Hash: a batch's fields, timestamps and request counters. */
   batch(id: string): string {

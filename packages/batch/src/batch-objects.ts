@@ -8,7 +8,8 @@ export interface FileObject {
   readonly filename: string;
   readonly purpose: string;
   readonly status: 'processed';
-  readonly expires_at: null;
+  /** Unix seconds when the file is deleted (the tenant's retention, or less if the upload asked). */
+  readonly expires_at: number | null;
   readonly status_details: null;
 }
 
@@ -106,7 +107,7 @@ export function fileObject(h: Record<string, string>): FileObject {
     filename: h.filename ?? '',
     purpose: h.purpose ?? '',
     status: 'processed',
-    expires_at: null,
+    expires_at: h.expires_at === undefined ? null : int(h.expires_at),
     status_details: null,
   };
 }

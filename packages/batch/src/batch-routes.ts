@@ -1,17 +1,22 @@
+import { Readable } from 'node:stream';
 import type { Principal } from '@fairway/dispatcher';
 import { ApiError } from '@fairway/dispatcher';
 import multipart from '@fastify/multipart';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { parseBatchInput } from './batch-input.ts';
+import { BatchInputParser } from './batch-input.ts';
 import { BATCH_ENDPOINTS, type BatchLimits } from './batch-limits.ts';
 import type { BatchRunner } from './batch-runner.ts';
-import type { BatchStore } from './batch-store.ts';
+import { type BatchStore, FILE_CHUNK_BYTES, type FileUpload, UploadGoneError } from './batch-store.ts';
+import { insufficientStorage, type StorageRefusal, storageError } from './errors.ts';
+import type { MemoryGuard } from './memory-guard.ts';
 
 /** Options of the Files and Batch routes. */
 export interface BatchRoutesOptions {
-  /** The state and the runner; undefined on the in-memory store (every route answers 501). */
-  readonly backend: { readonly store: BatchStore; readonly runner: BatchRunner } | undefined;
+  /** The state, the runner and the memory guard; undefined on the in-memory store (every route answers 501). */
+  readonly backend:
+    | { readonly store: BatchStore; readonly runner: BatchRunner; readonly guard?: MemoryGuard | undefined }
+    | undefined;
   readonly authenticate: (headers: FastifyRequest['headers']) => Principal;
   readonly limits: BatchLimits;
   /** The SLO class batch lines run in. */
@@ -39,6 +44,29 @@ const listQuery = z.object({
 });
 
 const ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/**
+ * Bytes of a multipart body that are not the file (boundaries, part headers, the purpose field),
+ * taken off its Content-Length to estimate the file's size before reading it.
+ */
+const MULTIPART_ALLOWANCE = 4096;
+
+/** OpenAI's `expires_after`, as a JSON field or as the bracketed fields its clients send. */
+const expiresAfterSchema = z
+  .object({ anchor: z.literal('created_at'), seconds: z.coerce.number().int().min(1) })
+  .strict();
+
+/** Refuses new files and batches while Redis is nearly full. */
+async function checkMemory(guard: MemoryGuard | undefined): Promise<void> {
+  const over = await guard?.overLimit();
+  if (over !== undefined && guard !== undefined)
+    throw insufficientStorage(over.usedBytes, over.limitBytes, guard.refuseAbove);
+}
+
+/** Redis refusing a write for want of memory (`OOM command not allowed…`). */
+function isRedisOom(err: unknown): boolean {
+  return err instanceof Error && err.name === 'ReplyError' && err.message.startsWith('OOM');
+}
 
 function notFound(kind: 'File' | 'Batch', id: string): ApiError {
   return new ApiError('NOT_FOUND', `No such ${kind} object: ${id}`, { param: 'id' });
@@ -82,32 +110,61 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
   };
 
   app.post('/v1/files', { bodyLimit: limits.maxFileBytes + 64 * 1024 }, async (request) => {
-    const { tenant, store } = backendFor(request);
+    const { tenant, store, guard } = backendFor(request);
     if (!request.isMultipart())
       throw badRequest('upload a file as multipart/form-data with fields purpose and file');
-    let purpose: string | undefined;
-    let file: { name: string; data: Buffer } | undefined;
+    // Every refusal that needs no byte of the body comes before reading it.
+    const tooLarge = () =>
+      new ApiError('BODY_TOO_LARGE', `a file may be at most ${limits.maxFileBytes} bytes`, { param: 'file' });
+    const declared = Number.parseInt(String(request.headers['content-length'] ?? ''), 10);
+    const fileBytes = Number.isFinite(declared) ? Math.max(0, declared - MULTIPART_ALLOWANCE) : 0;
+    if (fileBytes > limits.maxFileBytes) throw tooLarge();
+    const quota = store.limits(tenant).maxBytes;
+    if (fileBytes > quota)
+      throw new ApiError(
+        'BODY_TOO_LARGE',
+        `the file (about ${fileBytes} bytes) is larger than tenant ${tenant}'s whole storage quota of ${quota} bytes`,
+        { param: 'file' },
+      );
+    await checkMemory(guard);
+    const begun = await store.beginUpload(
+      tenant,
+      { id: `file-${opts.newId()}`, filename: '', purpose: '' },
+      { declaredBytes: fileBytes },
+    );
+    if (!('append' in begun)) throw storageError(tenant, begun, fileBytes);
+    const upload: FileUpload = begun;
     try {
+      const fields: Record<string, string> = {};
+      let filename: string | undefined;
       for await (const part of request.parts()) {
         if (part.type === 'file') {
           if (part.fieldname !== 'file')
             throw badRequest(`unexpected file field ${part.fieldname}`, part.fieldname);
-          file = { name: part.filename, data: await part.toBuffer() };
-        } else if (part.fieldname === 'purpose') purpose = String(part.value);
+          filename = part.filename;
+          await streamFile(part.file, upload, new BatchInputParser(limits), (r, adding) =>
+            storageError(tenant, r, adding),
+          );
+          if (part.file.truncated) throw tooLarge();
+        } else fields[part.fieldname] = String(part.value);
       }
+      if (fields.purpose !== 'batch') throw badRequest('purpose must be "batch"', 'purpose');
+      if (filename === undefined) throw badRequest('missing file field "file"', 'file');
+      return await upload.commit({
+        filename: filename.slice(0, 255) || 'input.jsonl',
+        purpose: fields.purpose,
+        expiresInS: expiresAfter(fields),
+      });
     } catch (err) {
-      if ((err as { code?: string }).code === 'FST_REQ_FILE_TOO_LARGE')
-        throw new ApiError('BODY_TOO_LARGE', `a file may be at most ${limits.maxFileBytes} bytes`, {
-          param: 'file',
-        });
+      await upload.abort();
+      if ((err as { code?: string }).code === 'FST_REQ_FILE_TOO_LARGE') throw tooLarge();
       if (err instanceof ApiError) throw err;
+      if (err instanceof UploadGoneError)
+        throw new ApiError('CLIENT_TIMEOUT', 'the upload sent no data for too long and was given up');
+      if (isRedisOom(err)) throw insufficientStorage(1, 1, guard?.refuseAbove ?? 1);
+      if ((err as Error).name === 'ReplyError') throw err;
       throw badRequest(`malformed multipart body: ${(err as Error).message}`);
     }
-    if (purpose !== 'batch') throw badRequest('purpose must be "batch"', 'purpose');
-    if (file === undefined) throw badRequest('missing file field "file"', 'file');
-    parseBatchInput(file.data.toString('utf8'), limits);
-    const filename = file.name.slice(0, 255) || 'input.jsonl';
-    return store.putFile(tenant, { id: `file-${opts.newId()}`, filename, purpose, content: file.data });
   });
 
   app.get('/v1/files', async (request) => {
@@ -131,9 +188,14 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
   app.get('/v1/files/:id/content', async (request, reply) => {
     const { tenant, store } = backendFor(request);
     const id = idParam(request);
-    const content = await store.fileContent(tenant, id);
-    if (content === undefined) throw notFound('File', id);
-    return reply.type('application/jsonl').send(content);
+    const file = await store.file(tenant, id);
+    const chunks = await store.fileChunks(tenant, id);
+    if (file === undefined || chunks === undefined) throw notFound('File', id);
+    // Piece by piece from Redis as the client reads: a download holds one piece, not the file.
+    return reply
+      .type('application/jsonl')
+      .header('content-length', String(file.bytes))
+      .send(Readable.from(chunks, { objectMode: false }));
   });
 
   app.delete('/v1/files/:id', async (request) => {
@@ -144,7 +206,7 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
   });
 
   app.post('/v1/batches', async (request) => {
-    const { tenant, keyId, store, runner } = backendFor(request);
+    const { tenant, keyId, store, runner, guard } = backendFor(request);
     const parsed = createBatchSchema.safeParse(request.body);
     if (!parsed.success) throw firstIssue(parsed.error);
     const b = parsed.data;
@@ -152,6 +214,7 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
     if (input === undefined) throw notFound('File', b.input_file_id);
     if (input.purpose !== 'batch')
       throw badRequest(`file ${input.id} has purpose ${input.purpose}, not batch`, 'input_file_id');
+    await checkMemory(guard);
     const created = await store.createBatch(tenant, {
       id: `batch_${opts.newId()}`,
       keyId,
@@ -161,6 +224,7 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
       sloClass: opts.sloClass,
       metadata: b.metadata ?? undefined,
     });
+    if (!('id' in created)) throw storageError(tenant, created);
     await runner.enqueueStart(created.id);
     return created;
   });
@@ -191,6 +255,63 @@ export const batchRoutes: FastifyPluginAsync<BatchRoutesOptions> = async (app, o
     return (await store.batch(tenant, id)) ?? batch;
   });
 };
+
+/**
+ * Writes an uploaded file to storage as it arrives, in pieces of {@link FILE_CHUNK_BYTES},
+ * checking its lines on the way; waiting on each write holds the client back (backpressure), so
+ * the dispatcher holds about one piece of the file at a time.
+ */
+async function streamFile(
+  file: AsyncIterable<Buffer>,
+  upload: FileUpload,
+  parser: BatchInputParser,
+  refused: (r: StorageRefusal, adding: number) => ApiError,
+): Promise<void> {
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  const write = async (piece: Buffer) => {
+    const r = await upload.append(piece);
+    if (r !== undefined) throw refused(r, piece.length);
+  };
+  for await (const chunk of file) {
+    parser.push(chunk);
+    pending.push(chunk);
+    pendingBytes += chunk.length;
+    if (pendingBytes < FILE_CHUNK_BYTES) continue;
+    // Whole pieces only (see FILE_CHUNK_BYTES); the rest waits for the next chunks.
+    let joined = Buffer.concat(pending, pendingBytes);
+    while (joined.length >= FILE_CHUNK_BYTES) {
+      await write(joined.subarray(0, FILE_CHUNK_BYTES));
+      joined = joined.subarray(FILE_CHUNK_BYTES);
+    }
+    // A copy of the rest, so the joined buffer is not kept alive by it.
+    pending = joined.length > 0 ? [Buffer.from(joined)] : [];
+    pendingBytes = joined.length;
+  }
+  if (pendingBytes > 0) await write(Buffer.concat(pending, pendingBytes));
+  parser.end();
+}
+
+/** How long the upload asks its file to live (`expires_after`), seconds; undefined if it does not. */
+function expiresAfter(fields: Record<string, string>): number | undefined {
+  let raw: unknown;
+  if (fields.expires_after !== undefined) {
+    try {
+      raw = JSON.parse(fields.expires_after);
+    } catch {
+      throw badRequest('expires_after must be a JSON object {anchor, seconds}', 'expires_after');
+    }
+  } else if (fields['expires_after[anchor]'] !== undefined || fields['expires_after[seconds]'] !== undefined)
+    raw = { anchor: fields['expires_after[anchor]'], seconds: fields['expires_after[seconds]'] };
+  else return undefined;
+  const parsed = expiresAfterSchema.safeParse(raw);
+  if (!parsed.success)
+    throw badRequest(
+      'expires_after must be {"anchor": "created_at", "seconds": <positive integer>}',
+      'expires_after',
+    );
+  return parsed.data.seconds;
+}
 
 function listBody<T extends { id: string }>(page: { data: T[]; hasMore: boolean }) {
   return {

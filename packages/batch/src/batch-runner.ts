@@ -2,7 +2,7 @@ import type { Logger } from '@fairway/core';
 import type { InternalCompletions } from '@fairway/dispatcher';
 import { type Job, Queue, Worker } from 'bullmq';
 import { Cluster, type Redis } from 'ioredis';
-import { BatchInputError, parseBatchInput } from './batch-input.ts';
+import { BatchInputError, BatchInputParser } from './batch-input.ts';
 import type { BatchKeys } from './batch-keys.ts';
 import type { BatchLimits } from './batch-limits.ts';
 import type { BatchErrorEntry } from './batch-objects.ts';
@@ -200,10 +200,14 @@ export class BatchRunner {
     }
   }
 
-  /** Checks a validating batch's input file and stores its lines; false if the batch failed (or moved on). */
+  /**
+   * Checks a validating batch's input file and stores its lines, reading the file piece by piece
+   * (a dispatcher holds about a thousand lines of it at a time); false if the batch failed (or
+   * moved on).
+   */
   async #validate(batch: string, f: Record<string, string>): Promise<boolean> {
-    const content = await this.#store.fileContent(f.tenant ?? '', f.input_file_id ?? '');
-    if (content === undefined) {
+    const chunks = await this.#store.fileChunks(f.tenant ?? '', f.input_file_id ?? '');
+    if (chunks === undefined) {
       await this.#fail(batch, [
         {
           code: 'invalid_file',
@@ -214,32 +218,43 @@ export class BatchRunner {
       ]);
       return false;
     }
-    let lines: ReturnType<typeof parseBatchInput>;
+    let pending: string[] = [];
+    let stored = 0;
+    let mismatch: BatchErrorEntry | undefined;
+    const parser = new BatchInputParser(this.#limits, (l) => {
+      if (l.url !== f.endpoint) {
+        const n = stored + pending.length + 1;
+        mismatch = {
+          code: 'mismatched_endpoint',
+          message: `line ${n}: url ${l.url} differs from the batch's endpoint ${f.endpoint}`,
+          param: 'url',
+          line: n,
+        };
+        throw new BatchInputError(n, mismatch.message);
+      }
+      pending.push(JSON.stringify(l));
+    });
+    const flush = async () => {
+      await this.#store.putLineRange(batch, stored, pending);
+      stored += pending.length;
+      pending = [];
+    };
     try {
-      lines = parseBatchInput(content.toString('utf8'), this.#limits);
+      for await (const chunk of chunks) {
+        parser.push(chunk);
+        if (pending.length >= 1000) await flush();
+      }
+      parser.end();
     } catch (err) {
       if (!(err instanceof BatchInputError)) throw err;
+      await this.#store.dropWorkingSet(batch);
       await this.#fail(batch, [
-        { code: 'invalid_request', message: err.message, param: 'input_file_id', line: err.line },
+        mismatch ?? { code: 'invalid_request', message: err.message, param: 'input_file_id', line: err.line },
       ]);
       return false;
     }
-    const wrong = lines.findIndex((l) => l.url !== f.endpoint);
-    if (wrong >= 0) {
-      await this.#fail(batch, [
-        {
-          code: 'mismatched_endpoint',
-          message: `line ${wrong + 1}: url ${lines[wrong]?.url} differs from the batch's endpoint ${f.endpoint}`,
-          param: 'url',
-          line: wrong + 1,
-        },
-      ]);
-      return false;
-    }
-    await this.#store.putLines(
-      batch,
-      lines.map((l) => JSON.stringify(l)),
-    );
+    await flush();
+    await this.#store.setLineTotal(batch, stored);
     // Lines are queued only once the batch is in progress, so no line job sees it validating.
     return this.#store.moveStatus(batch, 'in_progress', 'in_progress_at', ['validating']);
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { BatchInputError, parseBatchInput } from '../src/batch-input.ts';
+import { BatchInputError, BatchInputParser, parseBatchInput } from '../src/batch-input.ts';
 import { DEFAULT_BATCH_LIMITS } from '../src/batch-limits.ts';
 
 const line = (id: string, extra: Record<string, unknown> = {}) =>
@@ -59,5 +59,24 @@ describe('parseBatchInput', () => {
       'a batch file holds at most 2 requests',
     );
     expect(refusal(line('x'.repeat(513))).message).toBe('line 1: custom_id must be at most 512 characters');
+  });
+});
+
+describe('BatchInputParser', () => {
+  it('reads lines split anywhere across chunks, multi-byte characters included', () => {
+    const text = `${line('é-1')}\n${line('😀-2')}\n${line('plain')}`;
+    const bytes = Buffer.from(text, 'utf8');
+    const ids: string[] = [];
+    const parser = new BatchInputParser(DEFAULT_BATCH_LIMITS, (l) => ids.push(l.custom_id));
+    // Three bytes at a time cuts through the emoji's four-byte sequence.
+    for (let i = 0; i < bytes.length; i += 3) parser.push(bytes.subarray(i, i + 3));
+    expect(parser.end()).toBe(3);
+    expect(ids).toEqual(['é-1', '😀-2', 'plain']);
+  });
+
+  it('refuses a bad line as soon as its newline arrives', () => {
+    const parser = new BatchInputParser(DEFAULT_BATCH_LIMITS);
+    parser.push(Buffer.from(`${line('a')}\n{oops`));
+    expect(() => parser.push(Buffer.from('\n'))).toThrow(/line 2: not valid JSON/);
   });
 });

@@ -2,7 +2,8 @@ import { startRedisCluster, startRedisServer } from '@fairway/testkit';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatchKeys } from '../src/batch-keys.ts';
-import { BatchStore } from '../src/batch-store.ts';
+import type { StorageLimits } from '../src/batch-limits.ts';
+import { BatchStore, type FileUpload } from '../src/batch-store.ts';
 
 /** A client on a throw-away server, and how to stop both. */
 interface Backend {
@@ -55,10 +56,26 @@ describe.each(backends)('BatchStore on $name', ({ start }) => {
   let now = 1_800_000_000_000;
   const clock = { now: () => now };
 
+  const small: StorageLimits = {
+    maxBytes: 100,
+    maxFiles: 2,
+    maxOpenBatches: 1,
+    fileRetentionS: 3600,
+    uploadsPerMinute: 1000,
+  };
+  let limited: BatchStore;
+
   beforeAll(async () => {
     backend = await start();
     store = new BatchStore(backend.client, new BatchKeys('bs-test'), clock);
+    limited = new BatchStore(backend.client, new BatchKeys('bs-test'), clock, () => small);
   }, 60_000);
+
+  async function begin(tenant: string, id: string, declaredBytes = 0): Promise<FileUpload> {
+    const u = await limited.beginUpload(tenant, { id, filename: 'f', purpose: 'batch' }, { declaredBytes });
+    if (!('append' in u)) throw new Error(`refused: ${JSON.stringify(u)}`);
+    return u;
+  }
 
   afterAll(async () => {
     await backend?.stop();
@@ -147,5 +164,75 @@ describe.each(backends)('BatchStore on $name', ({ start }) => {
     const rest = await store.listFiles('pager', { limit: 10, after: 'file-p3' });
     expect(rest.data.map((f) => f.id)).toEqual(['file-p2', 'file-p1', 'file-p0']);
     expect(rest.hasMore).toBe(false);
+  });
+
+  it('expires a file at its retention by the store clock, and uncounts its bytes', async () => {
+    const u = await begin('ret', 'file-ret');
+    await u.append(Buffer.from('x'.repeat(40)));
+    const f = await u.commit({ expiresInS: 60 });
+    expect(f.expires_at).toBe(Math.floor(now / 1000) + 60);
+    expect(await limited.storageUsage('ret')).toEqual({ files: 1, bytes: 40 });
+    now += 61_000;
+    expect(await limited.file('ret', 'file-ret')).toBeUndefined();
+    expect(await limited.storageUsage('ret')).toEqual({ files: 0, bytes: 0 });
+    expect(await backend.client.exists(new BatchKeys('bs-test').fileChunks('file-ret'))).toBe(0);
+  });
+
+  it('refuses past the byte and file quotas, and counts an upload from its first byte', async () => {
+    const a = await begin('quota', 'file-qa');
+    expect(await a.append(Buffer.alloc(60))).toBeUndefined();
+    expect(
+      await limited.beginUpload(
+        'quota',
+        { id: 'file-qx', filename: 'f', purpose: 'batch' },
+        { declaredBytes: 50 },
+      ),
+    ).toEqual({
+      limit: 'bytes',
+      used: 60,
+      max: 100,
+    });
+    const b = await begin('quota', 'file-qb');
+    expect(await b.append(Buffer.alloc(50))).toEqual({ limit: 'bytes', used: 60, max: 100 });
+    await b.abort();
+    expect(await limited.storageUsage('quota')).toEqual({ files: 1, bytes: 60 });
+    await begin('quota', 'file-qc');
+    expect(
+      await limited.beginUpload(
+        'quota',
+        { id: 'file-qd', filename: 'f', purpose: 'batch' },
+        { declaredBytes: 0 },
+      ),
+    ).toEqual({
+      limit: 'files',
+      used: 2,
+      max: 2,
+    });
+  });
+
+  it('frees an upload its dispatcher never finished once it has been idle past its deadline', async () => {
+    const u = await begin('crash', 'file-crash');
+    await u.append(Buffer.alloc(30));
+    expect(await limited.storageUsage('crash')).toEqual({ files: 1, bytes: 30 });
+    now += 10 * 60_000;
+    expect(await limited.storageUsage('crash')).toEqual({ files: 0, bytes: 0 });
+    await expect(u.commit()).rejects.toThrow(/given up or deleted/);
+  });
+
+  it('allows as many open batches as the limit, counting a batch that ended out', async () => {
+    const create = (id: string) =>
+      limited.createBatch('opener', {
+        id,
+        keyId: 'k',
+        endpoint: '/v1/completions',
+        inputFileId: 'file-x',
+        completionWindowS: 86_400,
+        sloClass: 'batch-2',
+        metadata: undefined,
+      });
+    expect(await create('batch_open1')).toMatchObject({ id: 'batch_open1' });
+    expect(await create('batch_open2')).toEqual({ limit: 'open_batches', used: 1, max: 1 });
+    expect(await limited.moveStatus('batch_open1', 'failed', 'failed_at', ['validating'])).toBe(true);
+    expect(await create('batch_open3')).toMatchObject({ id: 'batch_open3' });
   });
 });

@@ -91,6 +91,29 @@ export const apiKeySchema = z
     message: 'give exactly one of "hash" or "key"',
   });
 
+/**
+ * One tenant's share of the Files and Batch API's storage (Redis): what its files may hold, how
+ * many batches it may run at once, how long a file lives and how fast it may upload. Every field
+ * left out takes the fleet's value from the top-level `storage`.
+ */
+export const tenantStorageSchema = z
+  .object({
+    /** Bytes all of the tenant's files (uploads and batch outputs) may hold together. */
+    maxBytes: nonNegInt.optional(),
+    /** Files the tenant may hold at once (uploads and batch outputs). */
+    maxFiles: nonNegInt.optional(),
+    /** Batches the tenant may have open (not yet completed, failed, expired or cancelled) at once. */
+    maxOpenBatches: nonNegInt.optional(),
+    /** Days a file lives unless its upload asks for less (`expires_after`); then it is deleted. */
+    fileRetentionDays: positive.optional(),
+    /**
+     * Uploads per minute (sliding 60 s window). The tenant's `limits.rpm`, when lower, caps it:
+     * an upload is a request too, counted in a window of its own.
+     */
+    uploadsPerMinute: nonNegInt.optional(),
+  })
+  .strict();
+
 export const tenantSchema = z
   .object({
     id,
@@ -105,6 +128,8 @@ export const tenantSchema = z
     sloClasses: z.array(id).max(32).optional(),
     /** Restricted engine fields every key of this tenant may send (see the key's `engineFields`). */
     engineFields: z.array(z.string().min(1).max(64)).max(32).optional(),
+    /** The tenant's own Files and Batch storage limits; each one left out is the fleet's (`storage`). */
+    storage: tenantStorageSchema.optional(),
   })
   .strict();
 
@@ -505,6 +530,36 @@ export const storeConfigSchema = z
   })
   .strict();
 
+/**
+ * The Files and Batch API's storage: every tenant's limits unless it sets its own
+ * (`tenants[].storage`), and the guard that keeps uploads from filling Redis, whose memory chat
+ * admission needs too.
+ */
+export const storageConfigSchema = z
+  .object({
+    /** Bytes a tenant's files may hold together. @default 268435456 (256 MiB) */
+    maxBytes: nonNegInt.default(256 * 1024 * 1024),
+    /** Files a tenant may hold at once. @default 100 */
+    maxFiles: nonNegInt.default(100),
+    /** Batches a tenant may have open at once. @default 10 */
+    maxOpenBatches: nonNegInt.default(10),
+    /** Days a file lives unless its upload asks for less. @default 30 */
+    fileRetentionDays: positive.default(30),
+    /** Uploads a tenant may make per minute (capped by its `limits.rpm`). @default 60 */
+    uploadsPerMinute: nonNegInt.default(60),
+    /**
+     * Fraction of Redis's memory (`used_memory` / `maxmemory`) above which new files and batches
+     * are refused with 507, well before chat admission runs out of room. @default 0.8
+     */
+    refuseAbove: z.number().gt(0).max(1).default(0.8),
+    /**
+     * Redis's memory, bytes, when the server sets no `maxmemory`; with neither, the guard is off.
+     * @default none
+     */
+    redisMemoryBytes: z.number().int().positive().optional(),
+  })
+  .strict();
+
 /** The fairway config file: tenants, apps, SLO classes, pools, engines, policies and limits. */
 export const fairwayConfigSchema = z
   .object({
@@ -530,6 +585,8 @@ export const fairwayConfigSchema = z
     store: storeConfigSchema.default({ slotGroups: {} }),
     /** OpenTelemetry tracing (see {@link telemetryConfigSchema}). */
     telemetry: telemetryConfigSchema.default(telemetryConfigSchema.parse({})),
+    /** Files and Batch storage limits and the Redis memory guard (see {@link storageConfigSchema}). */
+    storage: storageConfigSchema.default(storageConfigSchema.parse({})),
   })
   .strict()
   .superRefine((cfg, ctx) => {
@@ -628,6 +685,8 @@ export const fairwayConfigSchema = z
 export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
 export type TenantConfig = z.infer<typeof tenantSchema>;
 export type LimitsConfig = z.infer<typeof limitsSchema>;
+export type TenantStorageConfig = z.infer<typeof tenantStorageSchema>;
+export type StorageConfig = z.infer<typeof storageConfigSchema>;
 /** Token and spend budgets of a tenant or key (`quotas`). */
 export type QuotasConfig = z.infer<typeof quotasSchema>;
 /** A model's prices per 1M tokens (`pricing`). */

@@ -31,11 +31,15 @@ export {
   redisSentinelConfigSchema,
   type ScalingConfig,
   type ServerConfig,
+  type StorageConfig,
   scalingConfigSchema,
   serverConfigSchema,
   sloClassSchema,
+  storageConfigSchema,
   type TenantConfig,
+  type TenantStorageConfig,
   telemetryConfigSchema,
+  tenantStorageSchema,
   tracingConfigSchema,
 } from './config.ts';
 export {

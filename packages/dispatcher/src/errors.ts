@@ -31,9 +31,13 @@ export const ApiErrors = {
   QUEUE_FULL: { status: 429, type: 'requests', code: 'queue_full' },
   /** A token or spend budget is used up for its window (OpenAI's name for it). */
   QUOTA_EXCEEDED: { status: 429, type: 'insufficient_quota', code: 'insufficient_quota' },
+  /** A tenant's Files and Batch storage (bytes, files, open batches) is used up. */
+  STORAGE_QUOTA_EXCEEDED: { status: 429, type: 'insufficient_quota', code: 'storage_quota_exceeded' },
   NO_REPLICA: { status: 503, type: 'service_unavailable', code: 'no_replica' },
   NOT_READY: { status: 503, type: 'service_unavailable', code: 'not_ready' },
   NOT_IMPLEMENTED: { status: 501, type: 'invalid_request_error', code: 'not_implemented' },
+  /** The store's memory is nearly full: new files and batches wait, chat keeps its room. */
+  INSUFFICIENT_STORAGE: { status: 507, type: 'server_error', code: 'insufficient_storage' },
   ENGINE_ERROR: { status: 502, type: 'server_error', code: 'engine_error' },
   QUEUE_TIMEOUT: { status: 504, type: 'timeout', code: 'queue_timeout' },
   ENGINE_TIMEOUT: { status: 504, type: 'timeout', code: 'engine_timeout' },
