@@ -326,6 +326,7 @@ export class NodeAgent {
       promptTokensTotal: Math.round(m?.promptTokensTotal ?? 0),
       generationTokensTotal: Math.round(m?.generationTokensTotal ?? 0),
       preemptionsTotal: Math.round(m?.preemptionsTotal ?? 0),
+      requestsFinishedTotal: Math.round(m?.requestSuccessTotal ?? 0),
       adapters: [...this.#adapters],
     });
   }

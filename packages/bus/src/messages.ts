@@ -65,6 +65,8 @@ export const heartbeatSchema = z.object({
   promptTokensTotal: nonNegInt,
   generationTokensTotal: nonNegInt,
   preemptionsTotal: nonNegInt,
+  /** `vllm:request_success_total` over every finish reason: how fast the replica drains. */
+  requestsFinishedTotal: nonNegInt.default(0),
   /** LoRA adapters loaded now. */
   adapters: z.array(z.string().min(1)).default([]),
 });

@@ -84,7 +84,14 @@ interface Entry {
   heartbeat: Heartbeat | undefined;
   lastHeartbeatMs: number | undefined;
   lastSeenMs: number;
+  /** Requests finished per second over the last whole {@link FINISH_WINDOW_MS}; 0 until one passed. */
+  finishedPerS: number;
+  /** Where the window being measured started: the agent's clock and the engine's counter then. */
+  finishedFrom: { readonly ts: number; readonly total: number } | undefined;
 }
+
+/** How long a replica's finish rate is measured over, ms of the agent's clock. */
+const FINISH_WINDOW_MS = 2_000;
 
 /**
  * The fleet as consumers (dispatchers, planners) see it: registrations and heartbeats from the
@@ -217,6 +224,14 @@ export class ReplicaRegistry {
     };
   }
 
+  /**
+   * Requests per second one replica finished lately, from its engine's own counter in its
+   * heartbeats (a few seconds' average); 0 when unknown.
+   */
+  finishRateOf(replicaId: string): number {
+    return this.#entries.get(replicaId)?.finishedPerS ?? 0;
+  }
+
   /** One replica's view, or undefined if unknown (never registered, gone, or forgotten). */
   get(replicaId: string): ReplicaView | undefined {
     this.#sweep();
@@ -286,6 +301,8 @@ export class ReplicaRegistry {
         heartbeat: undefined,
         lastHeartbeatMs: undefined,
         lastSeenMs: now,
+        finishedPerS: 0,
+        finishedFrom: undefined,
       });
       this.#logger.info(
         { replicaId: r.replicaId, url: r.url, pool: r.pool, model: r.model, epoch: r.epoch },
@@ -311,6 +328,14 @@ export class ReplicaRegistry {
     if (e.heartbeat && h.seq <= e.heartbeat.seq) return;
     const now = this.#clock.now();
     this.#version++;
+    // The agent's clock times its own counter; an engine restart resets the counter: start over.
+    const from = e.finishedFrom;
+    if (from === undefined || h.ts < from.ts || h.requestsFinishedTotal < from.total)
+      e.finishedFrom = { ts: h.ts, total: h.requestsFinishedTotal };
+    else if (h.ts - from.ts >= FINISH_WINDOW_MS) {
+      e.finishedPerS = ((h.requestsFinishedTotal - from.total) * 1000) / (h.ts - from.ts);
+      e.finishedFrom = { ts: h.ts, total: h.requestsFinishedTotal };
+    }
     e.heartbeat = h;
     e.lastHeartbeatMs = now;
     e.lastSeenMs = now;

@@ -151,6 +151,8 @@ export const sloClassSchema = z
     atgtS: positive.optional(),
     band: nonNegInt,
     sheddable: z.boolean().default(false),
+    /** See `SloClass.queueDeadlineS`, seconds. @default the class's ttftS */
+    queueDeadlineS: positive.optional(),
   })
   .strict();
 

@@ -31,6 +31,12 @@ export interface SloClass {
   readonly band: number;
   /** Whether requests of this class may be evicted or shed under pressure. */
   readonly sheddable: boolean;
+  /**
+   * Longest a request of this class may wait in the gateway's queue, seconds: one predicted to
+   * wait longer (from the queue ahead and the measured drain rate) is refused at once with
+   * Retry-After. @default its `ttftS`
+   */
+  readonly queueDeadlineS?: number | undefined;
 }
 
 /** QLM's default SLO classes (QLM section 2): interactive 20 s, batch-1 60 s, batch-2 1 h. */

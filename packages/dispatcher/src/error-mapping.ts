@@ -11,7 +11,7 @@ import { ZodError } from 'zod';
 import { ApiError, type ApiErrorName } from './errors.ts';
 
 /** Why the scheduler refused a request (`SubmitResult` codes). */
-export type RejectCode = AdmitRejectCode | 'context_too_long' | 'exceeds_limit';
+export type RejectCode = AdmitRejectCode | 'context_too_long' | 'exceeds_limit' | 'over_deadline';
 
 const REJECT: Record<RejectCode, ApiErrorName> = {
   rpm_limited: 'RPM_LIMITED',
@@ -22,6 +22,7 @@ const REJECT: Record<RejectCode, ApiErrorName> = {
   duplicate: 'INTERNAL',
   context_too_long: 'CONTEXT_TOO_LONG',
   exceeds_limit: 'EXCEEDS_LIMIT',
+  over_deadline: 'OVER_DEADLINE',
 };
 
 const REJECT_MESSAGE: Record<RejectCode, string> = {
@@ -33,6 +34,8 @@ const REJECT_MESSAGE: Record<RejectCode, string> = {
   duplicate: 'duplicate request id',
   context_too_long: 'the prompt does not fit the context of any replica serving this model',
   exceeds_limit: 'this request alone needs more tokens than its token limit allows per window',
+  over_deadline:
+    "the fleet is overloaded: the requests ahead would keep this one waiting past its SLO class's queue deadline; retry after the time given",
 };
 
 /** The client error for an admission rejection; 429s carry `Retry-After` (at least one second). */

@@ -29,6 +29,8 @@ export const ApiErrors = {
   TPM_LIMITED: { status: 429, type: 'tokens', code: 'rate_limit_exceeded' },
   THROTTLED: { status: 429, type: 'requests', code: 'throttled_overloaded' },
   QUEUE_FULL: { status: 429, type: 'requests', code: 'queue_full' },
+  /** The queue ahead would hold the request past its SLO class's queue deadline. */
+  OVER_DEADLINE: { status: 429, type: 'requests', code: 'queue_deadline_exceeded' },
   /** A token or spend budget is used up for its window (OpenAI's name for it). */
   QUOTA_EXCEEDED: { status: 429, type: 'insufficient_quota', code: 'insufficient_quota' },
   /** A tenant's Files and Batch storage (bytes, files, open batches) is used up. */

@@ -31,6 +31,8 @@ export class RegistryReplicaSource implements ReplicaSource {
     { readonly from: readonly ReplicaView[]; readonly infos: readonly ReplicaInfo[] }
   >();
 
+  readonly #rates = new Map<string, { readonly untilMs: number; readonly perS: number }>();
+
   /** @param configuredPool the configured pool serving a model, if any */
   constructor(registry: ReplicaRegistry, configuredPool: (model: string) => string | undefined) {
     this.#registry = registry;
@@ -58,6 +60,20 @@ export class RegistryReplicaSource implements ReplicaSource {
 
   pools(): readonly string[] {
     return [...new Set(this.#registry.list().map((v) => this.poolOf(v)))];
+  }
+
+  /**
+   * What the pool's fresh replicas finish per second (their engines' counters), summed at most
+   * every 250 ms: asked on admissions, it costs nothing in the size of the pool.
+   */
+  finishRate(pool: string): number {
+    const known = this.#rates.get(pool);
+    const now = performance.now();
+    if (known !== undefined && now < known.untilMs) return known.perS;
+    let perS = 0;
+    for (const r of this.replicas(pool)) if (!r.stale) perS += this.#registry.finishRateOf(r.id);
+    this.#rates.set(pool, { untilMs: now + 250, perS });
+    return perS;
   }
 
   /** The pool serving `model`: the configured one, else the one its replicas announced. */

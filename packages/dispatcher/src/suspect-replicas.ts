@@ -105,6 +105,10 @@ export class SuspectReplicas implements ReplicaSource {
     return this.#o.inner.pools();
   }
 
+  finishRate(pool: string): number {
+    return this.#o.inner.finishRate?.(pool) ?? 0;
+  }
+
   /** Whether a replica takes work now: not suspect, and available in the inner source. */
   isAvailable(replicaId: string): boolean {
     return !this.isSuspect(replicaId) && (this.#o.inner.isAvailable?.(replicaId) ?? true);

@@ -15,6 +15,7 @@ import { UnknownSloClassError } from './errors.ts';
 import type { ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OutputPredictions } from './output-prediction.ts';
 import type { Owned, OwnedRequests } from './owned-requests.ts';
+import { QueueDeadlines } from './queue-deadline.ts';
 import type { Recovery } from './recovery.ts';
 import { encodeRequest, parseRequest } from './request-payload.ts';
 import { NOTHING, type ReservationView } from './reservation-view.ts';
@@ -33,9 +34,10 @@ export type SubmitResult =
       /**
        * A store rejection; `context_too_long` when the prompt fits no replica of the pool;
        * `exceeds_limit` when the request alone needs more than a token window allows (it could
-       * never be admitted under that limit, so it is not a 429 to retry).
+       * never be admitted under that limit, so it is not a 429 to retry); `over_deadline` when
+       * the queue ahead would hold it past its class's queue deadline (see `QueueDeadlines`).
        */
-      readonly code: AdmitRejectCode | 'context_too_long' | 'exceeds_limit';
+      readonly code: AdmitRejectCode | 'context_too_long' | 'exceeds_limit' | 'over_deadline';
       readonly retryAfterMs: number;
       readonly key: string;
       /** With `exceeds_limit`: what the request needs and what the window allows, tokens. */
@@ -59,6 +61,8 @@ export class Admission {
   readonly #predictions: OutputPredictions;
   readonly #dispatch: DispatchRounds;
   readonly #recovery: Recovery;
+  readonly #deadlineMsOf: ReadonlyMap<string, number>;
+  readonly #deadlines = new QueueDeadlines();
   admitted = 0;
   rejected = 0;
 
@@ -83,6 +87,9 @@ export class Admission {
     this.#predictions = deps.predictions;
     this.#dispatch = deps.dispatch;
     this.#recovery = deps.recovery;
+    this.#deadlineMsOf = new Map(
+      deps.options.sloClasses.map((c) => [c.name, (c.queueDeadlineS ?? c.ttftS) * 1000]),
+    );
   }
 
   /**
@@ -146,6 +153,20 @@ export class Admission {
         key: `quota:${overBudget.scope}:${overBudget.window}:${overBudget.kind}`,
         needed: overBudget.amount,
         limit: overBudget.budget,
+      };
+    }
+    const deadlineMs = this.#deadlineMsOf.get(req.sloClass);
+    const late =
+      deadlineMs === undefined
+        ? undefined
+        : this.#deadlines.lateBy(pool, band, deadlineMs, o.replicas.finishRate?.(pool) ?? 0, nowMs);
+    if (late !== undefined) {
+      this.rejected++;
+      return {
+        ok: false,
+        code: 'over_deadline',
+        retryAfterMs: late,
+        key: `deadline:${pool}:${req.sloClass}`,
       };
     }
     const states = this.#view.states(pool);
@@ -221,6 +242,7 @@ export class Admission {
         throw err;
       }
       if (!result.ok) return refused(result);
+      this.#deadlines.observe(pool, band, result.queued, nowMs);
       this.#noteAdmitted(own, admit);
       await this.#dispatch.pump(pool);
       return result;
@@ -239,6 +261,7 @@ export class Admission {
     }
     for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
     if (!r.admit.ok) return refused(r.admit);
+    this.#deadlines.observe(pool, band, r.admit.queued - (r.dispatch?.kind === 'dispatched' ? 1 : 0), nowMs);
     this.#noteAdmitted(own, admit);
     if (r.dispatch?.kind === 'dispatched') {
       this.#dispatch.countDispatch(pool);

@@ -26,6 +26,7 @@ export {
   type QlmControlStats,
   type SwapCost,
 } from './qlm-control.ts';
+export { QueueDeadlines } from './queue-deadline.ts';
 export {
   type Headroom,
   type ReplicaInfo,

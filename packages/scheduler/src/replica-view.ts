@@ -37,6 +37,11 @@ export interface ReplicaSource {
    * sources whose replicas can fail between reads (a live fleet); must be cheap. @default always
    */
   isAvailable?(replicaId: string): boolean;
+  /**
+   * Requests per second the pool's replicas finish lately (measured by the engines), for
+   * deadline-aware admission; 0 or absent when unknown, and then no deadline is enforced.
+   */
+  finishRate?(pool: string): number;
 }
 
 /** How much of a replica the gateway keeps free of reservations. */
