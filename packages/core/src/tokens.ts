@@ -52,9 +52,26 @@ export interface TokenCounter {
   count(text: string): number;
 }
 
-/** Estimated tokens of a piece of text (at least 1 for non-empty text). */
+/**
+ * Estimated tokens of a piece of text (at least 1 for non-empty text), made to bound what a
+ * tokenizer counts rather than to match prose on average: ASCII letters and spaces at
+ * {@link CHARS_PER_TOKEN} (words), every other ASCII character as a token of its own (Llama and
+ * GPT tokenizers split digits one by one and give most punctuation its own token), and every
+ * other character as many tokens as its UTF-8 bytes (a byte-level tokenizer never needs more;
+ * Llama-2 falls back to one token per byte for the CJK characters outside its vocabulary). One
+ * pass over the characters, no allocation.
+ */
 export function estimateTextTokens(text: string): number {
-  return text.length === 0 ? 0 : Math.ceil(text.length / CHARS_PER_TOKEN);
+  let words = 0;
+  let other = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x20 || (c >= 0x61 && c <= 0x7a) || (c >= 0x41 && c <= 0x5a)) words++;
+    else if (c < 0x80) other++;
+    // A surrogate pair (4 UTF-8 bytes) is two code units of 2 each.
+    else other += c < 0x800 ? 2 : c >= 0xd800 && c <= 0xdfff ? 2 : 3;
+  }
+  return Math.ceil(words / CHARS_PER_TOKEN) + other;
 }
 
 /** Estimated tokens of a JSON value the template renders (a tool, a schema). */
@@ -156,6 +173,57 @@ function schemaParts(body: Json): unknown[] {
   return parts;
 }
 
+/** Top-level fields read elsewhere, or that carry nothing the engine turns into prompt tokens. */
+const NOT_PROMPT = new Set([
+  'messages',
+  'prompt',
+  'tools',
+  'functions',
+  'response_format',
+  'guided_json',
+  'structured_outputs',
+  'model',
+  'stream',
+  'stream_options',
+  'user',
+  'n',
+  'max_tokens',
+  'max_completion_tokens',
+]);
+
+/** Message fields read elsewhere ({@link estimateChatPromptTokens}, {@link renderChatPrompt}). */
+const MESSAGE_READ = new Set(['role', 'content', 'name', 'tool_calls', 'tool_call_id', 'function_call']);
+
+/**
+ * Tokens of the fields no template rule above reads but the engine may still render or process
+ * (`documents`, `chat_template_kwargs`, `prediction`, `guided_regex`, a message's
+ * `reasoning_content`, …): each string by {@link estimateTextTokens} (or `counter`), anything else
+ * by its JSON. Numbers and booleans carry nothing of size. A client cannot hide text from the
+ * estimate by putting it in a field the estimate does not know.
+ */
+function otherFieldTokens(obj: Json, skip: ReadonlySet<string>, counter: TokenCounter | undefined): number {
+  let n = 0;
+  for (const key in obj) {
+    if (skip.has(key)) continue;
+    const v = obj[key];
+    if (v == null || typeof v === 'number' || typeof v === 'boolean') continue;
+    if (typeof v === 'string') n += counter === undefined ? estimateTextTokens(v) : counter.count(v);
+    else {
+      const text = JSON.stringify(v) ?? '';
+      n += counter === undefined ? Math.ceil(text.length / JSON_CHARS_PER_TOKEN) : counter.count(text);
+    }
+  }
+  return n;
+}
+
+/** {@link otherFieldTokens} of a request and of each of its messages. */
+function unreadTokens(body: Json, counter: TokenCounter | undefined): number {
+  let n = otherFieldTokens(body, NOT_PROMPT, counter);
+  if (Array.isArray(body.messages))
+    for (const m of body.messages) if (isObject(m)) n += otherFieldTokens(m, MESSAGE_READ, counter);
+  return n;
+}
+
 /**
  * Estimated prompt tokens of a chat request: message text at {@link CHARS_PER_TOKEN}, tool-call
  * arguments and every schema the template renders at {@link JSON_CHARS_PER_TOKEN}, media parts at
@@ -183,7 +251,7 @@ export function estimateChatPromptTokens(body: Json): number {
       n += estimateTextTokens(call.name) + estimateJsonTokens(call.arguments) + TOKENS_PER_TOOL;
     if (typeof m.tool_call_id === 'string') n += estimateTextTokens(m.tool_call_id);
   }
-  return n;
+  return n + unreadTokens(body, undefined);
 }
 
 /** The text of a text-completion prompt (a string, or a one-element array of strings). */
@@ -205,9 +273,9 @@ export function countPromptTokens(endpoint: PromptEndpoint, body: Json, counter?
     const schemas = schemaParts(body);
     let n = counter === undefined ? estimateTextTokens(text) : counter.count(text);
     for (const s of schemas) n += estimateJsonTokens(s) + TOKENS_PER_TOOL;
-    return Math.max(1, n);
+    return Math.max(1, n + unreadTokens(body, counter));
   }
   if (counter === undefined) return Math.max(1, estimateChatPromptTokens(body));
   const rendered = renderChatPrompt(body, counter);
-  return Math.max(1, counter.count(rendered.text) + rendered.mediaTokens);
+  return Math.max(1, counter.count(rendered.text) + rendered.mediaTokens + unreadTokens(body, counter));
 }

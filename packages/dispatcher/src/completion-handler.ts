@@ -294,13 +294,28 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
   let noneLeft = false;
   // Times it was placed again where it had failed (by a dispatcher that had not heard yet).
   let misplaced = 0;
+  // The first wait ends at the class's queue deadline: admission refuses what it predicts would
+  // start later, and this refuses what its prediction let through (later arrivals of a class served
+  // first, a drain slower than measured) — no request waits past its deadline.
+  const cls = ctx.sloClasses.get(req.sloClass);
+  const deadlineMs = cls === undefined ? Number.POSITIVE_INFINITY : (cls.queueDeadlineS ?? cls.ttftS) * 1000;
   for (let attempt = 1; result === undefined; attempt++) {
     const queue = tr === undefined ? undefined : queueSpan(ctx, record, req, attempt);
-    const waited = await ctx.runtime.waitForDispatch(ticket, ctx.options.queueTimeoutMs, gone);
+    const bound =
+      attempt === 1
+        ? Math.min(ctx.options.queueTimeoutMs, Math.max(0, deadlineMs - (ctx.timer.now() - arrivedAt)))
+        : ctx.options.queueTimeoutMs;
+    const waited = await ctx.runtime.waitForDispatch(ticket, bound, gone);
     tr?.close(queue);
     if (waited !== 'dispatched') {
       if (waited === 'timeout') {
         setEnd(failure === undefined ? 'timed_out' : 'failed');
+        if (failure === undefined && bound < ctx.options.queueTimeoutMs)
+          throw new ApiError(
+            'OVER_DEADLINE',
+            `the fleet is overloaded: this request did not start within its SLO class's queue deadline (${deadlineMs / 1000} s); retry after the time given`,
+            { retryAfterS: Math.max(1, Math.ceil(deadlineMs / 1000)) },
+          );
         throw failure ?? new ApiError('QUEUE_TIMEOUT', `no capacity within ${ctx.options.queueTimeoutMs} ms`);
       }
       if (waited === 'shutdown') {

@@ -15,7 +15,6 @@ import { UnknownSloClassError } from './errors.ts';
 import type { ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OutputPredictions } from './output-prediction.ts';
 import type { Owned, OwnedRequests } from './owned-requests.ts';
-import { QueueDeadlines } from './queue-deadline.ts';
 import type { Recovery } from './recovery.ts';
 import { encodeRequest, parseRequest } from './request-payload.ts';
 import { NOTHING, type ReservationView } from './reservation-view.ts';
@@ -62,7 +61,6 @@ export class Admission {
   readonly #dispatch: DispatchRounds;
   readonly #recovery: Recovery;
   readonly #deadlineMsOf: ReadonlyMap<string, number>;
-  readonly #deadlines = new QueueDeadlines();
   admitted = 0;
   rejected = 0;
 
@@ -159,7 +157,7 @@ export class Admission {
     const late =
       deadlineMs === undefined
         ? undefined
-        : this.#deadlines.lateBy(pool, band, deadlineMs, o.replicas.finishRate?.(pool) ?? 0, nowMs);
+        : this.#dispatch.deadlines.lateBy(pool, band, deadlineMs, o.replicas.finishRate?.(pool) ?? 0, nowMs);
     if (late !== undefined) {
       this.rejected++;
       return {
@@ -242,7 +240,7 @@ export class Admission {
         throw err;
       }
       if (!result.ok) return refused(result);
-      this.#deadlines.observe(pool, band, result.queued, nowMs);
+      this.#dispatch.deadlines.observe(pool, band, result.queued, nowMs);
       this.#noteAdmitted(own, admit);
       await this.#dispatch.pump(pool);
       return result;
@@ -261,7 +259,8 @@ export class Admission {
     }
     for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
     if (!r.admit.ok) return refused(r.admit);
-    this.#deadlines.observe(pool, band, r.admit.queued - (r.dispatch?.kind === 'dispatched' ? 1 : 0), nowMs);
+    this.#dispatch.deadlines.observe(pool, band, r.admit.queued, nowMs);
+    this.#dispatch.deadlines.poolQueued(pool, r.poolQueued, nowMs);
     this.#noteAdmitted(own, admit);
     if (r.dispatch?.kind === 'dispatched') {
       this.#dispatch.countDispatch(pool);

@@ -7,6 +7,7 @@ import { DrainRate } from './drain-rate.ts';
 import type { Dispatched, ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OutputPredictions } from './output-prediction.ts';
 import type { OwnedRequests } from './owned-requests.ts';
+import { QueueDeadlines } from './queue-deadline.ts';
 import { decodeRequest } from './request-payload.ts';
 import type { ReservationView } from './reservation-view.ts';
 
@@ -33,6 +34,8 @@ export class DispatchRounds {
   readonly #again = new Set<string>();
   /** Dispatch rate per pool, for `queue_full`'s Retry-After. */
   readonly drain = new DrainRate();
+  /** Queue depths as the store last reported them, for deadline-aware admission. */
+  readonly deadlines = new QueueDeadlines();
   /** Requests this gateway picked (any owner). */
   dispatched = 0;
 
@@ -174,6 +177,8 @@ export class DispatchRounds {
       const candidates = this.#candidates.list(states, allowed, unlimited, pool);
       if (candidates.length === 0 || bands.length === 0) return n;
       const res = await this.#o.store.dispatch(this.input(pool, bands, candidates));
+      if (res.kind === 'empty' && bands.length === this.bands.length)
+        this.deadlines.poolQueued(pool, 0, this.#o.clock.now());
       if (res.kind !== 'dispatched') return n;
       n++;
       this.countDispatch(pool);

@@ -5,8 +5,8 @@
  * past it. Bands are served in strict priority, so the queues ahead are the request's own band and
  * every band before it. Depths come from the store's answers to this gateway's admissions (the
  * shared queue, as of that call) and are drained at the measured rate between answers, so a
- * prediction never rests on a depth that stopped being true; the rate is the engines' own finish
- * counter. Without a measured rate nothing is refused.
+ * prediction never rests on a depth that stopped being true, and any dispatch's answer (the pool's
+ * queued count) caps them; the rate is the engines' own finish counter. Without a measured rate nothing is refused.
  */
 export class QueueDeadlines {
   /** Last known depth of each (pool, band) queue and when it was seen. */
@@ -20,6 +20,20 @@ export class QueueDeadlines {
       this.#depths.set(pool, bands);
     }
     bands.set(band, { depth, atMs: nowMs });
+  }
+
+  /**
+   * Records that `pool` holds `queued` requests in all bands at `nowMs` (a dispatch's answer from
+   * the store; 0 when a dispatch found the queues empty): no band holds more than that.
+   */
+  poolQueued(pool: string, queued: number, nowMs: number): void {
+    const bands = this.#depths.get(pool);
+    if (bands === undefined) return;
+    for (const d of bands.values())
+      if (d.depth > queued) {
+        d.depth = queued;
+        d.atMs = nowMs;
+      }
   }
 
   /**

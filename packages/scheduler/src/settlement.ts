@@ -158,6 +158,7 @@ export class Settlement {
       dispatch: this.#dispatch.input(pool, this.#dispatch.bands, candidates),
     });
     for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
+    this.#dispatch.deadlines.poolQueued(pool, r.poolQueued, o.clock.now());
     if (r.dispatch.kind !== 'dispatched') return;
     this.#dispatch.countDispatch(pool);
     await this.#dispatch.handOn(r.dispatch, false);
