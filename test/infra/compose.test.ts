@@ -21,6 +21,8 @@ import { REPO_ROOT } from './support/repo.ts';
 const INFRA = join(REPO_ROOT, 'infra');
 const COMPOSE = join(INFRA, 'docker-compose.yml');
 const source = readFileSync(COMPOSE, 'utf8');
+/** The three NATS servers every fairway process is given (NATS_URL, --nats-url). */
+const NATS_URLS = 'nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222';
 
 interface Service {
   image?: string;
@@ -80,7 +82,7 @@ describe('infra/docker-compose.yml', () => {
     const commands = Object.values(services).map((s) => s.command?.[0]);
     expect(commands.filter((c) => c === 'serve')).toHaveLength(2);
     expect(commands.filter((c) => c === 'engine-sim')).toHaveLength(2);
-    for (const name of ['redis', 'nats', 'prometheus', 'grafana', 'otel-collector'])
+    for (const name of ['redis', 'nats-1', 'nats-2', 'nats-3', 'prometheus', 'grafana', 'otel-collector'])
       expect(Object.keys(services)).toContain(name);
   });
 
@@ -99,7 +101,12 @@ describe('infra/docker-compose.yml', () => {
       }
     }
     for (const name of ['dispatcher-1', 'dispatcher-2'])
-      expect(Object.keys(services[name]?.depends_on ?? {}).sort()).toEqual(['nats', 'redis']);
+      expect(Object.keys(services[name]?.depends_on ?? {}).sort()).toEqual([
+        'nats-1',
+        'nats-2',
+        'nats-3',
+        'redis',
+      ]);
   });
 
   it('probes fairway containers with the image health check at the port each one listens on', () => {
@@ -126,7 +133,7 @@ describe('infra/docker-compose.yml', () => {
       expect(flag(service.command, '--advertise-url')).toBe(
         `http://${name}:${flag(service.command, '--port')}`,
       );
-      expect(flag(service.command, '--nats-url')).toBe('nats://nats:4222');
+      expect(flag(service.command, '--nats-url')).toBe(NATS_URLS);
     }
   });
 
@@ -176,7 +183,7 @@ describe('the configs the compose stack mounts', () => {
 
   it('nats-server.conf is accepted by nats-server with the passwords .env.example names', async () => {
     const env = { ...process.env, PATH: `${process.env.PATH}:/usr/sbin`, ...Object.fromEntries(envExample) };
-    const nats = services.nats!;
+    const nats = services['nats-1']!;
     for (const name of Object.keys(nats.environment ?? {})) expect(envExample.has(name), name).toBe(true);
     const { stderr, stdout } = await promisify(execFile)(
       'nats-server',

@@ -64,6 +64,8 @@ import { DEFAULT_PREFIX, requestRouteKeyOf, routeKeyOf, Subjects } from './subje
 const STREAM_NOT_FOUND = 10059;
 /** JetStream's API error code for "stream name already in use" (a concurrent create won). */
 const STREAM_NAME_IN_USE = 10058;
+/** JetStream's API error code for "insufficient resources" (e.g. more replicas than servers). */
+const INSUFFICIENT_RESOURCES = 10023;
 
 /** Limits of the admin-event stream. */
 export interface AdminStreamOptions {
@@ -71,6 +73,12 @@ export interface AdminStreamOptions {
   readonly maxAgeMs?: number;
   /** Events kept at most; -1 for no limit. @default -1 */
   readonly maxMsgs?: number;
+  /**
+   * Copies JetStream keeps of the stream, on as many servers. @default 3 when the server is part
+   * of a cluster (falling back to 1, with a warning, when the cluster has fewer than 3 JetStream
+   * servers), else 1
+   */
+  readonly replicas?: number;
 }
 
 /** Options of {@link NatsBus.connect}. */
@@ -470,13 +478,27 @@ export class NatsBus implements Bus {
       const jsm = await jetstreamManager(this.#nc);
       const existing = await streamConfig(jsm, name);
       if (existing === undefined) {
-        try {
-          await jsm.streams.add({
+        const clustered = this.#nc.info?.cluster !== undefined;
+        const wanted = this.#adminOptions.replicas ?? (clustered ? 3 : 1);
+        const add = (replicas: number) =>
+          jsm.streams.add({
             name,
             subjects: [pattern],
             storage: StorageType.File,
             max_age: (this.#adminOptions.maxAgeMs ?? 0) * 1_000_000,
             max_msgs: this.#adminOptions.maxMsgs ?? -1,
+            num_replicas: replicas,
+          });
+        try {
+          await add(wanted).catch(async (err: unknown) => {
+            // A cluster with fewer JetStream servers than copies asked for: keep one, say so.
+            if (!(err instanceof JetStreamApiError && err.code === INSUFFICIENT_RESOURCES) || wanted === 1)
+              throw err;
+            this.#logger.warn(
+              { stream: name, replicas: wanted },
+              'bus: too few JetStream servers for the admin stream’s copies; keeping one copy (losing that server’s disk loses the admin history)',
+            );
+            await add(1);
           });
         } catch (err) {
           if (!(err instanceof JetStreamApiError && err.code === STREAM_NAME_IN_USE)) throw err;
@@ -488,6 +510,11 @@ export class NatsBus implements Bus {
         );
       } else {
         this.#warnIfForgetful(existing);
+        if (this.#nc.info?.cluster !== undefined && (existing.num_replicas ?? 1) < 3)
+          this.#logger.warn(
+            { stream: name, replicas: existing.num_replicas },
+            'bus: the admin stream keeps fewer than 3 copies on a NATS cluster; raise it with `nats stream edit --replicas 3`',
+          );
       }
       return jsm;
     } catch (cause) {

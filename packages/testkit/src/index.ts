@@ -2,12 +2,15 @@ export { natsPassword, natsUrl, redisUrl, uniquePrefix } from './env.ts';
 export { type LogLine, RecordingLogger } from './recording-logger.ts';
 export {
   freePort,
+  type NatsCluster,
+  type NatsClusterNode,
   type NatsServerOptions,
   type RedisCluster,
   type RedisClusterNode,
   type RedisSentinelGroup,
   type RestartableRedisServer,
   type RestartableServer,
+  startNatsCluster,
   startNatsServer,
   startRedisCluster,
   startRedisSentinelGroup,

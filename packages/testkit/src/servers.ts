@@ -451,3 +451,75 @@ export async function startRestartableNatsServer(): Promise<RestartableServer> {
     },
   };
 }
+
+/** One server of a {@link NatsCluster}. */
+export interface NatsClusterNode {
+  /** `n1`, `n2`, … (`server_name`, as JetStream reports leaders). */
+  readonly name: string;
+  readonly url: string;
+  readonly port: number;
+  /** SIGKILLs the server: its clients and routes drop at once. */
+  kill(): Promise<void>;
+}
+
+/** A NATS cluster with JetStream on every server, on loopback ports. */
+export interface NatsCluster {
+  readonly nodes: readonly NatsClusterNode[];
+  /** Every server's client URL, comma-separated (how fairway's NATS_URL names a cluster). */
+  readonly urls: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `size` `nats-server -js` processes forming one cluster (routes between every pair,
+ * `server_name` n1…), each with its own JetStream store, and resolves once each accepts clients.
+ * JetStream elects its meta leader a moment later; clients retry until it has.
+ */
+export async function startNatsCluster(size = 3): Promise<NatsCluster> {
+  const bin = process.env.NATS_SERVER_BIN ?? 'nats-server';
+  const ports = await Promise.all(Array.from({ length: size * 2 }, () => freePort()));
+  const client = ports.slice(0, size);
+  const route = ports.slice(size);
+  const routes = route.map((p) => `nats://127.0.0.1:${p}`).join(',');
+  const dirs: string[] = [];
+  const children: ChildProcess[] = [];
+  for (let i = 0; i < size; i++) {
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-nats-cluster-'));
+    dirs.push(dir);
+    children.push(
+      startProcess(
+        bin,
+        [
+          ...['-js', '-a', '127.0.0.1', '-p', String(client[i]), '-sd', dir],
+          ...['--server_name', `n${i + 1}`, '--cluster_name', 'fairway-test'],
+          ...['--cluster', `nats://127.0.0.1:${route[i]}`, '--routes', routes],
+        ],
+        'apt-get install -y nats-server',
+      ),
+    );
+  }
+  await Promise.all(client.map((p) => waitForPort(p as number)));
+  const nodes = client.map((port, i) => {
+    const child = children[i] as ChildProcess;
+    return {
+      name: `n${i + 1}`,
+      url: `nats://127.0.0.1:${port}`,
+      port: port as number,
+      kill: async () => {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        await new Promise<void>((resolve) => {
+          child.once('exit', () => resolve());
+          child.kill('SIGKILL');
+        });
+      },
+    };
+  });
+  return {
+    nodes,
+    urls: nodes.map((n) => n.url).join(','),
+    stop: async () => {
+      await Promise.all(children.map((c) => stopProcess(c)));
+      for (const d of dirs) rmSync(d, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,185 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { NodeAgent } from '@fairway/agent';
+import {
+  type AdminEventInput,
+  generateOperatorKeyPair,
+  NatsBus,
+  OperatorSigner,
+  Subjects,
+} from '@fairway/bus';
+import { parseConfig, silentLogger, systemClock } from '@fairway/core';
+import { hashApiKey, type RunningDispatcher, serveSettings, startDispatcher } from '@fairway/dispatcher';
+import { VllmClient } from '@fairway/engine';
+import { startEngineSim } from '@fairway/engine-sim';
+import { purgeStore } from '@fairway/store';
+import { type NatsCluster, redisUrl, startNatsCluster, uniquePrefix } from '@fairway/testkit';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const MODEL = 'llama-2-7b';
+
+async function waitFor(
+  check: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * The bus beyond one NATS server: a three-server cluster with JetStream on each, the admin stream
+ * kept in three copies, two dispatchers and an engine's agent given every server's URL. Killing
+ * the server that leads the admin stream, under load, loses no admin event and no request.
+ */
+describe('fairway on a three-server NATS cluster', () => {
+  let cluster: NatsCluster;
+  let operator: NatsBus;
+  let signer: OperatorSigner;
+  const prefix = uniquePrefix('natscl');
+  const dispatchers: RunningDispatcher[] = [];
+  const cleanups: (() => Promise<void>)[] = [];
+  let dir: string;
+
+  const publish = (e: AdminEventInput) => operator.publishAdminEvent(signer.sign(e, prefix));
+  const call = async (d: RunningDispatcher, key: string): Promise<number> => {
+    const res = await fetch(`${d.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+    });
+    await res.arrayBuffer();
+    return res.status;
+  };
+
+  beforeAll(async () => {
+    cluster = await startNatsCluster(3);
+    // JetStream answers once the cluster elected its meta leader.
+    operator = await NatsBus.connect({ servers: cluster.urls, prefix, name: 'operator' });
+    const pair = generateOperatorKeyPair();
+    signer = OperatorSigner.fromPem(pair.privateKeyPem);
+    dir = mkdtempSync(join(tmpdir(), 'fairway-natscl-'));
+    writeFileSync(join(dir, 'operator.pub'), pair.publicKeyPem);
+    await waitFor(
+      async () =>
+        publish({ type: 'tenantUpsert', at: Date.now(), tenant: { id: 'carol' } }).then(
+          () => true,
+          () => false,
+        ),
+      30_000,
+      'JetStream on the cluster',
+    );
+    const agentBus = await NatsBus.connect({ servers: cluster.urls, prefix, name: 'agent' });
+    const sim = await startEngineSim({ servedModelName: MODEL, speed: 50, seed: 1 });
+    const engine = new VllmClient({ url: sim.url });
+    const agent = new NodeAgent({
+      bus: agentBus,
+      engine,
+      clock: systemClock,
+      replicaId: 'sim-1',
+      pool: 'chat',
+      model: MODEL,
+      maxNumSeqs: 64,
+      heartbeatIntervalMs: 100,
+    });
+    await agent.start();
+    cleanups.push(async () => {
+      await agent.stop();
+      await agentBus.close();
+      await engine.close();
+      await sim.close();
+    });
+    const config = parseConfig(
+      { pools: [{ id: 'chat', model: MODEL }], policy: { ordering: 'vtc' } },
+      'test',
+    );
+    for (let i = 0; i < 2; i++) {
+      const settings = serveSettings(
+        {},
+        {
+          port: 0,
+          operatorPort: 0,
+          prefix,
+          redisUrl: redisUrl(),
+          natsUrl: cluster.urls,
+          operatorPublicKeyFiles: [join(dir, 'operator.pub')],
+        },
+      );
+      const d = await startDispatcher({ settings, config, logger: silentLogger });
+      dispatchers.push(d);
+      await waitFor(() => d.infrastructure.registry.list().some((v) => v.acceptsWork), 15_000, 'the replica');
+    }
+  }, 90_000);
+
+  afterAll(async () => {
+    for (const d of dispatchers) await d.close();
+    for (const c of cleanups.reverse()) await c();
+    await operator?.close();
+    const redis = new Redis(redisUrl());
+    await purgeStore(redis, prefix);
+    await redis.quit();
+    await cluster?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('keeps the admin stream in three copies and loses nothing when its leader is killed under load', async () => {
+    const before = 'sk-carol-before-kill-01';
+    await publish({ type: 'keyAdd', at: Date.now(), tenantId: 'carol', keyHash: hashApiKey(before) });
+    for (const d of dispatchers)
+      await waitFor(async () => (await call(d, before)) === 200, 10_000, 'the key');
+
+    const nc = await connect({ servers: cluster.urls.split(',') });
+    const jsm = await jetstreamManager(nc);
+    const stream = new Subjects(prefix).adminStream;
+    const info = await jsm.streams.info(stream);
+    expect(info.config.num_replicas).toBe(3);
+    const leader = info.cluster?.leader;
+    const victim = cluster.nodes.find((n) => n.name === leader);
+    expect(victim).toBeDefined();
+    await nc.close();
+
+    // Load on both dispatchers while the leader dies.
+    let stop = false;
+    const statuses: number[] = [];
+    const load = Promise.all(
+      Array.from({ length: 8 }, async (_, c) => {
+        while (!stop) statuses.push(await call(dispatchers[c % 2] as RunningDispatcher, before));
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 500));
+    await victim?.kill();
+    const after = 'sk-carol-after-kill-01';
+    // The operator's own connection may have been on the dead server: it reconnects to another.
+    await waitFor(
+      async () =>
+        publish({ type: 'keyAdd', at: Date.now(), tenantId: 'carol', keyHash: hashApiKey(after) }).then(
+          () => true,
+          () => false,
+        ),
+      20_000,
+      'an admin event accepted by the two servers left',
+    );
+    for (const d of dispatchers)
+      await waitFor(async () => (await call(d, after)) === 200, 15_000, 'the new key');
+    await new Promise((r) => setTimeout(r, 1000));
+    stop = true;
+    await load;
+
+    expect(statuses.length).toBeGreaterThan(50);
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    // Both events, in the same order, on every dispatcher: none lost in the fail-over.
+    const survivor = cluster.nodes.find((n) => n !== victim) as NatsCluster['nodes'][number];
+    const nc2 = await connect({ servers: survivor.url });
+    const left = await (await jetstreamManager(nc2)).streams.info(stream);
+    await nc2.close();
+    expect(left.state.messages).toBeGreaterThanOrEqual(3);
+    for (const d of dispatchers) expect(await call(d, before)).toBe(200);
+  }, 120_000);
+});
