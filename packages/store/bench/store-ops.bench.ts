@@ -17,6 +17,11 @@
  *                                          batch their writes either way; other commands do not)
  *   BENCH_CLUSTER=3 npm run bench:store    (only this: 3 pools in 3 slot groups on one throw-away Redis,
  *                                          then on a throw-away 3-primary Redis Cluster; see store-cluster.bench.ts)
+ *   BENCH_ONLY=windows npm run bench:store (only the window-limit costs: Redis µs per call of admits refused
+ *                                          by full RPM / TPM / throttle windows, one that passes, a settle)
+ *
+ * The window-limit costs read `INFO commandstats` (µs inside FCALL per call): run them on a Redis
+ * no one else uses, or other clients' calls count too.
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -299,16 +304,134 @@ async function exactLimitDemo(): Promise<void> {
   await Promise.all(clients.map((c) => c.quit()));
 }
 
+/**
+ * Redis µs per call of window-limit admissions, from the FCALL row of `INFO commandstats`: admits
+ * refused by an RPM window holding 600 entries, a TPM window holding 6,000 and an OIT throttle
+ * window holding 600 (a refused throttle arrival is counted too, so that window fills as the flood
+ * goes on), an admit that passes both RPM and TPM, and the settle that trues its TPM up.
+ */
+async function windowCosts(redis: Redis): Promise<void> {
+  const store = new RedisStore({ redis, prefix: `bench-${randomBytes(4).toString('hex')}`, validate: false });
+  const W = 60_000;
+  const rpm: WindowLimit = { key: 'rpm:tenant:t', limit: 600, amount: 1, windowMs: W, code: 'rpm_limited' };
+  const tpm: WindowLimit = {
+    key: 'tpm:tenant:t',
+    limit: 6000 * 100,
+    amount: 100,
+    windowMs: W,
+    code: 'tpm_limited',
+  };
+  const oit: WindowLimit = {
+    key: 'oit:user:u',
+    limit: 600,
+    amount: 1,
+    windowMs: W,
+    code: 'throttled',
+    onlyWhenOverloaded: true,
+  };
+  let seq = 0;
+  const admit = (nowMs: number, limits: WindowLimit[], tenant = 't', overloaded = false) =>
+    store.admit({
+      req: { ...benchRequest(seq), id: `win${seq++}`, pool: `win-${tenant}` },
+      nowMs,
+      lift: 'vtc',
+      limits,
+      overloaded,
+      tenant,
+    });
+  /** Admits `n` requests spread evenly over one window (untimed), expecting each to pass. */
+  const fill = async (n: number, limits: WindowLimit[], tenant: string): Promise<void> => {
+    for (let i = 0; i < n; i += IN_FLIGHT) {
+      const rs = await Promise.all(
+        Array.from({ length: Math.min(IN_FLIGHT, n - i) }, (_, k) =>
+          admit(((i + k) * W) / n, limits, tenant),
+        ),
+      );
+      if (rs.some((r) => !r.ok)) throw new Error(`window bench: a fill admission of ${tenant} was refused`);
+    }
+  };
+  const M = Math.min(N, 5000);
+  const rows: [string, { us: number; calls: number }][] = [];
+  const cost = async (label: string, n: number, op: (i: number) => Promise<unknown>): Promise<void> => {
+    const before = (await commandStats(redis)).get('fcall') ?? { calls: 0, usec: 0 };
+    await run(n, 16, op);
+    const after = (await commandStats(redis)).get('fcall') ?? { calls: 0, usec: 0 };
+    rows.push([
+      label,
+      { us: (after.usec - before.usec) / (after.calls - before.calls), calls: after.calls - before.calls },
+    ]);
+  };
+  try {
+    await fill(600, [rpm], 'rpm');
+    await cost('admit refused by RPM (600 in window)', M, async () => {
+      const r = await admit(W - 1, [rpm], 'rpm');
+      if (r.ok || r.code !== 'rpm_limited') throw new Error('window bench: expected an RPM refusal');
+    });
+    await fill(6000, [tpm], 'tpm');
+    await cost('admit refused by TPM (6,000 in window)', M, async () => {
+      const r = await admit(W - 1, [tpm], 'tpm');
+      if (r.ok || r.code !== 'tpm_limited') throw new Error('window bench: expected a TPM refusal');
+    });
+    await fill(600, [oit], 'oit');
+    await cost('admit refused by OIT throttle (600+ in window)', M, async () => {
+      const r = await admit(W - 1, [oit], 'oit', true);
+      if (r.ok || r.code !== 'throttled') throw new Error('window bench: expected a throttle refusal');
+    });
+    const big = (l: WindowLimit): WindowLimit => ({ ...l, key: `${l.key}:pass`, limit: 1e12 });
+    const first = seq;
+    await cost('admit passing RPM + TPM', M, async (i) => {
+      const r = await admit(i * 10, [big(rpm), big(tpm)], 'pass');
+      if (!r.ok) throw new Error('window bench: expected an admission');
+    });
+    for (let i = 0; i < M; i++) {
+      const d = await store.dispatch({
+        pool: 'win-pass',
+        bands: [0],
+        ordering: 'fair',
+        nowMs: M * 10,
+        picker: 'bench',
+        replicas,
+        fit: 'first',
+      });
+      if (d.kind !== 'dispatched') throw new Error('window bench: expected a dispatch');
+    }
+    await cost('settle (TPM true-up)', M, async (i) => {
+      const ok = await store.settle({
+        id: `win${first + i}`,
+        nowMs: M * 10 + i,
+        finalCost: 300,
+        actualTokens: 350,
+        outputTokens: 100,
+      });
+      if (!ok) throw new Error('window bench: expected a settlement');
+    });
+  } finally {
+    await purgeStore(redis, store.keys.prefix);
+  }
+  console.log(`
+window limits, redis µs per FCALL (INFO commandstats; ${M} calls each, 16 in flight)`);
+  for (const [label, { us, calls }] of rows)
+    console.log(`  ${label.padEnd(48)} ${us.toFixed(1).padStart(8)} µs/call   (${calls} calls)`);
+}
+
 async function main(): Promise<void> {
   if (process.env.BENCH_CLUSTER !== undefined) {
     await clusterBench(Number(process.env.BENCH_CLUSTER), N);
     return;
   }
-  if (!ONLY_REDIS) {
+  if (!ONLY_REDIS && process.env.BENCH_ONLY !== 'windows') {
     await measure('memory', new MemoryStore(), 1);
     await measure('memory, validation off', new MemoryStore({ validate: false }), 1);
   }
   const redis = new Redis(REDIS_URL, { enableAutoPipelining: AUTOPIPELINE });
+  if (process.env.BENCH_ONLY === 'windows') {
+    try {
+      await windowCosts(redis);
+    } finally {
+      await redis.quit();
+    }
+    return;
+  }
   const store = new RedisStore({
     redis,
     prefix: `bench-${randomBytes(4).toString('hex')}`,
@@ -321,6 +444,7 @@ async function main(): Promise<void> {
       IN_FLIGHT,
       redis,
     );
+    await windowCosts(redis);
   } finally {
     await purgeStore(redis, store.keys.prefix);
     await redis.quit();
