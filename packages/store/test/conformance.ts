@@ -418,21 +418,38 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         code: 'rpm_limited',
       });
 
-      it('admits exactly the limit within any window and says when to retry', async () => {
+      it('admits at most the limit within any window and says when to retry, to the bucket', async () => {
         for (let i = 0; i < 3; i++) {
           expect((await s.admit(admitOf(makeReq(`x${i}`), { nowMs: 100 * i, limits: [rpm(3)] }))).ok).toBe(
             true,
           );
         }
+        // x0 leaves at the end of its bucket: 0 + 1000 ms rounded up to the window's grid of
+        // ceil(1000 / 60) = 17 ms, 1003.
         expect(await s.admit(admitOf(makeReq('x3'), { nowMs: 999, limits: [rpm(3)] }))).toEqual({
           ok: false,
           code: 'rpm_limited',
-          retryAfterMs: 1,
+          retryAfterMs: 4,
           key: 'rpm:tenant:a',
         });
-        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1000, limits: [rpm(3)] }))).ok).toBe(true);
-        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1099, limits: [rpm(3)] }))).ok).toBe(false);
-        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1100, limits: [rpm(3)] }))).ok).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1002, limits: [rpm(3)] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1003, limits: [rpm(3)] }))).ok).toBe(true);
+        // x1 (100) leaves at 1105.
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1104, limits: [rpm(3)] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1105, limits: [rpm(3)] }))).ok).toBe(true);
+      });
+
+      it('is exact for admissions on the bucket grid', async () => {
+        // A 6 s window has 100 ms buckets: an entry admitted on the grid leaves exactly 6 s later.
+        const six = rpm(2, 6000);
+        expect((await s.admit(admitOf(makeReq('x0'), { nowMs: 100, limits: [six] }))).ok).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x1'), { nowMs: 200, limits: [six] }))).ok).toBe(true);
+        expect(await s.admit(admitOf(makeReq('x2'), { nowMs: 5000, limits: [six] }))).toMatchObject({
+          ok: false,
+          retryAfterMs: 1100,
+        });
+        expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 6099, limits: [six] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 6100, limits: [six] }))).ok).toBe(true);
       });
 
       it('consumes nothing when any limit or bound rejects', async () => {
@@ -488,7 +505,8 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         ).toMatchObject({
           ok: false,
           code: 'throttled',
-          retryAfterMs: 1000 - 3 + 1,
+          // All three share the bucket that ends at 1003.
+          retryAfterMs: 1003 - 3,
           key: 'oit:user:u',
         });
       });
@@ -501,19 +519,21 @@ export function describeStoreConformance(backend: string, create: () => Promise<
           onlyWhenOverloaded: true,
         };
         const over = { limits: [user], overloaded: true };
+        // Buckets of 17 ms: x0 and x1 leave at 1003, x2 at 1020.
         expect((await s.admit(admitOf(makeReq('x0'), { nowMs: 0, ...over }))).ok).toBe(true);
         expect((await s.admit(admitOf(makeReq('x1'), { nowMs: 1, ...over }))).ok).toBe(true);
-        expect(await s.admit(admitOf(makeReq('x2'), { nowMs: 2, ...over }))).toMatchObject({
+        expect(await s.admit(admitOf(makeReq('x2'), { nowMs: 20, ...over }))).toMatchObject({
           code: 'throttled',
         });
         // x0 and x1 have left the window; the throttled x2 still counts, so only one more fits.
-        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1001.5, ...over }))).ok).toBe(true);
-        expect(await s.admit(admitOf(makeReq('x4'), { nowMs: 1001.6, ...over }))).toMatchObject({
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1003, ...over }))).ok).toBe(true);
+        expect(await s.admit(admitOf(makeReq('x4'), { nowMs: 1004, ...over }))).toMatchObject({
           code: 'throttled',
         });
-        // Retrying keeps counting: x4's own throttled arrival holds it back until it leaves.
-        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1002.5, ...over }))).ok).toBe(false);
-        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 2001.7, ...over }))).ok).toBe(true);
+        // Retrying keeps counting: x4's own throttled arrivals hold it back until they leave (x2
+        // left at 1020; x3 and x4's first arrival leave at 2006, its second at 2023).
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1021, ...over }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 2006, ...over }))).ok).toBe(true);
       });
 
       it('never throttles a request that continues an open interaction', async () => {
@@ -1173,18 +1193,20 @@ export function describeStoreConformance(backend: string, create: () => Promise<
 
       it('puts window entries back once, so limits count what was admitted before the loss', async () => {
         // Window entries and a restored request's windows are named as the store keys them (by tenant).
-        const entry = { key: tenantScoped('t', 'tpm:a'), id: 'old', atMs: 400, amount: 40 };
+        const entry = { key: tenantScoped('t', 'tpm:a'), id: 'old', atMs: 400, windowMs: 1000, amount: 40 };
         await restore([], [entry, { ...entry, id: 'old2', atMs: 450, amount: 20 }]);
         await restore([], [entry]);
         expect((await s.admit(admitOf(makeReq('n1'), { nowMs: 500, limits: [tpm] }))).ok).toBe(true);
         expect(await s.admit(admitOf(makeReq('n2'), { nowMs: 500, limits: [tpm] }))).toEqual({
           ok: false,
           code: 'tpm_limited',
-          retryAfterMs: 900,
+          retryAfterMs: 911,
           key: 'tpm:a',
         });
-        // The first entry leaves the window 1000 ms after its admission time.
-        expect((await s.admit(admitOf(makeReq('n2'), { nowMs: 1400, limits: [tpm] }))).ok).toBe(true);
+        // The first entry leaves the window at the end of its bucket: 400 + 1000 ms rounded up to
+        // the window's 17 ms grid (ceil(1000 / 60)).
+        expect((await s.admit(admitOf(makeReq('n2'), { nowMs: 1410, limits: [tpm] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('n2'), { nowMs: 1411, limits: [tpm] }))).ok).toBe(true);
       });
 
       it('trues up the windows of a restored request at settle', async () => {
@@ -1193,10 +1215,12 @@ export function describeStoreConformance(backend: string, create: () => Promise<
             {
               req: makeReq('r1'),
               replica: 'r1',
-              windows: [{ key: tenantScoped('t', 'tpm:a'), trueUp: true }],
+              windows: [
+                { key: tenantScoped('t', 'tpm:a'), trueUp: true, atMs: 450, windowMs: 1000, amount: 90 },
+              ],
             },
           ],
-          [{ key: tenantScoped('t', 'tpm:a'), id: 'r1', atMs: 450, amount: 90 }],
+          [{ key: tenantScoped('t', 'tpm:a'), id: 'r1', atMs: 450, windowMs: 1000, amount: 90 }],
         );
         expect((await s.admit(admitOf(makeReq('n1'), { nowMs: 500, limits: [tpm] }))).ok).toBe(false);
         await s.settle({ id: 'r1', nowMs: 500, finalCost: 1, actualTokens: 10, outputTokens: 5 });
