@@ -35,6 +35,7 @@ import {
 } from '../src/index.ts';
 import { benchRequest, FLOWS } from './bench-requests.ts';
 import { clusterBench } from './store-cluster.bench.ts';
+import { windowScenarios } from './window-scenarios.ts';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const ONLY_REDIS = process.env.BENCH_ONLY === 'redis';
@@ -305,113 +306,26 @@ async function exactLimitDemo(): Promise<void> {
 }
 
 /**
- * Redis µs per call of window-limit admissions, from the FCALL row of `INFO commandstats`: admits
- * refused by an RPM window holding 600 entries, a TPM window holding 6,000 and an OIT throttle
- * window holding 600 (a refused throttle arrival is counted too, so that window fills as the flood
- * goes on), an admit that passes both RPM and TPM, and the settle that trues its TPM up.
+ * Redis µs per FCALL of the window-limit calls (window-scenarios.ts), from `INFO commandstats`: run
+ * on a Redis no one else uses, or other clients' calls count too.
  */
 async function windowCosts(redis: Redis): Promise<void> {
   const store = new RedisStore({ redis, prefix: `bench-${randomBytes(4).toString('hex')}`, validate: false });
-  const W = 60_000;
-  const rpm: WindowLimit = { key: 'rpm:tenant:t', limit: 600, amount: 1, windowMs: W, code: 'rpm_limited' };
-  const tpm: WindowLimit = {
-    key: 'tpm:tenant:t',
-    limit: 6000 * 100,
-    amount: 100,
-    windowMs: W,
-    code: 'tpm_limited',
-  };
-  const oit: WindowLimit = {
-    key: 'oit:user:u',
-    limit: 600,
-    amount: 1,
-    windowMs: W,
-    code: 'throttled',
-    onlyWhenOverloaded: true,
-  };
-  let seq = 0;
-  const admit = (nowMs: number, limits: WindowLimit[], tenant = 't', overloaded = false) =>
-    store.admit({
-      req: { ...benchRequest(seq), id: `win${seq++}`, pool: `win-${tenant}` },
-      nowMs,
-      lift: 'vtc',
-      limits,
-      overloaded,
-      tenant,
-    });
-  /** Admits `n` requests spread evenly over one window (untimed), expecting each to pass. */
-  const fill = async (n: number, limits: WindowLimit[], tenant: string): Promise<void> => {
-    for (let i = 0; i < n; i += IN_FLIGHT) {
-      const rs = await Promise.all(
-        Array.from({ length: Math.min(IN_FLIGHT, n - i) }, (_, k) =>
-          admit(((i + k) * W) / n, limits, tenant),
-        ),
-      );
-      if (rs.some((r) => !r.ok)) throw new Error(`window bench: a fill admission of ${tenant} was refused`);
-    }
-  };
-  const M = Math.min(N, 5000);
-  const rows: [string, { us: number; calls: number }][] = [];
-  const cost = async (label: string, n: number, op: (i: number) => Promise<unknown>): Promise<void> => {
-    const before = (await commandStats(redis)).get('fcall') ?? { calls: 0, usec: 0 };
-    await run(n, 16, op);
-    const after = (await commandStats(redis)).get('fcall') ?? { calls: 0, usec: 0 };
-    rows.push([
-      label,
-      { us: (after.usec - before.usec) / (after.calls - before.calls), calls: after.calls - before.calls },
-    ]);
-  };
+  const calls = Math.min(N, 5000);
+  const rows: [string, number][] = [];
   try {
-    await fill(600, [rpm], 'rpm');
-    await cost('admit refused by RPM (600 in window)', M, async () => {
-      const r = await admit(W - 1, [rpm], 'rpm');
-      if (r.ok || r.code !== 'rpm_limited') throw new Error('window bench: expected an RPM refusal');
-    });
-    await fill(6000, [tpm], 'tpm');
-    await cost('admit refused by TPM (6,000 in window)', M, async () => {
-      const r = await admit(W - 1, [tpm], 'tpm');
-      if (r.ok || r.code !== 'tpm_limited') throw new Error('window bench: expected a TPM refusal');
-    });
-    await fill(600, [oit], 'oit');
-    await cost('admit refused by OIT throttle (600+ in window)', M, async () => {
-      const r = await admit(W - 1, [oit], 'oit', true);
-      if (r.ok || r.code !== 'throttled') throw new Error('window bench: expected a throttle refusal');
-    });
-    const big = (l: WindowLimit): WindowLimit => ({ ...l, key: `${l.key}:pass`, limit: 1e12 });
-    const first = seq;
-    await cost('admit passing RPM + TPM', M, async (i) => {
-      const r = await admit(i * 10, [big(rpm), big(tpm)], 'pass');
-      if (!r.ok) throw new Error('window bench: expected an admission');
-    });
-    for (let i = 0; i < M; i++) {
-      const d = await store.dispatch({
-        pool: 'win-pass',
-        bands: [0],
-        ordering: 'fair',
-        nowMs: M * 10,
-        picker: 'bench',
-        replicas,
-        fit: 'first',
-      });
-      if (d.kind !== 'dispatched') throw new Error('window bench: expected a dispatch');
+    for (const { label, setup, op } of windowScenarios(store, calls, IN_FLIGHT)) {
+      await setup();
+      const before = (await commandStats(redis)).get('fcall') ?? { calls: 0, usec: 0 };
+      await run(calls, 16, op);
+      const after = (await commandStats(redis)).get('fcall') ?? { calls: 0, usec: 0 };
+      rows.push([label, (after.usec - before.usec) / (after.calls - before.calls)]);
     }
-    await cost('settle (TPM true-up)', M, async (i) => {
-      const ok = await store.settle({
-        id: `win${first + i}`,
-        nowMs: M * 10 + i,
-        finalCost: 300,
-        actualTokens: 350,
-        outputTokens: 100,
-      });
-      if (!ok) throw new Error('window bench: expected a settlement');
-    });
   } finally {
     await purgeStore(redis, store.keys.prefix);
   }
-  console.log(`
-window limits, redis µs per FCALL (INFO commandstats; ${M} calls each, 16 in flight)`);
-  for (const [label, { us, calls }] of rows)
-    console.log(`  ${label.padEnd(48)} ${us.toFixed(1).padStart(8)} µs/call   (${calls} calls)`);
+  console.log(`\nwindow limits, redis µs per FCALL (INFO commandstats; ${calls} calls each, 16 in flight)`);
+  for (const [label, us] of rows) console.log(`  ${label.padEnd(48)} ${us.toFixed(1).padStart(8)} µs/call`);
 }
 
 async function main(): Promise<void> {

@@ -824,13 +824,10 @@ export class MemoryStore implements SchedulingStore {
    * if it has no bucket left); returns the bucket's end.
    */
   #addToWindow(key: string, atMs: number, windowMs: number, amount: number, nowMs: number): number {
-    let w = this.#purgedWindow(key, nowMs);
-    if (w === undefined) {
-      w = new SlidingWindow(nowMs);
-      this.#windows.set(key, w);
-    }
+    const w = this.#purgedWindow(key, nowMs);
     const end = bucketEnd(atMs, windowMs);
-    w.add(end, amount);
+    if (w === undefined) this.#windows.set(key, new SlidingWindow(nowMs, end, amount));
+    else w.add(end, amount);
     return end;
   }
 

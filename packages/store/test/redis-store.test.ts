@@ -143,12 +143,12 @@ describe('restore in slices', () => {
           owner: { id: 'd1', holds: requests.map((r) => r.req.id) },
         }),
       ).toEqual({ restored: 700, skipped: 0, forgotten: 0 });
-      // All 1,200 count, in the window's three buckets (ends 60 s, 61 s and 62 s).
-      expect(await redis.hget(store.keys.key('windowSums', 'rpm:a'), 't')).toBe('1200');
+      // All 1,200 count, in the window's three buckets: the newest (ending at 62 s) and two older.
+      const sums = store.keys.key('windowSums', 'rpm:a');
+      expect(await redis.hmget(sums, 't', 'l', 'n')).toEqual(['1200', '62000', '199']);
       expect(await redis.zrange(store.keys.key('windowBuckets', 'rpm:a'), 0, -1)).toEqual([
-        '60000',
-        '61000',
-        '62000',
+        '60000:1',
+        '61000:1000',
       ]);
       expect((await store.snapshot('p', 0)).queued).toEqual({ f: 700 });
       const first = await store.dispatch({

@@ -71,8 +71,8 @@ local function admitRequest(o, place)
     local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
     local limit, amount, windowMs = num(ARGV[b + 1]), num(ARGV[b + 2]), num(ARGV[b + 3])
     if not (ARGV[b + 4] == '1' and not throttleApplies) then
-      local tot = purgeWindow(wkey, now)
-      local retry = windowRetryAfter(wkey, tot, amount, limit, windowMs, now)
+      local w = purgeWindow(wkey, now)
+      local retry = windowRetryAfter(wkey, w, amount, limit, windowMs, now)
       if retry ~= nil then
         countRejectedArrival(o, now, scope, nLimits)
         return { 0, ARGV[b + 5], fmt(retry), ARGV[b] }

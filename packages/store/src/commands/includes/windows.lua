@@ -7,10 +7,15 @@
   window holds at most WINDOW_BUCKETS + 1 buckets. Nothing is kept per request: a request's record
   holds its bucket and amount (we<i>, wa<i>) for true-up.
 
-  Keys per window (wkey, tenant-scoped): key_windowBuckets ZSET bucket end -> end (order);
-  key_windowSums HASH bucket end -> sum, 't' total, 'h' first bucket end, 'b' creation time,
-  'r' '1' while key_windowRestored (ZSET request id -> bucket end of entries restore put back)
-  exists. A window whose buckets all ended is deleted; the next amount creates it afresh.
+  Keys per window (wkey, tenant-scoped):
+    key_windowSums HASH: 't' total, 'h' end of the oldest bucket, 'l' end of the newest bucket and
+      'n' its sum (admissions land there: no other bucket is read or written), 'b' when the window
+      was created, 'r' '1' while key_windowRestored exists;
+    key_windowBuckets ZSET of the older buckets, scored by end, member '<end>:<sum>' (a refusal
+      reads them in order, sums included, without a lookup per bucket);
+    key_windowRestored ZSET request id -> bucket end of the entries restore put back.
+  A window whose buckets all ended is deleted; the next amount creates it afresh. Bucket ends are
+  written with fmt, sums with fmt.
 ]]
 --- @include "numbers"
 
@@ -26,77 +31,121 @@ local function bucketEnd(at, windowMs)
   return e
 end
 
--- The window's total once the buckets that ended at or before now are dropped (0 if none is left:
--- the window is deleted), and whether the window exists.
+-- An older bucket's member: its end and its sum.
+local function splitBucket(m)
+  local p = string.find(m, ':', 1, true)
+  return string.sub(m, 1, p - 1), string.sub(m, p + 1) + 0
+end
+
+-- Reads a window: { tot, newest end, newest sum } once the buckets that ended at or before now are
+-- dropped; nil if no bucket is left (the window is then deleted).
 local function purgeWindow(wkey, now)
   local sums = key_windowSums(wkey)
-  local v = redisCall('HMGET', sums, 't', 'h')
-  if not v[1] then return 0, false end
-  local tot = num(v[1])
-  if num(v[2]) > now then return tot, true end
+  local v = redisCall('HMGET', sums, 't', 'h', 'l', 'n', 'r')
+  if not v[1] then return nil end
+  local w = { num(v[1]), v[3], num(v[4]) }
+  if num(v[2]) > now then return w end
   local buckets = key_windowBuckets(wkey)
+  if num(v[3]) <= now then
+    redisCall('DEL', sums, buckets, key_windowRestored(wkey))
+    return nil
+  end
   local old = redisCall('ZRANGEBYSCORE', buckets, '-inf', now)
-  local left = redisCall('ZRANGE', buckets, #old, #old)
-  if #old == 0 then
-    -- (Not reached: 'h' is the first bucket's end.)
-    if #left > 0 then redisCall('HSET', sums, 'h', left[1]) end
-    return tot, true
+  local tot = w[1]
+  for i = 1, #old do
+    local _, s = splitBucket(old[i])
+    tot = tot - s
   end
-  if #left == 0 then
-    redisCall('DEL', buckets, sums, key_windowRestored(wkey))
-    return 0, false
-  end
-  local s = redisCall('HMGET', sums, 'r', unpack(old))
-  for i = 2, #s do tot = tot - num(s[i]) end
-  redisCall('ZREMRANGEBYRANK', buckets, 0, #old - 1)
-  redisCall('HDEL', sums, unpack(old))
-  if s[1] then
+  w[1] = tot
+  redisCall('ZREMRANGEBYSCORE', buckets, '-inf', now)
+  local first = redisCall('ZRANGE', buckets, '0', '0')
+  local head = v[3]
+  if #first > 0 then head = splitBucket(first[1]) end
+  redisCall('HSET', sums, 't', fmt(tot), 'h', head)
+  if v[5] then
     local restored = key_windowRestored(wkey)
     redisCall('ZREMRANGEBYSCORE', restored, '-inf', now)
     if redisCall('ZCARD', restored) == 0 then redisCall('HDEL', sums, 'r') end
   end
-  redisCall('HSET', sums, 't', fmt(tot), 'h', left[1])
-  return tot, true
+  return w
 end
 
--- nil if amount fits under limit beside the window's total tot (as purgeWindow returned it);
--- otherwise ms until enough buckets leave (windowMs if never). Reads at most every bucket.
-local function windowRetryAfter(wkey, tot, amount, limit, windowMs, now)
+-- nil if amount fits under limit beside the window w (purgeWindow's); otherwise ms until enough
+-- buckets leave (windowMs if never). Walks from the end nearer the answer: from the oldest bucket
+-- when less must leave than may stay (a flood at its limit: the oldest answers), else from the
+-- newest (a throttled flood, whose refused arrivals fill the newest buckets); the older buckets in
+-- rounds of 1, 4, 16 and 64, each one read with its sum.
+local function windowRetryAfter(wkey, w, amount, limit, windowMs, now)
+  local tot = w and w[1] or 0
   if tot + amount <= limit then return nil end
   if amount > limit then return windowMs end
-  local ends = redisCall('ZRANGE', key_windowBuckets(wkey), 0, -1)
-  local s = redisCall('HMGET', key_windowSums(wkey), unpack(ends))
-  local rem = tot
-  for i = 1, #ends do
-    rem = rem - num(s[i])
-    if rem + amount <= limit then return num(ends[i]) - now end
+  local buckets = key_windowBuckets(wkey)
+  local from, n = 0, 1
+  if tot + amount - limit <= limit - amount then
+    local rem = tot
+    while true do
+      local older = redisCall('ZRANGE', buckets, count(from), count(from + n - 1))
+      for i = 1, #older do
+        local e, s = splitBucket(older[i])
+        rem = rem - s
+        if rem + amount <= limit then return num(e) - now end
+      end
+      if #older < n then break end
+      from, n = from + n, n * 4
+    end
+    rem = rem - w[3]
+    if rem + amount <= limit then return num(w[2]) - now end
+    return windowMs
   end
-  return windowMs
+  local kept = w[3]
+  if kept + amount > limit then return num(w[2]) - now end
+  while true do
+    local older = redisCall('ZRANGE', buckets, count(from), count(from + n - 1), 'REV')
+    for i = 1, #older do
+      local e, s = splitBucket(older[i])
+      kept = kept + s
+      if kept + amount > limit then return num(e) - now end
+    end
+    if #older < n then return windowMs end
+    from, n = from + n, n * 4
+  end
 end
 
 -- Counts amount, admitted at `at`, in its bucket (dropping the buckets that ended by now first;
--- a window created here is born at now). Returns the bucket's end as the window's hash names it.
+-- a window created here is born at now). Returns the bucket's end as fmt writes it.
 local function addToWindow(wkey, at, windowMs, amount, now)
-  local tot, exists = purgeWindow(wkey, now)
   local e = bucketEnd(at, windowMs)
   local name = fmt(e)
   local sums = key_windowSums(wkey)
-  if not exists then
-    redisCall('HSET', sums, name, fmt(0 + amount), 't', fmt(tot + amount), 'h', name, 'b', fmt(now))
-    redisCall('ZADD', key_windowBuckets(wkey), e, name)
+  local w = purgeWindow(wkey, now)
+  if w == nil then
+    redisCall('HSET', sums, 't', fmt(0 + amount), 'h', name, 'l', name, 'n', fmt(0 + amount), 'b', fmt(now))
     return name
   end
-  local v = redisCall('HMGET', sums, name, 'h')
-  if v[1] then
-    redisCall('HSET', sums, name, fmt(num(v[1]) + amount), 't', fmt(tot + amount))
-    return name
-  end
-  if e < num(v[2]) then
-    redisCall('HSET', sums, name, fmt(0 + amount), 't', fmt(tot + amount), 'h', name)
+  local last = num(w[2])
+  if e == last then
+    redisCall('HSET', sums, 'n', fmt(w[3] + amount), 't', fmt(w[1] + amount))
+  elseif e > last then
+    -- The newest bucket becomes an older one.
+    redisCall('ZADD', key_windowBuckets(wkey), last, w[2] .. ':' .. fmt(w[3]))
+    redisCall('HSET', sums, 'l', name, 'n', fmt(0 + amount), 't', fmt(w[1] + amount))
   else
-    redisCall('HSET', sums, name, fmt(0 + amount), 't', fmt(tot + amount))
+    -- Admitted out of order (another dispatcher's clock, a restore): into its own older bucket.
+    local buckets = key_windowBuckets(wkey)
+    local m = redisCall('ZRANGEBYSCORE', buckets, e, e)
+    local sum = 0
+    if #m > 0 then
+      local _, s = splitBucket(m[1])
+      sum = s
+      redisCall('ZREM', buckets, m[1])
+    end
+    redisCall('ZADD', buckets, e, name .. ':' .. fmt(sum + amount))
+    if e < num(redisCall('HGET', sums, 'h')) then
+      redisCall('HSET', sums, 't', fmt(w[1] + amount), 'h', name)
+    else
+      redisCall('HSET', sums, 't', fmt(w[1] + amount))
+    end
   end
-  redisCall('ZADD', key_windowBuckets(wkey), e, name)
   return name
 end
 
@@ -107,13 +156,25 @@ local function trueUpWindows(r, amount, now)
   for i = 1, num(r.wn) do
     local name = r['we' .. i]
     if r['wt' .. i] == '1' and name and num(name) > now then
-      local sums = key_windowSums(r['wk' .. i])
-      local v = redisCall('HMGET', sums, name, 't')
-      if v[1] then
-        local sum = num(v[1])
+      local wkey = r['wk' .. i]
+      local sums = key_windowSums(wkey)
+      local v = redisCall('HMGET', sums, 't', 'l', 'n')
+      if v[2] == name then
+        local sum = num(v[3])
         local next = sum - num(r['wa' .. i]) + amount
         if next < 0 then next = 0 end
-        redisCall('HSET', sums, name, fmt(next), 't', fmt(num(v[2]) + (next - sum)))
+        redisCall('HSET', sums, 'n', fmt(next), 't', fmt(num(v[1]) + (next - sum)))
+      elseif v[1] then
+        local buckets = key_windowBuckets(wkey)
+        local m = redisCall('ZRANGEBYSCORE', buckets, name, name)
+        if #m > 0 then
+          local _, sum = splitBucket(m[1])
+          local next = sum - num(r['wa' .. i]) + amount
+          if next < 0 then next = 0 end
+          redisCall('ZREM', buckets, m[1])
+          redisCall('ZADD', buckets, name, name .. ':' .. fmt(next))
+          redisCall('HSET', sums, 't', fmt(num(v[1]) + (next - sum)))
+        end
       end
     end
   end
