@@ -13,9 +13,9 @@
 -- The record's fields but `rec`, `arrival` and `cost` (each field in a reply costs the script);
 -- `running` (a settlement): a running request is in no queue, so not `cont` and `fm` either, and
 -- not `qn`, which only a usage account has (recordUsage reads it with the account's fields). With
--- wk<i>, wt<i>, we<i>, wa<i> of its windows; nil if there is no record. The table is built by one constructor
--- naming every field, sized once: filled field by field it was rehashed as it grew (≈13,000
--- instructions for 14 fields).
+-- wk<i>, wt<i>, we<i>, wa<i> of its windows; nil if there is no record. The table is built by one
+-- constructor naming every field, sized once: filled field by field it was rehashed as it grew
+-- (≈13,000 instructions for 14 fields).
 local function loadReq(id, running)
   local key = key_req(id)
   local r

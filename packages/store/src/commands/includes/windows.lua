@@ -31,10 +31,13 @@ local function bucketEnd(at, windowMs)
   return e
 end
 
--- An older bucket's member: its end and its sum.
-local function splitBucket(m)
-  local p = string.find(m, ':', 1, true)
-  return string.sub(m, 1, p - 1), string.sub(m, p + 1) + 0
+-- An older bucket's sum and end, from its member.
+local function bucketSum(m)
+  return string.sub(m, string.find(m, ':', 1, true) + 1) + 0
+end
+
+local function bucketName(m)
+  return string.sub(m, 1, string.find(m, ':', 1, true) - 1)
 end
 
 -- Reads a window: { tot, newest end, newest sum } once the buckets that ended at or before now are
@@ -53,14 +56,13 @@ local function purgeWindow(wkey, now)
   local old = redisCall('ZRANGEBYSCORE', buckets, '-inf', now)
   local tot = w[1]
   for i = 1, #old do
-    local _, s = splitBucket(old[i])
-    tot = tot - s
+    tot = tot - bucketSum(old[i])
   end
   w[1] = tot
   redisCall('ZREMRANGEBYSCORE', buckets, '-inf', now)
   local first = redisCall('ZRANGE', buckets, '0', '0')
   local head = v[3]
-  if #first > 0 then head = splitBucket(first[1]) end
+  if #first > 0 then head = bucketName(first[1]) end
   redisCall('HSET', sums, 't', fmt(tot), 'h', head)
   if v[5] then
     local restored = key_windowRestored(wkey)
@@ -86,9 +88,8 @@ local function windowRetryAfter(wkey, w, amount, limit, windowMs, now)
     while true do
       local older = redisCall('ZRANGE', buckets, count(from), count(from + n - 1))
       for i = 1, #older do
-        local e, s = splitBucket(older[i])
-        rem = rem - s
-        if rem + amount <= limit then return num(e) - now end
+        rem = rem - bucketSum(older[i])
+        if rem + amount <= limit then return num(bucketName(older[i])) - now end
       end
       if #older < n then break end
       from, n = from + n, n * 4
@@ -102,9 +103,8 @@ local function windowRetryAfter(wkey, w, amount, limit, windowMs, now)
   while true do
     local older = redisCall('ZRANGE', buckets, count(from), count(from + n - 1), 'REV')
     for i = 1, #older do
-      local e, s = splitBucket(older[i])
-      kept = kept + s
-      if kept + amount > limit then return num(e) - now end
+      kept = kept + bucketSum(older[i])
+      if kept + amount > limit then return num(bucketName(older[i])) - now end
     end
     if #older < n then return windowMs end
     from, n = from + n, n * 4
@@ -135,8 +135,7 @@ local function addToWindow(wkey, at, windowMs, amount, now)
     local m = redisCall('ZRANGEBYSCORE', buckets, e, e)
     local sum = 0
     if #m > 0 then
-      local _, s = splitBucket(m[1])
-      sum = s
+      sum = bucketSum(m[1])
       redisCall('ZREM', buckets, m[1])
     end
     redisCall('ZADD', buckets, e, name .. ':' .. fmt(sum + amount))
@@ -168,7 +167,7 @@ local function trueUpWindows(r, amount, now)
         local buckets = key_windowBuckets(wkey)
         local m = redisCall('ZRANGEBYSCORE', buckets, name, name)
         if #m > 0 then
-          local _, sum = splitBucket(m[1])
+          local sum = bucketSum(m[1])
           local next = sum - num(r['wa' .. i]) + amount
           if next < 0 then next = 0 end
           redisCall('ZREM', buckets, m[1])
