@@ -11,6 +11,9 @@
  *
  * Ends with the window-limit calls of window-scenarios.ts (CG_ONLY=windows: only those).
  *
+ * `--toggle-collect=fcallCommand` on valgrind's command line counts only the FCALLs (no event loop,
+ * parsing or server cron).
+ *
  * Env: CG_REDIS_URL (redis://127.0.0.1:6392), CG_DIR (/tmp/fairway-cg), BENCH_N (2000: 100 flows
  * of 20 queued requests; valgrind slows Redis about 50-fold).
  */
@@ -43,7 +46,11 @@ async function run(n: number, op: (i: number) => Promise<unknown>): Promise<void
 /** Makes callgrind write the counts since the last dump, tagged; returns their total. */
 function dump(tag: string): number {
   execFileSync('callgrind_control', ['-d', tag, PID as string], { stdio: 'ignore' });
-  for (const f of readdirSync(DIR).filter((x) => x.startsWith(`cg.${PID}.`))) {
+  // Newest part first: a second run against the same server dumps the same tags again.
+  const parts = readdirSync(DIR)
+    .filter((x) => x.startsWith(`cg.${PID}.`))
+    .sort((a, b) => Number(b.slice(b.lastIndexOf('.') + 1)) - Number(a.slice(a.lastIndexOf('.') + 1)));
+  for (const f of parts) {
     const text = readFileSync(join(DIR, f), 'utf8');
     if (text.includes(`Trigger: dump ${tag}\n`)) return Number(/^(?:summary|totals): (\d+)/m.exec(text)?.[1]);
   }
