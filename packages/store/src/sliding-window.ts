@@ -1,7 +1,7 @@
 /**
  * Buckets per window: an amount admitted at `t` counts until `t + windowMs` rounded up to a
  * multiple of `ceil(windowMs / WINDOW_BUCKETS)` ms, so a window holds at most
- * `WINDOW_BUCKETS + 1` buckets whatever it admitted. `includes/windows.lua` uses the same number.
+ * `WINDOW_BUCKETS + 1` buckets whatever it admitted (for one `windowMs`). `includes/windows.lua` uses the same number.
  */
 export const WINDOW_BUCKETS = 60;
 

@@ -398,8 +398,11 @@ export interface QueueSnapshot {
  * - a window entry admitted at `t` leaves the window at `t + windowMs` rounded up to a multiple of
  *   `ceil(windowMs / 60)` ms (its bucket's end: never earlier, so a limit is never exceeded; at
  *   most 1/60 of the window later); a refusal's `retryAfterMs` is the time until the bucket whose
- *   end makes room (`windowMs` if the amount exceeds the limit). A window holds at most 61
- *   buckets, however many requests it counts, and a refusal reads at most those.
+ *   end makes room (`windowMs` if the amount exceeds the limit). A window keeps one bucket per
+ *   `ceil(windowMs / 60)` ms that still counts (61 at most with one `windowMs`), however many
+ *   requests it counts, and a refusal reads at most those. A window forgets what ended by
+ *   the latest time an admission checked it at (a dispatcher whose clock lags sees it forgotten
+ *   too).
  */
 export interface SchedulingStore {
   /**

@@ -4,8 +4,8 @@
 
   An amount admitted at t counts until bucketEnd(t, windowMs): t + windowMs rounded up to a
   multiple of ceil(windowMs / WINDOW_BUCKETS) ms, never earlier, so a limit is never exceeded and a
-  window holds at most WINDOW_BUCKETS + 1 buckets. Nothing is kept per request: a request's record
-  holds its bucket and amount (we<i>, wa<i>) for true-up.
+  window holds at most WINDOW_BUCKETS + 1 buckets (for one windowMs). Nothing is kept per request:
+  a request's record holds its bucket and amount (we<i>, wa<i>) for true-up.
 
   Keys per window (wkey, tenant-scoped):
     key_windowSums HASH: 't' total, 'h' end of the oldest bucket, 'l' end of the newest bucket and
