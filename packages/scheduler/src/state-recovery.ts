@@ -1,5 +1,6 @@
 import {
   type RestoredWindowEntry,
+  type RestoredWindowUse,
   type SchedulingStore,
   StoreError,
   StoreErrorCode,
@@ -62,9 +63,15 @@ export class AdmissionLog {
     for (const e of this.#byId.get(id)?.entries ?? []) if (e.trueUp) e.amount = amount;
   }
 
-  /** The windows a request was admitted into, as `restore` records them. */
-  windowsOf(id: string): { key: string; trueUp: boolean }[] {
-    return (this.#byId.get(id)?.entries ?? []).map((e) => ({ key: e.key, trueUp: e.trueUp }));
+  /** The windows a request was admitted into and what it counts there, as `restore` records them. */
+  windowsOf(id: string): RestoredWindowUse[] {
+    return (this.#byId.get(id)?.entries ?? []).map((e) => ({
+      key: e.key,
+      trueUp: e.trueUp,
+      atMs: e.atMs,
+      windowMs: e.windowMs,
+      amount: e.amount,
+    }));
   }
 
   /** Every entry still inside its window at `nowMs`, oldest admission first. */
@@ -74,7 +81,8 @@ export class AdmissionLog {
     for (let i = this.#head; i < this.#order.length; i++) {
       const a = this.#order[i] as LoggedAdmission;
       for (const e of a.entries)
-        if (e.atMs > nowMs - e.windowMs) out.push({ key: e.key, id: a.id, atMs: e.atMs, amount: e.amount });
+        if (e.atMs > nowMs - e.windowMs)
+          out.push({ key: e.key, id: a.id, atMs: e.atMs, windowMs: e.windowMs, amount: e.amount });
     }
     return out;
   }

@@ -11,14 +11,14 @@ describe('AdmissionLog', () => {
     log.record('x', 0, [rpm, tpm]);
     log.record('y', 500, [rpm]);
     expect(log.entries(900)).toEqual([
-      { key: 'rpm:a', id: 'x', atMs: 0, amount: 1 },
-      { key: 'tpm:a', id: 'x', atMs: 0, amount: 300 },
-      { key: 'rpm:a', id: 'y', atMs: 500, amount: 1 },
+      { key: 'rpm:a', id: 'x', atMs: 0, windowMs: 1000, amount: 1 },
+      { key: 'tpm:a', id: 'x', atMs: 0, windowMs: 5000, amount: 300 },
+      { key: 'rpm:a', id: 'y', atMs: 500, windowMs: 1000, amount: 1 },
     ]);
     // x's RPM entry left its window at 1000; its TPM entry stays until 5000.
     expect(log.entries(1200)).toEqual([
-      { key: 'tpm:a', id: 'x', atMs: 0, amount: 300 },
-      { key: 'rpm:a', id: 'y', atMs: 500, amount: 1 },
+      { key: 'tpm:a', id: 'x', atMs: 0, windowMs: 5000, amount: 300 },
+      { key: 'rpm:a', id: 'y', atMs: 500, windowMs: 1000, amount: 1 },
     ]);
     expect(log.entries(5000)).toEqual([]);
     expect(log.size).toBe(0);
@@ -30,8 +30,8 @@ describe('AdmissionLog', () => {
     log.trueUp('x', 42);
     expect(log.entries(1).map((e) => e.amount)).toEqual([1, 42]);
     expect(log.windowsOf('x')).toEqual([
-      { key: 'rpm:a', trueUp: false },
-      { key: 'tpm:a', trueUp: true },
+      { key: 'rpm:a', trueUp: false, atMs: 0, windowMs: 1000, amount: 1 },
+      { key: 'tpm:a', trueUp: true, atMs: 0, windowMs: 5000, amount: 42 },
     ]);
   });
 

@@ -9,6 +9,11 @@
  *     --callgrind-out-file=/tmp/fairway-cg/cg.%p redis-server --port 6392 --save '' &
  *   tsx packages/store/bench/store-instructions.bench.ts <redis-server pid>
  *
+ * Ends with the window-limit calls of window-scenarios.ts (CG_ONLY=windows: only those).
+ *
+ * `--toggle-collect=fcallCommand` on valgrind's command line counts only the FCALLs (no event loop,
+ * parsing or server cron).
+ *
  * Env: CG_REDIS_URL (redis://127.0.0.1:6392), CG_DIR (/tmp/fairway-cg), BENCH_N (2000: 100 flows
  * of 20 queued requests; valgrind slows Redis about 50-fold).
  */
@@ -18,6 +23,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { RedisStore } from '../src/index.ts';
 import { benchRequest, FLOWS } from './bench-requests.ts';
+import { windowScenarios } from './window-scenarios.ts';
 
 const PID = process.argv[2];
 if (PID === undefined || !/^\d+$/.test(PID)) {
@@ -40,7 +46,11 @@ async function run(n: number, op: (i: number) => Promise<unknown>): Promise<void
 /** Makes callgrind write the counts since the last dump, tagged; returns their total. */
 function dump(tag: string): number {
   execFileSync('callgrind_control', ['-d', tag, PID as string], { stdio: 'ignore' });
-  for (const f of readdirSync(DIR).filter((x) => x.startsWith(`cg.${PID}.`))) {
+  // Newest part first: a second run against the same server dumps the same tags again.
+  const parts = readdirSync(DIR)
+    .filter((x) => x.startsWith(`cg.${PID}.`))
+    .sort((a, b) => Number(b.slice(b.lastIndexOf('.') + 1)) - Number(a.slice(a.lastIndexOf('.') + 1)));
+  for (const f of parts) {
     const text = readFileSync(join(DIR, f), 'utf8');
     if (text.includes(`Trigger: dump ${tag}\n`)) return Number(/^(?:summary|totals): (\d+)/m.exec(text)?.[1]);
   }
@@ -201,7 +211,7 @@ async function main(): Promise<void> {
   await store.charge([{ id: 'warm-up', amount: 1 }]); // loads the library before counting
   dump('start');
   console.log(`redis instructions per operation (callgrind, N=${N}, ${FLOWS} flows, ${IN_FLIGHT} in flight)`);
-  for (const [i, [name, n, op, setup]] of phases.entries()) {
+  for (const [i, [name, n, op, setup]] of process.env.CG_ONLY === 'windows' ? [] : phases.entries()) {
     if (setup !== undefined) {
       await setup();
       dump(`setup${i}`);
@@ -209,6 +219,17 @@ async function main(): Promise<void> {
     await run(n, op);
     const total = dump(`phase${i}`);
     console.log(`  ${name.padEnd(26)} ${(total / n / 1000).toFixed(1).padStart(8)} k instructions/op`);
+  }
+  // Window limits (window-scenarios.ts), each on a prefix of its own.
+  const windows = new RedisStore({ redis, prefix: `cg-win-${process.pid}-${Date.now()}` });
+  const calls = Math.min(N, 500);
+  console.log(`window limits (${calls} calls each)`);
+  for (const [i, { label, setup, op }] of windowScenarios(windows, calls, IN_FLIGHT).entries()) {
+    await setup();
+    dump(`wsetup${i}`);
+    await run(calls, op);
+    const total = dump(`wphase${i}`);
+    console.log(`  ${label.padEnd(48)} ${(total / calls / 1000).toFixed(1).padStart(8)} k instructions/op`);
   }
   await redis.quit();
 }

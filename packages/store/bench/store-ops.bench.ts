@@ -17,6 +17,11 @@
  *                                          batch their writes either way; other commands do not)
  *   BENCH_CLUSTER=3 npm run bench:store    (only this: 3 pools in 3 slot groups on one throw-away Redis,
  *                                          then on a throw-away 3-primary Redis Cluster; see store-cluster.bench.ts)
+ *   BENCH_ONLY=windows npm run bench:store (only the window-limit costs: Redis µs per call of admits refused
+ *                                          by full RPM / TPM / throttle windows, one that passes, a settle)
+ *
+ * The window-limit costs read `INFO commandstats` (µs inside FCALL per call): run them on a Redis
+ * no one else uses, or other clients' calls count too.
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -30,6 +35,7 @@ import {
 } from '../src/index.ts';
 import { benchRequest, FLOWS } from './bench-requests.ts';
 import { clusterBench } from './store-cluster.bench.ts';
+import { windowScenarios } from './window-scenarios.ts';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const ONLY_REDIS = process.env.BENCH_ONLY === 'redis';
@@ -299,16 +305,47 @@ async function exactLimitDemo(): Promise<void> {
   await Promise.all(clients.map((c) => c.quit()));
 }
 
+/**
+ * Redis µs per FCALL of the window-limit calls (window-scenarios.ts), from `INFO commandstats`: run
+ * on a Redis no one else uses, or other clients' calls count too.
+ */
+async function windowCosts(redis: Redis): Promise<void> {
+  const store = new RedisStore({ redis, prefix: `bench-${randomBytes(4).toString('hex')}`, validate: false });
+  const calls = Math.min(N, 5000);
+  const rows: [string, number][] = [];
+  try {
+    for (const { label, setup, op } of windowScenarios(store, calls, IN_FLIGHT)) {
+      await setup();
+      const before = (await commandStats(redis)).get('fcall') ?? { calls: 0, usec: 0 };
+      await run(calls, 16, op);
+      const after = (await commandStats(redis)).get('fcall') ?? { calls: 0, usec: 0 };
+      rows.push([label, (after.usec - before.usec) / (after.calls - before.calls)]);
+    }
+  } finally {
+    await purgeStore(redis, store.keys.prefix);
+  }
+  console.log(`\nwindow limits, redis µs per FCALL (INFO commandstats; ${calls} calls each, 16 in flight)`);
+  for (const [label, us] of rows) console.log(`  ${label.padEnd(48)} ${us.toFixed(1).padStart(8)} µs/call`);
+}
+
 async function main(): Promise<void> {
   if (process.env.BENCH_CLUSTER !== undefined) {
     await clusterBench(Number(process.env.BENCH_CLUSTER), N);
     return;
   }
-  if (!ONLY_REDIS) {
+  if (!ONLY_REDIS && process.env.BENCH_ONLY !== 'windows') {
     await measure('memory', new MemoryStore(), 1);
     await measure('memory, validation off', new MemoryStore({ validate: false }), 1);
   }
   const redis = new Redis(REDIS_URL, { enableAutoPipelining: AUTOPIPELINE });
+  if (process.env.BENCH_ONLY === 'windows') {
+    try {
+      await windowCosts(redis);
+    } finally {
+      await redis.quit();
+    }
+    return;
+  }
   const store = new RedisStore({
     redis,
     prefix: `bench-${randomBytes(4).toString('hex')}`,
@@ -321,6 +358,7 @@ async function main(): Promise<void> {
       IN_FLIGHT,
       redis,
     );
+    await windowCosts(redis);
   } finally {
     await purgeStore(redis, store.keys.prefix);
     await redis.quit();

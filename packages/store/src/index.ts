@@ -47,6 +47,7 @@ export type {
   Reservation,
   RestoredRequest,
   RestoredWindowEntry,
+  RestoredWindowUse,
   RestoreInput,
   RestoreResult,
   SchedulingStore,

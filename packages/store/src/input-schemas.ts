@@ -163,13 +163,21 @@ export const idSchema = id;
 export const restoreInputSchema = z.object({
   nowMs: finite,
   lift: z.enum(['vtc', 'none']),
-  windows: z.array(z.object({ key: id, id, atMs: finite, amount: nonNegative })),
+  windows: z.array(z.object({ key: id, id, atMs: finite, windowMs: finite.positive(), amount: nonNegative })),
   requests: z.array(
     z.object({
       req: queuedRequestSchema,
       replica: id.optional(),
       grown: nonNegative.optional(),
-      windows: z.array(z.object({ key: id, trueUp: z.boolean() })),
+      windows: z.array(
+        z.object({
+          key: id,
+          trueUp: z.boolean(),
+          atMs: finite,
+          windowMs: finite.positive(),
+          amount: nonNegative,
+        }),
+      ),
     }),
   ),
   owner: z.object({ id, holds: z.array(id) }).optional(),

@@ -53,12 +53,18 @@ export const KEY_LAYOUT = {
   fifo: ['pool', 'band', 'flow'],
   /** ZSET a flow's queued continuations, as `fifo`. */
   contFifo: ['pool', 'band', 'flow'],
-  /** ZSET request id → admission time (ms) in a window; `key` is {@link tenantScoped}. */
-  windowLog: ['key'],
-  /** HASH request id → amount in a window. */
-  windowAmounts: ['key'],
-  /** STRING: sum of a window's amounts (%.17g). */
-  windowTotal: ['key'],
+  /**
+   * ZSET of a sliding window's buckets: each bucket's end (ms, as a member and as its score); `key`
+   * is {@link tenantScoped}. See `includes/windows.lua`.
+   */
+  windowBuckets: ['key'],
+  /**
+   * HASH of a sliding window: bucket end → sum admitted in it, `t` → total, `h` → first bucket's
+   * end, `b` → when the window was created (ms), `r` → `1` while `windowRestored` exists (%.17g).
+   */
+  windowSums: ['key'],
+  /** ZSET request id → bucket end of the window entries `restore` put back that still count. */
+  windowRestored: ['key'],
   /**
    * HASH of one UTC day's usage: `<metric><lp(tenant)><lp(key)><model>` → requests (`r`), input
    * (`i`) and output (`o`) tokens, cost (`c`, %.17g); see `includes/usage.lua`.

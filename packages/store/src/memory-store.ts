@@ -16,6 +16,7 @@ import {
   usageQuerySchema,
 } from './input-schemas.ts';
 import { tenantScoped } from './keys.ts';
+import { bucketEnd, SlidingWindow } from './sliding-window.ts';
 import type {
   AdmitAndDispatchInput,
   AdmitAndDispatchResult,
@@ -52,11 +53,18 @@ import {
   USAGE_RETENTION_DAYS,
 } from './store-options.ts';
 import { usageField, usageRows } from './usage-rows.ts';
-import { WindowLog } from './window-log.ts';
 
 /** The bucket of a usage account's window: its day or its month. */
 function bucketOf(usage: UsageAccount, window: 'day' | 'month'): string {
   return window === 'month' ? usage.month : usage.day;
+}
+
+/** A window a request was admitted into: its bucket (end, ms) and the amount it counts there. */
+interface WindowUse {
+  readonly key: string;
+  readonly trueUp: boolean;
+  readonly end: number;
+  readonly amount: number;
 }
 
 /** A request the store knows: queued in a flow's FIFO, or running on a replica until settled. */
@@ -71,8 +79,11 @@ interface RequestState {
   grown: number;
   /** Cost charged at the next dispatch: the admitted dispatch cost, or what `requeue` set. */
   cost: number;
-  /** Windows this request consumed, for true-up at settle or cancel. */
-  readonly windows: readonly { readonly key: string; readonly trueUp: boolean }[];
+  /**
+   * Windows this request consumed, for true-up at settle or cancel: a true-up window's bucket
+   * (its end) and the amount the request counts in it.
+   */
+  readonly windows: readonly WindowUse[];
   readonly interaction: { readonly key: string; readonly ttlMs: number } | undefined;
   /** Where its usage is recorded at settle, and the quota reservations it holds until then. */
   readonly account?: Account | undefined;
@@ -198,7 +209,7 @@ export class MemoryStore implements SchedulingStore {
   readonly #replicas = new Map<string, { tokens: number; seqs: number }>();
   readonly #leases = new Map<string, number>();
   readonly #ownerRequests = new Map<string, Set<string>>();
-  readonly #windows = new Map<string, WindowLog>();
+  readonly #windows = new Map<string, SlidingWindow>();
   readonly #interactions = new Map<string, number>();
   #interactionsSweepAt = 1024;
   readonly #history = new Map<string, number[]>();
@@ -260,38 +271,21 @@ export class MemoryStore implements SchedulingStore {
     // Throttle windows count every arrival, admitted or not (FairServe Algorithm 1 line 19).
     const reject = (result: AdmitResult & { ok: false }): AdmitResult => {
       for (const [i, limit] of input.limits.entries()) {
-        if (!limit.onlyWhenOverloaded) continue;
-        const wkey = windowKeys[i] as string;
-        let log = this.#windows.get(wkey);
-        if (log === undefined) {
-          log = new WindowLog();
-          this.#windows.set(wkey, log);
-        }
-        log.purge(nowMs - limit.windowMs);
-        // Its own entry: the same id may arrive again, and be admitted then.
-        log.add(`${req.id}#${nowMs}`, nowMs, limit.amount);
+        if (limit.onlyWhenOverloaded)
+          this.#addToWindow(windowKeys[i] as string, nowMs, limit.windowMs, limit.amount, nowMs);
       }
       return result;
     };
     for (const [i, limit] of input.limits.entries()) {
       if (limit.onlyWhenOverloaded && !throttleApplies) continue;
-      const wkey = windowKeys[i] as string;
-      const log = this.#windows.get(wkey);
-      if (log === undefined) {
+      const w = this.#purgedWindow(windowKeys[i] as string, nowMs);
+      if (w === undefined) {
         if (limit.amount > limit.limit) {
           return reject({ ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key });
         }
         continue;
       }
-      log.purge(nowMs - limit.windowMs);
-      if (log.isEmpty()) {
-        this.#windows.delete(wkey);
-        if (limit.amount > limit.limit) {
-          return reject({ ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key });
-        }
-        continue;
-      }
-      const retryAfterMs = log.retryAfter(limit.amount, limit.limit, limit.windowMs, nowMs);
+      const retryAfterMs = w.retryAfter(limit.amount, limit.limit, limit.windowMs, nowMs);
       if (retryAfterMs !== undefined)
         return reject({ ok: false, code: limit.code, retryAfterMs, key: limit.key });
     }
@@ -329,16 +323,11 @@ export class MemoryStore implements SchedulingStore {
 
     // Every window records the request, throttle windows included (FairServe Algorithm 1 line 19:
     // arrivals are counted whether or not the limit is being enforced right now).
-    const windows: { key: string; trueUp: boolean }[] = [];
+    const windows: WindowUse[] = [];
     for (const [i, limit] of input.limits.entries()) {
-      const wkey = windowKeys[i] as string;
-      let log = this.#windows.get(wkey);
-      if (log === undefined) {
-        log = new WindowLog();
-        this.#windows.set(wkey, log);
-      }
-      log.add(req.id, nowMs, limit.amount);
-      windows.push({ key: wkey, trueUp: limit.trueUp ?? limit.code === 'tpm_limited' });
+      const key = windowKeys[i] as string;
+      const end = this.#addToWindow(key, nowMs, limit.windowMs, limit.amount, nowMs);
+      windows.push({ key, trueUp: limit.trueUp ?? limit.code === 'tpm_limited', end, amount: limit.amount });
     }
     if (interaction !== undefined) this.#openInteraction(interaction.key, nowMs, interaction.ttlMs);
     this.#hold(req, nowMs);
@@ -452,7 +441,7 @@ export class MemoryStore implements SchedulingStore {
     const q = this.#queue(rs.req.pool, rs.req.band, true) as QueueState;
     this.#addToCounter(q, rs.req.flow, input.finalCost - rs.charged);
     this.#release(rs);
-    this.#trueUp(rs, input.actualTokens);
+    this.#trueUp(rs, input.actualTokens, input.nowMs);
     this.#recordUsage(rs, input.actualTokens, input.outputTokens);
     if (rs.account !== undefined) this.#pruneUsage(input.nowMs);
     let hist = this.#history.get(rs.req.flow);
@@ -523,7 +512,7 @@ export class MemoryStore implements SchedulingStore {
     if (this.#opts.validate) parseInput('cancel', cancelInputSchema, { id, nowMs });
     const rs = this.#requests.get(id);
     if (rs === undefined || rs.state !== 'queued') return false;
-    this.#drop(rs);
+    this.#drop(rs, nowMs);
     return true;
   }
 
@@ -537,7 +526,7 @@ export class MemoryStore implements SchedulingStore {
       for (const id of ids) {
         const rs = this.#requests.get(id);
         if (rs === undefined) continue;
-        if (rs.state === 'queued') this.#drop(rs);
+        if (rs.state === 'queued') this.#drop(rs, input.nowMs);
         else {
           this.#release(rs);
           this.#forget(rs);
@@ -546,12 +535,10 @@ export class MemoryStore implements SchedulingStore {
       }
     }
     for (const e of input.windows) {
-      let log = this.#windows.get(e.key);
-      if (log === undefined) {
-        log = new WindowLog();
-        this.#windows.set(e.key, log);
-      }
-      if (!log.has(e.id)) log.add(e.id, e.atMs, e.amount);
+      const end = bucketEnd(e.atMs, e.windowMs);
+      if (end <= input.nowMs || this.#windows.get(e.key)?.counts(e.id, e.atMs)) continue;
+      this.#addToWindow(e.key, e.atMs, e.windowMs, e.amount, input.nowMs);
+      this.#windows.get(e.key)?.restored(e.id, end);
     }
     let restored = 0;
     let skipped = 0;
@@ -569,7 +556,12 @@ export class MemoryStore implements SchedulingStore {
         charged: 0,
         grown: 0,
         cost: req.dispatchCost,
-        windows,
+        windows: windows.map((w) => ({
+          key: w.key,
+          trueUp: w.trueUp,
+          end: bucketEnd(w.atMs, w.windowMs),
+          amount: w.amount,
+        })),
         interaction: undefined,
       };
       this.#requests.set(req.id, rs);
@@ -622,7 +614,7 @@ export class MemoryStore implements SchedulingStore {
         const rs = this.#requests.get(id);
         if (rs === undefined) continue;
         if (rs.state === 'queued') {
-          this.#drop(rs);
+          this.#drop(rs, nowMs);
           dropped.push(id);
         } else {
           this.#release(rs);
@@ -812,18 +804,37 @@ export class MemoryStore implements SchedulingStore {
     if (r.seqs <= 0) this.#replicas.delete(rs.replica);
   }
 
-  #trueUp(rs: RequestState, tokens: number): void {
-    for (const w of rs.windows) {
-      if (!w.trueUp) continue;
-      const log = this.#windows.get(w.key);
-      log?.set(rs.req.id, tokens);
-    }
+  #trueUp(rs: RequestState, tokens: number, nowMs: number): void {
+    for (const w of rs.windows)
+      if (w.trueUp) this.#windows.get(w.key)?.trueUp(w.end, w.amount, tokens, nowMs);
+  }
+
+  /** The window of `key` once its ended buckets are dropped; undefined (and forgotten) if none is left. */
+  #purgedWindow(key: string, nowMs: number): SlidingWindow | undefined {
+    const w = this.#windows.get(key);
+    if (w === undefined) return undefined;
+    w.purge(nowMs);
+    if (!w.isEmpty()) return w;
+    this.#windows.delete(key);
+    return undefined;
+  }
+
+  /**
+   * Counts `amount`, admitted at `atMs`, in its bucket of the window of `key` (created at `nowMs`
+   * if it has no bucket left); returns the bucket's end.
+   */
+  #addToWindow(key: string, atMs: number, windowMs: number, amount: number, nowMs: number): number {
+    const w = this.#purgedWindow(key, nowMs);
+    const end = bucketEnd(atMs, windowMs);
+    if (w === undefined) this.#windows.set(key, new SlidingWindow(nowMs, end, amount));
+    else w.add(end, amount);
+    return end;
   }
 
   /** Removes a queued request for good (cancel, reclaim): nothing was served, so TPM gets it back. */
-  #drop(rs: RequestState): void {
+  #drop(rs: RequestState, nowMs: number): void {
     this.#unqueue(this.#queue(rs.req.pool, rs.req.band, true) as QueueState, rs);
-    this.#trueUp(rs, 0);
+    this.#trueUp(rs, 0, nowMs);
     this.#releaseQuotas(rs);
     this.#forget(rs);
   }

@@ -618,7 +618,7 @@ export class RedisStore implements SchedulingStore {
       const ws = windows.slice(w, w + RESTORE_SLICE);
       w += ws.length;
       args.push(str(ws.length));
-      for (const e of ws) args.push(e.key, e.id, str(e.atMs), str(e.amount));
+      for (const e of ws) args.push(e.key, e.id, str(e.atMs), str(e.windowMs), str(e.amount));
       const rs = ws.length > 0 ? [] : requests.slice(r, r + RESTORE_SLICE);
       r += rs.length;
       args.push(str(rs.length));
@@ -631,7 +631,8 @@ export class RedisStore implements SchedulingStore {
           str(grown ?? 0),
           str(rw.length),
         );
-        for (const x of rw) args.push(x.key, x.trueUp ? '1' : '0');
+        for (const x of rw)
+          args.push(x.key, x.trueUp ? '1' : '0', str(x.atMs), str(x.windowMs), str(x.amount));
       }
       const reply = expectArray(script, await invoke(...args));
       restored += Number(reply[0]);

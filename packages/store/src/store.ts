@@ -275,9 +275,25 @@ export interface RestoredWindowEntry {
   readonly key: string;
   /** The request the entry counts. */
   readonly id: string;
-  /** Admission time of the entry (ms): it leaves the window `windowMs` after it. */
+  /** Admission time of the entry (ms). */
   readonly atMs: number;
+  /** The window's length (ms, `WindowLimit.windowMs`): with `atMs`, when the entry leaves it. */
+  readonly windowMs: number;
   /** Its amount now: the admitted amount, or the true-up amount once settled or cancelled. */
+  readonly amount: number;
+}
+
+/** A window a restored request was admitted into, and where it counts there (for true-up). */
+export interface RestoredWindowUse {
+  /** The window's key as the store keeps it (as in {@link RestoredWindowEntry}). */
+  readonly key: string;
+  /** Whether settle and cancel replace its amount (TPM). */
+  readonly trueUp: boolean;
+  /** Its admission time (ms). */
+  readonly atMs: number;
+  /** The window's length (ms). */
+  readonly windowMs: number;
+  /** The amount it counts there now (as {@link RestoredWindowEntry.amount}). */
   readonly amount: number;
 }
 
@@ -289,10 +305,10 @@ export interface RestoredRequest {
   /** Tokens its reservation grew by in its current run (`ChargeItem.reserveTokens`). @default 0 */
   readonly grown?: number;
   /**
-   * The windows it was admitted into (store keys, as in {@link RestoredWindowEntry}), for true-up
-   * at settle or cancel (their entries come apart).
+   * The windows it was admitted into, for true-up at settle or cancel (their entries, which count
+   * it, come apart in {@link RestoreInput.windows}).
    */
-  readonly windows: readonly { readonly key: string; readonly trueUp: boolean }[];
+  readonly windows: readonly RestoredWindowUse[];
 }
 
 /** Input of {@link SchedulingStore.restore}. */
@@ -300,7 +316,10 @@ export interface RestoreInput {
   readonly nowMs: number;
   /** Lift applied to a flow that was not backlogged when one of its queued requests is put back. */
   readonly lift: LiftMode;
-  /** Window entries to put back; an entry whose request the window already counts is skipped. */
+  /**
+   * Window entries to put back. An entry the window counts already is skipped: the window existed
+   * at its admission time (it has counted every admission since), or the entry was put back before.
+   */
   readonly windows: readonly RestoredWindowEntry[];
   /**
    * Requests to put back, in order: queued ones join the end of their flow's FIFO in this order;
@@ -376,7 +395,14 @@ export interface QueueSnapshot {
  *   served first, among themselves in the same order. `score` picks the least (score, id);
  * - bands are tried in the given order; the first non-empty band decides: if its pick fits no
  *   candidate replica the result is `blocked` (no lower band overtakes, as VTC Alg. 2 line 23);
- * - a window entry leaves the window `windowMs` after its admission time.
+ * - a window entry admitted at `t` leaves the window at `t + windowMs` rounded up to a multiple of
+ *   `ceil(windowMs / 60)` ms (its bucket's end: never earlier, so a limit is never exceeded; at
+ *   most 1/60 of the window later); a refusal's `retryAfterMs` is the time until the bucket whose
+ *   end makes room (`windowMs` if the amount exceeds the limit). A window keeps one bucket per
+ *   `ceil(windowMs / 60)` ms that still counts (61 at most with one `windowMs`), however many
+ *   requests it counts, and a refusal reads at most those. A window forgets what ended by
+ *   the latest time an admission checked it at (a dispatcher whose clock lags sees it forgotten
+ *   too).
  */
 export interface SchedulingStore {
   /**

@@ -1,3 +1,4 @@
+import { createRng } from '@fairway/core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   type AdmitInput,
@@ -418,21 +419,38 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         code: 'rpm_limited',
       });
 
-      it('admits exactly the limit within any window and says when to retry', async () => {
+      it('admits at most the limit within any window and says when to retry, to the bucket', async () => {
         for (let i = 0; i < 3; i++) {
           expect((await s.admit(admitOf(makeReq(`x${i}`), { nowMs: 100 * i, limits: [rpm(3)] }))).ok).toBe(
             true,
           );
         }
+        // x0 leaves at the end of its bucket: 0 + 1000 ms rounded up to the window's grid of
+        // ceil(1000 / 60) = 17 ms, 1003.
         expect(await s.admit(admitOf(makeReq('x3'), { nowMs: 999, limits: [rpm(3)] }))).toEqual({
           ok: false,
           code: 'rpm_limited',
-          retryAfterMs: 1,
+          retryAfterMs: 4,
           key: 'rpm:tenant:a',
         });
-        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1000, limits: [rpm(3)] }))).ok).toBe(true);
-        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1099, limits: [rpm(3)] }))).ok).toBe(false);
-        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1100, limits: [rpm(3)] }))).ok).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1002, limits: [rpm(3)] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1003, limits: [rpm(3)] }))).ok).toBe(true);
+        // x1 (100) leaves at 1105.
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1104, limits: [rpm(3)] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1105, limits: [rpm(3)] }))).ok).toBe(true);
+      });
+
+      it('is exact for admissions on the bucket grid', async () => {
+        // A 6 s window has 100 ms buckets: an entry admitted on the grid leaves exactly 6 s later.
+        const six = rpm(2, 6000);
+        expect((await s.admit(admitOf(makeReq('x0'), { nowMs: 100, limits: [six] }))).ok).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x1'), { nowMs: 200, limits: [six] }))).ok).toBe(true);
+        expect(await s.admit(admitOf(makeReq('x2'), { nowMs: 5000, limits: [six] }))).toMatchObject({
+          ok: false,
+          retryAfterMs: 1100,
+        });
+        expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 6099, limits: [six] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 6100, limits: [six] }))).ok).toBe(true);
       });
 
       it('consumes nothing when any limit or bound rejects', async () => {
@@ -488,7 +506,8 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         ).toMatchObject({
           ok: false,
           code: 'throttled',
-          retryAfterMs: 1000 - 3 + 1,
+          // All three share the bucket that ends at 1003.
+          retryAfterMs: 1003 - 3,
           key: 'oit:user:u',
         });
       });
@@ -501,19 +520,21 @@ export function describeStoreConformance(backend: string, create: () => Promise<
           onlyWhenOverloaded: true,
         };
         const over = { limits: [user], overloaded: true };
+        // Buckets of 17 ms: x0 and x1 leave at 1003, x2 at 1020.
         expect((await s.admit(admitOf(makeReq('x0'), { nowMs: 0, ...over }))).ok).toBe(true);
         expect((await s.admit(admitOf(makeReq('x1'), { nowMs: 1, ...over }))).ok).toBe(true);
-        expect(await s.admit(admitOf(makeReq('x2'), { nowMs: 2, ...over }))).toMatchObject({
+        expect(await s.admit(admitOf(makeReq('x2'), { nowMs: 20, ...over }))).toMatchObject({
           code: 'throttled',
         });
         // x0 and x1 have left the window; the throttled x2 still counts, so only one more fits.
-        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1001.5, ...over }))).ok).toBe(true);
-        expect(await s.admit(admitOf(makeReq('x4'), { nowMs: 1001.6, ...over }))).toMatchObject({
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1003, ...over }))).ok).toBe(true);
+        expect(await s.admit(admitOf(makeReq('x4'), { nowMs: 1004, ...over }))).toMatchObject({
           code: 'throttled',
         });
-        // Retrying keeps counting: x4's own throttled arrival holds it back until it leaves.
-        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1002.5, ...over }))).ok).toBe(false);
-        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 2001.7, ...over }))).ok).toBe(true);
+        // Retrying keeps counting: x4's own throttled arrivals hold it back until they leave (x2
+        // left at 1020; x3 and x4's first arrival leave at 2006, its second at 2023).
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1021, ...over }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 2006, ...over }))).ok).toBe(true);
       });
 
       it('never throttles a request that continues an open interaction', async () => {
@@ -540,6 +561,133 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(await s.settle({ id, nowMs: 550, finalCost: 1, actualTokens: 1, outputTokens: 1 })).toBe(true);
         // (x2's throttled arrival at 700 fills the window, but an open interaction is exempt.)
         expect((await s.admit(admitOf(makeReq('x2'), { nowMs: 1000, ...over }))).ok).toBe(true);
+      });
+
+      it('trues up the bucket the request counts in, at settle and at cancel', async () => {
+        // A 6 s window has 100 ms buckets: x1 counts in the bucket ending at 6000, x2 in 7000.
+        const tpm = (amount: number): WindowLimit => ({
+          key: 'tpm:tenant:a',
+          limit: 250,
+          amount,
+          windowMs: 6000,
+          code: 'tpm_limited',
+        });
+        await s.admit(admitOf(makeReq('x1'), { nowMs: 0, limits: [tpm(100)] }));
+        await s.admit(admitOf(makeReq('x2'), { nowMs: 1000, limits: [tpm(100)] }));
+        expect(await dispatchedId()).toBe('x1');
+        await s.settle({ id: 'x1', nowMs: 1500, finalCost: 10, actualTokens: 10, outputTokens: 5 });
+        expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1600, limits: [tpm(140)] }))).ok).toBe(true);
+        // 10 + 100 + 140: 50 more fits once x2's bucket (7000) leaves, not x1's (6000, which holds 10).
+        expect(await s.admit(admitOf(makeReq('x4'), { nowMs: 1700, limits: [tpm(50)] }))).toMatchObject({
+          ok: false,
+          retryAfterMs: 7000 - 1700,
+        });
+        expect(await s.cancel('x2', 1800)).toBe(true);
+        expect((await s.admit(admitOf(makeReq('x4'), { nowMs: 1800, limits: [tpm(100)] }))).ok).toBe(true);
+        // 10 + 0 + 140 + 100: the first bucket to leave (x1's, 6000) makes room for 10.
+        expect(await s.admit(admitOf(makeReq('x5'), { nowMs: 1900, limits: [tpm(10)] }))).toMatchObject({
+          ok: false,
+          retryAfterMs: 6000 - 1900,
+        });
+      });
+
+      it('matches a model of entries leaving at their bucket end over a long random run', async () => {
+        // The documented semantics, entry by entry: an amount admitted at t counts until t + W
+        // rounded up to a multiple of ceil(W / 60) (or until an admission checked the window at a
+        // later time, from a clock ahead of this one); an admission fits if what counts plus its
+        // amount is within the limit; a refusal says when the first bucket whose leaving makes room
+        // ends. A throttle (while overloaded) counts refused arrivals too, so it floods.
+        const W = 1000;
+        const g = Math.ceil(W / 60);
+        type Name = 'oit' | 'rpm' | 'tpm';
+        const limits = (tokens: number): (WindowLimit & { name: Name })[] => [
+          {
+            name: 'oit',
+            key: 'oit:user:u',
+            limit: 8,
+            amount: 1,
+            windowMs: W,
+            code: 'throttled',
+            onlyWhenOverloaded: true,
+          },
+          { name: 'rpm', key: 'rpm:tenant:a', limit: 6, amount: 1, windowMs: W, code: 'rpm_limited' },
+          {
+            name: 'tpm',
+            key: 'tpm:tenant:a',
+            limit: 400,
+            amount: tokens,
+            windowMs: W,
+            code: 'tpm_limited',
+            trueUp: true,
+          },
+        ];
+        type Entry = { id: string; at: number; end: number; amount: number };
+        const model: Record<Name, Entry[]> = { oit: [], rpm: [], tpm: [] };
+        /** The latest time a call dropped a window's ended buckets at. */
+        const purged: Record<Name, number> = { oit: 0, rpm: 0, tpm: 0 };
+        const live = (name: Name, now: number): Entry[] => {
+          purged[name] = Math.max(purged[name], now);
+          return model[name].filter((e) => e.end > purged[name]);
+        };
+        const retryAfter = (name: Name, amount: number, limit: number, now: number) => {
+          const entries = live(name, now);
+          const total = entries.reduce((a, e) => a + e.amount, 0);
+          if (total + amount <= limit) return undefined;
+          if (amount > limit) return W;
+          let rem = total;
+          for (const end of [...new Set(entries.map((e) => e.end))].sort((a, b) => a - b)) {
+            for (const e of entries) if (e.end === end) rem -= e.amount;
+            if (rem + amount <= limit) return end - now;
+          }
+          return W;
+        };
+        const count = (name: Name, id: string, now: number, amount: number): void => {
+          live(name, now);
+          model[name].push({ id, at: now, end: Math.ceil((now + W) / g) * g, amount });
+        };
+        const rng = createRng(7);
+        const queued: string[] = [];
+        const running: string[] = [];
+        let now = 0;
+        for (let step = 0; step < 400; step++) {
+          // Mostly forward; now and then a dispatcher whose clock lags a little.
+          now = Math.max(0, now + rng.int(-8, 40));
+          const roll = rng.next();
+          if (roll < 0.6) {
+            const id = `r${step}`;
+            const ls = limits(rng.int(0, 120));
+            const overloaded = rng.next() < 0.5;
+            const r = await s.admit(admitOf(makeReq(id), { nowMs: now, limits: ls, overloaded }));
+            const refusal = ls.reduce<{ code: string; retryAfterMs: number } | undefined>((found, l) => {
+              if (found !== undefined || (l.onlyWhenOverloaded && !overloaded)) return found;
+              const retryAfterMs = retryAfter(l.name, l.amount, l.limit, now);
+              return retryAfterMs === undefined ? undefined : { code: l.code, retryAfterMs };
+            }, undefined);
+            if (refusal !== undefined) {
+              expect(r).toMatchObject({ ok: false, ...refusal });
+              count('oit', `${id}#`, now, 1);
+            } else {
+              expect(r.ok).toBe(true);
+              for (const l of ls) count(l.name, id, now, l.amount);
+              queued.push(id);
+              // Never more than the limit within any window (the bucket grid only ever counts longer).
+              expect(model.rpm.filter((e) => e.at > now - W).length).toBeLessThanOrEqual(6);
+            }
+          } else if (roll < 0.8 && queued.length > 0) {
+            const id = await dispatchedId({ nowMs: now });
+            queued.splice(queued.indexOf(id), 1);
+            running.push(id);
+          } else if (roll < 0.93 && running.length > 0) {
+            const id = running.splice(rng.int(0, running.length - 1), 1)[0] as string;
+            const tokens = rng.int(0, 150);
+            await s.settle({ id, nowMs: now, finalCost: 1, actualTokens: tokens, outputTokens: 1 });
+            for (const e of model.tpm) if (e.id === id && e.end > now) e.amount = tokens;
+          } else if (queued.length > 0) {
+            const id = queued.splice(rng.int(0, queued.length - 1), 1)[0] as string;
+            expect(await s.cancel(id, now)).toBe(true);
+            for (const e of model.tpm) if (e.id === id && e.end > now) e.amount = 0;
+          }
+        }
       });
 
       describe('tenant isolation', () => {
@@ -1173,18 +1321,20 @@ export function describeStoreConformance(backend: string, create: () => Promise<
 
       it('puts window entries back once, so limits count what was admitted before the loss', async () => {
         // Window entries and a restored request's windows are named as the store keys them (by tenant).
-        const entry = { key: tenantScoped('t', 'tpm:a'), id: 'old', atMs: 400, amount: 40 };
+        const entry = { key: tenantScoped('t', 'tpm:a'), id: 'old', atMs: 400, windowMs: 1000, amount: 40 };
         await restore([], [entry, { ...entry, id: 'old2', atMs: 450, amount: 20 }]);
         await restore([], [entry]);
         expect((await s.admit(admitOf(makeReq('n1'), { nowMs: 500, limits: [tpm] }))).ok).toBe(true);
         expect(await s.admit(admitOf(makeReq('n2'), { nowMs: 500, limits: [tpm] }))).toEqual({
           ok: false,
           code: 'tpm_limited',
-          retryAfterMs: 900,
+          retryAfterMs: 911,
           key: 'tpm:a',
         });
-        // The first entry leaves the window 1000 ms after its admission time.
-        expect((await s.admit(admitOf(makeReq('n2'), { nowMs: 1400, limits: [tpm] }))).ok).toBe(true);
+        // The first entry leaves the window at the end of its bucket: 400 + 1000 ms rounded up to
+        // the window's 17 ms grid (ceil(1000 / 60)).
+        expect((await s.admit(admitOf(makeReq('n2'), { nowMs: 1410, limits: [tpm] }))).ok).toBe(false);
+        expect((await s.admit(admitOf(makeReq('n2'), { nowMs: 1411, limits: [tpm] }))).ok).toBe(true);
       });
 
       it('trues up the windows of a restored request at settle', async () => {
@@ -1193,10 +1343,12 @@ export function describeStoreConformance(backend: string, create: () => Promise<
             {
               req: makeReq('r1'),
               replica: 'r1',
-              windows: [{ key: tenantScoped('t', 'tpm:a'), trueUp: true }],
+              windows: [
+                { key: tenantScoped('t', 'tpm:a'), trueUp: true, atMs: 450, windowMs: 1000, amount: 90 },
+              ],
             },
           ],
-          [{ key: tenantScoped('t', 'tpm:a'), id: 'r1', atMs: 450, amount: 90 }],
+          [{ key: tenantScoped('t', 'tpm:a'), id: 'r1', atMs: 450, windowMs: 1000, amount: 90 }],
         );
         expect((await s.admit(admitOf(makeReq('n1'), { nowMs: 500, limits: [tpm] }))).ok).toBe(false);
         await s.settle({ id: 'r1', nowMs: 500, finalCost: 1, actualTokens: 10, outputTokens: 5 });

@@ -145,7 +145,7 @@ describe('RedisStore on Redis Cluster: slot groups', () => {
       await store.restore({
         nowMs: 5,
         lift: 'vtc',
-        windows: [{ key: tenantScoped('t', 'rpm'), id: 'x', atMs: 0, amount: 1 }],
+        windows: [{ key: tenantScoped('t', 'rpm'), id: 'x', atMs: 0, windowMs: 60_000, amount: 1 }],
         requests: [],
       });
       expect(await admit('z', 'p', 6)).toMatchObject({ ok: true });

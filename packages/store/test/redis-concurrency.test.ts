@@ -54,12 +54,13 @@ describe.each([
     const results = await Promise.all(attempts);
     expect(results.filter((r) => r.ok)).toHaveLength(60);
     expect(results.filter((r) => !r.ok && r.code === 'rpm_limited')).toHaveLength(160 - 60);
-    // The next window admits again, exactly up to the limit.
+    // The next window admits again, exactly up to the limit (the entries admitted at 1,001 ms and
+    // later leave at the end of their 1 s bucket, 62 s).
     const later = await Promise.all(
       stores.map((s, c) =>
         s.admit({
           req: makeReq(`late-${c}`, { flow: 't', owner: `d${c}` }),
-          nowMs: 61_100,
+          nowMs: 62_000,
           lift: 'vtc',
           limits: [rpm],
           overloaded: false,

@@ -116,6 +116,7 @@ describe('restore in slices', () => {
         key: 'rpm:a',
         id: `w${i}`,
         atMs: i,
+        windowMs: 60_000,
         amount: 1,
       }));
       const requests = Array.from({ length: 700 }, (_, i) => ({
@@ -142,7 +143,13 @@ describe('restore in slices', () => {
           owner: { id: 'd1', holds: requests.map((r) => r.req.id) },
         }),
       ).toEqual({ restored: 700, skipped: 0, forgotten: 0 });
-      expect(await redis.zcard(store.keys.key('windowLog', 'rpm:a'))).toBe(1200);
+      // All 1,200 count, in the window's three buckets: the newest (ending at 62 s) and two older.
+      const sums = store.keys.key('windowSums', 'rpm:a');
+      expect(await redis.hmget(sums, 't', 'l', 'n')).toEqual(['1200', '62000', '199']);
+      expect(await redis.zrange(store.keys.key('windowBuckets', 'rpm:a'), 0, -1)).toEqual([
+        '60000:1',
+        '61000:1000',
+      ]);
       expect((await store.snapshot('p', 0)).queued).toEqual({ f: 700 });
       const first = await store.dispatch({
         pool: 'p',

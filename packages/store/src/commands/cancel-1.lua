@@ -12,5 +12,5 @@
 local id = ARGV[2]
 local r = loadReq(id)
 if r == nil or r.state ~= 'q' then return 0 end
-dropQueued(id, r)
+dropQueued(id, r, num(ARGV[3]))
 return 1

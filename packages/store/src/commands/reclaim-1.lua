@@ -11,8 +11,9 @@
 ]]
 --- @include "includes/drop"
 
+local now = num(ARGV[2])
 local dropped, released = {}, {}
-local owners = redisCall('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(num(ARGV[2])))
+local owners = redisCall('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now))
 for _, owner in ipairs(owners) do
   local ids = redisCall('SMEMBERS', key_owner(owner))
   table.sort(ids, bless)
@@ -20,7 +21,7 @@ for _, owner in ipairs(owners) do
     local r = loadReq(id)
     if r ~= nil then
       if r.state == 'q' then
-        dropQueued(id, r)
+        dropQueued(id, r, now)
         dropped[#dropped + 1] = id
       else
         release(r)

@@ -1,6 +1,7 @@
 --[[
   Puts back what a dispatcher holds after the store's state was lost (see SchedulingStore.restore):
-  the window entries it admitted (skipped where the window already counts the request), then its
+  the window entries it admitted (skipped where the window counts them already, see
+  restoreToWindow in includes/windows.lua), then its
   requests in order: a queued one joins the end of its flow's FIFO (lifted as admission lifts); a
   running one is reserved on its replica again whatever the replica's capacity (it holds the KV
   cache already) and charged its dispatch cost. A request with a record is skipped. Owners get a
@@ -11,10 +12,11 @@
 
     ARGV[1] key base  ARGV[2] nowMs  ARGV[3] lift ('vtc' | 'none')  ARGV[4] default lease ms
     ARGV[5] owner ('' if none)  ARGV[6] number of ids it holds h, then h ids
-    then number of window entries w, then per entry: window key, request id, atMs, amount
+    then number of window entries w, then per entry: window key, request id, atMs, windowMs, amount
     then number of requests n, then per request: id, pool, band, flow, score, arrivalMs,
     reserveTokens, dispatchCost, owner, continuation ('0' | '1'), the QueuedRequest as JSON,
-    replica ('' if queued), grown, number of windows k, then per window: key, trueUp ('0' | '1')
+    replica ('' if queued), grown, number of windows k, then per window: key, trueUp ('0' | '1'),
+    atMs, windowMs, amount (where the request counts in it)
 
   Output: { restored, skipped, forgotten }; -2 arguments not understood (client/library version skew)
 ]]
@@ -26,14 +28,14 @@ if h == nil then return -2 end
 local wAt = 7 + h
 local w = tonumber(ARGV[wAt])
 if w == nil then return -2 end
-local i = wAt + 1 + 4 * w
+local i = wAt + 1 + 5 * w
 local n = tonumber(ARGV[i])
 if n == nil then return -2 end
 i = i + 1
 for _ = 1, n do
   local k = tonumber(ARGV[i + 13])
   if k == nil then return -2 end
-  i = i + 14 + 2 * k
+  i = i + 14 + 5 * k
 end
 if i ~= #ARGV + 1 then return -2 end
 
@@ -54,7 +56,7 @@ if ARGV[5] ~= '' then
         redisCall('SREM', ownerKey, id)
       else
         if r.state == 'q' then
-          dropQueued(id, r)
+          dropQueued(id, r, now)
         else
           release(r)
           forgetReq(id, r)
@@ -66,11 +68,8 @@ if ARGV[5] ~= '' then
 end
 i = wAt + 1
 for _ = 1, w do
-  local wkey, id = ARGV[i], ARGV[i + 1]
-  if not redisCall('HGET', key_windowAmounts(wkey), id) then
-    addToWindow(wkey, id, num(ARGV[i + 2]), num(ARGV[i + 3]))
-  end
-  i = i + 4
+  restoreToWindow(ARGV[i], ARGV[i + 1], num(ARGV[i + 2]), num(ARGV[i + 3]), num(ARGV[i + 4]), now)
+  i = i + 5
 end
 i = i + 1
 local restored, skipped = 0, 0
@@ -90,10 +89,17 @@ for _ = 1, n do
       'ikey', '', 'ittl', '0', 'wn', k, 'fm', fm,
     }
     for j = 1, k do
+      local b = i + 9 + 5 * j
       record[#record + 1] = 'wk' .. j
-      record[#record + 1] = ARGV[i + 12 + 2 * j]
+      record[#record + 1] = ARGV[b]
       record[#record + 1] = 'wt' .. j
-      record[#record + 1] = ARGV[i + 13 + 2 * j]
+      record[#record + 1] = ARGV[b + 1]
+      if ARGV[b + 1] == '1' then
+        record[#record + 1] = 'we' .. j
+        record[#record + 1] = fmt(bucketEnd(num(ARGV[b + 2]), num(ARGV[b + 3])))
+        record[#record + 1] = 'wa' .. j
+        record[#record + 1] = ARGV[b + 4]
+      end
     end
     redisCall('ZADD', key_leases(), 'NX', now + lease, owner)
     redisCall('SADD', key_owner(owner), id)
@@ -120,6 +126,6 @@ for _ = 1, n do
     end
     restored = restored + 1
   end
-  i = i + 14 + 2 * k
+  i = i + 14 + 5 * k
 end
 return { restored, skipped, forgotten }

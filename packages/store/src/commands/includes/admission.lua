@@ -28,14 +28,12 @@ local function admissionEnd(o)
 end
 
 -- Counts a rejected arrival in the request's throttle windows (see the header).
-local function countRejectedArrival(o, id, now, scope, nLimits)
+local function countRejectedArrival(o, now, scope, nLimits)
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
     if ARGV[b + 4] == '1' then
       local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
-      purgeWindow(wkey, now - num(ARGV[b + 3]))
-      -- Its own entry: the same id may arrive again, and be admitted then.
-      addToWindow(wkey, id .. '#' .. fmt(now), now, num(ARGV[b + 2]))
+      addToWindow(wkey, now, num(ARGV[b + 3]), num(ARGV[b + 2]), now)
     end
   end
 end
@@ -73,10 +71,10 @@ local function admitRequest(o, place)
     local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
     local limit, amount, windowMs = num(ARGV[b + 1]), num(ARGV[b + 2]), num(ARGV[b + 3])
     if not (ARGV[b + 4] == '1' and not throttleApplies) then
-      purgeWindow(wkey, now - windowMs)
-      local retry = windowRetryAfter(wkey, amount, limit, windowMs, now)
+      local w = purgeWindow(wkey, now)
+      local retry = windowRetryAfter(wkey, w, amount, limit, windowMs, now)
       if retry ~= nil then
-        countRejectedArrival(o, id, now, scope, nLimits)
+        countRejectedArrival(o, now, scope, nLimits)
         return { 0, ARGV[b + 5], fmt(retry), ARGV[b] }
       end
     end
@@ -84,20 +82,20 @@ local function admitRequest(o, place)
   local ue = o + 23 + nLimits * 8
   local overQuota = checkQuotas(ue, ARGV[o + 22], now)
   if overQuota ~= nil then
-    countRejectedArrival(o, id, now, scope, nLimits)
+    countRejectedArrival(o, now, scope, nLimits)
     return overQuota
   end
 
   if ARGV[o + 18] ~= '' then
     local n = redisCall('ZCARD', key_fifo(pool, band, flow))
     if n >= num(ARGV[o + 18]) then
-      countRejectedArrival(o, id, now, scope, nLimits)
+      countRejectedArrival(o, now, scope, nLimits)
       return { 0, 'queue_full', ARGV[o + 21], 'flow:' .. pool .. ':' .. band .. ':' .. flow }
     end
   end
   if ARGV[o + 19] ~= '' then
     if num(redisCall('GET', key_poolQueued(pool))) >= num(ARGV[o + 19]) then
-      countRejectedArrival(o, id, now, scope, nLimits)
+      countRejectedArrival(o, now, scope, nLimits)
       return { 0, 'queue_full', ARGV[o + 21], 'pool:' .. pool }
     end
   end
@@ -117,11 +115,18 @@ local function admitRequest(o, place)
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
     local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
-    addToWindow(wkey, id, now, num(ARGV[b + 2]))
-    record[#record + 1] = 'wk' .. (i + 1)
+    local bucket = addToWindow(wkey, now, num(ARGV[b + 3]), num(ARGV[b + 2]), now)
+    local n = i + 1
+    record[#record + 1] = 'wk' .. n
     record[#record + 1] = wkey
-    record[#record + 1] = 'wt' .. (i + 1)
+    record[#record + 1] = 'wt' .. n
     record[#record + 1] = ARGV[b + 6]
+    if ARGV[b + 6] == '1' then
+      record[#record + 1] = 'we' .. n
+      record[#record + 1] = bucket
+      record[#record + 1] = 'wa' .. n
+      record[#record + 1] = ARGV[b + 2]
+    end
   end
   if ikey ~= '' then
     redisCall('ZREMRANGEBYSCORE', key_interactions(), '-inf', fmt(now))

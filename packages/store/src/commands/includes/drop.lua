@@ -6,9 +6,9 @@
 --- @include "windows"
 --- @include "request"
 --- @include "usage"
-local function dropQueued(id, r)
+local function dropQueued(id, r, now)
   unqueue(id, r)
-  trueUpWindows(id, r, 0)
+  trueUpWindows(r, 0, now)
   releaseQuotas(id, r)
   forgetReq(id, r)
 end

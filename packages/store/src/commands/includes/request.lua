@@ -6,14 +6,16 @@
     state ('q' queued, 'r' running), replica, charged,
     grown (tokens its reservation grew by while it runs, on top of reserve; absent if none),
     ikey, ittl (interaction, '' if none), wn (number of windows), wk<i>, wt<i> (window key, '1' if true-up),
+    we<i>, wa<i> (of a true-up window: the end of the bucket it counts in and the amount it counts,
+    includes/windows.lua),
     ua, qn and the usage account's fields (includes/usage.lua; absent without one).
 ]]
 -- The record's fields but `rec`, `arrival` and `cost` (each field in a reply costs the script);
 -- `running` (a settlement): a running request is in no queue, so not `cont` and `fm` either, and
 -- not `qn`, which only a usage account has (recordUsage reads it with the account's fields). With
--- wk<i>, wt<i> of its windows; nil if there is no record. The table is built by one constructor
--- naming every field, sized once: filled field by field it was rehashed as it grew (≈13,000
--- instructions for 14 fields).
+-- wk<i>, wt<i>, we<i>, wa<i> of its windows; nil if there is no record. The table is built by one
+-- constructor naming every field, sized once: filled field by field it was rehashed as it grew
+-- (≈13,000 instructions for 14 fields).
 local function loadReq(id, running)
   local key = key_req(id)
   local r
@@ -41,6 +43,8 @@ local function loadReq(id, running)
     for i = 1, n do
       names[#names + 1] = 'wk' .. i
       names[#names + 1] = 'wt' .. i
+      names[#names + 1] = 'we' .. i
+      names[#names + 1] = 'wa' .. i
     end
     local w = redisCall('HMGET', key, unpack(names))
     for i = 1, #names do r[names[i]] = w[i] end

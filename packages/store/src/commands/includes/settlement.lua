@@ -23,7 +23,7 @@ local function settleRequest(o, deferRelease)
   if r == nil or r.state ~= 'r' then return 0 end
   addToCounter(r.pool, r.band, r.flow, num(ARGV[o + 4]) - num(r.charged))
   local held, heldKey, unwritten = release(r, deferRelease)
-  trueUpWindows(id, r, num(ARGV[o + 5]))
+  trueUpWindows(r, num(ARGV[o + 5]), num(ARGV[o + 3]))
   recordUsage(id, r, num(ARGV[o + 5]), num(ARGV[o + 6]))
   local hist = key_history(r.flow)
   local keep = num(ARGV[o + 7])
