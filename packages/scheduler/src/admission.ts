@@ -16,6 +16,7 @@ import type { ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OutputPredictions } from './output-prediction.ts';
 import type { Owned, OwnedRequests } from './owned-requests.ts';
 import type { Recovery } from './recovery.ts';
+import { RefusalMemo } from './refusal-memo.ts';
 import { encodeRequest, parseRequest } from './request-payload.ts';
 import { NOTHING, type ReservationView } from './reservation-view.ts';
 import type { AdmissionLog } from './state-recovery.ts';
@@ -61,6 +62,7 @@ export class Admission {
   readonly #dispatch: DispatchRounds;
   readonly #recovery: Recovery;
   readonly #deadlineMsOf: ReadonlyMap<string, number>;
+  readonly #memo = new RefusalMemo();
   admitted = 0;
   rejected = 0;
 
@@ -167,6 +169,16 @@ export class Admission {
         key: `deadline:${pool}:${req.sloClass}`,
       };
     }
+    const remembered = this.#memo.refusal(req.tenant, rules.limits, nowMs);
+    if (remembered !== undefined) {
+      this.rejected++;
+      return {
+        ok: false,
+        code: remembered.limit.code as AdmitRejectCode,
+        retryAfterMs: remembered.retryAfterMs,
+        key: remembered.limit.key,
+      };
+    }
     const states = this.#view.states(pool);
     const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)
       ? this.#isOverloaded(pool, states)
@@ -223,6 +235,8 @@ export class Admission {
     const refused = (result: SubmitResult): SubmitResult => {
       if (this.#owned.get(req.id) === own) this.#owned.delete(req.id);
       this.rejected++;
+      if (!result.ok && (result.code === 'rpm_limited' || result.code === 'tpm_limited'))
+        this.#memo.remember(req.tenant, rules.limits, result.key, result.retryAfterMs, nowMs);
       if (result.ok || result.code !== 'queue_full') return result;
       // Room is likely once the requests ahead (the bound that was hit) have drained at the
       // pool's measured rate: clamped to 1–60 s, 60 s when nothing has drained lately.
