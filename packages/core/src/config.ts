@@ -151,7 +151,7 @@ export const sloClassSchema = z
     atgtS: positive.optional(),
     band: nonNegInt,
     sheddable: z.boolean().default(false),
-    /** See `SloClass.queueDeadlineS`, seconds. @default the class's ttftS */
+    /** See `SloClass.queueDeadlineS`, seconds. @default the dispatcher's queue timeout */
     queueDeadlineS: positive.optional(),
   })
   .strict();

@@ -34,7 +34,8 @@ export interface SloClass {
   /**
    * Longest a request of this class may wait in the gateway's queue, seconds: one predicted to
    * wait longer (from the queue ahead and the measured drain rate) is refused at once with
-   * Retry-After. @default its `ttftS`
+   * Retry-After, and one that waited this long is refused then. @default the dispatcher's queue
+   * timeout (`policy.queueTimeoutS`, 300 s), past which a wait ends in 504 `queue_timeout`
    */
   readonly queueDeadlineS?: number | undefined;
 }

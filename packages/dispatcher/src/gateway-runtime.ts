@@ -199,6 +199,7 @@ export class GatewayRuntime {
       leaseMs: opt.leaseMs,
       predictionTtlMs: opt.predictionTtlMs,
       reservationsMaxAgeMs: opt.reservationsMaxAgeMs,
+      maxQueueWaitMs: opt.queueTimeoutMs,
       ...(this.control?.router !== undefined ? { router: this.control.router } : {}),
     });
   }

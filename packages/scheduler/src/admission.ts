@@ -87,8 +87,12 @@ export class Admission {
     this.#predictions = deps.predictions;
     this.#dispatch = deps.dispatch;
     this.#recovery = deps.recovery;
+    const wait = deps.options.maxQueueWaitMs;
     this.#deadlineMsOf = new Map(
-      deps.options.sloClasses.map((c) => [c.name, (c.queueDeadlineS ?? c.ttftS) * 1000]),
+      deps.options.sloClasses.map((c) => [
+        c.name,
+        Math.min(wait, c.queueDeadlineS === undefined ? wait : c.queueDeadlineS * 1000),
+      ]),
     );
   }
 
@@ -157,7 +161,7 @@ export class Admission {
     }
     const deadlineMs = this.#deadlineMsOf.get(req.sloClass);
     const late =
-      deadlineMs === undefined
+      deadlineMs === undefined || deadlineMs === Number.POSITIVE_INFINITY
         ? undefined
         : this.#dispatch.deadlines.lateBy(pool, band, deadlineMs, o.replicas.finishRate?.(pool) ?? 0, nowMs);
     if (late !== undefined) {

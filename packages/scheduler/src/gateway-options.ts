@@ -129,6 +129,12 @@ export interface GatewayOptions {
    * @default 0
    */
   readonly reservationsMaxAgeMs?: number;
+  /**
+   * Longest a request waits in the queue before its client is answered with an error, ms (the
+   * dispatcher's queue timeout). Admission refuses at once a request predicted to wait longer than
+   * this or its class's `queueDeadlineS`, whichever is less. @default no bound
+   */
+  readonly maxQueueWaitMs?: number;
 }
 
 /** {@link GatewayOptions} with every default applied. */
@@ -194,6 +200,7 @@ const optionsSchema = z
     leaseMs: z.number().positive().optional(),
     predictionTtlMs: z.number().min(0).finite().optional(),
     reservationsMaxAgeMs: z.number().min(0).finite().optional(),
+    maxQueueWaitMs: z.number().positive().optional(),
   })
   .strict();
 
@@ -241,5 +248,6 @@ export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayO
     leaseMs: options.leaseMs ?? 30_000,
     predictionTtlMs: options.predictionTtlMs ?? 0,
     reservationsMaxAgeMs: options.reservationsMaxAgeMs ?? 0,
+    maxQueueWaitMs: options.maxQueueWaitMs ?? Number.POSITIVE_INFINITY,
   };
 }
