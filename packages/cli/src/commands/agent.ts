@@ -8,6 +8,7 @@ import { positiveWholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsSecurityOf } from '../nats-flags.ts';
+import { stopOnSignals } from '../shutdown.ts';
 
 /** Options of {@link startAgent}. */
 export interface StartAgentOptions {
@@ -97,19 +98,6 @@ interface AgentFlags extends NatsFlags {
   gpu?: string;
   heartbeatMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
-}
-
-/** Stops `stop` on SIGINT/SIGTERM, then exits. */
-export function stopOnSignals(stop: () => Promise<void>, logger: Logger): void {
-  const handler = (signal: string): void => {
-    logger.info({ signal }, 'shutting down');
-    stop().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    );
-  };
-  process.once('SIGINT', handler);
-  process.once('SIGTERM', handler);
 }
 
 /** Adds `fairway agent` to the program. */

@@ -5,7 +5,8 @@ import type { Command } from 'commander';
 import { ExitCode } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsSecurityOf } from '../nats-flags.ts';
-import { type AgentHandle, advertisedEngineUrl, startAgent, stopOnSignals } from './agent.ts';
+import { stopOnSignals } from '../shutdown.ts';
+import { type AgentHandle, advertisedEngineUrl, startAgent } from './agent.ts';
 
 type EngineSimFlags = Parameters<typeof engineSimOptionsFromFlags>[0] &
   NatsFlags & {

@@ -12,7 +12,7 @@ import { wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsFlagSecurity } from '../nats-flags.ts';
-import { stopOnSignals } from './agent.ts';
+import { stopOnSignals } from '../shutdown.ts';
 
 /** Flags of `fairway serve`; each overrides its environment variable. */
 interface ServeFlags extends NatsFlags {

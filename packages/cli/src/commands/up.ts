@@ -16,7 +16,8 @@ import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsFlagSecurity } from '../nats-flags.ts';
-import { type AgentHandle, startAgent, stopOnSignals } from './agent.ts';
+import { stopOnSignals } from '../shutdown.ts';
+import { type AgentHandle, startAgent } from './agent.ts';
 
 /** The example config `fairway up` runs with when given none. */
 export const EXAMPLE_CONFIG = fileURLToPath(
