@@ -61,6 +61,11 @@ export interface RunningDispatcher {
   readonly infrastructure: Infrastructure;
   /** Stops accepting, lets running requests finish, releases connections it opened. */
   close(): Promise<void>;
+  /**
+   * Ends what {@link close} is still waiting for, when a shutdown has run out of time: drops the
+   * clients' open connections on both listeners and every Redis and NATS connection it opened.
+   */
+  forceClose(): Promise<void>;
 }
 
 /**
@@ -165,6 +170,11 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     async close() {
       await dispatcher.app.close();
       if (owned) await infrastructure.close();
+    },
+    async forceClose() {
+      dispatcher.app.server.closeAllConnections();
+      dispatcher.operator.server.closeAllConnections();
+      if (owned) await infrastructure.forceClose();
     },
   };
 }

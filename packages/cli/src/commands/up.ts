@@ -16,7 +16,7 @@ import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsFlagSecurity } from '../nats-flags.ts';
-import { stopOnSignals } from '../shutdown.ts';
+import { shutdownTimeoutMs, stopOnSignals } from '../shutdown.ts';
 import { type AgentHandle, startAgent } from './agent.ts';
 
 /** The example config `fairway up` runs with when given none. */
@@ -75,6 +75,8 @@ export interface UpHandle {
   readonly agents: readonly AgentHandle[];
   readonly config: FairwayConfig;
   close(): Promise<void>;
+  /** Drops every connection still open, for a {@link UpHandle.close} that ran out of time. */
+  forceClose(): Promise<void>;
 }
 
 const SIM_PRESETS = new Set(['llama-2-7b', 'llama-2-13b', 'llama-2-70b']);
@@ -218,6 +220,10 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
       await closeAll();
       await infra.close();
     },
+    async forceClose() {
+      await running.forceClose();
+      await infra.forceClose();
+    },
   };
 }
 
@@ -266,6 +272,7 @@ interface UpFlags extends NatsFlags {
   natsUrl?: string;
   prefix?: string;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  shutdownTimeout?: number;
 }
 
 /** Adds `fairway up` to the program. */
@@ -301,6 +308,11 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
       'with --nats-url: operator private key the admin API signs its changes with (env FAIRWAY_OPERATOR_KEY_FILE)',
     )
     .option('--prefix <prefix>', 'Redis key and NATS subject prefix')
+    .option(
+      '--shutdown-timeout <ms>',
+      'on SIGTERM/SIGINT, time to finish gracefully before connections are dropped and the process exits 1 (env FAIRWAY_SHUTDOWN_TIMEOUT_MS, default 10000)',
+      wholeNumber,
+    )
     .addOption(
       new Option('--log-level <level>', 'log level (logs go to stderr)')
         .choices(['debug', 'info', 'warn', 'error', 'silent'])
@@ -309,6 +321,7 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
   addNatsFlags(cmd).action(async (flags: UpFlags) => {
     if (flags.engines < 1 && (flags.engineUrl ?? []).length === 0)
       throw new UsageError(['--engines: must be at least 1 without --engine-url']);
+    const timeoutMs = shutdownTimeoutMs(process.env, flags.shutdownTimeout);
     const logger = createLogger({ level: flags.logLevel, name: 'fairway-up' });
     const handle = await startUp({
       ...(flags.config !== undefined ? { configPath: flags.config } : {}),
@@ -337,7 +350,7 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
     const store = infra.storeKind === 'redis' ? 'Redis store' : 'in-memory store';
     const bus = infra.busKind === 'nats' ? 'NATS bus' : 'in-process bus';
     io.out(upBanner(handle, `${store}, ${bus}, ${engines}`));
-    stopOnSignals(() => handle.close(), logger);
+    stopOnSignals({ stop: () => handle.close(), force: () => handle.forceClose(), timeoutMs, logger });
     setCode(ExitCode.OK);
   });
 }
