@@ -39,6 +39,11 @@ export interface StartDispatcherInput {
   readonly tracer?: Tracer;
   /** Where the `OTEL_*` variables are read. @default the process environment */
   readonly env?: Readonly<Record<string, string | undefined>>;
+  /**
+   * The admin API's bearer token, given directly rather than in `settings.adminTokenFile` (which
+   * it overrides): `fairway up` makes one per start. @default the file's, else the API is off
+   */
+  readonly adminToken?: string;
   /** Add routes or workers (e.g. the Batch API) to the built dispatcher before it listens. @default none */
   readonly plugins?: readonly DispatcherPlugin[];
 }
@@ -113,7 +118,10 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
       infrastructure.busKind,
       settings.operatorPublicKeyFiles ?? config.bus.operatorPublicKeyFiles,
     );
-    const adminApi = adminApiSettingsOf(settings.adminTokenFile, settings.operatorKeyFile);
+    const adminApi =
+      input.adminToken === undefined
+        ? adminApiSettingsOf(settings.adminTokenFile, settings.operatorKeyFile)
+        : { ...adminApiSettingsOf(undefined, settings.operatorKeyFile), token: input.adminToken };
     dispatcher = buildDispatcher({
       adminTrust,
       adminApi,

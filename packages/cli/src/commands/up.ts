@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { batchApi, batchEnv } from '@fairway/batch';
 import { mergeNatsSecurity } from '@fairway/bus';
@@ -54,6 +55,11 @@ export interface UpOptions {
   /** @default the process environment */
   readonly env?: Readonly<Record<string, string | undefined>>;
   readonly logger?: Logger;
+  /**
+   * The admin API's token. @default the one in `FAIRWAY_ADMIN_TOKEN_FILE` (or the settings'
+   * `adminTokenFile`), else a random one made for this start, as a notebook server does
+   */
+  readonly adminToken?: string;
   /** Traces the dispatcher's requests with this tracer (tests). @default from config and `OTEL_*` */
   readonly tracer?: StartDispatcherInput['tracer'];
 }
@@ -74,6 +80,13 @@ export interface UpHandle {
   readonly engines: readonly EngineSimHandle[];
   readonly agents: readonly AgentHandle[];
   readonly config: FairwayConfig;
+  /**
+   * The admin API's token when it was not read from a file (given, or made for this start); the
+   * console's link carries it. Undefined with a token file or without an operator port.
+   */
+  readonly adminToken: string | undefined;
+  /** Where the token came from, for the banner: made for this start, given, or the file's path. */
+  readonly adminTokenSource: 'generated' | 'given' | { readonly file: string } | undefined;
   close(): Promise<void>;
   /** Drops every connection still open, for a {@link UpHandle.close} that ran out of time. */
   forceClose(): Promise<void>;
@@ -119,6 +132,18 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
     ...(o.prefix !== undefined ? { prefix: o.prefix } : {}),
   });
   const logger = o.logger ?? createLogger({ level: settings.logLevel, name: 'fairway-up' });
+  // The console and admin API are on the operator port: without one there is nothing to sign in to.
+  const operatorPort = settings.operatorPort ?? config.server.operatorPort;
+  const adminTokenSource: UpHandle['adminTokenSource'] =
+    o.adminToken !== undefined
+      ? 'given'
+      : settings.adminTokenFile !== undefined
+        ? { file: settings.adminTokenFile }
+        : operatorPort === 0
+          ? undefined
+          : 'generated';
+  const adminToken =
+    o.adminToken ?? (adminTokenSource === 'generated' ? randomBytes(24).toString('base64url') : undefined);
   const infra = await connectInfrastructure({
     redisUrl: settings.redisUrl,
     redisCluster: settings.redisCluster,
@@ -189,6 +214,7 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
       config,
       logger,
       infrastructure: infra,
+      ...(adminToken === undefined ? {} : { adminToken }),
       plugins: [batchApi({ config, prefix: settings.prefix, logger, ...batchEnv(o.env ?? process.env) })],
       ...(o.tracer === undefined ? {} : { tracer: o.tracer }),
       ...(o.env === undefined ? {} : { env: o.env }),
@@ -215,6 +241,8 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
     engines,
     agents,
     config,
+    adminToken,
+    adminTokenSource,
     async close() {
       await running.close();
       await closeAll();
@@ -253,8 +281,25 @@ or with the OpenAI SDK (npm install openai):
   });
   for await (const chunk of stream) process.stdout.write(chunk.choices[0]?.delta?.content ?? '');
 
-${h.dispatcher.operatorUrl === undefined ? 'operator port disabled' : `metrics ${h.dispatcher.operatorUrl}/metrics, console ${h.dispatcher.operatorUrl}/console (operator port)`}   ·   Ctrl+C to stop
+${operatorLines(h)}
+Ctrl+C to stop
 `;
+}
+
+/** The banner's lines about the operator port: metrics, and the console with how to sign in. */
+function operatorLines(h: UpHandle): string {
+  const base = h.dispatcher.operatorUrl;
+  if (base === undefined) return 'operator port disabled (no metrics, console or admin API)';
+  const source = h.adminTokenSource;
+  // The token goes in the fragment, which the browser never sends: the page moves it to the tab's
+  // sessionStorage and takes it out of the address.
+  const console =
+    h.adminToken !== undefined
+      ? `console  ${base}/console#token=${h.adminToken}\n         (${source === 'generated' ? 'admin token made for this start; ' : ''}the link signs you in)`
+      : typeof source === 'object'
+        ? `console  ${base}/console  (sign in with the admin token in ${source.file})`
+        : `console  ${base}/console`;
+  return `metrics  ${base}/metrics\n${console}`;
 }
 
 interface UpFlags extends NatsFlags {
@@ -301,7 +346,7 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
     )
     .option(
       '--admin-token-file <file>',
-      'bearer token of the admin API (/admin/v1 on the operator port) (env FAIRWAY_ADMIN_TOKEN_FILE; without it the admin API is off)',
+      'bearer token of the admin API and console (/admin/v1, /console on the operator port) (env FAIRWAY_ADMIN_TOKEN_FILE; without it a random one is made per start and the printed console link carries it)',
     )
     .option(
       '--operator-key <file>',
