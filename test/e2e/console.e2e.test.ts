@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startUp, type UpHandle } from '@fairway/cli';
@@ -8,7 +8,7 @@ import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../infra/support/repo.ts';
 import { sendChat } from './support/chat.ts';
-import { onPath } from './support/processes.ts';
+import { type FairwayProcess, onPath, startFairway } from './support/processes.ts';
 
 /**
  * The live console (`GET /console` on the operator port) in a real browser: Debian's headless
@@ -136,5 +136,59 @@ describe.skipIf(CHROMIUM === undefined)('the live console in headless Chromium',
     const shot = join(OUTPUT, 'console.png');
     await page.screenshot({ path: shot, fullPage: true });
     expect(existsSync(shot)).toBe(true);
+  });
+});
+
+describe.skipIf(CHROMIUM === undefined)('the console link `fairway up` prints', () => {
+  let up: FairwayProcess | undefined;
+  let browser: Browser | undefined;
+  let dir: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'fairway-up-console-'));
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await up?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('opens the console signed in, showing the fleet, with the token out of the address', async () => {
+    up = await startFairway(
+      [
+        'up',
+        '--port',
+        '0',
+        '--operator-port',
+        String(await freePort()),
+        '--speed',
+        '20',
+        '--log-level',
+        'error',
+      ],
+      /^console\s+(http:\/\/\S+\/console#token=\S+)/,
+      // The embedded default, with no token configured: `up` makes one for this start.
+      { REDIS_URL: '', NATS_URL: '', FAIRWAY_ADMIN_TOKEN_FILE: '' },
+    );
+    const link = up.url;
+    const token = new URL(link).hash.replace(/^#token=/, '');
+    expect(token.length).toBeGreaterThanOrEqual(16);
+
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    await page.goto(link);
+    await page.getByTestId('tenants').waitFor();
+    await expect
+      .poll(() =>
+        page.getByTestId('tenant-row').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-tenant'))),
+      )
+      .toEqual(['acme', 'globex', 'initech']);
+    await expect.poll(() => page.getByTestId('replica-row').count()).toBe(2);
+    expect(await page.getByTestId('token-input').count()).toBe(0);
+    expect(page.url()).not.toContain(token);
+    expect(await page.evaluate("sessionStorage.getItem('fairway.console.adminToken')")).toBe(token);
+
+    const shot = join(dir, 'up-console.png');
+    await page.screenshot({ path: shot, fullPage: true });
+    expect(statSync(shot).size).toBeGreaterThan(0);
   });
 });

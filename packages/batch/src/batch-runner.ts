@@ -1,5 +1,5 @@
-import type { Logger } from '@fairway/core';
-import type { InternalCompletions } from '@fairway/dispatcher';
+import { type Logger, LogThrottle } from '@fairway/core';
+import { closeRedis, type InternalCompletions } from '@fairway/dispatcher';
 import { type Job, Queue, Worker } from 'bullmq';
 import { Cluster, type Redis } from 'ioredis';
 import { BatchInputError, BatchInputParser } from './batch-input.ts';
@@ -113,7 +113,14 @@ export class BatchRunner {
       removeOnComplete: { count: 0 },
       removeOnFail: { count: 1000 },
     });
-    this.#worker.on('error', (err) => this.#logger.warn({ err: err.message }, 'batch: worker error'));
+    // While Redis is away each connection fails several times a second: one line per interval.
+    const throttle = new LogThrottle();
+    this.#worker.on('error', (err) =>
+      throttle.warn(this.#logger, 'worker', { err: err.message }, 'batch: worker error'),
+    );
+    this.#queue.on('error', (err) =>
+      throttle.warn(this.#logger, 'queue', { err: err.message }, 'batch: queue error'),
+    );
     this.#worker.on('failed', (job, err) => {
       // BullMQ reports every failed attempt; only the last one is for good.
       if (job !== undefined && job.attemptsMade < (job.opts.attempts ?? 1)) return;
@@ -132,7 +139,7 @@ export class BatchRunner {
   async close(): Promise<void> {
     await this.#worker.close();
     await this.#queue.close();
-    await Promise.all(this.#connections.map((c) => c.quit().catch(() => c.disconnect())));
+    await Promise.all(this.#connections.map(closeRedis));
   }
 
   /** Queues the start of a created batch. */

@@ -414,6 +414,18 @@ export class NatsBus implements Bus {
     await this.#nc.flush();
   }
 
+  /**
+   * Closes the connection at once, without draining: for a shutdown whose graceful part ran out of
+   * time, when the server may not answer a drain. Also ends a drain that is still waiting.
+   */
+  async closeNow(): Promise<void> {
+    this.#closed = true;
+    for (const c of this.#consumers) c.stop();
+    this.#consumers.clear();
+    if (this.#owns && !this.#nc.isClosed()) await this.#nc.close();
+    this.#subs.clear();
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

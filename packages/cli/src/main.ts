@@ -2,14 +2,6 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { describeError, ExitCode } from './cli-error.ts';
 import { type CliIo, processIo } from './cli-io.ts';
-import { registerAdminCommand } from './commands/admin.ts';
-import { registerAgentCommand } from './commands/agent.ts';
-import { registerEngineSimCommand } from './commands/engine-sim.ts';
-import { registerPlanCommand } from './commands/plan.ts';
-import { registerProfileCommand } from './commands/profile.ts';
-import { registerServeCommand } from './commands/serve.ts';
-import { registerSimCommand } from './commands/sim.ts';
-import { registerUpCommand } from './commands/up.ts';
 
 /** The version of the `fairway` command: its package's `version`. */
 export function cliVersion(): string {
@@ -18,22 +10,43 @@ export function cliVersion(): string {
   return typeof version === 'string' ? version : 'unknown';
 }
 
-/** Builds the `fairway` command tree; actions report their exit code through `setCode`. */
-export function buildProgram(io: CliIo, setCode: (code: number) => void): Command {
+/** Adds one command to the program; `setCode` reports the exit code of its action. */
+type RegisterCommand = (program: Command, io: CliIo, setCode: (code: number) => void) => void;
+
+/**
+ * Every command by name, each module imported only when its command is built: `serve` then never
+ * loads the simulator and its plotting libraries, nor `sim` the dispatcher. Listed in the order
+ * `--help` shows them.
+ */
+const COMMANDS: Readonly<Record<string, () => Promise<RegisterCommand>>> = {
+  up: async () => (await import('./commands/up.ts')).registerUpCommand,
+  sim: async () => (await import('./commands/sim.ts')).registerSimCommand,
+  plan: async () => (await import('./commands/plan.ts')).registerPlanCommand,
+  profile: async () => (await import('./commands/profile.ts')).registerProfileCommand,
+  serve: async () => (await import('./commands/serve.ts')).registerServeCommand,
+  agent: async () => (await import('./commands/agent.ts')).registerAgentCommand,
+  'engine-sim': async () => (await import('./commands/engine-sim.ts')).registerEngineSimCommand,
+  admin: async () => (await import('./commands/admin.ts')).registerAdminCommand,
+};
+
+/**
+ * Builds the `fairway` command tree; actions report their exit code through `setCode`. With
+ * `only`, just that command is built (what running it needs); otherwise every command is.
+ */
+export async function buildProgram(
+  io: CliIo,
+  setCode: (code: number) => void,
+  only?: string,
+): Promise<Command> {
   const program = new Command('fairway')
     .description('fair, SLO-aware gateway for self-hosted vLLM fleets, and its fleet simulator')
     .version(cliVersion(), '-V, --version', 'print the version and exit')
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride()
     .configureOutput({ writeOut: (s) => io.out(s), writeErr: (s) => io.err(s) });
-  registerUpCommand(program, io, setCode);
-  registerSimCommand(program, io, setCode);
-  registerPlanCommand(program, io, setCode);
-  registerProfileCommand(program, io, setCode);
-  registerServeCommand(program, io, setCode);
-  registerAgentCommand(program, io, setCode);
-  registerEngineSimCommand(program, io, setCode);
-  registerAdminCommand(program, io, setCode);
+  const names = only !== undefined && Object.hasOwn(COMMANDS, only) ? [only] : Object.keys(COMMANDS);
+  const registers = await Promise.all(names.map((n) => COMMANDS[n]?.()));
+  for (const register of registers) register?.(program, io, setCode);
   return program;
 }
 
@@ -43,9 +56,15 @@ export function buildProgram(io: CliIo, setCode: (code: number) => void): Comman
  */
 export async function run(argv: readonly string[], io: CliIo = processIo()): Promise<number> {
   let code: number = ExitCode.OK;
-  const program = buildProgram(io, (c) => {
-    code = c;
-  });
+  // `fairway <command> …` builds that command alone; help, the version and typos (which get
+  // suggestions) build them all.
+  const program = await buildProgram(
+    io,
+    (c) => {
+      code = c;
+    },
+    argv[2],
+  );
   try {
     await program.parseAsync([...argv]);
     return code;

@@ -17,7 +17,7 @@ function allCommands(cmd: Command): Command[] {
   return [cmd, ...cmd.commands.flatMap(allCommands)];
 }
 
-const program = buildProgram(
+const program = await buildProgram(
   { out: () => {}, err: () => {}, stderrIsTty: false, progressStream: process.stderr },
   () => {},
 );

@@ -28,7 +28,7 @@ describe('fairway profile (in process)', () => {
 
   it('says in one line, without a stack, that an engine cannot be reached', async () => {
     const r = await fairway('profile', '--engine', 'http://127.0.0.1:1');
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(3);
     expect(r.stderr).toMatch(/^error: .*unreachable/);
     expect(r.stderr).not.toMatch(/\n\s+at /);
   });

@@ -50,6 +50,14 @@ export {
   profiledCost,
 } from './cost.ts';
 export {
+  type LengthSampler,
+  type LengthSpec,
+  lengthSampler,
+  sampleGamma,
+  searchCdf,
+  zipfCdf,
+} from './distributions.ts';
+export {
   type AppProfile,
   DEFAULT_SLO_CLASSES,
   type GpuSpec,

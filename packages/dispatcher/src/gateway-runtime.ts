@@ -7,7 +7,14 @@ import type {
   ReplicaUnavailable,
   Unsubscribe,
 } from '@fairway/bus';
-import type { Clock, FairwayConfig, Logger, RequestDescriptor, Usage } from '@fairway/core';
+import {
+  type Clock,
+  type FairwayConfig,
+  type Logger,
+  LogThrottle,
+  type RequestDescriptor,
+  type Usage,
+} from '@fairway/core';
 import { type Dispatched, Gateway, type GatewayStats, type SubmitResult } from '@fairway/scheduler';
 import type { QuotaAlert, SchedulingStore } from '@fairway/store';
 import { ControlPlane } from './control-plane.ts';
@@ -283,9 +290,13 @@ export class GatewayRuntime {
       o.registry.onChange((c) => this.#onReplicaChange(c.type, c.replicaId)),
     );
     await o.bus.flush();
+    // A loop that fails while the store is away fails on every turn: one line per interval and loop.
+    const failures = new LogThrottle();
     const every = (ms: number, fn: () => Promise<unknown>, what: string): void => {
       const t = setInterval(() => {
-        fn().catch((err: unknown) => o.logger.warn({ err: errText(err) }, `dispatcher: ${what} failed`));
+        fn().catch((err: unknown) =>
+          failures.warn(o.logger, what, { err: errText(err) }, `dispatcher: ${what} failed`),
+        );
       }, ms);
       t.unref();
       this.#timers.push(t);

@@ -46,6 +46,7 @@ export {
   type WaitOutcome,
 } from './gateway-runtime.ts';
 export {
+  closeRedis,
   connectInfrastructure,
   type Infrastructure,
   type InfrastructureOptions,

@@ -9,6 +9,7 @@ import {
 import {
   type Clock,
   type Logger,
+  LogThrottle,
   parseWith,
   type RedisSentinelConfig,
   redactSecrets,
@@ -47,7 +48,14 @@ export interface Infrastructure {
    * hash slot.
    */
   readonly redis: RedisClient | undefined;
+  /** Releases everything gracefully: leaves the bus by draining it, says goodbye to Redis. */
   close(): Promise<void>;
+  /**
+   * Drops every connection now, for a shutdown whose graceful part ran out of time: Redis sockets
+   * closed without a goodbye, the NATS connection closed without draining (waiting at most
+   * `timeoutMs` for it). Safe during or after {@link close}.
+   */
+  forceClose(timeoutMs?: number): Promise<void>;
 }
 
 /**
@@ -181,9 +189,11 @@ async function connectRedis(
   try {
     await redis.connect();
     await redis.ping();
-    // Later drops are retried by the client; say so rather than crash or stay silent.
+    // Later drops are retried by the client; say so rather than crash or stay silent, but once per
+    // interval with a count: a reconnect loop fails several times a second for as long as Redis is away.
+    const throttle = new LogThrottle();
     redis.on('error', (err: Error) =>
-      logger.warn({ err: err.message, connection: purpose }, 'redis connection error'),
+      throttle.warn(logger, 'error', { err: err.message, connection: purpose }, 'redis connection error'),
     );
     return redis;
   } catch (cause) {
@@ -298,8 +308,34 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
       registry.stop();
       await bus.close();
       await store.close();
-      if (redis) await redis.quit().catch(() => redis?.disconnect());
-      if (control) await control.quit().catch(() => control?.disconnect());
+      await Promise.all([redis, control].map((c) => (c === undefined ? undefined : closeRedis(c))));
+    },
+    async forceClose(timeoutMs = 1000) {
+      registry.stop();
+      redis?.disconnect();
+      control?.disconnect();
+      await closeWithin(bus instanceof NatsBus ? bus.closeNow() : bus.close(), timeoutMs);
     },
   };
+}
+
+/**
+ * Says goodbye (QUIT) to a connected Redis; a connection that is down only drops its socket, since a
+ * QUIT would wait in the offline queue for a server that may never come back.
+ */
+export async function closeRedis(redis: Redis | Cluster): Promise<void> {
+  if (redis.status === 'ready') await redis.quit().catch(() => redis.disconnect());
+  else redis.disconnect();
+}
+
+/** Waits for `closing` at most `timeoutMs`; a close that fails or outlasts it is given up on. */
+async function closeWithin(closing: Promise<void>, timeoutMs: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    closing.catch(() => undefined),
+    new Promise<void>((r) => {
+      timer = setTimeout(r, timeoutMs);
+    }),
+  ]);
+  clearTimeout(timer);
 }

@@ -39,6 +39,11 @@ export interface StartDispatcherInput {
   readonly tracer?: Tracer;
   /** Where the `OTEL_*` variables are read. @default the process environment */
   readonly env?: Readonly<Record<string, string | undefined>>;
+  /**
+   * The admin API's bearer token, given directly rather than in `settings.adminTokenFile` (which
+   * it overrides): `fairway up` makes one per start. @default the file's, else the API is off
+   */
+  readonly adminToken?: string;
   /** Add routes or workers (e.g. the Batch API) to the built dispatcher before it listens. @default none */
   readonly plugins?: readonly DispatcherPlugin[];
 }
@@ -61,6 +66,11 @@ export interface RunningDispatcher {
   readonly infrastructure: Infrastructure;
   /** Stops accepting, lets running requests finish, releases connections it opened. */
   close(): Promise<void>;
+  /**
+   * Ends what {@link close} is still waiting for, when a shutdown has run out of time: drops the
+   * clients' open connections on both listeners and every Redis and NATS connection it opened.
+   */
+  forceClose(): Promise<void>;
 }
 
 /**
@@ -108,7 +118,10 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
       infrastructure.busKind,
       settings.operatorPublicKeyFiles ?? config.bus.operatorPublicKeyFiles,
     );
-    const adminApi = adminApiSettingsOf(settings.adminTokenFile, settings.operatorKeyFile);
+    const adminApi =
+      input.adminToken === undefined
+        ? adminApiSettingsOf(settings.adminTokenFile, settings.operatorKeyFile)
+        : { ...adminApiSettingsOf(undefined, settings.operatorKeyFile), token: input.adminToken };
     dispatcher = buildDispatcher({
       adminTrust,
       adminApi,
@@ -165,6 +178,11 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     async close() {
       await dispatcher.app.close();
       if (owned) await infrastructure.close();
+    },
+    async forceClose() {
+      dispatcher.app.server.closeAllConnections();
+      dispatcher.operator.server.closeAllConnections();
+      if (owned) await infrastructure.forceClose();
     },
   };
 }

@@ -1,10 +1,10 @@
-import { type LengthSpec, lengthSampler } from '@fairway/sim';
+import { type LengthSpec, lengthSampler } from '@fairway/core';
 import { z } from 'zod';
 import { faultConfigSchema } from './faults.ts';
 
 const posInt = z.number().int().positive();
 
-/** A `LengthSpec` of `@fairway/sim` (or a bare token count), checked by building its sampler. */
+/** A `LengthSpec` of `@fairway/core` (or a bare token count), checked by building its sampler. */
 const lengthSpecSchema = z
   .union([posInt.transform((value): LengthSpec => ({ kind: 'fixed', value })), z.custom<LengthSpec>()])
   .superRefine((spec, ctx) => {

@@ -3,7 +3,9 @@ import type { AddressInfo } from 'node:net';
 import {
   type Clock,
   createRng,
+  type LengthSampler,
   type Logger,
+  lengthSampler,
   modelSpec,
   parseWith,
   type Rng,
@@ -12,7 +14,6 @@ import {
 } from '@fairway/core';
 import { loadTokenizer } from '@fairway/engine';
 import { type EngineConfig, EngineModel, type EngineModelApi } from '@fairway/perf';
-import { type LengthSampler, lengthSampler } from '@fairway/sim';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { FaultInjector, faultPatchSchema } from './faults.ts';

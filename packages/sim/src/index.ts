@@ -1,4 +1,13 @@
 /** Engine models, hardware specs, swap costs and fitting live in `@fairway/perf`; re-exported for the simulator's callers. */
+
+export {
+  type LengthSampler,
+  type LengthSpec,
+  lengthSampler,
+  sampleGamma,
+  searchCdf,
+  zipfCdf,
+} from '@fairway/core';
 export type {
   BatchPolicy,
   BatchShape,
@@ -59,14 +68,6 @@ export {
   type WorkloadLengths,
 } from '@fairway/perf';
 export { Cluster, type ClusterMember } from './cluster.ts';
-export {
-  type LengthSampler,
-  type LengthSpec,
-  lengthSampler,
-  sampleGamma,
-  searchCdf,
-  zipfCdf,
-} from './distributions.ts';
 export { SimError, SimErrorCode } from './errors.ts';
 export { EventQueue } from './event-queue.ts';
 export {

@@ -7,6 +7,7 @@ import {
   ConfigError,
   DEFAULT_SLO_CLASSES,
   ErrorCode,
+  type LengthSpec,
   modelSpec,
   parseWith,
   type RequestDescriptor,
@@ -15,7 +16,6 @@ import {
   type Tenant,
 } from '@fairway/core';
 import type { EngineConfig, StepNoise } from '@fairway/perf';
-import type { LengthSpec } from './distributions.ts';
 import { QLM_SCENARIOS } from './qlm-scenarios.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';

@@ -16,8 +16,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { RequestDescriptor } from '@fairway/core';
-import { ConfigError, createRng, ErrorCode } from '@fairway/core';
-import { searchCdf, zipfCdf } from './distributions.ts';
+import { ConfigError, createRng, ErrorCode, searchCdf, zipfCdf } from '@fairway/core';
 import { byArrival } from './workload.ts';
 
 /** Names of the built-in traces. */

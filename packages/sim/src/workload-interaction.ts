@@ -3,8 +3,7 @@
  * several LLM calls. The arrival process gives when interactions start; this module says how many
  * calls each has and when the follow-up calls arrive.
  */
-import type { Rng } from '@fairway/core';
-import { type LengthSpec, lengthSampler, searchCdf } from './distributions.ts';
+import { type LengthSpec, lengthSampler, type Rng, searchCdf } from '@fairway/core';
 
 /**
  * FairServe Table 2 ("Distribution of graph sizes"): 73.22% of interactions are a single call,

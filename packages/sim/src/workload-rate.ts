@@ -5,8 +5,7 @@
  * process serves constant rates, linear ramps (VTC Figure 9), phase schedules (Figure 10) and on/off
  * patterns (Figures 5–6) alike.
  */
-import type { Rng } from '@fairway/core';
-import { sampleGamma } from './distributions.ts';
+import { type Rng, sampleGamma } from '@fairway/core';
 
 /** How inter-arrival gaps are drawn (in operational time, where the mean gap is 1). */
 export type ArrivalProcess =

@@ -5,8 +5,7 @@
  * draws from its own forked RNG, so adding or changing one stream leaves the others unchanged.
  */
 import type { RequestDescriptor, Rng } from '@fairway/core';
-import { createRng } from '@fairway/core';
-import { type LengthSpec, lengthSampler } from './distributions.ts';
+import { createRng, type LengthSpec, lengthSampler } from '@fairway/core';
 import { followUpGap, type InteractionSpec, interactionSizeSampler } from './workload-interaction.ts';
 import { type ArrivalSpec, arrivalTimes } from './workload-rate.ts';
 

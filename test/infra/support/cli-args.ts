@@ -22,7 +22,7 @@ export async function cliArgsProblem(args: readonly string[]): Promise<string | 
     stderrIsTty: false,
     progressStream: new PassThrough(),
   };
-  const program = buildProgram(io, () => undefined);
+  const program = await buildProgram(io, () => undefined);
   const silence = (command: CommandLike): void => {
     command.action(() => undefined);
     for (const sub of command.commands) silence(sub);

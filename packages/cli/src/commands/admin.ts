@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   type AdminEventInput,
@@ -139,7 +139,7 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
     .description(
       'create the operator key pair that signs admin events: <name>.key (private, mode 0600; give it to `fairway admin --operator-key`) and <name>.pub (public; give it to every dispatcher as FAIRWAY_OPERATOR_PUBLIC_KEY_FILE)',
     )
-    .option('--out-dir <dir>', 'directory to write the two files in', '.')
+    .option('--out-dir <dir>', 'directory to write the two files in (created, mode 0700, if missing)', '.')
     .option('--name <name>', 'file name stem', 'fairway-operator')
     .action((f: { outDir: string; name: string }) => {
       const privatePath = join(f.outDir, `${f.name}.key`);
@@ -147,6 +147,8 @@ export function registerAdminCommand(program: Command, io: CliIo, setCode: (code
       const existing = [privatePath, publicPath].filter((p) => existsSync(p));
       if (existing.length > 0)
         throw new UsageError(existing.map((p) => `${p}: already exists; remove it or pick another --name`));
+      // Only a folder this creates gets 0700: an existing one keeps the mode its owner chose.
+      mkdirSync(f.outDir, { recursive: true, mode: 0o700 });
       const pair = generateOperatorKeyPair();
       writeFileSync(privatePath, pair.privateKeyPem, { mode: 0o600, flag: 'wx' });
       writeFileSync(publicPath, pair.publicKeyPem, { mode: 0o644, flag: 'wx' });

@@ -8,6 +8,7 @@ import { positiveWholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsSecurityOf } from '../nats-flags.ts';
+import { shutdownTimeoutMs, stopOnSignals } from '../shutdown.ts';
 
 /** Options of {@link startAgent}. */
 export interface StartAgentOptions {
@@ -99,19 +100,6 @@ interface AgentFlags extends NatsFlags {
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
 }
 
-/** Stops `stop` on SIGINT/SIGTERM, then exits. */
-export function stopOnSignals(stop: () => Promise<void>, logger: Logger): void {
-  const handler = (signal: string): void => {
-    logger.info({ signal }, 'shutting down');
-    stop().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    );
-  };
-  process.once('SIGINT', handler);
-  process.once('SIGTERM', handler);
-}
-
 /** Adds `fairway agent` to the program. */
 export function registerAgentCommand(program: Command, io: CliIo, setCode: (code: number) => void): void {
   const cmd = program
@@ -141,6 +129,7 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
     );
   addNatsFlags(cmd).action(async (command: string[], flags: AgentFlags) => {
     const logger = createLogger({ level: flags.logLevel, name: 'agent' });
+    const timeoutMs = shutdownTimeoutMs(process.env);
     const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
     if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
     const advertised = advertisedEngineUrl(flags.advertiseUrl, engineUrl, '--engine-url', logger);
@@ -173,11 +162,16 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
     io.out(
       `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl}, registered as ${advertised.url}, on ${redactUrls(flags.natsUrl)}\n`,
     );
-    stopOnSignals(async () => {
-      await handle.stop();
-      await probe.close();
-      await bus.close();
-    }, logger);
+    stopOnSignals({
+      stop: async () => {
+        await handle.stop();
+        await probe.close();
+        await bus.close();
+      },
+      force: () => bus.closeNow(),
+      timeoutMs,
+      logger,
+    });
     setCode(ExitCode.OK);
   });
 }

@@ -5,7 +5,8 @@ import type { Command } from 'commander';
 import { ExitCode } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsSecurityOf } from '../nats-flags.ts';
-import { type AgentHandle, advertisedEngineUrl, startAgent, stopOnSignals } from './agent.ts';
+import { shutdownTimeoutMs, stopOnSignals } from '../shutdown.ts';
+import { type AgentHandle, advertisedEngineUrl, startAgent } from './agent.ts';
 
 type EngineSimFlags = Parameters<typeof engineSimOptionsFromFlags>[0] &
   NatsFlags & {
@@ -41,6 +42,7 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
     .option('--heartbeat-ms <ms>', 'agent heartbeat spacing (default 200)');
   addNatsFlags(cmd).action(async (flags: EngineSimFlags) => {
     const logger = createLogger({ level: flags.logLevel ?? 'info', name: 'engine-sim' });
+    const timeoutMs = shutdownTimeoutMs(process.env);
     const handle = await startEngineSim({ ...engineSimOptionsFromFlags(flags), logger });
     let agent: AgentHandle | undefined;
     let bus: NatsBus | undefined;
@@ -78,11 +80,16 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
     io.out(
       `engine-sim ${handle.servedModelName} listening on ${handle.url}${agent ? ` (agent ${agent.agent.replicaId}, registered as ${registeredAs})` : ''}\n`,
     );
-    stopOnSignals(async () => {
-      await agent?.stop();
-      await bus?.close();
-      await handle.close();
-    }, logger);
+    stopOnSignals({
+      stop: async () => {
+        await agent?.stop();
+        await bus?.close();
+        await handle.close();
+      },
+      force: async () => bus?.closeNow(),
+      timeoutMs,
+      logger,
+    });
     setCode(ExitCode.OK);
   });
 }

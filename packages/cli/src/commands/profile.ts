@@ -99,7 +99,7 @@ export async function profileCommand(opts: ProfileOptions, io: CliIo): Promise<n
     // The engine is down or cannot be profiled: an environment problem, said in one line.
     if (err instanceof EngineError || err instanceof EngineProfileError) {
       io.err(`error: ${err.message}\n`);
-      return ExitCode.INTERNAL;
+      return ExitCode.UNAVAILABLE;
     }
     throw err;
   } finally {

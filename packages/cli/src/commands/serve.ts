@@ -12,7 +12,7 @@ import { wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsFlagSecurity } from '../nats-flags.ts';
-import { stopOnSignals } from './agent.ts';
+import { shutdownTimeoutMs, stopOnSignals } from '../shutdown.ts';
 
 /** Flags of `fairway serve`; each overrides its environment variable. */
 interface ServeFlags extends NatsFlags {
@@ -30,6 +30,7 @@ interface ServeFlags extends NatsFlags {
   prefix?: string;
   id?: string;
   leaseMs?: number;
+  shutdownTimeout?: number;
 }
 
 /** Adds `fairway serve` to the program: one stateless dispatcher on Redis and NATS. */
@@ -64,6 +65,11 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
     )
     .option('--lease-ms <ms>', 'lease on what this dispatcher holds (env FAIRWAY_LEASE_MS)', wholeNumber)
     .option(
+      '--shutdown-timeout <ms>',
+      'on SIGTERM/SIGINT, time to finish gracefully before connections are dropped and the process exits 1 (env FAIRWAY_SHUTDOWN_TIMEOUT_MS, default 10000)',
+      wholeNumber,
+    )
+    .option(
       '--operator-public-key <file...>',
       'operator public key(s) whose signed admin events apply (env FAIRWAY_OPERATOR_PUBLIC_KEY_FILE; without any, admin events are refused)',
     )
@@ -76,6 +82,7 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
       'operator private key the admin API signs its changes with (env FAIRWAY_OPERATOR_KEY_FILE; without it admin API writes are refused on NATS)',
     );
   addNatsFlags(cmd).action(async (flags: ServeFlags) => {
+    const timeoutMs = shutdownTimeoutMs(process.env, flags.shutdownTimeout);
     const overrides: ServeOverrides = {
       ...(flags.config !== undefined ? { configPath: flags.config } : {}),
       ...(flags.port !== undefined ? { port: flags.port } : {}),
@@ -117,7 +124,7 @@ export function registerServeCommand(program: Command, io: CliIo, setCode: (code
     io.out(
       `fairway serve: dispatcher ${running.id} listening on ${running.url} (store ${describeStore(settings, config)}, bus ${redactUrls(settings.natsUrl ?? '')}, prefix ${settings.prefix})${running.operatorUrl === undefined ? '' : `; metrics on ${running.operatorUrl}/metrics`}\n`,
     );
-    stopOnSignals(() => running.close(), logger);
+    stopOnSignals({ stop: () => running.close(), force: () => running.forceClose(), timeoutMs, logger });
     setCode(ExitCode.OK);
   });
 }

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { batchApi, batchEnv } from '@fairway/batch';
 import { mergeNatsSecurity } from '@fairway/bus';
@@ -16,7 +17,8 @@ import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
 import type { CliIo } from '../cli-io.ts';
 import { addNatsFlags, type NatsFlags, natsFlagSecurity } from '../nats-flags.ts';
-import { type AgentHandle, startAgent, stopOnSignals } from './agent.ts';
+import { shutdownTimeoutMs, stopOnSignals } from '../shutdown.ts';
+import { type AgentHandle, startAgent } from './agent.ts';
 
 /** The example config `fairway up` runs with when given none. */
 export const EXAMPLE_CONFIG = fileURLToPath(
@@ -53,6 +55,11 @@ export interface UpOptions {
   /** @default the process environment */
   readonly env?: Readonly<Record<string, string | undefined>>;
   readonly logger?: Logger;
+  /**
+   * The admin API's token. @default the one in `FAIRWAY_ADMIN_TOKEN_FILE` (or the settings'
+   * `adminTokenFile`), else a random one made for this start, as a notebook server does
+   */
+  readonly adminToken?: string;
   /** Traces the dispatcher's requests with this tracer (tests). @default from config and `OTEL_*` */
   readonly tracer?: StartDispatcherInput['tracer'];
 }
@@ -73,7 +80,16 @@ export interface UpHandle {
   readonly engines: readonly EngineSimHandle[];
   readonly agents: readonly AgentHandle[];
   readonly config: FairwayConfig;
+  /**
+   * The admin API's token when it was not read from a file (given, or made for this start); the
+   * console's link carries it. Undefined with a token file or without an operator port.
+   */
+  readonly adminToken: string | undefined;
+  /** Where the token came from, for the banner: made for this start, given, or the file's path. */
+  readonly adminTokenSource: 'generated' | 'given' | { readonly file: string } | undefined;
   close(): Promise<void>;
+  /** Drops every connection still open, for a {@link UpHandle.close} that ran out of time. */
+  forceClose(): Promise<void>;
 }
 
 const SIM_PRESETS = new Set(['llama-2-7b', 'llama-2-13b', 'llama-2-70b']);
@@ -116,6 +132,18 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
     ...(o.prefix !== undefined ? { prefix: o.prefix } : {}),
   });
   const logger = o.logger ?? createLogger({ level: settings.logLevel, name: 'fairway-up' });
+  // The console and admin API are on the operator port: without one there is nothing to sign in to.
+  const operatorPort = settings.operatorPort ?? config.server.operatorPort;
+  const adminTokenSource: UpHandle['adminTokenSource'] =
+    o.adminToken !== undefined
+      ? 'given'
+      : settings.adminTokenFile !== undefined
+        ? { file: settings.adminTokenFile }
+        : operatorPort === 0
+          ? undefined
+          : 'generated';
+  const adminToken =
+    o.adminToken ?? (adminTokenSource === 'generated' ? randomBytes(24).toString('base64url') : undefined);
   const infra = await connectInfrastructure({
     redisUrl: settings.redisUrl,
     redisCluster: settings.redisCluster,
@@ -186,6 +214,7 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
       config,
       logger,
       infrastructure: infra,
+      ...(adminToken === undefined ? {} : { adminToken }),
       plugins: [batchApi({ config, prefix: settings.prefix, logger, ...batchEnv(o.env ?? process.env) })],
       ...(o.tracer === undefined ? {} : { tracer: o.tracer }),
       ...(o.env === undefined ? {} : { env: o.env }),
@@ -212,10 +241,16 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
     engines,
     agents,
     config,
+    adminToken,
+    adminTokenSource,
     async close() {
       await running.close();
       await closeAll();
       await infra.close();
+    },
+    async forceClose() {
+      await running.forceClose();
+      await infra.forceClose();
     },
   };
 }
@@ -246,8 +281,25 @@ or with the OpenAI SDK (npm install openai):
   });
   for await (const chunk of stream) process.stdout.write(chunk.choices[0]?.delta?.content ?? '');
 
-${h.dispatcher.operatorUrl === undefined ? 'operator port disabled' : `metrics ${h.dispatcher.operatorUrl}/metrics, console ${h.dispatcher.operatorUrl}/console (operator port)`}   ·   Ctrl+C to stop
+${operatorLines(h)}
+Ctrl+C to stop
 `;
+}
+
+/** The banner's lines about the operator port: metrics, and the console with how to sign in. */
+function operatorLines(h: UpHandle): string {
+  const base = h.dispatcher.operatorUrl;
+  if (base === undefined) return 'operator port disabled (no metrics, console or admin API)';
+  const source = h.adminTokenSource;
+  // The token goes in the fragment, which the browser never sends: the page moves it to the tab's
+  // sessionStorage and takes it out of the address.
+  const console =
+    h.adminToken !== undefined
+      ? `console  ${base}/console#token=${h.adminToken}\n         (${source === 'generated' ? 'admin token made for this start; ' : ''}the link signs you in)`
+      : typeof source === 'object'
+        ? `console  ${base}/console  (sign in with the admin token in ${source.file})`
+        : `console  ${base}/console`;
+  return `metrics  ${base}/metrics\n${console}`;
 }
 
 interface UpFlags extends NatsFlags {
@@ -265,6 +317,7 @@ interface UpFlags extends NatsFlags {
   natsUrl?: string;
   prefix?: string;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  shutdownTimeout?: number;
 }
 
 /** Adds `fairway up` to the program. */
@@ -293,13 +346,18 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
     )
     .option(
       '--admin-token-file <file>',
-      'bearer token of the admin API (/admin/v1 on the operator port) (env FAIRWAY_ADMIN_TOKEN_FILE; without it the admin API is off)',
+      'bearer token of the admin API and console (/admin/v1, /console on the operator port) (env FAIRWAY_ADMIN_TOKEN_FILE; without it a random one is made per start and the printed console link carries it)',
     )
     .option(
       '--operator-key <file>',
       'with --nats-url: operator private key the admin API signs its changes with (env FAIRWAY_OPERATOR_KEY_FILE)',
     )
     .option('--prefix <prefix>', 'Redis key and NATS subject prefix')
+    .option(
+      '--shutdown-timeout <ms>',
+      'on SIGTERM/SIGINT, time to finish gracefully before connections are dropped and the process exits 1 (env FAIRWAY_SHUTDOWN_TIMEOUT_MS, default 10000)',
+      wholeNumber,
+    )
     .addOption(
       new Option('--log-level <level>', 'log level (logs go to stderr)')
         .choices(['debug', 'info', 'warn', 'error', 'silent'])
@@ -308,6 +366,7 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
   addNatsFlags(cmd).action(async (flags: UpFlags) => {
     if (flags.engines < 1 && (flags.engineUrl ?? []).length === 0)
       throw new UsageError(['--engines: must be at least 1 without --engine-url']);
+    const timeoutMs = shutdownTimeoutMs(process.env, flags.shutdownTimeout);
     const logger = createLogger({ level: flags.logLevel, name: 'fairway-up' });
     const handle = await startUp({
       ...(flags.config !== undefined ? { configPath: flags.config } : {}),
@@ -336,7 +395,7 @@ export function registerUpCommand(program: Command, io: CliIo, setCode: (code: n
     const store = infra.storeKind === 'redis' ? 'Redis store' : 'in-memory store';
     const bus = infra.busKind === 'nats' ? 'NATS bus' : 'in-process bus';
     io.out(upBanner(handle, `${store}, ${bus}, ${engines}`));
-    stopOnSignals(() => handle.close(), logger);
+    stopOnSignals({ stop: () => handle.close(), force: () => handle.forceClose(), timeoutMs, logger });
     setCode(ExitCode.OK);
   });
 }

@@ -1,6 +1,8 @@
 // fairway's live console: Preact + htm (no build step) and uPlot, all served by the dispatcher from
 // its installed packages. Every read and write goes through the admin HTTP API on this same
 // origin with the admin token, which is kept in sessionStorage and sent as a Bearer header only.
+// A link may carry the token once (`/console#token=…`, as `fairway up` prints it; `?token=` works
+// too): it is moved to sessionStorage and taken out of the address before anything renders.
 import htm from 'htm';
 import { h, render } from 'preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
@@ -306,6 +308,21 @@ function Console({ token, signOut }) {
   </div>`;
 }
 
+/**
+ * Takes a token given in the page's address into sessionStorage and rewrites the address without
+ * it, so it stays out of the history, bookmarks and anything copied from the address bar.
+ */
+function adoptTokenFromAddress() {
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get('token');
+  const query = new URLSearchParams(location.search);
+  const token = fromHash ?? query.get('token');
+  if (token === null) return;
+  query.delete('token');
+  const search = query.toString();
+  history.replaceState(null, '', `${location.pathname}${search === '' ? '' : `?${search}`}`);
+  if (token.trim() !== '') sessionStorage.setItem(TOKEN_KEY, token.trim());
+}
+
 function App() {
   const [token, setToken] = useState(() => sessionStorage.getItem(TOKEN_KEY) ?? undefined);
   const [error, setError] = useState(undefined);
@@ -324,6 +341,7 @@ function App() {
     : html`<${Console} token=${token} signOut=${signOut} />`;
 }
 
+adoptTokenFromAddress();
 const root = document.getElementById('app');
 // The loading note goes: render() would keep it beside the app.
 root.textContent = '';

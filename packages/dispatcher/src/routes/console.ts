@@ -39,7 +39,8 @@ const FILES: Record<string, { path: string; type: string }> = {
  * The live console on the operator port: `GET /console` and its static files, read once from the
  * repository and the installed front-end packages (Preact, htm, uPlot) — no build step, nothing
  * fetched at run time. The page itself holds no data: it asks the admin API (and
- * `/admin/v1/overview`) with the admin token the operator enters, kept in sessionStorage.
+ * `/admin/v1/overview`) with the admin token the operator enters, or a link carries once (`/console#token=…`), kept in
+ * sessionStorage.
  */
 export const consoleRoutes: FastifyPluginAsync = async (app) => {
   const loaded = Object.entries(FILES).map(([url, f]) => ({ url, type: f.type, body: readFileSync(f.path) }));

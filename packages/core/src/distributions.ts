@@ -1,4 +1,4 @@
-import type { Rng } from '@fairway/core';
+import type { Rng } from './rng.ts';
 
 /**
  * Token-length distributions for workload generators. Every sampler draws from an injected
