@@ -298,8 +298,7 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
   // start later, and this refuses what its prediction let through (later arrivals of a class served
   // first, a drain slower than measured) — no request waits past its deadline.
   const cls = ctx.sloClasses.get(req.sloClass);
-  const deadlineMs =
-    cls?.queueDeadlineS === undefined ? Number.POSITIVE_INFINITY : cls.queueDeadlineS * 1000;
+  const deadlineMs = cls?.queueDeadlineS === undefined ? Number.POSITIVE_INFINITY : cls.queueDeadlineS * 1000;
   for (let attempt = 1; result === undefined; attempt++) {
     const queue = tr === undefined ? undefined : queueSpan(ctx, record, req, attempt);
     const bound =
