@@ -121,10 +121,15 @@ describe('quotas set over the admin API (issue 13, embedded: memory store, in-pr
       5000,
       'quota',
     );
-    // Beta spent some already this month (the test above); a request reserving more than is left is refused.
-    const refused = await chat(BETA, 20_000);
+    // Beta spent about 110 already this month (the test above); a request reserving more than is
+    // left, though less than the whole budget, is refused until the month ends.
+    const refused = await chat(BETA, 9_950);
     expect(refused.status).toBe(429);
     expect(refused.body.error.message).toMatch(/monthly spend budget/);
+    // One reserving more than the whole budget could never fit: a 400 that says so.
+    const never = await chat(BETA, 20_000);
+    expect(never.status).toBe(400);
+    expect(never.body.error.message).toMatch(/whole monthly budget/);
     expect((await chat(BETA, 10)).status).toBe(200);
   });
 
