@@ -74,17 +74,16 @@ describe.skipIf(CHROMIUM === undefined)('the console on the shipped NATS config'
     );
     processes.push(writer, reader, engine);
     urls = [writer.url, reader.url];
-    for (const url of urls)
-      await expect
-        .poll(
-          async () =>
-            (await sendChat(url, { key: 'sk-fairway-acme-demo', model: MODEL, tokens: 2, stream: false }))
-              .status,
-          {
-            timeout: 20_000,
-          },
-        )
-        .toBe(200);
+    for (const url of urls) {
+      const deadline = Date.now() + 20_000;
+      while (
+        (await sendChat(url, { key: 'sk-fairway-acme-demo', model: MODEL, tokens: 2, stream: false }))
+          .status !== 200
+      ) {
+        if (Date.now() > deadline) throw new Error(`${url} did not start serving`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
   }, 120_000);
 

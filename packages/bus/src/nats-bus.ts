@@ -377,35 +377,71 @@ export class NatsBus implements Bus {
   ): Promise<Unsubscribe> {
     this.#open();
     await this.#ensureStream();
-    const consumer = await this.#jetstream().consumers.get(
-      this.#subjects.adminStream,
-      startAt(Math.max(1, options.fromSeq ?? 1)),
-    );
-    const messages = await consumer.consume();
-    const handle = { stop: () => messages.stop() };
+    // The next sequence to apply: a consumer started again (after a reconnect, or when the one in
+    // use ended, e.g. the stream's leader died with it) resumes here, so nothing is missed or
+    // applied twice.
+    let next = Math.max(1, options.fromSeq ?? 1);
+    let stopped = false;
+    let current: { stop: () => void } | undefined;
+    const handle = {
+      stop: () => {
+        stopped = true;
+        current?.stop();
+      },
+    };
     this.#consumers.add(handle);
-    void (async () => {
-      try {
-        for await (const m of messages) {
-          const rec = this.#decodeAdmin(m.subject, m.seq, m.data);
-          if (!rec) continue;
-          // Awaited on purpose: admin events must be applied one at a time, in order.
-          try {
-            await handler(rec, { subject: m.subject });
-          } catch (err) {
-            this.#logger.error(
-              { kind: 'admin', subject: m.subject, err: errorText(err) },
-              'bus: handler failed',
-            );
-          }
+    const follow = async (): Promise<void> => {
+      const consumer = await this.#jetstream().consumers.get(this.#subjects.adminStream, startAt(next));
+      const messages = await consumer.consume();
+      current = { stop: () => messages.stop() };
+      if (stopped) messages.stop();
+      for await (const m of messages) {
+        if (m.seq < next) continue;
+        next = m.seq + 1;
+        const rec = this.#decodeAdmin(m.subject, m.seq, m.data);
+        if (!rec) continue;
+        // Awaited on purpose: admin events must be applied one at a time, in order.
+        try {
+          await handler(rec, { subject: m.subject });
+        } catch (err) {
+          this.#logger.error(
+            { kind: 'admin', subject: m.subject, err: errorText(err) },
+            'bus: handler failed',
+          );
         }
-      } catch (err) {
-        if (!this.#closed) this.#logger.error({ err: errorText(err) }, 'bus: admin subscription ended');
+      }
+    };
+    // Follows until unsubscribed or closed: a consumer that ends or fails is started again from
+    // `next` after a pause; a reconnect restarts it at once (its old server may be gone).
+    let restart: (() => void) | undefined;
+    void (async () => {
+      while (!stopped && !this.#closed) {
+        try {
+          await follow();
+        } catch (err) {
+          if (!stopped && !this.#closed)
+            this.#logger.warn({ err: errorText(err), next }, 'bus: admin subscription interrupted; resuming');
+        }
+        if (stopped || this.#closed) break;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 1000);
+          restart = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        restart = undefined;
       }
     })();
+    const unwatch = this.onConnectionChange((up) => {
+      if (!up || stopped) return;
+      if (restart !== undefined) restart();
+      else current?.stop();
+    });
     return () => {
+      unwatch();
       this.#consumers.delete(handle);
-      messages.stop();
+      handle.stop();
     };
   }
 

@@ -173,7 +173,7 @@ export class Admission {
         key: `deadline:${pool}:${req.sloClass}`,
       };
     }
-    const remembered = this.#memo.refusal(req.tenant, rules.limits, nowMs);
+    const remembered = this.#memo.refusal(pool, req.tenant, rules.limits, nowMs);
     if (remembered !== undefined) {
       this.rejected++;
       return {
@@ -240,7 +240,7 @@ export class Admission {
       if (this.#owned.get(req.id) === own) this.#owned.delete(req.id);
       this.rejected++;
       if (!result.ok && (result.code === 'rpm_limited' || result.code === 'tpm_limited'))
-        this.#memo.remember(req.tenant, rules.limits, result.key, result.retryAfterMs, nowMs);
+        this.#memo.remember(pool, req.tenant, rules.limits, result.key, result.retryAfterMs, nowMs);
       if (result.ok || result.code !== 'queue_full') return result;
       // Room is likely once the requests ahead (the bound that was hit) have drained at the
       // pool's measured rate: clamped to 1–60 s, 60 s when nothing has drained lately.

@@ -14,6 +14,14 @@ interface Memo {
 }
 
 /**
+ * A window as the store keeps it, and the pool asking: pools in different slot groups (Redis
+ * Cluster) keep a tenant's windows apart, so a refusal in one says nothing of another.
+ */
+function memoKey(pool: string, tenant: string, l: WindowLimit): string {
+  return `${pool}\u0000${tenantScoped(l.shared === true ? '' : tenant, l.key)}`;
+}
+
+/**
  * Refusals answered without the store. A request refused by an RPM or TPM window cannot be
  * admitted by that window before its Retry-After — the window only loses entries as time passes
  * (a TPM true-up may free some sooner) — so, for up to a second, a request of the same tenant's
@@ -27,6 +35,7 @@ export class RefusalMemo {
 
   /** The refusal a remembered window gives this request now, if any. */
   refusal(
+    pool: string,
     tenant: string,
     limits: readonly WindowLimit[],
     nowMs: number,
@@ -34,7 +43,7 @@ export class RefusalMemo {
     if (this.#memos.size === 0) return undefined;
     for (const l of limits) {
       if (l.code === 'throttled') continue;
-      const key = tenantScoped(l.shared === true ? '' : tenant, l.key);
+      const key = memoKey(pool, tenant, l);
       const m = this.#memos.get(key);
       if (m === undefined) continue;
       if (nowMs >= m.untilMs) {
@@ -49,6 +58,7 @@ export class RefusalMemo {
 
   /** Remembers the store's refusal of `tenant`'s request by the window `key`. */
   remember(
+    pool: string,
     tenant: string,
     limits: readonly WindowLimit[],
     key: string,
@@ -61,7 +71,7 @@ export class RefusalMemo {
       for (const [k, m] of this.#memos) if (nowMs >= m.untilMs) this.#memos.delete(k);
       if (this.#memos.size >= MAX_ENTRIES) return;
     }
-    this.#memos.set(tenantScoped(l.shared === true ? '' : tenant, l.key), {
+    this.#memos.set(memoKey(pool, tenant, l), {
       untilMs: nowMs + Math.min(MEMO_MS, retryAfterMs),
       retryAtMs: nowMs + retryAfterMs,
       amount: l.amount,
