@@ -42,12 +42,20 @@ export class Generator {
     });
   }
 
-  /** Asks the child to exit (it is also killed if it has not after 2 s). */
-  stop(): void {
-    if (this.#child.exitCode !== null || this.#child.signalCode !== null) return;
+  /** Asks the child to exit, killing it if it has not after 2 s; resolves once it has. */
+  async stop(): Promise<void> {
+    const child = this.#child;
+    if (child.exitCode !== null || child.signalCode !== null) return;
     this.#pending = undefined;
     this.#fail = undefined;
-    if (this.#child.connected) this.#child.send({ kind: 'exit' });
-    setTimeout(() => this.#child.kill('SIGKILL'), 2000).unref();
+    await new Promise<void>((r) => {
+      const t = setTimeout(() => child.kill('SIGKILL'), 2000);
+      child.once('exit', () => {
+        clearTimeout(t);
+        r();
+      });
+      if (child.connected) child.send({ kind: 'exit' });
+      else child.kill('SIGTERM');
+    });
   }
 }

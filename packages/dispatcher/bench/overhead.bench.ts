@@ -722,7 +722,7 @@ async function main(): Promise<void> {
         `TTFT p50 ${f2(viaTtft[0] ?? Number.NaN)} ms`,
     );
   } finally {
-    gen?.stop();
+    await gen?.stop();
     for (const p of procs.reverse()) await p.stop();
     await purgeStore(redis, prefix);
     await redis.quit();
