@@ -203,14 +203,29 @@ function cleanup(): Promise<void> {
   return cleaning;
 }
 
+// `on`, not `once`: a Ctrl-C reaches this process twice (from the terminal and relayed by tsx), and
+// a second SIGINT with no handler would end it before its children are stopped.
 for (const signal of ['SIGINT', 'SIGTERM'] as const)
-  process.once(signal, () => {
+  process.on(signal, () => {
+    if (cleaning !== undefined) return;
     progress(`\n${signal}: stopping every process the bench started…`);
     void cleanup().finally(() => process.exit(130));
   });
 
 // ---------------------------------------------------------------------------------------------
 // Redis: INFO cpu and commandstats, summed over every node (one, or the cluster's).
+
+/**
+ * The bench's connection to one Redis node. Errors after cleanup began are expected (a Ctrl-C stops
+ * the servers too) and not reported; before, they fail the command that meets them.
+ */
+function benchRedis(url: string): Redis {
+  const r = new Redis(url, { maxRetriesPerRequest: 2 });
+  r.on('error', (err: Error) => {
+    if (cleaning === undefined) progress(`redis ${url}: ${err.message}`);
+  });
+  return r;
+}
 
 /** Redis's CPU (used_cpu_sys + used_cpu_user), ms, summed over `nodes`. */
 async function redisCpuMs(nodes: readonly Redis[]): Promise<number> {
@@ -640,12 +655,12 @@ async function main(): Promise<void> {
   if (args.cluster) {
     cluster = await startRedisCluster({ primaries: 3 });
     storeEnv = { REDIS_CLUSTER: cluster.seeds };
-    redisNodes = cluster.nodes.map((n) => new Redis(n.url));
+    redisNodes = cluster.nodes.map((n) => benchRedis(n.url));
   } else {
     const redis = await startRedisServer();
     servers.push(redis);
     storeEnv = { REDIS_URL: redis.url };
-    redisNodes = [new Redis(redis.url)];
+    redisNodes = [benchRedis(redis.url)];
   }
   const nats = await startNatsServer();
   servers.push(nats);
