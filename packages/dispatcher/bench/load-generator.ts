@@ -20,6 +20,12 @@ export interface PhaseRequest {
   readonly url: string;
   readonly path: string;
   readonly headers: Readonly<Record<string, string>>;
+  /**
+   * Header sets used in turn instead of `headers` (request i sends `headerSets[i % length]`), e.g.
+   * one per tenant's API key, so one client's requests spread over several tenants.
+   * @default undefined (every request sends `headers`)
+   */
+  readonly headerSets?: readonly Readonly<Record<string, string>>[];
   /** Request bodies, used in turn (e.g. one per tenant). */
   readonly bodies: readonly string[];
   /** Requests per second (open loop); ignored with `concurrency`. */
@@ -106,7 +112,7 @@ async function send(
     const res = await pool.request({
       path: p.path,
       method: 'POST',
-      headers: p.headers,
+      headers: p.headerSets?.[i % p.headerSets.length] ?? p.headers,
       body: p.bodies[i % p.bodies.length] as string,
     });
     const status = String(res.statusCode);

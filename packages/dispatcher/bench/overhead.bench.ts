@@ -33,7 +33,7 @@
  *        --max-rates 500,1000,1500,2000 --closed-concurrency 64 --closed-duration 4 --baseline
  *        --tracing --skip-max --skip-closed --cpu-prof --diagnose --trace-gc]
  */
-import { type ChildProcess, fork, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -44,7 +44,9 @@ import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { purgeStore } from '@fairway/store';
 import { Redis } from 'ioredis';
-import type { PhaseReport, PhaseRequest } from './load-generator.ts';
+import type { PhaseReport } from './load-generator.ts';
+import { Generator } from './load-generator-process.ts';
+import { cpuMs, machineBusyMs, pct, runWaitMs } from './process-stats.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -88,7 +90,6 @@ const CLOSED_DURATION_MS = Number(args['closed-duration']) * 1000;
 const OUTPUT_TOKENS = Number(args['output-tokens']);
 const STREAM_TOKENS = Number(args['stream-tokens']);
 const FAIRWAY_BIN = resolve(import.meta.dirname, '..', '..', 'cli', 'bin', 'fairway.js');
-const GENERATOR = resolve(import.meta.dirname, 'load-generator.ts');
 const DISPATCHER = resolve(import.meta.dirname, 'dispatcher-process.ts');
 const MODEL = 'bench-model';
 const POOL = 'bench';
@@ -211,81 +212,7 @@ function startProcess(
   });
 }
 
-/** CPU time (user + system) the whole machine has been busy so far, ms summed over cores. */
-function machineBusyMs(): number {
-  const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '';
-  const cpu = line.trim().split(/\s+/).slice(1).map(Number);
-  // user nice system idle iowait irq softirq steal: busy is everything but idle and iowait.
-  const busy = cpu.reduce((a, x) => a + x, 0) - (cpu[3] ?? 0) - (cpu[4] ?? 0);
-  return (busy * 1000) / 100;
-}
-
-/** CPU time (user + system) a process has used so far, ms. */
-function cpuMs(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
-  } catch {
-    return 0;
-  }
-}
-
-/**
- * Time a process's main thread (its event loop) has spent runnable but waiting for a CPU, ms
- * (`/proc/<pid>/schedstat`): what CPU contention with the other processes cost it.
- */
-function runWaitMs(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  try {
-    return Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[1]) / 1e6;
-  } catch {
-    return 0;
-  }
-}
-
-function pct(xs: readonly number[], p: number): number {
-  if (xs.length === 0) return Number.NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number;
-}
-
 const f2 = (x: number): string => (Number.isFinite(x) ? x.toFixed(2) : '-');
-
-class Generator {
-  readonly #child: ChildProcess;
-  readonly ready: Promise<void>;
-  #pending: ((r: PhaseReport) => void) | undefined;
-  #fail: ((e: Error) => void) | undefined;
-
-  constructor() {
-    this.#child = fork(GENERATOR, [], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
-    this.ready = new Promise((r) => {
-      this.#child.on('message', (m: { kind: string; message?: string }) => {
-        if (m.kind === 'ready') r();
-        else if (m.kind === 'report') this.#pending?.(m as PhaseReport);
-        else if (m.kind === 'failed') this.#fail?.(new Error(m.message));
-      });
-    });
-  }
-
-  get pid(): number | undefined {
-    return this.#child.pid;
-  }
-
-  run(p: Omit<PhaseRequest, 'kind'>): Promise<PhaseReport> {
-    return new Promise((resolvePromise, reject) => {
-      this.#pending = resolvePromise;
-      this.#fail = reject;
-      this.#child.send({ kind: 'phase', ...p });
-    });
-  }
-
-  stop(): void {
-    this.#child.send({ kind: 'exit' });
-  }
-}
 
 function bodies(stream: boolean, tokens: number): string[] {
   return TENANTS.map((t, i) =>
@@ -795,7 +722,7 @@ async function main(): Promise<void> {
         `TTFT p50 ${f2(viaTtft[0] ?? Number.NaN)} ms`,
     );
   } finally {
-    gen?.stop();
+    await gen?.stop();
     for (const p of procs.reverse()) await p.stop();
     await purgeStore(redis, prefix);
     await redis.quit();
