@@ -392,9 +392,18 @@ export class NatsBus implements Bus {
     this.#consumers.add(handle);
     const follow = async (): Promise<void> => {
       const consumer = await this.#jetstream().consumers.get(this.#subjects.adminStream, startAt(next));
-      const messages = await consumer.consume();
+      // Heartbeats every second: a consumer whose server died (or whose stream leader moved) is
+      // noticed within two missed beats and started again from `next`.
+      const messages = await consumer.consume({ idle_heartbeat: 1000 });
       current = { stop: () => messages.stop() };
       if (stopped) messages.stop();
+      void (async () => {
+        for await (const s of messages.status())
+          if (s.type === 'heartbeats_missed' && s.count >= 2) {
+            messages.stop();
+            break;
+          }
+      })().catch(() => undefined);
       for await (const m of messages) {
         if (m.seq < next) continue;
         next = m.seq + 1;
