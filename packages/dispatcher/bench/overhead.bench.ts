@@ -1,5 +1,5 @@
 /**
- * What one dispatcher adds to a request (issue 5): the same open-loop load sent straight to an
+ * What one dispatcher adds to a request: the same open-loop load sent straight to an
  * engine-sim and through one dispatcher (`fairway serve`'s setup: Redis store on the machine's
  * Redis under a unique prefix, NATS bus, VTC ordering), in one run on this machine. Separate
  * processes: engine-sim (with its node agent), the dispatcher, the load generator (undici) and
@@ -644,7 +644,7 @@ async function main(): Promise<void> {
             ? 'met'
             : 'MISSED'
       }`;
-    console.log('\ntargets (issue 5), through the dispatcher:');
+    console.log('\ntargets, through the dispatcher:');
     console.log(`  added latency p50 ≤ 1.5 ms @ ${RATE}/s:  ${verdict(via[0], 1.5)}`);
     console.log(`  added latency p99 ≤ 5 ms   @ ${RATE}/s:  ${verdict(via[2], 5)}`);
     console.log(`  added TTFT p50 ≤ 2 ms (streaming):      ${verdict(viaTtft[0], 2)}`);

@@ -1,11 +1,18 @@
-import type { Clock, CostFunction, Logger, SloClass } from '@fairway/core';
+import {
+  type Clock,
+  type CostFunction,
+  type EngineTimeoutsConfig,
+  type Logger,
+  queueDeadlineMs,
+  type SloClass,
+} from '@fairway/core';
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
 import type { ActivityLog } from './activity-log.ts';
 import type { Authenticator } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
-import { type EngineTimeouts, type ProxyResult, proxy, type Resume } from './engine-proxy.ts';
+import { type ProxyResult, proxy, type Resume } from './engine-proxy.ts';
 import { rejectionError, validationError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import { type EndOutcome, type GatewayMetrics, refusalOutcome } from './gateway-metrics.ts';
@@ -53,7 +60,7 @@ export interface CompletionContext {
   /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
   readonly enginePriorityFor: (pool: string) => boolean;
   /** A pool's `engineTimeouts`. */
-  readonly timeoutsFor: (pool: string) => EngineTimeouts | undefined;
+  readonly timeoutsFor: (pool: string) => EngineTimeoutsConfig | undefined;
   /**
    * Models the control plane may swap a replica to (`policy.control.swappable` with swapping on):
    * their requests are queued while no replica serves them, so the planner sees the demand.
@@ -298,19 +305,20 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
   // start later, and this refuses what its prediction let through (later arrivals of a class served
   // first, a drain slower than measured) — no request waits past its deadline.
   const cls = ctx.sloClasses.get(req.sloClass);
-  const deadlineMs = cls?.queueDeadlineS === undefined ? Number.POSITIVE_INFINITY : cls.queueDeadlineS * 1000;
+  const deadlineMs = queueDeadlineMs(cls, ctx.options.queueTimeoutMs);
+  const deadlineBinds = deadlineMs < ctx.options.queueTimeoutMs;
   for (let attempt = 1; result === undefined; attempt++) {
     const queue = tr === undefined ? undefined : queueSpan(ctx, record, req, attempt);
     const bound =
-      attempt === 1
-        ? Math.min(ctx.options.queueTimeoutMs, Math.max(0, deadlineMs - (ctx.timer.now() - arrivedAt)))
+      attempt === 1 && deadlineBinds
+        ? Math.max(0, deadlineMs - (ctx.timer.now() - arrivedAt))
         : ctx.options.queueTimeoutMs;
     const waited = await ctx.runtime.waitForDispatch(ticket, bound, gone);
     tr?.close(queue);
     if (waited !== 'dispatched') {
       if (waited === 'timeout') {
         setEnd(failure === undefined ? 'timed_out' : 'failed');
-        if (failure === undefined && bound < ctx.options.queueTimeoutMs)
+        if (failure === undefined && attempt === 1 && deadlineBinds)
           throw new ApiError(
             'OVER_DEADLINE',
             `the fleet is overloaded: this request did not start within its SLO class's queue deadline (${deadlineMs / 1000} s); retry after the time given`,

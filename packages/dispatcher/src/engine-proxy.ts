@@ -1,5 +1,5 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import type { Clock, Usage } from '@fairway/core';
+import type { Clock, EngineTimeoutsConfig, Usage } from '@fairway/core';
 import type { CompletionEndpoint, Engine, EngineStream, SseDataLine } from '@fairway/engine';
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
@@ -54,14 +54,7 @@ export interface ProxyCall {
   /** Set when an eviction resumes the request on another replica; absent, an eviction fails it. */
   readonly resume?: Resume | undefined;
   /** The pool's `engineTimeouts`: how long the engine may stay silent before it counts as hung. */
-  readonly timeouts?: EngineTimeouts | undefined;
-}
-
-/** How long an engine may stay silent on one call (a pool's `engineTimeouts`), ms. */
-export interface EngineTimeouts {
-  readonly firstByteMs: number;
-  readonly streamIdleMs: number;
-  readonly answerMs: number;
+  readonly timeouts?: EngineTimeoutsConfig | undefined;
 }
 
 /** What happened, for metrics and logs. */

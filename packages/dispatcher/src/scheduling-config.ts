@@ -126,7 +126,7 @@ function orderingFromConfig(
       // QLM: the control plane orders the bands; inside a class's band the live gateway keeps VTC,
       // on purpose: tenants share a class fairly (fairway's first promise), and each tenant's
       // requests still leave in arrival order (a flow is FIFO). The simulator's `--policy qlm`
-      // serves a class in plain arrival order, as the paper's request groups do (issue 14).
+      // serves a class in plain arrival order, as the paper's request groups do.
       return { ...vtcPolicy({ cost, weightOf }), name: 'qlm' };
   }
 }

@@ -6,7 +6,7 @@ import { loadPoolTokenizers } from '../src/pool-tokenizers.ts';
 import { type Stack, startStack, waitFor } from './support/stack.ts';
 
 /**
- * Issue 10: admission counts what the engine will count. With TPM 1000, twenty requests carrying
+ * Admission counts what the engine will count. With TPM 1000, twenty requests carrying
  * 816 KB of `tools` were all admitted (the estimate read message text only) and a 3 MB unknown
  * field reached vLLM untouched; the reservation on the engine was as small as the estimate.
  */

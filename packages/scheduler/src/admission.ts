@@ -1,4 +1,4 @@
-import type { RequestDescriptor } from '@fairway/core';
+import { queueDeadlineMs, type RequestDescriptor } from '@fairway/core';
 import { kvOverloaded, type ReplicaState } from '@fairway/policy';
 import {
   type AdmitAndDispatchResult,
@@ -87,12 +87,8 @@ export class Admission {
     this.#predictions = deps.predictions;
     this.#dispatch = deps.dispatch;
     this.#recovery = deps.recovery;
-    const wait = deps.options.maxQueueWaitMs;
     this.#deadlineMsOf = new Map(
-      deps.options.sloClasses.map((c) => [
-        c.name,
-        Math.min(wait, c.queueDeadlineS === undefined ? wait : c.queueDeadlineS * 1000),
-      ]),
+      deps.options.sloClasses.map((c) => [c.name, queueDeadlineMs(c, deps.options.maxQueueWaitMs)]),
     );
   }
 

@@ -18,7 +18,7 @@ function req(id: string): RequestDescriptor {
   };
 }
 
-describe('Gateway with usage accounting and quotas (issue 13)', () => {
+describe('Gateway with usage accounting and quotas ', () => {
   it('passes the admission’s usage account and budgets to the store, reports alerts and records the settled usage', async () => {
     const store = new MemoryStore();
     const dispatched: Dispatched[] = [];

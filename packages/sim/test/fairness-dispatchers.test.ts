@@ -1,5 +1,5 @@
 /**
- * Fairness across dispatchers (issue 3, DESIGN.md "Fairness semantics"): N stateless gateways share
+ * Fairness across dispatchers (DESIGN.md "Fairness semantics"): N stateless gateways share
  * VTC's counters through one store, each charging streamed output in coalesced flushes. The cost of
  * coalescing must stay small: with 4 dispatchers flushing every 50 ms, the service difference of
  * backlogged clients (over every backlogged sub-interval) stays within 1.2× of a centralised VTC

@@ -12,7 +12,7 @@ describe('QLM on the mixed interactive + batch scenario (shortened)', () => {
   // and bursty chat traffic keep arriving.
   // Judged over seeds 1–5 (arrivals re-drawn): what holds under every seed is asserted on the
   // worst seed, what holds only in the median on the median. Measured interactive attainment,
-  // seeds 1–5, with QLM's request groups served in arrival order inside a class (issue 14):
+  // seeds 1–5, with QLM's request groups served in arrival order inside a class:
   // QLM 1.000 under all; QLM without eviction 1.000, 1.000, 1.000, 0.910, 1.000 — eviction now
   // matters under one seed of five (before, with VTC order inside a class, under three).
   const run = (policy: Parameters<typeof runSloExperiment>[0]['policy'], seed: number) =>

@@ -21,3 +21,4 @@ export {
   TestServerError,
   waitForPort,
 } from './servers.ts';
+export { waitFor } from './wait.ts';

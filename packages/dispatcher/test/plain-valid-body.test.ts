@@ -103,7 +103,7 @@ function variants(bases: Record<string, unknown>[]): unknown[] {
   return out;
 }
 
-describe('plainValidBody (the request validation without zod, issue 16)', () => {
+describe('plainValidBody (the request validation without zod)', () => {
   it('takes ordinary chat and completion requests without zod', () => {
     for (const b of CHATS) expect(plainValidBody('chat', b), JSON.stringify(b)).toBe(true);
     for (const b of COMPLETIONS) expect(plainValidBody('completions', b), JSON.stringify(b)).toBe(true);

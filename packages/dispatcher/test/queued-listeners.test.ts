@@ -5,7 +5,7 @@ const MODEL = 'llama-2-7b';
 const KEY = 'sk-test-alpha-0001';
 const HEADERS = { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' };
 
-describe('a dispatcher holding many queued requests (issue 16)', () => {
+describe('a dispatcher holding many queued requests', () => {
   const stacks: Stack[] = [];
   afterEach(async () => {
     for (const s of stacks.splice(0)) await s.close();

@@ -15,7 +15,7 @@ const ACME_2 = 'sk-quota-acme-0002';
 const BETA = 'sk-quota-beta-0001';
 const TOKEN = 'quota-admin-token';
 
-describe('quotas set over the admin API (issue 13, embedded: memory store, in-process bus)', () => {
+describe('quotas set over the admin API (embedded: memory store, in-process bus)', () => {
   let dir: string;
   let sim: EngineSimHandle;
   let engine: VllmClient;

@@ -17,7 +17,7 @@ const MODEL = 'llama-2-7b';
 const KEY = 'sk-cli-usage-key-01';
 const TOKEN = 'cli-usage-admin-token';
 
-describe('fairway admin usage and quota (issue 13)', () => {
+describe('fairway admin usage and quota', () => {
   let dir: string;
   let sim: EngineSimHandle;
   let engine: VllmClient;

@@ -23,7 +23,7 @@ function config(extra: Record<string, unknown> = {}) {
 
 const CHAT = { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 };
 
-describe('issue 10: tenants are isolated', () => {
+describe('tenants are isolated', () => {
   const stacks: Stack[] = [];
   afterEach(async () => {
     for (const s of stacks.splice(0)) await s.close();
@@ -69,7 +69,7 @@ describe('issue 10: tenants are isolated', () => {
   });
 });
 
-describe('issue 10: an API key belongs to one tenant', () => {
+describe('an API key belongs to one tenant', () => {
   it('refuses a config that gives two tenants the same key, naming both', () => {
     const dup = {
       tenants: [

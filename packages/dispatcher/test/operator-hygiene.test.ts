@@ -68,7 +68,7 @@ async function onFreeOperatorPort(): Promise<{ d: RunningDispatcher; port: numbe
   }
 }
 
-describe('issue 10: metrics on the operator port', () => {
+describe('metrics on the operator port', () => {
   const stacks: Stack[] = [];
   const running: RunningDispatcher[] = [];
   afterEach(async () => {
@@ -168,7 +168,7 @@ describe('issue 10: metrics on the operator port', () => {
   });
 });
 
-describe('issue 10: request ids', () => {
+describe('request ids', () => {
   it('gives every request an id no other can be guessed from', async () => {
     const s = await startStack({ config: config() });
     try {
@@ -193,7 +193,7 @@ describe('issue 10: request ids', () => {
   });
 });
 
-describe('issue 10: slow clients', () => {
+describe('slow clients', () => {
   const stacks: Stack[] = [];
   afterEach(async () => {
     for (const s of stacks.splice(0)) await s.close();
@@ -294,7 +294,7 @@ describe('issue 10: slow clients', () => {
   });
 });
 
-describe('issue 10: secrets stay out of logs and errors', () => {
+describe('secrets stay out of logs and errors', () => {
   let redis: TestServer | undefined;
   afterEach(async () => {
     await redis?.stop();

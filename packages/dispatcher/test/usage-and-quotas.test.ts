@@ -19,7 +19,7 @@ import { utcDay } from '../src/quotas.ts';
 import { waitFor } from './support/stack.ts';
 
 /**
- * Issue 13, usage accounting and quotas, on a throw-away Redis and NATS: three dispatchers, each
+ * Usage accounting and quotas on a throw-away Redis and NATS: three dispatchers, each
  * with its own store client and bus connection (as three processes would have), in front of two
  * engine-sims. Budgets and usage must be exact across them.
  */
@@ -159,7 +159,7 @@ async function pool<T>(n: number, lanes: number, task: (i: number) => Promise<T>
   return out;
 }
 
-describe('issue 13: usage accounting and quotas across three dispatchers (Redis, NATS)', () => {
+describe('usage accounting and quotas across three dispatchers (Redis, NATS)', () => {
   let redis: TestServer;
   let nats: TestServer;
   let dir: string;
