@@ -20,6 +20,8 @@ interface Args {
   readonly prefix: string;
   readonly name: string;
   readonly baseline: boolean;
+  /** The dispatcher's log level: `fairway serve`'s default (info: access log on) unless told. */
+  readonly logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   /** Measure event-loop delay and GC pauses, reported on SIGUSR2. */
   readonly diagnose: boolean;
   /**
@@ -144,12 +146,12 @@ const settings = serveSettings(
     port: 0,
     operatorPort: 0,
     dispatcherId: a.name,
-    logLevel: 'warn',
+    logLevel: a.logLevel,
     // Before the fused operations every dispatch round read the reservations from the store.
     ...(a.baseline ? { options: { reservationsMaxAgeMs: 0, predictionTtlMs: 0 } } : {}),
   },
 );
-const logger = createLogger({ level: 'warn', name: a.name });
+const logger = createLogger({ level: a.logLevel, name: a.name });
 const infra = await connectInfrastructure({
   redisUrl: a.redisUrl,
   natsUrl: a.natsUrl,

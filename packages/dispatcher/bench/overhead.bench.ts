@@ -25,13 +25,15 @@
  * collections are made of);
  * `--trace-gc` runs it with V8's `--trace-gc-nvp` and prints each phase's scavenges (pause, bytes
  * copied and promoted) and the KB the dispatcher allocated per request.
- * The dispatchers run with the production image's `NODE_OPTIONS` (infra/Dockerfile);
+ * The dispatchers run with the production image's `NODE_OPTIONS` (infra/Dockerfile) and `fairway
+ * serve`'s default log level, info: one access-log line per request, read by this process as a log
+ * shipper would (`--log-level warn` measures without it, and the header says so);
  * `--node-options "<flags>"` replaces them for an experiment; `--node-flags "<flags>"` adds V8 flags
  * to the dispatcher's command line (for those node refuses in NODE_OPTIONS).
  *
  * Usage: npm run bench:overhead [-- --duration 8 --rate 500 --stream-rate 500 --rounds 2
  *        --max-rates 500,1000,1500,2000 --closed-concurrency 64 --closed-duration 4 --baseline
- *        --tracing --skip-max --skip-closed --cpu-prof --diagnose --trace-gc]
+ *        --tracing --skip-max --skip-closed --cpu-prof --diagnose --trace-gc --log-level info]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -57,6 +59,7 @@ const { values: args } = parseArgs({
     'max-rates': { type: 'string', default: '500,1000,1500,2000,2500,3000,4000' },
     'max-duration': { type: 'string', default: '4' },
     'output-tokens': { type: 'string', default: '2' },
+    'log-level': { type: 'string', default: 'info' },
     'stream-tokens': { type: 'string', default: '8' },
     'cpu-prof': { type: 'boolean', default: false },
     'skip-max': { type: 'boolean', default: false },
@@ -88,6 +91,10 @@ const MAX_DURATION_MS = Number(args['max-duration']) * 1000;
 const CLOSED_CONCURRENCY = Number(args['closed-concurrency']);
 const CLOSED_DURATION_MS = Number(args['closed-duration']) * 1000;
 const OUTPUT_TOKENS = Number(args['output-tokens']);
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
+/** The dispatchers' log level: `fairway serve`'s default, info (one access-log line per request). */
+const LOG_LEVEL = LOG_LEVELS.find((l) => l === args['log-level']);
+if (LOG_LEVEL === undefined) throw new Error(`--log-level: one of ${LOG_LEVELS.join(', ')}`);
 const STREAM_TOKENS = Number(args['stream-tokens']);
 const FAIRWAY_BIN = resolve(import.meta.dirname, '..', '..', 'cli', 'bin', 'fairway.js');
 const DISPATCHER = resolve(import.meta.dirname, 'dispatcher-process.ts');
@@ -148,8 +155,13 @@ function startProcess(
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const what = argv.slice(0, 2).join(' ');
+  // The last lines each process wrote, for an error message (the access log is one line a request).
   const output: string[] = [];
-  createInterface({ input: child.stderr! }).on('line', (l) => output.push(l));
+  const keep = (l: string) => {
+    output.push(l);
+    if (output.length > 200) output.splice(0, 100);
+  };
+  createInterface({ input: child.stderr! }).on('line', keep);
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   const diags: ((d: Diag) => void)[] = [];
   let scavenges: Scavenge[] = [];
@@ -177,7 +189,7 @@ function startProcess(
         diags.shift()?.(JSON.parse(l.slice(5)) as Diag);
         return;
       }
-      output.push(l);
+      keep(l);
       const m = /listening on (\S+)/.exec(l);
       if (!m) return;
       clearTimeout(timer);
@@ -316,6 +328,7 @@ async function main(): Promise<void> {
         prefix,
         name,
         baseline,
+        logLevel: LOG_LEVEL,
         diagnose: args.diagnose,
         ...(args['heap-profile'] !== undefined && !baseline ? { heapProfile: args['heap-profile'] } : {}),
         promotedOnly: args['heap-promoted'],
@@ -452,7 +465,8 @@ async function main(): Promise<void> {
 
     console.log(
       `fairway overhead bench: engine-sim ${engine.url} (speed 1000), dispatcher ${dispatcher.url} ` +
-        `(NODE_OPTIONS "${nodeOptions.NODE_OPTIONS}")` +
+        `(NODE_OPTIONS "${nodeOptions.NODE_OPTIONS}", log level ${LOG_LEVEL}` +
+        `${LOG_LEVEL === 'info' ? ": fairway serve's default, access log on" : ': not fairway serve’s default'})` +
         `${baseline ? `, baseline dispatcher ${baseline.url}` : ''} (Redis ${redisUrl}, prefix ${prefix}, VTC, ` +
         `least-kv); ${ROUNDS} rounds of ${DURATION_MS / 1000} s per phase, load generator in its own process\n`,
     );

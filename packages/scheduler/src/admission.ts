@@ -243,7 +243,8 @@ export class Admission {
       const depth = (result.key.startsWith('pool:') ? rules.maxQueuedPool : rules.maxQueuedFlow) ?? 1;
       return { ...result, retryAfterMs: this.#dispatch.drain.retryAfterS(pool, depth, o.clock.now()) * 1000 };
     };
-    const candidates = this.#candidates.list(states, undefined, false, pool);
+    const offered = this.#candidates.list(states, { pool });
+    const candidates = offered.replicas;
     if (o.store.admitAndDispatch === undefined || o.router !== undefined || candidates.length === 0) {
       let result: SubmitResult;
       try {
@@ -282,6 +283,17 @@ export class Admission {
       await this.#dispatch.handOn(r.dispatch, false);
       // More may fit: whatever else waits in the pool goes through a dispatch round.
       if (r.poolQueued > 0) await this.#dispatch.pump(pool);
+    } else if (
+      r.dispatch?.kind === 'blocked' &&
+      offered.more &&
+      this.#candidates.roomElsewhere(this.#view.states(pool), {
+        pool,
+        reserveTokens: r.dispatch.reserveTokens,
+        skip: new Set(candidates.map((c) => c.id)),
+      })
+    ) {
+      // Blocked on the replicas offered while the view shows room on others: a round offers those.
+      await this.#dispatch.pump(pool);
     }
     return r.admit;
   }

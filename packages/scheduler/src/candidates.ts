@@ -18,9 +18,46 @@ function guarded(c: ReplicaCandidate, s: ReplicaState): ReplicaCandidate {
   };
 }
 
+/** What a dispatch is about to place, for {@link Candidates.list}. */
+export interface Offer {
+  /** Only these replicas (a route's), when given. */
+  readonly allowed?: ReadonlySet<string> | undefined;
+  /** Offer unlimited room (a route that takes everything routed to it). @default false */
+  readonly unlimited?: boolean;
+  /** The pool, for a policy that places by the wait of the request to be picked. */
+  readonly pool?: string | undefined;
+  /**
+   * KV tokens the request to be picked reserves, when the caller knows it (the request a dispatch
+   * was just blocked on; an arrival is not necessarily the pick: others may be queued before it).
+   * @default 1: any room at all
+   */
+  readonly reserveTokens?: number | undefined;
+  /** Replicas the store just found without room for that request: offered only if no other is. */
+  readonly skip?: ReadonlySet<string> | undefined;
+}
+
+/** The candidates a dispatch offers the store, and whether placement order had more. */
+export interface Offered {
+  readonly replicas: ReplicaCandidate[];
+  /** Fresh replicas were left out by the `maxCandidates` window. */
+  readonly more: boolean;
+}
+
+/** Whether the view gives candidate `c` (state `s`) room for `reserve` more tokens and a sequence. */
+function roomFor(c: ReplicaCandidate, s: ReplicaState, reserve: number): boolean {
+  return s.reservedTokens + reserve <= c.tokenCapacity && s.reservedSeqs + 1 <= c.seqCapacity;
+}
+
 /**
  * Placement for one gateway: which replicas a dispatch offers the store, in the placement
  * policy's order and with the room each may take.
+ *
+ * The store reads every replica it is offered, so a dispatch offers at most `maxCandidates` of
+ * them whatever the pool's size: first, in placement order, those this gateway's view shows with
+ * room for the request; then, if fewer than the window do, the next ones in placement order (the
+ * view may predate another dispatcher's settlement: the store's exact check decides). A dispatch
+ * blocked while the view still shows room elsewhere is tried again with the window moved there
+ * ({@link Candidates.roomElsewhere}), so dispatch stays work-conserving.
  */
 export class Candidates {
   readonly #o: ResolvedGatewayOptions;
@@ -41,34 +78,81 @@ export class Candidates {
   }
 
   /**
-   * Fresh replicas (of `allowed`, when given) in placement order, as store candidates. A policy
-   * that decides the whole placement at once (`place`: Aladdin's Algorithm 1) is told how long the
-   * request the store will pick has waited — the oldest this gateway holds queued in `pool`.
+   * Fresh replicas (of `offer.allowed`, when given) in placement order, as store candidates, at
+   * most `maxCandidates` of them (see the class). A policy that decides the whole placement at
+   * once (`place`: Aladdin's Algorithm 1) is told how long the request the store will pick has
+   * waited — the oldest this gateway holds queued in the pool.
    */
-  list(
-    states: readonly ReplicaState[],
-    allowed: ReadonlySet<string> | undefined,
-    unlimited: boolean,
-    pool?: string,
-  ): ReplicaCandidate[] {
+  list(states: readonly ReplicaState[], offer: Offer = {}): Offered {
+    const { allowed, pool } = offer;
+    const unlimited = offer.unlimited === true;
     const offered = allowed === undefined ? states : states.filter((x) => allowed.has(x.id));
-    const out: ReplicaCandidate[] = [];
+    const all: ReplicaCandidate[] = [];
+    const of: ReplicaState[] = [];
     const place = this.#placement.place;
     if (place !== undefined && !unlimited) {
       const ctx = { waitedMs: pool === undefined ? 0 : this.#owned.oldestQueuedWaitMs(pool, this.#o.clock) };
       for (const p of place.call(this.#placement, offered, ctx)) {
         if (p.replica.stale) continue;
         const c = this.#candidate(p.replica, false, false);
-        out.push({
+        all.push({
           id: c.id,
           tokenCapacity: Math.max(0, Math.min(c.tokenCapacity, p.tokenCapacity)),
           seqCapacity: Math.max(0, Math.min(c.seqCapacity, p.seqCapacity)),
         });
+        of.push(p.replica);
       }
-      return out;
+    } else {
+      for (const s of this.#placement.order(offered))
+        if (!s.stale) {
+          all.push(this.#candidate(s, unlimited));
+          of.push(s);
+        }
     }
-    for (const s of this.#placement.order(offered)) if (!s.stale) out.push(this.#candidate(s, unlimited));
-    return out;
+    return this.#window(all, of, offer);
+  }
+
+  /**
+   * Whether the view shows room for `offer.reserveTokens` on a fresh replica (of `offer.allowed`)
+   * outside `offer.skip`: a dispatch blocked on the replicas it offered can then place elsewhere.
+   */
+  roomElsewhere(states: readonly ReplicaState[], offer: Offer): boolean {
+    const byId = new Map(states.map((s) => [s.id, s]));
+    const reserve = offer.reserveTokens ?? 1;
+    const first = this.list(states, offer).replicas[0];
+    const s = first === undefined ? undefined : byId.get(first.id);
+    return (
+      first !== undefined &&
+      s !== undefined &&
+      offer.skip?.has(first.id) !== true &&
+      roomFor(first, s, reserve)
+    );
+  }
+
+  /**
+   * The first `maxCandidates` of `all` (states in `of`): those with room for the offer's request
+   * first, then those without, then those it skips.
+   */
+  #window(all: ReplicaCandidate[], of: ReplicaState[], offer: Offer): Offered {
+    const k = this.#o.maxCandidates;
+    if (all.length <= k || this.#o.fit === 'best') return { replicas: all, more: false };
+    const reserve = offer.reserveTokens ?? 1;
+    const skip = offer.skip;
+    const out: ReplicaCandidate[] = [];
+    const rest: ReplicaCandidate[] = [];
+    const skipped: ReplicaCandidate[] = [];
+    for (const [i, c] of all.entries()) {
+      if (out.length === k) break;
+      if (skip?.has(c.id) === true) {
+        if (skipped.length < k) skipped.push(c);
+      } else if (roomFor(c, of[i] as ReplicaState, reserve)) out.push(c);
+      else if (rest.length < k) rest.push(c);
+    }
+    for (const c of [...rest, ...skipped]) {
+      if (out.length === k) break;
+      out.push(c);
+    }
+    return { replicas: out, more: true };
   }
 
   /** Marks stale, in a round's `states`, every replica the source says no longer takes work. */

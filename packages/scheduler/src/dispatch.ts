@@ -170,15 +170,32 @@ export class DispatchRounds {
     unlimited: boolean,
   ): Promise<number> {
     let n = 0;
+    // The request the last dispatch was blocked on, and the replicas tried for it: while the
+    // view shows room for it elsewhere, the next dispatch offers the replicas not tried yet.
+    let blocked: { id: string; reserveTokens: number; tried: Set<string> } | undefined;
     for (;;) {
       // A replica may have failed or gone stale since the round read the view (its retry may be
       // the very request this round picks next): place only where the source still offers room.
       this.#candidates.dropStale(states);
-      const candidates = this.#candidates.list(states, allowed, unlimited, pool);
+      const offer = { allowed, unlimited, pool, reserveTokens: blocked?.reserveTokens, skip: blocked?.tried };
+      const offered = this.#candidates.list(states, offer);
+      const candidates = offered.replicas;
       if (candidates.length === 0 || bands.length === 0) return n;
       const res = await this.#o.store.dispatch(this.input(pool, bands, candidates));
       if (res.kind === 'empty' && bands.length === this.bands.length)
         this.deadlines.poolQueued(pool, 0, this.#o.clock.now());
+      if (res.kind === 'blocked') {
+        if (!offered.more) return n;
+        const tried = blocked?.id === res.id ? blocked.tried : new Set<string>();
+        for (const c of candidates) tried.add(c.id);
+        blocked = { id: res.id, reserveTokens: res.reserveTokens, tried };
+        if (
+          !this.#candidates.roomElsewhere(states, { ...offer, reserveTokens: res.reserveTokens, skip: tried })
+        )
+          return n;
+        continue;
+      }
+      blocked = undefined;
       if (res.kind !== 'dispatched') return n;
       n++;
       this.countDispatch(pool);

@@ -97,6 +97,12 @@ export interface GatewayOptions {
   readonly headroom?: Partial<Headroom>;
   /** `first`: first candidate in placement order with room; `best`: best fit. @default 'first' */
   readonly fit?: 'first' | 'best';
+  /**
+   * Most replicas one dispatch offers the store under `fit: 'first'` (the store reads each one
+   * it is offered, so this bounds its work per request whatever the pool's size); those the view
+   * shows with room come first. `best` fit is offered every replica. @default 4
+   */
+  readonly maxCandidates?: number;
   /** Streamed output is charged at least this often, ms of the injected clock. @default 50 */
   readonly flushMs?: number;
   /** …or as soon as this many output tokens wait to be charged. @default 512 */
@@ -192,6 +198,7 @@ const optionsSchema = z
       .strict()
       .optional(),
     fit: z.enum(['first', 'best']).optional(),
+    maxCandidates: z.number().int().min(1).optional(),
     flushMs: z.number().positive().optional(),
     flushTokens: z.number().int().positive().optional(),
     admission: z.union([fn, obj(['limits', 'interaction'])]).optional(),
@@ -235,6 +242,7 @@ export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayO
     router: options.router,
     headroom: { tokenFraction: options.headroom?.tokenFraction ?? 0.01, seqs: options.headroom?.seqs ?? 0 },
     fit: options.fit ?? 'first',
+    maxCandidates: options.maxCandidates ?? 4,
     flushMs: options.flushMs ?? 50,
     flushTokens: options.flushTokens ?? 512,
     admission:

@@ -144,10 +144,11 @@ export class Settlement {
   async #settleAndDispatch(own: Owned, settle: SettleInput): Promise<void> {
     const o = this.#o;
     const pool = own.pool;
-    const candidates =
+    const offered =
       o.store.settleAndDispatch === undefined || o.router !== undefined
-        ? []
-        : this.#candidates.list(this.#view.states(pool, own), undefined, false, pool);
+        ? undefined
+        : this.#candidates.list(this.#view.states(pool, own), { pool });
+    const candidates = offered?.replicas ?? [];
     if (o.store.settleAndDispatch === undefined || candidates.length === 0) {
       if (await o.store.settle(settle)) this.#view.release(own);
       await this.#dispatch.pump(pool);
@@ -159,6 +160,19 @@ export class Settlement {
     });
     for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
     this.#dispatch.deadlines.poolQueued(pool, r.poolQueued, o.clock.now());
+    if (r.dispatch.kind === 'blocked') {
+      // Blocked on the replicas offered while the view shows room on others: a round offers those.
+      if (
+        offered?.more === true &&
+        this.#candidates.roomElsewhere(this.#view.states(pool), {
+          pool,
+          reserveTokens: r.dispatch.reserveTokens,
+          skip: new Set(candidates.map((c) => c.id)),
+        })
+      )
+        await this.#dispatch.pump(pool);
+      return;
+    }
     if (r.dispatch.kind !== 'dispatched') return;
     this.#dispatch.countDispatch(pool);
     await this.#dispatch.handOn(r.dispatch, false);
