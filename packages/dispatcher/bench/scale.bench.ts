@@ -589,6 +589,9 @@ function writeConfig(path: string): void {
 const f = (x: number, digits = 2): string => (Number.isFinite(x) ? x.toFixed(digits) : '-');
 const loadText = (l: readonly number[]): string => l.map((x) => x.toFixed(2)).join(', ');
 
+/** Each dispatcher's CPU with no load, ms per s, by number of dispatchers. */
+const idleMsPerS = new Map<number, number>();
+
 function printPhaseTable(title: string, rows: readonly PhaseResult[], base: number | undefined): void {
   say(title);
   say(
@@ -608,6 +611,12 @@ function printPhaseTable(title: string, rows: readonly PhaseResult[], base: numb
     if (r.errors > 0) say(`      errors: ${JSON.stringify(r.statuses)}; first: ${r.firstError}`);
   }
   for (const r of rows) {
+    const idle = idleMsPerS.get(r.dispatchers) ?? 0;
+    const net = r.cpuMsPerRequest.dispatchers - (idle * r.dispatchers * r.durationS) / Math.max(1, r.served);
+    say(
+      `  N=${r.dispatchers}: each dispatcher idle uses ${f(idle, 1)} ms CPU per s (heartbeats of ${REPLICAS} engines); ` +
+        `dispatcher CPU per request net of it ${f(net, 3)} ms`,
+    );
     say(
       `  N=${r.dispatchers}: req/s by dispatcher ${r.reqPerSByDispatcher.map((x) => x.toFixed(0)).join(' / ')}; ` +
         `access log ${r.logBytesPerRequest.toFixed(0)} B/req; Redis top commands by time (calls/req, µs/call, share):`,
@@ -693,6 +702,11 @@ async function main(): Promise<void> {
     progress(`N=${n}: starting ${n} dispatcher${n > 1 ? 's' : ''}…`);
     const dispatchers = await startDispatchers(n, configPath, storeEnv, nats.url, dir);
     const fleet: Fleet = { dispatchers, engines, redisNodes };
+    // What each dispatcher spends with no load (the engines' heartbeats, timers): a cost per
+    // second that grows with the fleet, not with the requests.
+    const idleFrom = dispatchers.reduce((a, d) => a + cpuMs(d.pid), 0);
+    await new Promise((r) => setTimeout(r, 2000));
+    idleMsPerS.set(n, (dispatchers.reduce((a, d) => a + cpuMs(d.pid), 0) - idleFrom) / 2 / n);
     const gens = await Promise.all(dispatchers.map((_, i) => generatorAt(i)));
     const closedLoads = (ms: number): Load[] =>
       dispatchers.map((d, i) => ({
@@ -755,6 +769,7 @@ async function main(): Promise<void> {
   const json = {
     machine: { ...machine, loadAtEnd },
     enginesIdleCores: enginesIdle,
+    dispatcherIdleMsPerS: Object.fromEntries(idleMsPerS),
     settings: {
       dispatchers: DISPATCHERS,
       replicas: REPLICAS,
