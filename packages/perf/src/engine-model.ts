@@ -147,7 +147,8 @@ const byPriorityThenOrder = (a: Seq, b: Seq): number => a.priority - b.priority 
  * with the fewest computed KV tokens instead, InferMax section 4.5). A step processes at most
  * `maxNumBatchedTokens` tokens (C), of which at most `maxNumPrefillTokens` are prompt tokens (P,
  * Sarathi's prefill budget). The eviction-free variant admits a sequence only if
- * its worst case (input + max_tokens) fits and never preempts. Step time comes from the
+ * its worst case fits — input + max_tokens − 1 KV tokens: the last token is generated but never fed
+ * back (InferMax section 3.3) — and never preempts. Step time comes from the
  * configured {@link StepCostModel}.
  *
  * Deviations from vLLM, chosen for a model that never loses a request: a prompt longer than
@@ -343,7 +344,7 @@ export class EngineModel implements EngineModelApi {
         if (t < left && !this.#chunked)
           fail(`a chunk of ${t} of "${id}"'s ${left} tokens needs chunkedPrefill`, id);
         if (s.state === 'waiting') {
-          const need = this.#blocksFor(this.#evictionFree ? s.input + s.maxTokens : s.prompt);
+          const need = this.#blocksFor(this.#evictionFree ? s.input + s.maxTokens - 1 : s.prompt);
           if (need > free) fail(`admitting "${id}" needs ${need} KV blocks, ${free} are free`, id);
           if (++running > this.config.maxNumSeqs)
             fail(`admitting "${id}" exceeds maxNumSeqs ${this.config.maxNumSeqs}`, id);
@@ -366,7 +367,7 @@ export class EngineModel implements EngineModelApi {
     for (const { id, tokens: t } of plan.run) {
       const s = this.#seqs.get(id)!;
       if (s.state === 'waiting') {
-        const need = this.#blocksFor(this.#evictionFree ? s.input + s.maxTokens : s.prompt);
+        const need = this.#blocksFor(this.#evictionFree ? s.input + s.maxTokens - 1 : s.prompt);
         this.#waiting.remove(s);
         s.state = 'running';
         s.blocks = need;
@@ -484,7 +485,7 @@ export class EngineModel implements EngineModelApi {
       const s = this.#waiting.peek();
       if (!s || this.#running.length >= maxSeqs) break;
       // vLLM v0 allocates the whole prompt at admission, also under chunked prefill.
-      const need = this.#blocksFor(this.#evictionFree ? s.input + s.maxTokens : s.prompt);
+      const need = this.#blocksFor(this.#evictionFree ? s.input + s.maxTokens - 1 : s.prompt);
       if (need > this.#numBlocks - this.#watermarkBlocks) {
         this.#waiting.pop();
         this.#ignore(s, events);

@@ -145,7 +145,7 @@ describe('EngineModel', () => {
     expect(preempted).toBe('low');
   });
 
-  it('eviction-free never preempts and runs at most capacity / (input + max_tokens) sequences', () => {
+  it('eviction-free never preempts and runs at most capacity / (input + max_tokens − 1) sequences', () => {
     const engine = new EngineModel({ ...A100, kvCapacityTokens: 10_000, preemption: 'eviction-free' });
     const rng = createRng(11);
     for (let i = 0; i < 300; i++)
@@ -156,8 +156,32 @@ describe('EngineModel', () => {
     });
     expect(events.some((e) => e.kind === 'preempted')).toBe(false);
     expect(engine.stats().preemptionsTotal).toBe(0);
-    expect(peakRunning).toBe(19); // 625 blocks (6.25 watermark) / 32 blocks per 512-token worst case
+    expect(peakRunning).toBe(19); // 625 blocks (6.25 watermark) / 32 blocks per 511-token worst case
     expect(engine.stats().requestsFinishedTotal).toBe(300);
+  });
+
+  it('eviction-free reserves input + max_tokens − 1 KV tokens: the last token is never fed back', () => {
+    // InferMax section 4.5's smallest setting: I = 1, O = 4, M = 4 tokens in blocks of one.
+    const engine = new EngineModel({
+      ...A100,
+      kvCapacityTokens: 4,
+      blockSize: 1,
+      watermark: 0,
+      preemption: 'eviction-free',
+    });
+    engine.add({ id: 'a', inputTokens: 1, outputTokens: 4, maxTokens: 4 });
+    engine.add({ id: 'b', inputTokens: 1, outputTokens: 4, maxTokens: 4 });
+    let peakRunning = 0;
+    const { events } = drain(engine, () => {
+      peakRunning = Math.max(peakRunning, engine.stats().running);
+    });
+    const finished = events.filter((e) => e.kind === 'finished');
+    expect(finished.map((e) => [e.id, e.generated, e.ignored === true])).toEqual([
+      ['a', 4, false],
+      ['b', 4, false],
+    ]);
+    expect(events.some((e) => e.kind === 'preempted')).toBe(false);
+    expect(peakRunning).toBe(1);
   });
 
   it('chunked prefill never exceeds the token budget and splits long prompts over steps', () => {
@@ -295,7 +319,7 @@ describe('EngineModel, InferMax section 4.4: is increasing the KV budget M a sil
 
   for (const policy of ['prefill-priority', 'decode-priority'] as const) {
     it(`with a small budget, preemption raises throughput over the eviction-free variant (${policy})`, () => {
-      // M = 256 tokens (16 blocks): eviction-free reserves I + O = 40 tokens (3 blocks) per request,
+      // M = 256 tokens (16 blocks): eviction-free reserves I + O − 1 = 39 tokens (3 blocks) per request,
       // so only 5 run at once and every decode step pays the memory-bound floor (reading the
       // weights once) for 5 tokens. Recompute admits by prompt size (16 requests); evicting an
       // 8-token request costs a tiny refill, so more tokens share each floor-bound step (paper: up
