@@ -254,9 +254,9 @@ function testNames(file: string): string[] {
 }
 
 describe('the product speaks of the product', () => {
-  it('README and docs name no issue or session numbers and no machine load', () => {
+  it('README, docs, reports and package pages name no issue or session numbers and no machine load', () => {
     const found: string[] = [];
-    for (const file of PRODUCT_DOCS)
+    for (const file of DOC_FILES)
       read(file)
         .split('\n')
         .forEach((line, i) => {
