@@ -25,7 +25,10 @@ export const limitsSchema = z
   .object({
     /** Requests per minute (sliding 60 s window). */
     rpm: nonNegInt.optional(),
-    /** Tokens per minute: prompt + predicted output reserved at admission, settled at completion. */
+    /**
+     * Tokens per minute: the prompt estimate plus the output cap (the predicted output under
+     * `FAIRWAY_RESERVE=predicted`) reserved at admission, trued up to the engine's usage at completion.
+     */
     tpm: nonNegInt.optional(),
     /** Requests this tenant may have queued at the gateway at once. */
     maxQueued: nonNegInt.optional(),
@@ -84,7 +87,7 @@ export const apiKeySchema = z
     sloClasses: z.array(id).max(32).optional(),
     /**
      * Restricted engine fields (`RESTRICTED_ENGINE_FIELDS`: e.g. `chat_template`, `request_id`,
-     * `kv_transfer_params`) this key may send; others get 400. @default the tenant's, else none
+     * `kv_transfer_params`) this key may send; others get 403. @default the tenant's, else none
      */
     engineFields: z.array(z.string().min(1).max(64)).max(32).optional(),
     /** Budgets of this key alone (its tenant's apply as well). */
