@@ -132,6 +132,19 @@ describe('the documentation', () => {
     expect(broken).toEqual([]);
   });
 
+  it('leaves no page unlinked: every page under docs/ is reached from the front page or another page', () => {
+    const reached = new Set<string>();
+    for (const file of DOC_FILES)
+      for (const line of proseLines(read(file)))
+        for (const target of linksOf(line)) {
+          const path = target.split('#', 1)[0] ?? '';
+          if (path === '' || /^[a-z][a-z0-9+.-]*:/i.test(path)) continue;
+          const resolved = relative(ROOT, resolve(join(ROOT, dirname(file)), decodeURI(path)));
+          if (resolved !== file) reached.add(resolved);
+        }
+    expect(markdownUnder('docs').filter((f) => !reached.has(f))).toEqual([]);
+  });
+
   it('finds an anchor by GitHub’s rules (the link check can fail)', () => {
     const anchors = headingAnchors(
       '# Peers (what users run today, and the gap)\n## `fairway admin key-add`\n```\n# not a heading\n```\n## Peers (what users run today, and the gap)\n',
