@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { readManifest, sourceFiles, specifiersOf } from '../support/imports.ts';
 
 /**
- * The package graph (README "Packages"): which workspace may depend on which, checked against what
+ * The package graph (docs/contributors/packages.md): which workspace may depend on which, checked against what
  * each package declares and what its files import. The packages that serve live traffic never load
  * the simulator or the simulated engine, not even through another package; every `@fairway`
  * import is declared; the runtime graph has no cycle; no file reaches into another package's files.
@@ -16,7 +16,7 @@ const SCOPE = '@fairway/';
 
 /**
  * What each package may depend on at run time (`dependencies`), by short name: the layering,
- * bottom up. A new package, or a new edge, is a decision to make here and in README's table.
+ * bottom up. A new package, or a new edge, is a decision to make here and in the documented table.
  */
 const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   core: [],
@@ -136,14 +136,13 @@ function closure(graph: ReadonlyMap<string, Iterable<string>>, name: string): Se
 }
 
 /**
- * README's package table ("## Packages"): each row's package and the workspaces its "may depend
- * on" column names (`—` for none).
+ * The documented package table (docs/contributors/packages.md): each row's package and the
+ * workspaces its "may depend on" column names (`—` for none).
  */
-function readmeTable(): Map<string, string[]> {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-  const section = readme.split(/^## /m).find((s) => s.startsWith('Packages\n')) ?? '';
+function documentedTable(): Map<string, string[]> {
+  const page = readFileSync(join(ROOT, 'docs', 'contributors', 'packages.md'), 'utf8');
   const rows = new Map<string, string[]>();
-  for (const line of section.split('\n')) {
+  for (const line of page.split('\n')) {
     const cells = line.split('|').map((c) => c.trim());
     const pkg = /^`packages\/([a-z-]+)`$/.exec(cells[1] ?? '')?.[1];
     if (pkg === undefined) continue;
@@ -160,8 +159,8 @@ describe('the package graph', () => {
     expect(all.map((w) => w.name).sort()).toEqual(Object.keys(ALLOWED).sort());
   });
 
-  it("is the graph README's package table documents", () => {
-    const documented = Object.fromEntries(readmeTable());
+  it('is the graph the documented package table shows', () => {
+    const documented = Object.fromEntries(documentedTable());
     const allowed = Object.fromEntries(Object.entries(ALLOWED).map(([k, v]) => [k, [...v].sort()]));
     expect(documented).toEqual(allowed);
   });

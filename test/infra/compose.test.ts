@@ -12,7 +12,7 @@ import { cliArgsProblem } from './support/cli-args.ts';
 import { REPO_ROOT } from './support/repo.ts';
 
 /**
- * The compose stack (README's "run it for real"), checked without a container runtime: the
+ * The compose stack (docs/operators/deploy.md), checked without a container runtime: the
  * compose-spec schema and dclint's rules, start order on health, every variable in .env.example,
  * every mounted file present, the Redis and NATS configs accepted by the real servers, Prometheus
  * aimed at services that exist (the Grafana dashboard is checked in grafana-dashboard.test.ts).

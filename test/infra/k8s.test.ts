@@ -61,7 +61,7 @@ const MODELS: Record<
   },
 };
 
-/** Objects an overlay expects to find in the cluster rather than create (the README says how). */
+/** Objects an overlay expects to find in the cluster rather than create (docs/operators/deploy.md says how). */
 const EXTERNAL: Record<string, string[]> = {
   dev: ['Secret/fairway-dev/fairway-operator'],
   production: ['Secret/fairway/fairway-credentials', 'Secret/fairway/fairway-operator'],

@@ -25,7 +25,10 @@ export const limitsSchema = z
   .object({
     /** Requests per minute (sliding 60 s window). */
     rpm: nonNegInt.optional(),
-    /** Tokens per minute: prompt + predicted output reserved at admission, settled at completion. */
+    /**
+     * Tokens per minute: the prompt estimate plus the output cap (the predicted output under
+     * `FAIRWAY_RESERVE=predicted`) reserved at admission, trued up to the engine's usage at completion.
+     */
     tpm: nonNegInt.optional(),
     /** Requests this tenant may have queued at the gateway at once. */
     maxQueued: nonNegInt.optional(),
@@ -40,10 +43,13 @@ export const limitsSchema = z
  */
 export const quotasSchema = z
   .object({
+    /** Input + output tokens per UTC day. */
     tokensPerDay: nonNegInt.optional(),
+    /** Input + output tokens per UTC month. */
     tokensPerMonth: nonNegInt.optional(),
-    /** In the prices' currency (`pricing`). */
+    /** Cost per UTC day, in the prices' currency (`pricing`). */
     spendPerDay: z.number().nonnegative().optional(),
+    /** Cost per UTC month, in the prices' currency (`pricing`). */
     spendPerMonth: z.number().nonnegative().optional(),
     /** Fraction of a budget at which one alert per window is published and logged. @default 0.8 */
     alertAt: z.number().gt(0).max(1).optional(),
@@ -70,6 +76,7 @@ export const apiKeySchema = z
       .optional(),
     /** Plain key (demo configs only); hashed at load time and never kept. */
     key: z.string().min(8, 'must be at least 8 characters').optional(),
+    /** App the key is bound to: its requests run as that app, and `x-fairway-app` may not name another. */
     app: id.optional(),
     /** SLO class of this key's requests; else its tenant's. */
     sloClass: id.optional(),
@@ -80,7 +87,7 @@ export const apiKeySchema = z
     sloClasses: z.array(id).max(32).optional(),
     /**
      * Restricted engine fields (`RESTRICTED_ENGINE_FIELDS`: e.g. `chat_template`, `request_id`,
-     * `kv_transfer_params`) this key may send; others get 400. @default the tenant's, else none
+     * `kv_transfer_params`) this key may send; others get 403. @default the tenant's, else none
      */
     engineFields: z.array(z.string().min(1).max(64)).max(32).optional(),
     /** Budgets of this key alone (its tenant's apply as well). */
@@ -114,11 +121,16 @@ export const tenantStorageSchema = z
   })
   .strict();
 
+/** A tenant: the unit of fairness, limits and budgets, and the owner of API keys. */
 export const tenantSchema = z
   .object({
+    /** The tenant's id, used in metrics, logs and admin commands. */
     id,
+    /** Share weight under weighted VTC: a tenant of weight 2 gets twice the service of one of weight 1. @default 1 */
     weight: positive.default(1),
+    /** The tenant's limits; unset ones take `defaultLimits`. */
     limits: limitsSchema.default({}),
+    /** The tenant's API keys. */
     keys: z.array(apiKeySchema).default([]),
     /** Budgets of the tenant (all its keys together); none means `defaultQuotas` apply. */
     quotas: quotasSchema.optional(),
@@ -133,35 +145,63 @@ export const tenantSchema = z
   })
   .strict();
 
-const stageSchema = z.object({ input: nonNegInt, system: nonNegInt.default(0), output: nonNegInt }).strict();
+const stageSchema = z
+  .object({
+    /** Expected prompt tokens of the stage's call. */
+    input: nonNegInt,
+    /** Expected system-prompt tokens of the stage's call. @default 0 */
+    system: nonNegInt.default(0),
+    /** Expected output tokens of the stage's call. */
+    output: nonNegInt,
+  })
+  .strict();
 
+/** An application (FairServe): its expected tokens per interaction stage and its own limits. */
 export const appSchema = z
   .object({
+    /** The app's id, as keys bind it and `x-fairway-app` names it. */
     id,
     /** Expected tokens per interaction stage (FairServe WSC normalisation). */
     stages: z.array(stageSchema).min(1, 'an app needs at least one stage'),
+    /** The app's limits (all its users together). */
     limits: limitsSchema.default({}),
   })
   .strict();
 
+/** An SLO class (QLM): a latency target and a priority band. See `SloClass`. */
 export const sloClassSchema = z
   .object({
+    /** The class's name, as keys, tenants and `x-fairway-slo-class` name it. */
     name: id,
+    /** Time-to-first-token target, seconds. */
     ttftS: positive,
+    /** Average token generation time target (Aladdin's ATGT), seconds per output token. @default none */
     atgtS: positive.optional(),
+    /** Strict priority band; lower bands are served first. */
     band: nonNegInt,
+    /** Whether requests of this class may be evicted or shed under pressure. @default false */
     sheddable: z.boolean().default(false),
     /** See `SloClass.queueDeadlineS`, seconds. @default the dispatcher's queue timeout */
     queueDeadlineS: positive.optional(),
   })
   .strict();
 
+/**
+ * An engine known from the config: `fairway up` starts an agent for each (unless `--engine-url`
+ * names others), and placement reads its GPU and TP. Engines of `fairway serve` register
+ * themselves through their agents.
+ */
 export const engineSchema = z
   .object({
+    /** The replica id its agent registers. */
     id,
+    /** Base URL of the engine's OpenAI-compatible API. */
     url: z.url({ message: 'must be an http(s) URL' }),
+    /** The pool it serves in (one of `pools[].id`). */
     pool: id,
+    /** GPU preset, e.g. `A100-80GB` (performance models are matched on it). @default none */
     gpu: z.string().optional(),
+    /** Tensor-parallel degree. @default 1 */
     tp: z.number().int().positive().default(1),
   })
   .strict();
@@ -190,9 +230,12 @@ export type EngineTimeoutsConfig = z.infer<typeof engineTimeoutsSchema>;
 /** The engine timeouts of a pool the config does not name (replicas that registered themselves). */
 export const DEFAULT_ENGINE_TIMEOUTS: EngineTimeoutsConfig = engineTimeoutsSchema.parse(undefined);
 
+/** A pool: the replicas that serve one model, with one queue per SLO band. */
 export const poolSchema = z
   .object({
+    /** The pool's id (agents register replicas into it with `--pool`). */
     id,
+    /** The model name clients send (vLLM's served model name). */
     model: z.string().min(1),
     /**
      * The pool's engines run `--scheduling-policy priority`: fairway sets each request's vLLM
@@ -244,11 +287,15 @@ export const controlConfigSchema = z
     maxReportedQueued: z.number().int().positive().default(4000),
     /** QLM serving operations; turning one off is QLM's ablation. @default all on */
     pull: z.boolean().default(true),
+    /** QLM's eviction of lower-band running requests. @default true */
     evict: z.boolean().default(true),
+    /** QLM's load balancing across replicas. @default true */
     loadBalance: z.boolean().default(true),
+    /** QLM's model swap (see `swappable`). @default true */
     swap: z.boolean().default(true),
     /** Output-length prior (tokens) of a request group with too little history. @default 256 ± 256 */
     outputMean: positive.default(256),
+    /** Standard deviation of that prior, tokens. @default 256 */
     outputStd: z.number().nonnegative().default(256),
     /** Mean prompt length the estimator profiles assume before any history, tokens. @default 512 */
     inputMean: positive.default(512),
@@ -257,6 +304,7 @@ export const controlConfigSchema = z
      * report their served-model name, which need not name a preset. @default llama-2-7b on A100-80GB
      */
     profileModel: z.string().min(1).default('llama-2-7b'),
+    /** GPU of that fallback preset. @default 'A100-80GB' */
     profileGpu: z.string().min(1).default('A100-80GB'),
     /** Engines run this many times faster than the preset (engine-sim `--speed`). @default 1 */
     speedup: positive.default(1),
@@ -267,8 +315,11 @@ export const controlConfigSchema = z
      * event loop, so the time limit bounds the pause its own requests see. @default false
      */
     milp: z.boolean().default(false),
+    /** Least time between two MILP solves, ms. @default 10000 */
     milpIntervalMs: positive.default(10_000),
+    /** Branch-and-bound nodes one solve may explore. @default 50 */
     milpMaxNodes: z.number().int().positive().default(50),
+    /** Time limit of one solve, seconds. @default 0.2 */
     milpTimeLimitS: positive.default(0.2),
     /** Models every replica may swap to (multi-model pools); none keeps each replica's model. @default [] */
     swappable: z.array(z.string().min(1)).default([]),
@@ -281,27 +332,53 @@ export const controlConfigSchema = z
  */
 export const scalingConfigSchema = z
   .object({
+    /** The pool the signal is for. */
     pool: id,
     /** Replicas per request/s. */
     k: z.number().nonnegative(),
+    /** Constant term of `n = ceil(k·r + c)`, replicas. */
     c: z.number(),
     /** Arrival-rate window, seconds. @default 60 */
     windowS: positive.default(60),
+    /** Fewest replicas the signal asks for. @default 1 */
     minReplicas: nonNegInt.default(1),
+    /** Most replicas the signal asks for. @default none */
     maxReplicas: z.number().int().positive().optional(),
   })
   .strict();
 
+/** How requests are ordered, placed, charged, throttled and timed out. */
 export const policyConfigSchema = z
   .object({
+    /**
+     * Order of service: `fcfs`; `rpm` (FCFS, with the tenants' RPM limits); `lcf` (VTC without the
+     * counter lift); `vtc` (weighted VTC); `vtc-predict` (VTC charging predicted output at
+     * dispatch); `wsc` (FairServe's weighted service counter, needs `apps`); `edf` (earliest
+     * deadline first over the SLO classes); `qlm` (VTC inside each class's band, QLM's global
+     * scheduler across bands). `vtc-oracle` needs true output lengths and runs only in the
+     * simulator. @default 'vtc'
+     */
     ordering: z
       .enum(['fcfs', 'rpm', 'lcf', 'vtc', 'vtc-predict', 'vtc-oracle', 'wsc', 'edf', 'qlm'])
       .default('vtc'),
+    /**
+     * Which replica a request runs on: `round-robin`; `jsq` (fewest requests on the replica);
+     * `least-kv` (smallest fraction of its KV cache reserved or in use); `power-of-two` (of two
+     * sampled replicas, the one with the shorter queue); `aladdin` (best fit under performance
+     * models and SLO targets, see `performanceModels`). @default 'least-kv'
+     */
     placement: z.enum(['round-robin', 'jsq', 'least-kv', 'power-of-two', 'aladdin']).default('least-kv'),
+    /** The cost of serving a request, which fairness counters grow by. */
     cost: z
       .object({
+        /**
+         * `linear` (`wIn·n_in + wOut·n_out`) or `profiled` (VTC's quadratic fit for Llama-2-7B
+         * on A10G). @default 'linear'
+         */
         fn: z.enum(['linear', 'profiled']).default('linear'),
+        /** Weight of an input token under `linear`. @default 1 */
         wIn: positive.default(1),
+        /** Weight of an output token under `linear`. @default 2 */
         wOut: positive.default(2),
       })
       .strict()
@@ -413,6 +490,7 @@ export const natsAuthConfigSchema = z
   .object({
     /** User name (with `password`), as in the server's `authorization.users`. */
     user: z.string().min(1).optional(),
+    /** Password of `user` (better given as `NATS_PASSWORD`). */
     password: z.string().min(1).optional(),
     /** A shared token (`authorization.token`). */
     token: z.string().min(1).optional(),
@@ -438,8 +516,11 @@ export const natsAuthConfigSchema = z
 /** TLS to NATS: the CA that signed the server's certificate, and a client certificate if it asks for one. */
 export const natsTlsConfigSchema = z
   .object({
+    /** CA certificate (PEM) that signed the server's certificate. */
     caFile: path.optional(),
+    /** Client certificate (PEM), for servers that verify clients; with `keyFile`. */
     certFile: path.optional(),
+    /** The client certificate's private key (PEM). */
     keyFile: path.optional(),
   })
   .strict()
@@ -451,6 +532,7 @@ export const natsTlsConfigSchema = z
 /** The bus: how processes authenticate to NATS and whose admin events and replicas dispatchers accept. */
 export const busConfigSchema = z
   .object({
+    /** How fairway processes connect to NATS; flags and `NATS_*` variables win. */
     nats: z
       .object({
         auth: natsAuthConfigSchema.optional(),
@@ -478,8 +560,18 @@ export const busConfigSchema = z
  */
 export const redisSentinelConfigSchema = z
   .object({
+    /** The sentinels to ask for the primary. */
     sentinels: z
-      .array(z.object({ host: z.string().min(1), port: z.number().int().min(1).max(65535) }).strict())
+      .array(
+        z
+          .object({
+            /** A sentinel's host name or address. */
+            host: z.string().min(1),
+            /** Its port (Sentinel's default is 26379). */
+            port: z.number().int().min(1).max(65535),
+          })
+          .strict(),
+      )
       .min(1),
     /** The monitored primary's name (`sentinel monitor <name> …`). */
     name: z.string().min(1),
@@ -565,11 +657,17 @@ export const storageConfigSchema = z
 /** The fairway config file: tenants, apps, SLO classes, pools, engines, policies and limits. */
 export const fairwayConfigSchema = z
   .object({
+    /** The tenants and their API keys. */
     tenants: z.array(tenantSchema).default([]),
+    /** Applications (FairServe's WSC and OIT). */
     apps: z.array(appSchema).default([]),
+    /** SLO classes. @default QLM's interactive (20 s), batch-1 (60 s) and batch-2 (1 h) */
     sloClasses: z.array(sloClassSchema).default(DEFAULT_SLO_CLASSES.map((c) => ({ ...c }))),
+    /** Pools of replicas, one model each. */
     pools: z.array(poolSchema).default([]),
+    /** Engines named in the config (`fairway up`; GPU and TP for placement). */
     engines: z.array(engineSchema).default([]),
+    /** Ordering, placement, cost, throttling and the control plane. */
     policy: policyConfigSchema.default(policyConfigSchema.parse({})),
     /** Limits applied to every tenant that sets none of its own. */
     defaultLimits: limitsSchema.default({}),
@@ -583,7 +681,7 @@ export const fairwayConfigSchema = z
     metrics: metricsConfigSchema.default(metricsConfigSchema.parse({})),
     /** NATS credentials, operator keys and the replica allow-list. */
     bus: busConfigSchema.default({ nats: {}, operatorPublicKeyFiles: [] }),
-    /** Redis through Sentinel (see {@link storeConfigSchema}). */
+    /** The shared store: Redis through Sentinel, and slot groups on a Redis Cluster. */
     store: storeConfigSchema.default({ slotGroups: {} }),
     /** OpenTelemetry tracing (see {@link telemetryConfigSchema}). */
     telemetry: telemetryConfigSchema.default(telemetryConfigSchema.parse({})),

@@ -3,8 +3,9 @@
  * token limits and to reserve capacity on an engine; the engine's `usage` settles the true count
  * afterwards. It covers every part of a request the engine turns into prompt tokens: message text
  * and content parts, tool calls, tool results, the `tools` / `functions` schemas the chat template
- * renders, structured-output schemas, and the template's own tokens per message. The README's
- * "Admission token estimate" section measures it against engine-reported usage.
+ * renders, structured-output schemas, and the template's own tokens per message.
+ * docs/contributors/benchmarks.md ("Admission token estimate") measures it against engine-reported
+ * usage.
  */
 
 /** Characters of prose per token (Llama, GPT tokenizers: 3–4.5 on English). */

@@ -39,7 +39,11 @@ const ROOT = join(import.meta.dirname, '..', '..', '..');
 /** Prose paragraphs and code blocks from the repository's own documents and sources. */
 function corpus(): { prose: string[]; code: string[] } {
   const prose: string[] = [];
-  for (const f of ['README.md', 'reports/vtc-reproduction.md', 'reports/slo-placement.md']) {
+  for (const f of [
+    'docs/contributors/architecture.md',
+    'reports/vtc-reproduction.md',
+    'reports/slo-placement.md',
+  ]) {
     for (const p of readFileSync(join(ROOT, f), 'utf8').split(/\n\s*\n/)) {
       const t = p.trim();
       if (t.length > 80 && !t.startsWith('|') && !t.startsWith('```')) prose.push(t);

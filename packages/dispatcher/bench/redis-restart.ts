@@ -1,5 +1,5 @@
 /**
- * What a Redis restart under load costs, with and without persistence (README "Faults: Redis").
+ * What a Redis restart under load costs, with and without persistence (docs/operators/faults.md, "Redis").
  * Starts its own redis-server on a free port (never the machine's), two dispatchers and two
  * engine-sims with their agents (the dispatcher test fleet), holds queued and running requests,
  * restarts Redis on the same port and prints, per mode: requests held at the restart, answered

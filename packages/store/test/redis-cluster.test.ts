@@ -319,7 +319,7 @@ describe('RedisStore on Redis Cluster: fail-over', () => {
       const primaryPort = await primaryOf(c, prefix, gp);
       const primary = new Redis(primaryPort, '127.0.0.1');
       // Replication is asynchronous: what a client was told before the kill is on the replica
-      // once WAIT says so (a write acknowledged but not yet replicated could be lost; see README).
+      // once WAIT says so (a write acknowledged but not yet replicated could be lost; see docs/operators/redis-cluster.md).
       expect(await primary.wait(1, 5_000)).toBe(1);
       const pid = Number(/process_id:(\d+)/.exec(await primary.info('server'))?.[1]);
       primary.disconnect();
