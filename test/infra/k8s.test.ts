@@ -13,6 +13,7 @@ import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Secret, Service } from 'kubernetes-models/v1';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { cliArgsProblem } from './support/cli-args.ts';
 import {
   type K8sObject,
@@ -502,6 +503,17 @@ describe('infra/k8s', () => {
       });
     });
   }
+
+  it("dev's in-cluster Redis and NATS run the compose stack's images", () => {
+    const compose = parseYaml(readFileSync(join(REPO_ROOT, 'infra/docker-compose.yml'), 'utf8'), {
+      merge: true,
+    }) as { services: Record<string, { image?: string }> };
+    const dev = renders.get('dev')!;
+    const image = (name: string) =>
+      (find(dev, 'StatefulSet', name) as Workload).spec.template.spec.containers[0]!.image;
+    expect(image('redis')).toBe(compose.services.redis?.image);
+    expect(image('nats')).toBe(compose.services['nats-1']?.image);
+  });
 
   it("dev's in-cluster Redis runs the compose stack's redis.conf", () => {
     const redis = find(renders.get('dev')!, 'ConfigMap', 'redis-config')?.data as Record<string, string>;
