@@ -1,9 +1,10 @@
-import { execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { loadConfig } from '@fairway/core';
 import { serveEnvSchema } from '@fairway/dispatcher';
+import { freePort } from '@fairway/testkit';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
 import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
@@ -608,6 +609,110 @@ describe('infra/k8s', () => {
       }
     expect(find(dev, 'PodDisruptionBudget', 'nats')?.spec).toMatchObject({ maxUnavailable: 1 });
   });
+
+  it("dev's NATS servers, started with the StatefulSet's command line and config, form one cluster with JetStream", async () => {
+    const dev = renders.get('dev')!;
+    const nats = find(dev, 'StatefulSet', 'nats') as Workload;
+    const container = nats.spec.template.spec.containers[0]!;
+    const conf = (find(dev, 'ConfigMap', 'nats-config')!.data as Record<string, string>)['nats-server.conf']!;
+    const secret = find(dev, 'Secret', 'fairway-credentials')?.data as Record<string, string>;
+    const env: Record<string, string> = {};
+    for (const e of container.env ?? []) {
+      const ref = e.valueFrom?.secretKeyRef;
+      if (ref !== undefined) env[e.name] = Buffer.from(secret[ref.key]!, 'base64').toString();
+    }
+    const replicas = nats.spec.replicas ?? 1;
+    // Each pod on this machine: its DNS name is 127.0.0.1, its ports free ones.
+    const ports = await Promise.all(
+      Array.from({ length: replicas }, async () => ({
+        client: await freePort(),
+        cluster: await freePort(),
+        monitor: await freePort(),
+      })),
+    );
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-k8s-nats-cluster-'));
+    const servers: ChildProcess[] = [];
+    try {
+      writeFileSync(join(dir, 'nats-server.conf'), conf);
+      const podUrl = (url: string): string => {
+        const u = new URL(url);
+        const i = Number(/^nats-(\d+)\./.exec(u.hostname)?.[1]);
+        return `nats://127.0.0.1:${ports[i]!.cluster}`;
+      };
+      for (let i = 0; i < replicas; i++) {
+        const args = (container.args ?? []).map((a, k, all) => {
+          const flagName = all[k - 1];
+          if (a === '/etc/nats/nats-server.conf') return join(dir, 'nats-server.conf');
+          if (flagName === '-sd') return join(dir, `data-${i}`);
+          if (flagName === '-m') return String(ports[i]!.monitor);
+          if (flagName === '--cluster') return `nats://127.0.0.1:${ports[i]!.cluster}`;
+          if (flagName === '--routes') return a.split(',').map(podUrl).join(',');
+          return a.replace('$(POD_NAME)', `nats-${i}`);
+        });
+        servers.push(
+          spawn('nats-server', [...args, '-p', String(ports[i]!.client)], {
+            env: { ...process.env, PATH: `${process.env.PATH}:/usr/sbin`, ...env },
+            stdio: 'ignore',
+          }),
+        );
+      }
+      const monitor = async (i: number, path: string) =>
+        fetch(`http://127.0.0.1:${ports[i]!.monitor}${path}`).catch(() => undefined);
+      const deadline = Date.now() + 30_000;
+      for (let i = 0; i < replicas; i++)
+        for (;;) {
+          // Ready as the readiness probe asks: JetStream up, which needs the cluster's meta leader.
+          const res = await monitor(i, '/healthz?js-enabled-only=true');
+          if (res?.status === 200) break;
+          if (Date.now() > deadline) throw new Error(`nats-${i} never became ready`);
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      // Routes and the JetStream meta group may settle after the first readiness: wait for them.
+      const cluster = async () => {
+        const views = [];
+        for (let i = 0; i < replicas; i++) {
+          const routez = (await (await monitor(i, '/routez'))?.json()) as { num_routes: number } | undefined;
+          const varz = (await (await monitor(i, '/varz'))?.json()) as
+            | { server_name: string; cluster: { name?: string } }
+            | undefined;
+          const jsz = (await (await monitor(i, '/jsz'))?.json()) as
+            | { meta_cluster?: { cluster_size: number; leader?: string } }
+            | undefined;
+          views.push({
+            name: varz?.server_name,
+            cluster: varz?.cluster.name,
+            routes: routez?.num_routes ?? 0,
+            size: jsz?.meta_cluster?.cluster_size,
+            leader: jsz?.meta_cluster?.leader !== undefined && jsz.meta_cluster.leader !== '',
+          });
+        }
+        return views;
+      };
+      let views = await cluster();
+      while (!views.every((v) => v.routes >= replicas - 1 && v.size === replicas && v.leader)) {
+        if (Date.now() > deadline) break;
+        await new Promise((r) => setTimeout(r, 200));
+        views = await cluster();
+      }
+      expect(views).toEqual(
+        Array.from({ length: replicas }, (_, i) => ({
+          name: `nats-${i}`,
+          cluster: flag(container.args ?? [], '--cluster_name'),
+          routes: expect.toSatisfy((n: number) => n >= replicas - 1),
+          size: replicas,
+          leader: true,
+        })),
+      );
+    } finally {
+      for (const server of servers) server.kill();
+      await Promise.all(
+        servers.map(
+          (server) => new Promise((r) => (server.exitCode === null ? server.once('exit', r) : r(undefined))),
+        ),
+      );
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('production: HTTPS through an Ingress with a TLS Secret to the dispatchers’ Service', () => {
     const prod = renders.get('production')!;
