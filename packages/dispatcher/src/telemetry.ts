@@ -180,6 +180,8 @@ function patchLoaded(instrumentation: object, require: NodeJS.Require): void {
   ).getModuleDefinitions();
   for (const definition of definitions) {
     const exports = require(definition.name) as unknown;
+    // Loaded only now (through the instrumentation's own hook): already patched.
+    if (definition.moduleExports !== undefined) continue;
     const version = (require(`${definition.name}/package.json`) as { version: string }).version;
     definition.moduleExports = definition.patch?.(exports, version) ?? exports;
     definition.moduleVersion = version;
