@@ -169,6 +169,11 @@ describe('the package graph', () => {
     expect(findCycle(runtimeGraph)).toBeUndefined();
   });
 
+  it('has no cycle when devDependencies count too (turbo orders tasks by both, and warns of a cycle)', () => {
+    const full = new Map(all.map((w) => [w.name, new Set([...w.dependencies, ...w.devDependencies])]));
+    expect(findCycle(full)).toBeUndefined();
+  });
+
   it('finds a cycle when there is one (the check above can fail)', () => {
     const graph = new Map([
       ['a', ['b']],

@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { redisUrl, uniquePrefix } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FairwayProcess, startFairway } from './support/processes.ts';
 
@@ -18,6 +19,55 @@ interface OtlpSpan {
 }
 interface OtlpExport {
   resourceSpans: { resource: { attributes: OtlpAttribute[] }; scopeSpans: { spans: OtlpSpan[] }[] }[];
+}
+interface OtlpNumberPoint {
+  attributes?: OtlpAttribute[];
+  asDouble?: number;
+  asInt?: string | number;
+}
+interface OtlpMetric {
+  name: string;
+  sum?: { dataPoints: OtlpNumberPoint[]; isMonotonic?: boolean };
+  gauge?: { dataPoints: OtlpNumberPoint[] };
+  histogram?: { dataPoints: { attributes?: OtlpAttribute[]; count: string | number }[] };
+}
+interface OtlpMetricsExport {
+  resourceMetrics: { resource: { attributes: OtlpAttribute[] }; scopeMetrics: { metrics: OtlpMetric[] }[] }[];
+}
+
+/** An OTLP/HTTP JSON receiver on a free port that keeps what it is sent. */
+async function startCollector(): Promise<{
+  received: { path: string; type: string; body: unknown }[];
+  port: number;
+  close(): Promise<void>;
+}> {
+  const received: { path: string; type: string; body: unknown }[] = [];
+  const server = createServer((req: IncomingMessage, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      received.push({
+        path: req.url ?? '',
+        type: String(req.headers['content-type']),
+        body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown,
+      });
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    received,
+    port: (server.address() as AddressInfo).port,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
+async function until(done: () => boolean, what: () => string, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting: ${what()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 function attr(list: OtlpAttribute[] | undefined, key: string): unknown {
@@ -124,5 +174,132 @@ describe('fairway up exports its traces over OTLP/HTTP (JSON) to a collector', (
     expect(attr(engine?.attributes, 'server.address')).toMatch(/^127\.0\.0\.1:\d+$/);
     expect(JSON.stringify(received)).not.toContain('confidential');
     expect(JSON.stringify(received)).not.toContain(key);
+  });
+});
+
+describe('with Redis and OTEL_METRICS_EXPORTER=otlp: Redis calls in the request trace, metrics beside Prometheus', () => {
+  let collector: Awaited<ReturnType<typeof startCollector>>;
+  let fairway: FairwayProcess;
+  let key: string;
+  const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
+
+  beforeAll(async () => {
+    collector = await startCollector();
+    fairway = await startFairway(
+      [
+        'up',
+        '--port',
+        '0',
+        '--operator-port',
+        '0',
+        '--speed',
+        '20',
+        '--log-level',
+        'warn',
+        '--redis-url',
+        redisUrl(),
+        '--prefix',
+        uniquePrefix(),
+      ],
+      /^fairway is up: (http:\/\/\S+)/,
+      {
+        NATS_URL: '',
+        OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${collector.port}`,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+        OTEL_SERVICE_NAME: 'fairway-under-test',
+        OTEL_BSP_SCHEDULE_DELAY: '100',
+        OTEL_METRICS_EXPORTER: 'otlp',
+        OTEL_METRIC_EXPORT_INTERVAL: '300',
+        OTEL_NODE_ENABLED_INSTRUMENTATIONS: 'ioredis,undici,fastify',
+      },
+    );
+    await new Promise((r) => setTimeout(r, 200)); // the rest of the banner
+    key = /Bearer (sk-[A-Za-z0-9-]+)/.exec(fairway.output.join('\n'))?.[1] ?? '';
+    expect(key).not.toBe('');
+  });
+  afterAll(async () => {
+    await fairway?.stop();
+    await collector?.close();
+  });
+
+  const spans = (): OtlpSpan[] =>
+    collector.received
+      .filter((r) => r.path === '/v1/traces')
+      .flatMap((r) =>
+        (r.body as OtlpExport).resourceSpans.flatMap((rs) => rs.scopeSpans.flatMap((s) => s.spans)),
+      )
+      .filter((s) => s.traceId.toLowerCase() === TRACE);
+
+  it("shows the request's Redis calls under its admission and settle spans, the engine's HTTP call under the engine span, fastify's request span beside them", async () => {
+    const res = await fetch(`${fairway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${key}`,
+        'content-type': 'application/json',
+        traceparent: `00-${TRACE}-00f067aa0ba902b7-01`,
+      },
+      body: JSON.stringify({
+        model: 'llama-2-7b',
+        messages: [{ role: 'user', content: 'a confidential prompt' }],
+        max_tokens: 8,
+      }),
+    });
+    expect(res.status).toBe(200);
+    await res.json();
+    const redisSpans = () =>
+      spans().filter(
+        (s) =>
+          attr(s.attributes, 'db.system.name') === 'redis' || attr(s.attributes, 'db.system') === 'redis',
+      );
+    const byId = () => new Map(spans().map((s) => [s.spanId, s]));
+    const parentName = (s: OtlpSpan) => byId().get(s.parentSpanId ?? '')?.name;
+    await until(
+      () =>
+        spans().some((s) => s.name === 'fairway.settle') &&
+        redisSpans().some((s) => parentName(s) === 'fairway.admission') &&
+        redisSpans().some((s) => parentName(s) === 'fairway.settle'),
+      () => JSON.stringify(spans().map((s) => [s.name, parentName(s)])),
+    );
+    // Admission and enqueue are one call of a Redis function.
+    expect(redisSpans().some((s) => s.name === 'fcall' && parentName(s) === 'fairway.admission')).toBe(true);
+    for (const span of redisSpans()) {
+      expect(span.kind).toBe(3); // CLIENT
+      expect(['fairway.admission', 'fairway.settle']).toContain(parentName(span));
+    }
+    // The engine call over HTTP (undici), under fairway's engine span.
+    const http = spans().find((s) => s.kind === 3 && parentName(s) === 'chat llama-2-7b');
+    expect(http?.name).toBe('POST');
+    // @fastify/otel's request span, in the client's trace beside fairway's own server span.
+    const fastify = spans().find((s) => attr(s.attributes, 'fastify.root') === '@fastify/otel');
+    expect(fastify?.parentSpanId?.toLowerCase()).toBe('00f067aa0ba902b7');
+    expect(attr(fastify?.attributes, 'http.route')).toBe('/v1/chat/completions');
+    expect(JSON.stringify(collector.received)).not.toContain('confidential');
+    expect(JSON.stringify(collector.received)).not.toContain(key);
+  });
+
+  it("sends /metrics' numbers to the OTLP metrics endpoint", async () => {
+    const metric = (name: string): { resource: OtlpAttribute[]; metric: OtlpMetric } | undefined => {
+      for (const r of collector.received.filter((x) => x.path === '/v1/metrics').reverse())
+        for (const rm of (r.body as OtlpMetricsExport).resourceMetrics)
+          for (const sm of rm.scopeMetrics)
+            for (const m of sm.metrics)
+              if (m.name === name) return { resource: rm.resource.attributes, metric: m };
+      return undefined;
+    };
+    const completed = () =>
+      metric('fairway_requests_total')?.metric.sum?.dataPoints.find(
+        (p) => attr(p.attributes, 'tenant') === 'acme' && attr(p.attributes, 'outcome') === 'completed',
+      );
+    await until(
+      () => Number(completed()?.asDouble ?? completed()?.asInt ?? 0) >= 1,
+      () => `fairway_requests_total: ${JSON.stringify(metric('fairway_requests_total')?.metric ?? 'none')}`,
+    );
+    const requests = metric('fairway_requests_total')!;
+    expect(requests.metric.sum?.isMonotonic).toBe(true);
+    expect(attr(requests.resource, 'service.name')).toBe('fairway-under-test');
+    // No command line among the resource's attributes: a password may be given as a flag.
+    expect(requests.resource.map((a) => a.key)).not.toContain('process.command_args');
+    expect(metric('fairway_queue_wait_seconds')?.metric.histogram?.dataPoints.length).toBeGreaterThan(0);
+    expect(collector.received.find((x) => x.path === '/v1/metrics')?.type).toContain('application/json');
   });
 });

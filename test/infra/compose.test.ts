@@ -86,6 +86,24 @@ describe('infra/docker-compose.yml', () => {
       expect(Object.keys(services)).toContain(name);
   });
 
+  it("sends the dispatchers' telemetry to the collector's OTLP/HTTP receiver, which has a pipeline for traces and for metrics", () => {
+    const collector = parse(readFileSync(join(INFRA, 'otel/collector.yaml'), 'utf8')) as {
+      receivers: { otlp: { protocols: { http: { endpoint: string } } } };
+      service: { pipelines: Record<string, { receivers: string[]; exporters: string[] }> };
+    };
+    const http = new URL(`http://${collector.receivers.otlp.protocols.http.endpoint}`);
+    for (const name of ['dispatcher-1', 'dispatcher-2']) {
+      const endpoint = new URL(services[name]?.environment?.OTEL_EXPORTER_OTLP_ENDPOINT ?? '');
+      expect(endpoint.hostname, name).toBe('otel-collector');
+      expect(endpoint.port, name).toBe(http.port);
+    }
+    expect(services['otel-collector']?.volumes).toContain(
+      './otel/collector.yaml:/etc/otelcol/collector.yaml:ro',
+    );
+    for (const signal of ['traces', 'metrics'])
+      expect(collector.service.pipelines[signal]?.receivers, signal).toContain('otlp');
+  });
+
   it('health-checks every service that can be probed, and starts each after what it needs is healthy', () => {
     for (const [name, service] of Object.entries(services)) {
       const exempt = UNPROBEABLE[name];

@@ -13,8 +13,9 @@ import { promFamilies } from '../e2e/support/prometheus.ts';
 import { REPO_ROOT } from './support/repo.ts';
 
 /**
- * The Grafana dashboard the compose stack provisions (infra/grafana): a well-formed dashboard on
- * the provisioned Prometheus datasource, whose every panel queries only metrics that a running
+ * The Grafana dashboard the compose stack provisions (infra/grafana): a well-formed dashboard whose
+ * panels query the Prometheus datasource picked in its `datasource` variable (the provisioned one by
+ * default, any other where the dashboard is imported), whose every panel queries only metrics that a running
  * fairway fleet (`fairway up`: a dispatcher and engine-sims) really exports — names read from
  * the dispatcher's and an engine's /metrics, not from a list kept by hand.
  */
@@ -40,6 +41,20 @@ interface Dashboard {
   title: string;
   schemaVersion: number;
   panels: Panel[];
+  templating: { list: { name: string; type: string; query?: string }[] };
+}
+
+/** How a panel names the datasource chosen in the dashboard's `datasource` variable. */
+const DATASOURCE_VARIABLE = '$' + '{datasource}';
+
+/** Every `datasource` object anywhere in a JSON value, with where it is. */
+function datasourceRefs(node: unknown, path = ''): { path: string; ref: unknown }[] {
+  if (Array.isArray(node)) return node.flatMap((item, i) => datasourceRefs(item, `${path}[${i}]`));
+  if (node === null || typeof node !== 'object') return [];
+  return Object.entries(node).flatMap(([key, value]) => [
+    ...(key === 'datasource' ? [{ path: `${path}.${key}`, ref: value }] : []),
+    ...datasourceRefs(value, `${path}.${key}`),
+  ]);
 }
 
 const dashboard = JSON.parse(readFileSync(join(GRAFANA, 'dashboards', 'fairway.json'), 'utf8')) as Dashboard;
@@ -97,7 +112,7 @@ function promqlNames(expr: string): { metrics: string[]; functions: string[] } {
 }
 
 describe('infra/grafana: the fleet dashboard', () => {
-  it('is provisioned from the folder compose mounts, on the provisioned Prometheus datasource', () => {
+  it('is provisioned from the folder compose mounts; its datasource variable defaults to the provisioned Prometheus', () => {
     const provider = parse(
       readFileSync(join(GRAFANA, 'provisioning', 'dashboards', 'fairway.yml'), 'utf8'),
     ) as {
@@ -112,11 +127,21 @@ describe('infra/grafana: the fleet dashboard', () => {
       readFileSync(join(GRAFANA, 'provisioning', 'datasources', 'prometheus.yml'), 'utf8'),
     ) as { datasources: { uid: string; type: string; url: string }[] };
     const ds = datasources.datasources[0];
-    expect(ds).toMatchObject({ type: 'prometheus', url: 'http://prometheus:9090' });
+    // A datasource variable with no current value starts on the default datasource of its type.
+    expect(ds).toMatchObject({ type: 'prometheus', url: 'http://prometheus:9090', isDefault: true });
+  });
+
+  it('queries the Prometheus chosen in its datasource variable, never a datasource uid written in', () => {
+    const variable = dashboard.templating.list.find((v) => v.name === 'datasource');
+    expect(variable).toMatchObject({ type: 'datasource', query: 'prometheus' });
     for (const p of dashboard.panels) {
-      expect(p.datasource, p.title).toEqual({ type: 'prometheus', uid: ds?.uid });
-      for (const t of p.targets) expect(t.datasource?.uid ?? ds?.uid, p.title).toBe(ds?.uid);
+      expect(p.datasource, p.title).toEqual({ type: 'prometheus', uid: DATASOURCE_VARIABLE });
+      for (const t of p.targets) expect(t.datasource, `${p.title} ${t.refId}`).toEqual(p.datasource);
     }
+    const written = datasourceRefs(dashboard).filter(
+      ({ ref }) => (ref as { uid?: string } | undefined)?.uid !== DATASOURCE_VARIABLE,
+    );
+    expect(written.map((w) => w.path)).toEqual([]);
   });
 
   it('is a well-formed dashboard: unique panel ids and ref ids, panels within the 24-column grid and not overlapping', () => {

@@ -1,15 +1,20 @@
-import { execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { loadConfig } from '@fairway/core';
+import { serveEnvSchema } from '@fairway/dispatcher';
+import { freePort } from '@fairway/testkit';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
+import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
+import { Ingress, NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Secret, Service } from 'kubernetes-models/v1';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { cliArgsProblem } from './support/cli-args.ts';
 import {
   type K8sObject,
@@ -27,7 +32,10 @@ import { REPO_ROOT } from './support/repo.ts';
  * kubernetes-models (at run time, and through its TypeScript types, which also reject misspelt
  * fields), every ConfigMap, Secret, Service and scale target that is referenced exists, and the
  * deployment's promises hold: probes, resources, non-root fairway containers, pinned images, the
- * vLLM replicas scaled on fairway_desired_replicas for a pool the config really scales.
+ * vLLM replicas scaled on fairway_desired_replicas for a pool the config really scales, Prometheus
+ * told to scrape the dispatchers that export it, vLLM's port closed to all but the dispatchers, a
+ * three-node NATS cluster in dev, TLS and Secrets in production. The prometheus-operator kinds are
+ * checked with @kubernetes-models/prometheus-operator (generated from the operator's CRDs).
  */
 
 const K8S = join(REPO_ROOT, 'infra/k8s');
@@ -59,12 +67,35 @@ const MODELS: Record<
     module: '@kubernetes-models/keda/keda.sh/v1alpha1',
     type: 'IScaledObject',
   },
+  'monitoring.coreos.com/v1/PodMonitor': {
+    model: PodMonitor,
+    module: '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1',
+    type: 'IPodMonitor',
+  },
+  'networking.k8s.io/v1/NetworkPolicy': {
+    model: NetworkPolicy,
+    module: 'kubernetes-models/networking.k8s.io/v1',
+    type: 'INetworkPolicy',
+  },
+  'networking.k8s.io/v1/Ingress': {
+    model: Ingress,
+    module: 'kubernetes-models/networking.k8s.io/v1',
+    type: 'IIngress',
+  },
 };
 
-/** Objects an overlay expects to find in the cluster rather than create (docs/operators/deploy.md says how). */
+/**
+ * Objects an overlay expects to find in the cluster rather than create (its kustomization.yaml and
+ * docs/operators/kubernetes.md say how). Secrets referenced as optional are not listed.
+ */
 const EXTERNAL: Record<string, string[]> = {
   dev: ['Secret/fairway-dev/fairway-operator'],
-  production: ['Secret/fairway/fairway-credentials', 'Secret/fairway/fairway-operator'],
+  production: [
+    'Secret/fairway/fairway-admin-token',
+    'Secret/fairway/fairway-credentials',
+    'Secret/fairway/fairway-operator',
+    'Secret/fairway/fairway-tls',
+  ],
 };
 
 interface Container {
@@ -72,7 +103,11 @@ interface Container {
   image: string;
   args?: string[];
   ports?: { name?: string; containerPort: number }[];
-  env?: { name: string; value?: string; valueFrom?: Record<string, { name: string; key: string }> }[];
+  env?: {
+    name: string;
+    value?: string;
+    valueFrom?: Record<string, { name: string; key: string; optional?: boolean }>;
+  }[];
   envFrom?: { configMapRef?: { name: string }; secretRef?: { name: string } }[];
   resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
   securityContext?: Record<string, unknown>;
@@ -90,9 +125,23 @@ interface PodSpec {
   securityContext?: Record<string, unknown>;
   volumes?: { name: string; configMap?: { name: string }; secret?: { secretName: string } }[];
 }
+interface Mount {
+  name: string;
+  mountPath: string;
+}
 type Workload = K8sObject & {
-  spec: { serviceName?: string; template: { metadata: { labels: Record<string, string> }; spec: PodSpec } };
+  spec: {
+    serviceName?: string;
+    replicas?: number;
+    template: { metadata: { labels: Record<string, string> }; spec: PodSpec };
+    volumeClaimTemplates?: { metadata: { name: string } }[];
+  };
 };
+
+function flag(args: readonly string[], name: string): string | undefined {
+  const i = args.indexOf(name);
+  return i < 0 ? undefined : args[i + 1];
+}
 
 function workloads(objects: readonly K8sObject[]): Workload[] {
   return objects.filter((o): o is Workload => o.kind === 'Deployment' || o.kind === 'StatefulSet');
@@ -124,12 +173,48 @@ function references(objects: readonly K8sObject[]): { id: string; key?: string }
       for (const e of c.env ?? []) {
         const secret = e.valueFrom?.secretKeyRef;
         const config = e.valueFrom?.configMapKeyRef;
-        if (secret) refs.push({ id: `Secret/${ns}/${secret.name}`, key: secret.key });
+        if (secret && secret.optional !== true)
+          refs.push({ id: `Secret/${ns}/${secret.name}`, key: secret.key });
         if (config) refs.push({ id: `ConfigMap/${ns}/${config.name}`, key: config.key });
       }
     }
   }
+  for (const ingress of objects.filter((o) => o.kind === 'Ingress')) {
+    const tls = (ingress.spec as { tls?: { secretName: string }[] }).tls ?? [];
+    for (const t of tls) refs.push({ id: `Secret/${ingress.metadata.namespace ?? ''}/${t.secretName}` });
+  }
   return refs;
+}
+
+/**
+ * A container's environment as the kubelet builds it: envFrom ConfigMaps in the render, then env
+ * entries in order (later ones win), `$(NAME)` replaced by a variable defined before it. Values
+ * from Secrets are `<secret:name/key>` (or the Secret's data when the render holds it).
+ */
+function containerEnv(objects: readonly K8sObject[], c: Container): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const from of c.envFrom ?? [])
+    if (from.configMapRef)
+      Object.assign(env, find(objects, 'ConfigMap', from.configMapRef.name)?.data as Record<string, string>);
+  for (const e of c.env ?? []) {
+    const secret = e.valueFrom?.secretKeyRef;
+    if (secret) {
+      const data = find(objects, 'Secret', secret.name)?.data as Record<string, string> | undefined;
+      const value = data?.[secret.key];
+      env[e.name] =
+        value === undefined ? `secret-${secret.name}-${secret.key}` : Buffer.from(value, 'base64').toString();
+    } else if (e.value !== undefined)
+      env[e.name] = e.value.replace(
+        /\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g,
+        (all, name: string) => env[name] ?? all,
+      );
+  }
+  return env;
+}
+
+/** The workloads whose pods a label selector (matchLabels) picks. */
+function selected(objects: readonly K8sObject[], selector: Record<string, string>): Workload[] {
+  return workloads(objects).filter((w) => matches(selector, w.spec.template.metadata.labels));
 }
 
 const kubectl = (() => {
@@ -225,15 +310,30 @@ describe('infra/k8s', () => {
       });
 
       it('fairway reaches Redis, NATS and each replica by names that resolve in the cluster', () => {
-        const env = find(objects, 'ConfigMap', 'fairway-env')?.data as Record<string, string>;
-        for (const url of [env.REDIS_URL!, env.NATS_URL!]) {
+        const d = find(objects, 'Deployment', 'fairway-dispatcher') as Workload;
+        const env = containerEnv(objects, d.spec.template.spec.containers[0]!);
+        // The dispatcher reads its environment with this schema: a bad URL would stop it at start.
+        expect(serveEnvSchema.safeParse(env).error).toBeUndefined();
+        for (const url of [env.REDIS_URL!, ...env.NATS_URL!.split(',')]) {
           const { hostname, port } = new URL(url);
-          if (hostname.includes('.')) continue; // outside the namespace: production's managed services
-          const svc = find(objects, 'Service', hostname);
+          const labels = hostname.split('.');
+          if (labels.length > 2) continue; // outside the namespace: production's managed services
+          const svc = find(objects, 'Service', labels.at(-1)!);
           expect(svc, url).toBeDefined();
           expect((svc!.spec as { ports: { port: number }[] }).ports.map((p) => String(p.port))).toContain(
             port,
           );
+          if (labels.length === 2) {
+            // <pod>.<headless service>: a pod the StatefulSet behind that service runs
+            const set = workloads(objects).find(
+              (w) => w.kind === 'StatefulSet' && w.spec.serviceName === labels[1],
+            );
+            expect(set, url).toBeDefined();
+            expect(svc!.spec).toMatchObject({ clusterIP: 'None' });
+            const ordinal = Number(labels[0]!.slice(set!.metadata.name.length + 1));
+            expect(labels[0]!.startsWith(`${set!.metadata.name}-`), url).toBe(true);
+            expect(ordinal, url).toBeLessThan(set!.spec.replicas ?? 1);
+          }
         }
         for (const w of workloads(objects))
           for (const c of w.spec.template.spec.containers) {
@@ -308,6 +408,82 @@ describe('infra/k8s', () => {
         );
       });
 
+      it("Prometheus scrapes every dispatcher's operator port (PodMonitor), where the ScaledObject's metric is exported", () => {
+        const d = find(objects, 'Deployment', 'fairway-dispatcher') as Workload;
+        const monitors = objects.filter((o) => o.kind === 'PodMonitor');
+        const scraping = monitors.filter((m) =>
+          matches(
+            (m.spec as { selector: { matchLabels: Record<string, string> } }).selector.matchLabels,
+            d.spec.template.metadata.labels,
+          ),
+        );
+        expect(scraping.map((m) => m.metadata.name)).toEqual(['fairway-dispatcher']);
+        const [endpoint] = (scraping[0]!.spec as { podMetricsEndpoints: { port: string; path: string }[] })
+          .podMetricsEndpoints;
+        const c = d.spec.template.spec.containers[0]!;
+        // The port that serves /metrics: the operator port, bound beyond loopback.
+        expect(c.ports?.find((p) => p.name === endpoint?.port)?.containerPort).toBe(9464);
+        expect(endpoint?.path).toBe('/metrics');
+        expect(containerEnv(objects, c).FAIRWAY_OPERATOR_HOST).toBe('0.0.0.0');
+        // The ScaledObject asks the Prometheus of prometheus-operator (its prometheus-operated Service).
+        const scaled = objects.find((o) => o.kind === 'ScaledObject')!;
+        const trigger = (scaled.spec as { triggers: { metadata: { serverAddress: string } }[] }).triggers[0]!;
+        expect(new URL(trigger.metadata.serverAddress).hostname).toMatch(/^prometheus-operated\./);
+      });
+
+      it("only the dispatchers may reach vLLM's port; the agent beside it uses the pod's loopback", () => {
+        const vllm = find(objects, 'StatefulSet', 'vllm-llama-2-7b') as Workload;
+        const policies = objects.filter(
+          (o) =>
+            o.kind === 'NetworkPolicy' &&
+            matches(
+              (o.spec as { podSelector: { matchLabels: Record<string, string> } }).podSelector.matchLabels,
+              vllm.spec.template.metadata.labels,
+            ),
+        );
+        expect(policies).toHaveLength(1);
+        const spec = policies[0]!.spec as {
+          policyTypes: string[];
+          ingress: {
+            from: {
+              podSelector?: { matchLabels: Record<string, string> };
+              namespaceSelector?: unknown;
+              ipBlock?: unknown;
+            }[];
+            ports: { port: string | number }[];
+          }[];
+        };
+        expect(spec.policyTypes).toContain('Ingress');
+        const peers = spec.ingress.flatMap((rule) => rule.from ?? []);
+        // No namespace- or address-wide peers: only pods of this namespace picked by label.
+        expect(peers.every((p) => p.namespaceSelector === undefined && p.ipBlock === undefined)).toBe(true);
+        const admitted = new Set(
+          peers.flatMap((p) =>
+            selected(objects, p.podSelector?.matchLabels ?? {}).map((w) => w.metadata.name),
+          ),
+        );
+        expect([...admitted]).toEqual(['fairway-dispatcher']);
+        // An empty podSelector ({}) would select every pod: it must name the dispatchers.
+        expect(peers.every((p) => Object.keys(p.podSelector?.matchLabels ?? {}).length > 0)).toBe(true);
+        const [engine, agent] = vllm.spec.template.spec.containers;
+        const port = engine!.ports!.find((p) => p.containerPort === 8000)!;
+        expect(spec.ingress.flatMap((r) => r.ports.map((p) => p.port))).toEqual([port.name]);
+        expect(containerEnv(objects, engine!).VLLM_SERVER_DEV_MODE).toBe('1');
+        expect(new URL(agent!.args![agent!.args!.indexOf('--engine-url') + 1]!).hostname).toBe('127.0.0.1');
+      });
+
+      it('vLLM: a Hugging Face token from an optional Secret, and a model cache volume per replica at HF_HOME', () => {
+        const vllm = find(objects, 'StatefulSet', 'vllm-llama-2-7b') as Workload;
+        const engine = vllm.spec.template.spec.containers[0]! as Container & { volumeMounts: Mount[] };
+        const token = engine.env?.find((e) => e.name === 'HF_TOKEN')?.valueFrom?.secretKeyRef;
+        expect(token).toMatchObject({ name: 'hf-token', key: 'token', optional: true });
+        const home = containerEnv(objects, engine).HF_HOME;
+        const claims = (vllm.spec.volumeClaimTemplates ?? []).map((t) => t.metadata.name);
+        const cache = engine.volumeMounts.find((m) => m.mountPath === home);
+        expect(cache, `a volume at HF_HOME ${home}`).toBeDefined();
+        expect(claims).toContain(cache!.name);
+      });
+
       it('fairway-config is a valid fairway config, and KEDA follows the desired replicas of a pool it scales', () => {
         const data = find(objects, 'ConfigMap', 'fairway-config')?.data as Record<string, string>;
         const dir = mkdtempSync(join(tmpdir(), 'fairway-k8s-config-'));
@@ -329,6 +505,17 @@ describe('infra/k8s', () => {
     });
   }
 
+  it("dev's in-cluster Redis and NATS run the compose stack's images", () => {
+    const compose = parseYaml(readFileSync(join(REPO_ROOT, 'infra/docker-compose.yml'), 'utf8'), {
+      merge: true,
+    }) as { services: Record<string, { image?: string }> };
+    const dev = renders.get('dev')!;
+    const image = (name: string) =>
+      (find(dev, 'StatefulSet', name) as Workload).spec.template.spec.containers[0]!.image;
+    expect(image('redis')).toBe(compose.services.redis?.image);
+    expect(image('nats')).toBe(compose.services['nats-1']?.image);
+  });
+
   it("dev's in-cluster Redis runs the compose stack's redis.conf", () => {
     const redis = find(renders.get('dev')!, 'ConfigMap', 'redis-config')?.data as Record<string, string>;
     expect(redis['redis.conf']).toBe(readFileSync(join(REPO_ROOT, 'infra/redis/redis.conf'), 'utf8'));
@@ -345,12 +532,21 @@ describe('infra/k8s', () => {
     const secret = find(dev, 'Secret', 'fairway-credentials')?.data as Record<string, string>;
     const nats = find(dev, 'StatefulSet', 'nats') as Workload;
     const env: Record<string, string> = {};
-    for (const e of nats.spec.template.spec.containers[0]!.env ?? [])
-      env[e.name] = Buffer.from(secret[e.valueFrom!.secretKeyRef!.key]!, 'base64').toString();
+    for (const e of nats.spec.template.spec.containers[0]!.env ?? []) {
+      const ref = e.valueFrom?.secretKeyRef;
+      if (ref !== undefined) env[e.name] = Buffer.from(secret[ref.key]!, 'base64').toString();
+    }
     const dir = mkdtempSync(join(tmpdir(), 'fairway-k8s-nats-'));
     try {
       writeFileSync(join(dir, 'nats-server.conf'), conf);
-      const out = execFileSync('nats-server', ['-t', '-c', join(dir, 'nats-server.conf')], {
+      // The container's own command line, config path swapped for the rendered file: nats-server -t
+      // refuses an unknown flag or a bad value as it would at start.
+      const args = (nats.spec.template.spec.containers[0]!.args ?? []).map((a) =>
+        a === '/etc/nats/nats-server.conf'
+          ? join(dir, 'nats-server.conf')
+          : a.replace('$(POD_NAME)', 'nats-0'),
+      );
+      const out = execFileSync('nats-server', [...args, '-t'], {
         env: { ...process.env, PATH: `${process.env.PATH}:/usr/sbin`, ...env },
         encoding: 'utf8',
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -369,6 +565,210 @@ describe('infra/k8s', () => {
     const scaled = dev.find((o) => o.kind === 'ScaledObject')!;
     const max = (scaled.spec as { maxReplicaCount: number }).maxReplicaCount;
     for (let i = 0; i < max; i++) expect(conf).toContain(`"fairway.replica.vllm-llama-2-7b-${i}.>"`);
+  });
+
+  it("dev's NATS is a three-server cluster: routes to every server, JetStream stored per server, clients given every server", () => {
+    const dev = renders.get('dev')!;
+    const nats = find(dev, 'StatefulSet', 'nats') as Workload;
+    const c = nats.spec.template.spec.containers[0]!;
+    const args = c.args ?? [];
+    expect(nats.spec.replicas).toBe(3);
+    const pods = [0, 1, 2].map((i) => `nats-${i}.${nats.spec.serviceName}`);
+    const svc = find(dev, 'Service', nats.spec.serviceName!)!.spec as {
+      clusterIP?: string;
+      publishNotReadyAddresses?: boolean;
+      ports: { name: string; port: number }[];
+    };
+    // Per-pod DNS names, published before the pods are ready (the servers find each other first).
+    expect(svc).toMatchObject({ clusterIP: 'None', publishNotReadyAddresses: true });
+    const clusterPort = new URL(flag(args, '--cluster')!).port;
+    expect(svc.ports.map((p) => String(p.port))).toContain(clusterPort);
+    const routes = flag(args, '--routes')!
+      .split(',')
+      .map((u) => new URL(u));
+    expect(routes.map((u) => u.hostname).sort()).toEqual(pods);
+    expect(routes.every((u) => u.port === clusterPort)).toBe(true);
+    expect(flag(args, '--server_name')).toBe('$(POD_NAME)');
+    expect(c.env?.find((e) => e.name === 'POD_NAME')).toMatchObject({
+      valueFrom: { fieldRef: { fieldPath: 'metadata.name' } },
+    });
+    expect(flag(args, '--cluster_name')).toBeDefined();
+    // JetStream's store on a volume of each server's own (-sd), not one shared by the three.
+    const store = flag(args, '-sd');
+    const mount = (c as Container & { volumeMounts: Mount[] }).volumeMounts.find(
+      (m) => m.mountPath === store,
+    );
+    expect(nats.spec.volumeClaimTemplates?.map((t) => t.metadata.name)).toContain(mount?.name);
+    // Every fairway process on NATS is given every server.
+    for (const w of workloads(dev))
+      for (const container of w.spec.template.spec.containers) {
+        const env = containerEnv(dev, container);
+        if (env.NATS_USER === undefined) continue;
+        const urls = env.NATS_URL!.split(',').map((u) => new URL(u));
+        expect(urls.map((u) => u.hostname).sort(), container.name).toEqual(pods);
+      }
+    expect(find(dev, 'PodDisruptionBudget', 'nats')?.spec).toMatchObject({ maxUnavailable: 1 });
+  });
+
+  it("dev's NATS servers, started with the StatefulSet's command line and config, form one cluster with JetStream", async () => {
+    const dev = renders.get('dev')!;
+    const nats = find(dev, 'StatefulSet', 'nats') as Workload;
+    const container = nats.spec.template.spec.containers[0]!;
+    const conf = (find(dev, 'ConfigMap', 'nats-config')!.data as Record<string, string>)['nats-server.conf']!;
+    const secret = find(dev, 'Secret', 'fairway-credentials')?.data as Record<string, string>;
+    const env: Record<string, string> = {};
+    for (const e of container.env ?? []) {
+      const ref = e.valueFrom?.secretKeyRef;
+      if (ref !== undefined) env[e.name] = Buffer.from(secret[ref.key]!, 'base64').toString();
+    }
+    const replicas = nats.spec.replicas ?? 1;
+    // Each pod on this machine: its DNS name is 127.0.0.1, its ports free ones.
+    const ports = await Promise.all(
+      Array.from({ length: replicas }, async () => ({
+        client: await freePort(),
+        cluster: await freePort(),
+        monitor: await freePort(),
+      })),
+    );
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-k8s-nats-cluster-'));
+    const servers: ChildProcess[] = [];
+    try {
+      writeFileSync(join(dir, 'nats-server.conf'), conf);
+      const podUrl = (url: string): string => {
+        const u = new URL(url);
+        const i = Number(/^nats-(\d+)\./.exec(u.hostname)?.[1]);
+        return `nats://127.0.0.1:${ports[i]!.cluster}`;
+      };
+      for (let i = 0; i < replicas; i++) {
+        const args = (container.args ?? []).map((a, k, all) => {
+          const flagName = all[k - 1];
+          if (a === '/etc/nats/nats-server.conf') return join(dir, 'nats-server.conf');
+          if (flagName === '-sd') return join(dir, `data-${i}`);
+          if (flagName === '-m') return String(ports[i]!.monitor);
+          if (flagName === '--cluster') return `nats://127.0.0.1:${ports[i]!.cluster}`;
+          if (flagName === '--routes') return a.split(',').map(podUrl).join(',');
+          return a.replace('$(POD_NAME)', `nats-${i}`);
+        });
+        servers.push(
+          spawn('nats-server', [...args, '-p', String(ports[i]!.client)], {
+            env: { ...process.env, PATH: `${process.env.PATH}:/usr/sbin`, ...env },
+            stdio: 'ignore',
+          }),
+        );
+      }
+      const monitor = async (i: number, path: string) =>
+        fetch(`http://127.0.0.1:${ports[i]!.monitor}${path}`).catch(() => undefined);
+      const deadline = Date.now() + 30_000;
+      for (let i = 0; i < replicas; i++)
+        for (;;) {
+          // Ready as the readiness probe asks: JetStream up, which needs the cluster's meta leader.
+          const res = await monitor(i, '/healthz?js-enabled-only=true');
+          if (res?.status === 200) break;
+          if (Date.now() > deadline) throw new Error(`nats-${i} never became ready`);
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      // Routes and the JetStream meta group may settle after the first readiness: wait for them.
+      const cluster = async () => {
+        const views = [];
+        for (let i = 0; i < replicas; i++) {
+          const routez = (await (await monitor(i, '/routez'))?.json()) as { num_routes: number } | undefined;
+          const varz = (await (await monitor(i, '/varz'))?.json()) as
+            | { server_name: string; cluster: { name?: string } }
+            | undefined;
+          const jsz = (await (await monitor(i, '/jsz'))?.json()) as
+            | { meta_cluster?: { cluster_size: number; leader?: string } }
+            | undefined;
+          views.push({
+            name: varz?.server_name,
+            cluster: varz?.cluster.name,
+            routes: routez?.num_routes ?? 0,
+            size: jsz?.meta_cluster?.cluster_size,
+            leader: jsz?.meta_cluster?.leader !== undefined && jsz.meta_cluster.leader !== '',
+          });
+        }
+        return views;
+      };
+      let views = await cluster();
+      while (!views.every((v) => v.routes >= replicas - 1 && v.size === replicas && v.leader)) {
+        if (Date.now() > deadline) break;
+        await new Promise((r) => setTimeout(r, 200));
+        views = await cluster();
+      }
+      expect(views).toEqual(
+        Array.from({ length: replicas }, (_, i) => ({
+          name: `nats-${i}`,
+          cluster: flag(container.args ?? [], '--cluster_name'),
+          routes: expect.toSatisfy((n: number) => n >= replicas - 1),
+          size: replicas,
+          leader: true,
+        })),
+      );
+    } finally {
+      for (const server of servers) server.kill();
+      await Promise.all(
+        servers.map(
+          (server) => new Promise((r) => (server.exitCode === null ? server.once('exit', r) : r(undefined))),
+        ),
+      );
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('production: HTTPS through an Ingress with a TLS Secret to the dispatchers’ Service', () => {
+    const prod = renders.get('production')!;
+    const ingresses = prod.filter((o) => o.kind === 'Ingress');
+    expect(ingresses).toHaveLength(1);
+    const spec = ingresses[0]!.spec as {
+      tls: { hosts: string[]; secretName: string }[];
+      rules: {
+        host: string;
+        http: { paths: { path: string; backend: { service: { name: string; port: { name: string } } } }[] };
+      }[];
+    };
+    const tlsHosts = spec.tls.flatMap((t) => t.hosts);
+    for (const rule of spec.rules) {
+      expect(tlsHosts, `${rule.host} is served with TLS`).toContain(rule.host);
+      for (const { backend } of rule.http.paths) {
+        const svc = find(prod, 'Service', backend.service.name)?.spec as { ports: { name: string }[] };
+        expect(svc.ports.map((p) => p.name)).toContain(backend.service.port.name);
+      }
+    }
+    expect(spec.tls.every((t) => t.secretName.length > 0)).toBe(true);
+  });
+
+  it('production: the Redis password from a Secret in the URL the dispatchers connect with; the admin token from a Secret', () => {
+    const prod = renders.get('production')!;
+    const d = find(prod, 'Deployment', 'fairway-dispatcher') as Workload;
+    const c = d.spec.template.spec.containers[0]! as Container & { volumeMounts: Mount[] };
+    const env = containerEnv(prod, c);
+    const redis = new URL(env.REDIS_URL!);
+    expect(redis.protocol).toBe('rediss:');
+    expect(redis.password).toBe('secret-fairway-credentials-redis-password');
+    expect(serveEnvSchema.safeParse(env).error).toBeUndefined();
+    // The admin token file lies in a volume from a Secret.
+    const file = env.FAIRWAY_ADMIN_TOKEN_FILE!;
+    const mount = c.volumeMounts.find((m) => file.startsWith(`${m.mountPath}/`));
+    const volume = d.spec.template.spec.volumes?.find((v) => v.name === mount?.name);
+    expect(volume?.secret?.secretName).toBe('fairway-admin-token');
+  });
+
+  it('production: every Secret and key the overlay needs is in the commands its kustomization.yaml gives', () => {
+    const prod = renders.get('production')!;
+    const howto = readFileSync(join(K8S, 'overlays/production/kustomization.yaml'), 'utf8');
+    for (const ref of references(prod)) {
+      const name = ref.id.split('/')[2]!;
+      if (find(prod, 'Secret', name) !== undefined || ref.id.startsWith('ConfigMap/')) continue;
+      if (name === 'fairway-tls') {
+        expect(howto).toContain('fairway-tls');
+        continue;
+      }
+      const command = howto.slice(howto.indexOf(`create secret generic ${name}`));
+      expect(command.length, `a command that creates ${name}`).toBeLessThan(howto.length);
+      if (ref.key !== undefined)
+        expect(command.split('\n#   kubectl')[0], `${name} gets ${ref.key}`).toMatch(
+          new RegExp(`--from-(literal|file)=${ref.key}[=\\s]`),
+        );
+    }
   });
 });
 

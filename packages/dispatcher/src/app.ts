@@ -28,7 +28,7 @@ import { type AdminApiSettings, adminApiRoutes } from './routes/admin-api.ts';
 import { adminOverviewRoute } from './routes/admin-overview.ts';
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts';
 import { openAiRoutes } from './routes/openai.ts';
-import { healthRoutes, metricsRoute } from './routes/ops.ts';
+import { healthRoutes, metricsRoute, observeGauges } from './routes/ops.ts';
 import { usageApiRoutes } from './routes/usage-api.ts';
 import { schedulingFromConfig } from './scheduling-config.ts';
 import { TenantDirectory } from './tenant-directory.ts';
@@ -59,7 +59,7 @@ export interface DispatcherDeps {
   readonly lease?: LeaseBackend;
   /** Which admin events on the bus this dispatcher applies (see {@link adminTrustOf}). */
   readonly adminTrust: AdminTrust;
-  /** Traces requests (see `startTracing`). @default none: no span is built */
+  /** Traces requests (see `startTelemetry`). @default none: no span is built */
   readonly tracer?: Tracer | undefined;
   /** The admin HTTP API on the operator port. @default off: every `/admin/v1` route answers 403 */
   readonly adminApi?: AdminApiSettings | undefined;
@@ -77,6 +77,8 @@ export interface Dispatcher {
   readonly operator: FastifyInstance;
   readonly runtime: GatewayRuntime;
   readonly metrics: GatewayMetrics;
+  /** Sets the gauges read at scrape time, as `/metrics` does before it answers (the OTLP export calls it). */
+  readonly observeMetrics: () => void;
   /** Who a request's `Authorization` header authenticates as (throws the OpenAI-shaped 401s). */
   readonly authenticate: (headers: Record<string, string | string[] | undefined>) => Principal;
   /** Completions run for a tenant through the public route, in process (the Batch API's lines). */
@@ -399,16 +401,17 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     now: () => deps.clock.now(),
   });
   void operator.register(consoleRoutes);
+  const observe = () => {
+    metrics.observeReplicas(fleet());
+    metrics.observeBands(queues());
+    metrics.observeWeights(tenants.ids().map((t) => [t, tenants.weightOf(t)] as const));
+  };
   void operator.register(metricsRoute, {
     runtime,
     metrics,
     pools,
     token: deps.config.server.metricsToken,
-    observe: () => {
-      metrics.observeReplicas(fleet());
-      metrics.observeBands(queues());
-      metrics.observeWeights(tenants.ids().map((t) => [t, tenants.weightOf(t)] as const));
-    },
+    observe,
   });
   app.addHook('onClose', async () => operator.close());
   return {
@@ -416,6 +419,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     operator,
     runtime,
     metrics,
+    observeMetrics: () => observeGauges({ runtime, metrics, pools, observe }),
     authenticate: (headers) => auth.principal(headers),
     internal: new InternalCompletions(app, auth),
   };

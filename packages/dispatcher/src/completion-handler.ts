@@ -155,7 +155,10 @@ export async function handleCompletion(
 
   let sub: Awaited<ReturnType<GatewayRuntime['submit']>>;
   try {
-    sub = await ctx.runtime.submit(req, pool);
+    // Under the admission span: an instrumented store client traces its calls there.
+    sub = await (tr === undefined
+      ? ctx.runtime.submit(req, pool)
+      : tr.within(admission, () => ctx.runtime.submit(req, pool)));
   } catch (err) {
     ctx.logger.error({ err: (err as Error).message }, 'dispatcher: admission failed');
     throw new ApiError('NOT_READY', 'the scheduling store is unavailable; retry', {

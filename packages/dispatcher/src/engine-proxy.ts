@@ -127,7 +127,10 @@ function closeEngineCall(call: ProxyCall, span: Span | undefined, usage: Usage, 
 /** Settles a completed request with the store (`finish`), traced as `fairway.settle`. */
 function settle(call: ProxyCall, usage: Usage): void {
   const span = call.trace?.child('fairway.settle', SpanKind.INTERNAL, undefined, false);
-  const done = call.runtime.finish(call.ticket, usage);
+  const done =
+    call.trace === undefined
+      ? call.runtime.finish(call.ticket, usage)
+      : call.trace.within(span, () => call.runtime.finish(call.ticket, usage));
   if (span !== undefined) void done.finally(() => span.end());
 }
 
@@ -177,13 +180,16 @@ async function proxyWhole(call: ProxyCall): Promise<ProxyResult> {
   const signal = call.ticket.startCall(call.gone);
   let result: Awaited<ReturnType<Engine['complete']>>;
   try {
-    result = await call.engine.complete(call.endpoint, call.described.forwardBody, {
-      signal,
-      headers: engineCall.headers,
-      ...(call.timeouts === undefined
-        ? {}
-        : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
-    });
+    const send = () =>
+      call.engine.complete(call.endpoint, call.described.forwardBody, {
+        signal,
+        headers: engineCall.headers,
+        ...(call.timeouts === undefined
+          ? {}
+          : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
+      });
+    // Under the engine span: an instrumented HTTP client traces the call there.
+    result = await (call.trace === undefined ? send() : call.trace.within(engineCall.span, send));
   } catch (err) {
     call.trace?.fail(engineCall.span, err);
     return failedBeforeAnswer(call, signal, err);
@@ -312,15 +318,18 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
     let stream: EngineStream | undefined;
     let streaming: Span | undefined;
     try {
-      stream = await engine.stream(endpoint, body, {
-        signal,
-        continuousUsage: described.wantsContinuousUsage,
-        headers: engineCall.headers,
-        ...(call.timeouts === undefined
-          ? {}
-          : { headersTimeoutMs: call.timeouts.firstByteMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
-        ...(reader === undefined ? {} : { onLine: (l: SseDataLine) => reader.line(l) }),
-      });
+      const open = () =>
+        engine.stream(endpoint, body, {
+          signal,
+          continuousUsage: described.wantsContinuousUsage,
+          headers: engineCall.headers,
+          ...(call.timeouts === undefined
+            ? {}
+            : { headersTimeoutMs: call.timeouts.firstByteMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
+          ...(reader === undefined ? {} : { onLine: (l: SseDataLine) => reader.line(l) }),
+        });
+      // Under the engine span: an instrumented HTTP client traces the call there.
+      stream = await (call.trace === undefined ? open() : call.trace.within(engineCall.span, open));
       if (run === 0) overheadMs = overheadOf(call, call.timer.now() - t0);
       streaming = call.trace?.child('fairway.stream', SpanKind.INTERNAL, engineCall.span);
       const s = stream;

@@ -66,6 +66,7 @@ export {
   RedisLeaseBackend,
 } from './leader-lease.ts';
 export { chatCompletionSchema, completionSchema } from './openai-schemas.ts';
+export type { PrometheusSource } from './prometheus-producer.ts';
 export { RegistryReplicaSource } from './replica-source.ts';
 export { FairwayHeaders } from './request-headers.ts';
 export { type SchedulingSetup, schedulingFromConfig } from './scheduling-config.ts';
@@ -84,6 +85,17 @@ export {
   type StartDispatcherInput,
   startDispatcher,
 } from './start-dispatcher.ts';
+export {
+  enabledInstrumentations,
+  givenTracer,
+  INSTRUMENTATIONS,
+  type InstrumentationName,
+  metricsExportEnabled,
+  startTelemetry,
+  type TelemetryHandle,
+  TRACER_NAME,
+  tracingEnabled,
+} from './telemetry.ts';
 export { type LimitsScope, TenantDirectory, type TenantEntry } from './tenant-directory.ts';
-export { RequestTrace, startTracing, type TracingHandle, tracingEnabled } from './tracing.ts';
+export { RequestTrace } from './tracing.ts';
 export { UsageChunkFilter } from './usage-chunk-filter.ts';

@@ -11,7 +11,7 @@ import type { EngineFactory } from './engine-pool.ts';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { connectInfrastructure, type Infrastructure } from './infrastructure.ts';
 import { newDispatcherId, type ServeSettings } from './serve-settings.ts';
-import { startTracing, type TracingHandle } from './tracing.ts';
+import { givenTracer, startTelemetry, type TelemetryHandle } from './telemetry.ts';
 import { tuneV8ForRequestPath } from './v8-tuning.ts';
 
 /** The real-time monotonic clock dispatchers time latencies with (ms, sub-ms resolution). */
@@ -33,8 +33,9 @@ export interface StartDispatcherInput {
   /** @default a `VllmClient` per engine URL */
   readonly engines?: EngineFactory;
   /**
-   * Traces requests with this tracer (tests: an in-memory exporter). @default the OTLP exporter
-   * when `telemetry.tracing.enabled` or the `OTEL_*` environment turns tracing on, else none
+   * Traces requests with this tracer (tests: an in-memory exporter). @default OpenTelemetry's
+   * NodeSDK when `telemetry.tracing.enabled` or the `OTEL_*` environment turns tracing or the OTLP
+   * metrics export on (see `startTelemetry`), else none
    */
   readonly tracer?: Tracer;
   /** Where the `OTEL_*` variables are read. @default the process environment */
@@ -108,12 +109,12 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
   const operatorPort = settings.operatorPort ?? config.server.operatorPort;
   const operatorHost = settings.operatorHost ?? config.server.operatorHost;
   let dispatcher: Dispatcher;
-  let tracing: TracingHandle | undefined;
+  let tracing: TelemetryHandle | undefined;
   try {
     tracing =
       input.tracer === undefined
-        ? startTracing(config, input.env ?? process.env, logger)
-        : { tracer: input.tracer, shutdown: async () => undefined };
+        ? await startTelemetry(config, input.env ?? process.env, logger)
+        : givenTracer(input.tracer);
     const adminTrust = adminTrustOf(
       infrastructure.busKind,
       settings.operatorPublicKeyFiles ?? config.bus.operatorPublicKeyFiles,
@@ -140,6 +141,11 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
     });
     // One dispatcher per process in production: Node's own metrics describe it.
     dispatcher.metrics.collectProcessMetrics();
+    await tracing.attach({
+      registry: dispatcher.metrics.registry,
+      observe: dispatcher.observeMetrics,
+      app: dispatcher.app,
+    });
     const flushTraces = tracing.shutdown;
     dispatcher.app.addHook('onClose', async () => flushTraces());
     for (const plugin of input.plugins ?? []) await plugin(dispatcher, infrastructure);

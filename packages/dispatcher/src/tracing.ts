@@ -1,7 +1,7 @@
-import type { FairwayConfig, Logger } from '@fairway/core';
 import {
   type Attributes,
   type Context,
+  context,
   defaultTextMapGetter,
   defaultTextMapSetter,
   ROOT_CONTEXT,
@@ -12,94 +12,15 @@ import {
   trace,
 } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter as OtlpJsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { OTLPTraceExporter as OtlpProtoExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import { detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
-import {
-  BasicTracerProvider,
-  BatchSpanProcessor,
-  ParentBasedSampler,
-  type SpanExporter,
-  TraceIdRatioBasedSampler,
-} from '@opentelemetry/sdk-trace-base';
-import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 
-/** The name spans are recorded under (instrumentation scope). */
-export const TRACER_NAME = '@fairway/dispatcher';
-
-/** Tracing of a running dispatcher: the tracer requests use, and how to flush it on exit. */
-export interface TracingHandle {
-  /** Undefined when tracing is off: the request path then builds no span at all. */
-  readonly tracer: Tracer | undefined;
-  /** Exports what is buffered and stops the exporter. */
-  shutdown(): Promise<void>;
-}
-
-const OFF: TracingHandle = { tracer: undefined, shutdown: async () => undefined };
+let httpClientInstrumented = false;
 
 /**
- * Whether tracing is on: `telemetry.tracing.enabled`, or an OTLP endpoint in the environment (as
- * any OTel SDK exports when one is set); `OTEL_SDK_DISABLED=true` turns it off regardless.
+ * Whether outgoing HTTP calls are traced by the undici instrumentation (set by the telemetry):
+ * it then adds the trace context to the engine call's headers itself, from its own HTTP span.
  */
-export function tracingEnabled(config: FairwayConfig, env: Readonly<Record<string, string | undefined>>) {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false;
-  return (
-    config.telemetry.tracing.enabled ||
-    (env.OTEL_EXPORTER_OTLP_ENDPOINT ?? env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? '') !== ''
-  );
-}
-
-/** The OTLP exporter for `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL` (default `http/protobuf`, per the spec). */
-function otlpExporter(env: Readonly<Record<string, string | undefined>>): SpanExporter {
-  const protocol = (
-    env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ??
-    env.OTEL_EXPORTER_OTLP_PROTOCOL ??
-    'http/protobuf'
-  ).trim();
-  // The same environment decides where, whether and how (the exporters would read process.env).
-  const traces = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
-  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT;
-  const url = traces ?? (base === undefined ? undefined : `${base.replace(/\/+$/, '')}/v1/traces`);
-  const options = url === undefined ? {} : { url };
-  if (protocol === 'http/json') return new OtlpJsonExporter(options);
-  if (protocol === 'http/protobuf') return new OtlpProtoExporter(options);
-  throw new DispatcherError(
-    DispatcherErrorCode.TRACING_INVALID,
-    protocol,
-    `OTEL_EXPORTER_OTLP_PROTOCOL "${protocol}" is not supported: use http/protobuf or http/json`,
-  );
-}
-
-/**
- * Starts the OpenTelemetry SDK for a dispatcher process when tracing is on (see
- * {@link tracingEnabled}): a tracer provider with the `OTEL_*` resource (`OTEL_SERVICE_NAME`,
- * `OTEL_RESOURCE_ATTRIBUTES`), the OTLP exporter of `OTEL_EXPORTER_OTLP_*` behind a batch processor,
- * and a parent-based ratio sampler of `telemetry.tracing.sampleRatio` unless `OTEL_TRACES_SAMPLER`
- * names one. Nothing is registered globally: the tracer is handed to the dispatcher.
- */
-export function startTracing(
-  config: FairwayConfig,
-  env: Readonly<Record<string, string | undefined>>,
-  logger: Logger,
-): TracingHandle {
-  if (!tracingEnabled(config, env)) return OFF;
-  const resource = resourceFromAttributes({ 'service.name': 'fairway-dispatcher' }).merge(
-    detectResources({ detectors: [envDetector] }),
-  );
-  const ratio = config.telemetry.tracing.sampleRatio;
-  const provider = new BasicTracerProvider({
-    resource,
-    // Unset: the SDK reads OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG itself.
-    ...(env.OTEL_TRACES_SAMPLER === undefined
-      ? { sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(ratio) }) }
-      : {}),
-    spanProcessors: [new BatchSpanProcessor(otlpExporter(env))],
-  });
-  logger.info({ sampleRatio: env.OTEL_TRACES_SAMPLER ?? ratio }, 'dispatcher: tracing on (OTLP)');
-  return {
-    tracer: provider.getTracer(TRACER_NAME),
-    shutdown: () => provider.shutdown().catch(() => undefined),
-  };
+export function setHttpClientInstrumented(on: boolean): void {
+  httpClientInstrumented = on;
 }
 
 const propagator = new W3CTraceContextPropagator();
@@ -109,9 +30,13 @@ export function extractTraceContext(headers: Record<string, string | string[] | 
   return propagator.extract(ROOT_CONTEXT, headers, defaultTextMapGetter);
 }
 
-/** Adds `traceparent` (and `tracestate`) for `span` to outgoing request headers. */
+/**
+ * Adds `traceparent` (and `tracestate`) for `span` to outgoing request headers, unless the undici
+ * instrumentation does it for the HTTP span it opens under `span`.
+ */
 export function injectTraceContext(span: Span, headers: Record<string, string>): Record<string, string> {
-  propagator.inject(trace.setSpan(ROOT_CONTEXT, span), headers, defaultTextMapSetter);
+  if (!httpClientInstrumented)
+    propagator.inject(trace.setSpan(ROOT_CONTEXT, span), headers, defaultTextMapSetter);
   return headers;
 }
 
@@ -147,6 +72,15 @@ export class RequestTrace {
     const span = this.#tracer.startSpan(name, { kind }, parent);
     if (tracked) this.#open.add(span);
     return span;
+  }
+
+  /**
+   * Runs `fn` with `span` (a child of this request) as the active span, so what instrumented
+   * libraries do inside it (a Redis call, an HTTP call) is traced under it. Without a context
+   * manager (no SDK started) it just runs `fn`.
+   */
+  within<T>(span: Span | undefined, fn: () => T): T {
+    return span === undefined ? fn() : context.with(trace.setSpan(this.#parent, span), fn);
   }
 
   /** Ends a child started with {@link child}. */

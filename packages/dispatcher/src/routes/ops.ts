@@ -40,6 +40,20 @@ export interface MetricsRouteOptions {
  * and token counts are operators' business. With `server.metricsToken` it requires
  * `Authorization: Bearer <token>` (compared in constant time).
  */
+/** Sets the gauges `/metrics` reads at scrape time (queue depths, in-flight requests, the fleet's). */
+export function observeGauges(
+  opts: Pick<MetricsRouteOptions, 'runtime' | 'metrics' | 'pools' | 'observe'>,
+): void {
+  const { metrics, runtime } = opts;
+  const stats = runtime.stats();
+  metrics.inflight.set({ state: 'queued' }, stats.queued);
+  metrics.inflight.set({ state: 'running' }, stats.running);
+  const depth = runtime.queuedByPool();
+  for (const p of new Set([...opts.pools(), ...depth.keys()]))
+    metrics.queueDepth.set({ pool: p }, depth.get(p) ?? 0);
+  opts.observe();
+}
+
 export const metricsRoute: FastifyPluginAsync<MetricsRouteOptions> = async (app, opts) => {
   const authorized = opts.token === undefined ? undefined : bearerTokenCheck(opts.token);
   app.get('/metrics', async (request, reply) => {
@@ -48,15 +62,8 @@ export const metricsRoute: FastifyPluginAsync<MetricsRouteOptions> = async (app,
         'INVALID_API_KEY',
         'metrics need the operator token (Authorization: Bearer <token>)',
       );
-    const { metrics, runtime } = opts;
-    const stats = runtime.stats();
-    metrics.inflight.set({ state: 'queued' }, stats.queued);
-    metrics.inflight.set({ state: 'running' }, stats.running);
-    const depth = runtime.queuedByPool();
-    for (const p of new Set([...opts.pools(), ...depth.keys()]))
-      metrics.queueDepth.set({ pool: p }, depth.get(p) ?? 0);
-    opts.observe();
-    const text = await metrics.registry.metrics();
-    return reply.header('content-type', metrics.registry.contentType).send(text);
+    observeGauges(opts);
+    const text = await opts.metrics.registry.metrics();
+    return reply.header('content-type', opts.metrics.registry.contentType).send(text);
   });
 };

@@ -1,9 +1,5 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { FaultConfig } from '@fairway/engine-sim';
-import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
-import { freePort } from '@fairway/testkit';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   EngineAbortedError,
   EngineBadResponseError,
@@ -11,9 +7,13 @@ import {
   EngineHttpError,
   EngineTimeoutError,
   EngineUnreachableError,
-} from '../src/errors.ts';
-import { SseScanner } from '../src/sse.ts';
-import { VllmClient } from '../src/vllm-client.ts';
+  SseScanner,
+  VllmClient,
+} from '@fairway/engine';
+import { freePort } from '@fairway/testkit';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { FaultConfig } from '../src/index.ts';
+import { type EngineSimHandle, startEngineSim } from '../src/index.ts';
 
 const MODEL = 'llama-2-7b';
 const chat = (outputTokens: number, extra: Record<string, unknown> = {}) => ({

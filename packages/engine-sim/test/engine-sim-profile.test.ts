@@ -1,9 +1,8 @@
-import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
+import { EngineProfileError, fitEngineProfile, profileEngineMetrics } from '@fairway/engine';
 import { costModelPreset } from '@fairway/perf';
 import { decodeIterationMs, fitQuality, parsePerformanceModelFile, prefillMs } from '@fairway/policy';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fitEngineProfile, profileEngineMetrics } from '../src/engine-profiler.ts';
-import { EngineProfileError } from '../src/errors.ts';
+import { type EngineSimHandle, startEngineSim } from '../src/index.ts';
 
 const MODEL = 'llama-3-8b';
 const GPU = 'A100-80GB';
