@@ -513,6 +513,37 @@ const ENVIRONMENT: readonly EnvVar[] = [
     meaning:
       'the resource’s service name, default `fairway-dispatcher` (also `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_BSP_*`, as in any OTel SDK)',
   },
+  {
+    name: 'OTEL_TRACES_EXPORTER',
+    readBy: 'serve, up',
+    meaning: '`otlp` (default), `console` (spans printed to stdout) or `none` (tracing off even with an endpoint)',
+  },
+  {
+    name: 'OTEL_METRICS_EXPORTER',
+    readBy: 'serve, up',
+    meaning: '`otlp`: the dispatcher’s metrics are exported over OTLP too (Prometheus’s `/metrics` stays)',
+  },
+  {
+    name: 'OTEL_METRIC_EXPORT_INTERVAL',
+    readBy: 'serve, up',
+    meaning: 'ms between OTLP metric exports, default 60000',
+  },
+  {
+    name: 'OTEL_NODE_ENABLED_INSTRUMENTATIONS',
+    readBy: 'serve, up',
+    meaning: 'libraries instrumented while tracing: `ioredis` (default), `undici`, `fastify`',
+  },
+  {
+    name: 'OTEL_NODE_DISABLED_INSTRUMENTATIONS',
+    readBy: 'serve, up',
+    meaning: 'libraries taken out of the list above',
+  },
+  {
+    name: 'OTEL_NODE_RESOURCE_DETECTORS',
+    readBy: 'serve, up',
+    meaning:
+      'resource detectors; default the environment’s and the host’s only (the process detector would export the command line, where a password may be a flag)',
+  },
 ];
 
 // ---------------------------------------------------------------------------------------------
