@@ -78,48 +78,143 @@ function heuristicValue(
   try {
     return runHeuristic(requests, { ...engine, ...SCHEDULERS[name] }).makespanMs;
   } catch {
-    return undefined; // an eviction-free scheduler that cannot reserve input + max_tokens
+    return undefined; // an eviction-free scheduler that cannot reserve input + max_tokens − 1
   }
+}
+
+/** One row of the section 4.5 table: the optimum with and without evictions and the heuristics. */
+interface Row45 {
+  readonly B: number;
+  readonly I: number;
+  readonly opt: { readonly valueMs: number; readonly status: string; readonly preemptions: number };
+  readonly ef: { readonly valueMs: number; readonly status: string } | undefined;
+  /** Makespan of each heuristic; undefined when it cannot fit. */
+  readonly heuristics: Record<string, number | undefined>;
 }
 
 async function section45(): Promise<void> {
   const O = 4;
   const limitB2 = 2 * SOLVE_LIMIT_S;
+  const limitB4 = 3 * SOLVE_LIMIT_S;
   out('## Section 4.5: optimal schedules vs the schedulers on the small setting');
   out();
   out(
-    `Setting after the paper: O = 4, I from 1 to 1024, M = max(2I, I + O − 1) KV tokens (block size 1, no watermark), C = 4096, llama-2-7b on A100 (the InferMax cost model). The paper uses B = 4; here B = 2 (HiGHS limit ${limitB2} s per solve) and B = 3 (limit ${SOLVE_LIMIT_S} s): B = 4 did not prove optimality within 60 s even for I = 64 on this loaded 2-core machine. Objective: latency = time to finish all requests (makespan). "optimal" may evict, "optimal^ef" may not; both may chunk prefills and mix them with decodes (the paper's CSP). Gap = scheduler / best schedule − 1; when the solve was stopped by its limit the gap to the lower bound follows in brackets (the true gap to the optimum lies between the two).`,
+    `Setting after the paper: O = 4, I from 1 to 1024, M = max(2I, I + O − 1) KV tokens (block size 1, no watermark), C = 4096, llama-2-7b on A100 (the InferMax cost model). B = 2 (HiGHS limit ${limitB2} s per solve) and the paper's B = 4 for the short prompts (limit ${limitB4} s), each with the optimum with and without evictions, and B = 3 (limit ${SOLVE_LIMIT_S} s, with evictions only; where the solver stops at its limit the row says "feasible" and gives its bound). An eviction-free schedule reserves I + O − 1 KV tokens per request: the last token is generated, never fed back. Objective: latency = time to finish all requests (makespan). "optimal" may evict, "optimal^ef" may not; both may chunk prefills and mix them with decodes (the paper's CSP). Gap = scheduler / best schedule − 1; when the solve was stopped by its limit the gap to the lower bound follows in brackets (the true gap to the optimum lies between the two).`,
   );
   out();
   out(
     '| B | I | M | optimal ms (status, evictions) | lower bound ms | optimal^ef ms (status) | evictions save | vLLM | vLLM^ef | Sarathi | Sarathi^ef | solve s |',
   );
   out('|---|---|---|---|---|---|---|---|---|---|---|---|');
-  for (const B of [2, 3]) {
-    for (const I of [1, 16, 128, 1024]) {
-      const M = Math.max(2 * I, I + O - 1);
-      const engine: EngineConfig = { ...A100, kvCapacityTokens: M, chunkedPrefill: true };
-      const requests = fixed(B, I, O);
-      const limit = B === 2 ? limitB2 : SOLVE_LIMIT_S;
-      const opt = await solveOptimalSchedule(requests, { engine, timeLimitS: limit });
-      const ef =
-        B === 2
-          ? await solveOptimalSchedule(requests, { engine, preemption: false, timeLimitS: limit }).catch(
-              () => undefined,
-            )
-          : undefined;
-      const proven = opt.status === 'optimal';
-      const cells = ['vLLM', 'vLLM^ef', 'Sarathi', 'Sarathi^ef'].map((name) => {
-        const v = heuristicValue(requests, engine, name);
-        return v === undefined ? 'cannot fit' : gapCell(v, opt.valueMs, opt.lowerBoundMs, proven);
-      });
-      const efCell = ef ? `${f1(ef.valueMs)} (${ef.status})` : B === 2 ? 'none found' : 'not run';
-      const save = ef && ef.status === 'optimal' && proven ? pct(1 - opt.valueMs / ef.valueMs) : '–';
-      out(
-        `| ${B} | ${I} | ${M} | ${f1(opt.valueMs)} (${opt.status}, ${opt.preemptions}) | ${f1(opt.lowerBoundMs)} | ${efCell} | ${save} | ${cells.join(' | ')} | ${((opt.solveMs + (ef?.solveMs ?? 0)) / 1000).toFixed(1)} |`,
-      );
-    }
+  const rows: Row45[] = [];
+  const settings = [
+    ...[1, 16, 64, 128, 1024].map((I) => ({ B: 2, I, limit: limitB2, ef: true })),
+    ...[1, 16, 128, 1024].map((I) => ({ B: 3, I, limit: SOLVE_LIMIT_S, ef: false })),
+    ...[1, 16].map((I) => ({ B: 4, I, limit: limitB4, ef: true })),
+  ];
+  for (const { B, I, limit, ef: solveEf } of settings) {
+    const M = Math.max(2 * I, I + O - 1);
+    const engine: EngineConfig = { ...A100, kvCapacityTokens: M, chunkedPrefill: true };
+    const requests = fixed(B, I, O);
+    const opt = await solveOptimalSchedule(requests, { engine, timeLimitS: limit });
+    const ef = solveEf
+      ? await solveOptimalSchedule(requests, { engine, preemption: false, timeLimitS: limit }).catch(
+          () => undefined,
+        )
+      : undefined;
+    const proven = opt.status === 'optimal';
+    const heuristics: Record<string, number | undefined> = {};
+    for (const name of ['vLLM', 'vLLM^ef', 'Sarathi', 'Sarathi^ef'])
+      heuristics[name] = heuristicValue(requests, engine, name);
+    rows.push({ B, I, opt, ef, heuristics });
+    const cells = Object.values(heuristics).map((v) =>
+      v === undefined ? 'cannot fit' : gapCell(v, opt.valueMs, opt.lowerBoundMs, proven),
+    );
+    const efCell = ef ? `${f1(ef.valueMs)} (${ef.status})` : solveEf ? 'none found' : 'not run';
+    const save = ef && ef.status === 'optimal' && proven ? pct(1 - opt.valueMs / ef.valueMs) : '–';
+    out(
+      `| ${B} | ${I} | ${M} | ${f1(opt.valueMs)} (${opt.status}, ${opt.preemptions}) | ${f1(opt.lowerBoundMs)} | ${efCell} | ${save} | ${cells.join(' | ')} | ${((opt.solveMs + (ef?.solveMs ?? 0)) / 1000).toFixed(1)} |`,
+    );
   }
+  out();
+  claims45(rows);
+}
+
+/** Section 4.5's three claims, each judged from the rows measured above. */
+function claims45(rows: readonly Row45[]): void {
+  const both = rows.filter((r) => r.ef?.status === 'optimal' && r.opt.status === 'optimal');
+  const saving = (r: Row45) => 1 - r.opt.valueMs / (r.ef?.valueMs ?? r.opt.valueMs);
+  const short = both.filter((r) => r.I < 128);
+  const long = rows.filter((r) => r.I >= 128 && r.opt.status === 'optimal');
+  const list = (rs: readonly Row45[], f: (r: Row45) => string) =>
+    rs.map((r) => `B = ${r.B}, I = ${r.I}: ${f(r)}`).join('; ');
+  out("### Section 4.5's claims, as measured here");
+  out();
+  const evictsShort = short.filter((r) => r.opt.preemptions > 0 && saving(r) > 0);
+  const bestSave = Math.max(0, ...short.map(saving));
+  out(
+    `1. *For I < 128 the optimal schedule evicts short requests and beats the best eviction-free schedule, by up to 35.2 % as I decreases.* ${
+      short.length === 0
+        ? 'Not applicable: no row with I < 128 was solved to optimality with and without evictions.'
+        : `${evictsShort.length === short.length ? 'Reproduced in direction' : evictsShort.length > 0 ? 'Partly reproduced' : 'Not reproduced'}: ${list(short, (r) => `${r.opt.preemptions} evictions, ${pct(saving(r))} faster than optimal^ef`)}; at most ${pct(bestSave)} here against the paper's 35.2 % (this engine model's 9.3 ms batch floor makes short refills nearly free).`
+    }`,
+  );
+  const noEvict = long.filter((r) => r.opt.preemptions === 0);
+  // vLLM^ef's makespan against vLLM's where both fit, every row with I ≥ 128 (heuristics need no proof).
+  const efGain = rows
+    .filter((r) => r.I >= 128)
+    .flatMap((r) => {
+      const v = r.heuristics.vLLM;
+      const e = r.heuristics['vLLM^ef'];
+      return v !== undefined && e !== undefined ? [{ r, gain: 1 - e / v }] : [];
+    });
+  const bestGain = Math.max(0, ...efGain.map((g) => g.gain));
+  // "As I grows": for each B, the gain at its largest I is its largest.
+  const grows = [...new Set(efGain.map((g) => g.r.B))].every((B) => {
+    const ofB = efGain.filter((g) => g.r.B === B);
+    const last = ofB[ofB.length - 1];
+    return last !== undefined && ofB.every((g) => g.gain <= last.gain);
+  });
+  const gains = efGain
+    .map(
+      (g) =>
+        `B = ${g.r.B}, I = ${g.r.I}: ${g.gain >= 0 ? `${pct(g.gain)} faster` : `${pct(-g.gain)} slower`}`,
+    )
+    .join('; ');
+  const evictions =
+    noEvict.length === long.length
+      ? 'The optimum avoids evictions in every proven row'
+      : `The optimum still evicts in ${long.length - noEvict.length} of ${long.length} proven rows`;
+  const verdict =
+    bestGain > 0
+      ? `${grows ? 'reproduced' : 'partly reproduced'}, up to ${pct(bestGain)} here against the paper's 27.5 %`
+      : 'not reproduced';
+  out(
+    `2. *For I ≥ 128 the optimal schedule avoids evictions, and eviction-free schedules beat those with evictions by up to 27.5 % as I grows.* ${
+      long.length === 0
+        ? 'Not applicable: no row with I ≥ 128 was solved to optimality.'
+        : `${evictions} (${list(long, (r) => `${r.opt.preemptions} evictions`)}; the best schedules found for I = 1024 evict nothing, unproven). vLLM^ef against vLLM: ${efGain.length === 0 ? 'no row where both fit' : `${gains}: ${verdict}`}.`
+    }`,
+  );
+  const proven = rows.filter((r) => r.opt.status === 'optimal');
+  const gapTo = (r: Row45, name: string) => {
+    const v = r.heuristics[name];
+    return v === undefined ? undefined : v / r.opt.valueMs - 1;
+  };
+  const vllm = proven.map((r) => gapTo(r, 'vLLM')).filter((x): x is number => x !== undefined);
+  // vLLM^ef where the paper says it matches the optimum: I ≥ 128, against the best schedule found.
+  const longRows = rows.filter((r) => r.I >= 128);
+  const vllmEf = longRows.map((r) => gapTo(r, 'vLLM^ef')).filter((x): x is number => x !== undefined);
+  const close = 0.05;
+  const holds =
+    vllm.length > 0 && Math.max(...vllm) <= close && vllmEf.length > 0 && Math.max(...vllmEf) <= close;
+  out(
+    `3. *vLLM and its eviction-free version come close to the optimal schedule, with evictions for I < 128 and without for I ≥ 128.* ${
+      vllm.length === 0
+        ? 'Not applicable: no row was solved to optimality.'
+        : `${holds ? 'Reproduced' : 'Not reproduced'} (within ${pct(close)}): vLLM within ${pct(Math.max(...vllm))} of the optimum on the ${vllm.length} rows solved to optimality (median ${pct(median(vllm))}); vLLM^ef within ${pct(Math.max(...vllmEf))} of the best schedule found on the ${vllmEf.length} rows with I ≥ 128 (for I < 128, where the optimum evicts, it is up to ${pct(Math.max(0, ...rows.filter((r) => r.I < 128).map((r) => gapTo(r, 'vLLM^ef') ?? 0)))} slower). The paper's 35.2 % is the optimum with evictions against eviction-free schedules (claim 1), not a gap between vLLM and the optimum.`
+    }`,
+  );
   out();
 }
 
@@ -303,7 +398,7 @@ async function main(): Promise<void> {
   );
   out();
   out(
-    'What the paper reports and where to compare: section 4.5 — the CSP evicts short requests (I < 128) and saves up to 35.2% latency over eviction-free schedules, and vLLM and vLLM^ef come close to the CSP; the conclusion\'s "30% of latency can still be optimised". Compare with the "evictions save" and gap columns below: the numbers are what this simulator measured, not the paper\'s. Note that in the engine model\'s cost (the InferMax A100 fit) a batch of fewer than about 110 tokens costs the 9.3 ms floor, so short prefills and refills are nearly free and the number of batches decides small instances.',
+    'What the paper reports and where to compare: section 4.5 — the CSP evicts short requests (I < 128) and saves up to 35.2% latency over eviction-free schedules, avoids evictions for I ≥ 128, and vLLM and vLLM^ef come close to the CSP; each claim is judged after the section 4.5 table. Compare with the "evictions save" and gap columns below: the numbers are what this simulator measured, not the paper\'s. Note that in the engine model\'s cost (the InferMax A100 fit) a batch of fewer than about 110 tokens costs the 9.3 ms floor, so short prefills and refills are nearly free and the number of batches decides small instances.',
   );
   out();
   await section45();
@@ -320,7 +415,7 @@ async function main(): Promise<void> {
     "- Stricter, from the engine model: KV counted in blocks; a prefill holds its whole prompt from the first chunk (vLLM v0); the batch time is the engine's linear cost model exactly (the max of floor and compute line as two lower bounds; chunk² by tangents, exact for whole prompts, within q·(spacing/2)² per chunk when chunking).",
   );
   out(
-    '- Simplified: output lengths are known; the number of batches J is bounded by best heuristic / cheapest batch, which keeps the optimum exact unless J is capped (then reported as not exact); the watermark is not applied; eviction-free optimal schedules forbid evictions rather than reserving input + max_tokens. HiGHS (WebAssembly) replaces Gurobi; a time limit turns "optimal" into "feasible" with a dual bound.',
+    '- Simplified: output lengths are known; the number of batches J is bounded by best heuristic / cheapest batch, which keeps the optimum exact unless J is capped (then reported as not exact); the watermark is not applied; eviction-free optimal schedules forbid evictions rather than reserving input + max_tokens − 1 as the eviction-free heuristics do. HiGHS (WebAssembly) replaces Gurobi; a time limit turns "optimal" into "feasible" with a dual bound.',
   );
   out();
   out(`Total run time: ${((performance.now() - started) / 1000).toFixed(0)} s on a loaded 2-core machine.`);
