@@ -767,14 +767,14 @@ async function table5(): Promise<void> {
   );
   summary.push([
     'Table 5 (seed 42)',
-    'VTC(±50%) and VTC(oracle) reduce the service difference below VTC (VTC(predict) too, section 4.4)',
-    `Max/Avg Diff VTC ${f2(v.maxDiff)}/${f2(v.avgDiff)}, VTC(predict) and VTC(oracle) ${f2(o.maxDiff)}/${f2(o.avgDiff)}, VTC(±50%) ${f2(noisy.maxDiff)}/${f2(noisy.avgDiff)}`,
+    'VTC(±50%) and VTC(oracle) reduce the service difference below VTC',
+    `Max/Avg Diff VTC ${f2(v.maxDiff)}/${f2(v.avgDiff)}, VTC(oracle) ${f2(o.maxDiff)}/${f2(o.avgDiff)}, VTC(±50%) ${f2(noisy.maxDiff)}/${f2(noisy.avgDiff)} (VTC(predict) is not evidence here: every output equals max_tokens, so it prices as the oracle and its run is the oracle's)`,
     (() => {
-      const exact = below(p, 'maxDiff') && below(p, 'avgDiff') && below(o, 'maxDiff') && below(o, 'avgDiff');
+      const exact = below(o, 'maxDiff') && below(o, 'avgDiff');
       const noisyOk = below(noisy, 'maxDiff') && below(noisy, 'avgDiff');
       const varNote = `Diff Var ${below(o, 'diffVar') ? 'below' : 'not below'} VTC's`;
       if (exact && noisyOk) return yes(true, varNote);
-      if (exact) return `partly (VTC(predict) and VTC(oracle) yes, VTC(±50%) no; ${varNote})`;
+      if (exact) return `partly (VTC(oracle) yes, VTC(±50%) no; ${varNote})`;
       return yes(false, varNote);
     })(),
   ]);
