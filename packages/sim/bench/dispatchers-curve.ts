@@ -13,9 +13,17 @@
  * with Redis modelled as an M/D/1 server of `--redis-op-us` per script call plus `--rtt-us` of
  * network, and the fairness of the largest fleet re-run with that latency added to every flush.
  *
+ * With `--shards`, one pool spread over several stores (Redis primaries) as `ShardedReplicas`
+ * does it: tenants hashed to shards, every replica's capacity shared among the shards by their
+ * backlogged weight, rebalanced every second. Prints, for 1 (one store) and 2–4 shards with
+ * `--dispatchers` dispatchers, the accumulated service difference against the centralised run
+ * (median and worst over the seeds), throughput against one store, and the busiest store's share
+ * of the store calls (what bounds the pool: 1/S when the shards share the load evenly).
+ *
  * Usage: npm run bench:dispatchers [-- --scenario vtc-overload,vtc-poisson-short-long --duration 600]
  *        npm run bench:dispatchers -- --scale [--replicas 32 --pools 32 --seeds 3 --duration 60
  *          --redis-op-us 40 --rtt-us 250]
+ *        npm run bench:dispatchers -- --shards [--replicas 32 --seeds 5 --duration 60 --dispatchers 8]
  */
 import { parseArgs } from 'node:util';
 import { orderingPolicyByName, placementByName, weightedVtcPolicy } from '@fairway/policy';
@@ -34,6 +42,7 @@ import {
   type SettleInput,
 } from '@fairway/store';
 import { computeMetrics } from '../src/metrics.ts';
+import type { PoolShardsOptions } from '../src/pool-shards.ts';
 import { runSimulation } from '../src/runner.ts';
 import { buildRunInput, loadScenario, parseScenario } from '../src/scenario.ts';
 
@@ -46,6 +55,11 @@ class CountingStore extends MemoryStore {
   calls = 0;
   /** Calls by store operation. */
   readonly byOp = new Map<string, number>();
+  /** Calls by pool (a sharded pool's shards apart), for the operations that name one. */
+  readonly byPool = new Map<string, number>();
+  #pool(pool: string): void {
+    if (!this.#inside) this.byPool.set(pool, (this.byPool.get(pool) ?? 0) + 1);
+  }
   /** Inside a counted call: the memory store's combined operations call its own parts. */
   #inside = false;
   async #count<T>(op: string, call: () => Promise<T>): Promise<T> {
@@ -60,9 +74,11 @@ class CountingStore extends MemoryStore {
     }
   }
   override async admit(input: AdmitInput): Promise<AdmitResult> {
+    this.#pool(input.req.pool);
     return this.#count('admit', () => super.admit(input));
   }
   override async admitAndDispatch(input: AdmitAndDispatchInput): Promise<AdmitAndDispatchResult> {
+    this.#pool(input.admit.req.pool);
     return this.#count('admitAndDispatch', () => super.admitAndDispatch(input));
   }
   override async charge(items: readonly ChargeItem[]): Promise<void> {
@@ -70,6 +86,7 @@ class CountingStore extends MemoryStore {
     return this.#count('charge', () => super.charge(items));
   }
   override async dispatch(input: DispatchInput): Promise<DispatchResult> {
+    this.#pool(input.pool);
     if (input.charges !== undefined && input.charges.length > 0) this.chargeCalls++;
     return this.#count('dispatch', () => super.dispatch(input));
   }
@@ -77,6 +94,7 @@ class CountingStore extends MemoryStore {
     return this.#count('settle', () => super.settle(input));
   }
   override async settleAndDispatch(input: SettleAndDispatchInput): Promise<SettleAndDispatchResult> {
+    this.#pool(input.dispatch.pool);
     return this.#count('settleAndDispatch', () => super.settleAndDispatch(input));
   }
   override async requeue(input: RequeueInput): Promise<boolean> {
@@ -89,6 +107,8 @@ const { values } = parseArgs({
     scenario: { type: 'string', default: 'vtc-overload,vtc-poisson-short-long' },
     duration: { type: 'string' },
     scale: { type: 'boolean', default: false },
+    shards: { type: 'boolean', default: false },
+    dispatchers: { type: 'string', default: '8' },
     replicas: { type: 'string', default: '32' },
     pools: { type: 'string', default: '32' },
     seeds: { type: 'string', default: '3' },
@@ -105,6 +125,10 @@ interface Measured {
   readonly callsPerS: number;
   /** The same by operation, and dispatches that found nothing to dispatch. */
   readonly byOpPerS: Readonly<Record<string, number>>;
+  /** Tokens (input and output) served per simulated second. */
+  readonly tokensPerS: number;
+  /** The busiest pool's (shard's) share of the calls that name a pool. */
+  readonly busiestPoolShare: number;
 }
 
 async function measureRun(
@@ -112,6 +136,7 @@ async function measureRun(
   dispatchers: number,
   flushMs: number,
   flushTokens?: number,
+  shards?: PoolShardsOptions,
 ): Promise<Measured> {
   const store = new CountingStore({ validate: false });
   const weights = input.tenantWeights;
@@ -123,15 +148,24 @@ async function measureRun(
     dispatchers,
     flushMs,
     ...(flushTokens !== undefined ? { flushTokens } : {}),
+    ...(shards !== undefined ? { shards } : {}),
     store,
   });
   const m = computeMetrics(run);
+  const pooled = [...store.byPool.values()];
   return {
     diff: m.fairness.accumulatedMaxDiff,
     maxDiff: m.fairness.maxDiff,
     chargesPerS: store.chargeCalls / input.durationS,
     callsPerS: store.calls / input.durationS,
     byOpPerS: Object.fromEntries([...store.byOp].map(([op, n]) => [op, n / input.durationS])),
+    tokensPerS: m.throughput.tokensPerS,
+    busiestPoolShare:
+      Math.max(0, ...pooled) /
+      Math.max(
+        1,
+        pooled.reduce((a, x) => a + x, 0),
+      ),
   };
 }
 
@@ -293,5 +327,52 @@ async function scale(): Promise<void> {
   console.log(`(${((performance.now() - started) / 1000).toFixed(1)} s wall)`);
 }
 
-if (values.scale) await scale();
+/** One pool over 1–4 stores: fairness against the centralised run, throughput and store load. */
+async function shardsCurve(): Promise<void> {
+  const replicas = Number(values.replicas);
+  const seeds = Array.from({ length: Number(values.seeds) }, (_, i) => i + 1);
+  const durationS = values.duration === undefined ? 60 : Number(values.duration);
+  const dispatchers = Number(values.dispatchers);
+  const flushMs = 50;
+  const started = performance.now();
+  console.log(
+    `\nshards: one pool of ${replicas} A100-80GB replicas (Llama-2-7B), 8 tenants weighted ${SCALE_WEIGHTS.join('/')}, ` +
+      `offered 2x capacity, ${durationS} s, seeds ${seeds.join(',')}; ${dispatchers} dispatchers, charges flushed every ${flushMs} ms; ` +
+      'shares follow the backlogged weight every 1 s (a rise one epoch after the falls that make room for it)',
+  );
+  const central = await Promise.all(
+    seeds.map((seed) => measureRun(scaleInput(replicas, seed, durationS), 1, flushMs, 1)),
+  );
+  console.log(
+    `centralised (1 dispatcher, one store, every token charged): accumulated service difference median ${median(central.map((r) => r.diff)).toFixed(0)}`,
+  );
+  console.log(
+    `${pad('stores', 8)}${pad('diff ×central (median)', 24)}${pad('worst', 8)}${pad('tokens/s ×one store', 21)}${pad('busiest store share of calls', 30)}`,
+  );
+  let oneStore: Measured[] = [];
+  for (const count of [1, 2, 3, 4]) {
+    const runs: Measured[] = [];
+    for (const seed of seeds)
+      runs.push(
+        await measureRun(
+          scaleInput(replicas, seed, durationS),
+          dispatchers,
+          flushMs,
+          undefined,
+          count === 1 ? undefined : { count },
+        ),
+      );
+    if (count === 1) oneStore = runs;
+    const ratios = runs.map((r, i) => r.diff / Math.max(1, central[i]!.diff));
+    const tput = runs.map((r, i) => r.tokensPerS / Math.max(1, oneStore[i]!.tokensPerS));
+    console.log(
+      `${pad(String(count), 8)}${pad(`${median(ratios).toFixed(2)}x`, 24)}${pad(`${Math.max(...ratios).toFixed(2)}x`, 8)}` +
+        `${pad(`${median(tput).toFixed(3)} (worst ${Math.min(...tput).toFixed(3)})`, 21)}${pad(`${(median(runs.map((r) => r.busiestPoolShare)) * 100).toFixed(0)}%`, 30)}`,
+    );
+  }
+  console.log(`(${((performance.now() - started) / 1000).toFixed(1)} s wall)`);
+}
+
+if (values.shards) await shardsCurve();
+else if (values.scale) await scale();
 else await curves();

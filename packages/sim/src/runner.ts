@@ -1,5 +1,6 @@
 import {
   createRng,
+  DEFAULT_SLO_CLASSES,
   ErrorCode,
   ManualClock,
   parseWith,
@@ -20,7 +21,9 @@ import {
 import { MemoryStore, type SchedulingStore } from '@fairway/store';
 import { z } from 'zod';
 import { Cluster, type ClusterMember } from './cluster.ts';
+import { SimError, SimErrorCode } from './errors.ts';
 import { EventQueue } from './event-queue.ts';
+import { type PoolShardsOptions, type ShardBacklog, ShardedReplicas } from './pool-shards.ts';
 import type { EngineSample, RequestRecord, SimRun } from './records.ts';
 import type { ControlOp, ControlReplica, SloControl } from './slo-control.ts';
 
@@ -84,6 +87,11 @@ export interface RunInput {
   readonly outputRepredictor?:
     | ((req: RequestDescriptor, generated: number) => number | undefined)
     | undefined;
+  /**
+   * Each pool spread over this many stores, tenants hashed to them, replica capacity shared by
+   * backlogged weight ({@link ShardedReplicas}); not with `control`. @default one store per pool
+   */
+  readonly shards?: PoolShardsOptions | undefined;
 }
 
 const runInputSchema = z
@@ -149,7 +157,8 @@ type SimEvent =
   | { readonly kind: 'step'; readonly member: ClusterMember; readonly result: StepResult }
   | { readonly kind: 'flush'; readonly gateway: number }
   | { readonly kind: 'control' }
-  | { readonly kind: 'swap-done'; readonly member: ClusterMember; readonly model: string };
+  | { readonly kind: 'swap-done'; readonly member: ClusterMember; readonly model: string }
+  | { readonly kind: 'rebalance' };
 
 /**
  * Runs a discrete-event simulation in virtual time (DESIGN.md principle 1): the production
@@ -192,15 +201,21 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
 
   const dispatchers = input.dispatchers ?? 1;
   const flushMs = input.flushMs ?? 50;
+  if (input.shards !== undefined && control !== undefined)
+    throw new SimError(SimErrorCode.RUN_INPUT_INVALID, 'shards and an SLO control cannot run together', {
+      subject: input.scenario,
+    });
+  const sharded = input.shards === undefined ? undefined : new ShardedReplicas(cluster, input.shards);
   const gateways: Gateway[] = [];
   const gatewayIndex = new Map<string, number>();
   const onDispatch = (d: Dispatched): void => {
     const rec = recs.get(d.id)!;
+    const replica = sharded === undefined ? d.replica : sharded.baseReplica(d.replica);
     rec.dispatchS = nowS();
     rec.dispatchMs = clock.now();
-    rec.replica = d.replica;
+    rec.replica = replica;
     if (d.owner !== d.picker) gateways[gatewayIndex.get(d.owner)!]!.started(d);
-    const member = cluster.member(d.replica);
+    const member = cluster.member(replica);
     // A request re-queued by an eviction resumes: its output so far is part of its prompt now.
     const done = rec.generated;
     rec.resumeFrom = done;
@@ -225,7 +240,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         clock,
         ordering: input.ordering,
         placement: dispatchers === 1 ? input.placement : input.placement.forDispatcher(id),
-        replicas: cluster,
+        replicas: sharded ?? cluster,
+        ...(sharded !== undefined ? { poolOf: (req: RequestDescriptor) => sharded.poolOf(req) } : {}),
         onDispatch,
         flushMs,
         ...(input.flushTokens !== undefined ? { flushTokens: input.flushTokens } : {}),
@@ -360,6 +376,10 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     queue.push(control.intervalMs, { kind: 'control' });
   }
 
+  const weightOf = (tenant: string): number =>
+    input.tenantWeights?.[tenant] ?? input.tenants?.find((t) => t.id === tenant)?.weight ?? 1;
+  if (sharded !== undefined) queue.push(sharded.rebalanceMs, { kind: 'rebalance' });
+
   const arrivals = input.arrivals;
   const abandon = input.abandonRejectedInteractions ?? true;
   const abandoned = new Set<string>();
@@ -418,6 +438,27 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           await execute(await control.tick(ev.timeMs));
           await pumpAll();
           queue.push(ev.timeMs + control.intervalMs, item);
+        }
+        break;
+      case 'rebalance':
+        if (sharded !== undefined) {
+          // What a leader reads from each shard's store once an epoch: its backlogged flows'
+          // weights, over every band.
+          const bands = (input.sloClasses ?? DEFAULT_SLO_CLASSES).length;
+          for (const pool of cluster.pools()) {
+            const backlog: ShardBacklog[] = [];
+            for (let sh = 0; sh < sharded.shares(pool).length; sh++) {
+              let weight = 0;
+              for (let band = 0; band < bands; band++) {
+                const snap = await store.snapshot(`${pool}~${sh}`, band);
+                for (const flow of snap.backlogged) weight += weightOf(flow);
+              }
+              backlog.push({ weight });
+            }
+            sharded.rebalance(pool, backlog);
+          }
+          await pumpAll();
+          queue.push(ev.timeMs + sharded.rebalanceMs, item);
         }
         break;
       case 'swap-done':
