@@ -205,6 +205,11 @@ export const poolSchema = z
     /** Requests that may wait at the gateway for this pool before new ones get 429. */
     maxQueued: nonNegInt.default(10_000),
     /**
+     * Most choices (`n`) one request may ask for; a request reserves and is charged output for
+     * every choice, so this bounds what one request can hold. @default 8
+     */
+    maxChoices: z.number().int().min(1).max(128).default(8),
+    /**
      * The pool model's tokenizer: admission, token limits and engine reservations count prompts
      * with it (over an approximate chat template) instead of the estimate. Nothing is downloaded.
      * @default none: the estimate

@@ -59,6 +59,8 @@ export interface CompletionContext {
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
   /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
   readonly enginePriorityFor: (pool: string) => boolean;
+  /** A pool's `maxChoices` (most `n` per request), when the pool is configured. */
+  readonly maxChoicesFor: (pool: string) => number | undefined;
   /** A pool's `engineTimeouts`. */
   readonly timeoutsFor: (pool: string) => EngineTimeoutsConfig | undefined;
   /**
@@ -129,6 +131,7 @@ export async function handleCompletion(
     defaultMaxTokens: ctx.options.defaultMaxTokens,
     tokenizer: pool === undefined ? undefined : ctx.tokenizerFor(pool),
     enginePriority: pool !== undefined && ctx.enginePriorityFor(pool),
+    maxChoices: pool === undefined ? undefined : ctx.maxChoicesFor(pool),
   });
   const req = described.descriptor;
   if (req.id !== request.id) record.schedulerId = req.id;

@@ -9,7 +9,7 @@ import {
 } from '@fairway/core';
 import { mayChooseClass, mayUseEngineField, type Principal } from './auth.ts';
 import { ApiError } from './errors.ts';
-import type { ChatCompletionBody, CompletionBody } from './openai-schemas.ts';
+import { type ChatCompletionBody, type CompletionBody, DROPPED_FIELDS } from './openai-schemas.ts';
 import type { FairwayHeaderValues } from './request-headers.ts';
 
 /** Which OpenAI endpoint a request came in on. */
@@ -40,6 +40,8 @@ export interface DescribeInput {
   readonly defaultSloClass: string;
   /** Output cap injected when the client gives none, tokens. */
   readonly defaultMaxTokens: number;
+  /** Most choices (`n`) a request may ask for (`pools[].maxChoices`). @default 8 */
+  readonly maxChoices?: number | undefined;
   /** The pool's tokenizer, when one is configured (see {@link PoolTokenizer}). */
   readonly tokenizer?: PoolTokenizer | undefined;
   /** The pool's engines order their queue by vLLM `priority`: fairway sets it from the class band. */
@@ -149,9 +151,19 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
     input.endpoint === 'chat'
       ? ((body as ChatCompletionBody).max_completion_tokens ?? body.max_tokens)
       : body.max_tokens;
-  const maxTokens = given ?? input.defaultMaxTokens;
+  const choices = body.n ?? 1;
+  const maxChoices = input.maxChoices ?? 8;
+  if (choices > maxChoices)
+    throw new ApiError(
+      'INVALID_REQUEST',
+      `n is ${choices}; this model's pool serves at most ${maxChoices} choices per request`,
+      { param: 'n' },
+    );
+  // Every choice may generate up to the cap: the request reserves, and is admitted for, all of them.
+  const maxTokens = (given ?? input.defaultMaxTokens) * choices;
   const forwardBody: Record<string, unknown> =
     given == null ? { ...body, max_tokens: input.defaultMaxTokens } : { ...body };
+  for (const f of DROPPED_FIELDS) delete forwardBody[f];
   const band = input.enginePriority === true ? input.sloClasses.get(sloClass)?.band : undefined;
   if (band !== undefined) forwardBody.priority = band;
   const stream = body.stream === true;

@@ -77,6 +77,8 @@ export class ResumedAnswer {
   #model: string | undefined;
   /** Text of every run so far. */
   text = '';
+  /** Choices after the first of a request with n > 1, by index. */
+  readonly #others = new Map<number, { text: string; finishReason: string | undefined }>();
   finishReason: string | undefined;
   /** Output tokens of runs before this one. */
   before = 0;
@@ -147,6 +149,15 @@ export class ResumedAnswer {
     this.#created ??= c.created;
     this.#model ??= c.model;
     const content = this.#endpoint === 'chat' ? choice.delta?.content : choice.text;
+    const index = choice.index ?? 0;
+    if (index !== 0) {
+      // Another choice of a request with n > 1 (never resumed: only its answer is rebuilt).
+      const other = this.#others.get(index) ?? { text: '', finishReason: undefined };
+      if (typeof content === 'string') other.text += content;
+      if (choice.finish_reason) other.finishReason = choice.finish_reason;
+      this.#others.set(index, other);
+      return;
+    }
     if (typeof content === 'string') this.text += content;
     if (choice.finish_reason) this.finishReason = choice.finish_reason;
     if (!write) return;
@@ -202,21 +213,24 @@ export class ResumedAnswer {
 
   /** The non-streamed body: both runs' text joined, usage over the whole output. */
   body(usage: Usage): string {
-    const choice =
+    const choiceOf = (index: number, text: string, finishReason: string | undefined) =>
       this.#endpoint === 'chat'
         ? {
-            index: 0,
-            message: { role: 'assistant', content: this.text },
+            index,
+            message: { role: 'assistant', content: text },
             logprobs: null,
-            finish_reason: this.finishReason ?? 'stop',
+            finish_reason: finishReason ?? 'stop',
           }
-        : { index: 0, text: this.text, logprobs: null, finish_reason: this.finishReason ?? 'stop' };
+        : { index, text, logprobs: null, finish_reason: finishReason ?? 'stop' };
+    const choices = [choiceOf(0, this.text, this.finishReason)];
+    for (const [i, o] of [...this.#others].sort((a, b) => a[0] - b[0]))
+      choices.push(choiceOf(i, o.text, o.finishReason));
     return JSON.stringify({
       id: this.#id,
       object: this.#endpoint === 'chat' ? 'chat.completion' : 'text_completion',
       created: this.#created,
       model: this.#model,
-      choices: [choice],
+      choices,
       usage: this.#usageOf(usage),
     });
   }

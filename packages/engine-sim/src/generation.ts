@@ -16,6 +16,11 @@ export interface GenerationInit {
   /** `stop` when the request ends by itself, `length` when `max_tokens` cuts it. */
   readonly finishReason: 'stop' | 'length';
   readonly stream: boolean;
+  /**
+   * Choices (`n`): the sequence's output is every choice's tokens, interleaved (token k belongs to
+   * choice k mod n), each choice as long as the others. @default 1
+   */
+  readonly choices?: number;
   /** `stream_options.include_usage`. */
   readonly includeUsage: boolean;
   /** `stream_options.continuous_usage_stats`. */
@@ -146,11 +151,21 @@ export class Generation implements Flushable {
     if (this.#chunks && !this.#silent && upTo > previous) {
       const c = this.#chunks;
       const usage = this.#init.continuousUsage;
-      let out = previous === 0 && this.#init.identity.kind === 'chat' ? c.roleChunk(usage) : '';
-      for (let n = previous + 1; n <= upTo; n++) {
-        const last = n === seq.outputTokens ? this.#init.finishReason : null;
-        out += c.tokenChunk(tokenText((this.#init.firstToken ?? 0) + n - 1), last, usage, n);
-      }
+      const choices = this.#init.choices ?? 1;
+      let out = '';
+      if (previous === 0 && this.#init.identity.kind === 'chat')
+        for (let i = 0; i < choices; i++) out += i === 0 ? c.roleChunk(usage) : c.roleChunkAt(i, usage);
+      if (choices === 1)
+        for (let n = previous + 1; n <= upTo; n++) {
+          const last = n === seq.outputTokens ? this.#init.finishReason : null;
+          out += c.tokenChunk(tokenText((this.#init.firstToken ?? 0) + n - 1), last, usage, n);
+        }
+      else
+        for (let n = previous + 1; n <= upTo; n++) {
+          const last = n > seq.outputTokens - choices ? this.#init.finishReason : null;
+          const k = Math.floor((n - 1) / choices);
+          out += c.tokenChunkAt((n - 1) % choices, tokenText(k), last, usage, n);
+        }
       if (this.#init.flusher && fault.kind !== 'drop') {
         this.#pending += out;
         this.#init.flusher.mark(this);
@@ -200,6 +215,7 @@ export class Generation implements Flushable {
         this.#generated,
         finishReason,
         this.#init.firstToken ?? 0,
+        this.#init.choices ?? 1,
       );
       res.writeHead(200, {
         'content-type': 'application/json',

@@ -158,6 +158,24 @@ export class ChunkWriter {
     return `${this.#contentOpen}${text}${tail}${usage}}\n\n`;
   }
 
+  /** The role chunk of choice `index` of a request with n > 1. */
+  roleChunkAt(index: number, continuousUsage: boolean): string {
+    const usage = continuousUsage ? `,"usage":${usageJson(this.#promptTokens, 0)}` : '';
+    return `${this.#head}{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${usage}}\n\n`;
+  }
+
+  /** One token's chunk of choice `index` of a request with n > 1 (see {@link tokenChunk}). */
+  tokenChunkAt(
+    index: number,
+    text: string,
+    finishReason: string | null,
+    continuousUsage: boolean,
+    completionTokens: number,
+  ): string {
+    const chunk = this.tokenChunk(text, finishReason, continuousUsage, completionTokens);
+    return index === 0 ? chunk : chunk.replace('{"index":0,', `{"index":${index},`);
+  }
+
   /** The final chunk with `usage` and no choices (`stream_options.include_usage`). */
   usageChunk(completionTokens: number): string {
     return `${this.#head}],"usage":${usageJson(this.#promptTokens, completionTokens)}}\n\n`;
@@ -174,14 +192,19 @@ export function completionBody(
   completionTokens: number,
   finishReason: string,
   firstToken = 0,
+  choices = 1,
 ): string {
-  const text = JSON.stringify(syntheticText(completionTokens, firstToken));
+  // Every choice has the same synthetic text: `completionTokens` counts them all.
+  const text = JSON.stringify(syntheticText(Math.ceil(completionTokens / choices), firstToken));
   const head = `{"id":${JSON.stringify(identity.id)},"object":"${identity.kind === 'chat' ? 'chat.completion' : 'text_completion'}","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":[`;
-  const choice =
-    identity.kind === 'chat'
-      ? `{"index":0,"message":{"role":"assistant","content":${text},"tool_calls":[]},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null}`
-      : `{"index":0,"text":${text},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null,"prompt_logprobs":null}`;
-  return `${head}${choice}],"usage":${usageJson(promptTokens, completionTokens)},"prompt_logprobs":null}`;
+  const out: string[] = [];
+  for (let i = 0; i < choices; i++)
+    out.push(
+      identity.kind === 'chat'
+        ? `{"index":${i},"message":{"role":"assistant","content":${text},"tool_calls":[]},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null}`
+        : `{"index":${i},"text":${text},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null,"prompt_logprobs":null}`,
+    );
+  return `${head}${out.join(',')}],"usage":${usageJson(promptTokens, completionTokens)},"prompt_logprobs":null}`;
 }
 
 /** vLLM's error body (the OpenAI shape vLLM uses since 0.10). */

@@ -210,6 +210,8 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     const outputTokens = body.ignore_eos ? maxTokens : Math.min(natural, maxTokens);
     const finishReason =
       outputTokens === maxTokens && (body.ignore_eos || natural >= maxTokens) ? 'length' : 'stop';
+    // n choices run as one sequence of n × the output (KV and time grow as n sequences' would).
+    const choices = body.n ?? 1;
 
     if (faults.config.headersDelayMs > 0) {
       await new Promise((r) => setTimeout(r, faults.config.headersDelayMs));
@@ -228,14 +230,15 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       seq: {
         id,
         inputTokens: promptTokens,
-        outputTokens,
-        maxTokens,
+        outputTokens: outputTokens * choices,
+        maxTokens: maxTokens * choices,
         ...(options.schedulingPolicy === 'priority' ? { priority } : {}),
         ...(adapter === undefined ? {} : { adapter }),
       },
       finishReason,
       ...(firstToken > 0 ? { firstToken } : {}),
       stream: body.stream === true,
+      ...(choices > 1 ? { choices } : {}),
       includeUsage: body.stream_options?.include_usage === true,
       continuousUsage: body.stream_options?.continuous_usage_stats === true,
       fault,
