@@ -199,3 +199,48 @@ describe('describeRequest with the fields OpenAI SDKs send', () => {
     expect(injected.forwardBody.max_tokens).toBe(16);
   });
 });
+
+describe('GET /v1/models/{id}', () => {
+  let s: Stack;
+  let client: OpenAI;
+  beforeAll(async () => {
+    s = await startStack({
+      config: {
+        tenants: [{ id: 'alpha', keys: [{ key: KEY }] }],
+        pools: [
+          { id: 'llama', model: MODEL },
+          { id: 'meta', model: 'meta-llama/Llama-3.1-8B-Instruct' },
+        ],
+      },
+    });
+    client = new OpenAI({ apiKey: KEY, baseURL: `${s.dispatchers[0]!.url}/v1`, maxRetries: 0 });
+  });
+  afterAll(async () => s?.close());
+
+  it('answers OpenAI’s model object for a model the fleet serves, ids with "/" included', async () => {
+    const m = await client.models.retrieve(MODEL);
+    expect(m).toEqual({ id: MODEL, object: 'model', created: 0, owned_by: 'fairway' });
+    const slashed = await client.models.retrieve('meta-llama/Llama-3.1-8B-Instruct');
+    expect(slashed.id).toBe('meta-llama/Llama-3.1-8B-Instruct');
+    const plain = await fetch(`${s.dispatchers[0]!.url}/v1/models/meta-llama/Llama-3.1-8B-Instruct`, {
+      headers: { authorization: `Bearer ${KEY}` },
+    });
+    expect(plain.status).toBe(200);
+    expect(((await plain.json()) as { id: string }).id).toBe('meta-llama/Llama-3.1-8B-Instruct');
+  });
+
+  it('answers 404 model_not_found in OpenAI’s error shape for an unknown id', async () => {
+    const err = await client.models.retrieve('gpt-5').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    const e = err as InstanceType<typeof OpenAI.NotFoundError>;
+    expect(e.code).toBe('model_not_found');
+    expect(e.param).toBe('model');
+    expect(e.message).toMatch(/gpt-5/);
+  });
+
+  it('asks for the API key like every route', async () => {
+    const res = await fetch(`${s.dispatchers[0]!.url}/v1/models/${MODEL}`);
+    expect(res.status).toBe(401);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('missing_api_key');
+  });
+});
