@@ -210,6 +210,14 @@ export const poolSchema = z
      */
     maxChoices: z.number().int().min(1).max(128).default(8),
     /**
+     * Output tokens (per choice) a request without `max_tokens` / `max_completion_tokens` reserves
+     * on its replica and against token limits, instead of the whole output cap the engine is told
+     * (the dispatcher's `defaultMaxTokens`): its answer is not cut, its reservation grows as it
+     * streams past this, and it is settled at its true usage. Under a token budget the engine cap
+     * is what the budget still holds. @default 256
+     */
+    reserveOutputTokens: z.number().int().positive().default(256),
+    /**
      * The pool model's tokenizer: admission, token limits and engine reservations count prompts
      * with it (over an approximate chat template) instead of the estimate. Nothing is downloaded.
      * @default none: the estimate
@@ -690,6 +698,8 @@ export const fairwayConfigSchema = z
   });
 
 export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
+/** One `pools[]` entry of the config. */
+export type PoolConfig = z.infer<typeof poolSchema>;
 export type TenantConfig = z.infer<typeof tenantSchema>;
 export type LimitsConfig = z.infer<typeof limitsSchema>;
 export type TenantStorageConfig = z.infer<typeof tenantStorageSchema>;

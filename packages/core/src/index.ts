@@ -23,6 +23,7 @@ export {
   natsAuthConfigSchema,
   natsTlsConfigSchema,
   type PolicyConfig,
+  type PoolConfig,
   parseConfig,
   policyConfigSchema,
   type QuotasConfig,

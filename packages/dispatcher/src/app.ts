@@ -221,7 +221,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const tokenizers = loadPoolTokenizers(deps.config);
   const priorityPools = new Set(deps.config.pools.filter((p) => p.enginePriority).map((p) => p.id));
   const poolTimeouts = new Map(deps.config.pools.map((p) => [p.id, p.engineTimeouts]));
-  const poolChoices = new Map(deps.config.pools.map((p) => [p.id, p.maxChoices]));
+  const poolConfigs = new Map(deps.config.pools.map((p) => [p.id, p]));
   const newId = deps.newId ?? (() => `fw-${randomUUID()}`);
   const tracer = deps.tracer;
   // One line per request, on its own logger so operators can route or silence it.
@@ -242,7 +242,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     poolFor,
     tokenizerFor: (pool) => tokenizers.get(pool),
     enginePriorityFor: (pool) => priorityPools.has(pool),
-    maxChoicesFor: (pool) => poolChoices.get(pool),
+    poolConfigFor: (pool) => poolConfigs.get(pool),
     timeoutsFor: (pool) => poolTimeouts.get(pool) ?? DEFAULT_ENGINE_TIMEOUTS,
     swapTargets,
     clock: deps.clock,

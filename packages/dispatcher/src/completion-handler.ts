@@ -3,6 +3,7 @@ import {
   type CostFunction,
   type EngineTimeoutsConfig,
   type Logger,
+  type PoolConfig,
   queueDeadlineMs,
   type SloClass,
 } from '@fairway/core';
@@ -27,6 +28,7 @@ import {
   plainValidBody,
   refuseUnknownFields,
 } from './openai-schemas.ts';
+import { grantedOutput } from './quotas.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import {
   type DescribedRequest,
@@ -59,8 +61,8 @@ export interface CompletionContext {
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
   /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
   readonly enginePriorityFor: (pool: string) => boolean;
-  /** A pool's `maxChoices` (most `n` per request), when the pool is configured. */
-  readonly maxChoicesFor: (pool: string) => number | undefined;
+  /** A pool's configuration (`maxChoices`, `reserveOutputTokens`), when the pool is configured. */
+  readonly poolConfigFor: (pool: string) => PoolConfig | undefined;
   /** A pool's `engineTimeouts`. */
   readonly timeoutsFor: (pool: string) => EngineTimeoutsConfig | undefined;
   /**
@@ -115,6 +117,7 @@ export async function handleCompletion(
   refuseUnknownFields(request.body, endpoint === 'chat' ? CHAT_FIELDS : COMPLETION_FIELDS);
   const body = validBody(endpoint, request.body);
   const pool = ctx.poolFor(body.model);
+  const poolConfig = pool === undefined ? undefined : ctx.poolConfigFor(pool);
 
   record.model = body.model;
 
@@ -131,7 +134,8 @@ export async function handleCompletion(
     defaultMaxTokens: ctx.options.defaultMaxTokens,
     tokenizer: pool === undefined ? undefined : ctx.tokenizerFor(pool),
     enginePriority: pool !== undefined && ctx.enginePriorityFor(pool),
-    maxChoices: pool === undefined ? undefined : ctx.maxChoicesFor(pool),
+    maxChoices: poolConfig?.maxChoices,
+    reserveOutputTokens: poolConfig?.reserveOutputTokens,
   });
   const req = described.descriptor;
   if (req.id !== request.id) record.schedulerId = req.id;
@@ -174,6 +178,10 @@ export async function handleCompletion(
   }
   m.requests.inc({ tenant, outcome: 'admitted' });
   tr?.close(admission);
+  // A request without an output cap may generate what its token budgets still hold.
+  const granted = grantedOutput(req, sub.admission?.quotaShare);
+  if (granted !== undefined && sub.admission?.quotaShare !== undefined)
+    (described.forwardBody as Record<string, unknown>).max_tokens = granted;
   held = sub.ticket;
   // Every admitted request ends with exactly one outcome, however it leaves (returned or thrown).
   let end: EndOutcome | undefined;

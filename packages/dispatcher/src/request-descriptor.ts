@@ -42,6 +42,11 @@ export interface DescribeInput {
   readonly defaultMaxTokens: number;
   /** Most choices (`n`) a request may ask for (`pools[].maxChoices`). @default 8 */
   readonly maxChoices?: number | undefined;
+  /**
+   * Output tokens per choice a request without a cap reserves (`pools[].reserveOutputTokens`).
+   * @default defaultMaxTokens (the whole cap)
+   */
+  readonly reserveOutputTokens?: number | undefined;
   /** The pool's tokenizer, when one is configured (see {@link PoolTokenizer}). */
   readonly tokenizer?: PoolTokenizer | undefined;
   /** The pool's engines order their queue by vLLM `priority`: fairway sets it from the class band. */
@@ -132,9 +137,10 @@ export function promptTokens(
  * the tenant from the key; the app from the key, else `x-fairway-app` (a key bound to an app
  * may not claim another: 403); the user (scoped by the tenant) and interaction from headers; the SLO class
  * by {@link grantedSloClass}; restricted engine fields by {@link refuseEngineFields}; input tokens by {@link promptTokens}
- * (every field the engine tokenizes; the engine's usage settles them); the output cap from
- * `max_completion_tokens` or `max_tokens`, else injected so the reservation bounds what the
- * engine may generate.
+ * (every field the engine tokenizes; the engine's usage settles them); the output reserved from
+ * `max_completion_tokens` or `max_tokens` times `n`; without either, the pool's
+ * `reserveOutputTokens` is reserved and `defaultMaxTokens` injected as the engine's cap (`outputCap`,
+ * lowered at admission to what the caller's token budgets hold).
  */
 export function describeRequest(input: DescribeInput): DescribedRequest {
   const { body, principal, headers } = input;
@@ -159,8 +165,12 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
       `n is ${choices}; this model's pool serves at most ${maxChoices} choices per request`,
       { param: 'n' },
     );
-  // Every choice may generate up to the cap: the request reserves, and is admitted for, all of them.
-  const maxTokens = (given ?? input.defaultMaxTokens) * choices;
+  // Every choice may generate up to the cap: the request reserves, and is admitted for, all of
+  // them. Without a cap it reserves the pool's default and the engine may go on to the cap.
+  const reservedPerChoice =
+    given ?? Math.min(input.reserveOutputTokens ?? input.defaultMaxTokens, input.defaultMaxTokens);
+  const maxTokens = reservedPerChoice * choices;
+  const outputCap = given == null ? input.defaultMaxTokens * choices : undefined;
   const forwardBody: Record<string, unknown> =
     given == null ? { ...body, max_tokens: input.defaultMaxTokens } : { ...body };
   for (const f of DROPPED_FIELDS) delete forwardBody[f];
@@ -176,6 +186,8 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
     sloClass,
     inputTokens: promptTokens(input.endpoint, body, input.tokenizer),
     maxTokens,
+    ...(outputCap !== undefined ? { outputCap } : {}),
+    ...(choices > 1 ? { choices } : {}),
     arrivalMs: input.arrivalMs,
     ...((principal.app ?? headers.app) !== undefined ? { app: principal.app ?? headers.app } : {}),
     // The user is the tenant's own: two tenants' "alice" are two users (flows, windows, throttles).

@@ -4,6 +4,7 @@ import {
   type AdmitAndDispatchResult,
   type AdmitInput,
   type AdmitRejectCode,
+  type AdmitResult,
   type QueuedRequest,
   type QuotaAlert,
   tenantScoped,
@@ -23,12 +24,8 @@ import type { AdmissionLog } from './state-recovery.ts';
 
 /** Outcome of {@link Admission.submit} (and so of `Gateway.submit`). */
 export type SubmitResult =
-  | {
-      readonly ok: true;
-      readonly queued: number;
-      /** Budgets this admission brought to their alert threshold (once per window). */
-      readonly alerts?: readonly QuotaAlert[];
-    }
+  /** The store's answer: queue size, budgets brought to their alert threshold, quota share. */
+  | (AdmitResult & { readonly ok: true })
   | {
       readonly ok: false;
       /**
@@ -143,7 +140,7 @@ export class Admission {
       };
     }
     // A budget smaller than this request alone would refuse it every window, never "try later".
-    const overBudget = rules.quotas?.find((q) => q.amount > q.budget);
+    const overBudget = rules.quotas?.find((q) => (q.minAmount ?? q.amount) > q.budget);
     if (overBudget !== undefined) {
       this.rejected++;
       return {
@@ -151,7 +148,7 @@ export class Admission {
         code: 'exceeds_limit',
         retryAfterMs: 0,
         key: `quota:${overBudget.scope}:${overBudget.window}:${overBudget.kind}`,
-        needed: overBudget.amount,
+        needed: overBudget.minAmount ?? overBudget.amount,
         limit: overBudget.budget,
       };
     }
@@ -254,6 +251,7 @@ export class Admission {
         throw err;
       }
       if (!result.ok) return refused(result);
+      own.admission = result;
       this.#dispatch.deadlines.observe(pool, band, result.queued, nowMs);
       this.#noteAdmitted(own, admit);
       await this.#dispatch.pump(pool);
@@ -273,6 +271,7 @@ export class Admission {
     }
     for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
     if (!r.admit.ok) return refused(r.admit);
+    own.admission = r.admit;
     this.#dispatch.deadlines.observe(pool, band, r.admit.queued, nowMs);
     this.#dispatch.deadlines.poolQueued(pool, r.poolQueued, nowMs);
     this.#noteAdmitted(own, admit);

@@ -1,4 +1,5 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
+import type { AdmitResult } from '@fairway/store';
 import { Admission, type SubmitResult } from './admission.ts';
 import { Candidates } from './candidates.ts';
 import { Charging } from './charging.ts';
@@ -151,6 +152,14 @@ export class Gateway {
   /** {@inheritDoc Eviction.requeueUnserved} */
   requeueUnserved(id: string): Promise<boolean> {
     return this.#eviction.requeueUnserved(id);
+  }
+
+  /**
+   * The store's answer to the admission of request `id` (quota share, alerts), while this gateway
+   * owns it; read once `submit` resolved or the request was dispatched.
+   */
+  admissionOf(id: string): (AdmitResult & { ok: true }) | undefined {
+    return this.#owned.get(id)?.admission;
   }
 
   /** {@inheritDoc Charging.recordTokens} */

@@ -158,8 +158,7 @@ function asString(reply: Reply | undefined): string {
 function admitReply(script: string, r: Reply): AdmitResult {
   const reply = expectArray(script, r);
   if (reply[0] === 1) {
-    if (reply[2] === undefined) return { ok: true, queued: Number(reply[1]) };
-    const flat = expectArray(script, reply[2]).map(asString);
+    const flat = reply[2] === undefined ? [] : expectArray(script, reply[2]).map(asString);
     const alerts: QuotaAlert[] = [];
     for (let i = 0; i < flat.length; i += 4)
       alerts.push({
@@ -168,7 +167,13 @@ function admitReply(script: string, r: Reply): AdmitResult {
         budget: Number(flat[i + 2]),
         used: Number(flat[i + 3]),
       });
-    return { ok: true, queued: Number(reply[1]), alerts };
+    const share = reply[3] === undefined ? '' : asString(reply[3]);
+    return {
+      ok: true,
+      queued: Number(reply[1]),
+      ...(alerts.length > 0 ? { alerts } : {}),
+      ...(share !== '' ? { quotaShare: Number(share) } : {}),
+    };
   }
   return {
     ok: false,
@@ -840,6 +845,7 @@ function pushUsageArgs(args: string[], input: AdmitInput): void {
       str(q.amount),
       q.alertAt === undefined ? '' : str(q.alertAt),
       str(q.resetAtMs),
+      q.minAmount === undefined ? '' : str(q.minAmount),
     );
 }
 

@@ -1458,6 +1458,41 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(await usage({ days: ['2026-11-23', '2026-11-25'] })).toEqual([]);
       });
 
+      it('reserves as much as the budget holds down to minAmount, the same share of every such quota', async () => {
+        const priced = account({ priceIn: 1_000_000, priceOut: 1_000_000 });
+        // 30 of 100 tokens used; the request wants 40..200 tokens (and their cost, 1 a token).
+        expect(await run('a', { usage: priced }, 30, 10)).toMatchObject({ ok: true });
+        const flexible = (id: string) =>
+          s.admit(
+            admitOf(makeReq(id), {
+              usage: priced,
+              quotas: [
+                quota({ amount: 200, minAmount: 40 }),
+                quota({ kind: 'spend', window: 'month', budget: 1000, amount: 200, minAmount: 40 }),
+              ],
+            }),
+          );
+        const r = await flexible('b');
+        // Tokens: (100 - 30 - 40) / (200 - 40) = 0.1875 of the way; spend has room for all of it.
+        expect(r).toEqual({ ok: true, queued: 1, quotaShare: 0.1875 });
+        // Both quotas reserved 40 + 0.1875 × 160 = 70: the token budget is full.
+        expect(
+          await s.admit(admitOf(makeReq('c'), { usage: priced, quotas: [quota({ amount: 1 })] })),
+        ).toMatchObject({ ok: false, code: 'quota_exceeded', key: 'quota:tenant:day:tokens' });
+        expect(await flexible('d')).toMatchObject({ ok: false, code: 'quota_exceeded' });
+        // Settled with its true usage (12 tokens), the rest of the reservation comes back.
+        await dispatchedId();
+        await s.settle({ id: 'b', nowMs: 1, finalCost: 0, actualTokens: 12, outputTokens: 2 });
+        expect(await flexible('e')).toEqual({ ok: true, queued: 1, quotaShare: (100 - 42 - 40) / 160 });
+      });
+
+      it('reports a share of 1 when every amount fits, and none without a minAmount', async () => {
+        const q = (id: string, over: Partial<QuotaCheck>) =>
+          s.admit(admitOf(makeReq(id), { usage: account(), quotas: [quota({ budget: 1000, ...over })] }));
+        expect(await q('a', { amount: 50, minAmount: 10 })).toEqual({ ok: true, queued: 1, quotaShare: 1 });
+        expect(await q('b', { amount: 50 })).toEqual({ ok: true, queued: 2 });
+      });
+
       it('refuses a request whose reservation does not fit the budget, changing nothing', async () => {
         const q = { usage: account(), quotas: [quota()] };
         expect(await run('a', q, 30, 10)).toMatchObject({ ok: true }); // used 40

@@ -38,8 +38,9 @@ local function countRejectedArrival(o, now, scope, nLimits)
   end
 end
 
--- { 1, queued [, alerts] } admitted (queued = size of the (pool, band) queue; alerts as
--- reserveQuotas returns them, only if any), or { 0, code, retryAfterMs, key }.
+-- { 1, queued, alerts, share } admitted (queued = size of the (pool, band) queue; alerts as
+-- reserveQuotas returns them, empty if none; share as checkQuotas returns it, '' if none), or
+-- { 0, code, retryAfterMs, key }.
 -- `place` (admitAndDispatch, when the request is the only one its dispatch can pick, see there)
 -- is asked, once the request is admitted, for a replica with room: place(reserveTokens) returns
 -- the replica's id, key, and tokens and seqs with the request on it, or nil. With one, the request
@@ -80,7 +81,7 @@ local function admitRequest(o, place)
     end
   end
   local ue = o + 23 + nLimits * 8
-  local overQuota = checkQuotas(ue, ARGV[o + 22], now)
+  local overQuota, share = checkQuotas(ue, ARGV[o + 22], now)
   if overQuota ~= nil then
     countRejectedArrival(o, now, scope, nLimits)
     return overQuota
@@ -138,7 +139,7 @@ local function admitRequest(o, place)
   local fm = sortKey(num(ARGV[o + 7])) .. id
   record[#record + 1] = 'fm'
   record[#record + 1] = fm
-  local alerts = reserveQuotas(ue, ARGV[o + 22], record)
+  local alerts = reserveQuotas(ue, ARGV[o + 22], record, share)
   redisCall('HSET', reqKey, unpack(record))
   local size = 1
   if chosen ~= nil then
@@ -148,6 +149,5 @@ local function admitRequest(o, place)
     local seq = redisCall('INCR', key_seq())
     size = enqueue(pool, band, flow, id, fm, seq, ARGV[o + 6], ARGV[o + 7], cont == '1', ARGV[o + 14])
   end
-  if #alerts > 0 then return { 1, size, alerts }, chosen end
-  return { 1, size }, chosen
+  return { 1, size, alerts, share == nil and '' or fmt(share) }, chosen
 end
