@@ -6,7 +6,6 @@ import {
   type AdmitRejectCode,
   type AdmitResult,
   type QueuedRequest,
-  type QuotaAlert,
   tenantScoped,
 } from '@fairway/store';
 import { type AdmissionRules, composeRules, fromAdmissionPolicy, toRules } from './admission-rules.ts';
