@@ -29,6 +29,7 @@ import {
   refuseUnknownFields,
 } from './openai-schemas.ts';
 import { grantedOutput } from './quotas.ts';
+import { setRateLimitHeaders } from './rate-limit-headers.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import {
   type DescribedRequest,
@@ -171,6 +172,7 @@ export async function handleCompletion(
     });
   }
   if (!sub.ok) {
+    setRateLimitHeaders(reply, sub.rateLimits);
     m.requests.inc({ tenant, outcome: refusalOutcome(sub.code) });
     m.throttles.inc({ tenant, reason: sub.code });
     ctx.activity.throttled(req.tenant, sub.code, ctx.clock.now());
@@ -178,6 +180,7 @@ export async function handleCompletion(
   }
   m.requests.inc({ tenant, outcome: 'admitted' });
   tr?.close(admission);
+  setRateLimitHeaders(reply, sub.admission?.rateLimits);
   // A request without an output cap may generate what its token budgets still hold.
   const granted = grantedOutput(req, sub.admission?.quotaShare);
   if (granted !== undefined && sub.admission?.quotaShare !== undefined)

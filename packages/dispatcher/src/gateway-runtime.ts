@@ -16,7 +16,7 @@ import {
   type Usage,
 } from '@fairway/core';
 import { type Dispatched, Gateway, type GatewayStats, type SubmitResult } from '@fairway/scheduler';
-import type { AdmitResult, QuotaAlert, SchedulingStore } from '@fairway/store';
+import type { QuotaAlert, SchedulingStore } from '@fairway/store';
 import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EngineProbe } from './engine-probe.ts';
@@ -70,8 +70,8 @@ export type RuntimeSubmit =
   | {
       readonly ok: true;
       readonly ticket: Ticket;
-      /** The store's answer to the admission (quota share, alerts). */
-      readonly admission: (AdmitResult & { ok: true }) | undefined;
+      /** The answer to the admission (quota share, alerts, rate-limit state). */
+      readonly admission: Extract<SubmitResult, { ok: true }> | undefined;
     }
   | Extract<SubmitResult, { ok: false }>;
 

@@ -1,5 +1,4 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
-import type { AdmitResult } from '@fairway/store';
 import { Admission, type SubmitResult } from './admission.ts';
 import { Candidates } from './candidates.ts';
 import { Charging } from './charging.ts';
@@ -158,7 +157,7 @@ export class Gateway {
    * The store's answer to the admission of request `id` (quota share, alerts), while this gateway
    * owns it; read once `submit` resolved or the request was dispatched.
    */
-  admissionOf(id: string): (AdmitResult & { ok: true }) | undefined {
+  admissionOf(id: string): Extract<SubmitResult, { ok: true }> | undefined {
     return this.#owned.get(id)?.admission;
   }
 

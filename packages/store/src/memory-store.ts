@@ -42,6 +42,7 @@ import type {
   UsageAccount,
   UsageQuery,
   UsageRow,
+  WindowHeld,
 } from './store.ts';
 import {
   fairBefore,
@@ -281,13 +282,19 @@ export class MemoryStore implements SchedulingStore {
       const w = this.#purgedWindow(windowKeys[i] as string, nowMs);
       if (w === undefined) {
         if (limit.amount > limit.limit) {
-          return reject({ ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key });
+          return reject({
+            ok: false,
+            code: limit.code,
+            retryAfterMs: limit.windowMs,
+            key: limit.key,
+            held: 0,
+          });
         }
         continue;
       }
       const retryAfterMs = w.retryAfter(limit.amount, limit.limit, limit.windowMs, nowMs);
       if (retryAfterMs !== undefined)
-        return reject({ ok: false, code: limit.code, retryAfterMs, key: limit.key });
+        return reject({ ok: false, code: limit.code, retryAfterMs, key: limit.key, held: w.total });
     }
     const quotas = input.usage === undefined ? [] : (input.quotas ?? []);
     // The share of the way from minAmount to amount every quota with a minAmount can reserve.
@@ -331,10 +338,13 @@ export class MemoryStore implements SchedulingStore {
     // Every window records the request, throttle windows included (FairServe Algorithm 1 line 19:
     // arrivals are counted whether or not the limit is being enforced right now).
     const windows: WindowUse[] = [];
+    const held: WindowHeld[] = [];
     for (const [i, limit] of input.limits.entries()) {
       const key = windowKeys[i] as string;
       const end = this.#addToWindow(key, nowMs, limit.windowMs, limit.amount, nowMs);
       windows.push({ key, trueUp: limit.trueUp ?? limit.code === 'tpm_limited', end, amount: limit.amount });
+      const w = this.#windows.get(key) as SlidingWindow;
+      held.push({ total: w.total, resetAtMs: w.oldestEnd });
     }
     if (interaction !== undefined) this.#openInteraction(interaction.key, nowMs, interaction.ttlMs);
     this.#hold(req, nowMs);
@@ -388,6 +398,7 @@ export class MemoryStore implements SchedulingStore {
       queued: q.size,
       ...(alerts.length > 0 ? { alerts } : {}),
       ...(share !== undefined ? { quotaShare: share } : {}),
+      windows: held,
     };
   }
 

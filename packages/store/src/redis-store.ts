@@ -52,6 +52,7 @@ import type {
   SettleInput,
   UsageQuery,
   UsageRow,
+  WindowHeld,
 } from './store.ts';
 import {
   HISTORY_LENGTH,
@@ -168,11 +169,16 @@ function admitReply(script: string, r: Reply): AdmitResult {
         used: Number(flat[i + 3]),
       });
     const share = reply[3] === undefined ? '' : asString(reply[3]);
+    const held = reply[4] === undefined ? [] : expectArray(script, reply[4]).map(asString);
+    const windows: WindowHeld[] = [];
+    for (let i = 0; i < held.length; i += 2)
+      windows.push({ total: Number(held[i]), resetAtMs: Number(held[i + 1]) });
     return {
       ok: true,
       queued: Number(reply[1]),
       ...(alerts.length > 0 ? { alerts } : {}),
       ...(share !== '' ? { quotaShare: Number(share) } : {}),
+      windows,
     };
   }
   return {
@@ -180,6 +186,7 @@ function admitReply(script: string, r: Reply): AdmitResult {
     code: asString(reply[1]) as AdmitRejectCode,
     retryAfterMs: Number(asString(reply[2])),
     key: asString(reply[3]),
+    ...(reply[4] === undefined ? {} : { held: Number(asString(reply[4])) }),
   };
 }
 

@@ -157,13 +157,28 @@ export type AdmitResult =
        * its `amount` that was reserved, the same for all of them (1 when every `amount` fit).
        */
       readonly quotaShare?: number;
+      /**
+       * Every window of `limits`, in order, after this admission (the request counted): what it
+       * holds and when its oldest bucket ends — when it next frees room (rate-limit headers).
+       */
+      readonly windows: readonly WindowHeld[];
     }
   | {
       readonly ok: false;
       readonly code: AdmitRejectCode;
       readonly retryAfterMs: number;
       readonly key: string;
+      /** With `rpm_limited`, `tpm_limited` and `throttled`: what the refusing window holds. */
+      readonly held?: number;
     };
+
+/** What a window holds after an admission (see `AdmitResult.windows`). */
+export interface WindowHeld {
+  /** The amounts it counts (requests or tokens). */
+  readonly total: number;
+  /** When its oldest bucket ends (ms): the first time it holds less. */
+  readonly resetAtMs: number;
+}
 
 /** A replica a request may be placed on, with the capacity the caller last saw for it. */
 export interface ReplicaCandidate {
