@@ -10,6 +10,7 @@ import { AdminEventApplier, type AdminTrust, followAdminEvents } from './admin-e
 import { Authenticator, keyRingFromConfig, type Principal } from './auth.ts';
 import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
 import type { CompletionContext } from './completion-handler.ts';
+import { useCors } from './cors.ts';
 import { type DispatcherOptions, resolveDispatcherOptions } from './dispatcher-options.ts';
 import { type EngineFactory, EnginePool } from './engine-pool.ts';
 import { EngineProbe } from './engine-probe.ts';
@@ -289,6 +290,8 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   // The API takes JSON only; anything else is a 415, not a string body that fails validation.
   app.removeContentTypeParser('text/plain');
   useStrictJsonBodies(app);
+  // Before the routes, so its hook and preflight route cover them.
+  useCors(app, deps.config, (headers) => auth.principal(headers));
   // Requests in flight, so closing can wait for them and then drop every socket left: clients
   // may hold idle or never-used keep-alive connections that would otherwise keep the server open.
   // (By record: a client's x-request-id need not be unique.)

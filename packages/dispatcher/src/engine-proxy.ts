@@ -157,6 +157,12 @@ function openResponse(call: ProxyCall, headers: OutgoingHttpHeaders): ServerResp
   call.reply.hijack();
   const res = call.reply.raw;
   if (headers['content-type'] === SSE_TYPE) headers['cache-control'] = 'no-cache';
+  // Headers hooks set on the reply (CORS) go out too: fastify no longer writes them once hijacked.
+  const set = call.reply.getHeaders();
+  for (const name in set) {
+    const v = set[name];
+    if (v !== undefined && headers[name] === undefined) res.setHeader(name, v);
+  }
   res.writeHead(200, headers);
   return res;
 }
