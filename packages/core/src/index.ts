@@ -79,6 +79,7 @@ export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
 export {
   CHARS_PER_TOKEN,
+  countEmbeddingInputTokens,
   countPromptTokens,
   estimateChatPromptTokens,
   estimateJsonTokens,

@@ -87,6 +87,7 @@ export interface Dispatcher {
 const KNOWN_ROUTES: Record<string, string> = {
   '/v1/chat/completions': 'POST',
   '/v1/completions': 'POST',
+  '/v1/embeddings': 'POST',
   '/v1/models': 'GET',
   '/health': 'GET',
   '/ready': 'GET',

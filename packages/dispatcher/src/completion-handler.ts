@@ -25,6 +25,8 @@ import {
   type CompletionBody,
   chatCompletionSchema,
   completionSchema,
+  EMBEDDING_FIELDS,
+  embeddingSchema,
   plainValidBody,
   refuseUnknownFields,
 } from './openai-schemas.ts';
@@ -35,7 +37,9 @@ import {
   type DescribedRequest,
   describeRequest,
   type Endpoint,
+  operationName,
   type PoolTokenizer,
+  type RequestBody,
 } from './request-descriptor.ts';
 import { readFairwayHeaders } from './request-headers.ts';
 import { RECORD, type RecordedRequest, RequestRecord } from './request-record.ts';
@@ -115,7 +119,10 @@ export async function handleCompletion(
   const principal = ctx.auth.principal(request.headers);
   record.tenant = principal.tenant;
   const headers = readFairwayHeaders(request.headers);
-  refuseUnknownFields(request.body, endpoint === 'chat' ? CHAT_FIELDS : COMPLETION_FIELDS);
+  refuseUnknownFields(
+    request.body,
+    endpoint === 'chat' ? CHAT_FIELDS : endpoint === 'completions' ? COMPLETION_FIELDS : EMBEDDING_FIELDS,
+  );
   const body = validBody(endpoint, request.body);
   const pool = ctx.poolFor(body.model);
   const poolConfig = pool === undefined ? undefined : ctx.poolConfigFor(pool);
@@ -143,7 +150,7 @@ export async function handleCompletion(
   record.inputTokens = req.inputTokens;
   if (tr?.recording === true) {
     const attrs = {
-      'gen_ai.operation.name': endpoint === 'chat' ? 'chat' : 'text_completion',
+      'gen_ai.operation.name': operationName(endpoint),
       'gen_ai.request.model': req.model,
       'gen_ai.request.max_tokens': req.maxTokens,
       'fairway.tenant': req.tenant,
@@ -226,7 +233,12 @@ export async function handleCompletion(
 }
 
 /** The request body as the endpoint's schema accepts it, or the validation error thrown. */
-function validBody(endpoint: Endpoint, body: unknown): ChatCompletionBody | CompletionBody {
+function validBody(endpoint: Endpoint, body: unknown): RequestBody {
+  if (endpoint === 'embeddings') {
+    const parsed = embeddingSchema.safeParse(body);
+    if (!parsed.success) throw validationError(parsed.error);
+    return parsed.data;
+  }
   if (plainValidBody(endpoint, body)) return body as ChatCompletionBody | CompletionBody;
   const parsed = (endpoint === 'chat' ? chatCompletionSchema : completionSchema).safeParse(body);
   if (!parsed.success) throw validationError(parsed.error);

@@ -335,3 +335,41 @@ export function plainValidBody(endpoint: 'chat' | 'completions', body: unknown):
     mediaParts(messages as z.infer<typeof chatMessageSchema>[]) <= MAX_MEDIA_PARTS
   );
 }
+
+/** Every top-level field `POST /v1/embeddings` accepts: OpenAI's and vLLM's documented extras. */
+export const EMBEDDING_FIELDS: ReadonlySet<string> = new Set([
+  'model',
+  'input',
+  'encoding_format',
+  'dimensions',
+  'user',
+  'truncate_prompt_tokens',
+  'add_special_tokens',
+  'priority',
+  'request_id',
+]);
+
+/** Most inputs one embeddings request may carry (OpenAI's bound). */
+export const MAX_EMBEDDING_INPUTS = 2048;
+
+const tokenIds = z.array(z.number().int().min(0).max(10_000_000)).min(1, 'must not be empty');
+
+export const embeddingSchema = z.looseObject({
+  model: z.string().min(1, 'must be a non-empty string').max(256),
+  input: z.union(
+    [
+      z.string().min(1, 'must not be empty'),
+      z.array(z.string().min(1, 'must not be empty')).min(1).max(MAX_EMBEDDING_INPUTS),
+      tokenIds,
+      z.array(tokenIds).min(1).max(MAX_EMBEDDING_INPUTS),
+    ],
+    { message: 'must be a string, an array of strings, an array of token ids or an array of such arrays' },
+  ),
+  encoding_format: z.enum(['float', 'base64']).nullable().optional(),
+  dimensions: z.number().int().min(1).max(65_536).nullable().optional(),
+  user: z.string().max(256).optional(),
+  priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
+  truncate_prompt_tokens: z.number().int().min(-1).max(MAX_TOKENS_CAP).nullable().optional(),
+  add_special_tokens: z.boolean().optional(),
+});
+export type EmbeddingBody = z.infer<typeof embeddingSchema>;

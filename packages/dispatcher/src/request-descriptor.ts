@@ -1,4 +1,5 @@
 import {
+  countEmbeddingInputTokens,
   countPromptTokens,
   GATEWAY_OWNED_FIELDS,
   RESTRICTED_ENGINE_FIELDS,
@@ -9,11 +10,24 @@ import {
 } from '@fairway/core';
 import { mayChooseClass, mayUseEngineField, type Principal } from './auth.ts';
 import { ApiError } from './errors.ts';
-import { type ChatCompletionBody, type CompletionBody, DROPPED_FIELDS } from './openai-schemas.ts';
+import {
+  type ChatCompletionBody,
+  type CompletionBody,
+  DROPPED_FIELDS,
+  type EmbeddingBody,
+} from './openai-schemas.ts';
 import type { FairwayHeaderValues } from './request-headers.ts';
 
 /** Which OpenAI endpoint a request came in on. */
-export type Endpoint = 'chat' | 'completions';
+export type Endpoint = 'chat' | 'completions' | 'embeddings';
+
+/** The GenAI semantic conventions' name of an endpoint's operation (traces). */
+export function operationName(endpoint: Endpoint): string {
+  return endpoint === 'chat' ? 'chat' : endpoint === 'completions' ? 'text_completion' : 'embeddings';
+}
+
+/** A validated request body of any endpoint. */
+export type RequestBody = ChatCompletionBody | CompletionBody | EmbeddingBody;
 
 /** What the scheduler sees of a request, and the body forwarded to the engine. */
 export interface DescribedRequest {
@@ -31,7 +45,7 @@ export interface DescribedRequest {
 export interface DescribeInput {
   readonly id: string;
   readonly endpoint: Endpoint;
-  readonly body: ChatCompletionBody | CompletionBody;
+  readonly body: RequestBody;
   readonly principal: Principal;
   readonly headers: FairwayHeaderValues;
   readonly arrivalMs: number;
@@ -122,11 +136,13 @@ export interface PoolTokenizer {
  * every field the engine tokenizes (`countPromptTokens` in core), or the pool's tokenizer over the
  * approximately rendered chat template when one is configured and the prompt is not too large.
  */
-export function promptTokens(
-  endpoint: Endpoint,
-  body: ChatCompletionBody | CompletionBody,
-  tokenizer?: PoolTokenizer,
-): number {
+export function promptTokens(endpoint: Endpoint, body: RequestBody, tokenizer?: PoolTokenizer): number {
+  if (endpoint === 'embeddings') {
+    const input = (body as EmbeddingBody).input;
+    const estimate = countEmbeddingInputTokens(input);
+    if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
+    return countEmbeddingInputTokens(input, tokenizer.counter);
+  }
   const estimate = countPromptTokens(endpoint, body);
   if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
   return countPromptTokens(endpoint, body, tokenizer.counter);
@@ -153,11 +169,13 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
   }
   refuseEngineFields(body, principal);
   const sloClass = grantedSloClass(principal, headers.sloClass, input.sloClasses, input.defaultSloClass);
+  if (input.endpoint === 'embeddings') return describeEmbedding(input, sloClass);
+  const gen = body as ChatCompletionBody | CompletionBody;
   const given =
     input.endpoint === 'chat'
-      ? ((body as ChatCompletionBody).max_completion_tokens ?? body.max_tokens)
-      : body.max_tokens;
-  const choices = body.n ?? 1;
+      ? ((gen as ChatCompletionBody).max_completion_tokens ?? gen.max_tokens)
+      : gen.max_tokens;
+  const choices = gen.n ?? 1;
   const maxChoices = input.maxChoices ?? 8;
   if (choices > maxChoices)
     throw new ApiError(
@@ -172,28 +190,17 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
   const maxTokens = reservedPerChoice * choices;
   const outputCap = given == null ? input.defaultMaxTokens * choices : undefined;
   const forwardBody: Record<string, unknown> =
-    given == null ? { ...body, max_tokens: input.defaultMaxTokens } : { ...body };
+    given == null ? { ...gen, max_tokens: input.defaultMaxTokens } : { ...gen };
   for (const f of DROPPED_FIELDS) delete forwardBody[f];
   const band = input.enginePriority === true ? input.sloClasses.get(sloClass)?.band : undefined;
   if (band !== undefined) forwardBody.priority = band;
-  const stream = body.stream === true;
-  const so = body.stream_options ?? undefined;
+  const stream = gen.stream === true;
+  const so = gen.stream_options ?? undefined;
   const descriptor: RequestDescriptor = {
-    id: input.id,
-    tenant: principal.tenant,
-    ...(principal.keyId !== undefined ? { keyId: principal.keyId } : {}),
-    model: body.model,
-    sloClass,
-    inputTokens: promptTokens(input.endpoint, body, input.tokenizer),
+    ...identityOf(input, sloClass, band),
     maxTokens,
     ...(outputCap !== undefined ? { outputCap } : {}),
     ...(choices > 1 ? { choices } : {}),
-    arrivalMs: input.arrivalMs,
-    ...((principal.app ?? headers.app) !== undefined ? { app: principal.app ?? headers.app } : {}),
-    // The user is the tenant's own: two tenants' "alice" are two users (flows, windows, throttles).
-    ...(headers.user !== undefined ? { user: tenantUserId(principal.tenant, headers.user) } : {}),
-    ...(headers.interaction !== undefined ? { interactionId: headers.interaction } : {}),
-    ...(band !== undefined ? { priority: band } : {}),
   };
   return {
     descriptor,
@@ -201,5 +208,41 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
     stream,
     wantsUsage: so?.include_usage === true,
     wantsContinuousUsage: so?.continuous_usage_stats === true,
+  };
+}
+
+/** The descriptor fields every endpoint's request has: who, what model and class, its prompt. */
+function identityOf(input: DescribeInput, sloClass: string, band: number | undefined) {
+  const { principal, headers, body } = input;
+  return {
+    id: input.id,
+    tenant: principal.tenant,
+    ...(principal.keyId !== undefined ? { keyId: principal.keyId } : {}),
+    model: body.model,
+    sloClass,
+    inputTokens: promptTokens(input.endpoint, body, input.tokenizer),
+    arrivalMs: input.arrivalMs,
+    ...((principal.app ?? headers.app) !== undefined ? { app: principal.app ?? headers.app } : {}),
+    // The user is the tenant's own: two tenants' "alice" are two users (flows, windows, throttles).
+    ...(headers.user !== undefined ? { user: tenantUserId(principal.tenant, headers.user) } : {}),
+    ...(headers.interaction !== undefined ? { interactionId: headers.interaction } : {}),
+    ...(band !== undefined ? { priority: band } : {}),
+  };
+}
+
+/**
+ * An embeddings request: its inputs' tokens are all it costs (no output is generated or reserved),
+ * admitted, queued and charged like any request of its tenant.
+ */
+function describeEmbedding(input: DescribeInput, sloClass: string): DescribedRequest {
+  const forwardBody: Record<string, unknown> = { ...input.body };
+  const band = input.enginePriority === true ? input.sloClasses.get(sloClass)?.band : undefined;
+  if (band !== undefined) forwardBody.priority = band;
+  return {
+    descriptor: { ...identityOf(input, sloClass, band), maxTokens: 0 },
+    forwardBody,
+    stream: false,
+    wantsUsage: false,
+    wantsContinuousUsage: false,
   };
 }
