@@ -21,6 +21,7 @@ import { FaultInjector, faultPatchSchema } from './faults.ts';
 import { Generation } from './generation.ts';
 import { EngineSimMetrics } from './metrics.ts';
 import { type EngineSimOptions, type EngineSimOptionsInput, engineSimOptionsSchema } from './options.ts';
+import { planOutput } from './output-plan.ts';
 import { chatPromptTokens, completionPromptTokens, wordPieceCounter } from './prompt-tokens.ts';
 import { RealtimeDriver } from './realtime-driver.ts';
 import {
@@ -215,11 +216,23 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       (body.fairway_output_tokens ?? headerInt(req, 'x-fairway-output-tokens') ?? outputLength()) -
         firstToken,
     );
-    const outputTokens = body.ignore_eos ? maxTokens : Math.min(natural, maxTokens);
-    const finishReason =
+    let outputTokens = body.ignore_eos ? maxTokens : Math.min(natural, maxTokens);
+    let finishReason: 'stop' | 'length' | 'tool_calls' =
       outputTokens === maxTokens && (body.ignore_eos || natural >= maxTokens) ? 'length' : 'stop';
     // n choices run as one sequence of n × the output (KV and time grow as n sequences' would).
     const choices = body.n ?? 1;
+    // Random per request, as vLLM's are: not drawn from the seeded RNG (neighbouring seeds of one
+    // fleet's engines nearly coincide) nor counted (a client could guess its neighbours' ids).
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
+    // Tools, response_format, stop and logprobs shape what one choice says (and how long it is).
+    const plan =
+      choices === 1
+        ? planOutput({ kind, body: body as Record<string, unknown>, firstToken, outputTokens, id })
+        : undefined;
+    if (plan?.length !== undefined) {
+      finishReason = plan.length > maxTokens ? 'length' : plan.finishReason;
+      outputTokens = Math.min(plan.length, maxTokens);
+    }
 
     if (faults.config.headersDelayMs > 0) {
       await new Promise((r) => setTimeout(r, faults.config.headersDelayMs));
@@ -229,9 +242,6 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     if (fault.kind === 'error') {
       return sendError(reply, 500, 'InternalServerError', 'Injected fault: internal server error.');
     }
-    // Random per request, as vLLM's are: not drawn from the seeded RNG (neighbouring seeds of one
-    // fleet's engines nearly coincide) nor counted (a client could guess its neighbours' ids).
-    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
     reply.hijack();
     const generation = new Generation({
       identity: { kind, id, created: Math.floor(clock.now() / 1000), model: requested },
@@ -247,6 +257,7 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       ...(firstToken > 0 ? { firstToken } : {}),
       stream: body.stream === true,
       ...(choices > 1 ? { choices } : {}),
+      ...(plan !== undefined ? { plan } : {}),
       includeUsage: body.stream_options?.include_usage === true,
       continuousUsage: body.stream_options?.continuous_usage_stats === true,
       fault,
