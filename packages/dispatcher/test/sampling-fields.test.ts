@@ -187,3 +187,54 @@ describe('stop, logprobs, tools and response_format end to end', () => {
     expect(cut.choices[0]?.finish_reason).toBe('length');
   });
 });
+
+describe('non-streamed answers under an SLO-class control plane (read from the engine’s stream)', () => {
+  let s: Stack;
+  let client: OpenAI;
+  beforeAll(async () => {
+    s = await startStack({
+      config: {
+        tenants: [{ id: 'app', keys: [{ key: KEY }] }],
+        pools: [{ id: 'llama', model: MODEL }],
+        policy: { ordering: 'qlm' },
+      },
+    });
+    client = new OpenAI({ apiKey: KEY, baseURL: `${s.dispatchers[0]!.url}/v1`, maxRetries: 0 });
+  });
+  afterAll(async () => s?.close());
+
+  const ask = { model: MODEL, messages: [{ role: 'user' as const, content: 'tell me' }] };
+
+  it('keeps tool calls, logprobs and every choice', async () => {
+    const tool = await client.chat.completions.create({
+      ...ask,
+      max_tokens: 200,
+      tools: [weather],
+      tool_choice: 'required',
+    });
+    expect(tool.choices[0]?.finish_reason).toBe('tool_calls');
+    const call = tool.choices[0]?.message.tool_calls?.[0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call.id).toMatch(/^chatcmpl-tool-/);
+    expect(call.type).toBe('function');
+    expect(call.function.name).toBe('get_weather');
+    expect(JSON.parse(call.function.arguments)).toMatchObject({ unit: 'celsius' });
+    const lp = await client.chat.completions.create({
+      ...ask,
+      max_tokens: 4,
+      logprobs: true,
+      top_logprobs: 2,
+    });
+    expect(lp.choices[0]?.logprobs?.content).toHaveLength(4);
+    expect(lp.choices[0]?.logprobs?.content?.[0]?.top_logprobs).toHaveLength(2);
+    const legacy = await client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 3, logprobs: 1 });
+    expect(legacy.choices[0]?.logprobs?.tokens).toHaveLength(3);
+    const two = await client.chat.completions.create({
+      ...ask,
+      max_tokens: 5,
+      n: 2,
+      fairway_output_tokens: 3,
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    expect(two.choices.map((c) => c.index)).toEqual([0, 1]);
+    expect(two.usage?.completion_tokens).toBe(6);
+  });
+});
