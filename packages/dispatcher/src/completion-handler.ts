@@ -86,7 +86,7 @@ export interface CompletionContext {
 }
 
 /**
- * Serves `POST /v1/chat/completions` and `POST /v1/completions` along DESIGN.md's request path:
+ * Serves `POST /v1/chat/completions`, `POST /v1/completions` and `POST /v1/embeddings` along DESIGN.md's request path:
  * authenticate, validate, describe, admit and enqueue (one store round trip), hold until a replica
  * has room, proxy, settle. Every failure before the response starts is thrown as an `ApiError`.
  */
@@ -189,9 +189,9 @@ export async function handleCompletion(
   tr?.close(admission);
   setRateLimitHeaders(reply, sub.admission?.rateLimits);
   // A request without an output cap may generate what its token budgets still hold.
-  const granted = grantedOutput(req, sub.admission?.quotaShare);
-  if (granted !== undefined && sub.admission?.quotaShare !== undefined)
-    (described.forwardBody as Record<string, unknown>).max_tokens = granted;
+  const share = sub.admission?.quotaShare;
+  const granted = share === undefined ? undefined : grantedOutput(req, share);
+  if (granted !== undefined) described.forwardBody.max_tokens = granted;
   held = sub.ticket;
   // Every admitted request ends with exactly one outcome, however it leaves (returned or thrown).
   let end: EndOutcome | undefined;
