@@ -262,7 +262,7 @@ describe('the Batch API through the openai client', () => {
       ],
       [`${jsonl(1, 'd')}\n${jsonl(1, 'd')}`, /line 2: duplicate custom_id "d-0"/],
       [
-        '{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{"model":"m"}}',
+        '{"custom_id":"a","method":"POST","url":"/v1/responses","body":{"model":"m"}}',
         /line 1: url must be one of/,
       ],
       [
@@ -291,7 +291,7 @@ describe('the Batch API through the openai client', () => {
     const res = await fetch(`${up.url}/v1/batches`, {
       method: 'POST',
       headers: { authorization: `Bearer ${KEY_ACME}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ input_file_id: 'file-x', endpoint: '/v1/embeddings', completion_window: '24h' }),
+      body: JSON.stringify({ input_file_id: 'file-x', endpoint: '/v1/responses', completion_window: '24h' }),
     });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: unknown }).error).toMatchObject({

@@ -21,7 +21,7 @@ export const DEFAULT_BATCH_LIMITS: BatchLimits = {
 };
 
 /** The endpoints a batch may target. */
-export const BATCH_ENDPOINTS = ['/v1/chat/completions', '/v1/completions'] as const;
+export const BATCH_ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'] as const;
 /** One of {@link BATCH_ENDPOINTS}. */
 export type BatchEndpoint = (typeof BATCH_ENDPOINTS)[number];
 

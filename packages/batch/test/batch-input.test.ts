@@ -39,8 +39,8 @@ describe('parseBatchInput', () => {
     expect(refusal(`${line('a')}\n${line('a')}`).message).toBe(
       'line 2: duplicate custom_id "a": each line needs its own',
     );
-    expect(refusal(line('a', { url: '/v1/embeddings' })).message).toMatch(
-      /^line 1: url must be one of \/v1\/chat\/completions, \/v1\/completions/,
+    expect(refusal(line('a', { url: '/v1/responses' })).message).toBe(
+      'line 1: url must be one of /v1/chat/completions, /v1/completions, /v1/embeddings',
     );
     expect(refusal(line('a', { method: 'GET' })).message).toBe('line 1: method must be "POST"');
     expect(refusal(line('', {})).message).toBe('line 1: custom_id must be a non-empty string');

@@ -20,6 +20,18 @@ export function hashApiKey(key: string): string {
 const positive = z.number().positive();
 const nonNegInt = z.number().int().nonnegative();
 
+/** A browser origin as CORS names it: `scheme://host[:port]`, nothing after. */
+const corsOrigin = z.string().refine(
+  (o) => {
+    try {
+      return new URL(o).origin === o;
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be an origin: scheme://host[:port], without a path or trailing slash' },
+);
+
 /** Per-tenant (or per-user / per-app) limits. RPM/TPM are exact across dispatchers. */
 export const limitsSchema = z
   .object({
@@ -140,6 +152,11 @@ export const tenantSchema = z
     sloClasses: z.array(id).max(32).optional(),
     /** Restricted engine fields every key of this tenant may send (see the key's `engineFields`). */
     engineFields: z.array(z.string().min(1).max(64)).max(32).optional(),
+    /**
+     * Browser origins this tenant's keys may be called from when `server.cors` is enabled, besides
+     * the fleet's `server.cors.origins`. @default none
+     */
+    corsOrigins: z.array(corsOrigin).max(64).optional(),
     /** The tenant's own Files and Batch storage limits; each one left out is the fleet's (`storage`). */
     storage: tenantStorageSchema.optional(),
   })
@@ -247,6 +264,19 @@ export const poolSchema = z
     engineTimeouts: engineTimeoutsSchema,
     /** Requests that may wait at the gateway for this pool before new ones get 429. */
     maxQueued: nonNegInt.default(10_000),
+    /**
+     * Most choices (`n`) one request may ask for; a request reserves and is charged output for
+     * every choice, so this bounds what one request can hold. @default 8
+     */
+    maxChoices: z.number().int().min(1).max(128).default(8),
+    /**
+     * Output tokens (per choice) a request without `max_tokens` / `max_completion_tokens` reserves
+     * on its replica and against token limits, instead of the whole output cap the engine is told
+     * (the dispatcher's `defaultMaxTokens`): its answer is not cut, its reservation grows as it
+     * streams past this, and it is settled at its true usage. Under a token budget the engine cap
+     * is what the budget still holds. @default 256
+     */
+    reserveOutputTokens: z.number().int().positive().default(256),
     /**
      * The pool model's tokenizer: admission, token limits and engine reservations count prompts
      * with it (over an approximate chat template) instead of the estimate. Nothing is downloaded.
@@ -427,6 +457,25 @@ export const policyConfigSchema = z
  * How a dispatcher's listeners are run: the operator port (metrics and health apart from the
  * public API) and the limits that keep slow or numerous clients from holding connections.
  */
+/**
+ * Cross-origin requests from browsers (CORS) to the public API. Off, a browser page on another
+ * origin cannot call fairway (its preflight is refused). On, a page whose origin is listed here,
+ * or by the tenant of the API key it sends (`tenants[].corsOrigins`), may.
+ */
+export const corsConfigSchema = z
+  .object({
+    /** Answer CORS preflights and send `Access-Control-*` headers. @default false */
+    enabled: z.boolean().default(false),
+    /** Origins every key may be called from; `*` for any origin. @default none */
+    origins: z
+      .array(z.union([z.literal('*'), corsOrigin]))
+      .max(256)
+      .default([]),
+    /** How long a browser may cache a preflight's answer, seconds. @default 600 */
+    maxAgeS: z.number().int().min(0).max(86_400).default(600),
+  })
+  .strict();
+
 export const serverConfigSchema = z
   .object({
     /**
@@ -454,6 +503,8 @@ export const serverConfigSchema = z
     requestTimeoutS: positive.default(30),
     /** Time a client has to send its request headers, seconds (≤ `requestTimeoutS`). @default 10 */
     headersTimeoutS: positive.default(10),
+    /** See {@link corsConfigSchema}. @default off */
+    cors: corsConfigSchema.default({ enabled: false, origins: [], maxAgeS: 600 }),
   })
   .strict()
   .refine((s) => s.headersTimeoutS <= s.requestTimeoutS, {
@@ -783,6 +834,8 @@ export const fairwayConfigSchema = z
   });
 
 export type FairwayConfig = z.infer<typeof fairwayConfigSchema>;
+/** One `pools[]` entry of the config. */
+export type PoolConfig = z.infer<typeof poolSchema>;
 export type TenantConfig = z.infer<typeof tenantSchema>;
 export type LimitsConfig = z.infer<typeof limitsSchema>;
 export type TenantStorageConfig = z.infer<typeof tenantStorageSchema>;

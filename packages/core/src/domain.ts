@@ -76,8 +76,19 @@ export interface RequestDescriptor {
   readonly inputTokens: number;
   /** System-prompt tokens included in `inputTokens` (FairServe's n_sys). @default 0 */
   readonly systemTokens?: number | undefined;
-  /** Upper bound on output tokens (`max_tokens`). */
+  /**
+   * Output tokens the request reserves and is admitted for (every choice together): its
+   * `max_tokens` times `n`, or, when the client set no cap, the pool's `reserveOutputTokens`.
+   */
   readonly maxTokens: number;
+  /**
+   * Set when the client gave no output cap: the output tokens the engine may generate (every
+   * choice together), at least `maxTokens`. The output may stream past its reservation up to it
+   * (the reservation grows as it does, and token budgets are reserved for it). @default maxTokens
+   */
+  readonly outputCap?: number | undefined;
+  /** Choices (`n`) the request asks for. @default 1 */
+  readonly choices?: number | undefined;
   /** True output length, when known ahead (simulation, `ignore_eos` tests, oracle). */
   readonly outputTokens?: number | undefined;
   /** Arrival time, ms on the injected clock. */

@@ -23,6 +23,7 @@ export {
   natsAuthConfigSchema,
   natsTlsConfigSchema,
   type PolicyConfig,
+  type PoolConfig,
   parseConfig,
   policyConfigSchema,
   type QuotasConfig,
@@ -78,6 +79,7 @@ export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
 export {
   CHARS_PER_TOKEN,
+  countEmbeddingInputTokens,
   countPromptTokens,
   estimateChatPromptTokens,
   estimateJsonTokens,

@@ -280,3 +280,22 @@ export function countPromptTokens(endpoint: PromptEndpoint, body: Json, counter?
   const rendered = renderChatPrompt(body, counter);
   return Math.max(1, counter.count(rendered.text) + rendered.mediaTokens + unreadTokens(body, counter));
 }
+
+/**
+ * Input tokens of an embeddings request (`input`: a text, texts, token ids or lists of token ids),
+ * as admission, token limits and the engine reservation count them: token ids exactly, texts with
+ * `counter` (the pool's tokenizer) or estimated, plus the one special token the engine adds to
+ * each. At least 1.
+ */
+export function countEmbeddingInputTokens(input: unknown, counter?: TokenCounter): number {
+  const text = (t: string): number => (counter === undefined ? estimateTextTokens(t) : counter.count(t)) + 1;
+  if (typeof input === 'string') return Math.max(1, text(input));
+  if (!Array.isArray(input)) return 1;
+  if (input.length > 0 && typeof input[0] === 'number') return Math.max(1, input.length);
+  let n = 0;
+  for (const item of input) {
+    if (typeof item === 'string') n += text(item);
+    else if (Array.isArray(item)) n += item.length;
+  }
+  return Math.max(1, n);
+}

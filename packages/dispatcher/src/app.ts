@@ -10,6 +10,7 @@ import { AdminEventApplier, type AdminTrust, followAdminEvents } from './admin-e
 import { Authenticator, keyRingFromConfig, type Principal } from './auth.ts';
 import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
 import type { CompletionContext } from './completion-handler.ts';
+import { useCors } from './cors.ts';
 import { type DispatcherOptions, resolveDispatcherOptions } from './dispatcher-options.ts';
 import { type EngineFactory, EnginePool } from './engine-pool.ts';
 import { EngineProbe } from './engine-probe.ts';
@@ -88,6 +89,7 @@ export interface Dispatcher {
 const KNOWN_ROUTES: Record<string, string> = {
   '/v1/chat/completions': 'POST',
   '/v1/completions': 'POST',
+  '/v1/embeddings': 'POST',
   '/v1/models': 'GET',
   '/health': 'GET',
   '/ready': 'GET',
@@ -223,6 +225,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const tokenizers = loadPoolTokenizers(deps.config);
   const priorityPools = new Set(deps.config.pools.filter((p) => p.enginePriority).map((p) => p.id));
   const poolTimeouts = new Map(deps.config.pools.map((p) => [p.id, p.engineTimeouts]));
+  const poolConfigs = new Map(deps.config.pools.map((p) => [p.id, p]));
   const newId = deps.newId ?? (() => `fw-${randomUUID()}`);
   const tracer = deps.tracer;
   // One line per request, on its own logger so operators can route or silence it.
@@ -243,6 +246,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     poolFor,
     tokenizerFor: (pool) => tokenizers.get(pool),
     enginePriorityFor: (pool) => priorityPools.has(pool),
+    poolConfigFor: (pool) => poolConfigs.get(pool),
     timeoutsFor: (pool) => poolTimeouts.get(pool) ?? DEFAULT_ENGINE_TIMEOUTS,
     swapTargets,
     clock: deps.clock,
@@ -289,6 +293,8 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   // The API takes JSON only; anything else is a 415, not a string body that fails validation.
   app.removeContentTypeParser('text/plain');
   useStrictJsonBodies(app);
+  // Before the routes, so its hook and preflight route cover them.
+  useCors(app, deps.config, (headers) => auth.principal(headers));
   // Requests in flight, so closing can wait for them and then drop every socket left: clients
   // may hold idle or never-used keep-alive connections that would otherwise keep the server open.
   // (By record: a client's x-request-id need not be unique.)

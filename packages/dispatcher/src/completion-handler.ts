@@ -3,6 +3,7 @@ import {
   type CostFunction,
   type EngineTimeoutsConfig,
   type Logger,
+  type PoolConfig,
   queueDeadlineMs,
   type SloClass,
 } from '@fairway/core';
@@ -24,15 +25,21 @@ import {
   type CompletionBody,
   chatCompletionSchema,
   completionSchema,
+  EMBEDDING_FIELDS,
+  embeddingSchema,
   plainValidBody,
   refuseUnknownFields,
 } from './openai-schemas.ts';
+import { grantedOutput } from './quotas.ts';
+import { setRateLimitHeaders } from './rate-limit-headers.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import {
   type DescribedRequest,
   describeRequest,
   type Endpoint,
+  operationName,
   type PoolTokenizer,
+  type RequestBody,
 } from './request-descriptor.ts';
 import { readFairwayHeaders } from './request-headers.ts';
 import { RECORD, type RecordedRequest, RequestRecord } from './request-record.ts';
@@ -59,6 +66,8 @@ export interface CompletionContext {
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
   /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
   readonly enginePriorityFor: (pool: string) => boolean;
+  /** A pool's configuration (`maxChoices`, `reserveOutputTokens`), when the pool is configured. */
+  readonly poolConfigFor: (pool: string) => PoolConfig | undefined;
   /** A pool's `engineTimeouts`. */
   readonly timeoutsFor: (pool: string) => EngineTimeoutsConfig | undefined;
   /**
@@ -77,7 +86,7 @@ export interface CompletionContext {
 }
 
 /**
- * Serves `POST /v1/chat/completions` and `POST /v1/completions` along DESIGN.md's request path:
+ * Serves `POST /v1/chat/completions`, `POST /v1/completions` and `POST /v1/embeddings` along DESIGN.md's request path:
  * authenticate, validate, describe, admit and enqueue (one store round trip), hold until a replica
  * has room, proxy, settle. Every failure before the response starts is thrown as an `ApiError`.
  */
@@ -110,9 +119,13 @@ export async function handleCompletion(
   const principal = ctx.auth.principal(request.headers);
   record.tenant = principal.tenant;
   const headers = readFairwayHeaders(request.headers);
-  refuseUnknownFields(request.body, endpoint === 'chat' ? CHAT_FIELDS : COMPLETION_FIELDS);
+  refuseUnknownFields(
+    request.body,
+    endpoint === 'chat' ? CHAT_FIELDS : endpoint === 'completions' ? COMPLETION_FIELDS : EMBEDDING_FIELDS,
+  );
   const body = validBody(endpoint, request.body);
   const pool = ctx.poolFor(body.model);
+  const poolConfig = pool === undefined ? undefined : ctx.poolConfigFor(pool);
 
   record.model = body.model;
 
@@ -129,13 +142,15 @@ export async function handleCompletion(
     defaultMaxTokens: ctx.options.defaultMaxTokens,
     tokenizer: pool === undefined ? undefined : ctx.tokenizerFor(pool),
     enginePriority: pool !== undefined && ctx.enginePriorityFor(pool),
+    maxChoices: poolConfig?.maxChoices,
+    reserveOutputTokens: poolConfig?.reserveOutputTokens,
   });
   const req = described.descriptor;
   if (req.id !== request.id) record.schedulerId = req.id;
   record.inputTokens = req.inputTokens;
   if (tr?.recording === true) {
     const attrs = {
-      'gen_ai.operation.name': endpoint === 'chat' ? 'chat' : 'text_completion',
+      'gen_ai.operation.name': operationName(endpoint),
       'gen_ai.request.model': req.model,
       'gen_ai.request.max_tokens': req.maxTokens,
       'fairway.tenant': req.tenant,
@@ -167,6 +182,7 @@ export async function handleCompletion(
     });
   }
   if (!sub.ok) {
+    setRateLimitHeaders(reply, sub.rateLimits);
     m.requests.inc({ tenant, outcome: refusalOutcome(sub.code) });
     m.throttles.inc({ tenant, reason: sub.code });
     ctx.activity.throttled(req.tenant, sub.code, ctx.clock.now());
@@ -174,6 +190,11 @@ export async function handleCompletion(
   }
   m.requests.inc({ tenant, outcome: 'admitted' });
   tr?.close(admission);
+  setRateLimitHeaders(reply, sub.admission?.rateLimits);
+  // A request without an output cap may generate what its token budgets still hold.
+  const share = sub.admission?.quotaShare;
+  const granted = share === undefined ? undefined : grantedOutput(req, share);
+  if (granted !== undefined) described.forwardBody.max_tokens = granted;
   held = sub.ticket;
   // Every admitted request ends with exactly one outcome, however it leaves (returned or thrown).
   let end: EndOutcome | undefined;
@@ -215,7 +236,12 @@ export async function handleCompletion(
 }
 
 /** The request body as the endpoint's schema accepts it, or the validation error thrown. */
-function validBody(endpoint: Endpoint, body: unknown): ChatCompletionBody | CompletionBody {
+function validBody(endpoint: Endpoint, body: unknown): RequestBody {
+  if (endpoint === 'embeddings') {
+    const parsed = embeddingSchema.safeParse(body);
+    if (!parsed.success) throw validationError(parsed.error);
+    return parsed.data;
+  }
   if (plainValidBody(endpoint, body)) return body as ChatCompletionBody | CompletionBody;
   const parsed = (endpoint === 'chat' ? chatCompletionSchema : completionSchema).safeParse(body);
   if (!parsed.success) throw validationError(parsed.error);

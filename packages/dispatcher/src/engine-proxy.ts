@@ -6,7 +6,7 @@ import type { FastifyReply } from 'fastify';
 import { engineApiError, isReplicaFailure } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
-import type { DescribedRequest } from './request-descriptor.ts';
+import { type DescribedRequest, type Endpoint, operationName } from './request-descriptor.ts';
 import { continuable, continuationBody, ResumedAnswer } from './resumed-answer.ts';
 import type { StopSignal } from './stop-signal.ts';
 import type { Ticket } from './ticket.ts';
@@ -25,7 +25,7 @@ export interface Resume {
 export interface ProxyCall {
   readonly runtime: GatewayRuntime;
   readonly engine: Engine;
-  readonly endpoint: CompletionEndpoint;
+  readonly endpoint: Endpoint;
   readonly ticket: Ticket;
   readonly described: DescribedRequest;
   /** The client's reply: the answer is written to its raw response. */
@@ -79,7 +79,38 @@ export interface ProxyResult {
  * anything reached the client; the caller answers with it.
  */
 export function proxy(call: ProxyCall): Promise<ProxyResult> {
+  if (call.endpoint === 'embeddings') return proxyEmbedding(call);
   return call.resume === undefined && !call.described.stream ? proxyWhole(call) : proxyRuns(call);
+}
+
+/**
+ * Forwards an embeddings request: the engine's JSON body goes to the client byte for byte, then
+ * the request settles with the input tokens the engine counted (an embedding has no output). An
+ * eviction under a control plane fails it like any request that cannot resume.
+ */
+async function proxyEmbedding(call: ProxyCall): Promise<ProxyResult> {
+  const t0 = call.timer.now();
+  const engineCall = openEngineCall(call, 0);
+  const signal = call.ticket.startCall(call.gone);
+  let result: Awaited<ReturnType<Engine['embed']>>;
+  try {
+    result = await call.engine.embed(call.described.forwardBody, {
+      signal,
+      headers: engineCall.headers,
+      ...(call.timeouts === undefined
+        ? {}
+        : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
+    });
+  } catch (err) {
+    call.trace?.fail(engineCall.span, err);
+    return failedBeforeAnswer(call, signal, err);
+  }
+  const overheadMs = overheadOf(call, call.timer.now() - t0);
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(result.bytes);
+  const usage = { inputTokens: result.promptTokens, outputTokens: 0 };
+  closeEngineCall(call, engineCall.span, usage, result.body.id);
+  settle(call, usage);
+  return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
 }
 
 /**
@@ -95,7 +126,7 @@ function openEngineCall(
   if (resumedTokens > 0) headers['x-fairway-resumed-tokens'] = String(resumedTokens);
   const tr = call.trace;
   if (tr === undefined) return { span: undefined, headers };
-  const op = call.endpoint === 'chat' ? 'chat' : 'text_completion';
+  const op = operationName(call.endpoint);
   const req = call.ticket.req;
   const span = tr.child(`${op} ${req.model}`, SpanKind.CLIENT);
   if (span.isRecording())
@@ -160,6 +191,12 @@ function openResponse(call: ProxyCall, headers: OutgoingHttpHeaders): ServerResp
   call.reply.hijack();
   const res = call.reply.raw;
   if (headers['content-type'] === SSE_TYPE) headers['cache-control'] = 'no-cache';
+  // Headers hooks set on the reply (CORS) go out too: fastify no longer writes them once hijacked.
+  const set = call.reply.getHeaders();
+  for (const name in set) {
+    const v = set[name];
+    if (v !== undefined && headers[name] === undefined) res.setHeader(name, v);
+  }
   res.writeHead(200, headers);
   return res;
 }
@@ -181,7 +218,7 @@ async function proxyWhole(call: ProxyCall): Promise<ProxyResult> {
   let result: Awaited<ReturnType<Engine['complete']>>;
   try {
     const send = () =>
-      call.engine.complete(call.endpoint, call.described.forwardBody, {
+      call.engine.complete(call.endpoint as CompletionEndpoint, call.described.forwardBody, {
         signal,
         headers: engineCall.headers,
         ...(call.timeouts === undefined
@@ -274,7 +311,8 @@ function sseError(err: ApiError): string {
  * end the stream with an OpenAI-shaped `data: {"error": …}`.
  */
 async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
-  const { ticket, runtime, described, endpoint, resume } = call;
+  const { ticket, runtime, described, resume } = call;
+  const endpoint = call.endpoint as CompletionEndpoint;
   const streamed = described.stream;
   const t0 = call.timer.now();
   let engine = call.engine;

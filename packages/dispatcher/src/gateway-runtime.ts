@@ -67,7 +67,12 @@ export type RuntimeHoldings = Pick<ControlReport, 'queued' | 'running' | 'finish
 
 /** Outcome of {@link GatewayRuntime.submit}. */
 export type RuntimeSubmit =
-  | { readonly ok: true; readonly ticket: Ticket }
+  | {
+      readonly ok: true;
+      readonly ticket: Ticket;
+      /** The answer to the admission (quota share, alerts, rate-limit state). */
+      readonly admission: Extract<SubmitResult, { ok: true }> | undefined;
+    }
   | Extract<SubmitResult, { ok: false }>;
 
 /**
@@ -373,6 +378,8 @@ export class GatewayRuntime {
     // (the rest of that dispatch round goes on without holding it back).
     let answered = false;
     let res: SubmitResult | undefined;
+    // The store's answer, also when the dispatch was heard of first (another dispatcher placed it).
+    let stored: Promise<SubmitResult> | undefined;
     try {
       res = await new Promise<SubmitResult | undefined>((resolve, reject) => {
         // Only a dispatch ends this wait: an unservable pool is seen by waitForDispatch.
@@ -381,7 +388,8 @@ export class GatewayRuntime {
           answered = true;
           resolve(undefined);
         };
-        this.gateway.submit(req).then(
+        stored = this.gateway.submit(req);
+        stored.then(
           (r) => {
             if (r.ok && r.alerts !== undefined) this.#quotaAlerts(req, r.alerts);
             answered = true;
@@ -402,14 +410,20 @@ export class GatewayRuntime {
     }
     if (res === undefined) {
       ticket.submittedAt = this.#o.timer.now();
-      return { ok: true, ticket };
+      let admission = this.gateway.admissionOf(req.id);
+      // An engine cap that depends on the admission's quota share waits for the store's answer.
+      if (admission === undefined && req.outputCap !== undefined && stored !== undefined) {
+        const r = await stored.catch(() => undefined);
+        if (r?.ok === true) admission = r;
+      }
+      return { ok: true, ticket, admission };
     }
     if (!res.ok) {
       this.#tickets.delete(req.id);
       return res;
     }
     ticket.submittedAt = this.#o.timer.now();
-    return { ok: true, ticket };
+    return { ok: true, ticket, admission: res };
   }
 
   /**

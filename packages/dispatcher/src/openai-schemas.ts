@@ -11,6 +11,12 @@ import { ApiError } from './errors.ts';
 
 const MAX_TOKENS_CAP = 1_000_000;
 
+/**
+ * Most choices (`n`) the schema lets through; a pool's own bound (`pools[].maxChoices`) is checked
+ * when the request is described.
+ */
+export const MAX_CHOICES_CAP = 128;
+
 /** Top-level fields of OpenAI's chat and completion APIs that both endpoints accept. */
 const OPENAI_COMMON = [
   'model',
@@ -28,6 +34,10 @@ const OPENAI_COMMON = [
   'logit_bias',
   'logprobs',
   'response_format',
+  // Sent by today's OpenAI SDKs; read by OpenAI's own service only. fairway accepts and drops
+  // them (see DROPPED_FIELDS): vLLM has no use for them.
+  'prompt_cache_key',
+  'safety_identifier',
 ] as const;
 
 /**
@@ -106,6 +116,33 @@ export const CHAT_FIELDS: ReadonlySet<string> = new Set([
   'mm_processor_kwargs',
   'media_io_kwargs',
   'thinking_token_budget',
+  'verbosity',
+  'web_search_options',
+  'audio',
+]);
+
+/**
+ * OpenAI fields accepted and not forwarded: what they ask of OpenAI's service has no meaning for
+ * a vLLM fleet (`prompt_cache_key`: vLLM caches prefixes by content on its own; `safety_identifier`:
+ * OpenAI's abuse monitoring; `verbosity`: a GPT-5 answer-length hint; `web_search_options`: OpenAI's
+ * hosted search, which no vLLM model runs).
+ */
+export const DROPPED_FIELDS = [
+  'prompt_cache_key',
+  'safety_identifier',
+  'verbosity',
+  'web_search_options',
+] as const;
+
+/**
+ * OpenAI fields that ask for something a vLLM engine cannot do: refused with a 400 naming the field
+ * rather than silently answered without it.
+ */
+const UNSERVED_FIELDS: ReadonlyMap<string, string> = new Map([
+  [
+    'audio',
+    '"audio" asks for spoken output, which vLLM does not generate: this fleet answers in text only (remove "audio", and "audio" from modalities)',
+  ],
 ]);
 
 /** Every top-level field `POST /v1/completions` accepts. */
@@ -125,6 +162,9 @@ export const COMPLETION_FIELDS: ReadonlySet<string> = new Set([
 export function refuseUnknownFields(body: unknown, allowed: ReadonlySet<string>): void {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return;
   for (const key in body) {
+    const unserved = UNSERVED_FIELDS.get(key);
+    if (unserved !== undefined && allowed.has(key))
+      throw new ApiError('INVALID_REQUEST', unserved, { param: key });
     if (!allowed.has(key))
       throw new ApiError(
         'INVALID_REQUEST',
@@ -163,7 +203,7 @@ const common = {
   stream: z.boolean().nullable().optional(),
   stream_options: streamOptions,
   max_tokens: z.number().int().min(1).max(MAX_TOKENS_CAP).nullable().optional(),
-  n: z.literal(1, { message: 'only n=1 is supported' }).nullable().optional(),
+  n: z.number().int().min(1).max(MAX_CHOICES_CAP).nullable().optional(),
   temperature: z.number().min(0).max(2).nullable().optional(),
   top_p: z.number().min(0).max(1).nullable().optional(),
   stop: z
@@ -173,6 +213,8 @@ const common = {
   user: z.string().max(256).optional(),
   priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
   fairway_output_tokens: z.number().int().min(0).max(MAX_TOKENS_CAP).optional(),
+  prompt_cache_key: z.string().max(1024).nullable().optional(),
+  safety_identifier: z.string().max(1024).nullable().optional(),
 };
 
 /** Counts a conversation's non-text content parts: more than {@link MAX_MEDIA_PARTS} is refused. */
@@ -190,6 +232,8 @@ export const chatCompletionSchema = z
     max_completion_tokens: z.number().int().min(1).max(MAX_TOKENS_CAP).nullable().optional(),
     tools: z.array(z.looseObject({})).max(1024).nullable().optional(),
     functions: z.array(z.looseObject({})).max(1024).nullable().optional(),
+    verbosity: z.enum(['low', 'medium', 'high']).nullable().optional(),
+    web_search_options: z.looseObject({}).nullable().optional(),
   })
   .refine((b) => mediaParts(b.messages) <= MAX_MEDIA_PARTS, {
     message: `at most ${MAX_MEDIA_PARTS} image, audio or video parts per request`,
@@ -228,7 +272,7 @@ function commonFieldsOk(b: Record<string, unknown>): boolean {
         (so.include_usage === undefined || typeof so.include_usage === 'boolean') &&
         (so.continuous_usage_stats === undefined || typeof so.continuous_usage_stats === 'boolean'))) &&
     (absent(b.max_tokens) || isInt(b.max_tokens, 1, MAX_TOKENS_CAP)) &&
-    (absent(b.n) || b.n === 1) &&
+    (absent(b.n) || isInt(b.n, 1, MAX_CHOICES_CAP)) &&
     (absent(b.temperature) || isNum(b.temperature, 0, 2)) &&
     (absent(b.top_p) || isNum(b.top_p, 0, 1)) &&
     (absent(b.stop) ||
@@ -236,7 +280,9 @@ function commonFieldsOk(b: Record<string, unknown>): boolean {
       (isArray(b.stop, 16) && b.stop.every((s) => isText(s, 1024)))) &&
     (b.user === undefined || isText(b.user, 256)) &&
     (b.priority === undefined || isInt(b.priority, -1_000_000, 1_000_000)) &&
-    (b.fairway_output_tokens === undefined || isInt(b.fairway_output_tokens, 0, MAX_TOKENS_CAP))
+    (b.fairway_output_tokens === undefined || isInt(b.fairway_output_tokens, 0, MAX_TOKENS_CAP)) &&
+    (absent(b.prompt_cache_key) || isText(b.prompt_cache_key, 1024)) &&
+    (absent(b.safety_identifier) || isText(b.safety_identifier, 1024))
   );
 }
 
@@ -261,6 +307,7 @@ function messageOk(m: unknown): boolean {
   );
 }
 
+const VERBOSITY: ReadonlySet<unknown> = new Set(['low', 'medium', 'high']);
 const objectsOrAbsent = (v: unknown): boolean => absent(v) || (isArray(v, 1024) && v.every(isRecord));
 
 /**
@@ -283,6 +330,46 @@ export function plainValidBody(endpoint: 'chat' | 'completions', body: unknown):
     (absent(body.max_completion_tokens) || isInt(body.max_completion_tokens, 1, MAX_TOKENS_CAP)) &&
     objectsOrAbsent(body.tools) &&
     objectsOrAbsent(body.functions) &&
+    (absent(body.verbosity) || VERBOSITY.has(body.verbosity)) &&
+    (absent(body.web_search_options) || isRecord(body.web_search_options)) &&
     mediaParts(messages as z.infer<typeof chatMessageSchema>[]) <= MAX_MEDIA_PARTS
   );
 }
+
+/** Every top-level field `POST /v1/embeddings` accepts: OpenAI's and vLLM's documented extras. */
+export const EMBEDDING_FIELDS: ReadonlySet<string> = new Set([
+  'model',
+  'input',
+  'encoding_format',
+  'dimensions',
+  'user',
+  'truncate_prompt_tokens',
+  'add_special_tokens',
+  'priority',
+  'request_id',
+]);
+
+/** Most inputs one embeddings request may carry (OpenAI's bound). */
+export const MAX_EMBEDDING_INPUTS = 2048;
+
+const tokenIds = z.array(z.number().int().min(0).max(10_000_000)).min(1, 'must not be empty');
+
+export const embeddingSchema = z.looseObject({
+  model: z.string().min(1, 'must be a non-empty string').max(256),
+  input: z.union(
+    [
+      z.string().min(1, 'must not be empty'),
+      z.array(z.string().min(1, 'must not be empty')).min(1).max(MAX_EMBEDDING_INPUTS),
+      tokenIds,
+      z.array(tokenIds).min(1).max(MAX_EMBEDDING_INPUTS),
+    ],
+    { message: 'must be a string, an array of strings, an array of token ids or an array of such arrays' },
+  ),
+  encoding_format: z.enum(['float', 'base64']).nullable().optional(),
+  dimensions: z.number().int().min(1).max(65_536).nullable().optional(),
+  user: z.string().max(256).optional(),
+  priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
+  truncate_prompt_tokens: z.number().int().min(-1).max(MAX_TOKENS_CAP).nullable().optional(),
+  add_special_tokens: z.boolean().optional(),
+});
+export type EmbeddingBody = z.infer<typeof embeddingSchema>;

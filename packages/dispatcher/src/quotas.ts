@@ -63,11 +63,18 @@ export interface QuotaSources {
   keyQuotas(keyId: string): QuotasConfig | undefined;
 }
 
+/** What a request reserves against budgets: the amount, and the least it may reserve (if less). */
+interface Reserve {
+  readonly tokens: number;
+  readonly spend: number;
+  /** The least (tokens and spend) of a request whose engine cap the budget may lower. */
+  readonly least?: { readonly tokens: number; readonly spend: number };
+}
+
 function checksOf(
   scope: QuotaCheck['scope'],
   q: QuotasConfig | undefined,
-  tokens: number,
-  spend: number,
+  r: Reserve,
   w: UsageWindows,
 ): QuotaCheck[] {
   if (q === undefined) return [];
@@ -80,7 +87,8 @@ function checksOf(
       window,
       kind,
       budget,
-      amount: kind === 'tokens' ? tokens : spend,
+      amount: kind === 'tokens' ? r.tokens : r.spend,
+      ...(r.least === undefined ? {} : { minAmount: kind === 'tokens' ? r.least.tokens : r.least.spend }),
       alertAt: budget * alert,
       resetAtMs: window === 'day' ? w.dayEndMs : w.monthEndMs,
     });
@@ -95,7 +103,10 @@ function checksOf(
 /**
  * A request's usage account and the budgets it is admitted under: its tenant's and its key's,
  * each reserving the request's estimated tokens (`reservedTokens`: prompt + output cap, as the
- * TPM limits reserve) or their cost, in the UTC day and month of `nowMs`.
+ * TPM limits reserve) or their cost, in the UTC day and month of `nowMs`. A request without an
+ * output cap (`outputCap`) reserves its prompt and the whole engine cap, down to one token per
+ * choice: what the budgets hold (the store's `quotaShare`) becomes its engine cap
+ * ({@link grantedOutput}), so it can never use more than its budgets had left.
  */
 export function usageAdmission(
   sources: QuotaSources,
@@ -112,13 +123,43 @@ export function usageAdmission(
     ...(req.keyId !== undefined ? { key: req.keyId } : {}),
     ...(price !== undefined ? { priceIn: price.input, priceOut: price.output } : {}),
   };
-  const output = Math.max(0, reservedTokens - req.inputTokens);
-  const spend = costOf(price, Math.min(req.inputTokens, reservedTokens), output);
+  let r: Reserve;
+  if (req.outputCap === undefined) {
+    const output = Math.max(0, reservedTokens - req.inputTokens);
+    r = { tokens: reservedTokens, spend: costOf(price, Math.min(req.inputTokens, reservedTokens), output) };
+  } else {
+    // The budget's last tokens go to this request's output, so its prompt, an estimate until the
+    // engine counts it, is reserved with a margin: a prompt counted short must not overshoot.
+    const input = promptWithMargin(req.inputTokens);
+    const least = req.choices ?? 1;
+    r = {
+      tokens: input + req.outputCap,
+      spend: costOf(price, input, req.outputCap),
+      least: { tokens: input + least, spend: costOf(price, input, least) },
+    };
+  }
   const quotas = [
-    ...checksOf('tenant', sources.tenantQuotas(req.tenant), reservedTokens, spend, w),
-    ...(req.keyId === undefined
-      ? []
-      : checksOf('key', sources.keyQuotas(req.keyId), reservedTokens, spend, w)),
+    ...checksOf('tenant', sources.tenantQuotas(req.tenant), r, w),
+    ...(req.keyId === undefined ? [] : checksOf('key', sources.keyQuotas(req.keyId), r, w)),
   ];
   return { usage, quotas };
+}
+
+/** A prompt's estimated tokens and a margin for the estimate's error (10 % and one token). */
+export function promptWithMargin(inputTokens: number): number {
+  return Math.ceil(inputTokens * 1.1) + 1;
+}
+
+/**
+ * The output tokens per choice the engine may generate for a request without an output cap,
+ * admitted with quota share `share` (undefined: no budget applied, the whole cap): one token per
+ * choice plus the share of the rest of the cap, so every choice together stays within what the
+ * budgets reserved.
+ */
+export function grantedOutput(req: RequestDescriptor, share: number | undefined): number | undefined {
+  if (req.outputCap === undefined) return undefined;
+  const choices = req.choices ?? 1;
+  if (share === undefined) return Math.floor(req.outputCap / choices);
+  const total = choices + Math.floor(share * (req.outputCap - choices));
+  return Math.max(1, Math.floor(total / choices));
 }

@@ -1,4 +1,5 @@
 import {
+  countEmbeddingInputTokens,
   countPromptTokens,
   GATEWAY_OWNED_FIELDS,
   RESTRICTED_ENGINE_FIELDS,
@@ -9,11 +10,24 @@ import {
 } from '@fairway/core';
 import { mayChooseClass, mayUseEngineField, type Principal } from './auth.ts';
 import { ApiError } from './errors.ts';
-import type { ChatCompletionBody, CompletionBody } from './openai-schemas.ts';
+import {
+  type ChatCompletionBody,
+  type CompletionBody,
+  DROPPED_FIELDS,
+  type EmbeddingBody,
+} from './openai-schemas.ts';
 import type { FairwayHeaderValues } from './request-headers.ts';
 
 /** Which OpenAI endpoint a request came in on. */
-export type Endpoint = 'chat' | 'completions';
+export type Endpoint = 'chat' | 'completions' | 'embeddings';
+
+/** The GenAI semantic conventions' name of an endpoint's operation (traces). */
+export function operationName(endpoint: Endpoint): string {
+  return endpoint === 'chat' ? 'chat' : endpoint === 'completions' ? 'text_completion' : 'embeddings';
+}
+
+/** A validated request body of any endpoint. */
+export type RequestBody = ChatCompletionBody | CompletionBody | EmbeddingBody;
 
 /** What the scheduler sees of a request, and the body forwarded to the engine. */
 export interface DescribedRequest {
@@ -31,7 +45,7 @@ export interface DescribedRequest {
 export interface DescribeInput {
   readonly id: string;
   readonly endpoint: Endpoint;
-  readonly body: ChatCompletionBody | CompletionBody;
+  readonly body: RequestBody;
   readonly principal: Principal;
   readonly headers: FairwayHeaderValues;
   readonly arrivalMs: number;
@@ -40,6 +54,13 @@ export interface DescribeInput {
   readonly defaultSloClass: string;
   /** Output cap injected when the client gives none, tokens. */
   readonly defaultMaxTokens: number;
+  /** Most choices (`n`) a request may ask for (`pools[].maxChoices`). @default 8 */
+  readonly maxChoices?: number | undefined;
+  /**
+   * Output tokens per choice a request without a cap reserves (`pools[].reserveOutputTokens`).
+   * @default defaultMaxTokens (the whole cap)
+   */
+  readonly reserveOutputTokens?: number | undefined;
   /** The pool's tokenizer, when one is configured (see {@link PoolTokenizer}). */
   readonly tokenizer?: PoolTokenizer | undefined;
   /** The pool's engines order their queue by vLLM `priority`: fairway sets it from the class band. */
@@ -115,11 +136,13 @@ export interface PoolTokenizer {
  * every field the engine tokenizes (`countPromptTokens` in core), or the pool's tokenizer over the
  * approximately rendered chat template when one is configured and the prompt is not too large.
  */
-export function promptTokens(
-  endpoint: Endpoint,
-  body: ChatCompletionBody | CompletionBody,
-  tokenizer?: PoolTokenizer,
-): number {
+export function promptTokens(endpoint: Endpoint, body: RequestBody, tokenizer?: PoolTokenizer): number {
+  if (endpoint === 'embeddings') {
+    const input = (body as EmbeddingBody).input;
+    const estimate = countEmbeddingInputTokens(input);
+    if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
+    return countEmbeddingInputTokens(input, tokenizer.counter);
+  }
   const estimate = countPromptTokens(endpoint, body);
   if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
   return countPromptTokens(endpoint, body, tokenizer.counter);
@@ -130,9 +153,10 @@ export function promptTokens(
  * the tenant from the key; the app from the key, else `x-fairway-app` (a key bound to an app
  * may not claim another: 403); the user (scoped by the tenant) and interaction from headers; the SLO class
  * by {@link grantedSloClass}; restricted engine fields by {@link refuseEngineFields}; input tokens by {@link promptTokens}
- * (every field the engine tokenizes; the engine's usage settles them); the output cap from
- * `max_completion_tokens` or `max_tokens`, else injected so the reservation bounds what the
- * engine may generate.
+ * (every field the engine tokenizes; the engine's usage settles them); the output reserved from
+ * `max_completion_tokens` or `max_tokens` times `n`; without either, the pool's
+ * `reserveOutputTokens` is reserved and `defaultMaxTokens` injected as the engine's cap (`outputCap`,
+ * lowered at admission to what the caller's token budgets hold).
  */
 export function describeRequest(input: DescribeInput): DescribedRequest {
   const { body, principal, headers } = input;
@@ -145,31 +169,38 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
   }
   refuseEngineFields(body, principal);
   const sloClass = grantedSloClass(principal, headers.sloClass, input.sloClasses, input.defaultSloClass);
+  if (input.endpoint === 'embeddings') return describeEmbedding(input, sloClass);
+  const gen = body as ChatCompletionBody | CompletionBody;
   const given =
     input.endpoint === 'chat'
-      ? ((body as ChatCompletionBody).max_completion_tokens ?? body.max_tokens)
-      : body.max_tokens;
-  const maxTokens = given ?? input.defaultMaxTokens;
+      ? ((gen as ChatCompletionBody).max_completion_tokens ?? gen.max_tokens)
+      : gen.max_tokens;
+  const choices = gen.n ?? 1;
+  const maxChoices = input.maxChoices ?? 8;
+  if (choices > maxChoices)
+    throw new ApiError(
+      'INVALID_REQUEST',
+      `n is ${choices}; this model's pool serves at most ${maxChoices} choices per request`,
+      { param: 'n' },
+    );
+  // Every choice may generate up to the cap: the request reserves, and is admitted for, all of
+  // them. Without a cap it reserves the pool's default and the engine may go on to the cap.
+  const reservedPerChoice =
+    given ?? Math.min(input.reserveOutputTokens ?? input.defaultMaxTokens, input.defaultMaxTokens);
+  const maxTokens = reservedPerChoice * choices;
+  const outputCap = given == null ? input.defaultMaxTokens * choices : undefined;
   const forwardBody: Record<string, unknown> =
-    given == null ? { ...body, max_tokens: input.defaultMaxTokens } : { ...body };
+    given == null ? { ...gen, max_tokens: input.defaultMaxTokens } : { ...gen };
+  for (const f of DROPPED_FIELDS) delete forwardBody[f];
   const band = input.enginePriority === true ? input.sloClasses.get(sloClass)?.band : undefined;
   if (band !== undefined) forwardBody.priority = band;
-  const stream = body.stream === true;
-  const so = body.stream_options ?? undefined;
+  const stream = gen.stream === true;
+  const so = gen.stream_options ?? undefined;
   const descriptor: RequestDescriptor = {
-    id: input.id,
-    tenant: principal.tenant,
-    ...(principal.keyId !== undefined ? { keyId: principal.keyId } : {}),
-    model: body.model,
-    sloClass,
-    inputTokens: promptTokens(input.endpoint, body, input.tokenizer),
+    ...identityOf(input, sloClass, band),
     maxTokens,
-    arrivalMs: input.arrivalMs,
-    ...((principal.app ?? headers.app) !== undefined ? { app: principal.app ?? headers.app } : {}),
-    // The user is the tenant's own: two tenants' "alice" are two users (flows, windows, throttles).
-    ...(headers.user !== undefined ? { user: tenantUserId(principal.tenant, headers.user) } : {}),
-    ...(headers.interaction !== undefined ? { interactionId: headers.interaction } : {}),
-    ...(band !== undefined ? { priority: band } : {}),
+    ...(outputCap !== undefined ? { outputCap } : {}),
+    ...(choices > 1 ? { choices } : {}),
   };
   return {
     descriptor,
@@ -177,5 +208,41 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
     stream,
     wantsUsage: so?.include_usage === true,
     wantsContinuousUsage: so?.continuous_usage_stats === true,
+  };
+}
+
+/** The descriptor fields every endpoint's request has: who, what model and class, its prompt. */
+function identityOf(input: DescribeInput, sloClass: string, band: number | undefined) {
+  const { principal, headers, body } = input;
+  return {
+    id: input.id,
+    tenant: principal.tenant,
+    ...(principal.keyId !== undefined ? { keyId: principal.keyId } : {}),
+    model: body.model,
+    sloClass,
+    inputTokens: promptTokens(input.endpoint, body, input.tokenizer),
+    arrivalMs: input.arrivalMs,
+    ...((principal.app ?? headers.app) !== undefined ? { app: principal.app ?? headers.app } : {}),
+    // The user is the tenant's own: two tenants' "alice" are two users (flows, windows, throttles).
+    ...(headers.user !== undefined ? { user: tenantUserId(principal.tenant, headers.user) } : {}),
+    ...(headers.interaction !== undefined ? { interactionId: headers.interaction } : {}),
+    ...(band !== undefined ? { priority: band } : {}),
+  };
+}
+
+/**
+ * An embeddings request: its inputs' tokens are all it costs (no output is generated or reserved),
+ * admitted, queued and charged like any request of its tenant.
+ */
+function describeEmbedding(input: DescribeInput, sloClass: string): DescribedRequest {
+  const forwardBody: Record<string, unknown> = { ...input.body };
+  const band = input.enginePriority === true ? input.sloClasses.get(sloClass)?.band : undefined;
+  if (band !== undefined) forwardBody.priority = band;
+  return {
+    descriptor: { ...identityOf(input, sloClass, band), maxTokens: 0 },
+    forwardBody,
+    stream: false,
+    wantsUsage: false,
+    wantsContinuousUsage: false,
   };
 }

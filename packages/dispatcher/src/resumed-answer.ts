@@ -1,6 +1,21 @@
 import type { Usage } from '@fairway/core';
 import type { CompletionBody, CompletionEndpoint, EngineStream, SseDataLine } from '@fairway/engine';
 
+interface ToolCallDelta {
+  index?: number;
+  id?: string;
+  type?: string;
+  function?: { name?: string; arguments?: string };
+}
+
+/** Completions `logprobs`, as each chunk carries its tokens' part. */
+interface CompletionLogprobs {
+  tokens?: unknown[];
+  token_logprobs?: unknown[];
+  top_logprobs?: unknown[];
+  text_offset?: unknown[];
+}
+
 interface Chunk {
   id?: string;
   created?: number;
@@ -8,10 +23,52 @@ interface Chunk {
   choices?: {
     index?: number;
     text?: string;
-    delta?: { role?: string; content?: string | null };
+    delta?: { role?: string; content?: string | null; tool_calls?: ToolCallDelta[] | null };
+    logprobs?: ({ content?: unknown[] | null } & CompletionLogprobs) | null;
     finish_reason?: string | null;
+    stop_reason?: unknown;
   }[];
   usage?: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number } | null;
+}
+
+/** What one choice of a non-streamed answer gathers from the chunks (besides its text). */
+interface ChoiceParts {
+  text: string;
+  finishReason: string | undefined;
+  stopReason: unknown;
+  /** Tool calls by their index, arguments joined. */
+  toolCalls?: Map<number, { id?: string; type?: string; name: string; arguments: string }>;
+  /** Chat logprobs entries, or completions logprobs lists, joined. */
+  logprobs?: { content: unknown[] } | Required<CompletionLogprobs>;
+}
+
+/** Adds a chunk's tool-call deltas and logprobs to what a choice gathered. */
+function gather(parts: ChoiceParts, choice: NonNullable<Chunk['choices']>[number], chat: boolean): void {
+  if (choice.stop_reason !== undefined && choice.stop_reason !== null) parts.stopReason = choice.stop_reason;
+  for (const d of choice.delta?.tool_calls ?? []) {
+    parts.toolCalls ??= new Map();
+    const at = d.index ?? 0;
+    const call = parts.toolCalls.get(at) ?? { name: '', arguments: '' };
+    if (d.id !== undefined) call.id = d.id;
+    if (d.type !== undefined) call.type = d.type;
+    if (d.function?.name !== undefined) call.name += d.function.name;
+    if (d.function?.arguments !== undefined) call.arguments += d.function.arguments;
+    parts.toolCalls.set(at, call);
+  }
+  const lp = choice.logprobs;
+  if (lp === undefined || lp === null) return;
+  if (chat) {
+    parts.logprobs ??= { content: [] };
+    const into = parts.logprobs as { content: unknown[] };
+    if (Array.isArray(lp.content)) into.content.push(...lp.content);
+    return;
+  }
+  parts.logprobs ??= { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  const into = parts.logprobs as Required<CompletionLogprobs>;
+  for (const k of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'] as const) {
+    const v = lp[k];
+    if (Array.isArray(v)) into[k].push(...v);
+  }
 }
 
 const decoder = new TextDecoder();
@@ -77,6 +134,10 @@ export class ResumedAnswer {
   #model: string | undefined;
   /** Text of every run so far. */
   text = '';
+  /** Tool calls, logprobs and stop reason of the first choice (`text` and `finishReason` hold the rest). */
+  readonly #first: ChoiceParts = { text: '', finishReason: undefined, stopReason: undefined };
+  /** Choices after the first of a request with n > 1, by index. */
+  readonly #others = new Map<number, ChoiceParts>();
   finishReason: string | undefined;
   /** Output tokens of runs before this one. */
   before = 0;
@@ -147,6 +208,18 @@ export class ResumedAnswer {
     this.#created ??= c.created;
     this.#model ??= c.model;
     const content = this.#endpoint === 'chat' ? choice.delta?.content : choice.text;
+    const index = choice.index ?? 0;
+    const chat = this.#endpoint === 'chat';
+    if (index !== 0) {
+      // Another choice of a request with n > 1 (never resumed: only its answer is rebuilt).
+      const other = this.#others.get(index) ?? { text: '', finishReason: undefined, stopReason: undefined };
+      if (typeof content === 'string') other.text += content;
+      if (choice.finish_reason) other.finishReason = choice.finish_reason;
+      if (!this.#streamed) gather(other, choice, chat);
+      this.#others.set(index, other);
+      return;
+    }
+    if (!this.#streamed) gather(this.#first, choice, chat);
     if (typeof content === 'string') this.text += content;
     if (choice.finish_reason) this.finishReason = choice.finish_reason;
     if (!write) return;
@@ -202,21 +275,42 @@ export class ResumedAnswer {
 
   /** The non-streamed body: both runs' text joined, usage over the whole output. */
   body(usage: Usage): string {
-    const choice =
-      this.#endpoint === 'chat'
-        ? {
-            index: 0,
-            message: { role: 'assistant', content: this.text },
-            logprobs: null,
-            finish_reason: this.finishReason ?? 'stop',
-          }
-        : { index: 0, text: this.text, logprobs: null, finish_reason: this.finishReason ?? 'stop' };
+    const choiceOf = (index: number, text: string, finishReason: string | undefined, parts: ChoiceParts) => {
+      const calls =
+        parts.toolCalls === undefined ? undefined : [...parts.toolCalls].sort((a, b) => a[0] - b[0]);
+      const common = {
+        logprobs: parts.logprobs ?? null,
+        finish_reason: finishReason ?? 'stop',
+        stop_reason: parts.stopReason ?? null,
+      };
+      if (this.#endpoint !== 'chat') return { index, text, ...common };
+      return {
+        index,
+        message: {
+          role: 'assistant',
+          content: calls !== undefined && text === '' ? null : text,
+          ...(calls === undefined
+            ? {}
+            : {
+                tool_calls: calls.map(([, c]) => ({
+                  id: c.id,
+                  type: c.type ?? 'function',
+                  function: { name: c.name, arguments: c.arguments },
+                })),
+              }),
+        },
+        ...common,
+      };
+    };
+    const choices = [choiceOf(0, this.text, this.finishReason, this.#first)];
+    for (const [i, o] of [...this.#others].sort((a, b) => a[0] - b[0]))
+      choices.push(choiceOf(i, o.text, o.finishReason, o));
     return JSON.stringify({
       id: this.#id,
       object: this.#endpoint === 'chat' ? 'chat.completion' : 'text_completion',
       created: this.#created,
       model: this.#model,
-      choices: [choice],
+      choices,
       usage: this.#usageOf(usage),
     });
   }

@@ -121,7 +121,7 @@ describe('dispatcher', () => {
       [post({ ...headers(), 'x-fairway-user': 'a b\tc' }, chat()), 400, 'invalid_header'],
       [post({ ...headers(APP_KEY), 'x-fairway-app': 'other' }, chat()), 403, 'forbidden'],
       [post(headers(), chat({ model: 'gpt-17' })), 404, 'model_not_found'],
-      [post(headers(), chat(), '/v1/embeddings'), 404, 'not_found'],
+      [post(headers(), chat(), '/v1/audio/speech'), 404, 'not_found'],
       [
         app.inject({ method: 'GET', url: '/v1/chat/completions', headers: headers() }),
         405,

@@ -25,7 +25,7 @@ const CHATS: Record<string, unknown>[] = [
     stream_options: { include_usage: true, continuous_usage_stats: false },
     max_tokens: 64,
     max_completion_tokens: null,
-    n: 1,
+    n: 3,
     temperature: 0.7,
     top_p: 1,
     stop: ['\n', 'END'],
@@ -35,6 +35,10 @@ const CHATS: Record<string, unknown>[] = [
     tools: [{ type: 'function', function: { name: 'f' } }],
     functions: null,
     seed: 7,
+    verbosity: 'medium',
+    web_search_options: {},
+    prompt_cache_key: 'conversation-1',
+    safety_identifier: 'user-1',
   },
 ];
 
@@ -82,6 +86,10 @@ const FIELDS = [
   'fairway_output_tokens',
   'tools',
   'functions',
+  'verbosity',
+  'web_search_options',
+  'prompt_cache_key',
+  'safety_identifier',
 ];
 
 /** Each base with one field (or one field of its first message) set to each odd value. */

@@ -40,6 +40,9 @@ interface EngineSimFlags {
   enableChunkedPrefill?: boolean;
   preemption?: 'recompute' | 'eviction-free';
   schedulingPolicy?: 'fcfs' | 'priority';
+  task?: 'generate' | 'embed';
+  embeddingDimensions?: number;
+  matryoshka?: boolean;
   maxModelLen?: number;
   speed?: number;
   seed?: number;
@@ -82,6 +85,11 @@ export function addEngineSimFlags(cmd: Command): Command {
     .addOption(
       new Option('--scheduling-policy <policy>', 'waiting-queue order').choices(['fcfs', 'priority']),
     )
+    .addOption(
+      new Option('--task <task>', 'generate text, or serve embeddings').choices(['generate', 'embed']),
+    )
+    .option('--embedding-dimensions <n>', "an embedding model's vector length", num)
+    .option('--matryoshka', 'the embedding model may return shorter vectors (`dimensions`)')
     .option('--max-model-len <n>', 'longest prompt + output', num)
     .option('--speed <factor>', 'model ms per real ms (10 = ten times faster than the GPU)', num)
     .option('--seed <n>', 'seed of output lengths, faults and ids', num)
@@ -138,6 +146,9 @@ export function engineSimOptionsFromFlags(f: EngineSimFlags): EngineSimOptionsIn
     chunkedPrefill: f.enableChunkedPrefill,
     preemption: f.preemption,
     schedulingPolicy: f.schedulingPolicy,
+    task: f.task,
+    embeddingDimensions: f.embeddingDimensions,
+    matryoshka: f.matryoshka,
     maxModelLen: f.maxModelLen,
     speed: f.speed,
     seed: f.seed,

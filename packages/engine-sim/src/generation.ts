@@ -3,8 +3,15 @@ import type { Socket } from 'node:net';
 import type { EngineEvent, EngineSeqInput } from '@fairway/perf';
 import type { FaultPlan } from './faults.ts';
 import type { EngineSimMetrics, FinishedReason, RequestTimings } from './metrics.ts';
+import { chatLogprobs, completionLogprobs, type OutputPlan } from './output-plan.ts';
 import type { RealtimeDriver } from './realtime-driver.ts';
-import { ChunkWriter, completionBody, type ResponseIdentity, tokenText } from './response-format.ts';
+import {
+  ChunkWriter,
+  completionBody,
+  plannedBody,
+  type ResponseIdentity,
+  tokenText,
+} from './response-format.ts';
 import type { Flushable, StreamFlusher } from './stream-flusher.ts';
 
 /** Everything one generation request needs to run and answer. */
@@ -14,8 +21,15 @@ export interface GenerationInit {
   /** Index of the first output token: tokens a continuation already has (0 for a new request). */
   readonly firstToken?: number;
   /** `stop` when the request ends by itself, `length` when `max_tokens` cuts it. */
-  readonly finishReason: 'stop' | 'length';
+  readonly finishReason: 'stop' | 'length' | 'tool_calls';
   readonly stream: boolean;
+  /**
+   * Choices (`n`): the sequence's output is every choice's tokens, interleaved (token k belongs to
+   * choice k mod n), each choice as long as the others. @default 1
+   */
+  readonly choices?: number;
+  /** What the answer says when its sampling parameters shape it (tools, JSON, stop, logprobs). */
+  readonly plan?: OutputPlan;
   /** `stream_options.include_usage`. */
   readonly includeUsage: boolean;
   /** `stream_options.continuous_usage_stats`. */
@@ -146,11 +160,30 @@ export class Generation implements Flushable {
     if (this.#chunks && !this.#silent && upTo > previous) {
       const c = this.#chunks;
       const usage = this.#init.continuousUsage;
-      let out = previous === 0 && this.#init.identity.kind === 'chat' ? c.roleChunk(usage) : '';
-      for (let n = previous + 1; n <= upTo; n++) {
-        const last = n === seq.outputTokens ? this.#init.finishReason : null;
-        out += c.tokenChunk(tokenText((this.#init.firstToken ?? 0) + n - 1), last, usage, n);
-      }
+      const choices = this.#init.choices ?? 1;
+      const plan = this.#init.plan;
+      let out = '';
+      if (plan !== undefined) {
+        if (previous === 0 && this.#init.identity.kind === 'chat') out += c.roleChunk(usage);
+        for (let n = previous + 1; n <= upTo; n++) {
+          const last = n === seq.outputTokens ? this.#init.finishReason : null;
+          out += c.choiceChunk(this.#plannedChoice(plan, n - 1, last), usage, n);
+        }
+      } else if (previous === 0 && this.#init.identity.kind === 'chat')
+        for (let i = 0; i < choices; i++) out += i === 0 ? c.roleChunk(usage) : c.roleChunkAt(i, usage);
+      if (plan !== undefined) {
+        // Written above.
+      } else if (choices === 1)
+        for (let n = previous + 1; n <= upTo; n++) {
+          const last = n === seq.outputTokens ? this.#init.finishReason : null;
+          out += c.tokenChunk(tokenText((this.#init.firstToken ?? 0) + n - 1), last, usage, n);
+        }
+      else
+        for (let n = previous + 1; n <= upTo; n++) {
+          const last = n > seq.outputTokens - choices ? this.#init.finishReason : null;
+          const k = Math.floor((n - 1) / choices);
+          out += c.tokenChunkAt((n - 1) % choices, tokenText(k), last, usage, n);
+        }
       if (this.#init.flusher && fault.kind !== 'drop') {
         this.#pending += out;
         this.#init.flusher.mark(this);
@@ -171,9 +204,10 @@ export class Generation implements Flushable {
     this.#state = 'finished';
     const finishReason = ignored ? 'length' : this.#init.finishReason;
     const { metrics, driver, res, identity, seq } = this.#init;
+    // The engine stopped by itself for a tool call too (the API names it `tool_calls`).
     metrics.observeFinished(
       this.#timings(Math.max(this.#lastTokenMs, this.#stepMs(driver, 'end'))),
-      finishReason,
+      finishReason === 'tool_calls' ? 'stop' : finishReason,
     );
     // A hanging response stays open until the client gives up; the engine is done with it.
     if (
@@ -194,13 +228,16 @@ export class Generation implements Flushable {
       this.#send(this.#takePending() + out);
       res.end();
     } else {
-      const body = completionBody(
-        identity,
-        seq.inputTokens,
-        this.#generated,
-        finishReason,
-        this.#init.firstToken ?? 0,
-      );
+      const body = this.#init.plan
+        ? plannedBody(identity, this.#init.plan, seq.inputTokens, this.#generated, finishReason)
+        : completionBody(
+            identity,
+            seq.inputTokens,
+            this.#generated,
+            finishReason,
+            this.#init.firstToken ?? 0,
+            this.#init.choices ?? 1,
+          );
       res.writeHead(200, {
         'content-type': 'application/json',
         'content-length': Buffer.byteLength(body),
@@ -208,6 +245,28 @@ export class Generation implements Flushable {
       });
       res.end(body);
     }
+  }
+
+  /** The choice of output token `i`'s chunk, as the plan shapes it. */
+  #plannedChoice(plan: OutputPlan, i: number, finish: string | null): string {
+    const f = finish === null ? 'null' : `"${finish}"`;
+    const piece = plan.piece(i);
+    if (this.#init.identity.kind === 'completions') {
+      const lp =
+        plan.topLogprobs === undefined ? 'null' : completionLogprobs(plan, i, i + 1, plan.text(i).length);
+      const sr =
+        finish === 'stop' && plan.stopReason !== undefined ? JSON.stringify(plan.stopReason) : 'null';
+      return `{"index":0,"text":"${piece}","logprobs":${lp},"finish_reason":${f},"stop_reason":${sr}}`;
+    }
+    const call = plan.toolCall;
+    const delta =
+      call === undefined
+        ? `{"content":"${piece}"}`
+        : i === 0
+          ? `{"tool_calls":[{"index":0,"id":${JSON.stringify(call.id)},"type":"function","function":{"name":${JSON.stringify(call.name)},"arguments":"${piece}"}}]}`
+          : `{"tool_calls":[{"index":0,"function":{"arguments":"${piece}"}}]}`;
+    const lp = plan.topLogprobs === undefined ? 'null' : chatLogprobs(plan, i, i + 1);
+    return `{"index":0,"delta":${delta},"logprobs":${lp},"finish_reason":${f}}`;
   }
 
   /** Writes the chunks buffered for the flusher. */

@@ -51,6 +51,19 @@ export const engineSimOptionsSchema = z
     batchPolicy: z.enum(['prefill-priority', 'decode-priority']).optional(),
     chunkedPrefill: z.boolean().optional(),
     preemption: z.enum(['recompute', 'eviction-free']).optional(),
+    /**
+     * What the served model does, as vLLM's `--task` / `--runner`: `generate` serves chat and text
+     * completions, `embed` serves `POST /v1/embeddings` (and refuses generation, as vLLM does).
+     * @default 'generate'
+     */
+    task: z.enum(['generate', 'embed']).default('generate'),
+    /** Length of an embedding model's vectors. @default 384 */
+    embeddingDimensions: posInt.default(384),
+    /**
+     * The embedding model is trained for shorter vectors (Matryoshka): `dimensions` in a request
+     * may ask for fewer. Without it, vLLM refuses `dimensions`. @default false
+     */
+    matryoshka: z.boolean().default(false),
     /** `--scheduling-policy`: `priority` orders the waiting queue by the request's `priority`. @default 'fcfs' */
     schedulingPolicy: z.enum(['fcfs', 'priority']).default('fcfs'),
     /** Longest prompt + output (`--max-model-len`). @default the model preset's, capped by KV capacity */

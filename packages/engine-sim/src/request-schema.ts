@@ -15,7 +15,8 @@ const common = {
   max_tokens: z.number().int().positive().nullish(),
   ignore_eos: z.boolean().nullish(),
   priority: z.number().int().nullish(),
-  n: z.literal(1, { message: 'engine-sim serves one choice per request (n = 1)' }).nullish(),
+  /** Choices: each generates its own output (the KV model runs them as one sequence of n × the length). */
+  n: z.number().int().min(1).max(128).nullish(),
   /** Test hook: the request's natural output length, tokens. */
   fairway_output_tokens: z.number().int().nonnegative().nullish(),
 };

@@ -1,3 +1,5 @@
+import { chatLogprobs, completionLogprobs, type OutputPlan } from './output-plan.ts';
+
 /**
  * vLLM's OpenAI response shapes, built as strings from per-request prefixes so that streaming one
  * token costs a string concatenation, not a `JSON.stringify` of a chunk object.
@@ -158,6 +160,30 @@ export class ChunkWriter {
     return `${this.#contentOpen}${text}${tail}${usage}}\n\n`;
   }
 
+  /** The role chunk of choice `index` of a request with n > 1. */
+  roleChunkAt(index: number, continuousUsage: boolean): string {
+    const usage = continuousUsage ? `,"usage":${usageJson(this.#promptTokens, 0)}` : '';
+    return `${this.#head}{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${usage}}\n\n`;
+  }
+
+  /** One token's chunk of choice `index` of a request with n > 1 (see {@link tokenChunk}). */
+  tokenChunkAt(
+    index: number,
+    text: string,
+    finishReason: string | null,
+    continuousUsage: boolean,
+    completionTokens: number,
+  ): string {
+    const chunk = this.tokenChunk(text, finishReason, continuousUsage, completionTokens);
+    return index === 0 ? chunk : chunk.replace('{"index":0,', `{"index":${index},`);
+  }
+
+  /** A chunk of one choice given as JSON (`{"index":…}`), with usage when `continuousUsage`. */
+  choiceChunk(choice: string, continuousUsage: boolean, completionTokens: number): string {
+    const usage = continuousUsage ? `,"usage":${usageJson(this.#promptTokens, completionTokens)}` : '';
+    return `${this.#head}${choice}]${usage}}\n\n`;
+  }
+
   /** The final chunk with `usage` and no choices (`stream_options.include_usage`). */
   usageChunk(completionTokens: number): string {
     return `${this.#head}],"usage":${usageJson(this.#promptTokens, completionTokens)}}\n\n`;
@@ -174,13 +200,47 @@ export function completionBody(
   completionTokens: number,
   finishReason: string,
   firstToken = 0,
+  choices = 1,
 ): string {
-  const text = JSON.stringify(syntheticText(completionTokens, firstToken));
+  // Every choice has the same synthetic text: `completionTokens` counts them all.
+  const text = JSON.stringify(syntheticText(Math.ceil(completionTokens / choices), firstToken));
   const head = `{"id":${JSON.stringify(identity.id)},"object":"${identity.kind === 'chat' ? 'chat.completion' : 'text_completion'}","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":[`;
-  const choice =
-    identity.kind === 'chat'
-      ? `{"index":0,"message":{"role":"assistant","content":${text},"tool_calls":[]},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null}`
-      : `{"index":0,"text":${text},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null,"prompt_logprobs":null}`;
+  const out: string[] = [];
+  for (let i = 0; i < choices; i++)
+    out.push(
+      identity.kind === 'chat'
+        ? `{"index":${i},"message":{"role":"assistant","content":${text},"tool_calls":[]},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null}`
+        : `{"index":${i},"text":${text},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null,"prompt_logprobs":null}`,
+    );
+  return `${head}${out.join(',')}],"usage":${usageJson(promptTokens, completionTokens)},"prompt_logprobs":null}`;
+}
+
+/** The body of a non-streamed answer shaped by an output plan (tool call, JSON, stop, logprobs). */
+export function plannedBody(
+  identity: ResponseIdentity,
+  plan: OutputPlan,
+  promptTokens: number,
+  completionTokens: number,
+  finishReason: string,
+): string {
+  const text = plan.text(completionTokens);
+  const stopReason =
+    finishReason === 'stop' && plan.stopReason !== undefined ? JSON.stringify(plan.stopReason) : 'null';
+  const head = `{"id":${JSON.stringify(identity.id)},"object":"${identity.kind === 'chat' ? 'chat.completion' : 'text_completion'}","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":[`;
+  let choice: string;
+  if (identity.kind === 'chat') {
+    const logprobs = plan.topLogprobs === undefined ? 'null' : chatLogprobs(plan, 0, completionTokens);
+    const call = plan.toolCall;
+    const message =
+      call === undefined
+        ? `{"role":"assistant","content":${JSON.stringify(text)},"tool_calls":[]}`
+        : `{"role":"assistant","content":null,"tool_calls":[{"id":${JSON.stringify(call.id)},"type":"function","function":{"name":${JSON.stringify(call.name)},"arguments":${JSON.stringify(text)}}}]}`;
+    choice = `{"index":0,"message":${message},"logprobs":${logprobs},"finish_reason":"${finishReason}","stop_reason":${stopReason}}`;
+  } else {
+    const logprobs =
+      plan.topLogprobs === undefined ? 'null' : completionLogprobs(plan, 0, completionTokens, 0);
+    choice = `{"index":0,"text":${JSON.stringify(text)},"logprobs":${logprobs},"finish_reason":"${finishReason}","stop_reason":${stopReason},"prompt_logprobs":null}`;
+  }
   return `${head}${choice}],"usage":${usageJson(promptTokens, completionTokens)},"prompt_logprobs":null}`;
 }
 

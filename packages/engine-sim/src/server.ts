@@ -16,10 +16,12 @@ import { loadTokenizer } from '@fairway/engine';
 import { type EngineConfig, EngineModel, type EngineModelApi } from '@fairway/perf';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import { base64Vector, embeddingInputs, embeddingRequestSchema, embeddingVector } from './embeddings.ts';
 import { FaultInjector, faultPatchSchema } from './faults.ts';
 import { Generation } from './generation.ts';
 import { EngineSimMetrics } from './metrics.ts';
 import { type EngineSimOptions, type EngineSimOptionsInput, engineSimOptionsSchema } from './options.ts';
+import { planOutput } from './output-plan.ts';
 import { chatPromptTokens, completionPromptTokens, wordPieceCounter } from './prompt-tokens.ts';
 import { RealtimeDriver } from './realtime-driver.ts';
 import {
@@ -137,6 +139,13 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   const generate = async (kind: ResponseKind, req: FastifyRequest, reply: FastifyReply): Promise<unknown> => {
     if (notReady()) return sendError(reply, 503, 'ServiceUnavailableError', 'The engine is starting up.');
     if (sleeping) return sendError(reply, 503, 'ServiceUnavailableError', 'The engine is sleeping.');
+    if (options.task === 'embed')
+      return sendError(
+        reply,
+        400,
+        'BadRequestError',
+        `The model does not support ${kind === 'chat' ? 'Chat Completions' : 'Completions'} API`,
+      );
     const schema = kind === 'chat' ? chatRequestSchema : completionRequestSchema;
     const parsed = schema.safeParse(req.body);
     if (!parsed.success) return sendError(reply, 400, 'BadRequestError', describeIssues(parsed.error));
@@ -207,9 +216,23 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       (body.fairway_output_tokens ?? headerInt(req, 'x-fairway-output-tokens') ?? outputLength()) -
         firstToken,
     );
-    const outputTokens = body.ignore_eos ? maxTokens : Math.min(natural, maxTokens);
-    const finishReason =
+    let outputTokens = body.ignore_eos ? maxTokens : Math.min(natural, maxTokens);
+    let finishReason: 'stop' | 'length' | 'tool_calls' =
       outputTokens === maxTokens && (body.ignore_eos || natural >= maxTokens) ? 'length' : 'stop';
+    // n choices run as one sequence of n × the output (KV and time grow as n sequences' would).
+    const choices = body.n ?? 1;
+    // Random per request, as vLLM's are: not drawn from the seeded RNG (neighbouring seeds of one
+    // fleet's engines nearly coincide) nor counted (a client could guess its neighbours' ids).
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
+    // Tools, response_format, stop and logprobs shape what one choice says (and how long it is).
+    const plan =
+      choices === 1
+        ? planOutput({ kind, body: body as Record<string, unknown>, firstToken, outputTokens, id })
+        : undefined;
+    if (plan?.length !== undefined) {
+      finishReason = plan.length > maxTokens ? 'length' : plan.finishReason;
+      outputTokens = Math.min(plan.length, maxTokens);
+    }
 
     if (faults.config.headersDelayMs > 0) {
       await new Promise((r) => setTimeout(r, faults.config.headersDelayMs));
@@ -219,23 +242,22 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     if (fault.kind === 'error') {
       return sendError(reply, 500, 'InternalServerError', 'Injected fault: internal server error.');
     }
-    // Random per request, as vLLM's are: not drawn from the seeded RNG (neighbouring seeds of one
-    // fleet's engines nearly coincide) nor counted (a client could guess its neighbours' ids).
-    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
     reply.hijack();
     const generation = new Generation({
       identity: { kind, id, created: Math.floor(clock.now() / 1000), model: requested },
       seq: {
         id,
         inputTokens: promptTokens,
-        outputTokens,
-        maxTokens,
+        outputTokens: outputTokens * choices,
+        maxTokens: maxTokens * choices,
         ...(options.schedulingPolicy === 'priority' ? { priority } : {}),
         ...(adapter === undefined ? {} : { adapter }),
       },
       finishReason,
       ...(firstToken > 0 ? { firstToken } : {}),
       stream: body.stream === true,
+      ...(choices > 1 ? { choices } : {}),
+      ...(plan !== undefined ? { plan } : {}),
       includeUsage: body.stream_options?.include_usage === true,
       continuousUsage: body.stream_options?.continuous_usage_stats === true,
       fault,
@@ -277,6 +299,58 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   app.post('/v1/completions', (req, reply) => {
     received(req);
     return generate('completions', req, reply);
+  });
+
+  // An embedding model (`task: embed`) answers at once: a pooling pass is one prefill, far
+  // shorter than the generation the engine model times; its vectors are deterministic.
+  app.post('/v1/embeddings', async (req, reply) => {
+    received(req);
+    if (notReady()) return sendError(reply, 503, 'ServiceUnavailableError', 'The engine is starting up.');
+    if (sleeping) return sendError(reply, 503, 'ServiceUnavailableError', 'The engine is sleeping.');
+    if (options.task !== 'embed')
+      return sendError(reply, 400, 'BadRequestError', 'The model does not support Embeddings API');
+    const parsed = embeddingRequestSchema.safeParse(req.body);
+    if (!parsed.success) return sendError(reply, 400, 'BadRequestError', describeIssues(parsed.error));
+    const body = parsed.data;
+    const requested = body.model ?? servedModelName;
+    if (requested !== servedModelName)
+      return sendError(reply, 404, 'NotFoundError', `The model \`${requested}\` does not exist.`);
+    const full = options.embeddingDimensions;
+    const dims = body.dimensions ?? full;
+    if (body.dimensions != null && !options.matryoshka)
+      return sendError(
+        reply,
+        400,
+        'BadRequestError',
+        `Model "${servedModelName}" does not support matryoshka representation, changing output dimensions will lead to poor results.`,
+      );
+    if (dims > full)
+      return sendError(reply, 400, 'BadRequestError', `dimensions must be at most ${full}, the model's size`);
+    const inputs = embeddingInputs(body.input);
+    let promptTokens = 0;
+    for (const input of inputs) {
+      const n = typeof input === 'string' ? tokens.count(input) + 1 : input.length;
+      if (n > maxModelLen)
+        return sendError(
+          reply,
+          400,
+          'BadRequestError',
+          `This model's maximum context length is ${maxModelLen} tokens. However, you requested ${n} tokens in the input for embedding generation. Please reduce the length of the input.`,
+        );
+      promptTokens += n;
+    }
+    const base64 = body.encoding_format === 'base64';
+    return reply.header('content-type', 'application/json').send({
+      id: `embd-${randomBytes(12).toString('hex')}`,
+      object: 'list',
+      created: Math.floor(clock.now() / 1000),
+      model: requested,
+      data: inputs.map((input, index) => {
+        const v = embeddingVector(input, full, dims);
+        return { index, object: 'embedding', embedding: base64 ? base64Vector(v) : v };
+      }),
+      usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0 },
+    });
   });
 
   app.get('/v1/models', async () => ({

@@ -55,6 +55,17 @@ export interface CompletionResult {
   readonly finishReason: string | undefined;
 }
 
+/** A `POST /v1/embeddings` answer, as the engine sent it. */
+export interface EmbeddingResult {
+  readonly status: number;
+  /** The body's bytes as the engine sent them, for a proxy to forward without re-serialising. */
+  readonly bytes: Uint8Array;
+  /** The parsed body. */
+  readonly body: Readonly<Record<string, unknown>>;
+  /** `usage.prompt_tokens`: every input's tokens (an embedding has no output). */
+  readonly promptTokens: number;
+}
+
 /**
  * A streamed completion. Iterating yields the engine's raw SSE bytes, chunk by chunk as they
  * arrive, while a scanner keeps the counts below up to date. Iteration throws a typed
@@ -103,6 +114,8 @@ export interface Engine {
    * buffered). `stream_options.include_usage` is always injected.
    */
   stream(endpoint: CompletionEndpoint, body: CompletionBody, options?: StreamOptions): Promise<EngineStream>;
+  /** `POST /v1/embeddings` (an embedding model's pooling pass). */
+  embed(body: Readonly<Record<string, unknown>>, options?: GenerateOptions): Promise<EmbeddingResult>;
   /** `GET /v1/models`. */
   models(): Promise<readonly EngineModelCard[]>;
   /** `GET /health`: resolves when healthy, throws an `EngineError` otherwise. */

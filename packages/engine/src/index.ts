@@ -3,6 +3,7 @@ export type {
   CompletionBody,
   CompletionEndpoint,
   CompletionResult,
+  EmbeddingResult,
   Engine,
   EngineModelCard,
   EngineStream,

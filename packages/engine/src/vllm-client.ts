@@ -7,6 +7,7 @@ import type {
   CompletionBody,
   CompletionEndpoint,
   CompletionResult,
+  EmbeddingResult,
   Engine,
   EngineModelCard,
   EngineStream,
@@ -329,6 +330,31 @@ export class VllmClient implements Engine {
       usage: read.usage,
       finishReason: read.finishReason,
     };
+  }
+
+  async embed(
+    body: Readonly<Record<string, unknown>>,
+    options: GenerateOptions = {},
+  ): Promise<EmbeddingResult> {
+    const { res, ctx } = await this.#send('POST', '/v1/embeddings', JSON.stringify(body), options, false);
+    let bytes: Buffer;
+    try {
+      bytes = Buffer.from(await res.body.arrayBuffer());
+    } catch (err) {
+      throw mapError(err, ctx, true);
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(bytes.toString('utf8'));
+    } catch (cause) {
+      throw new EngineBadResponseError(this.url, ctx.operation, 'body is not JSON', { cause });
+    }
+    const o = parsed as { data?: unknown; usage?: { prompt_tokens?: unknown } };
+    if (!Array.isArray(o.data)) throw new EngineBadResponseError(this.url, ctx.operation, 'body lacks data');
+    const prompt = o.usage?.prompt_tokens;
+    if (typeof prompt !== 'number' || !Number.isSafeInteger(prompt) || prompt < 0)
+      throw new EngineBadResponseError(this.url, ctx.operation, 'body lacks usage.prompt_tokens');
+    return { status: res.statusCode, bytes, body: parsed as Record<string, unknown>, promptTokens: prompt };
   }
 
   async stream(

@@ -4,8 +4,8 @@ import {
   type AdmitAndDispatchResult,
   type AdmitInput,
   type AdmitRejectCode,
+  type AdmitResult,
   type QueuedRequest,
-  type QuotaAlert,
   tenantScoped,
 } from '@fairway/store';
 import { type AdmissionRules, composeRules, fromAdmissionPolicy, toRules } from './admission-rules.ts';
@@ -15,6 +15,7 @@ import { UnknownSloClassError } from './errors.ts';
 import type { ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OutputPredictions } from './output-prediction.ts';
 import type { Owned, OwnedRequests } from './owned-requests.ts';
+import { type RateLimits, rateLimitsAfter, rateLimitsAtRefusal } from './rate-limit-state.ts';
 import type { Recovery } from './recovery.ts';
 import { RefusalMemo } from './refusal-memo.ts';
 import { encodeRequest, parseRequest } from './request-payload.ts';
@@ -23,12 +24,11 @@ import type { AdmissionLog } from './state-recovery.ts';
 
 /** Outcome of {@link Admission.submit} (and so of `Gateway.submit`). */
 export type SubmitResult =
-  | {
-      readonly ok: true;
-      readonly queued: number;
-      /** Budgets this admission brought to their alert threshold (once per window). */
-      readonly alerts?: readonly QuotaAlert[];
-    }
+  /**
+   * The store's answer (queue size, budgets brought to their alert threshold, quota share, what
+   * each window holds) and where the caller stands under its tightest RPM and TPM limits.
+   */
+  | (AdmitResult & { readonly ok: true; readonly rateLimits: RateLimits })
   | {
       readonly ok: false;
       /**
@@ -43,6 +43,8 @@ export type SubmitResult =
       /** With `exceeds_limit`: what the request needs and what the window allows, tokens. */
       readonly needed?: number;
       readonly limit?: number;
+      /** With `rpm_limited` and `tpm_limited`: where the caller stands under the refusing limit. */
+      readonly rateLimits?: RateLimits;
     };
 
 /**
@@ -143,7 +145,7 @@ export class Admission {
       };
     }
     // A budget smaller than this request alone would refuse it every window, never "try later".
-    const overBudget = rules.quotas?.find((q) => q.amount > q.budget);
+    const overBudget = rules.quotas?.find((q) => (q.minAmount ?? q.amount) > q.budget);
     if (overBudget !== undefined) {
       this.rejected++;
       return {
@@ -151,7 +153,7 @@ export class Admission {
         code: 'exceeds_limit',
         retryAfterMs: 0,
         key: `quota:${overBudget.scope}:${overBudget.window}:${overBudget.kind}`,
-        needed: overBudget.amount,
+        needed: overBudget.minAmount ?? overBudget.amount,
         limit: overBudget.budget,
       };
     }
@@ -177,6 +179,11 @@ export class Admission {
         code: remembered.limit.code as AdmitRejectCode,
         retryAfterMs: remembered.retryAfterMs,
         key: remembered.limit.key,
+        rateLimits: rateLimitsAtRefusal(rules.limits, {
+          key: remembered.limit.key,
+          code: remembered.limit.code,
+          retryAfterMs: remembered.retryAfterMs,
+        }),
       };
     }
     const states = this.#view.states(pool);
@@ -232,12 +239,14 @@ export class Admission {
     // Owned before the store call: another gateway may dispatch the request the moment it is
     // queued, and its assignment can arrive before this call's reply.
     this.#owned.set(req.id, own);
-    const refused = (result: SubmitResult): SubmitResult => {
+    const refused = (result: Extract<AdmitResult, { ok: false }>): SubmitResult => {
       if (this.#owned.get(req.id) === own) this.#owned.delete(req.id);
       this.rejected++;
-      if (!result.ok && (result.code === 'rpm_limited' || result.code === 'tpm_limited'))
+      if (result.code === 'rpm_limited' || result.code === 'tpm_limited') {
         this.#memo.remember(pool, req.tenant, rules.limits, result.key, result.retryAfterMs, nowMs);
-      if (result.ok || result.code !== 'queue_full') return result;
+        return { ...result, rateLimits: rateLimitsAtRefusal(rules.limits, result) };
+      }
+      if (result.code !== 'queue_full') return result;
       // Room is likely once the requests ahead (the bound that was hit) have drained at the
       // pool's measured rate: clamped to 1–60 s, 60 s when nothing has drained lately.
       const depth = (result.key.startsWith('pool:') ? rules.maxQueuedPool : rules.maxQueuedFlow) ?? 1;
@@ -246,7 +255,7 @@ export class Admission {
     const offered = this.#candidates.list(states, { pool });
     const candidates = offered.replicas;
     if (o.store.admitAndDispatch === undefined || o.router !== undefined || candidates.length === 0) {
-      let result: SubmitResult;
+      let result: AdmitResult;
       try {
         result = await o.store.admit(admit);
       } catch (err) {
@@ -255,10 +264,12 @@ export class Admission {
         throw err;
       }
       if (!result.ok) return refused(result);
+      const admitted = { ...result, rateLimits: rateLimitsAfter(rules.limits, result.windows, nowMs) };
+      own.admission = admitted;
       this.#dispatch.deadlines.observe(pool, band, result.queued, nowMs);
       this.#noteAdmitted(own, admit);
       await this.#dispatch.pump(pool);
-      return result;
+      return admitted;
     }
 
     let r: AdmitAndDispatchResult;
@@ -274,6 +285,8 @@ export class Admission {
     }
     for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
     if (!r.admit.ok) return refused(r.admit);
+    const admitted = { ...r.admit, rateLimits: rateLimitsAfter(rules.limits, r.admit.windows, nowMs) };
+    own.admission = admitted;
     this.#dispatch.deadlines.observe(pool, band, r.admit.queued, nowMs);
     this.#dispatch.deadlines.poolQueued(pool, r.poolQueued, nowMs);
     this.#noteAdmitted(own, admit);
@@ -295,7 +308,7 @@ export class Admission {
       // Blocked on the replicas offered while the view shows room on others: a round offers those.
       await this.#dispatch.pump(pool);
     }
-    return r.admit;
+    return admitted;
   }
 
   #noteAdmitted(own: Owned, admit: AdmitInput): void {

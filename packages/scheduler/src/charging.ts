@@ -83,11 +83,21 @@ export class Charging {
    */
   recordTokens(id: string, generated: number): boolean {
     const due = this.#charges.record(id, generated);
+    if (this.#o.reserve !== 'predicted' && this.#o.reserve !== 'max-tokens') return due;
+    const own = this.#owned.get(id);
+    if (own === undefined || own.state !== 'running' || generated <= own.outputBound) return due;
     if (this.#o.reserve === 'predicted') {
-      const own = this.#owned.get(id);
-      if (own !== undefined && own.state === 'running' && generated > own.outputBound) {
-        const growth = this.#predictions.repredict(own, generated);
-        if (growth > 0 && this.#o.repredict) this.#charges.grow(id, growth);
+      const growth = this.#predictions.repredict(own, generated);
+      if (growth > 0 && this.#o.repredict) this.#charges.grow(id, growth);
+    } else if (own.req.outputCap !== undefined) {
+      // A request without an output cap streamed past the output it reserved: its reservation
+      // grows ahead of it (doubling, up to the engine's cap), whatever the replica's room — the
+      // tokens are in its KV cache already.
+      const next = Math.min(own.req.outputCap, Math.max(generated, 2 * own.outputBound));
+      const growth = next - own.outputBound;
+      if (growth > 0) {
+        own.outputBound = next;
+        this.#charges.grow(id, growth);
       }
     }
     return due;

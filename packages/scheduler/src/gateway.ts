@@ -153,6 +153,14 @@ export class Gateway {
     return this.#eviction.requeueUnserved(id);
   }
 
+  /**
+   * The store's answer to the admission of request `id` (quota share, alerts), while this gateway
+   * owns it; read once `submit` resolved or the request was dispatched.
+   */
+  admissionOf(id: string): Extract<SubmitResult, { ok: true }> | undefined {
+    return this.#owned.get(id)?.admission;
+  }
+
   /** {@inheritDoc Charging.recordTokens} */
   recordTokens(id: string, generated: number): boolean {
     return this.#charging.recordTokens(id, generated);

@@ -28,6 +28,12 @@ export {
 } from './qlm-control.ts';
 export { QueueDeadlines } from './queue-deadline.ts';
 export {
+  type RateLimitState,
+  type RateLimits,
+  rateLimitsAfter,
+  rateLimitsAtRefusal,
+} from './rate-limit-state.ts';
+export {
   type Headroom,
   type ReplicaInfo,
   type ReplicaSource,

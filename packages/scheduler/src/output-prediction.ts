@@ -112,7 +112,7 @@ export class OutputPredictions {
     const mean =
       o.outputRepredictor?.(req, generated) ??
       this.#outputs.conditionalMean(this.#historyKey(own), generated);
-    const next = repredictOutput(generated, req.maxTokens, mean);
+    const next = repredictOutput(generated, req.outputCap ?? req.maxTokens, mean);
     const growth = next - own.outputBound;
     if (growth <= 0 || own.replica === undefined) return 0;
     own.outputBound = next;

@@ -1,5 +1,6 @@
 import type { Clock, RequestDescriptor } from '@fairway/core';
 import type { QueuedRequest } from '@fairway/store';
+import type { SubmitResult } from './admission.ts';
 
 /** A request this gateway owns (holds the client connection of). */
 export interface Owned {
@@ -28,6 +29,8 @@ export interface Owned {
   readonly record: QueuedRequest;
   /** Whether the store admitted it (a repair puts back only what the store had). */
   admitted: boolean;
+  /** The answer to its admission, once admitted (quota share, alerts, rate-limit state). */
+  admission?: Extract<SubmitResult, { ok: true }>;
 }
 
 /**

@@ -17,6 +17,8 @@ export const requestDescriptorSchema = z
     inputTokens: count,
     systemTokens: count.optional(),
     maxTokens: count,
+    outputCap: count.optional(),
+    choices: z.number().int().positive().optional(),
     outputTokens: count.optional(),
     arrivalMs: z.number().finite(),
     interactionId: z.string().optional(),
@@ -58,6 +60,8 @@ function plainDescriptor(data: unknown): data is RequestDescriptor {
     isCount(r.inputTokens) &&
     optional(r.systemTokens, isCount) &&
     isCount(r.maxTokens) &&
+    optional(r.outputCap, isCount) &&
+    optional(r.choices, (v) => isCount(v) && (v as number) > 0) &&
     optional(r.outputTokens, isCount) &&
     isNumber(r.arrivalMs) &&
     optional(r.interactionId, isString) &&

@@ -47,7 +47,7 @@ describe('Gateway with usage accounting and quotas ', () => {
         ],
       }),
     });
-    expect(await gw.submit(req('a'))).toEqual({ ok: true, queued: 1 }); // reserves 40
+    expect(await gw.submit(req('a'))).toEqual({ ok: true, queued: 1, windows: [], rateLimits: {} }); // reserves 40
     expect(await gw.submit(req('b'))).toMatchObject({
       ok: true,
       alerts: [{ quota: 'key:day:tokens', budget: 100, used: 80 }],

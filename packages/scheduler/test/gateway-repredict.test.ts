@@ -177,3 +177,46 @@ describe.each(backends)('Gateway re-prediction (Aladdin section 4.3) on the %s s
     expect(await store.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
   });
 });
+
+describe('Gateway reservation of a request without an output cap (max-tokens reserve)', () => {
+  it('grows its reservation as it streams past what it reserved, up to its engine cap, and releases it all', async () => {
+    const store = new MemoryStore();
+    const gw = new Gateway({
+      id: 'gw',
+      store,
+      clock: new ManualClock(0),
+      ordering: fcfsPolicy(),
+      placement: joinShortestQueuePlacement(),
+      replicas: fleet,
+      onDispatch: () => undefined,
+      headroom: { tokenFraction: 0 },
+      reserve: 'max-tokens',
+    });
+    // Reserves 100 + 64 (the pool default); the engine may generate up to 500.
+    expect(await gw.submit(req('u', { maxTokens: 64, outputCap: 500 }))).toMatchObject({ ok: true });
+    expect(await store.reserved('r1')).toEqual({ tokens: 164, seqs: 1 });
+    gw.recordTokens('u', 50);
+    await gw.flush();
+    expect(await store.reserved('r1')).toEqual({ tokens: 164, seqs: 1 });
+    // Past 64: the reservation doubles ahead of the output (128), then follows it to the cap.
+    gw.recordTokens('u', 70);
+    await gw.flush();
+    expect(await store.reserved('r1')).toEqual({ tokens: 228, seqs: 1 });
+    gw.recordTokens('u', 300);
+    await gw.flush();
+    expect(await store.reserved('r1')).toEqual({ tokens: 100 + 300, seqs: 1 });
+    gw.recordTokens('u', 480);
+    await gw.flush();
+    expect(await store.reserved('r1')).toEqual({ tokens: 100 + 500, seqs: 1 });
+    // A capped request never grows: its cap is what it reserved.
+    expect(await gw.submit(req('c', { maxTokens: 64 }))).toMatchObject({ ok: true });
+    gw.recordTokens('c', 64);
+    await gw.flush();
+    expect(await store.reserved('r2')).toEqual({ tokens: 164, seqs: 1 });
+    await gw.complete('u', { inputTokens: 100, outputTokens: 480 });
+    await gw.complete('c', { inputTokens: 100, outputTokens: 64 });
+    expect(await store.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+    expect(await store.reserved('r2')).toEqual({ tokens: 0, seqs: 0 });
+    await store.close();
+  });
+});

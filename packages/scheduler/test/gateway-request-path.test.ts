@@ -58,7 +58,7 @@ describe('Gateway request path', () => {
     const { store, calls } = recorded();
     const { gw, dispatched } = gateway(new Fleet(['r1', 10_000]), store);
     const r = req();
-    expect(await gw.submit(r)).toEqual({ ok: true, queued: 1 });
+    expect(await gw.submit(r)).toEqual({ ok: true, queued: 1, windows: [], rateLimits: {} });
     expect(calls).toEqual(['admitAndDispatch']);
     expect(dispatched.map((d) => [d.id, d.replica, d.reserveTokens])).toEqual([[r.id, 'r1', 300]]);
     expect(gw.stats()).toMatchObject({ admitted: 1, dispatched: 1, running: 1, queued: 0 });
@@ -176,7 +176,7 @@ describe('Gateway request path', () => {
     });
     const { gw, dispatched } = gateway(new Fleet(['r1', 10_000]), store);
     const r = req();
-    expect(await gw.submit(r)).toEqual({ ok: true, queued: 1 });
+    expect(await gw.submit(r)).toEqual({ ok: true, queued: 1, windows: [], rateLimits: {} });
     expect(dispatched.map((d) => d.id)).toEqual([r.id]);
     expect(calls).toEqual(['admit', 'reserved', 'dispatch', 'dispatch']);
   });

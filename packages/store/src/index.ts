@@ -57,6 +57,7 @@ export type {
   UsageAccount,
   UsageQuery,
   UsageRow,
+  WindowHeld,
   WindowLimit,
 } from './store.ts';
 export { HISTORY_LENGTH, type StoreOptions, USAGE_RETENTION_DAYS } from './store-options.ts';

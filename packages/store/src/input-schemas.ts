@@ -70,6 +70,7 @@ export const admitInputSchema = z
           amount: nonNegative,
           alertAt: nonNegative.optional(),
           resetAtMs: finite,
+          minAmount: nonNegative.optional(),
         }),
       )
       .refine((qs) => new Set(qs.map((q) => `${q.scope}:${q.window}:${q.kind}`)).size === qs.length, {

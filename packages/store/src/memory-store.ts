@@ -42,6 +42,7 @@ import type {
   UsageAccount,
   UsageQuery,
   UsageRow,
+  WindowHeld,
 } from './store.ts';
 import {
   fairBefore,
@@ -281,25 +282,38 @@ export class MemoryStore implements SchedulingStore {
       const w = this.#purgedWindow(windowKeys[i] as string, nowMs);
       if (w === undefined) {
         if (limit.amount > limit.limit) {
-          return reject({ ok: false, code: limit.code, retryAfterMs: limit.windowMs, key: limit.key });
+          return reject({
+            ok: false,
+            code: limit.code,
+            retryAfterMs: limit.windowMs,
+            key: limit.key,
+            held: 0,
+          });
         }
         continue;
       }
       const retryAfterMs = w.retryAfter(limit.amount, limit.limit, limit.windowMs, nowMs);
       if (retryAfterMs !== undefined)
-        return reject({ ok: false, code: limit.code, retryAfterMs, key: limit.key });
+        return reject({ ok: false, code: limit.code, retryAfterMs, key: limit.key, held: w.total });
     }
     const quotas = input.usage === undefined ? [] : (input.quotas ?? []);
+    // The share of the way from minAmount to amount every quota with a minAmount can reserve.
+    let share: number | undefined;
     for (const q of quotas) {
       const total = this.#usageTotal(q.scope, input.tenant, input.usage, q.window, false);
       const used = total === undefined ? 0 : q.kind === 'spend' ? total.c + total.rc : total.t + total.rt;
-      if (used + q.amount > q.budget)
+      const least = q.minAmount ?? q.amount;
+      if (used + least > q.budget)
         return reject({
           ok: false,
           code: 'quota_exceeded',
           retryAfterMs: Math.max(0, q.resetAtMs - nowMs),
           key: `quota:${q.scope}:${q.window}:${q.kind}`,
         });
+      if (least < q.amount) {
+        const s = Math.min(1, (q.budget - used - least) / (q.amount - least));
+        if (share === undefined || s < share) share = s;
+      }
     }
 
     const queue = this.#queue(req.pool, req.band, false);
@@ -324,10 +338,13 @@ export class MemoryStore implements SchedulingStore {
     // Every window records the request, throttle windows included (FairServe Algorithm 1 line 19:
     // arrivals are counted whether or not the limit is being enforced right now).
     const windows: WindowUse[] = [];
+    const held: WindowHeld[] = [];
     for (const [i, limit] of input.limits.entries()) {
       const key = windowKeys[i] as string;
       const end = this.#addToWindow(key, nowMs, limit.windowMs, limit.amount, nowMs);
       windows.push({ key, trueUp: limit.trueUp ?? limit.code === 'tpm_limited', end, amount: limit.amount });
+      const w = this.#windows.get(key) as SlidingWindow;
+      held.push({ total: w.total, resetAtMs: w.oldestEnd });
     }
     if (interaction !== undefined) this.#openInteraction(interaction.key, nowMs, interaction.ttlMs);
     this.#hold(req, nowMs);
@@ -338,10 +355,15 @@ export class MemoryStore implements SchedulingStore {
       const total = this.#usageTotal(q.scope, input.tenant, input.usage, q.window, true) as UsageTotal;
       const spend = q.kind === 'spend';
       const before = spend ? total.rc : total.rt;
-      const used = (spend ? total.c : total.t) + before + q.amount;
-      if (spend) total.rc = before + q.amount;
-      else total.rt = before + q.amount;
-      reserved.push({ total, field: spend ? 'rc' : 'rt', amount: q.amount });
+      const least = q.minAmount;
+      const amount =
+        share !== undefined && least !== undefined && least < q.amount
+          ? least + share * (q.amount - least)
+          : q.amount;
+      const used = (spend ? total.c : total.t) + before + amount;
+      if (spend) total.rc = before + amount;
+      else total.rt = before + amount;
+      reserved.push({ total, field: spend ? 'rc' : 'rt', amount });
       if (q.alertAt !== undefined && used >= q.alertAt && !(spend ? total.ac : total.at)) {
         if (spend) total.ac = true;
         else total.at = true;
@@ -371,7 +393,13 @@ export class MemoryStore implements SchedulingStore {
     const q = queue ?? (this.#queue(req.pool, req.band, true) as QueueState);
     this.#enqueue(q, rs, input.lift);
     this.#poolQueued.set(req.pool, (this.#poolQueued.get(req.pool) ?? 0) + 1);
-    return alerts.length > 0 ? { ok: true, queued: q.size, alerts } : { ok: true, queued: q.size };
+    return {
+      ok: true,
+      queued: q.size,
+      ...(alerts.length > 0 ? { alerts } : {}),
+      ...(share !== undefined ? { quotaShare: share } : {}),
+      windows: held,
+    };
   }
 
   async dispatch(input: DispatchInput): Promise<DispatchResult> {

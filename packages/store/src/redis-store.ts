@@ -52,6 +52,7 @@ import type {
   SettleInput,
   UsageQuery,
   UsageRow,
+  WindowHeld,
 } from './store.ts';
 import {
   HISTORY_LENGTH,
@@ -158,8 +159,7 @@ function asString(reply: Reply | undefined): string {
 function admitReply(script: string, r: Reply): AdmitResult {
   const reply = expectArray(script, r);
   if (reply[0] === 1) {
-    if (reply[2] === undefined) return { ok: true, queued: Number(reply[1]) };
-    const flat = expectArray(script, reply[2]).map(asString);
+    const flat = reply[2] === undefined ? [] : expectArray(script, reply[2]).map(asString);
     const alerts: QuotaAlert[] = [];
     for (let i = 0; i < flat.length; i += 4)
       alerts.push({
@@ -168,13 +168,25 @@ function admitReply(script: string, r: Reply): AdmitResult {
         budget: Number(flat[i + 2]),
         used: Number(flat[i + 3]),
       });
-    return { ok: true, queued: Number(reply[1]), alerts };
+    const share = reply[3] === undefined ? '' : asString(reply[3]);
+    const held = reply[4] === undefined ? [] : expectArray(script, reply[4]).map(asString);
+    const windows: WindowHeld[] = [];
+    for (let i = 0; i < held.length; i += 2)
+      windows.push({ total: Number(held[i]), resetAtMs: Number(held[i + 1]) });
+    return {
+      ok: true,
+      queued: Number(reply[1]),
+      ...(alerts.length > 0 ? { alerts } : {}),
+      ...(share !== '' ? { quotaShare: Number(share) } : {}),
+      windows,
+    };
   }
   return {
     ok: false,
     code: asString(reply[1]) as AdmitRejectCode,
     retryAfterMs: Number(asString(reply[2])),
     key: asString(reply[3]),
+    ...(reply[4] === undefined ? {} : { held: Number(asString(reply[4])) }),
   };
 }
 
@@ -840,6 +852,7 @@ function pushUsageArgs(args: string[], input: AdmitInput): void {
       str(q.amount),
       q.alertAt === undefined ? '' : str(q.alertAt),
       str(q.resetAtMs),
+      q.minAmount === undefined ? '' : str(q.minAmount),
     );
 }
 

@@ -50,6 +50,16 @@ export class SlidingWindow {
     this.#total = 0 + amount;
   }
 
+  /** The amounts the window counts. */
+  get total(): number {
+    return this.#total;
+  }
+
+  /** When its oldest bucket ends (ms): the first time the window holds less. */
+  get oldestEnd(): number {
+    return this.#head < this.#ends.length ? (this.#ends[this.#head] as number) : this.#last;
+  }
+
   /** Whether every bucket ended (the store then forgets the window, as Redis deletes its keys). */
   isEmpty(): boolean {
     return this.#empty;

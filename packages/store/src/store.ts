@@ -113,6 +113,14 @@ export interface QuotaCheck {
   readonly alertAt?: number;
   /** When the window ends (ms): a refusal's `retryAfterMs` is the time until then. */
   readonly resetAtMs: number;
+  /**
+   * The least this request may reserve, below `amount`: the quota then reserves as much of
+   * `amount` as its budget holds, down to `minAmount`, and is refused only when `minAmount` does
+   * not fit. The request's quotas with one reserve the same share of the way from `minAmount` to
+   * `amount` (the least any of them can hold), reported as `quotaShare`; a request without an
+   * output cap is given the engine cap that share pays for. @default amount
+   */
+  readonly minAmount?: number;
 }
 
 /** A budget whose usage reached its alert threshold (reported once per window). */
@@ -140,13 +148,37 @@ export type AdmitRejectCode =
  * `quota_exceeded` refusal's key is `quota:<scope>:<window>:<kind>`.
  */
 export type AdmitResult =
-  | { readonly ok: true; readonly queued: number; readonly alerts?: readonly QuotaAlert[] }
+  | {
+      readonly ok: true;
+      readonly queued: number;
+      readonly alerts?: readonly QuotaAlert[];
+      /**
+       * With quotas that have a `minAmount`: the share (0–1) of the way from each `minAmount` to
+       * its `amount` that was reserved, the same for all of them (1 when every `amount` fit).
+       */
+      readonly quotaShare?: number;
+      /**
+       * Every window of `limits`, in order, after this admission (the request counted): what it
+       * holds and when its oldest bucket ends — when it next frees room (rate-limit headers).
+       */
+      readonly windows: readonly WindowHeld[];
+    }
   | {
       readonly ok: false;
       readonly code: AdmitRejectCode;
       readonly retryAfterMs: number;
       readonly key: string;
+      /** With `rpm_limited`, `tpm_limited` and `throttled`: what the refusing window holds. */
+      readonly held?: number;
     };
+
+/** What a window holds after an admission (see `AdmitResult.windows`). */
+export interface WindowHeld {
+  /** The amounts it counts (requests or tokens). */
+  readonly total: number;
+  /** When its oldest bucket ends (ms): the first time it holds less. */
+  readonly resetAtMs: number;
+}
 
 /** A replica a request may be placed on, with the capacity the caller last saw for it. */
 export interface ReplicaCandidate {

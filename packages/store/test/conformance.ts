@@ -128,8 +128,12 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       });
 
       it('reports the queue length and rejects duplicate ids', async () => {
-        expect(await s.admit(admitOf(makeReq('x1')))).toEqual({ ok: true, queued: 1 });
-        expect(await s.admit(admitOf(makeReq('x2', { flow: 'b' })))).toEqual({ ok: true, queued: 2 });
+        expect(await s.admit(admitOf(makeReq('x1')))).toEqual({ ok: true, queued: 1, windows: [] });
+        expect(await s.admit(admitOf(makeReq('x2', { flow: 'b' })))).toEqual({
+          ok: true,
+          queued: 2,
+          windows: [],
+        });
         expect(await s.admit(admitOf(makeReq('x1')))).toEqual({
           ok: false,
           code: 'duplicate',
@@ -419,6 +423,51 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         code: 'rpm_limited',
       });
 
+      it('reports what each window holds after an admission and when its oldest bucket ends', async () => {
+        const tokens: WindowLimit = {
+          key: 'tpm:tenant:a',
+          limit: 100,
+          amount: 30,
+          windowMs: 1000,
+          code: 'tpm_limited',
+          trueUp: true,
+        };
+        const first = await s.admit(admitOf(makeReq('h1'), { nowMs: 0, limits: [rpm(3), tokens] }));
+        // One request and 30 tokens, counted until 1003 (0 + 1000 rounded up to the 17 ms grid).
+        expect(first).toMatchObject({
+          ok: true,
+          windows: [
+            { total: 1, resetAtMs: 1003 },
+            { total: 30, resetAtMs: 1003 },
+          ],
+        });
+        const second = await s.admit(
+          admitOf(makeReq('h2'), { nowMs: 500, limits: [rpm(3), { ...tokens, amount: 50 }] }),
+        );
+        // The oldest bucket still ends at 1003; h2's own ends at 1513.
+        expect(second).toMatchObject({
+          ok: true,
+          windows: [
+            { total: 2, resetAtMs: 1003 },
+            { total: 80, resetAtMs: 1003 },
+          ],
+        });
+        // Refused for tokens: the refusal says what the window holds.
+        expect(
+          await s.admit(admitOf(makeReq('h3'), { nowMs: 600, limits: [rpm(3), { ...tokens, amount: 40 }] })),
+        ).toEqual({ ok: false, code: 'tpm_limited', retryAfterMs: 403, key: 'tpm:tenant:a', held: 80 });
+        // Once h1's bucket ended, the windows hold h2 alone.
+        expect(
+          await s.admit(admitOf(makeReq('h4'), { nowMs: 1003, limits: [rpm(3), { ...tokens, amount: 10 }] })),
+        ).toMatchObject({
+          ok: true,
+          windows: [
+            { total: 2, resetAtMs: 1513 },
+            { total: 60, resetAtMs: 1513 },
+          ],
+        });
+      });
+
       it('admits at most the limit within any window and says when to retry, to the bucket', async () => {
         for (let i = 0; i < 3; i++) {
           expect((await s.admit(admitOf(makeReq(`x${i}`), { nowMs: 100 * i, limits: [rpm(3)] }))).ok).toBe(
@@ -432,6 +481,7 @@ export function describeStoreConformance(backend: string, create: () => Promise<
           code: 'rpm_limited',
           retryAfterMs: 4,
           key: 'rpm:tenant:a',
+          held: 3,
         });
         expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1002, limits: [rpm(3)] }))).ok).toBe(false);
         expect((await s.admit(admitOf(makeReq('x3'), { nowMs: 1003, limits: [rpm(3)] }))).ok).toBe(true);
@@ -1107,7 +1157,7 @@ export function describeStoreConformance(backend: string, create: () => Promise<
           {},
           { replicas: [room('r1', 20), room('r2', 100)] },
         );
-        expect(r.admit).toEqual({ ok: true, queued: 1 });
+        expect(r.admit).toEqual({ ok: true, queued: 1, windows: [] });
         expect(r.dispatch).toMatchObject({
           kind: 'dispatched',
           replica: 'r2',
@@ -1130,7 +1180,7 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         await fused(makeReq('a2', { flow: 'a', arrivalMs: 2 }));
         // b arrives at an empty pool: lifted to the counter of the last flow to leave (a's 20).
         const r = await fused(makeReq('b1', { flow: 'b', arrivalMs: 3, dispatchCost: 5 }));
-        expect(r.admit).toEqual({ ok: true, queued: 1 });
+        expect(r.admit).toEqual({ ok: true, queued: 1, windows: [] });
         expect(r.dispatch).toMatchObject({ kind: 'dispatched', req: { id: 'b1' } });
         expect(r.poolQueued).toBe(0);
         expect((await s.snapshot('p', 0)).counters).toEqual({ a: 20, b: 25 });
@@ -1166,7 +1216,7 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       it('leaves the request queued and reports a blocked head when nothing fits', async () => {
         const r = await fused(makeReq('big', { reserveTokens: 80 }), {}, { replicas: [room('r1', 50)] });
         expect(r).toEqual({
-          admit: { ok: true, queued: 1 },
+          admit: { ok: true, queued: 1, windows: [] },
           dispatch: { kind: 'blocked', id: 'big', reserveTokens: 80 },
           poolQueued: 1,
           reserved: [{ tokens: 0, seqs: 0 }],
@@ -1330,6 +1380,7 @@ export function describeStoreConformance(backend: string, create: () => Promise<
           code: 'tpm_limited',
           retryAfterMs: 911,
           key: 'tpm:a',
+          held: 100,
         });
         // The first entry leaves the window at the end of its bucket: 400 + 1000 ms rounded up to
         // the window's 17 ms grid (ceil(1000 / 60)).
@@ -1458,6 +1509,51 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(await usage({ days: ['2026-11-23', '2026-11-25'] })).toEqual([]);
       });
 
+      it('reserves as much as the budget holds down to minAmount, the same share of every such quota', async () => {
+        const priced = account({ priceIn: 1_000_000, priceOut: 1_000_000 });
+        // 30 of 100 tokens used; the request wants 40..200 tokens (and their cost, 1 a token).
+        expect(await run('a', { usage: priced }, 30, 10)).toMatchObject({ ok: true });
+        const flexible = (id: string) =>
+          s.admit(
+            admitOf(makeReq(id), {
+              usage: priced,
+              quotas: [
+                quota({ amount: 200, minAmount: 40 }),
+                quota({ kind: 'spend', window: 'month', budget: 1000, amount: 200, minAmount: 40 }),
+              ],
+            }),
+          );
+        const r = await flexible('b');
+        // Tokens: (100 - 30 - 40) / (200 - 40) = 0.1875 of the way; spend has room for all of it.
+        expect(r).toEqual({ ok: true, queued: 1, quotaShare: 0.1875, windows: [] });
+        // Both quotas reserved 40 + 0.1875 × 160 = 70: the token budget is full.
+        expect(
+          await s.admit(admitOf(makeReq('c'), { usage: priced, quotas: [quota({ amount: 1 })] })),
+        ).toMatchObject({ ok: false, code: 'quota_exceeded', key: 'quota:tenant:day:tokens' });
+        expect(await flexible('d')).toMatchObject({ ok: false, code: 'quota_exceeded' });
+        // Settled with its true usage (12 tokens), the rest of the reservation comes back.
+        await dispatchedId();
+        await s.settle({ id: 'b', nowMs: 1, finalCost: 0, actualTokens: 12, outputTokens: 2 });
+        expect(await flexible('e')).toEqual({
+          ok: true,
+          queued: 1,
+          quotaShare: (100 - 42 - 40) / 160,
+          windows: [],
+        });
+      });
+
+      it('reports a share of 1 when every amount fits, and none without a minAmount', async () => {
+        const q = (id: string, over: Partial<QuotaCheck>) =>
+          s.admit(admitOf(makeReq(id), { usage: account(), quotas: [quota({ budget: 1000, ...over })] }));
+        expect(await q('a', { amount: 50, minAmount: 10 })).toEqual({
+          ok: true,
+          queued: 1,
+          quotaShare: 1,
+          windows: [],
+        });
+        expect(await q('b', { amount: 50 })).toEqual({ ok: true, queued: 2, windows: [] });
+      });
+
       it('refuses a request whose reservation does not fit the budget, changing nothing', async () => {
         const q = { usage: account(), quotas: [quota()] };
         expect(await run('a', q, 30, 10)).toMatchObject({ ok: true }); // used 40
@@ -1523,16 +1619,17 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       it('reports an alert once per window when usage reaches its threshold', async () => {
         const q = (amount: number) => ({ usage: account(), quotas: [quota({ amount, alertAt: 80 })] });
         const first = await run('a', q(50), 50, 10);
-        expect(first).toEqual({ ok: true, queued: 1 });
+        expect(first).toEqual({ ok: true, queued: 1, windows: [] });
         const second = await s.admit(admitOf(makeReq('b'), q(30)));
         expect(second).toEqual({
           ok: true,
           queued: 1,
           alerts: [{ quota: 'tenant:day:tokens', bucket: '2026-11-24', budget: 100, used: 80 }],
+          windows: [],
         });
         await dispatchedId();
         await s.settle({ id: 'b', nowMs: 2, finalCost: 0, actualTokens: 5, outputTokens: 1 });
-        expect(await s.admit(admitOf(makeReq('c'), q(30)))).toEqual({ ok: true, queued: 1 });
+        expect(await s.admit(admitOf(makeReq('c'), q(30)))).toEqual({ ok: true, queued: 1, windows: [] });
         const nextDay = {
           usage: account({ day: '2026-11-25' }),
           quotas: [quota({ amount: 90, alertAt: 80 })],

@@ -193,7 +193,11 @@ describe('RedisStore on Redis Cluster: slot groups', () => {
       await node.function('FLUSH');
       expect(await node.function('LIST', 'LIBRARYNAME', library.name)).toEqual([]);
       // The next call reaches it, finds the function missing, loads the library there and retries.
-      expect(await store.admit(admitOf(makeReq('after', { pool: 'p' })))).toEqual({ ok: true, queued: 2 });
+      expect(await store.admit(admitOf(makeReq('after', { pool: 'p' })))).toEqual({
+        ok: true,
+        queued: 2,
+        windows: [],
+      });
       expect(await node.function('LIST', 'LIBRARYNAME', library.name)).toHaveLength(1);
       expect(await store.dispatch(dispatchOf())).toMatchObject({ kind: 'dispatched', req: { id: 'before' } });
       await node.quit();

@@ -98,9 +98,9 @@ describe('redis functions library', () => {
           overloaded: false,
           tenant: 't',
         });
-      expect(await admit('a')).toEqual({ ok: true, queued: 1 });
+      expect(await admit('a')).toEqual({ ok: true, queued: 1, windows: [] });
       await redis.function('DELETE', loadLibrary().name);
-      expect(await admit('b')).toEqual({ ok: true, queued: 2 });
+      expect(await admit('b')).toEqual({ ok: true, queued: 2, windows: [] });
       expect((await store.snapshot('p', 0)).queued).toEqual({ f: 2 });
     } finally {
       await deletePrefix(redis, store);

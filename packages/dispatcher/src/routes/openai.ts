@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { type CompletionContext, handleCompletion } from '../completion-handler.ts';
+import { ApiError } from '../errors.ts';
 
 /** Options of the OpenAI routes plugin. */
 export interface OpenAiRoutesOptions {
@@ -10,18 +11,35 @@ export interface OpenAiRoutesOptions {
 
 /**
  * The OpenAI-compatible API: `POST /v1/chat/completions`, `POST /v1/completions` (streaming and
- * not) and `GET /v1/models`. Every route authenticates with a bearer key.
+ * not), `POST /v1/embeddings`, `GET /v1/models` and `GET /v1/models/{id}`. Every route authenticates with a bearer key.
  */
 export const openAiRoutes: FastifyPluginAsync<OpenAiRoutesOptions> = async (app, opts) => {
   const { ctx } = opts;
   app.post('/v1/chat/completions', (request, reply) => handleCompletion(ctx, 'chat', request, reply));
   app.post('/v1/completions', (request, reply) => handleCompletion(ctx, 'completions', request, reply));
+  app.post('/v1/embeddings', (request, reply) => handleCompletion(ctx, 'embeddings', request, reply));
+  // `created` is fixed: the list describes configuration, not events.
+  const modelObject = (id: string) => ({ id, object: 'model', created: 0, owned_by: 'fairway' });
   app.get('/v1/models', async (request) => {
     ctx.auth.principal(request.headers);
-    // `created` is fixed: the list describes configuration, not events.
-    return {
-      object: 'list',
-      data: opts.models().map((id) => ({ id, object: 'model', created: 0, owned_by: 'fairway' })),
-    };
+    return { object: 'list', data: opts.models().map(modelObject) };
+  });
+  // A wildcard: model ids may hold "/" (`meta-llama/Llama-3.1-8B-Instruct`), sent plain or encoded.
+  app.get('/v1/models/*', async (request) => {
+    ctx.auth.principal(request.headers);
+    const raw = (request.params as { '*': string })['*'];
+    let id: string;
+    try {
+      id = decodeURIComponent(raw);
+    } catch {
+      id = raw;
+    }
+    if (!opts.models().includes(id))
+      throw new ApiError(
+        'MODEL_NOT_FOUND',
+        `The model '${id.length > 256 ? `${id.slice(0, 256)}…` : id}' does not exist`,
+        { param: 'model' },
+      );
+    return modelObject(id);
   });
 };

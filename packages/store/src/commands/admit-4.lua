@@ -19,10 +19,14 @@
     the interaction)  ARGV[23] number of limits n
     then per limit: key, limit, amount, windowMs, onlyWhenOverloaded ('0'|'1'), code, trueUp ('0'|'1'),
     shared ('0'|'1': one window for all tenants)
+    then the usage account and quotas (includes/usage.lua)
 
   Output:
-    { 1, queued }                          admitted; queued = size of the (pool, band) queue
-    { 0, code, retryAfterMs, key }         rejected
+    { 1, queued, alerts, share, held }     admitted; queued = size of the (pool, band) queue,
+                                           alerts { quota, bucket, budget, used, ... } (may be
+                                           empty), share of the quotas with a minAmount ('' none),
+                                           held { total, oldest bucket end, ... } per limit
+    { 0, code, retryAfterMs, key [, total] }  rejected (total: what the refusing window holds)
     -2                                     arguments not understood (client/script version skew)
 ]]
 --- @include "includes/admission"

@@ -38,8 +38,10 @@ local function countRejectedArrival(o, now, scope, nLimits)
   end
 end
 
--- { 1, queued [, alerts] } admitted (queued = size of the (pool, band) queue; alerts as
--- reserveQuotas returns them, only if any), or { 0, code, retryAfterMs, key }.
+-- { 1, queued, alerts, share, held } admitted (queued = size of the (pool, band) queue; alerts as
+-- reserveQuotas returns them, empty if none; share as checkQuotas returns it, '' if none; held
+-- { total, oldest bucket end, ... } of every window after the admission, in limit order), or
+-- { 0, code, retryAfterMs, key [, total] } (total: what the refusing window holds, for a limit).
 -- `place` (admitAndDispatch, when the request is the only one its dispatch can pick, see there)
 -- is asked, once the request is admitted, for a replica with room: place(reserveTokens) returns
 -- the replica's id, key, and tokens and seqs with the request on it, or nil. With one, the request
@@ -75,12 +77,12 @@ local function admitRequest(o, place)
       local retry = windowRetryAfter(wkey, w, amount, limit, windowMs, now)
       if retry ~= nil then
         countRejectedArrival(o, now, scope, nLimits)
-        return { 0, ARGV[b + 5], fmt(retry), ARGV[b] }
+        return { 0, ARGV[b + 5], fmt(retry), ARGV[b], fmt(w and w[1] or 0) }
       end
     end
   end
   local ue = o + 23 + nLimits * 8
-  local overQuota = checkQuotas(ue, ARGV[o + 22], now)
+  local overQuota, share = checkQuotas(ue, ARGV[o + 22], now)
   if overQuota ~= nil then
     countRejectedArrival(o, now, scope, nLimits)
     return overQuota
@@ -112,10 +114,15 @@ local function admitRequest(o, place)
     -- As the dispatch writes them: charged what it was (0) plus the dispatch cost.
     record[20], record[22], record[24] = 'r', chosen, 0 + cost
   end
+  -- What each window holds after this admission and when its oldest bucket ends (rate-limit headers).
+  local held = {}
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
     local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
     local bucket = addToWindow(wkey, now, num(ARGV[b + 3]), num(ARGV[b + 2]), now)
+    local th = redisCall('HMGET', key_windowSums(wkey), 't', 'h')
+    held[#held + 1] = th[1]
+    held[#held + 1] = th[2]
     local n = i + 1
     record[#record + 1] = 'wk' .. n
     record[#record + 1] = wkey
@@ -138,7 +145,7 @@ local function admitRequest(o, place)
   local fm = sortKey(num(ARGV[o + 7])) .. id
   record[#record + 1] = 'fm'
   record[#record + 1] = fm
-  local alerts = reserveQuotas(ue, ARGV[o + 22], record)
+  local alerts = reserveQuotas(ue, ARGV[o + 22], record, share)
   redisCall('HSET', reqKey, unpack(record))
   local size = 1
   if chosen ~= nil then
@@ -148,6 +155,5 @@ local function admitRequest(o, place)
     local seq = redisCall('INCR', key_seq())
     size = enqueue(pool, band, flow, id, fm, seq, ARGV[o + 6], ARGV[o + 7], cont == '1', ARGV[o + 14])
   end
-  if #alerts > 0 then return { 1, size, alerts }, chosen end
-  return { 1, size }, chosen
+  return { 1, size, alerts, share == nil and '' or fmt(share), held }, chosen
 end

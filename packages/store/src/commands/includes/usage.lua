@@ -14,8 +14,13 @@
     ARGV[e + 1] '1' with a usage account, '' without (the rest is then '' and 0 quotas)
     ARGV[e + 2] key id ('' none)  ARGV[e + 3] model  ARGV[e + 4] day  ARGV[e + 5] month
     ARGV[e + 6] price in per 1M tokens ('' none)  ARGV[e + 7] price out ('' none)
-    ARGV[e + 8] number of quotas m, then 7 per quota: scope ('tenant' | 'key'), window ('day' |
-    'month'), kind ('tokens' | 'spend'), budget, amount, alertAt ('' none), resetAtMs
+    ARGV[e + 8] number of quotas m, then 8 per quota: scope ('tenant' | 'key'), window ('day' |
+    'month'), kind ('tokens' | 'spend'), budget, amount, alertAt ('' none), resetAtMs, minAmount
+    ('' none: the whole amount)
+
+  A quota with a minAmount reserves as much of its amount as its budget holds, down to minAmount:
+  the share s = min over those quotas of (room - minAmount) / (amount - minAmount), capped at 1,
+  is reserved of each (minAmount + s * (amount - minAmount)) and returned to the caller.
 
   Record fields: ua ('1'), ut tenant, uk, um, ud, umo, upi, upo, qn, and per quota qk<i> (totals
   key), qf<i> (rt | rc), qr<i> (amount reserved).
@@ -32,7 +37,7 @@ local USAGE_RETENTION_S = 400 * 86400
 local function usageEnd(e)
   local m = tonumber(ARGV[e + 8])
   if m == nil then return nil end
-  return e + 8 + m * 7
+  return e + 8 + m * 8
 end
 
 -- Sums go to HSET as numbers: Redis writes them with %.17g, the digits fmt would write, for less.
@@ -45,26 +50,38 @@ local function totalKey(scope, tenant, keyId, bucket)
   return key_usageTotal('tenant:' .. tenant, bucket)
 end
 
--- nil if every quota fits; else the refusal { 0, 'quota_exceeded', retryAfterMs, key }.
+-- nil and the share of the quotas with a minAmount (nil if none) if every quota fits; else the
+-- refusal { 0, 'quota_exceeded', retryAfterMs, key }.
 local function checkQuotas(e, tenant, now)
-  if ARGV[e + 1] ~= '1' then return nil end
+  if ARGV[e + 1] ~= '1' then return nil, nil end
+  local share = nil
   for i = 0, num(ARGV[e + 8]) - 1 do
-    local b = e + 9 + i * 7
+    local b = e + 9 + i * 8
     local bucket = ARGV[b + 1] == 'month' and ARGV[e + 5] or ARGV[e + 4]
     local tk = totalKey(ARGV[b], tenant, ARGV[e + 2], bucket)
     local used = ARGV[b + 2] == 'spend' and { 'c', 'rc' } or { 't', 'rt' }
     local v = redisCall('HMGET', tk, used[1], used[2])
-    if num(v[1]) + num(v[2]) + num(ARGV[b + 4]) > num(ARGV[b + 3]) then
+    local amount, budget = num(ARGV[b + 4]), num(ARGV[b + 3])
+    local least = amount
+    if ARGV[b + 7] ~= '' then least = num(ARGV[b + 7]) end
+    local held = num(v[1]) + num(v[2])
+    if held + least > budget then
       return { 0, 'quota_exceeded', fmt(math.max(0, num(ARGV[b + 6]) - now)),
         'quota:' .. ARGV[b] .. ':' .. ARGV[b + 1] .. ':' .. ARGV[b + 2] }
     end
+    if least < amount then
+      local s = (budget - held - least) / (amount - least)
+      if s > 1 then s = 1 end
+      if share == nil or s < share then share = s end
+    end
   end
-  return nil
+  return nil, share
 end
 
--- Appends the usage fields to an admitted request's record, reserves its quotas and returns the
--- alerts this admission set off: { quota, bucket, budget, used, ... } (flat).
-local function reserveQuotas(e, tenant, record)
+-- Appends the usage fields to an admitted request's record, reserves its quotas (those with a
+-- minAmount by `share`, as checkQuotas returned it) and returns the alerts this admission set
+-- off: { quota, bucket, budget, used, ... } (flat).
+local function reserveQuotas(e, tenant, record, share)
   local alerts = {}
   if ARGV[e + 1] ~= '1' then return alerts end
   local m = num(ARGV[e + 8])
@@ -75,13 +92,19 @@ local function reserveQuotas(e, tenant, record)
   record[at + 13], record[at + 14], record[at + 15], record[at + 16] = 'upi', ARGV[e + 6], 'upo', ARGV[e + 7]
   record[at + 17], record[at + 18] = 'qn', count(m)
   for i = 0, m - 1 do
-    local b = e + 9 + i * 7
+    local b = e + 9 + i * 8
     local bucket = ARGV[b + 1] == 'month' and ARGV[e + 5] or ARGV[e + 4]
     local tk = totalKey(ARGV[b], tenant, ARGV[e + 2], bucket)
     local spend = ARGV[b + 2] == 'spend'
     local uf, rf, af = 't', 'rt', 'at'
     if spend then uf, rf, af = 'c', 'rc', 'ac' end
     local amount = num(ARGV[b + 4])
+    local reservedText = ARGV[b + 4]
+    if share ~= nil and ARGV[b + 7] ~= '' and num(ARGV[b + 7]) < amount then
+      local least = num(ARGV[b + 7])
+      amount = least + share * (amount - least)
+      reservedText = fmt(amount)
+    end
     local v = redisCall('HMGET', tk, uf, rf)
     redisCall('HSET', tk, rf, fmt(num(v[2]) + amount))
     if not v[1] and not v[2] then redisCall('EXPIRE', tk, USAGE_RETENTION_S) end
@@ -91,7 +114,7 @@ local function reserveQuotas(e, tenant, record)
     record[#record + 1] = 'qf' .. n
     record[#record + 1] = rf
     record[#record + 1] = 'qr' .. n
-    record[#record + 1] = ARGV[b + 4]
+    record[#record + 1] = reservedText
     local used = num(v[1]) + num(v[2]) + amount
     if ARGV[b + 5] ~= '' and used >= num(ARGV[b + 5]) and redisCall('HSETNX', tk, af, '1') == 1 then
       alerts[#alerts + 1] = ARGV[b] .. ':' .. ARGV[b + 1] .. ':' .. ARGV[b + 2]
