@@ -516,7 +516,8 @@ const ENVIRONMENT: readonly EnvVar[] = [
   {
     name: 'OTEL_TRACES_EXPORTER',
     readBy: 'serve, up',
-    meaning: '`otlp` (default), `console` (spans printed to stdout) or `none` (tracing off even with an endpoint)',
+    meaning:
+      '`otlp` (default), `console` (spans printed to stdout) or `none` (tracing off even with an endpoint)',
   },
   {
     name: 'OTEL_METRICS_EXPORTER',
