@@ -63,7 +63,7 @@ describe('store through Redis Sentinel', () => {
         logger: silentLogger,
       });
       const store = infra.store;
-      expect(await store.admit(admitOf('a'))).toEqual({ ok: true, queued: 1 });
+      expect(await store.admit(admitOf('a'))).toEqual({ ok: true, queued: 1, windows: [] });
       expect(await primaryOf()).toBe(String(group.primaryPort));
 
       // The replica must hold the admission before it is promoted (replication is asynchronous).
@@ -84,7 +84,7 @@ describe('store through Redis Sentinel', () => {
         15_000,
         'an admission on the new primary',
       );
-      expect(admitted).toEqual({ ok: true, queued: 2 });
+      expect(admitted).toEqual({ ok: true, queued: 2, windows: [] });
       expect((await store.snapshot('p', 0)).queued).toEqual({ a: 2 });
     } finally {
       await infra?.close();
@@ -107,7 +107,11 @@ describe('store through Redis Sentinel', () => {
     });
     try {
       expect(running.infrastructure.storeKind).toBe('redis');
-      expect(await running.infrastructure.store.admit(admitOf('c'))).toEqual({ ok: true, queued: 1 });
+      expect(await running.infrastructure.store.admit(admitOf('c'))).toEqual({
+        ok: true,
+        queued: 1,
+        windows: [],
+      });
     } finally {
       await running.close();
     }
