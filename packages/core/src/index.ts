@@ -74,7 +74,7 @@ export {
 export { GATEWAY_OWNED_FIELDS, RESTRICTED_ENGINE_FIELDS } from './engine-fields.ts';
 export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
 export { createLogger, type Logger, type LoggerOptions, LogThrottle, silentLogger } from './logger.ts';
-export { REDACTED, redactSecrets, redactUrls, SECRET_FIELDS, secretLogPaths } from './redaction.ts';
+export { REDACTED, redactSecrets, redactUrls, SECRET_FIELDS } from './redaction.ts';
 export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';
 export {

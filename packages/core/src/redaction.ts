@@ -28,12 +28,16 @@ export function redactUrls(text: string): string {
  * through it, so a `redis://:password@host` or a `nats://user:pass@host` never reaches a log line.
  */
 export function redactSecrets(text: string): string {
+  // Every pattern needs one of these; most strings a log line carries (ids, routes, names) have
+  // none, and skip the three scans.
+  if (!text.includes(':') && !text.includes('=') && !text.includes('Bearer') && !text.includes('Basic'))
+    return text;
   return redactUrls(text).replace(SECRET_PARAM, `$1${REDACTED}`).replace(AUTH_SCHEME, `$1 ${REDACTED}`);
 }
 
 /**
- * Field names whose values are secrets whatever they hold; loggers drop them (pino `redact`
- * paths), at the top level and one level down.
+ * Field names whose values are secrets whatever they hold; loggers replace them, at the top level,
+ * one level down and in a nested object's `headers`.
  */
 export const SECRET_FIELDS: readonly string[] = [
   'authorization',
@@ -47,8 +51,3 @@ export const SECRET_FIELDS: readonly string[] = [
   'seed',
   'credentials',
 ];
-
-/** pino `redact` paths for {@link SECRET_FIELDS}: `field`, `*.field`, `headers.field`. */
-export function secretLogPaths(): string[] {
-  return SECRET_FIELDS.flatMap((f) => [f, `*.${f}`, `*.headers.${f}`]);
-}

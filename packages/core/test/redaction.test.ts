@@ -31,7 +31,7 @@ describe('createLogger', () => {
         done();
       },
     });
-    const log = createLogger({ destination }).child({ component: 'test' });
+    const log = createLogger({ destination }).child({ component: 'test', token: 'pw-nine-999' });
     log.info(
       {
         url: 'redis://:pw-one-111@r:6379',
@@ -39,6 +39,7 @@ describe('createLogger', () => {
         headers: { authorization: 'Bearer pw-three-333' },
         token: 'pw-four-444',
         conn: { password: 'pw-five-555', servers: 'nats://t0k3n-666@n' },
+        req: { headers: { api_key: 'pw-ten-000' } },
       },
       'starting on redis://:pw-seven-777@r',
     );
