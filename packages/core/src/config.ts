@@ -180,8 +180,13 @@ export const appSchema = z
     id,
     /** Expected tokens per interaction stage (FairServe WSC normalisation). */
     stages: z.array(stageSchema).min(1, 'an app needs at least one stage'),
-    /** The app's limits (all its users together). */
+    /** The app's limits (all its users together), applied always. */
     limits: limitsSchema.default({}),
+    /**
+     * Requests per minute all the app's users together may send while the pool is overloaded
+     * (FairServe OIT; apps differ by orders of magnitude). @default `policy.oitLimits.appRpm`
+     */
+    oitRpm: nonNegInt.optional(),
   })
   .strict();
 
@@ -415,6 +420,19 @@ export const policyConfigSchema = z
       .default({ fn: 'linear', wIn: 1, wOut: 2 }),
     /** Overload- and interaction-driven throttling (FairServe OIT). */
     oit: z.boolean().default(false),
+    /**
+     * OIT's limits: requests per minute while the pool is overloaded, outside an open
+     * interaction. An app's own `oitRpm` replaces `appRpm` for it.
+     */
+    oitLimits: z
+      .object({
+        /** Requests per minute one end user (`x-fairway-user`) may send while overloaded. @default 60 */
+        userRpm: nonNegInt.default(60),
+        /** Requests per minute one app's users together may send while overloaded. @default 600 */
+        appRpm: nonNegInt.default(600),
+      })
+      .strict()
+      .default({ userRpm: 60, appRpm: 600 }),
     /** KV usage (0–1) above which a pool counts as overloaded for OIT. @default 0.9 */
     overloadKv: z.number().min(0).max(1).default(0.9),
     /** How often streamed output tokens are charged to the store, ms. @default 50 */

@@ -84,10 +84,6 @@ export interface DispatcherOptions {
    * failing) before they are answered 503 `no_replica`, ms. @default 10000
    */
   readonly noReplicaWaitMs?: number;
-  /** Under `policy.oit`: requests per minute one user may send while the pool is overloaded. @default 60 */
-  readonly oitUserRpm?: number;
-  /** Under `policy.oit`: requests per minute an app without its own `limits.rpm` may send while overloaded. @default 600 */
-  readonly oitAppRpm?: number;
 }
 
 /** {@link DispatcherOptions} with every default applied. */
@@ -117,8 +113,6 @@ const optionsSchema = z
     probeEveryMs: ms.optional(),
     probeTimeoutMs: ms.optional(),
     noReplicaWaitMs: ms.optional(),
-    oitUserRpm: z.number().int().min(0).optional(),
-    oitAppRpm: z.number().int().min(0).optional(),
   })
   .strict()
   .refine((o) => o.renewEveryMs === undefined || o.leaseMs === undefined || o.renewEveryMs < o.leaseMs, {
@@ -155,7 +149,5 @@ export function resolveDispatcherOptions(
     probeEveryMs: o.probeEveryMs ?? 500,
     probeTimeoutMs: o.probeTimeoutMs ?? 1000,
     noReplicaWaitMs: o.noReplicaWaitMs ?? 10_000,
-    oitUserRpm: o.oitUserRpm ?? 60,
-    oitAppRpm: o.oitAppRpm ?? 600,
   };
 }

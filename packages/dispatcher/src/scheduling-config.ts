@@ -184,9 +184,9 @@ export function schedulingFromConfig(
   const interactions: AdmissionPolicy | undefined =
     config.policy.oit || ordering.continuation !== undefined
       ? oitAdmission({
-          userLimit: options.oitUserRpm,
-          appLimit: options.oitAppRpm,
-          appLimitOf: (app) => tenants.appLimits(app)?.rpm,
+          userLimit: config.policy.oitLimits.userRpm,
+          appLimit: config.policy.oitLimits.appRpm,
+          appLimitOf: (app) => tenants.appOitRpm(app),
         })
       : undefined;
   const oit = config.policy.oit ? interactions : undefined;

@@ -62,6 +62,8 @@ function hasLimits(l: LimitsConfig | undefined): l is LimitsConfig {
 export class TenantDirectory {
   readonly #tenants = new Map<string, TenantEntry>();
   readonly #apps = new Map<string, LimitsConfig>();
+  /** Apps' own OIT limits (`apps[].oitRpm`). */
+  readonly #appOit = new Map<string, number>();
   readonly #users = new Map<string, LimitsConfig>();
   #defaults: LimitsConfig;
   readonly #tenantQuotas = new Map<string, QuotasConfig>();
@@ -83,7 +85,10 @@ export class TenantDirectory {
         limits: t.limits,
         grants: grantsOf(t),
       });
-    for (const a of config.apps) if (hasLimits(a.limits)) d.setLimits('app', a.id, a.limits);
+    for (const a of config.apps) {
+      if (hasLimits(a.limits)) d.setLimits('app', a.id, a.limits);
+      if (a.oitRpm !== undefined) d.#appOit.set(a.id, a.oitRpm);
+    }
     if (config.defaultQuotas !== undefined) d.setQuotas('default', undefined, config.defaultQuotas);
     for (const t of config.tenants) {
       if (t.quotas !== undefined) d.setQuotas('tenant', t.id, t.quotas);
@@ -122,6 +127,11 @@ export class TenantDirectory {
   /** Limits of an app, if it has any. */
   appLimits(app: string): LimitsConfig | undefined {
     return this.#apps.get(app);
+  }
+
+  /** An app's own OIT limit (requests per minute while overloaded), if the config gives one. */
+  appOitRpm(app: string): number | undefined {
+    return this.#appOit.get(app);
   }
 
   /** Limits of an end user (`x-fairway-user`), if an operator set any. */

@@ -242,4 +242,40 @@ describe('dispatcher options and policies from config', () => {
     expect(oit.interaction).toEqual({ key: 'ix:a:conv-1', ttlMs: 60_000 });
     expect(oit.limits.filter((l) => l.onlyWhenOverloaded)).toHaveLength(2);
   });
+
+  it("takes OIT's limits from the config: the fleet's per user and per app, and an app's own", () => {
+    const ctx = { nowMs: 0, pool: 'm', band: 0, flow: 'a', reservedTokens: 42, gateway: 'd' };
+    const req = {
+      id: 'r',
+      tenant: 'a',
+      model: 'm',
+      sloClass: 'interactive',
+      inputTokens: 2,
+      maxTokens: 40,
+      arrivalMs: 0,
+      user: 'u1',
+    };
+    const throttles = (config: object, app: string) => {
+      const parsed = parseConfig(config);
+      const rules = toRules(
+        schedulingFromConfig(parsed, resolveDispatcherOptions({}, parsed), 'd').admission(
+          { ...req, app },
+          ctx,
+        ),
+      );
+      return rules.limits.filter((l) => l.onlyWhenOverloaded).map((l) => l.limit);
+    };
+    const apps = [
+      // Its always-on limit is not its overload limit.
+      { id: 'chat', stages: [{ input: 1, output: 1 }], limits: { rpm: 9 } },
+      { id: 'agent', stages: [{ input: 1, output: 1 }], oitRpm: 5 },
+    ];
+    expect(throttles({ apps, policy: { oit: true } }, 'chat')).toEqual([60, 600]);
+    expect(throttles({ apps, policy: { oit: true, oitLimits: { userRpm: 7, appRpm: 70 } } }, 'chat')).toEqual(
+      [7, 70],
+    );
+    expect(
+      throttles({ apps, policy: { oit: true, oitLimits: { userRpm: 7, appRpm: 70 } } }, 'agent'),
+    ).toEqual([7, 5]);
+  });
 });
