@@ -160,7 +160,6 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const tenants = TenantDirectory.fromConfig(deps.config);
   const scheduling = schedulingFromConfig(
     deps.config,
-    options,
     deps.id,
     tenants,
     (id) => deps.registry.get(id)?.registration,

@@ -27,7 +27,6 @@ import {
   wscPolicy,
 } from '@fairway/policy';
 import type { AdmissionFunction, AdmissionRules } from '@fairway/scheduler';
-import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import { loadPerformanceModels, performanceModelOf, type ReplicaIdentity } from './performance-models.ts';
 import { usageAdmission } from './quotas.ts';
 import { TenantDirectory } from './tenant-directory.ts';
@@ -165,7 +164,6 @@ function placementFromConfig(
  */
 export function schedulingFromConfig(
   config: FairwayConfig,
-  options: ResolvedDispatcherOptions,
   dispatcherId: string,
   tenants: TenantDirectory = TenantDirectory.fromConfig(config),
   /** A replica's model, GPU and TP (the registry's registration), for its performance model. */

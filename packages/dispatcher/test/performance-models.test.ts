@@ -4,7 +4,6 @@ import { join } from 'node:path';
 import { ConfigError, parseConfig } from '@fairway/core';
 import { fitPerformanceModel, toPerformanceModelFile } from '@fairway/policy';
 import { describe, expect, it } from 'vitest';
-import { resolveDispatcherOptions } from '../src/dispatcher-options.ts';
 import { loadPerformanceModels, performanceModelOf } from '../src/performance-models.ts';
 import { schedulingFromConfig } from '../src/scheduling-config.ts';
 
@@ -71,9 +70,8 @@ describe('performance models in the dispatcher config', () => {
   });
 
   it('refuses at start-up, naming the entry: unreadable or invalid files, duplicates, and settings aladdin does not use', () => {
-    const opts = resolveDispatcherOptions({}, parseConfig({}));
     const build = (policy: Record<string, unknown>) => () =>
-      schedulingFromConfig(parseConfig({ policy }), opts, 'd');
+      schedulingFromConfig(parseConfig({ policy }), 'd');
     const bad = join(dir, 'bad.json');
     writeFileSync(bad, JSON.stringify({ version: 1, model: 'm' }));
     expect(issues(build({ placement: 'aladdin', performanceModels: [join(dir, 'none.json')] }))[0]).toMatch(

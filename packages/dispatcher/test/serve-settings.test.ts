@@ -160,29 +160,27 @@ describe('dispatcher options and policies from config', () => {
   });
 
   it('refuses policies the dispatcher cannot serve at start-up, naming the field (and builds the rest)', () => {
-    const opts = resolveDispatcherOptions({}, parseConfig({}));
     expect(
-      issues(() => schedulingFromConfig(parseConfig({ policy: { ordering: 'vtc-oracle' } }), opts, 'd'))[0],
+      issues(() => schedulingFromConfig(parseConfig({ policy: { ordering: 'vtc-oracle' } }), 'd'))[0],
     ).toMatch(/^policy\.ordering: vtc-oracle needs true output lengths/);
-    expect(
-      schedulingFromConfig(parseConfig({ policy: { placement: 'aladdin' } }), opts, 'd').placement.name,
-    ).toBe('aladdin');
-    expect(
-      issues(() => schedulingFromConfig(parseConfig({ policy: { ordering: 'wsc' } }), opts, 'd'))[0],
-    ).toMatch(/^apps: /);
+    expect(schedulingFromConfig(parseConfig({ policy: { placement: 'aladdin' } }), 'd').placement.name).toBe(
+      'aladdin',
+    );
+    expect(issues(() => schedulingFromConfig(parseConfig({ policy: { ordering: 'wsc' } }), 'd'))[0]).toMatch(
+      /^apps: /,
+    );
   });
 
   it('serves qlm as fairness inside class bands under the control plane, and edf as deadlines in one band', () => {
-    const opts = resolveDispatcherOptions({}, parseConfig({}));
-    const qlm = schedulingFromConfig(parseConfig({ policy: { ordering: 'qlm' } }), opts, 'd');
+    const qlm = schedulingFromConfig(parseConfig({ policy: { ordering: 'qlm' } }), 'd');
     expect(qlm.planner).toBe('qlm');
     expect(qlm.ordering.name).toBe('qlm');
     expect(new Set(qlm.sloClasses.map((c) => c.band)).size).toBeGreaterThan(1);
-    const edf = schedulingFromConfig(parseConfig({ policy: { ordering: 'edf' } }), opts, 'd');
+    const edf = schedulingFromConfig(parseConfig({ policy: { ordering: 'edf' } }), 'd');
     expect(edf.planner).toBe('edf');
     expect(edf.ordering.mode).toBe('score');
     expect(edf.sloClasses.map((c) => c.band)).toEqual(edf.sloClasses.map(() => 0));
-    expect(schedulingFromConfig(parseConfig({}), opts, 'd').planner).toBeUndefined();
+    expect(schedulingFromConfig(parseConfig({}), 'd').planner).toBeUndefined();
   });
 
   it('applies tenant limits (or the defaults), app limits and queue bounds at admission', () => {
@@ -192,7 +190,7 @@ describe('dispatcher options and policies from config', () => {
       pools: [{ id: 'p', model: 'm', maxQueued: 50 }],
       defaultLimits: { rpm: 2 },
     });
-    const s = schedulingFromConfig(config, resolveDispatcherOptions({}, config), 'd');
+    const s = schedulingFromConfig(config, 'd');
     const ctx = { nowMs: 0, pool: 'p', band: 0, flow: 'a', reservedTokens: 42, gateway: 'd' };
     const req = {
       id: 'r',
@@ -230,9 +228,7 @@ describe('dispatcher options and policies from config', () => {
     };
     const rulesOf = (policy: object) => {
       const config = parseConfig({ apps: [{ id: 'chat', stages: [{ input: 1, output: 1 }] }], policy });
-      return toRules(
-        schedulingFromConfig(config, resolveDispatcherOptions({}, config), 'd').admission(req, ctx),
-      );
+      return toRules(schedulingFromConfig(config, 'd').admission(req, ctx));
     };
     const wsc = rulesOf({ ordering: 'wsc' });
     expect(wsc.interaction).toEqual({ key: 'ix:a:conv-1', ttlMs: 60_000 });
@@ -257,12 +253,7 @@ describe('dispatcher options and policies from config', () => {
     };
     const throttles = (config: object, app: string) => {
       const parsed = parseConfig(config);
-      const rules = toRules(
-        schedulingFromConfig(parsed, resolveDispatcherOptions({}, parsed), 'd').admission(
-          { ...req, app },
-          ctx,
-        ),
-      );
+      const rules = toRules(schedulingFromConfig(parsed, 'd').admission({ ...req, app }, ctx));
       return rules.limits.filter((l) => l.onlyWhenOverloaded).map((l) => l.limit);
     };
     const apps = [
