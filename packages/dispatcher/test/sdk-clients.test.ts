@@ -77,7 +77,8 @@ describe('application SDKs', () => {
       },
     });
     expect(called.toolCalls.map((c) => c.toolName)).toEqual(['weather']);
-    expect(typeof (called.toolCalls[0]?.input as { city?: unknown }).city).toBe('string');
+    const args = called.toolCalls[0]?.input as { city?: unknown } | undefined;
+    expect(typeof args?.city).toBe('string');
     expect(called.finishReason).toBe('tool-calls');
     saw('vercel', called.usage.inputTokens, called.usage.outputTokens);
   });
