@@ -81,6 +81,7 @@ export {
   CHARS_PER_TOKEN,
   countEmbeddingInputTokens,
   countPromptTokens,
+  countSystemPromptTokens,
   estimateChatPromptTokens,
   estimateJsonTokens,
   estimateTextTokens,

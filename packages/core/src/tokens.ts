@@ -255,6 +255,26 @@ export function estimateChatPromptTokens(body: Json): number {
   return n + unreadTokens(body, undefined);
 }
 
+/**
+ * Tokens of a chat request's system prompt (FairServe's n_sys): the text of its `system` and
+ * `developer` messages, counted with `counter` or estimated, plus the template's tokens per
+ * message. 0 for a request without one.
+ */
+export function countSystemPromptTokens(body: Json, counter?: TokenCounter): number {
+  const messages = Array.isArray(body.messages) ? body.messages : [];
+  const count = (t: string) => (counter === undefined ? estimateTextTokens(t) : counter.count(t));
+  let n = 0;
+  for (const m of messages) {
+    if (!isObject(m) || (m.role !== 'system' && m.role !== 'developer')) continue;
+    n += TOKENS_PER_MESSAGE;
+    const content = m.content;
+    if (typeof content === 'string') n += count(content);
+    else if (Array.isArray(content))
+      for (const p of content) if (isObject(p) && typeof p.text === 'string') n += count(p.text);
+  }
+  return n;
+}
+
 /** The text of a text-completion prompt (a string, or a one-element array of strings). */
 function completionText(body: Json): string {
   const p = body.prompt;

@@ -1,6 +1,7 @@
 import {
   countEmbeddingInputTokens,
   countPromptTokens,
+  countSystemPromptTokens,
   GATEWAY_OWNED_FIELDS,
   RESTRICTED_ENGINE_FIELDS,
   type RequestDescriptor,
@@ -148,6 +149,13 @@ export function promptTokens(endpoint: Endpoint, body: RequestBody, tokenizer?: 
   return countPromptTokens(endpoint, body, tokenizer.counter);
 }
 
+/** A chat request's system-prompt tokens, counted as {@link promptTokens} counts the prompt. */
+function systemPromptTokens(body: RequestBody, tokenizer?: PoolTokenizer): number {
+  const estimate = countSystemPromptTokens(body);
+  if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
+  return countSystemPromptTokens(body, tokenizer.counter);
+}
+
 /**
  * Builds the scheduler's descriptor of a validated request (DESIGN.md request path, steps 1–2):
  * the tenant from the key; the app from the key, else `x-fairway-app` (a key bound to an app
@@ -196,8 +204,12 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
   if (band !== undefined) forwardBody.priority = band;
   const stream = gen.stream === true;
   const so = gen.stream_options ?? undefined;
+  const identity = identityOf(input, sloClass, band);
+  const systemTokens = input.endpoint === 'chat' ? systemPromptTokens(body, input.tokenizer) : 0;
   const descriptor: RequestDescriptor = {
-    ...identityOf(input, sloClass, band),
+    ...identity,
+    // Part of the prompt: FairServe's WSC prices it at its own weight (β).
+    ...(systemTokens > 0 ? { systemTokens: Math.min(systemTokens, identity.inputTokens) } : {}),
     maxTokens,
     ...(outputCap !== undefined ? { outputCap } : {}),
     ...(choices > 1 ? { choices } : {}),
