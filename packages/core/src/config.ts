@@ -157,6 +157,12 @@ export const tenantSchema = z
      * the fleet's `server.cors.origins`. @default none
      */
     corsOrigins: z.array(corsOrigin).max(64).optional(),
+    /**
+     * FairServe's user priority factor E of this tenant's end users (`x-fairway-user`), under
+     * `policy.ordering: wsc`: a user's service counts E times, so a user with E < 1 is served
+     * ahead of others. Users not listed have E = 1. @default none
+     */
+    userPriority: z.record(id, positive).optional(),
     /** The tenant's own Files and Batch storage limits; each one left out is the fleet's (`storage`). */
     storage: tenantStorageSchema.optional(),
   })

@@ -7,6 +7,7 @@ import {
   type LimitsConfig,
   type RequestDescriptor,
   type SloClass,
+  tenantUserId,
 } from '@fairway/core';
 import {
   type AdmissionPolicy,
@@ -112,7 +113,14 @@ function orderingFromConfig(
         throw unsupported('apps', 'policy.ordering wsc needs at least one app with its token profile');
       const fallback = config.apps[0];
       // Configured profiles start it; each dispatcher then learns them from its settled calls.
+      // E per end user: the descriptor's user is `<tenant>/<user>` (tenantUserId).
+      const priority = new Map(
+        config.tenants.flatMap((t) =>
+          Object.entries(t.userPriority ?? {}).map(([user, e]) => [tenantUserId(t.id, user), e] as const),
+        ),
+      );
       return wscPolicy({
+        userPriority: (user) => priority.get(user) ?? 1,
         appProfile: (app) => apps.get(app),
         learner: new AppProfileLearner(),
         ...(fallback ? { fallbackProfile: { id: fallback.id, stages: fallback.stages } } : {}),

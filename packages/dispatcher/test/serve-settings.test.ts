@@ -239,6 +239,30 @@ describe('dispatcher options and policies from config', () => {
     expect(oit.limits.filter((l) => l.onlyWhenOverloaded)).toHaveLength(2);
   });
 
+  it("prices WSC service by each end user's configured priority factor E", () => {
+    const config = parseConfig({
+      tenants: [{ id: 'a', userPriority: { vip: 0.5 } }],
+      apps: [{ id: 'chat', stages: [{ input: 10, output: 10 }] }],
+      policy: { ordering: 'wsc' },
+    });
+    const { ordering } = schedulingFromConfig(config, 'd');
+    const req = (user: string) => ({
+      id: 'r',
+      tenant: 'a',
+      app: 'chat',
+      user: `a/${user}`,
+      model: 'm',
+      sloClass: 'interactive',
+      inputTokens: 100,
+      maxTokens: 10,
+      arrivalMs: 0,
+    });
+    expect(ordering.dispatchCost(req('vip'), undefined)).toBeCloseTo(
+      0.5 * ordering.dispatchCost(req('bob'), undefined),
+      10,
+    );
+  });
+
   it("takes OIT's limits from the config: the fleet's per user and per app, and an app's own", () => {
     const ctx = { nowMs: 0, pool: 'm', band: 0, flow: 'a', reservedTokens: 42, gateway: 'd' };
     const req = {
