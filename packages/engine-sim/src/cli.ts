@@ -41,6 +41,8 @@ interface EngineSimFlags {
   preemption?: 'recompute' | 'eviction-free';
   schedulingPolicy?: 'fcfs' | 'priority';
   maxModelLen?: number;
+  enablePrefixCaching?: boolean;
+  enablePromptTokensDetails?: boolean;
   speed?: number;
   seed?: number;
   tokenizer?: string;
@@ -83,6 +85,8 @@ export function addEngineSimFlags(cmd: Command): Command {
       new Option('--scheduling-policy <policy>', 'waiting-queue order').choices(['fcfs', 'priority']),
     )
     .option('--max-model-len <n>', 'longest prompt + output', num)
+    .option('--enable-prefix-caching', 'keep computed KV blocks for prompts that share a prefix')
+    .option('--enable-prompt-tokens-details', 'report usage.prompt_tokens_details.cached_tokens')
     .option('--speed <factor>', 'model ms per real ms (10 = ten times faster than the GPU)', num)
     .option('--seed <n>', 'seed of output lengths, faults and ids', num)
     .option('--tokenizer <path>', "the model's tokenizer.json: count prompts with it (default: a stand-in)")
@@ -139,6 +143,8 @@ export function engineSimOptionsFromFlags(f: EngineSimFlags): EngineSimOptionsIn
     preemption: f.preemption,
     schedulingPolicy: f.schedulingPolicy,
     maxModelLen: f.maxModelLen,
+    enablePrefixCaching: f.enablePrefixCaching,
+    enablePromptTokensDetails: f.enablePromptTokensDetails,
     speed: f.speed,
     seed: f.seed,
     tokenizer: f.tokenizer,

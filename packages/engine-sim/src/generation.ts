@@ -20,6 +20,11 @@ export interface GenerationInit {
   readonly includeUsage: boolean;
   /** `stream_options.continuous_usage_stats`. */
   readonly continuousUsage: boolean;
+  /**
+   * `--enable-prompt-tokens-details`: the final usage reports the prompt tokens found in the prefix
+   * cache, when there are any (vLLM omits `prompt_tokens_details` when none were). @default false
+   */
+  readonly promptTokensDetails?: boolean;
   readonly fault: FaultPlan;
   readonly res: ServerResponse;
   readonly driver: RealtimeDriver;
@@ -120,7 +125,7 @@ export class Generation implements Flushable {
       case 'finished':
         // An ignored sequence (its prompt can never fit in the KV cache) ends at once, as vLLM's
         // scheduler does with a `length` finish.
-        this.#onFinished(ev.generated, ev.ignored === true);
+        this.#onFinished(ev.generated, ev.ignored === true, ev.cachedTokens);
         return;
     }
   };
@@ -164,7 +169,7 @@ export class Generation implements Flushable {
     }
   }
 
-  #onFinished(generated: number, ignored: boolean): void {
+  #onFinished(generated: number, ignored: boolean, cachedTokens: number | undefined): void {
     if (this.#state === 'finished' || this.#state === 'aborted') return;
     if (generated > this.#generated) this.#onToken(generated);
     if ((this.#state as State) === 'aborted' || this.#init.res.destroyed || this.#dropping) return;
@@ -182,6 +187,7 @@ export class Generation implements Flushable {
     ) {
       return;
     }
+    const cached = this.#init.promptTokensDetails && cachedTokens ? cachedTokens : undefined;
     const c = this.#chunks;
     if (c) {
       let out = '';
@@ -189,7 +195,7 @@ export class Generation implements Flushable {
       if (this.#generated < seq.outputTokens) {
         out += c.tokenChunk('', finishReason, this.#init.continuousUsage, this.#generated);
       }
-      if (this.#init.includeUsage) out += c.usageChunk(this.#generated);
+      if (this.#init.includeUsage) out += c.usageChunk(this.#generated, cached);
       out += ChunkWriter.DONE;
       this.#send(this.#takePending() + out);
       res.end();
@@ -200,6 +206,7 @@ export class Generation implements Flushable {
         this.#generated,
         finishReason,
         this.#init.firstToken ?? 0,
+        cached,
       );
       res.writeHead(200, {
         'content-type': 'application/json',

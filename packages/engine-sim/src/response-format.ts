@@ -101,9 +101,14 @@ export function syntheticPrefixTokens(text: string): number {
   }
 }
 
-/** `usage` as vLLM serialises it. */
-export function usageJson(promptTokens: number, completionTokens: number): string {
-  return `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completionTokens},"completion_tokens":${completionTokens}}`;
+/**
+ * `usage` as vLLM serialises it; `cachedTokens`, when given, as `prompt_tokens_details` (which
+ * vLLM reports under `--enable-prompt-tokens-details` when some of the prompt was cached).
+ */
+export function usageJson(promptTokens: number, completionTokens: number, cachedTokens?: number): string {
+  const details =
+    cachedTokens === undefined ? '' : `,"prompt_tokens_details":{"cached_tokens":${cachedTokens}}`;
+  return `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completionTokens},"completion_tokens":${completionTokens}${details}}`;
 }
 
 /** Identity of one response. */
@@ -159,8 +164,8 @@ export class ChunkWriter {
   }
 
   /** The final chunk with `usage` and no choices (`stream_options.include_usage`). */
-  usageChunk(completionTokens: number): string {
-    return `${this.#head}],"usage":${usageJson(this.#promptTokens, completionTokens)}}\n\n`;
+  usageChunk(completionTokens: number, cachedTokens?: number): string {
+    return `${this.#head}],"usage":${usageJson(this.#promptTokens, completionTokens, cachedTokens)}}\n\n`;
   }
 
   /** The terminating event. */
@@ -174,6 +179,7 @@ export function completionBody(
   completionTokens: number,
   finishReason: string,
   firstToken = 0,
+  cachedTokens?: number,
 ): string {
   const text = JSON.stringify(syntheticText(completionTokens, firstToken));
   const head = `{"id":${JSON.stringify(identity.id)},"object":"${identity.kind === 'chat' ? 'chat.completion' : 'text_completion'}","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":[`;
@@ -181,7 +187,7 @@ export function completionBody(
     identity.kind === 'chat'
       ? `{"index":0,"message":{"role":"assistant","content":${text},"tool_calls":[]},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null}`
       : `{"index":0,"text":${text},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null,"prompt_logprobs":null}`;
-  return `${head}${choice}],"usage":${usageJson(promptTokens, completionTokens)},"prompt_logprobs":null}`;
+  return `${head}${choice}],"usage":${usageJson(promptTokens, completionTokens, cachedTokens)},"prompt_logprobs":null}`;
 }
 
 /** vLLM's error body (the OpenAI shape vLLM uses since 0.10). */
