@@ -90,6 +90,11 @@ export interface RequestDescriptor {
   readonly interactionSize?: number | undefined;
   /** vLLM `priority` (lower runs first) under `--scheduling-policy priority`. */
   readonly priority?: number | undefined;
+  /**
+   * Chained hashes of the request's full KV blocks, prompt then answer (simulation): engines with
+   * prefix caching skip the prefill of the leading blocks they hold (`EngineSeqInput.blockHashes`).
+   */
+  readonly blockHashes?: readonly string[] | undefined;
 }
 
 /** Tokens a request consumed. */

@@ -23,6 +23,7 @@ export const requestDescriptorSchema = z
     interactionStage: count.optional(),
     interactionSize: z.number().int().positive().optional(),
     priority: z.number().finite().optional(),
+    blockHashes: z.array(z.string()).optional(),
   })
   .strict();
 
@@ -63,7 +64,8 @@ function plainDescriptor(data: unknown): data is RequestDescriptor {
     optional(r.interactionId, isString) &&
     optional(r.interactionStage, isCount) &&
     optional(r.interactionSize, (v) => isCount(v) && (v as number) > 0) &&
-    optional(r.priority, isNumber)
+    optional(r.priority, isNumber) &&
+    optional(r.blockHashes, (v) => Array.isArray(v) && v.every(isString))
   );
 }
 

@@ -210,6 +210,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
       outputTokens: Math.max(1, (d.req.outputTokens ?? d.req.maxTokens) - done),
       maxTokens: Math.max(1, d.req.maxTokens - done),
       ...(d.req.priority !== undefined ? { priority: d.req.priority } : {}),
+      ...(d.req.blockHashes !== undefined ? { blockHashes: d.req.blockHashes } : {}),
     });
     onMember[member.index]!.add(d.id);
     control?.onDispatched(d.id, d.replica);

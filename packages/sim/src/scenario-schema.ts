@@ -136,6 +136,15 @@ export const streamSchema = z
     startS: nonNeg.optional(),
     endS: pos.optional(),
     interaction: interactionSchema.optional(),
+    prefix: z
+      .object({
+        sharedTokens: z.number().int().nonnegative().optional(),
+        conversation: z.boolean().optional(),
+        blockSize: posInt.optional(),
+        maxContextTokens: posInt.optional(),
+      })
+      .strict()
+      .optional(),
   })
   .strict()
   .refine((s) => s.endS === undefined || s.endS > (s.startS ?? 0), {
@@ -159,6 +168,8 @@ export const engineOptionsSchema = z
     maxNumPrefillTokens: posInt.optional(),
     preemptionVictim: z.enum(['newest', 'cheapest-refill']).optional(),
     priorityScheduling: z.boolean().optional(),
+    /** vLLM's `--enable-prefix-caching`: requests with block hashes (stream `prefix`) share KV blocks. */
+    enablePrefixCaching: z.boolean().optional(),
     /** Step-time jitter, e.g. `{ distribution: lognormal }` (CV 0.10, vLLM's measured decode jitter). */
     stepNoise: stepNoiseSchema.optional(),
   })

@@ -1,0 +1,68 @@
+import { fcfsPolicy, leastKvPlacement } from '@fairway/policy';
+import { describe, expect, it } from 'vitest';
+import { runSimulation } from '../src/runner.ts';
+import { buildRunInput, loadScenario } from '../src/scenario.ts';
+import { generateWorkload } from '../src/workload.ts';
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+/** Runs the multi-turn scenario with prefix caching on or off; TTFTs (s) of the chat turns after the first. */
+async function laterTurnTtfts(enablePrefixCaching: boolean): Promise<number[]> {
+  const input = buildRunInput(loadScenario('multi-turn-chat'), { durationS: 60 });
+  const result = await runSimulation({
+    ...input,
+    engines: input.engines.map((e) => ({ id: e.id, config: { ...e.config, enablePrefixCaching } })),
+    ordering: fcfsPolicy(),
+    placement: leastKvPlacement(),
+  });
+  return result.records
+    .filter(
+      (r) => r.req.tenant === 'chat' && (r.req.interactionStage ?? 0) > 0 && r.firstTokenS !== undefined,
+    )
+    .map((r) => r.firstTokenS! - r.arrivalS);
+}
+
+describe('shared-prefix workloads', () => {
+  it('resends a conversation’s history: each turn extends the previous turn’s blocks', () => {
+    const arrivals = generateWorkload({
+      seed: 3,
+      durationS: 60,
+      model: 'llama-2-7b',
+      streams: [
+        {
+          tenant: 'chat',
+          arrival: { process: 'poisson', rate: 1 },
+          input: { kind: 'uniform', min: 20, max: 100 },
+          output: { kind: 'uniform', min: 20, max: 100 },
+          interaction: { size: { kind: 'fixed', value: 4 }, followUp: { mode: 'fixed-gap', gapS: 1 } },
+          prefix: { sharedTokens: 64, conversation: true },
+        },
+      ],
+    });
+    const turns = arrivals.filter((r) => r.interactionId === arrivals[0]!.interactionId);
+    expect(turns.length).toBeGreaterThan(1);
+    for (let k = 1; k < turns.length; k++) {
+      const prev = turns[k - 1]!;
+      const cur = turns[k]!;
+      // The prompt is the previous prompt and answer, then a new message.
+      expect(cur.inputTokens).toBeGreaterThan(prev.inputTokens + prev.outputTokens!);
+      const known = Math.floor((prev.inputTokens + prev.outputTokens!) / 16);
+      expect(cur.blockHashes!.slice(0, known)).toEqual(prev.blockHashes!.slice(0, known));
+    }
+    // Every conversation starts with the stream's shared system prompt, and only with it.
+    const other = arrivals.find((r) => r.interactionId !== turns[0]!.interactionId)!;
+    expect(other.blockHashes!.slice(0, 4)).toEqual(turns[0]!.blockHashes!.slice(0, 4));
+    expect(other.blockHashes![4]).not.toBe(turns[0]!.blockHashes![4]);
+  });
+
+  it('serves the multi-turn scenario’s later turns with a lower median TTFT with prefix caching on', async () => {
+    const on = await laterTurnTtfts(true);
+    const off = await laterTurnTtfts(false);
+    expect(on.length).toBeGreaterThan(50);
+    expect(on.length).toBe(off.length);
+    expect(median(on)).toBeLessThan(median(off) * 0.8);
+  });
+});
