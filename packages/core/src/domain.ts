@@ -95,6 +95,11 @@ export interface RequestDescriptor {
    * prefix caching skip the prefill of the leading blocks they hold (`EngineSeqInput.blockHashes`).
    */
   readonly blockHashes?: readonly string[] | undefined;
+  /**
+   * Closed-loop follow-up (simulation): the call is sent this many ms after the previous call of
+   * its interaction finishes, not at `arrivalMs` (which then only orders the workload).
+   */
+  readonly thinkMs?: number | undefined;
 }
 
 /** Tokens a request consumed. */

@@ -24,6 +24,7 @@ export const requestDescriptorSchema = z
     interactionSize: z.number().int().positive().optional(),
     priority: z.number().finite().optional(),
     blockHashes: z.array(z.string()).optional(),
+    thinkMs: z.number().finite().nonnegative().optional(),
   })
   .strict();
 
@@ -65,7 +66,8 @@ function plainDescriptor(data: unknown): data is RequestDescriptor {
     optional(r.interactionStage, isCount) &&
     optional(r.interactionSize, (v) => isCount(v) && (v as number) > 0) &&
     optional(r.priority, isNumber) &&
-    optional(r.blockHashes, (v) => Array.isArray(v) && v.every(isString))
+    optional(r.blockHashes, (v) => Array.isArray(v) && v.every(isString)) &&
+    optional(r.thinkMs, (v) => isNumber(v) && (v as number) >= 0)
   );
 }
 

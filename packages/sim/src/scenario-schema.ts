@@ -114,6 +114,7 @@ const interactionSchema = z
           })
           .strict(),
         z.object({ mode: z.literal('fixed-gap'), gapS: nonNeg }).strict(),
+        z.object({ mode: z.literal('after-completion'), thinkS: durationSpecSchema.optional() }).strict(),
       ])
       .optional(),
   })

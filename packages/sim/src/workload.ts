@@ -6,7 +6,7 @@
  */
 import type { RequestDescriptor, Rng } from '@fairway/core';
 import { createRng, type LengthSpec, lengthSampler } from '@fairway/core';
-import { followUpGap, type InteractionSpec, interactionSizeSampler } from './workload-interaction.ts';
+import { followUpTiming, type InteractionSpec, interactionSizeSampler } from './workload-interaction.ts';
 import { type ArrivalSpec, arrivalTimes } from './workload-rate.ts';
 
 /** One stream of requests from one tenant. */
@@ -129,6 +129,8 @@ export function generateStream(
     let t = starts[i]!;
     /** Tokens of the conversation so far: earlier turns' prompts and answers. */
     let history = 0;
+    const closedLoop = stream.interaction?.followUp?.mode === 'after-completion';
+    let thinkS: number | undefined;
     for (let stage = 0; stage < size; stage++) {
       if (t >= opts.durationS) break;
       const sampled = input.sample(lengthRng);
@@ -155,8 +157,11 @@ export function generateStream(
         interactionStage: sizeOf ? stage : undefined,
         interactionSize: sizeOf ? size : undefined,
         ...(p ? { blockHashes: prefixHashes(p, name, key, inputTokens + outputTokens) } : {}),
+        ...(thinkS === undefined ? {} : { thinkMs: roundMs(thinkS * 1000) }),
       });
-      t += followUpGap(stream.interaction?.followUp, outputTokens, interactionRng);
+      const next = followUpTiming(stream.interaction?.followUp, outputTokens, interactionRng);
+      if (closedLoop) thinkS = next.thinkS;
+      t += next.gapS;
     }
   }
   return out;

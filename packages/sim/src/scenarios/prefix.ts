@@ -1,6 +1,7 @@
 /**
  * Shared-prefix workloads for vLLM's automatic prefix caching (docs/researchers/prefix-caching.md):
- * multi-turn conversations that resend their history every turn, and agents whose calls share a
+ * multi-turn conversations that resend their history every turn, each turn sent when the answer
+ * to the previous one is complete, and agents whose calls share a
  * long system prompt, on one A100-80GB replica of Llama-2-7B with `enablePrefixCaching` on.
  */
 import type { ScenarioInput } from '../scenario-schema.ts';
@@ -26,7 +27,8 @@ export const PREFIX_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
         maxTokens: 'output',
         interaction: {
           size: { kind: 'uniform', min: 3, max: 8 },
-          followUp: { mode: 'after-expected-completion', thinkS: { kind: 'exponential', mean: 5 } },
+          // Closed loop: the next turn is sent 5 s (mean) after the answer is complete.
+          followUp: { mode: 'after-completion', thinkS: { kind: 'exponential', mean: 5 } },
         },
         prefix: { sharedTokens: 400, conversation: true },
       },
