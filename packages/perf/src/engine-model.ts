@@ -393,7 +393,7 @@ export class EngineModel implements EngineModelApi {
         this.#waiting.remove(s);
         s.state = 'running';
         // A planned batch was chosen without the prefix cache: its prefills start from scratch.
-        this.#take(s, [], need);
+        this.#take(s, [], need, false);
         this.#running.push(s);
         events.push({ kind: 'scheduled', id: s.id });
       } else if (s.computed >= s.prompt && s.computed + 1 > s.blocks * this.#blockSize) {
@@ -469,9 +469,10 @@ export class EngineModel implements EngineModelApi {
 
   /**
    * Admits `s` with `need` blocks, `hit` of them its prefix-cache hit (shared with whoever holds
-   * them, taken off the free pool when free); its prefill starts after the hit.
+   * them, taken off the free pool when free); its prefill starts after the hit. `looked` says
+   * whether the cache was looked up (counted in the prefix-cache stats).
    */
-  #take(s: Seq, hit: readonly CachedBlock[], need: number): void {
+  #take(s: Seq, hit: readonly CachedBlock[], need: number, looked = true): void {
     const cache = this.#cache;
     if (cache) {
       for (const b of hit) if (cache.acquire(b)) this.#freeBlocks--;
@@ -482,7 +483,7 @@ export class EngineModel implements EngineModelApi {
       if (first) s.cachedTokens = s.computed;
       // vLLM counts the lookups of requests scheduled for the first time; a preempted request's
       // return goes to separate `preempted` stats it does not export.
-      if (first) {
+      if (first && looked) {
         this.#prefixQueries += s.prompt;
         this.#prefixHits += s.computed;
       }

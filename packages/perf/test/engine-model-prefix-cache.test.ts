@@ -177,6 +177,25 @@ describe('EngineModel prefix caching (vLLM automatic prefix caching)', () => {
     expect(rest.finished.get('again')?.cachedTokens).toBe(64);
   });
 
+  it('runs a planned batch without looking the cache up, and still caches what it computes', () => {
+    const engine = new EngineModel({ ...A100, enablePrefixCaching: true });
+    engine.add(seq('a', 64, 1, chain('p', 64)));
+    run(engine);
+    engine.add(seq('b', 64, 1, chain('p', 64)));
+    // The plan prefills b's whole prompt: a planner knows nothing of the cache.
+    const r = engine.stepPlanned({ run: [{ id: 'b', tokens: 64 }] });
+    expect(r.shape.prefillTokens).toBe(64);
+    expect(r.events).toContainEqual({ kind: 'finished', id: 'b', generated: 1, cachedTokens: 0 });
+    expect(engine.auditKvBlocks()).toEqual({
+      total: engine.stats().numGpuBlocks,
+      inUse: 0,
+      free: engine.stats().numGpuBlocks - 4,
+      cachedFree: 4,
+      refErrors: 0,
+    });
+    expect(engine.stats().prefixCacheQueriesTotal).toBe(64);
+  });
+
   it('changes nothing for sequences without block hashes', () => {
     const workload = (engine: EngineModel): void => {
       const rng = createRng(3);
