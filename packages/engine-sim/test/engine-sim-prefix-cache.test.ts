@@ -2,6 +2,7 @@ import { type HistogramTotals, VLLM_METRIC, VllmClient, type VllmMetrics } from 
 import { costModelPreset } from '@fairway/perf';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runEngineSimCommand } from '../src/cli.ts';
 import { chainBlockHashes } from '../src/prompt-blocks.ts';
 import { wordPieceCounter, wordPieces } from '../src/prompt-tokens.ts';
 import { type EngineSimHandle, startEngineSim } from '../src/server.ts';
@@ -136,6 +137,42 @@ describe('engine-sim prompt hashing', () => {
     for (let i = 1; i < 4; i++) expect(hb[i]).not.toBe(ha[i]);
     // The same block of tokens after a different prefix hashes differently.
     expect(chainBlockHashes(a.slice(16, 32), 16)[0]).not.toBe(ha[1]);
+  });
+});
+
+describe('engine-sim command line', () => {
+  it('takes vLLM’s --enable-prefix-caching and --enable-prompt-tokens-details flags', async () => {
+    const sim = await runEngineSimCommand(
+      [
+        '--port',
+        '0',
+        '--speed',
+        '20',
+        '--log-level',
+        'silent',
+        '--enable-prefix-caching',
+        '--enable-prompt-tokens-details',
+      ],
+      { handleSignals: false },
+    );
+    const openai = new OpenAI({ baseURL: `${sim.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    try {
+      await openai.chat.completions.create({
+        model: sim.servedModelName,
+        messages: ask('one'),
+        max_tokens: 1,
+      });
+      const r = await openai.chat.completions.create({
+        model: sim.servedModelName,
+        messages: ask('two'),
+        max_tokens: 1,
+      });
+      expect(r.usage?.prompt_tokens_details?.cached_tokens).toBeGreaterThanOrEqual(
+        Math.floor(SHARED / 16) * 16,
+      );
+    } finally {
+      await sim.close();
+    }
   });
 });
 
