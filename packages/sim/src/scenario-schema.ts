@@ -288,6 +288,15 @@ export const scenarioSchema = z
           path: ['streams', i, 'startS'],
           message: `starts at or after the end of the run (${s.durationS} s)`,
         });
+      // Hashes made for another block size would never match an engine's blocks.
+      const hashed = st.prefix?.blockSize ?? 16;
+      const sizes = new Set(s.cluster.engines.map((e) => e.options?.blockSize ?? 16));
+      if (st.prefix && [...sizes].some((b) => b !== hashed))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['streams', i, 'prefix', 'blockSize'],
+          message: `is ${hashed}, the engines' block size is ${[...sizes].join(', ')}`,
+        });
     });
   });
 
