@@ -470,10 +470,16 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
 
   let engineSteps = 0;
   let preemptions = 0;
+  let prefixCache: { queries: number; hits: number } | undefined;
   for (const m of cluster.members) {
     const s = m.engine.stats();
     engineSteps += s.stepsTotal;
     preemptions += s.preemptionsTotal;
+    if (s.prefixCaching) {
+      prefixCache ??= { queries: 0, hits: 0 };
+      prefixCache.queries += s.prefixCacheQueriesTotal;
+      prefixCache.hits += s.prefixCacheHitsTotal;
+    }
   }
   return {
     scenario: input.scenario,
@@ -485,6 +491,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     samples,
     engineSteps,
     preemptions,
+    ...(prefixCache ? { prefixCache } : {}),
     ...(control ? { swaps: swapsDone } : {}),
     ...(input.reserve === 'predicted' ? { prediction: predictionOf(gateways) } : {}),
     tenantWeights:

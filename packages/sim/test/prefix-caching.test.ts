@@ -1,6 +1,8 @@
 import type { RequestDescriptor } from '@fairway/core';
 import { fcfsPolicy, leastKvPlacement } from '@fairway/policy';
 import { describe, expect, it } from 'vitest';
+import { computeMetrics } from '../src/metrics.ts';
+import { buildReport, type SimReport } from '../src/report.ts';
 import { runSimulation } from '../src/runner.ts';
 import { buildRunInput, loadScenario } from '../src/scenario.ts';
 import { generateWorkload } from '../src/workload.ts';
@@ -10,8 +12,13 @@ function median(xs: readonly number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-/** Runs the multi-turn scenario with prefix caching on or off; TTFTs (s) of the chat turns after the first. */
-async function laterTurnTtfts(enablePrefixCaching: boolean): Promise<number[]> {
+/**
+ * Runs the multi-turn scenario with prefix caching on or off: TTFTs (s) of the chat turns after
+ * the first, and the report's prefix-cache line.
+ */
+async function laterTurnTtfts(
+  enablePrefixCaching: boolean,
+): Promise<{ ttfts: number[]; prefixCache: SimReport['prefixCache'] }> {
   const input = buildRunInput(loadScenario('multi-turn-chat'), { durationS: 60 });
   const result = await runSimulation({
     ...input,
@@ -19,11 +26,12 @@ async function laterTurnTtfts(enablePrefixCaching: boolean): Promise<number[]> {
     ordering: fcfsPolicy(),
     placement: leastKvPlacement(),
   });
-  return result.records
+  const ttfts = result.records
     .filter(
       (r) => r.req.tenant === 'chat' && (r.req.interactionStage ?? 0) > 0 && r.firstTokenS !== undefined,
     )
     .map((r) => r.firstTokenS! - r.arrivalS);
+  return { ttfts, prefixCache: buildReport(result, computeMetrics(result), 0).prefixCache };
 }
 
 describe('shared-prefix workloads', () => {
@@ -112,8 +120,12 @@ describe('shared-prefix workloads', () => {
   });
 
   it('serves the multi-turn scenario’s later turns with a lower median TTFT with prefix caching on', async () => {
-    const on = await laterTurnTtfts(true);
-    const off = await laterTurnTtfts(false);
+    const { ttfts: on, prefixCache } = await laterTurnTtfts(true);
+    const { ttfts: off, prefixCache: none } = await laterTurnTtfts(false);
+    // Most prompt tokens are found in the cache: shared system prompts and resent histories.
+    expect(prefixCache!.hitRate).toBeGreaterThan(0.5);
+    expect(prefixCache!.hits).toBeLessThan(prefixCache!.queries);
+    expect(none).toBeUndefined();
     // Closed loop: faster answers send the next turns sooner, so the counts may differ a little.
     expect(on.length).toBeGreaterThan(50);
     expect(off.length).toBeGreaterThan(50);
