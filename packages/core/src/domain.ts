@@ -101,6 +101,16 @@ export interface RequestDescriptor {
   readonly interactionSize?: number | undefined;
   /** vLLM `priority` (lower runs first) under `--scheduling-policy priority`. */
   readonly priority?: number | undefined;
+  /**
+   * Chained hashes of the request's full KV blocks, prompt then answer (simulation): engines with
+   * prefix caching skip the prefill of the leading blocks they hold (`EngineSeqInput.blockHashes`).
+   */
+  readonly blockHashes?: readonly string[] | undefined;
+  /**
+   * Closed-loop follow-up (simulation): the call is sent this many ms after the previous call of
+   * its interaction finishes, not at `arrivalMs` (which then only orders the workload).
+   */
+  readonly thinkMs?: number | undefined;
 }
 
 /** Tokens a request consumed. */

@@ -44,6 +44,8 @@ interface EngineSimFlags {
   embeddingDimensions?: number;
   matryoshka?: boolean;
   maxModelLen?: number;
+  enablePrefixCaching?: boolean;
+  enablePromptTokensDetails?: boolean;
   speed?: number;
   seed?: number;
   tokenizer?: string;
@@ -91,6 +93,8 @@ export function addEngineSimFlags(cmd: Command): Command {
     .option('--embedding-dimensions <n>', "an embedding model's vector length", num)
     .option('--matryoshka', 'the embedding model may return shorter vectors (`dimensions`)')
     .option('--max-model-len <n>', 'longest prompt + output', num)
+    .option('--enable-prefix-caching', 'keep computed KV blocks for prompts that share a prefix')
+    .option('--enable-prompt-tokens-details', 'report usage.prompt_tokens_details.cached_tokens')
     .option('--speed <factor>', 'model ms per real ms (10 = ten times faster than the GPU)', num)
     .option('--seed <n>', 'seed of output lengths, faults and ids', num)
     .option('--tokenizer <path>', "the model's tokenizer.json: count prompts with it (default: a stand-in)")
@@ -150,6 +154,8 @@ export function engineSimOptionsFromFlags(f: EngineSimFlags): EngineSimOptionsIn
     embeddingDimensions: f.embeddingDimensions,
     matryoshka: f.matryoshka,
     maxModelLen: f.maxModelLen,
+    enablePrefixCaching: f.enablePrefixCaching,
+    enablePromptTokensDetails: f.enablePromptTokensDetails,
     speed: f.speed,
     seed: f.seed,
     tokenizer: f.tokenizer,

@@ -34,6 +34,11 @@ export interface GenerationInit {
   readonly includeUsage: boolean;
   /** `stream_options.continuous_usage_stats`. */
   readonly continuousUsage: boolean;
+  /**
+   * `--enable-prompt-tokens-details`: the final usage reports the prompt tokens found in the prefix
+   * cache, when there are any (vLLM omits `prompt_tokens_details` when none were). @default false
+   */
+  readonly promptTokensDetails?: boolean;
   readonly fault: FaultPlan;
   readonly res: ServerResponse;
   readonly driver: RealtimeDriver;
@@ -134,7 +139,7 @@ export class Generation implements Flushable {
       case 'finished':
         // An ignored sequence (its prompt can never fit in the KV cache) ends at once, as vLLM's
         // scheduler does with a `length` finish.
-        this.#onFinished(ev.generated, ev.ignored === true);
+        this.#onFinished(ev.generated, ev.ignored === true, ev.cachedTokens);
         return;
     }
   };
@@ -197,7 +202,7 @@ export class Generation implements Flushable {
     }
   }
 
-  #onFinished(generated: number, ignored: boolean): void {
+  #onFinished(generated: number, ignored: boolean, cachedTokens: number | undefined): void {
     if (this.#state === 'finished' || this.#state === 'aborted') return;
     if (generated > this.#generated) this.#onToken(generated);
     if ((this.#state as State) === 'aborted' || this.#init.res.destroyed || this.#dropping) return;
@@ -216,6 +221,7 @@ export class Generation implements Flushable {
     ) {
       return;
     }
+    const cached = this.#init.promptTokensDetails && cachedTokens ? cachedTokens : undefined;
     const c = this.#chunks;
     if (c) {
       let out = '';
@@ -223,13 +229,13 @@ export class Generation implements Flushable {
       if (this.#generated < seq.outputTokens) {
         out += c.tokenChunk('', finishReason, this.#init.continuousUsage, this.#generated);
       }
-      if (this.#init.includeUsage) out += c.usageChunk(this.#generated);
+      if (this.#init.includeUsage) out += c.usageChunk(this.#generated, cached);
       out += ChunkWriter.DONE;
       this.#send(this.#takePending() + out);
       res.end();
     } else {
       const body = this.#init.plan
-        ? plannedBody(identity, this.#init.plan, seq.inputTokens, this.#generated, finishReason)
+        ? plannedBody(identity, this.#init.plan, seq.inputTokens, this.#generated, finishReason, cached)
         : completionBody(
             identity,
             seq.inputTokens,
@@ -237,6 +243,7 @@ export class Generation implements Flushable {
             finishReason,
             this.#init.firstToken ?? 0,
             this.#init.choices ?? 1,
+            cached,
           );
       res.writeHead(200, {
         'content-type': 'application/json',

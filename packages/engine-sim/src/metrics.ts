@@ -105,7 +105,7 @@ export class EngineSimMetrics {
             block_size: String(s.blockSize),
             num_gpu_blocks: String(s.numGpuBlocks),
             cache_dtype: 'auto',
-            enable_prefix_caching: 'False',
+            enable_prefix_caching: s.prefixCaching ? 'True' : 'False',
           },
           1,
         );
@@ -121,6 +121,16 @@ export class EngineSimMetrics {
       'vllm:num_preemptions_total',
       'Cumulative number of preemption from the engine.',
       (s) => s.preemptionsTotal,
+    );
+    counter(
+      'vllm:prefix_cache_queries_total',
+      'Prefix cache queries, in terms of number of queried tokens.',
+      (s) => s.prefixCacheQueriesTotal,
+    );
+    counter(
+      'vllm:prefix_cache_hits_total',
+      'Prefix cache hits, in terms of number of cached tokens.',
+      (s) => s.prefixCacheHitsTotal,
     );
     this.#success = new Counter({
       name: 'vllm:request_success_total',

@@ -81,6 +81,18 @@ export const engineSimOptionsSchema = z
      * chat template, as vLLM does. @default a word-piece stand-in (see `wordPieceCounter`)
      */
     tokenizer: z.string().min(1).optional(),
+    /**
+     * vLLM's `--enable-prefix-caching`: prompts are hashed into chained block hashes and the engine
+     * model keeps computed blocks cached for later prompts with the same prefix. (vLLM V1 turns it
+     * on by default; the simulated engine keeps it off unless asked, as the engine model does.)
+     * @default false
+     */
+    enablePrefixCaching: z.boolean().default(false),
+    /**
+     * vLLM's `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens` is
+     * reported when some of the prompt was found in the prefix cache. @default false
+     */
+    enablePromptTokensDetails: z.boolean().default(false),
     /** Seed of every random draw (output lengths, faults, ids). @default 0 */
     seed: z.number().int().nonnegative().default(0),
     /**

@@ -27,6 +27,46 @@ const TOOL_PREAMBLE =
   '{"name": function name, "parameters": an object of argument names and values}.\n\n';
 
 /**
+ * Calls `piece(start, end)` for each token of `text` under the word-piece stand-in of
+ * {@link wordPieceCounter}: a letter run is one token per eight letters, every digit, punctuation
+ * mark and newline is one, a run of spaces one per eight, and the one space before a word belongs
+ * to the word's first token.
+ */
+function scanWordPieces(text: string, piece: (start: number, end: number) => void): void {
+  let i = 0;
+  const len = text.length;
+  while (i < len) {
+    const c = text.charCodeAt(i);
+    if (isLetter(c)) {
+      let j = i + 1;
+      while (j < len && isLetter(text.charCodeAt(j))) j++;
+      for (let k = i; k < j; k += 8) piece(k, Math.min(j, k + 8));
+      i = j;
+    } else if (c === 0x20) {
+      let j = i + 1;
+      while (j < len && text.charCodeAt(j) === 0x20) j++;
+      // One space before a word is part of the word's token.
+      const beforeWord = j < len && isLetter(text.charCodeAt(j));
+      const end = beforeWord ? j - 1 : j;
+      for (let k = i; k < end; k += 8) piece(k, Math.min(end, k + 8));
+      if (beforeWord) {
+        let w = j + 1;
+        while (w < len && w < j + 8 && isLetter(text.charCodeAt(w))) w++;
+        piece(end, w);
+        let r = w;
+        while (r < len && isLetter(text.charCodeAt(r))) r++;
+        for (let k = w; k < r; k += 8) piece(k, Math.min(r, k + 8));
+        j = r;
+      }
+      i = j;
+    } else {
+      piece(i, i + 1);
+      i++;
+    }
+  }
+}
+
+/**
  * A tokenizer stand-in when no `tokenizer.json` is configured, shaped after SentencePiece/BPE
  * vocabularies such as Llama's: a letter run is one token per eight letters (common words are one
  * token), every digit, punctuation mark and newline is one, a run of spaces one per eight (the
@@ -36,31 +76,19 @@ const TOOL_PREAMBLE =
 export const wordPieceCounter: TokenCounter = {
   count(text: string): number {
     let n = 0;
-    let i = 0;
-    const len = text.length;
-    while (i < len) {
-      const c = text.charCodeAt(i);
-      if (isLetter(c)) {
-        let j = i + 1;
-        while (j < len && isLetter(text.charCodeAt(j))) j++;
-        n += Math.ceil((j - i) / 8);
-        i = j;
-      } else if (c === 0x20) {
-        let j = i + 1;
-        while (j < len && text.charCodeAt(j) === 0x20) j++;
-        // One space before a word is part of the word's token.
-        const run = j - i;
-        const beforeWord = j < len && isLetter(text.charCodeAt(j));
-        n += beforeWord ? Math.ceil((run - 1) / 8) : Math.ceil(run / 8);
-        i = j;
-      } else {
-        n++;
-        i++;
-      }
-    }
+    scanWordPieces(text, () => {
+      n++;
+    });
     return n;
   },
 };
+
+/** The tokens of `text` under the word-piece stand-in, as strings (what prefix caching hashes). */
+export function wordPieces(text: string): string[] {
+  const out: string[] = [];
+  scanWordPieces(text, (start, end) => out.push(text.slice(start, end)));
+  return out;
+}
 
 function isLetter(c: number): boolean {
   return (c >= 0x61 && c <= 0x7a) || (c >= 0x41 && c <= 0x5a) || c >= 0xc0;

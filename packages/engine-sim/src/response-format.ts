@@ -103,9 +103,14 @@ export function syntheticPrefixTokens(text: string): number {
   }
 }
 
-/** `usage` as vLLM serialises it. */
-export function usageJson(promptTokens: number, completionTokens: number): string {
-  return `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completionTokens},"completion_tokens":${completionTokens}}`;
+/**
+ * `usage` as vLLM serialises it; `cachedTokens`, when given, as `prompt_tokens_details` (which
+ * vLLM reports under `--enable-prompt-tokens-details` when some of the prompt was cached).
+ */
+export function usageJson(promptTokens: number, completionTokens: number, cachedTokens?: number): string {
+  const details =
+    cachedTokens === undefined ? '' : `,"prompt_tokens_details":{"cached_tokens":${cachedTokens}}`;
+  return `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completionTokens},"completion_tokens":${completionTokens}${details}}`;
 }
 
 /** Identity of one response. */
@@ -185,8 +190,8 @@ export class ChunkWriter {
   }
 
   /** The final chunk with `usage` and no choices (`stream_options.include_usage`). */
-  usageChunk(completionTokens: number): string {
-    return `${this.#head}],"usage":${usageJson(this.#promptTokens, completionTokens)}}\n\n`;
+  usageChunk(completionTokens: number, cachedTokens?: number): string {
+    return `${this.#head}],"usage":${usageJson(this.#promptTokens, completionTokens, cachedTokens)}}\n\n`;
   }
 
   /** The terminating event. */
@@ -201,6 +206,7 @@ export function completionBody(
   finishReason: string,
   firstToken = 0,
   choices = 1,
+  cachedTokens?: number,
 ): string {
   // Every choice has the same synthetic text: `completionTokens` counts them all.
   const text = JSON.stringify(syntheticText(Math.ceil(completionTokens / choices), firstToken));
@@ -212,7 +218,7 @@ export function completionBody(
         ? `{"index":${i},"message":{"role":"assistant","content":${text},"tool_calls":[]},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null}`
         : `{"index":${i},"text":${text},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null,"prompt_logprobs":null}`,
     );
-  return `${head}${out.join(',')}],"usage":${usageJson(promptTokens, completionTokens)},"prompt_logprobs":null}`;
+  return `${head}${out.join(',')}],"usage":${usageJson(promptTokens, completionTokens, cachedTokens)},"prompt_logprobs":null}`;
 }
 
 /** The body of a non-streamed answer shaped by an output plan (tool call, JSON, stop, logprobs). */
@@ -222,6 +228,7 @@ export function plannedBody(
   promptTokens: number,
   completionTokens: number,
   finishReason: string,
+  cachedTokens?: number,
 ): string {
   const text = plan.text(completionTokens);
   const stopReason =
@@ -241,7 +248,7 @@ export function plannedBody(
       plan.topLogprobs === undefined ? 'null' : completionLogprobs(plan, 0, completionTokens, 0);
     choice = `{"index":0,"text":${JSON.stringify(text)},"logprobs":${logprobs},"finish_reason":"${finishReason}","stop_reason":${stopReason},"prompt_logprobs":null}`;
   }
-  return `${head}${choice}],"usage":${usageJson(promptTokens, completionTokens)},"prompt_logprobs":null}`;
+  return `${head}${choice}],"usage":${usageJson(promptTokens, completionTokens, cachedTokens)},"prompt_logprobs":null}`;
 }
 
 /** vLLM's error body (the OpenAI shape vLLM uses since 0.10). */

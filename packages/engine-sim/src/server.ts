@@ -22,7 +22,13 @@ import { Generation } from './generation.ts';
 import { EngineSimMetrics } from './metrics.ts';
 import { type EngineSimOptions, type EngineSimOptionsInput, engineSimOptionsSchema } from './options.ts';
 import { planOutput } from './output-plan.ts';
-import { chatPromptTokens, completionPromptTokens, wordPieceCounter } from './prompt-tokens.ts';
+import {
+  chainBlockHashes,
+  chatPromptTokenList,
+  completionPromptTokenList,
+  type Tokenize,
+} from './prompt-blocks.ts';
+import { chatPromptTokens, completionPromptTokens, wordPieceCounter, wordPieces } from './prompt-tokens.ts';
 import { RealtimeDriver } from './realtime-driver.ts';
 import {
   type ChatRequest,
@@ -113,7 +119,9 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   );
   const outputRng = deps.rng.fork('output-length');
   // Prompts are counted with the model's tokenizer when one is given, else a word-piece stand-in.
-  const tokens = options.tokenizer === undefined ? wordPieceCounter : loadTokenizer(options.tokenizer);
+  const loaded = options.tokenizer === undefined ? undefined : loadTokenizer(options.tokenizer);
+  const tokens = loaded ?? wordPieceCounter;
+  const tokenize: Tokenize = loaded === undefined ? wordPieces : (text) => loaded.encode(text);
   const faults = new FaultInjector(options.faults, deps.rng.fork('faults'));
   const readyAtMs = clock.now() + options.faults.slowStartMs;
   const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
@@ -187,6 +195,15 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       );
     }
     const maxTokens = requestedMax ?? maxModelLen - promptTokens;
+    // The prompt's identity for the prefix cache: its tokens' chained block hashes.
+    const blockHashes = options.enablePrefixCaching
+      ? chainBlockHashes(
+          kind === 'chat'
+            ? chatPromptTokenList(body as ChatRequest, tokenize)
+            : completionPromptTokenList(body as CompletionRequest, tokenize),
+          model.config.blockSize,
+        )
+      : undefined;
     // A continuation goes on where the partial answer it carries stopped, as the model would: the
     // tokens it already has count toward the request's natural length and the text continues.
     let firstToken = headerInt(req, 'x-fairway-resumed-tokens') ?? 0;
@@ -252,8 +269,10 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
         maxTokens: maxTokens * choices,
         ...(options.schedulingPolicy === 'priority' ? { priority } : {}),
         ...(adapter === undefined ? {} : { adapter }),
+        ...(blockHashes === undefined ? {} : { blockHashes }),
       },
       finishReason,
+      promptTokensDetails: options.enablePromptTokensDetails,
       ...(firstToken > 0 ? { firstToken } : {}),
       stream: body.stream === true,
       ...(choices > 1 ? { choices } : {}),
@@ -487,6 +506,7 @@ export async function startEngineSim(input: StartEngineSimOptions = {}): Promise
     ...(options.batchPolicy === undefined ? {} : { batchPolicy: options.batchPolicy }),
     ...(options.chunkedPrefill === undefined ? {} : { chunkedPrefill: options.chunkedPrefill }),
     ...(options.preemption === undefined ? {} : { preemption: options.preemption }),
+    enablePrefixCaching: options.enablePrefixCaching,
   };
   const model = new EngineModel(config);
   const sim = buildEngineSimApp({

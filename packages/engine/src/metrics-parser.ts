@@ -23,6 +23,13 @@ export const VLLM_METRIC = {
   decodeTime: 'vllm:request_decode_time_seconds',
   inferenceTime: 'vllm:request_inference_time_seconds',
   iterationTokens: 'vllm:iteration_tokens_total',
+  /** Prompt tokens looked up in the prefix cache (vLLM V1). */
+  prefixCacheQueries: 'vllm:prefix_cache_queries_total',
+  /** Of those, tokens found in the cache. */
+  prefixCacheHits: 'vllm:prefix_cache_hits_total',
+  /** The names before `prefixCacheQueries` and `prefixCacheHits` (deprecated in vLLM 0.10). */
+  gpuPrefixCacheQueries: 'vllm:gpu_prefix_cache_queries_total',
+  gpuPrefixCacheHits: 'vllm:gpu_prefix_cache_hits_total',
 } as const;
 
 /** Sum and count of one histogram, added over its series. */
@@ -51,6 +58,17 @@ export interface VllmMetrics {
   readonly preemptionsTotal: number;
   /** Finished requests, summed over `finished_reason`. */
   readonly requestSuccessTotal: number;
+  /** Prompt tokens looked up in the prefix cache; 0 when not exported. */
+  readonly prefixCacheQueriesTotal: number;
+  /** Prompt tokens found in the prefix cache; 0 when not exported. */
+  readonly prefixCacheHitsTotal: number;
+  /**
+   * Hits over queries since the engine started, 0–1; undefined before any query (or when the
+   * engine caches no prefixes). Differences between two scrapes give the recent rate.
+   */
+  readonly prefixCacheHitRate: number | undefined;
+  /** `enable_prefix_caching` of `vllm:cache_config_info`; undefined when not exported. */
+  readonly prefixCaching: boolean | undefined;
   /** Distinct `model_name` label values seen. */
   readonly modelNames: readonly string[];
   /** Every metric family on the page, by name, as parsed. */
@@ -180,6 +198,7 @@ export function parseVllmMetrics(text: string, options: ParseVllmMetricsOptions 
 
   let blockSize: number | undefined;
   let numGpuBlocks: number | undefined;
+  let prefixCaching: boolean | undefined;
   const info = families.get(VLLM_METRIC.cacheConfig);
   if (info) {
     // Under data parallelism each engine exports the same cache config; capacity adds up.
@@ -190,10 +209,15 @@ export function parseVllmMetrics(text: string, options: ParseVllmMetricsOptions 
       const nb = toNumber(s.labels?.num_gpu_blocks);
       if (Number.isFinite(bs)) blockSize = bs;
       if (Number.isFinite(nb)) blocks += nb;
+      const pc = s.labels?.enable_prefix_caching;
+      if (pc !== undefined) prefixCaching = pc === 'True' || pc === 'true';
     }
     if (blocks > 0) numGpuBlocks = blocks;
   }
 
+  const prefixCacheQueriesTotal =
+    sum(VLLM_METRIC.prefixCacheQueries) ?? sum(VLLM_METRIC.gpuPrefixCacheQueries) ?? 0;
+  const prefixCacheHitsTotal = sum(VLLM_METRIC.prefixCacheHits) ?? sum(VLLM_METRIC.gpuPrefixCacheHits) ?? 0;
   return {
     running: required(VLLM_METRIC.running),
     waiting: required(VLLM_METRIC.waiting),
@@ -206,6 +230,11 @@ export function parseVllmMetrics(text: string, options: ParseVllmMetricsOptions 
     generationTokensTotal: sum(VLLM_METRIC.generationTokens) ?? 0,
     preemptionsTotal: sum(VLLM_METRIC.preemptions) ?? 0,
     requestSuccessTotal: sum(VLLM_METRIC.requestSuccess) ?? 0,
+    prefixCacheQueriesTotal,
+    prefixCacheHitsTotal,
+    prefixCacheHitRate:
+      prefixCacheQueriesTotal > 0 ? prefixCacheHitsTotal / prefixCacheQueriesTotal : undefined,
+    prefixCaching,
     modelNames: [...modelNames],
     families,
     histograms: histogramTotals(text, options.modelName),

@@ -8,6 +8,8 @@ import { TokenizerLoadError } from './errors.ts';
 export interface LoadedTokenizer extends TokenCounter {
   /** Absolute path of the `tokenizer.json` it was loaded from. */
   readonly path: string;
+  /** The token ids of `text`, without special tokens (what `count` counts). */
+  encode(text: string): number[];
 }
 
 function readJson(path: string): unknown {
@@ -35,9 +37,7 @@ export function loadTokenizer(path: string): LoadedTokenizer {
   } catch (err) {
     throw new TokenizerLoadError(file, (err as Error).message, { cause: err });
   }
-  return {
-    path: file,
-    count: (text) =>
-      text.length === 0 ? 0 : tokenizer.encode(text, { add_special_tokens: false }).ids.length,
-  };
+  const encode = (text: string): number[] =>
+    text.length === 0 ? [] : tokenizer.encode(text, { add_special_tokens: false }).ids;
+  return { path: file, count: (text) => encode(text).length, encode };
 }

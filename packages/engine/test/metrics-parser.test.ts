@@ -109,4 +109,47 @@ vllm:inter_token_latency_seconds_created{engine="0",model_name="llama"} 1.7e9
     // Counters ending in _count or _sum that are not histograms are not taken for one.
     expect(parseVllmMetrics(page).histograms.has('vllm:request_success')).toBe(false);
   });
+
+  it('reads the prefix-cache counters of two data-parallel engines into a hit rate', () => {
+    const page = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="llama"} 1.0
+vllm:num_requests_running{engine="1",model_name="llama"} 0.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="llama"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="llama"} 0.1
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",num_gpu_blocks="7000"} 1.0
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="llama"} 3000.0
+vllm:prefix_cache_queries_total{engine="1",model_name="llama"} 1000.0
+# HELP vllm:prefix_cache_queries_created Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_created gauge
+vllm:prefix_cache_queries_created{engine="0",model_name="llama"} 1.7e9
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="llama"} 2400.0
+vllm:prefix_cache_hits_total{engine="1",model_name="llama"} 600.0
+`;
+    const m = parseVllmMetrics(page, { modelName: 'llama' });
+    expect(m.prefixCacheQueriesTotal).toBe(4000);
+    expect(m.prefixCacheHitsTotal).toBe(3000);
+    expect(m.prefixCacheHitRate).toBe(0.75);
+    expect(m.prefixCaching).toBe(true);
+  });
+
+  it('reads no prefix-cache hit rate from a page without the counters', () => {
+    const m = parseVllmMetrics(OLD_VLLM, { modelName: 'llama' });
+    expect([m.prefixCacheQueriesTotal, m.prefixCacheHitsTotal, m.prefixCacheHitRate]).toEqual([
+      0,
+      0,
+      undefined,
+    ]);
+    expect(m.prefixCaching).toBeUndefined();
+  });
 });

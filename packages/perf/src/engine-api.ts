@@ -81,6 +81,14 @@ export interface EngineConfig {
    * @default the model preset's context length (unlimited for a model without a preset)
    */
   readonly maxModelLen?: number;
+  /**
+   * vLLM's automatic prefix caching (`--enable-prefix-caching`): full KV blocks are kept under the
+   * chained hash of their tokens after their sequence leaves, and a sequence whose leading block
+   * hashes ({@link EngineSeqInput.blockHashes}) are cached skips their prefill. vLLM V1 turns it on
+   * by default; the model keeps it off unless asked, so every result obtained without it stands.
+   * @default false
+   */
+  readonly enablePrefixCaching?: boolean;
 }
 
 /** Distribution of the factor a step's time is multiplied by. */
@@ -130,6 +138,14 @@ export interface EngineSeqInput {
   readonly priority?: number;
   /** LoRA adapter / model name this sequence needs, if any. */
   readonly adapter?: string;
+  /**
+   * The sequence's identity for prefix caching: the hash of each full block of `blockSize` tokens,
+   * chained as vLLM's are (block i's hash covers every token up to the end of block i, so equal
+   * hashes mean equal prefixes). The prompt's full blocks come first; hashes past the prompt name
+   * the blocks its answer will fill, when the caller knows them (a simulated conversation does).
+   * The last, partial block has no hash and is never cached. Ignored without `enablePrefixCaching`.
+   */
+  readonly blockHashes?: readonly string[];
 }
 
 /** Something that happened to a sequence during a step; applied at the end of the step. */
@@ -148,6 +164,12 @@ export type EngineEvent =
        * the context length (vLLM answers 400 `context_length_exceeded`).
        */
       readonly contextExceeded?: boolean;
+      /**
+       * Prompt tokens found in the prefix cache when the sequence was first scheduled (vLLM's
+       * `num_cached_tokens`, reported as `usage.prompt_tokens_details.cached_tokens`). Present
+       * only with `enablePrefixCaching`.
+       */
+      readonly cachedTokens?: number;
     }
   | { readonly kind: 'preempted'; readonly id: string };
 
@@ -182,8 +204,18 @@ export interface EngineStats {
   readonly numGpuBlocks: number;
   readonly maxNumSeqs: number;
   readonly preemptionsTotal: number;
+  /** Prompt tokens prefilled (recomputed ones included, prefix-cache hits not). */
   readonly promptTokensTotal: number;
   readonly generationTokensTotal: number;
+  /**
+   * Prompt tokens looked up in the prefix cache by sequences scheduled for the first time
+   * (`vllm:prefix_cache_queries`); 0 without `enablePrefixCaching`.
+   */
+  readonly prefixCacheQueriesTotal: number;
+  /** Of those, tokens found in the cache (`vllm:prefix_cache_hits`). */
+  readonly prefixCacheHitsTotal: number;
+  /** Whether the engine caches prefixes (`enable_prefix_caching` of `vllm:cache_config_info`). */
+  readonly prefixCaching: boolean;
   readonly requestsFinishedTotal: number;
   readonly stepsTotal: number;
 }

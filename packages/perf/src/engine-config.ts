@@ -59,6 +59,7 @@ export const engineConfigSchema = z
     costModel: costModelSchema.optional(),
     stepNoise: stepNoiseSchema.optional(),
     maxModelLen: positiveInt.optional(),
+    enablePrefixCaching: z.boolean().optional(),
   })
   .strict();
 
@@ -103,5 +104,6 @@ export function resolveEngineConfig(config: EngineConfig, source?: string): Reso
       c.maxModelLen ??
       (MODELS as Readonly<Record<string, ModelSpec>>)[c.model]?.maxModelLen ??
       Number.POSITIVE_INFINITY,
+    enablePrefixCaching: c.enablePrefixCaching ?? false,
   };
 }

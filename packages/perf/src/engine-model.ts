@@ -11,6 +11,7 @@ import type {
 } from './engine-api.ts';
 import { type ResolvedEngineConfig, resolveEngineConfig } from './engine-config.ts';
 import { PerfError, PerfErrorCode } from './errors.ts';
+import { type CachedBlock, PrefixCache } from './prefix-cache.ts';
 
 /** A sequence's mutable state inside the engine. */
 class Seq {
@@ -35,6 +36,14 @@ class Seq {
   heapIndex = -1;
   /** Engine time since its first token, ms (steps it ran in and steps that stalled it). */
   decodeMs = 0;
+  /** Chained hashes of its full blocks (prefix caching); empty when it has none or caching is off. */
+  readonly hashes: readonly string[];
+  /** Cached blocks it holds, in block order: its prefix-cache hits, then the blocks it filled. */
+  refs: CachedBlock[] = [];
+  /** Leading blocks already hit or offered to the cache. */
+  offered = 0;
+  /** Prompt tokens found in the prefix cache when it was first scheduled. */
+  cachedTokens: number | undefined;
 
   constructor(input: EngineSeqInput, order: number) {
     this.id = input.id;
@@ -44,6 +53,7 @@ class Seq {
     this.priority = input.priority ?? 0;
     this.order = order;
     this.prompt = input.inputTokens;
+    this.hashes = input.blockHashes ?? [];
   }
 }
 
@@ -151,6 +161,14 @@ const byPriorityThenOrder = (a: Seq, b: Seq): number => a.priority - b.priority 
  * back (InferMax section 3.3) — and never preempts. Step time comes from the
  * configured {@link StepCostModel}.
  *
+ * With `enablePrefixCaching`, blocks follow vLLM V1's automatic prefix caching: a sequence's full
+ * blocks are registered under their chained hashes ({@link EngineSeqInput.blockHashes}) once
+ * computed; at admission the longest cached run of its leading hashes (at most its prompt minus
+ * one token) is shared, reference-counted, and only the rest is prefilled; a finished or preempted
+ * sequence's cached blocks stay cached as free blocks, tail first, and an allocation that finds no
+ * uncached free block evicts the least recently freed one. Cached free blocks count as free, as
+ * in vLLM's `kv_cache_usage_perc`.
+ *
  * Deviations from vLLM, chosen for a model that never loses a request: a prompt longer than
  * `maxNumBatchedTokens` (without chunked prefill) runs alone in a step instead of being rejected;
  * a decode preempts only when it actually needs a new block (vLLM v0 asks for one free block per
@@ -187,6 +205,10 @@ export class EngineModel implements EngineModelApi {
   #generationTokens = 0;
   #finished = 0;
   #steps = 0;
+  /** vLLM's automatic prefix caching; undefined when off. */
+  readonly #cache: PrefixCache | undefined;
+  #prefixQueries = 0;
+  #prefixHits = 0;
   /** Multiplies a step's modelled time by a draw of the configured noise (identity when off). */
   readonly #jitter: (ms: number) => number;
 
@@ -209,6 +231,7 @@ export class EngineModel implements EngineModelApi {
     this.#decodeFirst = this.config.batchPolicy === 'decode-priority';
     this.#evictionFree = this.config.preemption === 'eviction-free';
     this.#priority = this.config.priorityScheduling;
+    this.#cache = this.config.enablePrefixCaching ? new PrefixCache() : undefined;
   }
 
   add(seq: EngineSeqInput): void {
@@ -315,14 +338,13 @@ export class EngineModel implements EngineModelApi {
       });
     };
     const preempt = new Set<Seq>();
-    let free = this.#freeBlocks;
     for (const id of plan.preempt ?? []) {
       const s = this.#seqs.get(id);
       if (s?.state !== 'running') fail(`cannot preempt "${id}": it is not running`, id);
       if (this.#evictionFree) fail(`cannot preempt "${id}": the engine is eviction-free`, id);
       preempt.add(s!);
-      free += s!.blocks;
     }
+    let free = this.#freeBlocks + this.#freedBy(preempt);
     let running = this.#running.length - preempt.size;
     let tokens = 0;
     let prefill = 0;
@@ -370,12 +392,12 @@ export class EngineModel implements EngineModelApi {
         const need = this.#blocksFor(this.#evictionFree ? s.input + s.maxTokens - 1 : s.prompt);
         this.#waiting.remove(s);
         s.state = 'running';
-        s.blocks = need;
-        this.#freeBlocks -= need;
+        // A planned batch was chosen without the prefix cache: its prefills start from scratch.
+        this.#take(s, [], need, false);
         this.#running.push(s);
         events.push({ kind: 'scheduled', id: s.id });
       } else if (s.computed >= s.prompt && s.computed + 1 > s.blocks * this.#blockSize) {
-        this.#freeBlocks--;
+        this.#allocate(1);
         s.blocks++;
       }
       s.stepTokens = t;
@@ -405,16 +427,112 @@ export class EngineModel implements EngineModelApi {
       generationTokensTotal: this.#generationTokens,
       requestsFinishedTotal: this.#finished,
       stepsTotal: this.#steps,
+      prefixCacheQueriesTotal: this.#prefixQueries,
+      prefixCacheHitsTotal: this.#prefixHits,
+      prefixCaching: this.#cache !== undefined,
     };
+  }
+
+  /**
+   * The KV blocks as counted from the sequences that hold them, for checking the engine's own free
+   * count: `inUse` blocks held by running sequences (a shared cached block once), `free` blocks
+   * holding nothing, `cachedFree` free blocks still cached, and `refErrors` cached blocks whose
+   * reference count differs from the number of running sequences holding them.
+   */
+  auditKvBlocks(): { total: number; inUse: number; free: number; cachedFree: number; refErrors: number } {
+    let inUse = 0;
+    const holders = new Map<CachedBlock, number>();
+    for (const s of this.#running) {
+      inUse += s.blocks - s.refs.length;
+      for (const b of s.refs) holders.set(b, (holders.get(b) ?? 0) + 1);
+    }
+    let refErrors = 0;
+    for (const [b, n] of holders) if (b.refs !== n) refErrors++;
+    inUse += holders.size;
+    const cachedFree = this.#cache?.evictable ?? 0;
+    return { total: this.#numBlocks, inUse, free: this.#freeBlocks - cachedFree, cachedFree, refErrors };
   }
 
   #blocksFor(tokens: number): number {
     return Math.ceil(tokens / this.#blockSize);
   }
 
+  /**
+   * Takes `n` blocks from the free pool. Truly free blocks go first; past them, the least recently
+   * freed cached blocks are evicted (callers check that `n` blocks are free).
+   */
+  #allocate(n: number): void {
+    this.#freeBlocks -= n;
+    const cache = this.#cache;
+    if (cache) while (this.#freeBlocks < cache.evictable && cache.evictOldest());
+  }
+
+  /**
+   * Admits `s` with `need` blocks, `hit` of them its prefix-cache hit (shared with whoever holds
+   * them, taken off the free pool when free); its prefill starts after the hit. `looked` says
+   * whether the cache was looked up (counted in the prefix-cache stats).
+   */
+  #take(s: Seq, hit: readonly CachedBlock[], need: number, looked = true): void {
+    const cache = this.#cache;
+    if (cache) {
+      for (const b of hit) if (cache.acquire(b)) this.#freeBlocks--;
+      s.refs = [...hit];
+      s.offered = hit.length;
+      s.computed = hit.length * this.#blockSize;
+      const first = s.cachedTokens === undefined;
+      if (first) s.cachedTokens = s.computed;
+      // vLLM counts the lookups of requests scheduled for the first time; a preempted request's
+      // return goes to separate `preempted` stats it does not export.
+      if (first && looked) {
+        this.#prefixQueries += s.prompt;
+        this.#prefixHits += s.computed;
+      }
+    }
+    this.#allocate(need - hit.length);
+    s.blocks = need;
+  }
+
+  /**
+   * The longest run of `s`'s leading block hashes in the prefix cache. At most the prompt minus
+   * one token hits (vLLM's `max_cache_hit_length`): the last prompt token is always computed, for
+   * its logits, so a prompt wholly in the cache still prefills its last block.
+   */
+  #lookup(s: Seq): CachedBlock[] {
+    if (!this.#cache || s.hashes.length === 0) return [];
+    return this.#cache.match(s.hashes, Math.floor((s.prompt - 1) / this.#blockSize));
+  }
+
+  /** Registers the blocks `s` has filled since the last call under their hashes. */
+  #offer(s: Seq): void {
+    const cache = this.#cache!;
+    const full = Math.min(Math.floor(s.computed / this.#blockSize), s.hashes.length);
+    for (; s.offered < full; s.offered++) {
+      const b = cache.insert(s.hashes[s.offered]!);
+      if (b) s.refs.push(b);
+    }
+  }
+
+  /** Returns `s`'s blocks: its uncached ones to the free pool, its cached ones last block first. */
   #free(s: Seq): void {
-    this.#freeBlocks += s.blocks;
+    this.#freeBlocks += s.blocks - s.refs.length;
+    const cache = this.#cache;
+    // Tail blocks are freed first so that they are evicted first and shared prefixes outlive them.
+    if (cache) for (let i = s.refs.length - 1; i >= 0; i--) if (cache.release(s.refs[i]!)) this.#freeBlocks++;
     s.blocks = 0;
+    s.refs = [];
+    s.offered = 0;
+  }
+
+  /** Blocks that preempting every sequence of `seqs` would return to the free pool. */
+  #freedBy(seqs: ReadonlySet<Seq>): number {
+    let freed = 0;
+    const drops = new Map<CachedBlock, number>();
+    for (const s of seqs) {
+      freed += s.blocks - s.refs.length;
+      for (const b of s.refs) drops.set(b, (drops.get(b) ?? 0) + 1);
+    }
+    for (const [b, n] of drops) if (b.refs === n) freed++;
+    return freed;
   }
 
   /** Every running sequence in the decode phase gets one token, preempting the newest when out of blocks. */
@@ -435,7 +553,7 @@ export class EngineModel implements EngineModelApi {
             break;
           }
         }
-        this.#freeBlocks--;
+        this.#allocate(1);
         s.blocks++;
       }
       s.stepTokens = 1;
@@ -491,18 +609,21 @@ export class EngineModel implements EngineModelApi {
         this.#ignore(s, events);
         continue;
       }
-      if (this.#freeBlocks - need < this.#watermarkBlocks) break;
-      let chunk = s.prompt;
+      const hit = this.#lookup(s);
+      let taken = need - hit.length;
+      for (const b of hit) if (b.refs === 0) taken++;
+      if (this.#freeBlocks - taken < this.#watermarkBlocks) break;
+      const left = s.prompt - hit.length * this.#blockSize;
+      let chunk = left;
       const room = Math.min(budget, this.#prefillLeft);
       if (chunk > room) {
         if (this.#chunked && room > 0) chunk = room;
-        else if (batch.length === 0 && budget === this.#budget) chunk = s.prompt;
+        else if (batch.length === 0 && budget === this.#budget) chunk = left;
         else break;
       }
       this.#waiting.pop();
       s.state = 'running';
-      s.blocks = need;
-      this.#freeBlocks -= need;
+      this.#take(s, hit, need);
       s.stepTokens = chunk;
       this.#running.push(s);
       batch.push(s);
@@ -560,6 +681,7 @@ export class EngineModel implements EngineModelApi {
       }
       s.computed += t;
       s.stepTokens = 0;
+      if (this.#cache && s.offered < s.hashes.length) this.#offer(s);
       if (s.computed < s.prompt) continue;
       s.generated++;
       this.#generationTokens++;
@@ -571,7 +693,11 @@ export class EngineModel implements EngineModelApi {
         this.#seqs.delete(s.id);
         this.#finished++;
         finishedAny = true;
-        events.push({ kind: 'finished', id: s.id, generated: s.generated });
+        events.push(
+          this.#cache
+            ? { kind: 'finished', id: s.id, generated: s.generated, cachedTokens: s.cachedTokens ?? 0 }
+            : { kind: 'finished', id: s.id, generated: s.generated },
+        );
       }
     }
     if (finishedAny) this.#running = this.#running.filter((s) => s.state === 'running');

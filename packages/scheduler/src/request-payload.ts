@@ -25,6 +25,8 @@ export const requestDescriptorSchema = z
     interactionStage: count.optional(),
     interactionSize: z.number().int().positive().optional(),
     priority: z.number().finite().optional(),
+    blockHashes: z.array(z.string()).optional(),
+    thinkMs: z.number().finite().nonnegative().optional(),
   })
   .strict();
 
@@ -67,7 +69,9 @@ function plainDescriptor(data: unknown): data is RequestDescriptor {
     optional(r.interactionId, isString) &&
     optional(r.interactionStage, isCount) &&
     optional(r.interactionSize, (v) => isCount(v) && (v as number) > 0) &&
-    optional(r.priority, isNumber)
+    optional(r.priority, isNumber) &&
+    optional(r.blockHashes, (v) => Array.isArray(v) && v.every(isString)) &&
+    optional(r.thinkMs, (v) => isNumber(v) && (v as number) >= 0)
   );
 }
 

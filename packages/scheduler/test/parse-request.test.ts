@@ -18,9 +18,26 @@ const BASE = {
   interactionStage: 0,
   interactionSize: 2,
   priority: -1,
+  blockHashes: ['a/0', 'a/1'],
 };
 
-const ODD: unknown[] = [undefined, null, '', 'x', -1, 0, 1, 1.5, 2 ** 60, Number.NaN, true, [], {}];
+const ODD: unknown[] = [
+  undefined,
+  null,
+  '',
+  'x',
+  -1,
+  0,
+  1,
+  1.5,
+  2 ** 60,
+  Number.NaN,
+  true,
+  [],
+  {},
+  ['x'],
+  [1],
+];
 
 describe('parseRequest (descriptors read without zod when plainly valid)', () => {
   it('accepts and rejects exactly what the schema does, whatever one field holds', () => {

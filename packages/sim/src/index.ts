@@ -204,6 +204,7 @@ export {
   byArrival,
   generateStream,
   generateWorkload,
+  type PrefixSpec,
   type StreamSpec,
   streamNames,
   type WorkloadSpec,

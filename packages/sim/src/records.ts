@@ -47,6 +47,11 @@ export interface SimRun {
   readonly samples: readonly EngineSample[];
   readonly engineSteps: number;
   readonly preemptions: number;
+  /**
+   * Prompt tokens the engines looked up in their prefix caches and found there (vLLM's
+   * `prefix_cache_queries` / `prefix_cache_hits`), summed; absent unless an engine caches prefixes.
+   */
+  readonly prefixCache?: { readonly queries: number; readonly hits: number } | undefined;
   /** Model swaps an SLO control completed (multi-model pools); absent without a control. */
   readonly swaps?: number | undefined;
   /**

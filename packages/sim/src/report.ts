@@ -72,6 +72,8 @@ export interface SimReport {
     readonly e2eP99S: number | null;
   };
   readonly preemptions: number;
+  /** Prefix-cache tokens queried and hit, and their ratio (runs whose engines cache prefixes only). */
+  readonly prefixCache?: { readonly queries: number; readonly hits: number; readonly hitRate: number | null };
   /** Aladdin's prediction errors per replica and re-predictions (`reserve: 'predicted'` runs only). */
   readonly prediction?: SimRun['prediction'];
   readonly engineSteps: number;
@@ -149,6 +151,15 @@ export function buildReport(
       e2eP99S: round(m.latency.e2eS.p99),
     },
     preemptions: m.preemptions,
+    ...(run.prefixCache
+      ? {
+          prefixCache: {
+            ...run.prefixCache,
+            hitRate:
+              run.prefixCache.queries > 0 ? round(run.prefixCache.hits / run.prefixCache.queries, 4) : null,
+          },
+        }
+      : {}),
     ...(run.prediction ? { prediction: run.prediction } : {}),
     engineSteps: m.engineSteps,
     kv: { meanUsage: round(m.kv.meanUsage, 4), maxUsage: round(m.kv.maxUsage, 4) },
@@ -241,6 +252,7 @@ export function formatReport(r: SimReport): string {
       ['TPOT p50 / p99', `${fmt(r.latency.tpotP50S, ' s')} / ${fmt(r.latency.tpotP99S, ' s')}`],
       ['end-to-end p50 / p99', `${fmt(r.latency.e2eP50S, ' s')} / ${fmt(r.latency.e2eP99S, ' s')}`],
       ['KV usage mean / max', `${fmt(r.kv.meanUsage)} / ${fmt(r.kv.maxUsage)}`],
+      ...(r.prefixCache ? [['prefix cache hits / queried tokens', fmt(r.prefixCache.hitRate)]] : []),
       ...r.slo.map((s) => [`SLO ${s.sloClass} (TTFT ≤ ${s.ttftTargetS} s)`, fmt(s.attainment)]),
     ],
   );

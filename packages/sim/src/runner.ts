@@ -154,6 +154,8 @@ interface Rec {
 
 type SimEvent =
   | { readonly kind: 'arrival'; readonly index: number }
+  /** A closed-loop follow-up sent by the client of `gateway` once the call before it finished. */
+  | { readonly kind: 'follow-up'; readonly req: RequestDescriptor; readonly gateway: number }
   | { readonly kind: 'step'; readonly member: ClusterMember; readonly result: StepResult }
   | { readonly kind: 'flush'; readonly gateway: number }
   | { readonly kind: 'control' }
@@ -225,6 +227,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
       outputTokens: Math.max(1, (d.req.outputTokens ?? d.req.maxTokens) - done),
       maxTokens: Math.max(1, d.req.maxTokens - done),
       ...(d.req.priority !== undefined ? { priority: d.req.priority } : {}),
+      ...(d.req.blockHashes !== undefined ? { blockHashes: d.req.blockHashes } : {}),
     });
     onMember[member.index]!.add(d.id);
     control?.onDispatched(d.id, d.replica);
@@ -305,7 +308,16 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           rec.generated = rec.resumeFrom + e.generated;
           if (e.contextExceeded) rec.rejected = { code: 'context_length_exceeded', atS: t };
           else if (e.ignored) rec.rejected = { code: 'context_too_long', atS: t };
-          else rec.finishS = t;
+          else {
+            rec.finishS = t;
+            const follower = followers.get(e.id);
+            if (follower)
+              queue.push(clock.now() + (follower.thinkMs ?? 0), {
+                kind: 'follow-up',
+                req: follower,
+                gateway: rec.gateway,
+              });
+          }
           here.delete(e.id);
           control?.onFinished(rec.req, rec.generated);
           await gateways[rec.gateway]!.complete(e.id, {
@@ -383,6 +395,43 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   const arrivals = input.arrivals;
   const abandon = input.abandonRejectedInteractions ?? true;
   const abandoned = new Set<string>();
+  // Closed-loop follow-ups (`thinkMs`) by the id of the call they follow: sent when it finishes.
+  const followers = new Map<string, RequestDescriptor>();
+  const stages = new Map<string, RequestDescriptor>();
+  for (const a of arrivals)
+    if (a.interactionId !== undefined && a.interactionStage !== undefined)
+      stages.set(`${a.interactionId}#${a.interactionStage}`, a);
+  for (const a of arrivals) {
+    if (a.thinkMs === undefined || !a.interactionStage) continue;
+    const before = stages.get(`${a.interactionId}#${a.interactionStage - 1}`);
+    if (before) followers.set(before.id, a);
+  }
+  const deferred = new Set(followers.values());
+  const arrive = async (req: RequestDescriptor, g: number): Promise<void> => {
+    const rec: Rec = {
+      req,
+      gateway: g,
+      rejected: undefined,
+      dispatchS: undefined,
+      replica: undefined,
+      firstTokenS: undefined,
+      finishS: undefined,
+      generated: 0,
+      preemptions: 0,
+      resumeFrom: 0,
+      evictions: 0,
+      dispatchMs: 0,
+    };
+    recs.set(req.id, rec);
+    records.push(rec);
+    control?.onArrival(req);
+    const res = await gateways[g]!.submit(req);
+    if (!res.ok) {
+      control?.onRejected(req.id);
+      rec.rejected = { code: res.code, atS: nowS() };
+      if (abandon && req.interactionId !== undefined) abandoned.add(req.interactionId);
+    }
+  };
   if (arrivals.length > 0 && arrivals[0]!.arrivalMs <= durationMs)
     queue.push(Math.max(0, arrivals[0]!.arrivalMs), { kind: 'arrival', index: 0 });
   let nextProgressS = 1;
@@ -400,32 +449,14 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         if (next && next.arrivalMs <= durationMs)
           queue.push(next.arrivalMs, { kind: 'arrival', index: item.index + 1 });
         if (req.interactionId !== undefined && abandoned.has(req.interactionId)) break;
-        const g = item.index % dispatchers;
-        const rec: Rec = {
-          req,
-          gateway: g,
-          rejected: undefined,
-          dispatchS: undefined,
-          replica: undefined,
-          firstTokenS: undefined,
-          finishS: undefined,
-          generated: 0,
-          preemptions: 0,
-          resumeFrom: 0,
-          evictions: 0,
-          dispatchMs: 0,
-        };
-        recs.set(req.id, rec);
-        records.push(rec);
-        control?.onArrival(req);
-        const res = await gateways[g]!.submit(req);
-        if (!res.ok) {
-          control?.onRejected(req.id);
-          rec.rejected = { code: res.code, atS: nowS() };
-          if (abandon && req.interactionId !== undefined) abandoned.add(req.interactionId);
-        }
+        if (deferred.has(req)) break;
+        await arrive(req, item.index % dispatchers);
         break;
       }
+      case 'follow-up':
+        if (item.req.interactionId !== undefined && abandoned.has(item.req.interactionId)) break;
+        await arrive({ ...item.req, arrivalMs: ev.timeMs }, item.gateway);
+        break;
       case 'step':
         await onStepEnd(item.member, item.result);
         break;
@@ -480,10 +511,16 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
 
   let engineSteps = 0;
   let preemptions = 0;
+  let prefixCache: { queries: number; hits: number } | undefined;
   for (const m of cluster.members) {
     const s = m.engine.stats();
     engineSteps += s.stepsTotal;
     preemptions += s.preemptionsTotal;
+    if (s.prefixCaching) {
+      prefixCache ??= { queries: 0, hits: 0 };
+      prefixCache.queries += s.prefixCacheQueriesTotal;
+      prefixCache.hits += s.prefixCacheHitsTotal;
+    }
   }
   return {
     scenario: input.scenario,
@@ -495,6 +532,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     samples,
     engineSteps,
     preemptions,
+    ...(prefixCache ? { prefixCache } : {}),
     ...(control ? { swaps: swapsDone } : {}),
     ...(input.reserve === 'predicted' ? { prediction: predictionOf(gateways) } : {}),
     tenantWeights:

@@ -114,6 +114,7 @@ const interactionSchema = z
           })
           .strict(),
         z.object({ mode: z.literal('fixed-gap'), gapS: nonNeg }).strict(),
+        z.object({ mode: z.literal('after-completion'), thinkS: durationSpecSchema.optional() }).strict(),
       ])
       .optional(),
   })
@@ -136,6 +137,15 @@ export const streamSchema = z
     startS: nonNeg.optional(),
     endS: pos.optional(),
     interaction: interactionSchema.optional(),
+    prefix: z
+      .object({
+        sharedTokens: z.number().int().nonnegative().optional(),
+        conversation: z.boolean().optional(),
+        blockSize: posInt.optional(),
+        maxContextTokens: posInt.optional(),
+      })
+      .strict()
+      .optional(),
   })
   .strict()
   .refine((s) => s.endS === undefined || s.endS > (s.startS ?? 0), {
@@ -159,6 +169,8 @@ export const engineOptionsSchema = z
     maxNumPrefillTokens: posInt.optional(),
     preemptionVictim: z.enum(['newest', 'cheapest-refill']).optional(),
     priorityScheduling: z.boolean().optional(),
+    /** vLLM's `--enable-prefix-caching`: requests with block hashes (stream `prefix`) share KV blocks. */
+    enablePrefixCaching: z.boolean().optional(),
     /** Step-time jitter, e.g. `{ distribution: lognormal }` (CV 0.10, vLLM's measured decode jitter). */
     stepNoise: stepNoiseSchema.optional(),
   })
@@ -275,6 +287,15 @@ export const scenarioSchema = z
           code: 'custom',
           path: ['streams', i, 'startS'],
           message: `starts at or after the end of the run (${s.durationS} s)`,
+        });
+      // Hashes made for another block size would never match an engine's blocks.
+      const hashed = st.prefix?.blockSize ?? 16;
+      const sizes = new Set(s.cluster.engines.map((e) => e.options?.blockSize ?? 16));
+      if (st.prefix && [...sizes].some((b) => b !== hashed))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['streams', i, 'prefix', 'blockSize'],
+          message: `is ${hashed}, the engines' block size is ${[...sizes].join(', ')}`,
         });
     });
   });

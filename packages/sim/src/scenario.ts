@@ -20,6 +20,7 @@ import { QLM_SCENARIOS } from './qlm-scenarios.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';
 import { FAIRSERVE_SCENARIOS } from './scenarios/fairserve.ts';
+import { PREFIX_SCENARIOS } from './scenarios/prefix.ts';
 import { VTC_SCENARIOS } from './scenarios/vtc.ts';
 import { VTC_APPENDIX_SCENARIOS } from './scenarios/vtc-appendix.ts';
 import { loadTrace, splitTenantIds, TRACE_FILES, type TraceRow, traceWorkload } from './trace.ts';
@@ -31,6 +32,7 @@ const BUILTIN: Readonly<Record<string, ScenarioInput>> = {
   ...AZURE_SCENARIOS,
   ...FAIRSERVE_SCENARIOS,
   ...QLM_SCENARIOS,
+  ...PREFIX_SCENARIOS,
 };
 
 /** A scenario ready to run: validated, named, and where relative trace paths resolve from. */

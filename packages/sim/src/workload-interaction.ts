@@ -49,7 +49,12 @@ export type FollowUpSpec =
       /** Expected time per output token, seconds. @default 0.05 */
       readonly tpotS?: number | undefined;
     }
-  | { readonly mode: 'fixed-gap'; readonly gapS: number };
+  | { readonly mode: 'fixed-gap'; readonly gapS: number }
+  /**
+   * Closed loop: the next call is sent when the previous call's answer is complete, after a think
+   * time (the runner waits for the real completion; the expected one only orders the workload).
+   */
+  | { readonly mode: 'after-completion'; readonly thinkS?: DurationSpec | undefined };
 
 /** Interaction settings of a stream. */
 export interface InteractionSpec {
@@ -89,11 +94,21 @@ export function sampleDuration(spec: DurationSpec, rng: Rng): number {
   }
 }
 
-/** Seconds between a call with `outputTokens` arriving and the next call of its interaction. */
-export function followUpGap(spec: FollowUpSpec | undefined, outputTokens: number, rng: Rng): number {
-  if (spec?.mode === 'fixed-gap') return spec.gapS;
-  const ttft = spec?.ttftS ?? 0.5;
-  const tpot = spec?.tpotS ?? 0.05;
-  const think = spec?.thinkS ? sampleDuration(spec.thinkS, rng) : 1;
-  return ttft + outputTokens * tpot + think;
+/**
+ * Seconds between a call with `outputTokens` arriving and the next call of its interaction, and
+ * the think time inside that gap (0 for `fixed-gap`). A closed-loop
+ * follow-up waits the think time after the real completion; the gap (expected completion plus
+ * think time, with the default TTFT and TPOT) only orders the workload.
+ */
+export function followUpTiming(
+  spec: FollowUpSpec | undefined,
+  outputTokens: number,
+  rng: Rng,
+): { readonly gapS: number; readonly thinkS: number } {
+  if (spec?.mode === 'fixed-gap') return { gapS: spec.gapS, thinkS: 0 };
+  const expected = spec?.mode === 'after-completion' ? undefined : spec;
+  const ttft = expected?.ttftS ?? 0.5;
+  const tpot = expected?.tpotS ?? 0.05;
+  const thinkS = spec?.thinkS ? sampleDuration(spec.thinkS, rng) : 1;
+  return { gapS: ttft + outputTokens * tpot + thinkS, thinkS };
 }

@@ -6,7 +6,7 @@
  */
 import type { RequestDescriptor, Rng } from '@fairway/core';
 import { createRng, type LengthSpec, lengthSampler } from '@fairway/core';
-import { followUpGap, type InteractionSpec, interactionSizeSampler } from './workload-interaction.ts';
+import { followUpTiming, type InteractionSpec, interactionSizeSampler } from './workload-interaction.ts';
 import { type ArrivalSpec, arrivalTimes } from './workload-rate.ts';
 
 /** One stream of requests from one tenant. */
@@ -40,6 +40,42 @@ export interface StreamSpec {
   readonly endS?: number | undefined;
   /** Interactions of several calls; omitted means one call per arrival. */
   readonly interaction?: InteractionSpec | undefined;
+  /** Prompts that share prefixes, with the block hashes prefix caching compares. */
+  readonly prefix?: PrefixSpec | undefined;
+}
+
+/**
+ * How a stream's prompts share prefixes. Each request carries the chained hashes of its full KV
+ * blocks (prompt, then answer): equal hashes mean equal tokens up to the end of the block.
+ */
+export interface PrefixSpec {
+  /**
+   * Tokens every prompt of the stream starts with (an agent's system prompt), before the sampled
+   * input. @default 0
+   */
+  readonly sharedTokens?: number | undefined;
+  /**
+   * The calls of one interaction are turns of one conversation: each turn's prompt is the previous
+   * turn's prompt and answer followed by the sampled input (the new user message). @default false
+   */
+  readonly conversation?: boolean | undefined;
+  /** Tokens per KV block the hashes are made for (the engines' `blockSize`). @default 16 */
+  readonly blockSize?: number | undefined;
+  /**
+   * A conversation ends before a turn whose prompt plus `max_tokens` would exceed this (the
+   * model's context length). @default 4096
+   */
+  readonly maxContextTokens?: number | undefined;
+}
+
+/** The chained block hashes of a prompt of `tokens` tokens (and its answer) under a prefix spec. */
+function prefixHashes(p: PrefixSpec, stream: string, key: string, tokens: number): string[] {
+  const bs = p.blockSize ?? 16;
+  const shared = p.sharedTokens ?? 0;
+  const out: string[] = [];
+  for (let b = 0; b < Math.floor(tokens / bs); b++)
+    out.push((b + 1) * bs <= shared ? `${stream}:shared/${b}` : `${stream}:${key}/${b}`);
+  return out;
 }
 
 /** A whole synthetic workload. */
@@ -91,12 +127,22 @@ export function generateStream(
     const user = users > 1 ? `${stream.tenant}/u${interactionRng.int(1, users)}` : undefined;
     const interactionId = sizeOf ? `${name}:i${i}` : undefined;
     let t = starts[i]!;
+    /** Tokens of the conversation so far: earlier turns' prompts and answers. */
+    let history = 0;
+    const closedLoop = stream.interaction?.followUp?.mode === 'after-completion';
+    let thinkS: number | undefined;
     for (let stage = 0; stage < size; stage++) {
       if (t >= opts.durationS) break;
-      const inputTokens = input.sample(lengthRng);
+      const sampled = input.sample(lengthRng);
       const outputTokens = output.sample(lengthRng);
+      const p = stream.prefix;
+      const inputTokens = p ? (history > 0 ? history : (p.sharedTokens ?? 0)) + sampled : sampled;
+      if (p && inputTokens + maxTokensOf(outputTokens) > (p.maxContextTokens ?? 4096)) break;
+      const id = `${name}-${seq++}`;
+      const key = p?.conversation ? (interactionId ?? id) : id;
+      if (p?.conversation) history = inputTokens + outputTokens;
       out.push({
-        id: `${name}-${seq++}`,
+        id,
         tenant: stream.tenant,
         app: stream.app,
         user,
@@ -110,8 +156,12 @@ export function generateStream(
         interactionId,
         interactionStage: sizeOf ? stage : undefined,
         interactionSize: sizeOf ? size : undefined,
+        ...(p ? { blockHashes: prefixHashes(p, name, key, inputTokens + outputTokens) } : {}),
+        ...(thinkS === undefined ? {} : { thinkMs: roundMs(thinkS * 1000) }),
       });
-      t += followUpGap(stream.interaction?.followUp, outputTokens, interactionRng);
+      const next = followUpTiming(stream.interaction?.followUp, outputTokens, interactionRng);
+      if (closedLoop) thinkS = next.thinkS;
+      t += next.gapS;
     }
   }
   return out;

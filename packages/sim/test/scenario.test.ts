@@ -50,6 +50,16 @@ describe('scenario validation', () => {
     expect(issues(bad).join('\n')).toMatch(/streams\[0\]\.tenant: unknown tenant "ghost"/);
   });
 
+  it('names a shared-prefix stream hashed for another block size than the engines’', () => {
+    const bad = { ...base, streams: [{ ...base.streams[0], prefix: { sharedTokens: 100, blockSize: 32 } }] };
+    expect(issues(bad).join('\n')).toMatch(
+      /streams\[0\]\.prefix\.blockSize: is 32, the engines' block size is 16/,
+    );
+    expect(() =>
+      parseScenario({ ...base, streams: [{ ...base.streams[0], prefix: { sharedTokens: 100 } }] }),
+    ).not.toThrow();
+  });
+
   it('names unknown keys, bad process names and bad length specs', () => {
     const bad = {
       ...base,
