@@ -27,6 +27,7 @@ import { RegistryReplicaSource } from './replica-source.ts';
 import { logAccess, RECORD, type RecordedRequest, RequestRecord, requestIdOf } from './request-record.ts';
 import { type AdminApiSettings, adminApiRoutes } from './routes/admin-api.ts';
 import { adminOverviewRoute } from './routes/admin-overview.ts';
+import { anthropicRoutes } from './routes/anthropic.ts';
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { healthRoutes, metricsRoute, observeGauges } from './routes/ops.ts';
@@ -90,6 +91,7 @@ const KNOWN_ROUTES: Record<string, string> = {
   '/v1/chat/completions': 'POST',
   '/v1/completions': 'POST',
   '/v1/embeddings': 'POST',
+  '/v1/messages': 'POST',
   '/v1/models': 'GET',
   '/health': 'GET',
   '/ready': 'GET',
@@ -367,6 +369,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     ctx,
     models: () => [...new Set([...scheduling.configuredModels, ...replicas.models()])].sort(),
   });
+  void app.register(anthropicRoutes, { ctx, logger });
 
   // Metrics apart from the public API: tenants' ids, outcomes and token counts are for operators.
   const operator = Fastify({

@@ -10,6 +10,7 @@ import {
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
 import type { ActivityLog } from './activity-log.ts';
+import type { AnswerShape } from './answer-shape.ts';
 import type { Authenticator } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
@@ -86,15 +87,27 @@ export interface CompletionContext {
 }
 
 /**
+ * A request of another API served as a chat completion (Anthropic's Messages API): the chat body
+ * it translates to, and how the engine's answer is rewritten for its client.
+ */
+export interface TranslatedRequest {
+  /** The chat completions body, validated and described as a client's would be. */
+  readonly body: unknown;
+  readonly shape: AnswerShape;
+}
+
+/**
  * Serves `POST /v1/chat/completions`, `POST /v1/completions` and `POST /v1/embeddings` along DESIGN.md's request path:
  * authenticate, validate, describe, admit and enqueue (one store round trip), hold until a replica
  * has room, proxy, settle. Every failure before the response starts is thrown as an `ApiError`.
+ * With `translated`, its body is served instead of the request's and the answer is reshaped.
  */
 export async function handleCompletion(
   ctx: CompletionContext,
   endpoint: Endpoint,
   request: RecordedRequest,
   reply: FastifyReply,
+  translated?: TranslatedRequest,
 ): Promise<void> {
   const record = request[RECORD] ?? new RequestRecord(ctx.timer.now(), undefined);
   const arrivedAt = record.arrivedAt;
@@ -119,11 +132,12 @@ export async function handleCompletion(
   const principal = ctx.auth.principal(request.headers);
   record.tenant = principal.tenant;
   const headers = readFairwayHeaders(request.headers);
+  const raw = translated === undefined ? request.body : translated.body;
   refuseUnknownFields(
-    request.body,
+    raw,
     endpoint === 'chat' ? CHAT_FIELDS : endpoint === 'completions' ? COMPLETION_FIELDS : EMBEDDING_FIELDS,
   );
-  const body = validBody(endpoint, request.body);
+  const body = validBody(endpoint, raw);
   const pool = ctx.poolFor(body.model);
   const poolConfig = pool === undefined ? undefined : ctx.poolConfigFor(pool);
 
@@ -209,6 +223,7 @@ export async function handleCompletion(
       record,
       gone,
       leave,
+      shape: translated?.shape,
       setEnd: (e) => {
         end = e;
       },
@@ -303,6 +318,8 @@ interface Admitted {
   /** Aborted when the client leaves. */
   readonly gone: StopSignal;
   readonly leave: () => void;
+  /** Rewrites the answer for a client of another API. */
+  readonly shape: AnswerShape | undefined;
   /** Told the outcome of the paths that end the request with an error thrown. */
   readonly setEnd: (end: EndOutcome) => void;
 }
@@ -313,7 +330,7 @@ interface Admitted {
  * the paths that end it with an error thrown.
  */
 async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<ProxyResult | undefined> {
-  const { ticket, described, endpoint, request, reply, record, gone, leave, setEnd } = a;
+  const { ticket, described, endpoint, request, reply, record, gone, leave, setEnd, shape } = a;
   const req = described.descriptor;
   const m = ctx.metrics;
   const tr = record.trace;
@@ -438,6 +455,7 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
       },
       resume: ctx.resume,
       timeouts: ctx.timeoutsFor(ticket.pool),
+      shape,
     }).catch((err: unknown) => {
       // Nowhere left to retry: say so (503) rather than pass on this replica's failure.
       throw noneLeft && err instanceof ApiError && err.status >= 500 ? noReplica(req.model, err) : err;

@@ -3,6 +3,7 @@ import type { Clock, EngineTimeoutsConfig, Usage } from '@fairway/core';
 import type { CompletionEndpoint, Engine, EngineStream, SseDataLine } from '@fairway/engine';
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
+import type { AnswerShape } from './answer-shape.ts';
 import { engineApiError, isReplicaFailure } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
@@ -55,6 +56,8 @@ export interface ProxyCall {
   readonly resume?: Resume | undefined;
   /** The pool's `engineTimeouts`: how long the engine may stay silent before it counts as hung. */
   readonly timeouts?: EngineTimeoutsConfig | undefined;
+  /** Rewrites the answer for a client of another API (Anthropic Messages); absent, sent as is. */
+  readonly shape?: AnswerShape | undefined;
 }
 
 /** What happened, for metrics and logs. */
@@ -232,7 +235,9 @@ async function proxyWhole(call: ProxyCall): Promise<ProxyResult> {
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(result.bytes);
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(
+    call.shape === undefined ? result.bytes : call.shape.whole(result.bytes),
+  );
   const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
@@ -334,10 +339,12 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
 
   const fail = (err: ApiError, usage: Usage): ProxyResult => {
     if (res === undefined) throw err;
-    if (!res.destroyed && !res.writableEnded) res.end(sseError(err));
+    if (!res.destroyed && !res.writableEnded)
+      res.end(call.shape === undefined ? sseError(err) : call.shape.error(err));
     return { usage, overheadMs, firstByteMs, outcome: 'failed' };
   };
-  const write = async (bytes: Uint8Array | string, signal: StopSignal): Promise<void> => {
+  const write = async (engineBytes: Uint8Array | string, signal: StopSignal): Promise<void> => {
+    const bytes = call.shape === undefined ? engineBytes : call.shape.chunk(engineBytes);
     if (bytes.length === 0) return;
     if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
     res ??= openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE));
@@ -441,7 +448,9 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
     if (!streamed) {
       const text = (answer as ResumedAnswer).body(usage);
       firstByteMs = call.timer.now() - call.arrivedAt;
-      openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(text);
+      openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(
+        call.shape === undefined ? text : call.shape.whole(text),
+      );
     } else {
       if (answer !== undefined) await write(answer.take() + answer.end(usage), signal);
       (res ?? openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE))).end();
