@@ -44,6 +44,7 @@ import {
 } from './request-descriptor.ts';
 import { readFairwayHeaders } from './request-headers.ts';
 import { RECORD, type RecordedRequest, RequestRecord } from './request-record.ts';
+import { RESPONSES_FIELDS, refuseStatefulFields, responsesSchema } from './responses-api.ts';
 import { StopSignal } from './stop-signal.ts';
 import type { Ticket } from './ticket.ts';
 
@@ -97,7 +98,7 @@ export interface TranslatedRequest {
 }
 
 /**
- * Serves `POST /v1/chat/completions`, `POST /v1/completions` and `POST /v1/embeddings` along DESIGN.md's request path:
+ * Serves `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` and `POST /v1/responses` along DESIGN.md's request path:
  * authenticate, validate, describe, admit and enqueue (one store round trip), hold until a replica
  * has room, proxy, settle. Every failure before the response starts is thrown as an `ApiError`.
  * With `translated`, its body is served instead of the request's and the answer is reshaped.
@@ -135,7 +136,13 @@ export async function handleCompletion(
   const raw = translated === undefined ? request.body : translated.body;
   refuseUnknownFields(
     raw,
-    endpoint === 'chat' ? CHAT_FIELDS : endpoint === 'completions' ? COMPLETION_FIELDS : EMBEDDING_FIELDS,
+    endpoint === 'chat'
+      ? CHAT_FIELDS
+      : endpoint === 'completions'
+        ? COMPLETION_FIELDS
+        : endpoint === 'responses'
+          ? RESPONSES_FIELDS
+          : EMBEDDING_FIELDS,
   );
   const body = validBody(endpoint, raw);
   const pool = ctx.poolFor(body.model);
@@ -208,7 +215,8 @@ export async function handleCompletion(
   // A request without an output cap may generate what its token budgets still hold.
   const share = sub.admission?.quotaShare;
   const granted = share === undefined ? undefined : grantedOutput(req, share);
-  if (granted !== undefined) described.forwardBody.max_tokens = granted;
+  if (granted !== undefined)
+    described.forwardBody[endpoint === 'responses' ? 'max_output_tokens' : 'max_tokens'] = granted;
   held = sub.ticket;
   // Every admitted request ends with exactly one outcome, however it leaves (returned or thrown).
   let end: EndOutcome | undefined;
@@ -255,6 +263,12 @@ function validBody(endpoint: Endpoint, body: unknown): RequestBody {
   if (endpoint === 'embeddings') {
     const parsed = embeddingSchema.safeParse(body);
     if (!parsed.success) throw validationError(parsed.error);
+    return parsed.data;
+  }
+  if (endpoint === 'responses') {
+    const parsed = responsesSchema.safeParse(body);
+    if (!parsed.success) throw validationError(parsed.error);
+    refuseStatefulFields(parsed.data);
     return parsed.data;
   }
   if (plainValidBody(endpoint, body)) return body as ChatCompletionBody | CompletionBody;

@@ -83,6 +83,8 @@ export interface ProxyResult {
  */
 export function proxy(call: ProxyCall): Promise<ProxyResult> {
   if (call.endpoint === 'embeddings') return proxyEmbedding(call);
+  if (call.endpoint === 'responses')
+    return call.described.stream ? proxyResponseStream(call) : proxyResponseWhole(call);
   return call.resume === undefined && !call.described.stream ? proxyWhole(call) : proxyRuns(call);
 }
 
@@ -114,6 +116,104 @@ async function proxyEmbedding(call: ProxyCall): Promise<ProxyResult> {
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
   return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
+}
+
+/**
+ * Forwards a non-streamed Responses API request: the engine's `response` object goes to the client
+ * byte for byte, then the request settles with its `usage` (`input_tokens`, `output_tokens`).
+ */
+async function proxyResponseWhole(call: ProxyCall): Promise<ProxyResult> {
+  const t0 = call.timer.now();
+  const engineCall = openEngineCall(call, 0);
+  const signal = call.ticket.startCall(call.gone);
+  let result: Awaited<ReturnType<Engine['respond']>>;
+  try {
+    result = await call.engine.respond(call.described.forwardBody, {
+      signal,
+      headers: engineCall.headers,
+      ...(call.timeouts === undefined
+        ? {}
+        : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
+    });
+  } catch (err) {
+    call.trace?.fail(engineCall.span, err);
+    return failedBeforeAnswer(call, signal, err);
+  }
+  const overheadMs = overheadOf(call, call.timer.now() - t0);
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(result.bytes);
+  const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
+  closeEngineCall(call, engineCall.span, usage, result.body.id);
+  settle(call, usage);
+  return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
+}
+
+/**
+ * Forwards a streamed Responses API request: the engine's typed events are written as they arrive,
+ * output tokens are metered from `response.output_text.delta` events, and the request settles at
+ * `response.completed`'s `response.usage`. A failure after the stream started ends it with an
+ * `error` event; an eviction under a control plane fails it (a response cannot be resumed).
+ */
+async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
+  const { ticket, runtime } = call;
+  const t0 = call.timer.now();
+  const engineCall = openEngineCall(call, 0);
+  const signal = ticket.startCall(call.gone);
+  let stream: EngineStream;
+  try {
+    stream = await call.engine.streamResponse(call.described.forwardBody, {
+      signal,
+      headers: engineCall.headers,
+      ...(call.timeouts === undefined
+        ? {}
+        : { headersTimeoutMs: call.timeouts.firstByteMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
+    });
+  } catch (err) {
+    call.trace?.fail(engineCall.span, err);
+    return failedBeforeAnswer(call, signal, err);
+  }
+  const overheadMs = overheadOf(call, call.timer.now() - t0);
+  let res: ServerResponse | undefined;
+  let firstByteMs: number | undefined;
+  runtime.meter(ticket, () => stream.completionTokens);
+  try {
+    for await (const chunk of stream) {
+      if (chunk.length === 0) continue;
+      if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
+      res ??= openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE));
+      if (!res.write(chunk)) await drained(res, signal);
+    }
+  } catch (err) {
+    call.trace?.fail(engineCall.span, err);
+    const used = {
+      inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
+      outputTokens: stream.completionTokens,
+    };
+    if (res === undefined && !signal.aborted && !call.gone.aborted)
+      return failedBeforeAnswer(call, signal, err);
+    void runtime.abandon(ticket, used);
+    if (call.gone.aborted) {
+      dropClient(call);
+      return { usage: used, overheadMs, firstByteMs, outcome: 'cancelled' };
+    }
+    if (!signal.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
+    const api = signal.aborted ? evicted() : engineApiError(err);
+    res ??= openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE));
+    if (!res.destroyed && !res.writableEnded) {
+      const e = api.body().error;
+      res.end(
+        `event: error\ndata: ${JSON.stringify({ type: 'error', code: e.code, message: e.message, param: e.param })}\n\n`,
+      );
+    }
+    return { usage: used, overheadMs, firstByteMs, outcome: 'failed' };
+  }
+  (res ?? openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE))).end();
+  const usage = {
+    inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
+    outputTokens: stream.usage?.completionTokens ?? stream.completionTokens,
+  };
+  closeEngineCall(call, engineCall.span, usage);
+  settle(call, usage);
+  return { usage, overheadMs, firstByteMs, outcome: 'completed' };
 }
 
 /**

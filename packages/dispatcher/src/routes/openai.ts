@@ -11,13 +11,14 @@ export interface OpenAiRoutesOptions {
 
 /**
  * The OpenAI-compatible API: `POST /v1/chat/completions`, `POST /v1/completions` (streaming and
- * not), `POST /v1/embeddings`, `GET /v1/models` and `GET /v1/models/{id}`. Every route authenticates with a bearer key.
+ * not), `POST /v1/embeddings`, `POST /v1/responses` (streaming and not), `GET /v1/models` and `GET /v1/models/{id}`. Every route authenticates with a bearer key.
  */
 export const openAiRoutes: FastifyPluginAsync<OpenAiRoutesOptions> = async (app, opts) => {
   const { ctx } = opts;
   app.post('/v1/chat/completions', (request, reply) => handleCompletion(ctx, 'chat', request, reply));
   app.post('/v1/completions', (request, reply) => handleCompletion(ctx, 'completions', request, reply));
   app.post('/v1/embeddings', (request, reply) => handleCompletion(ctx, 'embeddings', request, reply));
+  app.post('/v1/responses', (request, reply) => handleCompletion(ctx, 'responses', request, reply));
   // `created` is fixed: the list describes configuration, not events.
   const modelObject = (id: string) => ({ id, object: 'model', created: 0, owned_by: 'fairway' });
   app.get('/v1/models', async (request) => {
