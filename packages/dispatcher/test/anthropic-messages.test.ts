@@ -132,6 +132,15 @@ describe('POST /v1/messages', () => {
       'message_stop',
     ]);
     expect(text).not.toMatch(/\[DONE\]|chat\.completion/);
+    // message_start already carries the engine's prompt count; message_delta the final usage.
+    const data = (name: string) =>
+      JSON.parse(new RegExp(`^event: ${name}\ndata: (.*)$`, 'm').exec(text)![1]!) as {
+        message?: { usage: { input_tokens: number } };
+        usage?: { input_tokens: number; output_tokens: number };
+      };
+    const start = data('message_start').message!.usage.input_tokens;
+    expect(start).toBeGreaterThan(0);
+    expect(data('message_delta').usage).toEqual({ input_tokens: start, output_tokens: 3 });
   });
 
   it('ends at a stop sequence and names it', async () => {
