@@ -22,6 +22,7 @@ import { GatewayRuntime } from './gateway-runtime.ts';
 import { InternalCompletions } from './internal-completion.ts';
 import { useStrictJsonBodies } from './json-body.ts';
 import type { LeaseBackend } from './leader-lease.ts';
+import { ModelAliases } from './model-aliases.ts';
 import { loadPoolTokenizers } from './pool-tokenizers.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
 import { logAccess, RECORD, type RecordedRequest, RequestRecord, requestIdOf } from './request-record.ts';
@@ -178,6 +179,9 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const poolByModel = new Map(deps.config.pools.map((p) => [p.model, p.id]));
   const replicas = new RegistryReplicaSource(deps.registry, (model) => poolByModel.get(model));
   const poolFor = (model: string): string | undefined => replicas.poolFor(model);
+  const aliases = new ModelAliases(deps.config.models.aliases);
+  const served = (model: string): boolean => poolFor(model) !== undefined;
+  const aliasOf = (model: string): string | undefined => aliases.resolve(model, served);
   const engines = new EnginePool(deps.engines);
   const swapTargets: ReadonlySet<string> = new Set(
     scheduling.planner !== undefined && deps.config.policy.control.swap
@@ -247,6 +251,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     defaultSloClass,
     cost: scheduling.cost,
     poolFor,
+    aliasOf,
     tokenizerFor: (pool) => tokenizers.get(pool),
     enginePriorityFor: (pool) => priorityPools.has(pool),
     poolConfigFor: (pool) => poolConfigs.get(pool),
@@ -368,7 +373,12 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   void app.register(healthRoutes, { runtime });
   void app.register(openAiRoutes, {
     ctx,
-    models: () => [...new Set([...scheduling.configuredModels, ...replicas.models()])].sort(),
+    models: () => {
+      const models = new Set([...scheduling.configuredModels, ...replicas.models()]);
+      for (const alias of aliases.listed((m) => models.has(m))) models.add(alias);
+      return [...models].sort();
+    },
+    aliasOf,
   });
   void app.register(anthropicRoutes, { ctx, logger });
 

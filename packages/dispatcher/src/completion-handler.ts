@@ -19,6 +19,7 @@ import { rejectionError, validationError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import { type EndOutcome, type GatewayMetrics, refusalOutcome } from './gateway-metrics.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
+import { AliasedAnswer } from './model-aliases.ts';
 import {
   CHAT_FIELDS,
   type ChatCompletionBody,
@@ -64,6 +65,8 @@ export interface CompletionContext {
   readonly cost: CostFunction;
   /** The pool serving `model`, or undefined for a model nothing serves or is configured for. */
   readonly poolFor: (model: string) => string | undefined;
+  /** The model an alias (`models.aliases`) stands for; undefined when `model` is no alias. */
+  readonly aliasOf: (model: string) => string | undefined;
   /** The real tokenizer configured for a pool (`pools[].tokenizer`), if any. */
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
   /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
@@ -145,6 +148,11 @@ export async function handleCompletion(
           : EMBEDDING_FIELDS,
   );
   const body = validBody(endpoint, raw);
+  // An alias is served as its model: admitted, queued and charged in that model's pool.
+  const asked = body.model;
+  const aliased = ctx.aliasOf(asked);
+  if (aliased !== undefined) body.model = aliased;
+  const shape = translated?.shape ?? (aliased === undefined ? undefined : new AliasedAnswer(aliased, asked));
   const pool = ctx.poolFor(body.model);
   const poolConfig = pool === undefined ? undefined : ctx.poolConfigFor(pool);
 
@@ -183,7 +191,7 @@ export async function handleCompletion(
   const m = ctx.metrics;
   const tenant = m.tenantLabel(req.tenant);
   if (pool === undefined)
-    throw new ApiError('MODEL_NOT_FOUND', `model "${req.model}" does not exist`, { param: 'model' });
+    throw new ApiError('MODEL_NOT_FOUND', `model "${asked}" does not exist`, { param: 'model' });
   if (!ctx.runtime.serving(pool) && !ctx.swapTargets.has(req.model)) {
     m.requests.inc({ tenant, outcome: 'unavailable' });
     throw new ApiError('NO_REPLICA', `no replica serves model "${req.model}" now`, { retryAfterS: 1 });
@@ -231,7 +239,7 @@ export async function handleCompletion(
       record,
       gone,
       leave,
-      shape: translated?.shape,
+      shape,
       setEnd: (e) => {
         end = e;
       },

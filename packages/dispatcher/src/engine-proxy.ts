@@ -111,7 +111,9 @@ async function proxyEmbedding(call: ProxyCall): Promise<ProxyResult> {
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(result.bytes);
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(
+    call.shape === undefined ? result.bytes : call.shape.whole(result.bytes),
+  );
   const usage = { inputTokens: result.promptTokens, outputTokens: 0 };
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
@@ -140,7 +142,9 @@ async function proxyResponseWhole(call: ProxyCall): Promise<ProxyResult> {
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(result.bytes);
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(
+    call.shape === undefined ? result.bytes : call.shape.whole(result.bytes),
+  );
   const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
@@ -179,8 +183,10 @@ async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
     for await (const chunk of stream) {
       if (chunk.length === 0) continue;
       if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
+      const out = call.shape === undefined ? chunk : call.shape.chunk(chunk);
+      if (out.length === 0) continue;
       res ??= openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE));
-      if (!res.write(chunk)) await drained(res, signal);
+      if (!res.write(out)) await drained(res, signal);
     }
   } catch (err) {
     call.trace?.fail(engineCall.span, err);

@@ -5,8 +5,10 @@ import { ApiError } from '../errors.ts';
 /** Options of the OpenAI routes plugin. */
 export interface OpenAiRoutesOptions {
   readonly ctx: CompletionContext;
-  /** Models the dispatcher serves or is configured for, in listing order. */
+  /** Models the dispatcher serves or is configured for, and the exact aliases of those, in listing order. */
   readonly models: () => readonly string[];
+  /** The model an alias (`models.aliases`, patterns too) stands for; undefined for no alias. */
+  readonly aliasOf: (model: string) => string | undefined;
 }
 
 /**
@@ -35,7 +37,9 @@ export const openAiRoutes: FastifyPluginAsync<OpenAiRoutesOptions> = async (app,
     } catch {
       id = raw;
     }
-    if (!opts.models().includes(id))
+    const models = opts.models();
+    const target = models.includes(id) ? undefined : opts.aliasOf(id);
+    if (!models.includes(id) && (target === undefined || !models.includes(target)))
       throw new ApiError(
         'MODEL_NOT_FOUND',
         `The model '${id.length > 256 ? `${id.slice(0, 256)}…` : id}' does not exist`,
