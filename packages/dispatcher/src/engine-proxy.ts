@@ -111,9 +111,10 @@ async function proxyEmbedding(call: ProxyCall): Promise<ProxyResult> {
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(
-    call.shape === undefined ? result.bytes : call.shape.whole(result.bytes),
-  );
+  // Reshaped before the response opens: a body that cannot be read fails as an engine error.
+  const answer = reshaped(call, result.bytes, engineCall.span, signal);
+  if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
   const usage = { inputTokens: result.promptTokens, outputTokens: 0 };
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
@@ -142,9 +143,10 @@ async function proxyResponseWhole(call: ProxyCall): Promise<ProxyResult> {
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(
-    call.shape === undefined ? result.bytes : call.shape.whole(result.bytes),
-  );
+  // Reshaped before the response opens: a body that cannot be read fails as an engine error.
+  const answer = reshaped(call, result.bytes, engineCall.span, signal);
+  if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
   const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
@@ -220,6 +222,25 @@ async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
   closeEngineCall(call, engineCall.span, usage);
   settle(call, usage);
   return { usage, overheadMs, firstByteMs, outcome: 'completed' };
+}
+
+/**
+ * A whole engine body as the client receives it (rewritten by `call.shape`), or — when the shape
+ * cannot read it — the request failed as an engine error before anything reached the client.
+ */
+function reshaped(
+  call: ProxyCall,
+  bytes: Uint8Array,
+  span: Span | undefined,
+  signal: StopSignal,
+): Uint8Array | string | Promise<ProxyResult> {
+  if (call.shape === undefined) return bytes;
+  try {
+    return call.shape.whole(bytes);
+  } catch (err) {
+    call.trace?.fail(span, err);
+    return failedBeforeAnswer(call, signal, err);
+  }
 }
 
 /**
@@ -341,9 +362,10 @@ async function proxyWhole(call: ProxyCall): Promise<ProxyResult> {
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(
-    call.shape === undefined ? result.bytes : call.shape.whole(result.bytes),
-  );
+  // Reshaped before the response opens: a body that cannot be read fails as an engine error.
+  const answer = reshaped(call, result.bytes, engineCall.span, signal);
+  if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
   const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);

@@ -299,6 +299,36 @@ describe('POST /v1/messages', () => {
     expect(model.status).toBe(404);
     expect(model.body.error.type).toBe('not_found_error');
     expect(JSON.stringify([noMax, badRole, unknown, json, model])).not.toMatch(/ at .*\.ts|stack/);
+    // Malformed shapes: every one a 400 in Anthropic's shape, never a 5xx.
+    for (const body of [
+      null,
+      [],
+      42,
+      { model: MODEL, max_tokens: 2, messages: 'hi' },
+      { model: MODEL, max_tokens: 2, messages: [] },
+      { model: MODEL, max_tokens: 0, messages: [{ role: 'user', content: 'hi' }] },
+      { model: MODEL, max_tokens: 2.5, messages: [{ role: 'user', content: 'hi' }] },
+      { model: MODEL, max_tokens: 2, temperature: 3, messages: [{ role: 'user', content: 'hi' }] },
+      { model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: [{ type: 'audio', data: 'x' }] }] },
+      {
+        model: MODEL,
+        max_tokens: 2,
+        messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'file' } }] }],
+      },
+      { model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 7 }] },
+      { model: MODEL, max_tokens: 2, system: 5, messages: [{ role: 'user', content: 'hi' }] },
+      {
+        model: MODEL,
+        max_tokens: 2,
+        tool_choice: { type: 'tool' },
+        messages: [{ role: 'user', content: 'hi' }],
+      },
+      { model: MODEL, max_tokens: 2, stop_sequences: [''], messages: [{ role: 'user', content: 'hi' }] },
+    ]) {
+      const r = await post(body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
+    }
   });
 
   it('limits requests per minute like chat: over the RPM it is a rate_limit_error (429) with Retry-After', async () => {
@@ -313,5 +343,43 @@ describe('POST /v1/messages', () => {
     expect(e.status).toBe(429);
     expect((e.error as { error: { type: string } }).error.type).toBe('rate_limit_error');
     expect(Number(e.headers.get('retry-after'))).toBeGreaterThan(0);
+  });
+});
+
+describe('POST /v1/messages when the engine fails mid-stream', () => {
+  let cut: Stack;
+  beforeAll(async () => {
+    cut = await startStack({
+      config: {
+        tenants: [{ id: 'claude-fans', keys: [{ key: KEY }] }],
+        pools: [{ id: 'llama', model: MODEL }],
+      },
+      engines: [{ faults: { dropRate: 1, dropAfterTokens: 3 } }],
+    });
+  });
+  afterAll(async () => cut?.close());
+
+  it('ends a stream the engine cut short with an Anthropic error event', async () => {
+    const res = await fetch(`${cut.dispatchers[0]!.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': KEY, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: MODEL,
+        max_tokens: 20,
+        stream: true,
+        messages: [{ role: 'user', content: 'hi' }],
+      }),
+    });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).toMatch(/^event: message_start$/m);
+    expect(text).not.toMatch(/message_stop/);
+    const m = /^event: error\ndata: (.*)$/m.exec(text);
+    expect(m).not.toBeNull();
+    expect(JSON.parse(m![1]!)).toMatchObject({
+      type: 'error',
+      error: { type: expect.any(String), message: expect.any(String) },
+    });
+    expect(text).not.toMatch(/"code":/);
   });
 });

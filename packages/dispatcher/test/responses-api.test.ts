@@ -155,3 +155,33 @@ describe('POST /v1/responses', () => {
     expect(chat).toBeInstanceOf(OpenAI.RateLimitError);
   });
 });
+
+describe('POST /v1/responses when the engine fails mid-stream', () => {
+  let cut: Stack;
+  beforeAll(async () => {
+    cut = await startStack({
+      config: { tenants: [{ id: 'resp', keys: [{ key: KEY }] }], pools: [{ id: 'llama', model: MODEL }] },
+      engines: [{ faults: { dropRate: 1, dropAfterTokens: 3 } }],
+    });
+  });
+  afterAll(async () => cut?.close());
+
+  it('ends the stream with an error event, never response.completed', async () => {
+    const res = await fetch(`${cut.dispatchers[0]!.url}/v1/responses`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, input: 'hi', max_output_tokens: 20, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).toMatch(/^event: response\.created$/m);
+    expect(text).not.toMatch(/response\.completed/);
+    const m = /^event: error\ndata: (.*)$/m.exec(text);
+    expect(m).not.toBeNull();
+    expect(JSON.parse(m![1]!)).toMatchObject({
+      type: 'error',
+      code: expect.any(String),
+      message: expect.any(String),
+    });
+  });
+});

@@ -140,6 +140,12 @@ function responseObject(
   };
 }
 
+/** This server's own URL, from the address it listens on (a wildcard address through loopback). */
+function loopback(a: AddressInfo): string {
+  if (a.address === '0.0.0.0' || a.address === '::') return `http://127.0.0.1:${a.port}`;
+  return a.family === 'IPv6' ? `http://[${a.address}]:${a.port}` : `http://${a.address}:${a.port}`;
+}
+
 /** Registers `POST /v1/responses` on the engine-sim app (which must be listening to serve it). */
 export function responsesRoute(app: FastifyInstance, servedModelName: string): void {
   app.post('/v1/responses', async (req: FastifyRequest, reply: FastifyReply) => {
@@ -173,7 +179,7 @@ export function responsesRoute(app: FastifyInstance, servedModelName: string): v
     });
     let res: Response;
     try {
-      res = await fetch(`http://127.0.0.1:${address.port}/v1/chat/completions`, {
+      res = await fetch(`${loopback(address)}/v1/chat/completions`, {
         method: 'POST',
         headers,
         body: JSON.stringify(chatBody(b)),
