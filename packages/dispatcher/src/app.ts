@@ -25,6 +25,7 @@ import type { LeaseBackend } from './leader-lease.ts';
 import { ModelAliases } from './model-aliases.ts';
 import { loadPoolTokenizers } from './pool-tokenizers.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
+import { withApiKeyHeader } from './request-headers.ts';
 import { logAccess, RECORD, type RecordedRequest, RequestRecord, requestIdOf } from './request-record.ts';
 import { type AdminApiSettings, adminApiRoutes } from './routes/admin-api.ts';
 import { adminOverviewRoute } from './routes/admin-overview.ts';
@@ -302,7 +303,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   app.removeContentTypeParser('text/plain');
   useStrictJsonBodies(app);
   // Before the routes, so its hook and preflight route cover them.
-  useCors(app, deps.config, (headers) => auth.principal(headers));
+  useCors(app, deps.config, (headers) => auth.principal(withApiKeyHeader(headers)));
   // Requests in flight, so closing can wait for them and then drop every socket left: clients
   // may hold idle or never-used keep-alive connections that would otherwise keep the server open.
   // (By record: a client's x-request-id need not be unique.)

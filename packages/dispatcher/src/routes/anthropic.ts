@@ -4,6 +4,7 @@ import { AnthropicAnswer, anthropicErrorBody, toChatBody, validMessagesBody } fr
 import { type CompletionContext, handleCompletion } from '../completion-handler.ts';
 import { toApiError } from '../error-mapping.ts';
 import { ApiError } from '../errors.ts';
+import { withApiKeyHeader } from '../request-headers.ts';
 import { RECORD, type RecordedRequest } from '../request-record.ts';
 
 /** Options of the Anthropic routes plugin. */
@@ -35,12 +36,7 @@ export const anthropicRoutes: FastifyPluginAsync<AnthropicRoutesOptions> = async
     return reply.code(api.status).send(anthropicErrorBody(api));
   });
   app.post('/v1/messages', (request, reply) => {
-    const key = request.headers['x-api-key'];
-    if (key !== undefined && request.headers.authorization === undefined) {
-      if (Array.isArray(key))
-        throw new ApiError('INVALID_HEADER', 'header x-api-key must appear once', { param: 'x-api-key' });
-      request.headers.authorization = `Bearer ${key}`;
-    }
+    request.headers = withApiKeyHeader(request.headers);
     // Who it is before what it asks: a request without a key is a 401 whatever its body.
     ctx.auth.principal(request.headers);
     const body = validMessagesBody(request.body);
