@@ -150,3 +150,29 @@ describe('model aliases', () => {
     );
   });
 });
+
+describe('model aliases of an embedding model', () => {
+  let s: Stack;
+  beforeAll(async () => {
+    s = await startStack({
+      config: {
+        tenants: [{ id: 'search', keys: [{ key: KEY }] }],
+        pools: [{ id: 'embed', model: 'bge-small-en' }],
+        models: { aliases: { 'text-embedding-*': 'bge-small-en' } },
+      },
+      engines: [{ task: 'embed', embeddingDimensions: 8 }],
+    });
+  });
+  afterAll(async () => s?.close());
+
+  it('embeds with the model an alias stands for and names the alias in the answer', async () => {
+    const client = new OpenAI({ apiKey: KEY, baseURL: `${s.dispatchers[0]!.url}/v1`, maxRetries: 0 });
+    const e = await client.embeddings.create({
+      model: 'text-embedding-3-small',
+      input: 'hello',
+      encoding_format: 'float',
+    });
+    expect(e.model).toBe('text-embedding-3-small');
+    expect(e.data[0]!.embedding).toHaveLength(8);
+  });
+});
