@@ -32,6 +32,9 @@ export const RESPONSES_FIELDS: ReadonlySet<string> = new Set([
   'service_tier',
   'background',
   'top_logprobs',
+  'max_tool_calls',
+  'frequency_penalty',
+  'presence_penalty',
   'prompt_cache_key',
   'safety_identifier',
   // vLLM's extra sampling parameters.
