@@ -59,6 +59,7 @@ describe('POST /v1/messages', () => {
     expect(m.role).toBe('assistant');
     expect(m.model).toBe(MODEL);
     expect(m.id).toMatch(/^msg_/);
+    expect(m._request_id).toBeTruthy();
     expect(m.content).toHaveLength(1);
     expect(m.content[0]!.type).toBe('text');
     expect((m.content[0] as Anthropic.TextBlock).text.length).toBeGreaterThan(0);
@@ -251,6 +252,7 @@ describe('POST /v1/messages', () => {
       body: JSON.stringify({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] }),
     });
     expect(res.status).toBe(401);
+    expect(res.headers.get('request-id')).toBe(res.headers.get('x-request-id'));
     const body = (await res.json()) as { type: string; error: { type: string; message: string } };
     expect(body.type).toBe('error');
     expect(body.error.type).toBe('authentication_error');

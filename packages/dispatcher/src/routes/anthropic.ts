@@ -37,6 +37,8 @@ export const anthropicRoutes: FastifyPluginAsync<AnthropicRoutesOptions> = async
   });
   app.post('/v1/messages', (request, reply) => {
     request.headers = withApiKeyHeader(request.headers);
+    // Anthropic's name for the request id header (its SDKs read it as `_request_id`).
+    reply.raw.setHeader('request-id', request.id);
     // Who it is before what it asks: a request without a key is a 401 whatever its body.
     ctx.auth.principal(request.headers);
     const body = validMessagesBody(request.body);
