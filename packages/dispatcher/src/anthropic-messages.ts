@@ -33,7 +33,10 @@ const toolResultBlock = z
   .object({
     type: z.literal('tool_result'),
     tool_use_id: z.string().max(256),
-    content: z.union([z.string(), z.array(z.union([textBlock, imageBlock])).max(1024)]).optional(),
+    // Text only: a chat `tool` message carries no images (an image in a result is a 400, not dropped).
+    content: z
+      .union([z.string(), z.array(textBlock, { message: 'a tool_result holds text blocks only' }).max(1024)])
+      .optional(),
     is_error: z.boolean().optional(),
   })
   .loose();

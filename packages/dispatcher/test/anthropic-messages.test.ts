@@ -326,6 +326,22 @@ describe('POST /v1/messages', () => {
         messages: [{ role: 'user', content: 'hi' }],
       },
       { model: MODEL, max_tokens: 2, stop_sequences: [''], messages: [{ role: 'user', content: 'hi' }] },
+      {
+        model: MODEL,
+        max_tokens: 2,
+        messages: [
+          {
+            role: 'user',
+            content: [
+              {
+                type: 'tool_result',
+                tool_use_id: 't1',
+                content: [{ type: 'image', source: { type: 'url', url: 'https://x.example/a.png' } }],
+              },
+            ],
+          },
+        ],
+      },
     ]) {
       const r = await post(body);
       expect(r.status, JSON.stringify(body)).toBe(400);
