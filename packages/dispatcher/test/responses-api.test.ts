@@ -13,6 +13,7 @@ import { type Stack, startStack, waitFor } from './support/stack.ts';
 const MODEL = 'llama-2-7b';
 const KEY = 'sk-responses-tenant-001';
 const LIMITED = 'sk-responses-limited-01';
+const TINY = 'sk-responses-tiny-tpm-01';
 
 describe('POST /v1/responses', () => {
   let s: Stack;
@@ -24,6 +25,7 @@ describe('POST /v1/responses', () => {
         tenants: [
           { id: 'resp', keys: [{ key: KEY }] },
           { id: 'limited', keys: [{ key: LIMITED }], limits: { rpm: 1 } },
+          { id: 'tiny', keys: [{ key: TINY }], limits: { tpm: 60 } },
         ],
         pools: [{ id: 'llama', model: MODEL }],
       },
@@ -140,6 +142,21 @@ describe('POST /v1/responses', () => {
     const model = await post({ model: 'gpt-nothing', input: 'hi' });
     expect(model.status).toBe(404);
     expect(model.body.error.code).toBe('model_not_found');
+  });
+
+  it('reserves its instructions and input plus max_output_tokens against the TPM limit', async () => {
+    const tiny = new OpenAI({ apiKey: TINY, baseURL: `${url}/v1`, maxRetries: 0 });
+    const refused = async (body: OpenAI.Responses.ResponseCreateParamsNonStreaming) => {
+      const err = await tiny.responses.create(body).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((err as InstanceType<typeof OpenAI.BadRequestError>).code).toBe('tokens_exceed_limit');
+    };
+    const long = 'the lighthouse keeper watched the grey sea roll in '.repeat(12);
+    await refused({ model: MODEL, instructions: long, input: 'hi', max_output_tokens: 2 });
+    await refused({ model: MODEL, input: [{ role: 'user', content: long }], max_output_tokens: 2 });
+    await refused({ model: MODEL, input: 'hi', max_output_tokens: 80 });
+    const ok = await tiny.responses.create({ model: MODEL, input: 'hi', max_output_tokens: 2 });
+    expect(ok.usage?.output_tokens).toBe(2);
   });
 
   it('counts against the key’s RPM like chat: the next request is a 429', async () => {
