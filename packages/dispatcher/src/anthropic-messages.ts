@@ -84,6 +84,22 @@ export const messagesSchema = z.strictObject({
 });
 export type MessagesBody = z.infer<typeof messagesSchema>;
 
+/** The body `POST /v1/messages/count_tokens` accepts: a message request without its output fields. */
+export const countTokensSchema = messagesSchema.pick({
+  model: true,
+  messages: true,
+  system: true,
+  tools: true,
+  tool_choice: true,
+});
+
+/** The body as {@link countTokensSchema} accepts it, or a 400 naming the field. */
+export function validCountTokensBody(body: unknown): z.infer<typeof countTokensSchema> {
+  const parsed = countTokensSchema.safeParse(body);
+  if (!parsed.success) throw validationError(parsed.error);
+  return parsed.data;
+}
+
 /** The body as {@link messagesSchema} accepts it, or a 400 naming the field. */
 export function validMessagesBody(body: unknown): MessagesBody {
   const parsed = messagesSchema.safeParse(body);

@@ -94,6 +94,7 @@ const KNOWN_ROUTES: Record<string, string> = {
   '/v1/completions': 'POST',
   '/v1/embeddings': 'POST',
   '/v1/messages': 'POST',
+  '/v1/messages/count_tokens': 'POST',
   '/v1/responses': 'POST',
   '/v1/models': 'GET',
   '/health': 'GET',

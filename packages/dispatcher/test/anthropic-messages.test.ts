@@ -13,6 +13,7 @@ import { type Stack, startStack, waitFor } from './support/stack.ts';
 const MODEL = 'llama-2-7b';
 const KEY = 'sk-anthropic-tenant-0001';
 const LIMITED = 'sk-anthropic-limited-01';
+const ONCE = 'sk-anthropic-once-0001';
 
 describe('POST /v1/messages', () => {
   let s: Stack;
@@ -24,6 +25,7 @@ describe('POST /v1/messages', () => {
         tenants: [
           { id: 'claude-fans', keys: [{ key: KEY }] },
           { id: 'limited', keys: [{ key: LIMITED }], limits: { rpm: 2 } },
+          { id: 'once', keys: [{ key: ONCE }], limits: { rpm: 1 } },
         ],
         pools: [{ id: 'llama', model: MODEL }],
       },
@@ -228,6 +230,36 @@ describe('POST /v1/messages', () => {
       ],
     });
     expect(seen.usage.input_tokens).toBeGreaterThan(plain.usage.input_tokens);
+  });
+
+  it('counts a prompt’s tokens as admission does: near what the engine counts, no limit spent', async () => {
+    const params = {
+      model: MODEL,
+      system: 'You are terse.',
+      messages: [{ role: 'user' as const, content: 'Tell me about the tides of the northern sea.' }],
+    };
+    const counted = await client.messages.countTokens(params);
+    const m = await client.messages.create({ ...params, max_tokens: 2 });
+    expect(counted.input_tokens).toBeGreaterThan(0);
+    expect(Math.abs(counted.input_tokens - m.usage.input_tokens)).toBeLessThanOrEqual(
+      m.usage.input_tokens * 0.5,
+    );
+    const longer = await client.messages.countTokens({
+      ...params,
+      messages: [{ role: 'user', content: 'Tell me about the tides of the northern sea. '.repeat(10) }],
+    });
+    expect(longer.input_tokens).toBeGreaterThan(counted.input_tokens * 3);
+    // No request is spent: after counting, a key allowed one request a minute still has it.
+    const once = new Anthropic({ apiKey: ONCE, baseURL: url, maxRetries: 0 });
+    for (let i = 0; i < 3; i++)
+      expect((await once.messages.countTokens(params)).input_tokens).toBe(counted.input_tokens);
+    await once.messages.create({ ...params, max_tokens: 1 });
+    const over = await once.messages.create({ ...params, max_tokens: 1 }).catch((e: unknown) => e);
+    expect(over).toBeInstanceOf(Anthropic.RateLimitError);
+    const unknown = await client.messages
+      .countTokens({ ...params, model: 'nothing' })
+      .catch((e: unknown) => e);
+    expect(unknown).toBeInstanceOf(Anthropic.NotFoundError);
   });
 
   it('accepts the key as Authorization: Bearer too', async () => {

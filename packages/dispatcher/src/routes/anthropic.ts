@@ -1,9 +1,17 @@
 import type { Logger } from '@fairway/core';
 import type { FastifyPluginAsync } from 'fastify';
-import { AnthropicAnswer, anthropicErrorBody, toChatBody, validMessagesBody } from '../anthropic-messages.ts';
+import {
+  AnthropicAnswer,
+  anthropicErrorBody,
+  toChatBody,
+  validCountTokensBody,
+  validMessagesBody,
+} from '../anthropic-messages.ts';
 import { type CompletionContext, handleCompletion } from '../completion-handler.ts';
-import { toApiError } from '../error-mapping.ts';
+import { toApiError, validationError } from '../error-mapping.ts';
 import { ApiError } from '../errors.ts';
+import { chatCompletionSchema } from '../openai-schemas.ts';
+import { promptTokens } from '../request-descriptor.ts';
 import { withApiKeyHeader } from '../request-headers.ts';
 import { RECORD, type RecordedRequest } from '../request-record.ts';
 
@@ -46,5 +54,20 @@ export const anthropicRoutes: FastifyPluginAsync<AnthropicRoutesOptions> = async
       body: toChatBody(body),
       shape: new AnthropicAnswer(body.model, body.stop_sequences),
     });
+  });
+  // The prompt's tokens as admission counts them (the pool's tokenizer over the chat template when
+  // one is configured, else the estimate): what a request with this prompt is reserved and limited by.
+  app.post('/v1/messages/count_tokens', async (request, reply) => {
+    request.headers = withApiKeyHeader(request.headers);
+    reply.raw.setHeader('request-id', request.id);
+    ctx.auth.principal(request.headers);
+    const body = validCountTokensBody(request.body);
+    const model = ctx.aliasOf(body.model) ?? body.model;
+    const pool = ctx.poolFor(model);
+    if (pool === undefined)
+      throw new ApiError('MODEL_NOT_FOUND', `model "${body.model}" does not exist`, { param: 'model' });
+    const chat = chatCompletionSchema.safeParse(toChatBody({ ...body, model, max_tokens: 1 }));
+    if (!chat.success) throw validationError(chat.error);
+    return { input_tokens: promptTokens('chat', chat.data, ctx.tokenizerFor(pool)) };
   });
 };
