@@ -1,6 +1,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
 import { startUp, type UpHandle } from '@fairway/cli';
 import { silentLogger } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
@@ -86,6 +87,34 @@ describe('fairway up with the example config, through the official openai client
       completion_tokens: 10,
       total_tokens: PROMPT_TOKENS + 10,
     });
+  });
+
+  it('serves the Responses API and Anthropic’s Messages API, streamed and not, with the engine’s usage', async () => {
+    const r = await client.responses.create({ model: up.model, input: PROMPT, max_output_tokens: 6 });
+    expect(r.usage?.output_tokens).toBe(6);
+    expect(r.output_text.length).toBeGreaterThan(0);
+    const events: string[] = [];
+    for await (const e of await client.responses.create({
+      model: up.model,
+      input: PROMPT,
+      max_output_tokens: 4,
+      stream: true,
+    }))
+      events.push(e.type);
+    expect(events[0]).toBe('response.created');
+    expect(events.at(-1)).toBe('response.completed');
+    const anthropic = new Anthropic({ apiKey: up.keys[0]!.key, baseURL: up.url, maxRetries: 0 });
+    const m = await anthropic.messages.create({
+      model: up.model,
+      max_tokens: 5,
+      messages: [{ role: 'user', content: PROMPT }],
+    });
+    expect(m.usage).toEqual({ input_tokens: PROMPT_TOKENS, output_tokens: 5 });
+    const streamed = await anthropic.messages
+      .stream({ model: up.model, max_tokens: 5, messages: [{ role: 'user', content: PROMPT }] })
+      .finalMessage();
+    expect(streamed.usage).toMatchObject({ input_tokens: PROMPT_TOKENS, output_tokens: 5 });
+    expect(streamed.stop_reason).toBe('max_tokens');
   });
 
   it('serves text completions, streamed and not', async () => {

@@ -729,6 +729,22 @@ export const storageConfigSchema = z
   })
   .strict();
 
+/**
+ * Other names clients may use for the fleet's models: an alias (`gpt-4o-mini`) or a pattern with
+ * `*` wildcards (`gpt-*`) mapped to a model a pool serves. A request for an alias is admitted,
+ * queued, limited and charged as a request for its model, and answered with the name it asked for.
+ */
+export const modelsConfigSchema = z
+  .object({
+    /**
+     * Alias or `*` pattern → the model it stands for (a pool's `model`). A model a pool serves is
+     * never an alias; an exact alias wins over a pattern, and of two patterns the one with more
+     * characters besides `*` wins. @default none
+     */
+    aliases: z.record(z.string().min(1).max(256), z.string().min(1).max(256)).default({}),
+  })
+  .strict();
+
 /** The fairway config file: tenants, apps, SLO classes, pools, engines, policies and limits. */
 export const fairwayConfigSchema = z
   .object({
@@ -748,6 +764,8 @@ export const fairwayConfigSchema = z
     defaultLimits: limitsSchema.default({}),
     /** Budgets of every tenant that sets none of its own. @default none */
     defaultQuotas: quotasSchema.optional(),
+    /** Other names clients may use for the pools' models: aliases and `*` patterns. */
+    models: modelsConfigSchema.default({ aliases: {} }),
     /** Prices per 1M tokens by model name (usage cost, spend budgets). @default none: cost 0 */
     pricing: z.record(z.string().min(1), modelPriceSchema).default({}),
     /** Listeners: operator port, connection limits, request timeouts. */
@@ -793,6 +811,18 @@ export const fairwayConfigSchema = z
       if (!pools.has(e.pool))
         ctx.addIssue({ code: 'custom', path: ['engines', i, 'pool'], message: `unknown pool "${e.pool}"` });
     });
+    const models = new Set(cfg.pools.map((p) => p.model));
+    for (const [alias, target] of Object.entries(cfg.models.aliases)) {
+      const path = ['models', 'aliases', alias];
+      if (models.has(alias))
+        ctx.addIssue({ code: 'custom', path, message: `"${alias}" is a model a pool serves, not an alias` });
+      if (cfg.models.aliases[target] !== undefined)
+        ctx.addIssue({
+          code: 'custom',
+          path,
+          message: `"${target}" is an alias itself: name the model it stands for`,
+        });
+    }
     const classes = new Set(cfg.sloClasses.map((c) => c.name));
     const apps = new Set(cfg.apps.map((a) => a.id));
     // A key authenticates as one tenant: the same key (plain or hashed) under two tenants is an

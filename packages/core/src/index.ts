@@ -18,6 +18,7 @@ export {
   type ModelPrice,
   metricsConfigSchema,
   modelPriceSchema,
+  modelsConfigSchema,
   type NatsAuthConfig,
   type NatsTlsConfig,
   natsAuthConfigSchema,

@@ -22,11 +22,14 @@ import { GatewayRuntime } from './gateway-runtime.ts';
 import { InternalCompletions } from './internal-completion.ts';
 import { useStrictJsonBodies } from './json-body.ts';
 import type { LeaseBackend } from './leader-lease.ts';
+import { ModelAliases } from './model-aliases.ts';
 import { loadPoolTokenizers } from './pool-tokenizers.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
+import { withApiKeyHeader } from './request-headers.ts';
 import { logAccess, RECORD, type RecordedRequest, RequestRecord, requestIdOf } from './request-record.ts';
 import { type AdminApiSettings, adminApiRoutes } from './routes/admin-api.ts';
 import { adminOverviewRoute } from './routes/admin-overview.ts';
+import { anthropicRoutes } from './routes/anthropic.ts';
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts';
 import { openAiRoutes } from './routes/openai.ts';
 import { healthRoutes, metricsRoute, observeGauges } from './routes/ops.ts';
@@ -90,6 +93,9 @@ const KNOWN_ROUTES: Record<string, string> = {
   '/v1/chat/completions': 'POST',
   '/v1/completions': 'POST',
   '/v1/embeddings': 'POST',
+  '/v1/messages': 'POST',
+  '/v1/messages/count_tokens': 'POST',
+  '/v1/responses': 'POST',
   '/v1/models': 'GET',
   '/health': 'GET',
   '/ready': 'GET',
@@ -174,6 +180,9 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const poolByModel = new Map(deps.config.pools.map((p) => [p.model, p.id]));
   const replicas = new RegistryReplicaSource(deps.registry, (model) => poolByModel.get(model));
   const poolFor = (model: string): string | undefined => replicas.poolFor(model);
+  const aliases = new ModelAliases(deps.config.models.aliases);
+  const served = (model: string): boolean => poolFor(model) !== undefined;
+  const aliasOf = (model: string): string | undefined => aliases.resolve(model, served);
   const engines = new EnginePool(deps.engines);
   const swapTargets: ReadonlySet<string> = new Set(
     scheduling.planner !== undefined && deps.config.policy.control.swap
@@ -243,6 +252,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     defaultSloClass,
     cost: scheduling.cost,
     poolFor,
+    aliasOf,
     tokenizerFor: (pool) => tokenizers.get(pool),
     enginePriorityFor: (pool) => priorityPools.has(pool),
     poolConfigFor: (pool) => poolConfigs.get(pool),
@@ -293,7 +303,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   app.removeContentTypeParser('text/plain');
   useStrictJsonBodies(app);
   // Before the routes, so its hook and preflight route cover them.
-  useCors(app, deps.config, (headers) => auth.principal(headers));
+  useCors(app, deps.config, (headers) => auth.principal(withApiKeyHeader(headers)));
   // Requests in flight, so closing can wait for them and then drop every socket left: clients
   // may hold idle or never-used keep-alive connections that would otherwise keep the server open.
   // (By record: a client's x-request-id need not be unique.)
@@ -364,8 +374,14 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   void app.register(healthRoutes, { runtime });
   void app.register(openAiRoutes, {
     ctx,
-    models: () => [...new Set([...scheduling.configuredModels, ...replicas.models()])].sort(),
+    models: () => {
+      const models = new Set([...scheduling.configuredModels, ...replicas.models()]);
+      for (const alias of aliases.listed((m) => models.has(m))) models.add(alias);
+      return [...models].sort();
+    },
+    aliasOf,
   });
+  void app.register(anthropicRoutes, { ctx, logger });
 
   // Metrics apart from the public API: tenants' ids, outcomes and token counts are for operators.
   const operator = Fastify({

@@ -10,6 +10,7 @@ import {
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
 import type { ActivityLog } from './activity-log.ts';
+import type { AnswerShape } from './answer-shape.ts';
 import type { Authenticator } from './auth.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EnginePool } from './engine-pool.ts';
@@ -18,6 +19,7 @@ import { rejectionError, validationError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import { type EndOutcome, type GatewayMetrics, refusalOutcome } from './gateway-metrics.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
+import { AliasedAnswer } from './model-aliases.ts';
 import {
   CHAT_FIELDS,
   type ChatCompletionBody,
@@ -43,6 +45,7 @@ import {
 } from './request-descriptor.ts';
 import { readFairwayHeaders } from './request-headers.ts';
 import { RECORD, type RecordedRequest, RequestRecord } from './request-record.ts';
+import { RESPONSES_FIELDS, refuseStatefulFields, responsesSchema } from './responses-api.ts';
 import { StopSignal } from './stop-signal.ts';
 import type { Ticket } from './ticket.ts';
 
@@ -62,6 +65,8 @@ export interface CompletionContext {
   readonly cost: CostFunction;
   /** The pool serving `model`, or undefined for a model nothing serves or is configured for. */
   readonly poolFor: (model: string) => string | undefined;
+  /** The model an alias (`models.aliases`) stands for; undefined when `model` is no alias. */
+  readonly aliasOf: (model: string) => string | undefined;
   /** The real tokenizer configured for a pool (`pools[].tokenizer`), if any. */
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
   /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
@@ -86,15 +91,27 @@ export interface CompletionContext {
 }
 
 /**
- * Serves `POST /v1/chat/completions`, `POST /v1/completions` and `POST /v1/embeddings` along DESIGN.md's request path:
+ * A request of another API served as a chat completion (Anthropic's Messages API): the chat body
+ * it translates to, and how the engine's answer is rewritten for its client.
+ */
+export interface TranslatedRequest {
+  /** The chat completions body, validated and described as a client's would be. */
+  readonly body: unknown;
+  readonly shape: AnswerShape;
+}
+
+/**
+ * Serves `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` and `POST /v1/responses` along DESIGN.md's request path:
  * authenticate, validate, describe, admit and enqueue (one store round trip), hold until a replica
  * has room, proxy, settle. Every failure before the response starts is thrown as an `ApiError`.
+ * With `translated`, its body is served instead of the request's and the answer is reshaped.
  */
 export async function handleCompletion(
   ctx: CompletionContext,
   endpoint: Endpoint,
   request: RecordedRequest,
   reply: FastifyReply,
+  translated?: TranslatedRequest,
 ): Promise<void> {
   const record = request[RECORD] ?? new RequestRecord(ctx.timer.now(), undefined);
   const arrivedAt = record.arrivedAt;
@@ -119,11 +136,23 @@ export async function handleCompletion(
   const principal = ctx.auth.principal(request.headers);
   record.tenant = principal.tenant;
   const headers = readFairwayHeaders(request.headers);
+  const raw = translated === undefined ? request.body : translated.body;
   refuseUnknownFields(
-    request.body,
-    endpoint === 'chat' ? CHAT_FIELDS : endpoint === 'completions' ? COMPLETION_FIELDS : EMBEDDING_FIELDS,
+    raw,
+    endpoint === 'chat'
+      ? CHAT_FIELDS
+      : endpoint === 'completions'
+        ? COMPLETION_FIELDS
+        : endpoint === 'responses'
+          ? RESPONSES_FIELDS
+          : EMBEDDING_FIELDS,
   );
-  const body = validBody(endpoint, request.body);
+  const body = validBody(endpoint, raw);
+  // An alias is served as its model: admitted, queued and charged in that model's pool.
+  const asked = body.model;
+  const aliased = ctx.aliasOf(asked);
+  if (aliased !== undefined) body.model = aliased;
+  const shape = translated?.shape ?? (aliased === undefined ? undefined : new AliasedAnswer(aliased, asked));
   const pool = ctx.poolFor(body.model);
   const poolConfig = pool === undefined ? undefined : ctx.poolConfigFor(pool);
 
@@ -162,7 +191,7 @@ export async function handleCompletion(
   const m = ctx.metrics;
   const tenant = m.tenantLabel(req.tenant);
   if (pool === undefined)
-    throw new ApiError('MODEL_NOT_FOUND', `model "${req.model}" does not exist`, { param: 'model' });
+    throw new ApiError('MODEL_NOT_FOUND', `model "${asked}" does not exist`, { param: 'model' });
   if (!ctx.runtime.serving(pool) && !ctx.swapTargets.has(req.model)) {
     m.requests.inc({ tenant, outcome: 'unavailable' });
     throw new ApiError('NO_REPLICA', `no replica serves model "${req.model}" now`, { retryAfterS: 1 });
@@ -194,7 +223,8 @@ export async function handleCompletion(
   // A request without an output cap may generate what its token budgets still hold.
   const share = sub.admission?.quotaShare;
   const granted = share === undefined ? undefined : grantedOutput(req, share);
-  if (granted !== undefined) described.forwardBody.max_tokens = granted;
+  if (granted !== undefined)
+    described.forwardBody[endpoint === 'responses' ? 'max_output_tokens' : 'max_tokens'] = granted;
   held = sub.ticket;
   // Every admitted request ends with exactly one outcome, however it leaves (returned or thrown).
   let end: EndOutcome | undefined;
@@ -209,6 +239,7 @@ export async function handleCompletion(
       record,
       gone,
       leave,
+      shape,
       setEnd: (e) => {
         end = e;
       },
@@ -240,6 +271,12 @@ function validBody(endpoint: Endpoint, body: unknown): RequestBody {
   if (endpoint === 'embeddings') {
     const parsed = embeddingSchema.safeParse(body);
     if (!parsed.success) throw validationError(parsed.error);
+    return parsed.data;
+  }
+  if (endpoint === 'responses') {
+    const parsed = responsesSchema.safeParse(body);
+    if (!parsed.success) throw validationError(parsed.error);
+    refuseStatefulFields(parsed.data);
     return parsed.data;
   }
   if (plainValidBody(endpoint, body)) return body as ChatCompletionBody | CompletionBody;
@@ -303,6 +340,8 @@ interface Admitted {
   /** Aborted when the client leaves. */
   readonly gone: StopSignal;
   readonly leave: () => void;
+  /** Rewrites the answer for a client of another API. */
+  readonly shape: AnswerShape | undefined;
   /** Told the outcome of the paths that end the request with an error thrown. */
   readonly setEnd: (end: EndOutcome) => void;
 }
@@ -313,7 +352,7 @@ interface Admitted {
  * the paths that end it with an error thrown.
  */
 async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<ProxyResult | undefined> {
-  const { ticket, described, endpoint, request, reply, record, gone, leave, setEnd } = a;
+  const { ticket, described, endpoint, request, reply, record, gone, leave, setEnd, shape } = a;
   const req = described.descriptor;
   const m = ctx.metrics;
   const tr = record.trace;
@@ -438,6 +477,7 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
       },
       resume: ctx.resume,
       timeouts: ctx.timeoutsFor(ticket.pool),
+      shape,
     }).catch((err: unknown) => {
       // Nowhere left to retry: say so (503) rather than pass on this replica's failure.
       throw noneLeft && err instanceof ApiError && err.status >= 500 ? noReplica(req.model, err) : err;

@@ -3,6 +3,7 @@ import type { Clock, EngineTimeoutsConfig, Usage } from '@fairway/core';
 import type { CompletionEndpoint, Engine, EngineStream, SseDataLine } from '@fairway/engine';
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
+import type { AnswerShape } from './answer-shape.ts';
 import { engineApiError, isReplicaFailure } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
 import type { GatewayRuntime } from './gateway-runtime.ts';
@@ -55,6 +56,8 @@ export interface ProxyCall {
   readonly resume?: Resume | undefined;
   /** The pool's `engineTimeouts`: how long the engine may stay silent before it counts as hung. */
   readonly timeouts?: EngineTimeoutsConfig | undefined;
+  /** Rewrites the answer for a client of another API (Anthropic Messages); absent, sent as is. */
+  readonly shape?: AnswerShape | undefined;
 }
 
 /** What happened, for metrics and logs. */
@@ -80,6 +83,8 @@ export interface ProxyResult {
  */
 export function proxy(call: ProxyCall): Promise<ProxyResult> {
   if (call.endpoint === 'embeddings') return proxyEmbedding(call);
+  if (call.endpoint === 'responses')
+    return call.described.stream ? proxyResponseStream(call) : proxyResponseWhole(call);
   return call.resume === undefined && !call.described.stream ? proxyWhole(call) : proxyRuns(call);
 }
 
@@ -106,11 +111,136 @@ async function proxyEmbedding(call: ProxyCall): Promise<ProxyResult> {
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(result.bytes);
+  // Reshaped before the response opens: a body that cannot be read fails as an engine error.
+  const answer = reshaped(call, result.bytes, engineCall.span, signal);
+  if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
   const usage = { inputTokens: result.promptTokens, outputTokens: 0 };
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
   return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
+}
+
+/**
+ * Forwards a non-streamed Responses API request: the engine's `response` object goes to the client
+ * byte for byte, then the request settles with its `usage` (`input_tokens`, `output_tokens`).
+ */
+async function proxyResponseWhole(call: ProxyCall): Promise<ProxyResult> {
+  const t0 = call.timer.now();
+  const engineCall = openEngineCall(call, 0);
+  const signal = call.ticket.startCall(call.gone);
+  let result: Awaited<ReturnType<Engine['respond']>>;
+  try {
+    result = await call.engine.respond(call.described.forwardBody, {
+      signal,
+      headers: engineCall.headers,
+      ...(call.timeouts === undefined
+        ? {}
+        : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
+    });
+  } catch (err) {
+    call.trace?.fail(engineCall.span, err);
+    return failedBeforeAnswer(call, signal, err);
+  }
+  const overheadMs = overheadOf(call, call.timer.now() - t0);
+  // Reshaped before the response opens: a body that cannot be read fails as an engine error.
+  const answer = reshaped(call, result.bytes, engineCall.span, signal);
+  if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
+  const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
+  closeEngineCall(call, engineCall.span, usage, result.body.id);
+  settle(call, usage);
+  return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
+}
+
+/**
+ * Forwards a streamed Responses API request: the engine's typed events are written as they arrive,
+ * output tokens are metered from `response.output_text.delta` events, and the request settles at
+ * `response.completed`'s `response.usage`. A failure after the stream started ends it with an
+ * `error` event; an eviction under a control plane fails it (a response cannot be resumed).
+ */
+async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
+  const { ticket, runtime } = call;
+  const t0 = call.timer.now();
+  const engineCall = openEngineCall(call, 0);
+  const signal = ticket.startCall(call.gone);
+  let stream: EngineStream;
+  try {
+    stream = await call.engine.streamResponse(call.described.forwardBody, {
+      signal,
+      headers: engineCall.headers,
+      ...(call.timeouts === undefined
+        ? {}
+        : { headersTimeoutMs: call.timeouts.firstByteMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
+    });
+  } catch (err) {
+    call.trace?.fail(engineCall.span, err);
+    return failedBeforeAnswer(call, signal, err);
+  }
+  const overheadMs = overheadOf(call, call.timer.now() - t0);
+  let res: ServerResponse | undefined;
+  let firstByteMs: number | undefined;
+  runtime.meter(ticket, () => stream.completionTokens);
+  try {
+    for await (const chunk of stream) {
+      if (chunk.length === 0) continue;
+      if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
+      const out = call.shape === undefined ? chunk : call.shape.chunk(chunk);
+      if (out.length === 0) continue;
+      res ??= openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE));
+      if (!res.write(out)) await drained(res, signal);
+    }
+  } catch (err) {
+    call.trace?.fail(engineCall.span, err);
+    const used = {
+      inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
+      outputTokens: stream.completionTokens,
+    };
+    if (res === undefined && !signal.aborted && !call.gone.aborted)
+      return failedBeforeAnswer(call, signal, err);
+    void runtime.abandon(ticket, used);
+    if (call.gone.aborted) {
+      dropClient(call);
+      return { usage: used, overheadMs, firstByteMs, outcome: 'cancelled' };
+    }
+    if (!signal.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
+    const api = signal.aborted ? evicted() : engineApiError(err);
+    res ??= openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE));
+    if (!res.destroyed && !res.writableEnded) {
+      const e = api.body().error;
+      res.end(
+        `event: error\ndata: ${JSON.stringify({ type: 'error', code: e.code, message: e.message, param: e.param })}\n\n`,
+      );
+    }
+    return { usage: used, overheadMs, firstByteMs, outcome: 'failed' };
+  }
+  (res ?? openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE))).end();
+  const usage = {
+    inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
+    outputTokens: stream.usage?.completionTokens ?? stream.completionTokens,
+  };
+  closeEngineCall(call, engineCall.span, usage);
+  settle(call, usage);
+  return { usage, overheadMs, firstByteMs, outcome: 'completed' };
+}
+
+/**
+ * A whole engine body as the client receives it (rewritten by `call.shape`), or — when the shape
+ * cannot read it — the request failed as an engine error before anything reached the client.
+ */
+function reshaped(
+  call: ProxyCall,
+  bytes: Uint8Array,
+  span: Span | undefined,
+  signal: StopSignal,
+): Uint8Array | string | Promise<ProxyResult> {
+  if (call.shape === undefined) return bytes;
+  try {
+    return call.shape.whole(bytes);
+  } catch (err) {
+    call.trace?.fail(span, err);
+    return failedBeforeAnswer(call, signal, err);
+  }
 }
 
 /**
@@ -232,7 +362,10 @@ async function proxyWhole(call: ProxyCall): Promise<ProxyResult> {
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(result.bytes);
+  // Reshaped before the response opens: a body that cannot be read fails as an engine error.
+  const answer = reshaped(call, result.bytes, engineCall.span, signal);
+  if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
+  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
   const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
@@ -334,10 +467,12 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
 
   const fail = (err: ApiError, usage: Usage): ProxyResult => {
     if (res === undefined) throw err;
-    if (!res.destroyed && !res.writableEnded) res.end(sseError(err));
+    if (!res.destroyed && !res.writableEnded)
+      res.end(call.shape === undefined ? sseError(err) : call.shape.error(err));
     return { usage, overheadMs, firstByteMs, outcome: 'failed' };
   };
-  const write = async (bytes: Uint8Array | string, signal: StopSignal): Promise<void> => {
+  const write = async (engineBytes: Uint8Array | string, signal: StopSignal): Promise<void> => {
+    const bytes = call.shape === undefined ? engineBytes : call.shape.chunk(engineBytes);
     if (bytes.length === 0) return;
     if (firstByteMs === undefined) firstByteMs = call.timer.now() - call.arrivedAt;
     res ??= openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE));
@@ -441,7 +576,9 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
     if (!streamed) {
       const text = (answer as ResumedAnswer).body(usage);
       firstByteMs = call.timer.now() - call.arrivedAt;
-      openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(text);
+      openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(
+        call.shape === undefined ? text : call.shape.whole(text),
+      );
     } else {
       if (answer !== undefined) await write(answer.take() + answer.end(usage), signal);
       (res ?? openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE))).end();

@@ -18,17 +18,22 @@ import {
   type EmbeddingBody,
 } from './openai-schemas.ts';
 import type { FairwayHeaderValues } from './request-headers.ts';
+import { type ResponsesBody, responsesMessages } from './responses-api.ts';
 
 /** Which OpenAI endpoint a request came in on. */
-export type Endpoint = 'chat' | 'completions' | 'embeddings';
+export type Endpoint = 'chat' | 'completions' | 'embeddings' | 'responses';
 
 /** The GenAI semantic conventions' name of an endpoint's operation (traces). */
 export function operationName(endpoint: Endpoint): string {
-  return endpoint === 'chat' ? 'chat' : endpoint === 'completions' ? 'text_completion' : 'embeddings';
+  return endpoint === 'chat' || endpoint === 'responses'
+    ? 'chat'
+    : endpoint === 'completions'
+      ? 'text_completion'
+      : 'embeddings';
 }
 
 /** A validated request body of any endpoint. */
-export type RequestBody = ChatCompletionBody | CompletionBody | EmbeddingBody;
+export type RequestBody = ChatCompletionBody | CompletionBody | EmbeddingBody | ResponsesBody;
 
 /** What the scheduler sees of a request, and the body forwarded to the engine. */
 export interface DescribedRequest {
@@ -144,6 +149,12 @@ export function promptTokens(endpoint: Endpoint, body: RequestBody, tokenizer?: 
     if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
     return countEmbeddingInputTokens(input, tokenizer.counter);
   }
+  if (endpoint === 'responses') {
+    const chat = { messages: responsesMessages(body as ResponsesBody) };
+    const estimate = countPromptTokens('chat', chat);
+    if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
+    return countPromptTokens('chat', chat, tokenizer.counter);
+  }
   const estimate = countPromptTokens(endpoint, body);
   if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
   return countPromptTokens(endpoint, body, tokenizer.counter);
@@ -178,6 +189,7 @@ export function describeRequest(input: DescribeInput): DescribedRequest {
   refuseEngineFields(body, principal);
   const sloClass = grantedSloClass(principal, headers.sloClass, input.sloClasses, input.defaultSloClass);
   if (input.endpoint === 'embeddings') return describeEmbedding(input, sloClass);
+  if (input.endpoint === 'responses') return describeResponse(input, sloClass);
   const gen = body as ChatCompletionBody | CompletionBody;
   const given =
     input.endpoint === 'chat'
@@ -239,6 +251,34 @@ function identityOf(input: DescribeInput, sloClass: string, band: number | undef
     ...(headers.user !== undefined ? { user: tenantUserId(principal.tenant, headers.user) } : {}),
     ...(headers.interaction !== undefined ? { interactionId: headers.interaction } : {}),
     ...(band !== undefined ? { priority: band } : {}),
+  };
+}
+
+/**
+ * A Responses API request: one output, capped by `max_output_tokens` (reserved as chat reserves
+ * `max_tokens`; without it the pool's `reserveOutputTokens` is reserved and `defaultMaxTokens`
+ * sent as the engine's cap). Usage comes from the engine's response, not from `stream_options`.
+ */
+function describeResponse(input: DescribeInput, sloClass: string): DescribedRequest {
+  const body = input.body as ResponsesBody;
+  const given = body.max_output_tokens ?? undefined;
+  const maxTokens =
+    given ?? Math.min(input.reserveOutputTokens ?? input.defaultMaxTokens, input.defaultMaxTokens);
+  const forwardBody: Record<string, unknown> =
+    given === undefined ? { ...body, max_output_tokens: input.defaultMaxTokens } : { ...body };
+  for (const f of DROPPED_FIELDS) delete forwardBody[f];
+  const band = input.enginePriority === true ? input.sloClasses.get(sloClass)?.band : undefined;
+  if (band !== undefined) forwardBody.priority = band;
+  return {
+    descriptor: {
+      ...identityOf(input, sloClass, band),
+      maxTokens,
+      ...(given === undefined ? { outputCap: input.defaultMaxTokens } : {}),
+    },
+    forwardBody,
+    stream: body.stream === true,
+    wantsUsage: false,
+    wantsContinuousUsage: false,
   };
 }
 

@@ -56,3 +56,17 @@ export function bearerToken(headers: Record<string, string | string[] | undefine
   if (!m) throw new ApiError('INVALID_API_KEY', 'authorization header must be "Bearer <api key>"');
   return m[1];
 }
+
+/**
+ * The headers with Anthropic's `x-api-key` read as `Authorization: Bearer <key>` when no
+ * `Authorization` is sent: the Messages API takes its key either way, and whatever reads the key
+ * (authentication, CORS's per-tenant origins) must see the same one. A repeated `x-api-key` is a
+ * 400 `invalid_header`.
+ */
+export function withApiKeyHeader<H extends Record<string, string | string[] | undefined>>(headers: H): H {
+  const key = headers['x-api-key'];
+  if (key === undefined || headers.authorization !== undefined) return headers;
+  if (Array.isArray(key))
+    throw new ApiError('INVALID_HEADER', 'header x-api-key must appear once', { param: 'x-api-key' });
+  return { ...headers, authorization: `Bearer ${key}` };
+}

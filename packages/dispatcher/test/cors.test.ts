@@ -106,6 +106,22 @@ describe('CORS', () => {
     expect((await preflight(url, FLEET_APP)).headers.get('access-control-allow-origin')).toBe(FLEET_APP);
   });
 
+  it("reads Anthropic's x-api-key as the request's key: a tenant's origin is for its own keys only", async () => {
+    const url = await start({ enabled: true });
+    const messages = (key: string) =>
+      fetch(`${url}/v1/messages`, {
+        method: 'POST',
+        headers: { origin: APP, 'x-api-key': key, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+    const acme = await messages(ACME);
+    expect(acme.status).toBe(200);
+    expect(acme.headers.get('access-control-allow-origin')).toBe(APP);
+    const globex = await messages(GLOBEX);
+    await globex.text();
+    expect(globex.headers.get('access-control-allow-origin')).toBeNull();
+  });
+
   it('allows any origin with "*"', async () => {
     const url = await start({ enabled: true, origins: ['*'] });
     const res = await post(url, GLOBEX, 'https://anything.example');

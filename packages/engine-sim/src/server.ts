@@ -38,6 +38,7 @@ import {
   messageText,
 } from './request-schema.ts';
 import { errorBody, type ResponseKind, syntheticPrefixTokens } from './response-format.ts';
+import { responsesRoute } from './responses.ts';
 import { StreamFlusher } from './stream-flusher.ts';
 
 /** What {@link buildEngineSimApp} needs: validated options and the engine model it serves. */
@@ -104,7 +105,7 @@ function describeIssues(error: z.ZodError): string {
 
 /**
  * Builds the simulated vLLM server: OpenAI chat and text completions (streamed like vLLM, one
- * token per chunk), `/v1/models`, `/health`, `/metrics`, sleep/wake, LoRA load/unload, and the
+ * token per chunk), the Responses API over them, `/v1/models`, `/health`, `/metrics`, sleep/wake, LoRA load/unload, and the
  * private `/fairway/faults`. Timing, KV usage and preemption come from the engine model, run in
  * real time by a {@link RealtimeDriver}.
  */
@@ -319,6 +320,8 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     received(req);
     return generate('completions', req, reply);
   });
+
+  responsesRoute(app, servedModelName);
 
   // An embedding model (`task: embed`) answers at once: a pooling pass is one prefill, far
   // shorter than the generation the engine model times; its vectors are deterministic.

@@ -114,6 +114,16 @@ export interface Engine {
    * buffered). `stream_options.include_usage` is always injected.
    */
   stream(endpoint: CompletionEndpoint, body: CompletionBody, options?: StreamOptions): Promise<EngineStream>;
+  /**
+   * A non-streamed `POST /v1/responses` (OpenAI's Responses API as vLLM serves it); `usage` is read
+   * from the body's `usage.input_tokens` and `usage.output_tokens`, `finishReason` is its `status`.
+   */
+  respond(body: Readonly<Record<string, unknown>>, options?: GenerateOptions): Promise<CompletionResult>;
+  /**
+   * A streamed `POST /v1/responses`: typed events, counted by a `ResponsesScanner` (usage from
+   * `response.completed`); resolves once the response headers arrived.
+   */
+  streamResponse(body: Readonly<Record<string, unknown>>, options?: GenerateOptions): Promise<EngineStream>;
   /** `POST /v1/embeddings` (an embedding model's pooling pass). */
   embed(body: Readonly<Record<string, unknown>>, options?: GenerateOptions): Promise<EmbeddingResult>;
   /** `GET /v1/models`. */

@@ -39,6 +39,7 @@ export {
   VLLM_METRIC,
   type VllmMetrics,
 } from './metrics-parser.ts';
+export { ResponsesScanner } from './responses-scanner.ts';
 export { type EngineUsage, type SseDataLine, SseScanner } from './sse.ts';
 export { type LoadedTokenizer, loadTokenizer } from './tokenizer.ts';
 export { VllmClient, type VllmClientOptions } from './vllm-client.ts';

@@ -25,6 +25,7 @@ import {
   MetricsFormatError,
 } from './errors.ts';
 import { parseVllmMetrics, type VllmMetrics } from './metrics-parser.ts';
+import { ResponsesScanner } from './responses-scanner.ts';
 import { type EngineUsage, SseScanner } from './sse.ts';
 
 const optionsSchema = z
@@ -213,11 +214,11 @@ class VllmStream implements EngineStream {
   readonly status: number;
   readonly headers: IncomingHttpHeaders;
   readonly #body: Dispatcher.ResponseData['body'];
-  readonly #scanner: SseScanner;
+  readonly #scanner: SseScanner | ResponsesScanner;
   readonly #ctx: CallContext;
   #iterated = false;
 
-  constructor(res: Dispatcher.ResponseData, scanner: SseScanner, ctx: CallContext) {
+  constructor(res: Dispatcher.ResponseData, scanner: SseScanner | ResponsesScanner, ctx: CallContext) {
     this.status = res.statusCode;
     this.headers = res.headers;
     this.#body = res.body;
@@ -267,7 +268,9 @@ class VllmStream implements EngineStream {
         throw new EngineConnectionLostError(
           this.#ctx.url,
           this.#ctx.operation,
-          'stream ended before data: [DONE]',
+          this.#scanner instanceof ResponsesScanner
+            ? 'stream ended before response.completed'
+            : 'stream ended before data: [DONE]',
         );
       }
     } finally {
@@ -330,6 +333,61 @@ export class VllmClient implements Engine {
       usage: read.usage,
       finishReason: read.finishReason,
     };
+  }
+
+  async respond(
+    body: Readonly<Record<string, unknown>>,
+    options: GenerateOptions = {},
+  ): Promise<CompletionResult> {
+    const payload = JSON.stringify({ ...body, stream: false });
+    const { res, ctx } = await this.#send('POST', '/v1/responses', payload, options, false);
+    let bytes: Buffer;
+    try {
+      bytes = Buffer.from(await res.body.arrayBuffer());
+    } catch (err) {
+      throw mapError(err, ctx, true);
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(bytes.toString('utf8'));
+    } catch (cause) {
+      throw new EngineBadResponseError(this.url, ctx.operation, 'body is not JSON', { cause });
+    }
+    const o = parsed as {
+      status?: unknown;
+      usage?: { input_tokens?: unknown; output_tokens?: unknown } | null;
+    };
+    const input = o.usage?.input_tokens;
+    const output = o.usage?.output_tokens;
+    if (!isCount(input))
+      throw new EngineBadResponseError(this.url, ctx.operation, 'body lacks usage.input_tokens');
+    if (!isCount(output))
+      throw new EngineBadResponseError(this.url, ctx.operation, 'body lacks usage.output_tokens');
+    return {
+      status: res.statusCode,
+      bytes,
+      body: parsed as Record<string, unknown>,
+      usage: { promptTokens: input, completionTokens: output, totalTokens: input + output },
+      finishReason: typeof o.status === 'string' ? o.status : undefined,
+    };
+  }
+
+  async streamResponse(
+    body: Readonly<Record<string, unknown>>,
+    options: GenerateOptions = {},
+  ): Promise<EngineStream> {
+    const payload = JSON.stringify({ ...body, stream: true });
+    const { res, ctx } = await this.#send('POST', '/v1/responses', payload, options, true);
+    const type = String(res.headers['content-type'] ?? '');
+    if (!type.startsWith('text/event-stream')) {
+      const text = await res.body.text().catch(() => '');
+      throw new EngineBadResponseError(
+        this.url,
+        ctx.operation,
+        `expected text/event-stream, got "${type}": ${text.slice(0, 200)}`,
+      );
+    }
+    return new VllmStream(res, new ResponsesScanner(), ctx);
   }
 
   async embed(

@@ -5,19 +5,22 @@ import { ApiError } from '../errors.ts';
 /** Options of the OpenAI routes plugin. */
 export interface OpenAiRoutesOptions {
   readonly ctx: CompletionContext;
-  /** Models the dispatcher serves or is configured for, in listing order. */
+  /** Models the dispatcher serves or is configured for, and the exact aliases of those, in listing order. */
   readonly models: () => readonly string[];
+  /** The model an alias (`models.aliases`, patterns too) stands for; undefined for no alias. */
+  readonly aliasOf: (model: string) => string | undefined;
 }
 
 /**
  * The OpenAI-compatible API: `POST /v1/chat/completions`, `POST /v1/completions` (streaming and
- * not), `POST /v1/embeddings`, `GET /v1/models` and `GET /v1/models/{id}`. Every route authenticates with a bearer key.
+ * not), `POST /v1/embeddings`, `POST /v1/responses` (streaming and not), `GET /v1/models` and `GET /v1/models/{id}`. Every route authenticates with a bearer key.
  */
 export const openAiRoutes: FastifyPluginAsync<OpenAiRoutesOptions> = async (app, opts) => {
   const { ctx } = opts;
   app.post('/v1/chat/completions', (request, reply) => handleCompletion(ctx, 'chat', request, reply));
   app.post('/v1/completions', (request, reply) => handleCompletion(ctx, 'completions', request, reply));
   app.post('/v1/embeddings', (request, reply) => handleCompletion(ctx, 'embeddings', request, reply));
+  app.post('/v1/responses', (request, reply) => handleCompletion(ctx, 'responses', request, reply));
   // `created` is fixed: the list describes configuration, not events.
   const modelObject = (id: string) => ({ id, object: 'model', created: 0, owned_by: 'fairway' });
   app.get('/v1/models', async (request) => {
@@ -34,7 +37,9 @@ export const openAiRoutes: FastifyPluginAsync<OpenAiRoutesOptions> = async (app,
     } catch {
       id = raw;
     }
-    if (!opts.models().includes(id))
+    const models = opts.models();
+    const target = models.includes(id) ? undefined : opts.aliasOf(id);
+    if (!models.includes(id) && (target === undefined || !models.includes(target)))
       throw new ApiError(
         'MODEL_NOT_FOUND',
         `The model '${id.length > 256 ? `${id.slice(0, 256)}…` : id}' does not exist`,
