@@ -1,6 +1,6 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Clock, EngineTimeoutsConfig, Usage } from '@fairway/core';
-import type { CompletionEndpoint, Engine, EngineStream, SseDataLine } from '@fairway/engine';
+import type { CompletionEndpoint, Engine, EngineStream, GenerateOptions, SseDataLine } from '@fairway/engine';
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
 import type { AnswerShape } from './answer-shape.ts';
@@ -94,31 +94,11 @@ export function proxy(call: ProxyCall): Promise<ProxyResult> {
  * eviction under a control plane fails it like any request that cannot resume.
  */
 async function proxyEmbedding(call: ProxyCall): Promise<ProxyResult> {
-  const t0 = call.timer.now();
-  const engineCall = openEngineCall(call, 0);
-  const signal = call.ticket.startCall(call.gone);
-  let result: Awaited<ReturnType<Engine['embed']>>;
-  try {
-    result = await call.engine.embed(call.described.forwardBody, {
-      signal,
-      headers: engineCall.headers,
-      ...(call.timeouts === undefined
-        ? {}
-        : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
-    });
-  } catch (err) {
-    call.trace?.fail(engineCall.span, err);
-    return failedBeforeAnswer(call, signal, err);
-  }
-  const overheadMs = overheadOf(call, call.timer.now() - t0);
-  // Reshaped before the response opens: a body that cannot be read fails as an engine error.
-  const answer = reshaped(call, result.bytes, engineCall.span, signal);
-  if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
-  const usage = { inputTokens: result.promptTokens, outputTokens: 0 };
-  closeEngineCall(call, engineCall.span, usage, result.body.id);
-  settle(call, usage);
-  return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
+  return proxyAnswer(
+    call,
+    (options) => call.engine.embed(call.described.forwardBody, options),
+    (result) => ({ inputTokens: result.promptTokens, outputTokens: 0 }),
+  );
 }
 
 /**
@@ -126,31 +106,11 @@ async function proxyEmbedding(call: ProxyCall): Promise<ProxyResult> {
  * byte for byte, then the request settles with its `usage` (`input_tokens`, `output_tokens`).
  */
 async function proxyResponseWhole(call: ProxyCall): Promise<ProxyResult> {
-  const t0 = call.timer.now();
-  const engineCall = openEngineCall(call, 0);
-  const signal = call.ticket.startCall(call.gone);
-  let result: Awaited<ReturnType<Engine['respond']>>;
-  try {
-    result = await call.engine.respond(call.described.forwardBody, {
-      signal,
-      headers: engineCall.headers,
-      ...(call.timeouts === undefined
-        ? {}
-        : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
-    });
-  } catch (err) {
-    call.trace?.fail(engineCall.span, err);
-    return failedBeforeAnswer(call, signal, err);
-  }
-  const overheadMs = overheadOf(call, call.timer.now() - t0);
-  // Reshaped before the response opens: a body that cannot be read fails as an engine error.
-  const answer = reshaped(call, result.bytes, engineCall.span, signal);
-  if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
-  openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
-  const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
-  closeEngineCall(call, engineCall.span, usage, result.body.id);
-  settle(call, usage);
-  return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
+  return proxyAnswer(
+    call,
+    (options) => call.engine.respond(call.described.forwardBody, options),
+    (result) => ({ inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens }),
+  );
 }
 
 /**
@@ -342,31 +302,51 @@ function dropClient(call: ProxyCall): void {
  * then the request settles with the engine's `usage`.
  */
 async function proxyWhole(call: ProxyCall): Promise<ProxyResult> {
+  return proxyAnswer(
+    call,
+    (options) =>
+      call.engine.complete(call.endpoint as CompletionEndpoint, call.described.forwardBody, options),
+    (result) => ({ inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens }),
+  );
+}
+
+/**
+ * One whole (non-streamed) engine answer: `send` calls the engine under the engine span (an
+ * instrumented HTTP client traces the call there), the body is reshaped for the client before the
+ * response opens (a body that cannot be read fails as an engine error) and written whole, and the
+ * request settles with the usage `usageOf` reads from it.
+ */
+async function proxyAnswer<
+  R extends { readonly bytes: Uint8Array; readonly body: { readonly id?: unknown } },
+>(
+  call: ProxyCall,
+  send: (options: GenerateOptions) => Promise<R>,
+  usageOf: (result: R) => Usage,
+): Promise<ProxyResult> {
   const t0 = call.timer.now();
   const engineCall = openEngineCall(call, 0);
   const signal = call.ticket.startCall(call.gone);
-  let result: Awaited<ReturnType<Engine['complete']>>;
+  const options: GenerateOptions = {
+    signal,
+    headers: engineCall.headers,
+    ...(call.timeouts === undefined
+      ? {}
+      : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
+  };
+  let result: R;
   try {
-    const send = () =>
-      call.engine.complete(call.endpoint as CompletionEndpoint, call.described.forwardBody, {
-        signal,
-        headers: engineCall.headers,
-        ...(call.timeouts === undefined
-          ? {}
-          : { headersTimeoutMs: call.timeouts.answerMs, bodyTimeoutMs: call.timeouts.streamIdleMs }),
-      });
-    // Under the engine span: an instrumented HTTP client traces the call there.
-    result = await (call.trace === undefined ? send() : call.trace.within(engineCall.span, send));
+    result = await (call.trace === undefined
+      ? send(options)
+      : call.trace.within(engineCall.span, () => send(options)));
   } catch (err) {
     call.trace?.fail(engineCall.span, err);
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
-  // Reshaped before the response opens: a body that cannot be read fails as an engine error.
   const answer = reshaped(call, result.bytes, engineCall.span, signal);
   if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
   openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
-  const usage = { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens };
+  const usage = usageOf(result);
   closeEngineCall(call, engineCall.span, usage, result.body.id);
   settle(call, usage);
   return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };

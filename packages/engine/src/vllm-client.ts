@@ -310,19 +310,7 @@ export class VllmClient implements Engine {
   ): Promise<CompletionResult> {
     const path = ENDPOINT_PATH[endpoint];
     const payload = JSON.stringify({ ...body, stream: false });
-    const { res, ctx } = await this.#send('POST', path, payload, options, false);
-    let bytes: Buffer;
-    try {
-      bytes = Buffer.from(await res.body.arrayBuffer());
-    } catch (err) {
-      throw mapError(err, ctx, true);
-    }
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(bytes.toString('utf8'));
-    } catch (cause) {
-      throw new EngineBadResponseError(this.url, ctx.operation, 'body is not JSON', { cause });
-    }
+    const { res, ctx, bytes, parsed } = await this.#postJson(path, payload, options);
     const read = readCompletionBody(parsed);
     if (typeof read === 'string')
       throw new EngineBadResponseError(this.url, ctx.operation, `body lacks ${read}`);
@@ -340,19 +328,7 @@ export class VllmClient implements Engine {
     options: GenerateOptions = {},
   ): Promise<CompletionResult> {
     const payload = JSON.stringify({ ...body, stream: false });
-    const { res, ctx } = await this.#send('POST', '/v1/responses', payload, options, false);
-    let bytes: Buffer;
-    try {
-      bytes = Buffer.from(await res.body.arrayBuffer());
-    } catch (err) {
-      throw mapError(err, ctx, true);
-    }
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(bytes.toString('utf8'));
-    } catch (cause) {
-      throw new EngineBadResponseError(this.url, ctx.operation, 'body is not JSON', { cause });
-    }
+    const { res, ctx, bytes, parsed } = await this.#postJson('/v1/responses', payload, options);
     const o = parsed as {
       status?: unknown;
       usage?: { input_tokens?: unknown; output_tokens?: unknown } | null;
@@ -394,19 +370,7 @@ export class VllmClient implements Engine {
     body: Readonly<Record<string, unknown>>,
     options: GenerateOptions = {},
   ): Promise<EmbeddingResult> {
-    const { res, ctx } = await this.#send('POST', '/v1/embeddings', JSON.stringify(body), options, false);
-    let bytes: Buffer;
-    try {
-      bytes = Buffer.from(await res.body.arrayBuffer());
-    } catch (err) {
-      throw mapError(err, ctx, true);
-    }
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(bytes.toString('utf8'));
-    } catch (cause) {
-      throw new EngineBadResponseError(this.url, ctx.operation, 'body is not JSON', { cause });
-    }
+    const { res, ctx, bytes, parsed } = await this.#postJson('/v1/embeddings', JSON.stringify(body), options);
     const o = parsed as { data?: unknown; usage?: { prompt_tokens?: unknown } };
     if (!Array.isArray(o.data)) throw new EngineBadResponseError(this.url, ctx.operation, 'body lacks data');
     const prompt = o.usage?.prompt_tokens;
@@ -499,6 +463,26 @@ export class VllmClient implements Engine {
 
   async close(): Promise<void> {
     await this.#pool.destroy();
+  }
+
+  /** POSTs `payload` and reads the answer's whole body as JSON (its bytes kept for the client). */
+  async #postJson(
+    path: string,
+    payload: string,
+    options: GenerateOptions,
+  ): Promise<{ res: Dispatcher.ResponseData; ctx: CallContext; bytes: Buffer; parsed: unknown }> {
+    const { res, ctx } = await this.#send('POST', path, payload, options, false);
+    let bytes: Buffer;
+    try {
+      bytes = Buffer.from(await res.body.arrayBuffer());
+    } catch (err) {
+      throw mapError(err, ctx, true);
+    }
+    try {
+      return { res, ctx, bytes, parsed: JSON.parse(bytes.toString('utf8')) };
+    } catch (cause) {
+      throw new EngineBadResponseError(this.url, ctx.operation, 'body is not JSON', { cause });
+    }
   }
 
   /**
