@@ -296,17 +296,8 @@ export class Admission {
       await this.#dispatch.handOn(r.dispatch, false);
       // More may fit: whatever else waits in the pool goes through a dispatch round.
       if (r.poolQueued > 0) await this.#dispatch.pump(pool);
-    } else if (
-      r.dispatch?.kind === 'blocked' &&
-      offered.more &&
-      this.#candidates.roomElsewhere(this.#view.states(pool), {
-        pool,
-        reserveTokens: r.dispatch.reserveTokens,
-        skip: new Set(candidates.map((c) => c.id)),
-      })
-    ) {
-      // Blocked on the replicas offered while the view shows room on others: a round offers those.
-      await this.#dispatch.pump(pool);
+    } else if (r.dispatch?.kind === 'blocked') {
+      await this.#dispatch.afterBlocked(pool, offered, r.dispatch.reserveTokens);
     }
     return admitted;
   }

@@ -1,7 +1,7 @@
 import type { RequestDescriptor } from '@fairway/core';
 import type { ReplicaState } from '@fairway/policy';
 import type { DispatchInput, DispatchResult, QueuedRequest, ReplicaCandidate } from '@fairway/store';
-import type { Candidates } from './candidates.ts';
+import type { Candidates, Offered } from './candidates.ts';
 import type { Charging } from './charging.ts';
 import { DrainRate } from './drain-rate.ts';
 import type { Dispatched, ResolvedGatewayOptions } from './gateway-options.ts';
@@ -56,6 +56,17 @@ export class DispatchRounds {
     this.#candidates = deps.candidates;
     this.#predictions = deps.predictions;
     this.#charging = deps.charging;
+  }
+
+  /**
+   * A fused call's dispatch was blocked on the window it `offered`: when the view shows room for
+   * the blocked request on a replica the window left out, a round offers those.
+   */
+  async afterBlocked(pool: string, offered: Offered | undefined, reserveTokens: number): Promise<void> {
+    if (offered?.more !== true) return;
+    const skip = new Set(offered.replicas.map((c) => c.id));
+    if (this.#candidates.roomElsewhere(this.#view.states(pool), { pool, reserveTokens, skip }))
+      await this.pump(pool);
   }
 
   /**

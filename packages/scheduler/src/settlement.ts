@@ -161,16 +161,7 @@ export class Settlement {
     for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
     this.#dispatch.deadlines.poolQueued(pool, r.poolQueued, o.clock.now());
     if (r.dispatch.kind === 'blocked') {
-      // Blocked on the replicas offered while the view shows room on others: a round offers those.
-      if (
-        offered?.more === true &&
-        this.#candidates.roomElsewhere(this.#view.states(pool), {
-          pool,
-          reserveTokens: r.dispatch.reserveTokens,
-          skip: new Set(candidates.map((c) => c.id)),
-        })
-      )
-        await this.#dispatch.pump(pool);
+      await this.#dispatch.afterBlocked(pool, offered, r.dispatch.reserveTokens);
       return;
     }
     if (r.dispatch.kind !== 'dispatched') return;
