@@ -145,26 +145,25 @@ export interface PoolTokenizer {
 export function promptTokens(endpoint: Endpoint, body: RequestBody, tokenizer?: PoolTokenizer): number {
   if (endpoint === 'embeddings') {
     const input = (body as EmbeddingBody).input;
-    const estimate = countEmbeddingInputTokens(input);
-    if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
-    return countEmbeddingInputTokens(input, tokenizer.counter);
+    return counted((counter) => countEmbeddingInputTokens(input, counter), tokenizer);
   }
   if (endpoint === 'responses') {
     const chat = { messages: responsesMessages(body as ResponsesBody) };
-    const estimate = countPromptTokens('chat', chat);
-    if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
-    return countPromptTokens('chat', chat, tokenizer.counter);
+    return counted((counter) => countPromptTokens('chat', chat, counter), tokenizer);
   }
-  const estimate = countPromptTokens(endpoint, body);
+  return counted((counter) => countPromptTokens(endpoint, body, counter), tokenizer);
+}
+
+/** `count` with the pool's tokenizer when one is configured and the estimate is not too large. */
+function counted(count: (counter?: TokenCounter) => number, tokenizer?: PoolTokenizer): number {
+  const estimate = count();
   if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
-  return countPromptTokens(endpoint, body, tokenizer.counter);
+  return count(tokenizer.counter);
 }
 
 /** A chat request's system-prompt tokens, counted as {@link promptTokens} counts the prompt. */
 function systemPromptTokens(body: RequestBody, tokenizer?: PoolTokenizer): number {
-  const estimate = countSystemPromptTokens(body);
-  if (tokenizer === undefined || estimate > tokenizer.maxTokens) return estimate;
-  return countSystemPromptTokens(body, tokenizer.counter);
+  return counted((counter) => countSystemPromptTokens(body, counter), tokenizer);
 }
 
 /**
