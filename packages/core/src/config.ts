@@ -742,6 +742,17 @@ export const modelsConfigSchema = z
      * characters besides `*` wins. @default none
      */
     aliases: z.record(z.string().min(1).max(256), z.string().min(1).max(256)).default({}),
+    /**
+     * Model → the models whose pools take its requests, in order, when its own pool cannot: the
+     * pool has no replica serving, its queue is at `pools[].maxQueued`, or the request's SLO class
+     * cannot start within its queue deadline there. Each refused pool charged nothing; the request
+     * is admitted, limited and charged once, in the pool that takes it, and answered with the name
+     * the client asked for. A tenant's own limits (rate, budget, its queue share) never fall back.
+     * @default none
+     */
+    fallbacks: z
+      .record(z.string().min(1).max(256), z.array(z.string().min(1).max(256)).min(1).max(8))
+      .default({}),
   })
   .strict();
 
@@ -765,7 +776,7 @@ export const fairwayConfigSchema = z
     /** Budgets of every tenant that sets none of its own. @default none */
     defaultQuotas: quotasSchema.optional(),
     /** Other names clients may use for the pools' models: aliases and `*` patterns. */
-    models: modelsConfigSchema.default({ aliases: {} }),
+    models: modelsConfigSchema.default({ aliases: {}, fallbacks: {} }),
     /** Prices per 1M tokens by model name (usage cost, spend budgets). @default none: cost 0 */
     pricing: z.record(z.string().min(1), modelPriceSchema).default({}),
     /** Listeners: operator port, connection limits, request timeouts. */
@@ -822,6 +833,23 @@ export const fairwayConfigSchema = z
           path,
           message: `"${target}" is an alias itself: name the model it stands for`,
         });
+    }
+    for (const [model, chain] of Object.entries(cfg.models.fallbacks)) {
+      const path = ['models', 'fallbacks', model];
+      if (!models.has(model))
+        ctx.addIssue({ code: 'custom', path, message: `"${model}" is no model a pool serves` });
+      const seen = new Set([model]);
+      chain.forEach((to, i) => {
+        if (!models.has(to))
+          ctx.addIssue({ code: 'custom', path: [...path, i], message: `"${to}" is no model a pool serves` });
+        else if (seen.has(to))
+          ctx.addIssue({
+            code: 'custom',
+            path: [...path, i],
+            message: `"${to}" is named twice in the chain`,
+          });
+        seen.add(to);
+      });
     }
     const classes = new Set(cfg.sloClasses.map((c) => c.name));
     const apps = new Set(cfg.apps.map((a) => a.id));

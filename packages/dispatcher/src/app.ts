@@ -183,6 +183,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const aliases = new ModelAliases(deps.config.models.aliases);
   const served = (model: string): boolean => poolFor(model) !== undefined;
   const aliasOf = (model: string): string | undefined => aliases.resolve(model, served);
+  const fallbacks = new Map(Object.entries(deps.config.models.fallbacks));
   const engines = new EnginePool(deps.engines);
   const swapTargets: ReadonlySet<string> = new Set(
     scheduling.planner !== undefined && deps.config.policy.control.swap
@@ -253,6 +254,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     cost: scheduling.cost,
     poolFor,
     aliasOf,
+    fallbacksOf: (model) => fallbacks.get(model) ?? [],
     tokenizerFor: (pool) => tokenizers.get(pool),
     enginePriorityFor: (pool) => priorityPools.has(pool),
     poolConfigFor: (pool) => poolConfigs.get(pool),

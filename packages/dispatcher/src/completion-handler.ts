@@ -67,6 +67,8 @@ export interface CompletionContext {
   readonly poolFor: (model: string) => string | undefined;
   /** The model an alias (`models.aliases`) stands for; undefined when `model` is no alias. */
   readonly aliasOf: (model: string) => string | undefined;
+  /** The models whose pools take `model`'s requests when its own cannot, in order (`models.fallbacks`). */
+  readonly fallbacksOf: (model: string) => readonly string[];
   /** The real tokenizer configured for a pool (`pools[].tokenizer`), if any. */
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
   /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
@@ -152,71 +154,49 @@ export async function handleCompletion(
   const asked = body.model;
   const aliased = ctx.aliasOf(asked);
   if (aliased !== undefined) body.model = aliased;
-  const shape = translated?.shape ?? (aliased === undefined ? undefined : new AliasedAnswer(aliased, asked));
-  const pool = ctx.poolFor(body.model);
-  const poolConfig = pool === undefined ? undefined : ctx.poolConfigFor(pool);
-
-  record.model = body.model;
-
-  const described = describeRequest({
-    // The request id when fairway made it; a client's own id need not be unique in the fleet.
-    id: request.headers['x-request-id'] === request.id ? ctx.newId() : request.id,
-    endpoint,
-    body,
-    principal,
-    headers,
-    arrivalMs: ctx.clock.now(),
-    sloClasses: ctx.sloClasses,
-    defaultSloClass: ctx.defaultSloClass,
-    defaultMaxTokens: ctx.options.defaultMaxTokens,
-    tokenizer: pool === undefined ? undefined : ctx.tokenizerFor(pool),
-    enginePriority: pool !== undefined && ctx.enginePriorityFor(pool),
-    maxChoices: poolConfig?.maxChoices,
-    reserveOutputTokens: poolConfig?.reserveOutputTokens,
-  });
-  const req = described.descriptor;
-  if (req.id !== request.id) record.schedulerId = req.id;
-  record.inputTokens = req.inputTokens;
-  if (tr?.recording === true) {
-    const attrs = {
-      'gen_ai.operation.name': operationName(endpoint),
-      'gen_ai.request.model': req.model,
-      'gen_ai.request.max_tokens': req.maxTokens,
-      'fairway.tenant': req.tenant,
-      'fairway.slo_class': req.sloClass,
-    };
-    tr.server.setAttributes(attrs);
-    admission?.setAttributes({ ...attrs, 'gen_ai.usage.input_tokens': req.inputTokens });
-  }
+  const chain = [body.model, ...ctx.fallbacksOf(body.model)];
+  // The request id when fairway made it; a client's own id need not be unique in the fleet.
+  const id = request.headers['x-request-id'] === request.id ? ctx.newId() : request.id;
   const m = ctx.metrics;
-  const tenant = m.tenantLabel(req.tenant);
-  if (pool === undefined)
-    throw new ApiError('MODEL_NOT_FOUND', `model "${asked}" does not exist`, { param: 'model' });
-  if (!ctx.runtime.serving(pool) && !ctx.swapTargets.has(req.model)) {
-    m.requests.inc({ tenant, outcome: 'unavailable' });
-    throw new ApiError('NO_REPLICA', `no replica serves model "${req.model}" now`, { retryAfterS: 1 });
-  }
-
-  let sub: Awaited<ReturnType<GatewayRuntime['submit']>>;
-  try {
-    // Under the admission span: an instrumented store client traces its calls there.
-    sub = await (tr === undefined
-      ? ctx.runtime.submit(req, pool)
-      : tr.within(admission, () => ctx.runtime.submit(req, pool)));
-  } catch (err) {
-    ctx.logger.error({ err: (err as Error).message }, 'dispatcher: admission failed');
-    throw new ApiError('NOT_READY', 'the scheduling store is unavailable; retry', {
-      retryAfterS: 1,
-      cause: err,
+  let admitted: Admission | undefined;
+  // The pools of the model and of its fallbacks, in order, until one admits the request. A pool
+  // that refuses it changed nothing in the store; the one that admits it charges it once.
+  for (const [i, model] of chain.entries()) {
+    const last = i === chain.length - 1;
+    body.model = model;
+    const attempt = await tryPool(ctx, {
+      id,
+      requestId: request.id,
+      asked,
+      endpoint,
+      body,
+      reply,
+      record,
+      principal,
+      headers,
+      admission,
+      last,
+    });
+    if (attempt.kind === 'admitted') {
+      admitted = attempt;
+      break;
+    }
+    const next = chain[i + 1] as string;
+    m.fallbacks.inc({ from_pool: attempt.pool, to_pool: ctx.poolFor(next) ?? next, reason: attempt.reason });
+    record.fallbacks = [...(record.fallbacks ?? []), `${attempt.pool}:${attempt.reason}`];
+    tr?.server.addEvent('fairway.fallback', {
+      'fairway.fallback.from_pool': attempt.pool,
+      'fairway.fallback.reason': attempt.reason,
+      'gen_ai.request.model': next,
     });
   }
-  if (!sub.ok) {
-    setRateLimitHeaders(reply, sub.rateLimits);
-    m.requests.inc({ tenant, outcome: refusalOutcome(sub.code) });
-    m.throttles.inc({ tenant, reason: sub.code });
-    ctx.activity.throttled(req.tenant, sub.code, ctx.clock.now());
-    throw rejectionError(sub.code, sub.retryAfterMs, sub.key, sub);
-  }
+  if (admitted === undefined) throw new Error('unreachable: the last pool of a chain admits or throws');
+  const { described, sub, tenant } = admitted;
+  const req = described.descriptor;
+  // The model that serves it, named as the client asked (an alias, or the model a fallback replaced).
+  const servedAs = req.model === asked ? undefined : new AliasedAnswer(req.model, asked);
+  if (req.model !== chain[0]) reply.header('x-fairway-fallback-model', req.model);
+  const shape = translated?.shape ?? servedAs;
   m.requests.inc({ tenant, outcome: 'admitted' });
   tr?.close(admission);
   setRateLimitHeaders(reply, sub.admission?.rateLimits);
@@ -264,6 +244,117 @@ export async function handleCompletion(
       'gen_ai.usage.output_tokens': result.usage.outputTokens,
     });
   observeServed(ctx, req, tenant, result, described.stream, arrivedAt);
+}
+
+/** Why a pool passed a request on to the next of its model's fallbacks. */
+type FallbackReason = 'no_replica' | 'queue_full' | 'over_deadline';
+
+/** A request admitted in one pool of its chain. */
+interface Admission {
+  readonly kind: 'admitted';
+  readonly described: DescribedRequest;
+  readonly sub: Extract<Awaited<ReturnType<GatewayRuntime['submit']>>, { ok: true }>;
+  /** The tenant's metrics label. */
+  readonly tenant: string;
+}
+
+/** One pool of a request's chain: the model it is tried as, and whether a fallback follows. */
+interface PoolAttempt {
+  /** fairway's id of the request in the scheduler. */
+  readonly id: string;
+  /** The id the request is known by in headers and logs. */
+  readonly requestId: string;
+  /** The model the client named (an alias, perhaps). */
+  readonly asked: string;
+  readonly endpoint: Endpoint;
+  readonly body: RequestBody;
+  /** Given the caller's rate-limit headers when it is refused. */
+  readonly reply: FastifyReply;
+  readonly record: RequestRecord;
+  readonly principal: ReturnType<Authenticator['principal']>;
+  readonly headers: ReturnType<typeof readFairwayHeaders>;
+  readonly admission: Span | undefined;
+  /** No fallback follows: a refusal is the client's answer. */
+  readonly last: boolean;
+}
+
+/**
+ * Describes the request for the pool serving `a.body.model` and submits it there: admitted, or
+ * passed on (`refused`, changing nothing) when the pool has no replica serving, its queue is full
+ * or the request's SLO class cannot start in time and a fallback follows; every other refusal,
+ * and any refusal of the chain's last pool, is thrown as the client's error.
+ */
+async function tryPool(
+  ctx: CompletionContext,
+  a: PoolAttempt,
+): Promise<Admission | { readonly kind: 'refused'; readonly pool: string; readonly reason: FallbackReason }> {
+  const { body, record } = a;
+  const tr = record.trace;
+  const pool = ctx.poolFor(body.model);
+  const poolConfig = pool === undefined ? undefined : ctx.poolConfigFor(pool);
+  record.model = body.model;
+  const described = describeRequest({
+    id: a.id,
+    endpoint: a.endpoint,
+    body,
+    principal: a.principal,
+    headers: a.headers,
+    arrivalMs: ctx.clock.now(),
+    sloClasses: ctx.sloClasses,
+    defaultSloClass: ctx.defaultSloClass,
+    defaultMaxTokens: ctx.options.defaultMaxTokens,
+    tokenizer: pool === undefined ? undefined : ctx.tokenizerFor(pool),
+    enginePriority: pool !== undefined && ctx.enginePriorityFor(pool),
+    maxChoices: poolConfig?.maxChoices,
+    reserveOutputTokens: poolConfig?.reserveOutputTokens,
+  });
+  const req = described.descriptor;
+  if (req.id !== a.requestId) record.schedulerId = req.id;
+  record.inputTokens = req.inputTokens;
+  if (tr?.recording === true) {
+    const attrs = {
+      'gen_ai.operation.name': operationName(a.endpoint),
+      'gen_ai.request.model': req.model,
+      'gen_ai.request.max_tokens': req.maxTokens,
+      'fairway.tenant': req.tenant,
+      'fairway.slo_class': req.sloClass,
+    };
+    tr.server.setAttributes(attrs);
+    a.admission?.setAttributes({ ...attrs, 'gen_ai.usage.input_tokens': req.inputTokens });
+  }
+  const m = ctx.metrics;
+  const tenant = m.tenantLabel(req.tenant);
+  if (pool === undefined)
+    throw new ApiError('MODEL_NOT_FOUND', `model "${a.asked}" does not exist`, { param: 'model' });
+  if (!ctx.runtime.serving(pool) && !ctx.swapTargets.has(req.model)) {
+    if (!a.last) return { kind: 'refused', pool, reason: 'no_replica' };
+    m.requests.inc({ tenant, outcome: 'unavailable' });
+    throw new ApiError('NO_REPLICA', `no replica serves model "${req.model}" now`, { retryAfterS: 1 });
+  }
+  let sub: Awaited<ReturnType<GatewayRuntime['submit']>>;
+  try {
+    // Under the admission span: an instrumented store client traces its calls there.
+    sub = await (tr === undefined
+      ? ctx.runtime.submit(req, pool)
+      : tr.within(a.admission, () => ctx.runtime.submit(req, pool)));
+  } catch (err) {
+    ctx.logger.error({ err: (err as Error).message }, 'dispatcher: admission failed');
+    throw new ApiError('NOT_READY', 'the scheduling store is unavailable; retry', {
+      retryAfterS: 1,
+      cause: err,
+    });
+  }
+  if (sub.ok) return { kind: 'admitted', described, sub, tenant };
+  // The pool's own bounds pass the request on; the tenant's (rates, budgets, its share of the
+  // queue) are the tenant's answer in every pool.
+  const poolBound =
+    sub.code === 'over_deadline' || (sub.code === 'queue_full' && sub.key.startsWith('pool:'));
+  if (poolBound && !a.last) return { kind: 'refused', pool, reason: sub.code as FallbackReason };
+  setRateLimitHeaders(a.reply, sub.rateLimits);
+  m.requests.inc({ tenant, outcome: refusalOutcome(sub.code) });
+  m.throttles.inc({ tenant, reason: sub.code });
+  ctx.activity.throttled(req.tenant, sub.code, ctx.clock.now());
+  throw rejectionError(sub.code, sub.retryAfterMs, sub.key, sub);
 }
 
 /** The request body as the endpoint's schema accepts it, or the validation error thrown. */

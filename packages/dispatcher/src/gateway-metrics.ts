@@ -98,6 +98,8 @@ export class GatewayMetrics {
   readonly queueWait: Histogram<'slo_class'>;
   readonly inflight: Gauge<'state'>;
   readonly engineRetries: Counter;
+  /** Requests a pool passed on to the next pool of their model's fallbacks (`models.fallbacks`). */
+  readonly fallbacks: Counter<'from_pool' | 'to_pool' | 'reason'>;
   /**
    * 1 while the bus is connected; 0 while it is down and placement runs on the last known replica
    * states (refreshed by direct engine probes).
@@ -126,6 +128,12 @@ export class GatewayMetrics {
     this.engineRetries = new Counter({
       name: 'fairway_engine_retries_total',
       help: 'Engine calls that failed before anything reached the client and were sent to another replica',
+      registers,
+    });
+    this.fallbacks = new Counter({
+      name: 'fairway_fallbacks_total',
+      help: 'Requests a pool passed on to the next pool of their model (models.fallbacks), by why: no_replica, queue_full, over_deadline',
+      labelNames: ['from_pool', 'to_pool', 'reason'],
       registers,
     });
     this.busConnected = new Gauge({

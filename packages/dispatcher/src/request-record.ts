@@ -34,6 +34,8 @@ export class RequestRecord {
   /** How the request ended (`completed`, `throttled`, an error code …); derived from the status if unset. */
   outcome: string | undefined;
   replica: string | undefined;
+  /** Pools that passed the request on to a fallback, each as `<pool>:<reason>`, in order. */
+  fallbacks: string[] | undefined;
   /**
    * Called when the connection closes before the response was written in full (the client left):
    * the request path's one listener on it, through the record's own (no second listener per request).
@@ -80,6 +82,7 @@ export function logAccess(
       totalMs: Math.round((now - record.arrivedAt) * 10) / 10,
       outcome: record.outcome ?? (!finished ? 'client_closed' : status < 400 ? 'ok' : 'error'),
       replica: record.replica,
+      fallbacks: record.fallbacks,
     },
     'request',
   );

@@ -27,8 +27,13 @@ describe('POST /v1/messages', () => {
           { id: 'limited', keys: [{ key: LIMITED }], limits: { rpm: 2 } },
           { id: 'once', keys: [{ key: ONCE }], limits: { rpm: 1 } },
         ],
-        pools: [{ id: 'llama', model: MODEL }],
+        // A pool with no replica: what an overloaded fleet answers.
+        pools: [
+          { id: 'llama', model: MODEL },
+          { id: 'idle', model: 'mistral-7b' },
+        ],
       },
+      engines: [{ servedModelName: MODEL }],
     });
     url = s.dispatchers[0]!.url;
     client = new Anthropic({ apiKey: KEY, baseURL: url, maxRetries: 0 });
@@ -48,6 +53,19 @@ describe('POST /v1/messages', () => {
       { requests: 0, inputTokens: 0, outputTokens: 0 },
     );
   }
+
+  it('answers an overloaded fleet with 529 overloaded_error, as Anthropic does', async () => {
+    const err = await client.messages
+      .create({ model: 'mistral-7b', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Anthropic.APIError);
+    expect((err as InstanceType<typeof Anthropic.APIError>).status).toBe(529);
+    expect((err as InstanceType<typeof Anthropic.APIError>).error).toMatchObject({
+      type: 'error',
+      error: { type: 'overloaded_error' },
+    });
+    expect((err as InstanceType<typeof Anthropic.APIError>).headers?.get('retry-after')).toBe('1');
+  });
 
   it('answers a message with text, a stop reason and the engine’s usage, recorded for the key', async () => {
     const before = await recorded(KEY);

@@ -41,7 +41,8 @@ export const anthropicRoutes: FastifyPluginAsync<AnthropicRoutesOptions> = async
     if (api.status >= 500)
       logger.error({ err: err instanceof Error ? err.message : String(err) }, 'request failed');
     if (api.retryAfterS !== undefined) void reply.header('retry-after', String(api.retryAfterS));
-    return reply.code(api.status).send(anthropicErrorBody(api));
+    // Anthropic answers an overloaded API with 529 `overloaded_error`, which its SDKs retry.
+    return reply.code(api.status === 503 ? 529 : api.status).send(anthropicErrorBody(api));
   });
   app.post('/v1/messages', (request, reply) => {
     request.headers = withApiKeyHeader(request.headers);

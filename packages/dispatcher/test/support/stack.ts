@@ -75,6 +75,9 @@ export async function startStack(o: StackOptions): Promise<Stack> {
   const replicas: string[] = [];
   for (const [i, e] of (o.engines ?? [{}]).entries()) {
     const sim = await startEngineSim({ servedModelName: model, speed: 20, seed: i, ...e });
+    // An engine serving another model joins the configured pool of that model.
+    const served = e.servedModelName ?? model;
+    const servedPool = config.pools.find((p) => p.model === served)?.id;
     sims.push(sim);
     const engine = new VllmClient({ url: sim.url });
     clients.push(engine);
@@ -85,8 +88,8 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       engine,
       clock: systemClock,
       replicaId,
-      pool: o.agentPool ?? pool?.id ?? model,
-      model,
+      pool: o.agentPool ?? servedPool ?? served,
+      model: served,
       // The replica announces its GPU and TP as a real agent would (Aladdin's performance models).
       ...(e.gpu === undefined ? {} : { gpu: e.gpu }),
       ...(e.tp === undefined ? {} : { tp: e.tp }),
