@@ -116,7 +116,10 @@ describe('model fallbacks: a pool whose queue is full', () => {
     });
     const client = new OpenAI({ apiKey: KEY, baseURL: `${s.dispatchers[0]!.url}/v1`, maxRetries: 0 });
     const running = ask(client, BIG, 40);
-    await waitFor(async () => /fairway_requests_in_flight\{state="running"\} 1/.test(await metrics(s!)), 5000);
+    await waitFor(
+      async () => /fairway_requests_in_flight\{state="running"\} 1/.test(await metrics(s!)),
+      5000,
+    );
     const queued = ask(client, BIG, 3);
     await waitFor(async () => /fairway_requests_in_flight\{state="queued"\} 1/.test(await metrics(s!)), 5000);
     const over = await ask(client, BIG, 3);
@@ -149,8 +152,10 @@ describe('model fallbacks: configuration', () => {
     expect(() => parseConfig({ ...base, models: { fallbacks: { [BIG]: [SMALL, BIG] } } }, 't')).toThrow(
       /named twice/,
     );
-    expect(parseConfig({ ...base, models: { fallbacks: { [BIG]: [SMALL] } } }, 't').models.fallbacks).toEqual({
-      [BIG]: [SMALL],
-    });
+    expect(parseConfig({ ...base, models: { fallbacks: { [BIG]: [SMALL] } } }, 't').models.fallbacks).toEqual(
+      {
+        [BIG]: [SMALL],
+      },
+    );
   });
 });
