@@ -117,7 +117,9 @@ async function proxyResponseWhole(call: ProxyCall): Promise<ProxyResult> {
  * Forwards a streamed Responses API request: the engine's typed events are written as they arrive,
  * output tokens are metered from `response.output_text.delta` events, and the request settles at
  * `response.completed`'s `response.usage`. A failure after the stream started ends it with an
- * `error` event; an eviction under a control plane fails it (a response cannot be resumed).
+ * `error` event; an eviction under a control plane fails it (the engine's Responses API cannot
+ * continue an answer: where evictions resume requests, a response chat can express is served as
+ * chat instead, through `responsesOverChat`).
  */
 async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
   const { ticket, runtime } = call;

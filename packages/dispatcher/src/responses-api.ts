@@ -1,5 +1,15 @@
+import {
+  type ChatChunkLike,
+  type ChatCompletionLike,
+  chatBodyOf,
+  chatExpresses,
+  ResponsesFromChat,
+} from '@fairway/engine';
 import { z } from 'zod';
+import type { AnswerShape } from './answer-shape.ts';
+import { validationError } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
+import { refuseUnknownFields } from './openai-schemas.ts';
 
 /**
  * OpenAI's Responses API (`POST /v1/responses`) as vLLM serves it: the fields fairway forwards, the
@@ -118,4 +128,73 @@ export function responsesMessages(body: ResponsesBody): { role: string; content:
               ),
       });
   return messages;
+}
+
+const decoder = new TextDecoder();
+const text = (bytes: Uint8Array | string): string =>
+  typeof bytes === 'string' ? bytes : decoder.decode(bytes);
+
+/**
+ * A Responses API request served over the engine's chat completions: the engine's chat answer is
+ * written for the client as the Responses API's `response` object or typed events, with the name
+ * the client asked for. Used where evictions resume requests (chat continues an evicted answer;
+ * the Responses API cannot), so the client still reads one response.
+ */
+export class ResponsesAnswer implements AnswerShape {
+  readonly #answer: ResponsesFromChat;
+  #pending = '';
+
+  constructor(body: ResponsesBody, createdAtS: number) {
+    this.#answer = new ResponsesFromChat(body, body.model, createdAtS);
+  }
+
+  whole(bytes: Uint8Array | string): string {
+    return JSON.stringify(this.#answer.whole(JSON.parse(text(bytes)) as ChatCompletionLike));
+  }
+
+  chunk(bytes: Uint8Array | string): string {
+    this.#pending += text(bytes);
+    let out = '';
+    for (let nl = this.#pending.indexOf('\n'); nl >= 0; nl = this.#pending.indexOf('\n')) {
+      const line = this.#pending.slice(0, nl).trim();
+      this.#pending = this.#pending.slice(nl + 1);
+      if (!line.startsWith('data:')) continue;
+      const data = line.slice(5).trim();
+      if (data === '[DONE]') out += this.#answer.end();
+      else if (data !== '') {
+        const c = JSON.parse(data) as ChatChunkLike & { error?: { message?: unknown; code?: unknown } };
+        out +=
+          c.error === undefined
+            ? this.#answer.chunk(c)
+            : this.#answer.error(
+                String(c.error.code ?? 'server_error'),
+                String(c.error.message ?? 'failed'),
+                null,
+              );
+      }
+    }
+    return out;
+  }
+
+  error(err: ApiError): string {
+    const e = err.body().error;
+    return this.#answer.error(e.code ?? e.type, e.message, e.param ?? null);
+  }
+}
+
+/**
+ * The chat completion a Responses request is served as where evictions resume requests, with its
+ * answer's shape; undefined when chat cannot express it whole (built-in tools, reasoning, …): it is
+ * then served by the engine's Responses API. Validates the request as `POST /v1/responses` does.
+ */
+export function responsesOverChat(
+  raw: unknown,
+  createdAtS: number,
+): { readonly body: unknown; readonly shape: AnswerShape } | undefined {
+  refuseUnknownFields(raw, RESPONSES_FIELDS);
+  const parsed = responsesSchema.safeParse(raw);
+  if (!parsed.success) throw validationError(parsed.error);
+  refuseStatefulFields(parsed.data);
+  if (!chatExpresses(parsed.data)) return undefined;
+  return { body: chatBodyOf(parsed.data), shape: new ResponsesAnswer(parsed.data, createdAtS) };
 }

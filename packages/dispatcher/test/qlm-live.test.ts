@@ -6,6 +6,7 @@ import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { StoreKeys } from '@fairway/store';
 import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
+import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RedisLeaseBackend, type RunningDispatcher, serveSettings, startDispatcher } from '../src/index.ts';
 import { waitFor } from './support/stack.ts';
@@ -191,6 +192,14 @@ async function chat(
   return { text, completionTokens, ttftS, status: res.status };
 }
 
+/** The text of a response's message items. */
+function outputText(r: OpenAI.Responses.Response): string {
+  return r.output
+    .flatMap((item) => (item.type === 'message' ? item.content : []))
+    .map((part) => (part.type === 'output_text' ? part.text : ''))
+    .join('');
+}
+
 /** What the engine answers for the same request when nothing interrupts it. */
 async function reference(sim: EngineSimHandle, outputTokens: number): Promise<string> {
   const res = await fetch(`${sim.url}/v1/chat/completions`, {
@@ -348,6 +357,72 @@ describe('QLM serving live traffic (Redis, NATS, engine-sim)', () => {
     expect(t.usage.completion_tokens).toBe(800);
     expect(t.choices[0]?.text).toBe(whole);
     expect(runtime.stats().evicted).toBe(3);
+  }, 30_000);
+
+  it('resumes an evicted Responses API request, streamed or not, as one response', async () => {
+    fleet = await startFleet('qlm', 1);
+    const d = fleet.dispatchers[0] as RunningDispatcher;
+    const runtime = d.dispatcher.runtime;
+    const client = new OpenAI({
+      apiKey: KEY,
+      baseURL: `${d.url}/v1`,
+      maxRetries: 0,
+      defaultHeaders: { 'x-fairway-slo-class': 'batch' },
+    });
+    const body = {
+      model: MODEL,
+      input: 'write a long report',
+      max_output_tokens: 816,
+      fairway_output_tokens: 800,
+    } as unknown as OpenAI.Responses.ResponseCreateParamsNonStreaming;
+    const whole = client.responses.create(body);
+    const streamed = (async () => {
+      const events: string[] = [];
+      let text = '';
+      let completed: OpenAI.Responses.Response | undefined;
+      const stream = await client.responses.create({ ...body, stream: true });
+      for await (const e of stream) {
+        events.push(e.type);
+        if (e.type === 'response.output_text.delta') text += e.delta;
+        if (e.type === 'response.completed') completed = e.response;
+      }
+      return { events, text, completed };
+    })();
+    // Evict each once it has streamed some output, as the leader would.
+    const done = new Set<string>();
+    await waitFor(
+      () => {
+        for (const r of runtime.holdings().running)
+          if (!done.has(r.requestId) && r.generated >= 50) {
+            done.add(r.requestId);
+            fleet?.observer.publish('evict', {
+              replicaId: r.replicaId,
+              requestIds: [r.requestId],
+              reason: 'test',
+              at: Date.now(),
+            });
+          }
+        return done.size >= 2;
+      },
+      10_000,
+      'requests to evict',
+    );
+    const reference800 = await reference(fleet.sim, 800);
+    const w = await whole;
+    expect(w.status).toBe('completed');
+    expect(w.model).toBe(MODEL);
+    expect(outputText(w)).toBe(reference800);
+    expect(w.usage?.output_tokens).toBe(800);
+    const s = await streamed;
+    expect(s.text).toBe(reference800);
+    expect(s.events[0]).toBe('response.created');
+    expect(s.events.at(-1)).toBe('response.completed');
+    // One response: one message item opened and closed, whatever the engine runs behind it.
+    expect(s.events.filter((e) => e === 'response.created')).toHaveLength(1);
+    expect(s.events.filter((e) => e === 'response.output_item.added')).toHaveLength(1);
+    expect(s.completed && outputText(s.completed)).toBe(reference800);
+    expect(s.completed?.usage?.output_tokens).toBe(800);
+    expect(runtime.stats().evicted).toBe(2);
   }, 30_000);
 
   it('hands the control over to another dispatcher when the leader stops', async () => {

@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
+import { type ChatChunkLike, type ChatCompletionLike, chatBodyOf, ResponsesFromChat } from '@fairway/engine';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { errorBody } from './response-format.ts';
@@ -18,11 +18,23 @@ const inputPart = z.looseObject({
   text: z.string().optional(),
   image_url: z.string().optional(),
 });
-const inputItem = z.looseObject({
+const messageItem = z.looseObject({
   type: z.literal('message').optional(),
   role: z.enum(['user', 'assistant', 'system', 'developer']),
   content: z.union([z.string(), z.array(inputPart)]),
 });
+const functionCallItem = z.looseObject({
+  type: z.literal('function_call'),
+  call_id: z.string(),
+  name: z.string(),
+  arguments: z.string(),
+});
+const functionOutputItem = z.looseObject({
+  type: z.literal('function_call_output'),
+  call_id: z.string(),
+  output: z.string(),
+});
+const inputItem = z.union([messageItem, functionCallItem, functionOutputItem]);
 
 /** The Responses request fields engine-sim reads; others are ignored, as vLLM ignores unknowns. */
 export const responsesRequestSchema = z.looseObject({
@@ -37,38 +49,6 @@ export const responsesRequestSchema = z.looseObject({
   previous_response_id: z.string().nullable().optional(),
   fairway_output_tokens: z.number().int().min(0).optional(),
 });
-type ResponsesRequest = z.infer<typeof responsesRequestSchema>;
-
-/** The chat completion a Responses request runs as. */
-function chatBody(b: ResponsesRequest): Record<string, unknown> {
-  const messages: Record<string, unknown>[] = [];
-  if (typeof b.instructions === 'string') messages.push({ role: 'system', content: b.instructions });
-  if (typeof b.input === 'string') messages.push({ role: 'user', content: b.input });
-  else
-    for (const item of b.input)
-      messages.push({
-        role: item.role === 'developer' ? 'system' : item.role,
-        content:
-          typeof item.content === 'string'
-            ? item.content
-            : item.content.map((p) =>
-                p.type === 'input_image'
-                  ? { type: 'image_url', image_url: { url: p.image_url ?? '' } }
-                  : { type: 'text', text: p.text ?? '' },
-              ),
-      });
-  const chat: Record<string, unknown> = { messages };
-  if (b.model !== undefined) chat.model = b.model;
-  if (b.max_output_tokens != null) chat.max_tokens = b.max_output_tokens;
-  if (b.temperature != null) chat.temperature = b.temperature;
-  if (b.top_p != null) chat.top_p = b.top_p;
-  if (b.fairway_output_tokens !== undefined) chat.fairway_output_tokens = b.fairway_output_tokens;
-  if (b.stream === true) {
-    chat.stream = true;
-    chat.stream_options = { include_usage: true };
-  }
-  return chat;
-}
 
 /** Headers of the client's request the chat run keeps (fairway's test hooks, ids, trace context). */
 const PASSED = [
@@ -78,67 +58,6 @@ const PASSED = [
   'x-fairway-output-tokens',
   'x-fairway-resumed-tokens',
 ];
-
-interface ChatUsage {
-  prompt_tokens: number;
-  completion_tokens: number;
-}
-
-/** The Responses `response` object. */
-function responseObject(
-  b: ResponsesRequest,
-  id: string,
-  createdAt: number,
-  model: string,
-  state: { status: string; text?: string; itemId: string; usage?: ChatUsage; finish?: string },
-): Record<string, unknown> {
-  const done = state.status !== 'in_progress';
-  return {
-    id,
-    object: 'response',
-    created_at: createdAt,
-    model,
-    status: state.status,
-    instructions: b.instructions ?? null,
-    max_output_tokens: b.max_output_tokens ?? null,
-    temperature: b.temperature ?? 1,
-    top_p: b.top_p ?? 1,
-    tools: [],
-    tool_choice: 'auto',
-    parallel_tool_calls: true,
-    text: { format: { type: 'text' } },
-    truncation: 'disabled',
-    store: false,
-    previous_response_id: null,
-    reasoning: null,
-    metadata: null,
-    user: null,
-    background: false,
-    error: null,
-    incomplete_details: state.status === 'incomplete' ? { reason: 'max_output_tokens' } : null,
-    output: done
-      ? [
-          {
-            id: state.itemId,
-            type: 'message',
-            role: 'assistant',
-            status: 'completed',
-            content: [{ type: 'output_text', text: state.text ?? '', annotations: [], logprobs: [] }],
-          },
-        ]
-      : [],
-    usage:
-      state.usage === undefined
-        ? null
-        : {
-            input_tokens: state.usage.prompt_tokens,
-            input_tokens_details: { cached_tokens: 0 },
-            output_tokens: state.usage.completion_tokens,
-            output_tokens_details: { reasoning_tokens: 0 },
-            total_tokens: state.usage.prompt_tokens + state.usage.completion_tokens,
-          },
-  };
-}
 
 /** This server's own URL, from the address it listens on (a wildcard address through loopback). */
 function loopback(a: AddressInfo): string {
@@ -182,7 +101,7 @@ export function responsesRoute(app: FastifyInstance, servedModelName: string): v
       res = await fetch(`${loopback(address)}/v1/chat/completions`, {
         method: 'POST',
         headers,
-        body: JSON.stringify(chatBody(b)),
+        body: JSON.stringify(chatBodyOf(b)),
         signal: ac.signal,
       });
     } catch {
@@ -196,50 +115,14 @@ export function responsesRoute(app: FastifyInstance, servedModelName: string): v
         .code(res.status)
         .header('content-type', 'application/json')
         .send(await res.text());
-    const id = `resp_${randomBytes(12).toString('hex')}`;
-    const itemId = `msg_${randomBytes(12).toString('hex')}`;
-    const createdAt = Math.floor(Date.now() / 1000);
-    const model = b.model ?? servedModelName;
-    if (b.stream !== true) {
-      const chat = (await res.json()) as {
-        choices: { message: { content: string | null }; finish_reason: string }[];
-        usage: ChatUsage;
-      };
-      const c = chat.choices[0];
-      return reply.header('content-type', 'application/json').send(
-        responseObject(b, id, createdAt, model, {
-          status: c?.finish_reason === 'length' ? 'incomplete' : 'completed',
-          text: c?.message.content ?? '',
-          itemId,
-          usage: chat.usage,
-        }),
-      );
-    }
+    const answer = new ResponsesFromChat(b, b.model ?? servedModelName, Math.floor(Date.now() / 1000));
+    if (b.stream !== true)
+      return reply
+        .header('content-type', 'application/json')
+        .send(answer.whole((await res.json()) as ChatCompletionLike));
     reply.hijack();
     const out = reply.raw;
     out.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
-    let seq = 0;
-    const emit = (type: string, data: Record<string, unknown>): void => {
-      out.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`);
-    };
-    const part = { item_id: itemId, output_index: 0, content_index: 0 };
-    emit('response.created', {
-      response: responseObject(b, id, createdAt, model, { status: 'in_progress', itemId }),
-    });
-    emit('response.in_progress', {
-      response: responseObject(b, id, createdAt, model, { status: 'in_progress', itemId }),
-    });
-    emit('response.output_item.added', {
-      output_index: 0,
-      item: { id: itemId, type: 'message', role: 'assistant', status: 'in_progress', content: [] },
-    });
-    emit('response.content_part.added', {
-      ...part,
-      part: { type: 'output_text', text: '', annotations: [] },
-    });
-    let text = '';
-    let finish: string | undefined;
-    let usage: ChatUsage | undefined;
     let carry = '';
     const decoder = new TextDecoder();
     try {
@@ -251,28 +134,13 @@ export function responsesRoute(app: FastifyInstance, servedModelName: string): v
           if (!line.startsWith('data:')) continue;
           const data = line.slice(5).trim();
           if (data === '[DONE]' || data === '') continue;
-          const c = JSON.parse(data) as {
-            choices?: { delta?: { content?: string }; finish_reason?: string | null }[];
-            usage?: ChatUsage | null;
-            error?: { message?: string };
-          };
+          const c = JSON.parse(data) as ChatChunkLike & { error?: { message?: string } };
           if (c.error !== undefined) {
-            emit('error', {
-              code: 'server_error',
-              message: c.error.message ?? 'generation failed',
-              param: null,
-            });
-            out.end();
+            out.end(answer.error('server_error', c.error.message ?? 'generation failed', null));
             return reply;
           }
-          if (c.usage != null) usage = c.usage;
-          const choice = c.choices?.[0];
-          const delta = choice?.delta?.content;
-          if (typeof delta === 'string' && delta !== '') {
-            text += delta;
-            emit('response.output_text.delta', { ...part, delta, logprobs: [] });
-          }
-          if (choice?.finish_reason != null) finish = choice.finish_reason;
+          const events = answer.chunk(c);
+          if (events !== '') out.write(events);
         }
       }
     } catch {
@@ -280,29 +148,7 @@ export function responsesRoute(app: FastifyInstance, servedModelName: string): v
       out.destroy();
       return reply;
     }
-    emit('response.output_text.done', { ...part, text, logprobs: [] });
-    emit('response.content_part.done', { ...part, part: { type: 'output_text', text, annotations: [] } });
-    emit('response.output_item.done', {
-      output_index: 0,
-      item: {
-        id: itemId,
-        type: 'message',
-        role: 'assistant',
-        status: 'completed',
-        content: [{ type: 'output_text', text, annotations: [], logprobs: [] }],
-      },
-    });
-    const status = finish === 'length' ? 'incomplete' : 'completed';
-    // vLLM ends with response.completed either way; an answer cut at the cap says `incomplete`.
-    emit('response.completed', {
-      response: responseObject(b, id, createdAt, model, {
-        status,
-        text,
-        itemId,
-        ...(usage === undefined ? {} : { usage }),
-      }),
-    });
-    out.end();
+    out.end(answer.end());
     return reply;
   });
 }

@@ -39,6 +39,16 @@ export {
   VLLM_METRIC,
   type VllmMetrics,
 } from './metrics-parser.ts';
+export {
+  type ChatChunkLike,
+  type ChatCompletionLike,
+  chatBodyOf,
+  chatExpresses,
+  chatMessagesOf,
+  ResponsesFromChat,
+  type ResponsesInputItem,
+  type ResponsesRequestLike,
+} from './responses-chat.ts';
 export { ResponsesScanner } from './responses-scanner.ts';
 export { type EngineUsage, type SseDataLine, SseScanner } from './sse.ts';
 export { type LoadedTokenizer, loadTokenizer } from './tokenizer.ts';

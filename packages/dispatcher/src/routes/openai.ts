@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { type CompletionContext, handleCompletion } from '../completion-handler.ts';
 import { ApiError } from '../errors.ts';
+import { responsesOverChat } from '../responses-api.ts';
 
 /** Options of the OpenAI routes plugin. */
 export interface OpenAiRoutesOptions {
@@ -20,7 +21,15 @@ export const openAiRoutes: FastifyPluginAsync<OpenAiRoutesOptions> = async (app,
   app.post('/v1/chat/completions', (request, reply) => handleCompletion(ctx, 'chat', request, reply));
   app.post('/v1/completions', (request, reply) => handleCompletion(ctx, 'completions', request, reply));
   app.post('/v1/embeddings', (request, reply) => handleCompletion(ctx, 'embeddings', request, reply));
-  app.post('/v1/responses', (request, reply) => handleCompletion(ctx, 'responses', request, reply));
+  app.post('/v1/responses', (request, reply) => {
+    // Where evictions resume requests, a response chat can express runs as chat, which resumes.
+    if (ctx.resume === undefined) return handleCompletion(ctx, 'responses', request, reply);
+    ctx.auth.principal(request.headers);
+    const overChat = responsesOverChat(request.body, Math.floor(ctx.clock.now() / 1000));
+    return overChat === undefined
+      ? handleCompletion(ctx, 'responses', request, reply)
+      : handleCompletion(ctx, 'chat', request, reply, overChat);
+  });
   // `created` is fixed: the list describes configuration, not events.
   const modelObject = (id: string) => ({ id, object: 'model', created: 0, owned_by: 'fairway' });
   app.get('/v1/models', async (request) => {
