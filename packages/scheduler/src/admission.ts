@@ -267,7 +267,7 @@ export class Admission {
       const admitted = { ...result, rateLimits: rateLimitsAfter(rules.limits, result.windows, nowMs) };
       own.admission = admitted;
       this.#dispatch.deadlines.observe(pool, band, result.queued, nowMs);
-      this.#noteAdmitted(own, admit);
+      this.#noteAdmitted(own, admit, result.interactionStage);
       await this.#dispatch.pump(pool);
       return admitted;
     }
@@ -289,7 +289,7 @@ export class Admission {
     own.admission = admitted;
     this.#dispatch.deadlines.observe(pool, band, r.admit.queued, nowMs);
     this.#dispatch.deadlines.poolQueued(pool, r.poolQueued, nowMs);
-    this.#noteAdmitted(own, admit);
+    this.#noteAdmitted(own, admit, r.admit.interactionStage);
     if (r.dispatch?.kind === 'dispatched') {
       this.#dispatch.countDispatch(pool);
       // Its reservation is in the reported reservations already.
@@ -302,9 +302,13 @@ export class Admission {
     return admitted;
   }
 
-  #noteAdmitted(own: Owned, admit: AdmitInput): void {
+  #noteAdmitted(own: Owned, admit: AdmitInput, stage: number | undefined): void {
     this.admitted++;
     own.admitted = true;
+    // FairServe's stage j, counted by the store across every dispatcher: what settlement prices
+    // and the app profiles learn from.
+    if (stage !== undefined && own.req.interactionStage === undefined)
+      own.req = { ...own.req, interactionStage: stage };
     // Logged as the store keeps them (by tenant), so `restore` puts each entry back in its window.
     this.#log.record(
       own.req.id,

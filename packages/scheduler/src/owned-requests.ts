@@ -4,7 +4,11 @@ import type { SubmitResult } from './admission.ts';
 
 /** A request this gateway owns (holds the client connection of). */
 export interface Owned {
-  readonly req: RequestDescriptor;
+  /**
+   * The request; a request of an interaction that names no stage gets the stage the store counted
+   * at admission (the calls admitted before it while the interaction was open).
+   */
+  req: RequestDescriptor;
   readonly pool: string;
   /** Output predicted for the request (VTC(predict) prices streamed output against it). */
   predicted: number | undefined;

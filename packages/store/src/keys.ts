@@ -22,6 +22,8 @@ export const KEY_LAYOUT = {
   leases: [],
   /** ZSET interaction key ({@link tenantScoped}) → end of its open period (ms). */
   interactions: [],
+  /** HASH interaction key → calls admitted in its current open period (FairServe's stage + 1). */
+  interactionCalls: [],
   /** HASH: one request's record (see `includes/request.lua`). */
   req: ['id'],
   /** SET: ids of the requests an owner holds (queued or running). */

@@ -211,7 +211,8 @@ export class MemoryStore implements SchedulingStore {
   readonly #leases = new Map<string, number>();
   readonly #ownerRequests = new Map<string, Set<string>>();
   readonly #windows = new Map<string, SlidingWindow>();
-  readonly #interactions = new Map<string, number>();
+  /** Interaction key → end of its open period, and the calls admitted in it. */
+  readonly #interactions = new Map<string, { until: number; calls: number }>();
   #interactionsSweepAt = 1024;
   readonly #history = new Map<string, number[]>();
   /** Usage rows by UTC day, in the field encoding the Redis backend uses (usage-rows.ts). */
@@ -267,7 +268,7 @@ export class MemoryStore implements SchedulingStore {
         : { key: tenantScoped(input.tenant, input.interaction.key), ttlMs: input.interaction.ttlMs };
     const windowKeys = input.limits.map((l) => tenantScoped(l.shared ? '' : input.tenant, l.key));
     const interactionOpen =
-      interaction !== undefined && nowMs < (this.#interactions.get(interaction.key) ?? -Infinity);
+      interaction !== undefined && nowMs < (this.#interactions.get(interaction.key)?.until ?? -Infinity);
     const throttleApplies = input.overloaded && !interactionOpen;
     // Throttle windows count every arrival, admitted or not (FairServe Algorithm 1 line 19).
     const reject = (result: AdmitResult & { ok: false }): AdmitResult => {
@@ -346,7 +347,11 @@ export class MemoryStore implements SchedulingStore {
       const w = this.#windows.get(key) as SlidingWindow;
       held.push({ total: w.total, resetAtMs: w.oldestEnd });
     }
-    if (interaction !== undefined) this.#openInteraction(interaction.key, nowMs, interaction.ttlMs);
+    // A call's stage: the calls admitted before it in its interaction's open period.
+    const stage =
+      interaction === undefined
+        ? undefined
+        : this.#openInteraction(interaction.key, nowMs, interaction.ttlMs, true);
     this.#hold(req, nowMs);
 
     const alerts: QuotaAlert[] = [];
@@ -399,6 +404,7 @@ export class MemoryStore implements SchedulingStore {
       ...(alerts.length > 0 ? { alerts } : {}),
       ...(share !== undefined ? { quotaShare: share } : {}),
       windows: held,
+      ...(stage === undefined ? {} : { interactionStage: stage }),
     };
   }
 
@@ -951,14 +957,25 @@ export class MemoryStore implements SchedulingStore {
     this.#ownerRequests.get(rs.req.owner)?.delete(rs.req.id);
   }
 
-  #openInteraction(key: string, nowMs: number, ttlMs: number): void {
+  /**
+   * Keeps interaction `key` open until `nowMs + ttlMs` at least; a period that had ended starts
+   * anew, with no calls counted. With `call` (an admission), counts the call and returns its stage:
+   * the calls admitted before it in the period.
+   */
+  #openInteraction(key: string, nowMs: number, ttlMs: number, call = false): number {
     const until = nowMs + ttlMs;
-    const current = this.#interactions.get(key);
-    if (current === undefined || until > current) this.#interactions.set(key, until);
+    let current = this.#interactions.get(key);
+    if (current === undefined || current.until <= nowMs) {
+      current = { until, calls: 0 };
+      this.#interactions.set(key, current);
+    } else if (until > current.until) current.until = until;
+    const stage = current.calls;
+    if (call) current.calls++;
     if (this.#interactions.size > this.#interactionsSweepAt) {
-      for (const [k, v] of this.#interactions) if (v <= nowMs) this.#interactions.delete(k);
+      for (const [k, v] of this.#interactions) if (v.until <= nowMs) this.#interactions.delete(k);
       this.#interactionsSweepAt = Math.max(1024, this.#interactions.size * 2);
     }
+    return stage;
   }
 }
 

@@ -173,12 +173,14 @@ function admitReply(script: string, r: Reply): AdmitResult {
     const windows: WindowHeld[] = [];
     for (let i = 0; i < held.length; i += 2)
       windows.push({ total: Number(held[i]), resetAtMs: Number(held[i + 1]) });
+    const stage = reply[5] === undefined ? '' : asString(reply[5]);
     return {
       ok: true,
       queued: Number(reply[1]),
       ...(alerts.length > 0 ? { alerts } : {}),
       ...(share !== '' ? { quotaShare: Number(share) } : {}),
       windows,
+      ...(stage !== '' ? { interactionStage: Number(stage) } : {}),
     };
   }
   return {

@@ -162,6 +162,11 @@ export type AdmitResult =
        * holds and when its oldest bucket ends — when it next frees room (rate-limit headers).
        */
       readonly windows: readonly WindowHeld[];
+      /**
+       * With an `interaction`: the calls admitted before this one in the interaction's open period
+       * (FairServe's stage j; 0 for the call that opens it).
+       */
+      readonly interactionStage?: number;
     }
   | {
       readonly ok: false;

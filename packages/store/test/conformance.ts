@@ -211,6 +211,25 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(await dispatchedId()).toBe('a2');
       });
 
+      it("counts an interaction's calls: each call's stage is the calls admitted before it while it is open", async () => {
+        const ix = (key: string, tenant = 't') => ({ tenant, interaction: { key, ttlMs: 1000 } });
+        const stage = async (id: string, at: number, over: Partial<AdmitInput>) => {
+          const r = await s.admit(admitOf(makeReq(id, { arrivalMs: at }), over));
+          return r.ok ? r.interactionStage : `refused ${r.code}`;
+        };
+        expect(await stage('n1', 1, {})).toBeUndefined();
+        expect(await stage('a1', 2, ix('i1'))).toBe(0);
+        expect(await stage('a2', 3, ix('i1'))).toBe(1);
+        expect(await stage('a3', 900, ix('i1'))).toBe(2);
+        // Another interaction, and the same key under another tenant, count on their own.
+        expect(await stage('b1', 901, ix('i2'))).toBe(0);
+        expect(await stage('c1', 902, ix('i1', 'other'))).toBe(0);
+        expect(await stage('a4', 903, ix('i1'))).toBe(3);
+        // A call after the period closed (1000 ms after the last call) opens a new one.
+        expect(await stage('a5', 2000, ix('i1'))).toBe(0);
+        expect(await stage('a6', 2001, ix('i1'))).toBe(1);
+      });
+
       it('ignores continuation marks under score ordering', async () => {
         await s.admit(admitOf(makeReq('x1', { score: 1 })));
         await s.admit(admitOf(makeReq('x2', { score: 2, continuation: true })));

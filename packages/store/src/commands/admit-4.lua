@@ -22,10 +22,12 @@
     then the usage account and quotas (includes/usage.lua)
 
   Output:
-    { 1, queued, alerts, share, held }     admitted; queued = size of the (pool, band) queue,
+    { 1, queued, alerts, share, held, stage }  admitted; queued = size of the (pool, band) queue,
                                            alerts { quota, bucket, budget, used, ... } (may be
                                            empty), share of the quotas with a minAmount ('' none),
-                                           held { total, oldest bucket end, ... } per limit
+                                           held { total, oldest bucket end, ... } per limit,
+                                           stage: calls admitted before it in its open
+                                           interaction ('' without one)
     { 0, code, retryAfterMs, key [, total] }  rejected (total: what the refusing window holds)
     -2                                     arguments not understood (client/script version skew)
 ]]

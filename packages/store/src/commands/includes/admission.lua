@@ -38,9 +38,10 @@ local function countRejectedArrival(o, now, scope, nLimits)
   end
 end
 
--- { 1, queued, alerts, share, held } admitted (queued = size of the (pool, band) queue; alerts as
--- reserveQuotas returns them, empty if none; share as checkQuotas returns it, '' if none; held
--- { total, oldest bucket end, ... } of every window after the admission, in limit order), or
+-- { 1, queued, alerts, share, held, stage } admitted (queued = size of the (pool, band) queue;
+-- alerts as reserveQuotas returns them, empty if none; share as checkQuotas returns it, '' if
+-- none; held { total, oldest bucket end, ... } of every window after the admission, in limit
+-- order; stage the calls admitted before it in its open interaction, '' without one), or
 -- { 0, code, retryAfterMs, key [, total] } (total: what the refusing window holds, for a limit).
 -- `place` (admitAndDispatch, when the request is the only one its dispatch can pick, see there)
 -- is asked, once the request is admitted, for a replica with room: place(reserveTokens) returns
@@ -135,9 +136,11 @@ local function admitRequest(o, place)
       record[#record + 1] = ARGV[b + 2]
     end
   end
+  local stage = ''
   if ikey ~= '' then
-    redisCall('ZREMRANGEBYSCORE', key_interactions(), '-inf', fmt(now))
+    purgeInteractions(now)
     openInteraction(ikey, now, num(ARGV[o + 17]))
+    stage = countInteractionCall(ikey)
   end
   redisCall('ZADD', key_leases(), 'NX', now + num(ARGV[o + 20]), owner)
   redisCall('SADD', key_owner(owner), id)
@@ -155,5 +158,5 @@ local function admitRequest(o, place)
     local seq = redisCall('INCR', key_seq())
     size = enqueue(pool, band, flow, id, fm, seq, ARGV[o + 6], ARGV[o + 7], cont == '1', ARGV[o + 14])
   end
-  return { 1, size, alerts, share == nil and '' or fmt(share), held }, chosen
+  return { 1, size, alerts, share == nil and '' or fmt(share), held, stage }, chosen
 end
