@@ -184,6 +184,32 @@ export const controlReportSchema = z.object({
 export type ControlReport = z.infer<typeof controlReportSchema>;
 
 /**
+ * Settled calls a dispatcher learned app profiles from since its last message (FairServe's WSC
+ * expected tokens per app and interaction stage): every dispatcher learns from every other's
+ * calls too, so all price the shared counters alike.
+ */
+export const appSamplesSchema = z.object({
+  dispatcherId: id,
+  samples: z
+    .array(
+      z.object({
+        app: id,
+        /** Interaction stage of the call (the calls before it in its interaction). */
+        stage: z.number().int().min(0).max(1023),
+        /** Prompt tokens besides the system prompt. */
+        input: nonNegInt.max(100_000_000),
+        system: nonNegInt.max(100_000_000),
+        output: nonNegInt.max(100_000_000),
+      }),
+    )
+    .min(1)
+    .max(4096),
+  at: timestampMs,
+});
+/** Settled calls one dispatcher shares for learning app profiles. */
+export type AppSamples = z.infer<typeof appSamplesSchema>;
+
+/**
  * The control leader's routes after a planning round (QLM virtual queues projected onto the
  * gateways' priority bands): which bands each replica pulls, in order, and which replicas take
  * nothing (draining for or loading another model). Every dispatcher's gateway routes through it.
@@ -390,6 +416,7 @@ export const messageSchemas = {
   controlRoutes: controlRoutesSchema,
   replicaUnavailable: replicaUnavailableSchema,
   quotaAlert: quotaAlertSchema,
+  appSamples: appSamplesSchema,
 } as const;
 /** A publish/subscribe message kind. */
 export type MessageKind = keyof typeof messageSchemas;

@@ -15,6 +15,7 @@
  * | desiredReplicas | `<p>.pool.<pool>.desired` | pool |
  * | controlReport | `<p>.control.<dispatcherId>.report` | dispatcher that reports |
  * | controlRoutes | `<p>.control.routes` | — (every dispatcher) |
+ * | appSamples | `<p>.control.<dispatcherId>.samples` | dispatcher that learned them |
  * | quotaAlert | `<p>.quota.alert` | — |
  * | command (request/reply) | `<p>.node.<replicaId>.command` | replica |
  * | admin (JetStream) | `<p>.admin.<type>` in stream `<p>_admin` | — |
@@ -67,6 +68,8 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
       return (msg as MessageOf<'desiredReplicas'>).pool;
     case 'controlReport':
       return (msg as MessageOf<'controlReport'>).dispatcherId;
+    case 'appSamples':
+      return (msg as MessageOf<'appSamples'>).dispatcherId;
     case 'discover':
     case 'controlRoutes':
     case 'quotaAlert':
@@ -119,6 +122,8 @@ export class Subjects {
         return `${p}.control.${k}.report`;
       case 'controlRoutes':
         return `${p}.control.routes`;
+      case 'appSamples':
+        return `${p}.control.${k}.samples`;
       case 'quotaAlert':
         return `${p}.quota.alert`;
       case 'command':

@@ -7,6 +7,7 @@ import type { Tracer } from '@opentelemetry/api';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { ActivityLog } from './activity-log.ts';
 import { AdminEventApplier, type AdminTrust, followAdminEvents } from './admin-events.ts';
+import { AppProfileSharing } from './app-profile-sharing.ts';
 import { Authenticator, keyRingFromConfig, type Principal } from './auth.ts';
 import { answerClientError, answerFrameworkError, checkHost } from './client-errors.ts';
 import type { CompletionContext } from './completion-handler.ts';
@@ -225,6 +226,16 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   let stopAdmin: Unsubscribe | undefined;
   let stopEvictions: Unsubscribe | undefined;
+  const profiles =
+    scheduling.appProfiles === undefined
+      ? undefined
+      : new AppProfileSharing({
+          learner: scheduling.appProfiles,
+          bus: deps.bus,
+          dispatcherId: deps.id,
+          clock: deps.clock,
+          logger,
+        });
   const stopBusWatch = deps.bus.onConnectionChange?.((up) => {
     metrics.busConnected.set(up ? 1 : 0);
     if (up) logger.info('dispatcher: bus reconnected; replica states come from heartbeats again');
@@ -360,12 +371,14 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     // Operator changes first, so the first request sees the same tenants and keys as every dispatcher.
     stopAdmin = await followAdminEvents(deps.bus, admin);
     stopEvictions = deps.bus.subscribe('evict', (e) => activity.evicted(e));
+    profiles?.start();
     await runtime.start();
   });
   app.addHook('preClose', async () => {
     stopAdmin?.();
     stopEvictions?.();
     stopBusWatch?.();
+    profiles?.stop();
     await runtime.stop();
     const deadline = deps.timer.now() + options.drainTimeoutMs;
     while (inflight.size > 0 && deps.timer.now() < deadline) await new Promise((r) => setTimeout(r, 10));

@@ -51,7 +51,15 @@ export interface SchedulingSetup {
   poolOf(model: string): string;
   /** Models named by configured pools. */
   readonly configuredModels: readonly string[];
+  /**
+   * The app profiles WSC learns from settled calls (`ordering: wsc`): the dispatcher shares the
+   * calls it observes with the others over the bus and learns from theirs.
+   */
+  readonly appProfiles: AppProfileLearner | undefined;
 }
+
+/** Calls a dispatcher keeps for sharing between two bus messages; more are learned locally only. */
+const SHARED_SAMPLES = 4096;
 
 function unsupported(path: string, message: string): ConfigError {
   return new ConfigError(ErrorCode.CONFIG_INVALID, 'fairway config', [{ path, message }]);
@@ -89,6 +97,7 @@ function orderingFromConfig(
   config: FairwayConfig,
   cost: CostFunction,
   tenants: TenantDirectory,
+  learner: AppProfileLearner,
 ): OrderingPolicy {
   const weightOf = (tenant: string): number => tenants.weightOf(tenant);
   switch (config.policy.ordering) {
@@ -112,7 +121,7 @@ function orderingFromConfig(
       if (apps.size === 0)
         throw unsupported('apps', 'policy.ordering wsc needs at least one app with its token profile');
       const fallback = config.apps[0];
-      // Configured profiles start it; each dispatcher then learns them from its settled calls.
+      // Configured profiles start it; then every dispatcher learns them from every settled call.
       // E per end user: the descriptor's user is `<tenant>/<user>` (tenantUserId).
       const priority = new Map(
         config.tenants.flatMap((t) =>
@@ -122,7 +131,7 @@ function orderingFromConfig(
       return wscPolicy({
         userPriority: (user) => priority.get(user) ?? 1,
         appProfile: (app) => apps.get(app),
-        learner: new AppProfileLearner(),
+        learner,
         ...(fallback ? { fallbackProfile: { id: fallback.id, stages: fallback.stages } } : {}),
       });
     }
@@ -178,7 +187,12 @@ export function schedulingFromConfig(
   replicaIdentity?: (replicaId: string) => ReplicaIdentity | undefined,
 ): SchedulingSetup {
   const cost = costFunctionByName(config.policy.cost.fn, config.policy.cost.wIn, config.policy.cost.wOut);
-  const ordering = orderingFromConfig(config, cost, tenants);
+  // Configured apps only: an app name a client makes up learns nothing and costs no memory.
+  const learner = new AppProfileLearner({
+    keep: SHARED_SAMPLES,
+    apps: new Set(config.apps.map((a) => a.id)),
+  });
+  const ordering = orderingFromConfig(config, cost, tenants, learner);
   const placement = placementFromConfig(config, replicaIdentity).forDispatcher(dispatcherId);
 
   const poolByModel = new Map(config.pools.map((p) => [p.model, p.id]));
@@ -246,5 +260,6 @@ export function schedulingFromConfig(
     cost,
     poolOf: (model) => poolByModel.get(model) ?? model,
     configuredModels: config.pools.map((p) => p.model),
+    appProfiles: config.policy.ordering === 'wsc' ? learner : undefined,
   };
 }

@@ -13,11 +13,36 @@ export interface AppProfileLearnerOptions {
    * followed. @default 1000
    */
   readonly window?: number;
+  /**
+   * Keep the calls this learner observes, up to this many, for {@link AppProfileLearner.drain}:
+   * what a dispatcher shares with the others so every one learns from every call. @default 0
+   */
+  readonly keep?: number;
+  /**
+   * The apps learned; calls of any other app are ignored, so names a client makes up cost no
+   * memory and learn no profile. @default every app
+   */
+  readonly apps?: ReadonlySet<string> | undefined;
 }
+
+/** One settled call as app profiles learn it. */
+export interface AppSample {
+  readonly app: string;
+  readonly stage: number;
+  /** Prompt tokens besides the system prompt. */
+  readonly input: number;
+  readonly system: number;
+  readonly output: number;
+}
+
+/** Stages learned per app at most: a longer interaction's later calls count as this last stage. */
+export const MAX_LEARNED_STAGES = 64;
 
 const learnerSchema = z.object({
   minSamples: z.number().int().positive().optional(),
   window: z.number().int().positive().optional(),
+  keep: z.number().int().nonnegative().optional(),
+  apps: z.instanceof(Set).optional(),
 });
 
 interface StageMean {
@@ -38,30 +63,65 @@ export class AppProfileLearner {
   readonly #minSamples: number;
   readonly #window: number;
   readonly #apps = new Map<string, StageMean[]>();
+  readonly #keep: number;
+  readonly #known: ReadonlySet<string> | undefined;
+  #kept: AppSample[] = [];
+  /** Observed calls not kept because `keep` were waiting to be drained. */
+  dropped = 0;
 
   constructor(options: AppProfileLearnerOptions = {}) {
     parseInput('AppProfileLearner', learnerSchema, options);
     this.#minSamples = options.minSamples ?? 20;
     this.#window = options.window ?? 1000;
+    this.#keep = options.keep ?? 0;
+    this.#known = options.apps;
   }
 
   /** Adds a settled call: its prompt split into system and other input, and its true output. */
   observe(req: RequestDescriptor, usage: Usage): void {
     const app = appOf(req);
-    const stage = req.interactionStage ?? 0;
-    let stages = this.#apps.get(app);
+    if (this.#known !== undefined && !this.#known.has(app)) return;
+    const sys = Math.min(req.systemTokens ?? 0, usage.inputTokens);
+    const sample = {
+      app,
+      stage: Math.min(req.interactionStage ?? 0, MAX_LEARNED_STAGES - 1),
+      input: usage.inputTokens - sys,
+      system: sys,
+      output: usage.outputTokens,
+    };
+    this.#learn(sample);
+    if (this.#keep === 0) return;
+    if (this.#kept.length < this.#keep) this.#kept.push(sample);
+    else this.dropped++;
+  }
+
+  /** Adds calls another learner observed (never kept for draining again). */
+  merge(samples: readonly AppSample[]): void {
+    for (const s of samples)
+      if (this.#known === undefined || this.#known.has(s.app))
+        this.#learn({ ...s, stage: Math.min(s.stage, MAX_LEARNED_STAGES - 1) });
+  }
+
+  /** The calls observed since the last drain (with `keep`), oldest first. */
+  drain(): AppSample[] {
+    const out = this.#kept;
+    this.#kept = [];
+    return out;
+  }
+
+  #learn(sample: AppSample): void {
+    let stages = this.#apps.get(sample.app);
     if (stages === undefined) {
       stages = [];
-      this.#apps.set(app, stages);
+      this.#apps.set(sample.app, stages);
     }
-    while (stages.length <= stage) stages.push({ n: 0, input: 0, system: 0, output: 0 });
-    const s = stages[stage] as StageMean;
-    const sys = Math.min(req.systemTokens ?? 0, usage.inputTokens);
+    while (stages.length <= sample.stage) stages.push({ n: 0, input: 0, system: 0, output: 0 });
+    const s = stages[sample.stage] as StageMean;
     s.n++;
     const k = 1 / Math.min(s.n, this.#window);
-    s.input += (usage.inputTokens - sys - s.input) * k;
-    s.system += (sys - s.system) * k;
-    s.output += (usage.outputTokens - s.output) * k;
+    s.input += (sample.input - s.input) * k;
+    s.system += (sample.system - s.system) * k;
+    s.output += (sample.output - s.output) * k;
   }
 
   /** The learned profile of an app, or undefined until its first stage has enough samples. */

@@ -71,7 +71,12 @@ export {
   type WorkerSlo,
   type WorkloadProfile,
 } from './aladdin/worker-config.ts';
-export { AppProfileLearner, type AppProfileLearnerOptions } from './app-profile-learner.ts';
+export {
+  AppProfileLearner,
+  type AppProfileLearnerOptions,
+  type AppSample,
+  MAX_LEARNED_STAGES,
+} from './app-profile-learner.ts';
 export { deadlineMs, edfPolicy, sloClassMap } from './edf.ts';
 export {
   FitError,
