@@ -11,6 +11,7 @@ export const CORS_EXPOSED_HEADERS = [
   'x-request-id',
   'x-fairway-queue-ms',
   'x-fairway-overhead-ms',
+  'x-fairway-fallback-model',
 ] as const;
 
 /**

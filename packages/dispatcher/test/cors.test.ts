@@ -80,6 +80,7 @@ describe('CORS', () => {
       'x-ratelimit-reset-tokens',
       'retry-after',
       'x-request-id',
+      'x-fairway-fallback-model',
     ])
       expect(exposed).toContain(h);
     expect(plain.headers.get('x-ratelimit-limit-requests')).toBe('100');

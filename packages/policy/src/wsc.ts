@@ -33,6 +33,12 @@ export interface WscOptions {
   readonly beta?: number;
   /** Weight of output tokens. @default 1 */
   readonly gamma?: number;
+  /**
+   * When a request's service reaches its counter: `streaming` charges the prompt at dispatch and
+   * the output as it streams (as VTC), `completion` charges it all when the request finishes (as
+   * FairServe's Algorithm 1 writes it). @default 'streaming'
+   */
+  readonly chargeAt?: 'streaming' | 'completion';
 }
 
 const wscSchema = z.object({
@@ -60,8 +66,9 @@ export function continuesInteraction(req: RequestDescriptor): boolean {
  * the app's expected tokens at the request's interaction stage, so users of token-heavy apps are
  * not penalised for their app's normal size. `n_in` excludes system tokens. One counter per user
  * across apps (the paper's `u_i`) unless `counter: 'user-app'`; the expected tokens are learned
- * from the traffic when a `learner` is given. Charged like VTC:
- * input and system tokens at dispatch, output as it streams, settled to the total at the end.
+ * from the traffic when a `learner` is given. Charged like VTC by default: input and system tokens
+ * at dispatch, output as it streams, settled to the total at the end; or all at the end
+ * (`chargeAt: 'completion'`, Algorithm 1 as written).
  *
  * Ongoing interactions are served first (Algorithm 1 lines 31–35) by marking calls after the first
  * as the store's `continuation`: they go ahead of the queue's other requests, least counter first,
@@ -103,8 +110,13 @@ export function wscPolicy(options: WscOptions): OrderingPolicy {
     lift: 'vtc',
     flowOf: (req) => wscFlowOf(req, counter),
     score: (req) => req.arrivalMs,
-    dispatchCost: (req) => promptCost(req) * norm(req),
-    outputCost: (req, before, after) => (after > before ? gamma * (after - before) * norm(req) : 0),
+    ...(options.chargeAt === 'completion'
+      ? { dispatchCost: () => 0, outputCost: () => 0 }
+      : {
+          dispatchCost: (req: RequestDescriptor) => promptCost(req) * norm(req),
+          outputCost: (req: RequestDescriptor, before: number, after: number) =>
+            after > before ? gamma * (after - before) * norm(req) : 0,
+        }),
     finalCost: (req, usage: Usage) => (promptCost(req) + gamma * usage.outputTokens) * norm(req),
     ...(learner ? { settled: (req: RequestDescriptor, usage: Usage) => learner.observe(req, usage) } : {}),
     continuation: continuesInteraction,

@@ -32,6 +32,16 @@ const req = (over: Partial<RequestDescriptor> = {}): RequestDescriptor => ({
 describe('wscPolicy', () => {
   const p = wscPolicy({ appProfile: (a) => profiles.get(a) });
 
+  it('charges everything at completion when asked (Algorithm 1 as written), the same total as while streaming', () => {
+    const late = wscPolicy({ appProfile: (a) => profiles.get(a), chargeAt: 'completion' });
+    const r = req({ app: 'rag', inputTokens: 1500, systemTokens: 200 });
+    expect(late.dispatchCost(r, undefined)).toBe(0);
+    expect(late.outputCost(r, 0, 50, undefined)).toBe(0);
+    const usage = { inputTokens: 1500, outputTokens: 120 };
+    expect(late.finalCost(r, usage)).toBeCloseTo(p.finalCost(r, usage), 12);
+    expect(p.dispatchCost(r, undefined)).toBeGreaterThan(0);
+  });
+
   it('keeps one counter per user across apps (FairServe u_i), with fair ordering and lift', () => {
     expect([p.mode, p.lift]).toEqual(['fair', 'vtc']);
     expect(p.flowOf(req())).toBe('u');

@@ -5,7 +5,10 @@
  * (broken), cut in the middle, tokens wasted on them, users throttled (abusive / benign), the share
  * of benign users who waited longer than 5 s, the benign users' mean queueing delay, output
  * throughput, and Jain's index over the benign users' service. Median and worst over the seeds.
- * Writes `reports/fairserve-reproduction.md`'s tables to stdout (`npm run report:fairserve`).
+ * Runs it with open-loop interactions and with closed-loop ones (`fairserve-abuse-closed`: each next
+ * call waits for the previous answer), and FS (W+I) also with its counters charged at completion
+ * (Algorithm 1 as written). Writes `reports/fairserve-reproduction.md`'s tables to stdout
+ * (`npm run report:fairserve`).
  */
 import type { RequestDescriptor } from '@fairway/core';
 import { type OrderingPolicyName, orderingPolicyByName, placementByName } from '@fairway/policy';
@@ -17,7 +20,8 @@ import { buildRunInput, loadScenario } from '../src/scenario.ts';
 import { FAIRSERVE_ABUSER } from '../src/scenarios/fairserve.ts';
 
 const SEEDS = (process.env.FAIRSERVE_SEEDS ?? '1,2,3,4,5').split(',').map(Number);
-const loaded = loadScenario('fairserve-abuse');
+/** Open-loop interactions (the paper's setup as modelled first), then closed loop. */
+const WORKLOADS = ['fairserve-abuse', 'fairserve-abuse-closed'] as const;
 
 interface Row {
   throttledInteractions: number;
@@ -33,13 +37,23 @@ interface Row {
 
 const benign = (r: RequestDescriptor) => r.tenant !== FAIRSERVE_ABUSER;
 
-async function run(policy: { label: string; name: OrderingPolicyName; rpm?: 'oit' | number }, seed: number) {
+interface Policy {
+  readonly label: string;
+  readonly name: OrderingPolicyName;
+  readonly rpm?: 'oit' | number;
+  /** WSC's counters charged at completion (Algorithm 1 as written) instead of while streaming. */
+  readonly atCompletion?: boolean;
+}
+
+async function run(workload: (typeof WORKLOADS)[number], policy: Policy, seed: number) {
+  const loaded = loadScenario(workload);
   const input = buildRunInput(loaded, { seed });
   const fs = fairserveOptionsOf(buildRunInput(loaded, { seed: seed + 1000 }).arrivals);
   const rpm = policy.rpm === 'oit' ? fs.oit.userLimit : policy.rpm;
+  const wsc = policy.atCompletion ? { ...fs.wsc, chargeAt: 'completion' as const } : fs.wsc;
   const sim = await runSimulation({
     ...input,
-    ordering: orderingPolicyByName(policy.name, { ...fs, ...(rpm !== undefined ? { rpm } : {}) }),
+    ordering: orderingPolicyByName(policy.name, { ...fs, wsc, ...(rpm !== undefined ? { rpm } : {}) }),
     placement: placementByName('least-kv'),
   });
   const ix = computeInteractionMetrics(sim);
@@ -66,12 +80,13 @@ async function run(policy: { label: string; name: OrderingPolicyName; rpm?: 'oit
   } satisfies Row;
 }
 
-const POLICIES: { label: string; name: OrderingPolicyName; rpm?: 'oit' | number }[] = [
+const POLICIES: Policy[] = [
   { label: 'RPM (OIT user limit)', name: 'rpm', rpm: 'oit' },
   { label: 'RPM (8/min)', name: 'rpm', rpm: 8 },
   { label: 'VTC', name: 'vtc' },
   { label: 'FS (W)', name: 'wsc' },
   { label: 'FS (W+I)', name: 'wsc-oit' },
+  { label: 'FS (W+I), charged at completion', name: 'wsc-oit', atCompletion: true },
 ];
 // Worse is larger for every column but throughput and Jain's index.
 const COLUMNS: { key: keyof Row; head: string; digits: number; higherBetter?: boolean }[] = [
@@ -92,17 +107,20 @@ const median = (xs: number[]) => {
   return n % 2 ? (s[(n - 1) / 2] as number) : ((s[n / 2 - 1] as number) + (s[n / 2] as number)) / 2;
 };
 
-console.log(`fairserve-abuse, seeds ${SEEDS.join(', ')}: median (worst) per policy`);
-console.log('');
-console.log(`| policy | ${COLUMNS.map((c) => c.head).join(' | ')} |`);
-console.log(`|---|${COLUMNS.map(() => '---').join('|')}|`);
-for (const p of POLICIES) {
-  const rows: Row[] = [];
-  for (const seed of SEEDS) rows.push(await run(p, seed));
-  const cells = COLUMNS.map((c) => {
-    const xs = rows.map((r) => r[c.key]);
-    const worst = c.higherBetter ? Math.min(...xs) : Math.max(...xs);
-    return `${median(xs).toFixed(c.digits)} (${worst.toFixed(c.digits)})`;
-  });
-  console.log(`| ${p.label} | ${cells.join(' | ')} |`);
+for (const workload of WORKLOADS) {
+  console.log(`${workload}, seeds ${SEEDS.join(', ')}: median (worst) per policy`);
+  console.log('');
+  console.log(`| policy | ${COLUMNS.map((c) => c.head).join(' | ')} |`);
+  console.log(`|---|${COLUMNS.map(() => '---').join('|')}|`);
+  for (const p of POLICIES) {
+    const rows: Row[] = [];
+    for (const seed of SEEDS) rows.push(await run(workload, p, seed));
+    const cells = COLUMNS.map((c) => {
+      const xs = rows.map((r) => r[c.key]);
+      const worst = c.higherBetter ? Math.min(...xs) : Math.max(...xs);
+      return `${median(xs).toFixed(c.digits)} (${worst.toFixed(c.digits)})`;
+    });
+    console.log(`| ${p.label} | ${cells.join(' | ')} |`);
+  }
+  console.log('');
 }

@@ -75,7 +75,11 @@ const APPS: readonly AppSpec[] = [
   },
 ];
 
-function benignStreams(): NonNullable<ScenarioInput['streams']> {
+/**
+ * The benign users' streams. Open loop: each next call of an interaction is sent when the previous
+ * one is expected to have finished (plus 1 s of think time); closed loop: when it has finished.
+ */
+function benignStreams(closedLoop: boolean): NonNullable<ScenarioInput['streams']> {
   return APPS.flatMap((a) =>
     Array.from({ length: a.users }, (_, i) => ({
       tenant: `${a.app}-${i + 1}`,
@@ -85,14 +89,28 @@ function benignStreams(): NonNullable<ScenarioInput['streams']> {
       output: { kind: 'lognormal' as const, median: a.output.median, p90: a.output.p90, max: a.output.max },
       maxTokens: a.output.max,
       systemTokens: a.systemTokens,
-      ...(a.multiCall ? { interaction: { size: 'fairserve' as const } } : {}),
+      ...(a.multiCall
+        ? {
+            interaction: {
+              size: 'fairserve' as const,
+              ...(closedLoop
+                ? {
+                    followUp: {
+                      mode: 'after-completion' as const,
+                      thinkS: { kind: 'fixed' as const, value: 1 },
+                    },
+                  }
+                : {}),
+            },
+          }
+        : {}),
     })),
   );
 }
 
-/** Built-in FairServe scenarios by name. */
-export const FAIRSERVE_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
-  'fairserve-abuse': {
+/** `fairserve-abuse`, its interactions open or closed loop. */
+function abuse(closedLoop: boolean): ScenarioInput {
+  return {
     description:
       'FairServe section 5: 24 users of qa / summarize / code apps (73% single-call interactions, 26% 2-10 calls) ' +
       'at ~2/3 of capacity, plus one abusive qa user at 2 req/s between 90 s and 270 s',
@@ -106,7 +124,7 @@ export const FAIRSERVE_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
       { id: FAIRSERVE_ABUSER, weight: 1, app: 'qa' },
     ],
     streams: [
-      ...benignStreams(),
+      ...benignStreams(closedLoop),
       {
         tenant: FAIRSERVE_ABUSER,
         app: 'qa',
@@ -119,5 +137,16 @@ export const FAIRSERVE_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
         endS: FAIRSERVE_ABUSE_WINDOW_S.endS,
       },
     ],
+  };
+}
+
+/** Built-in FairServe scenarios by name. */
+export const FAIRSERVE_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
+  'fairserve-abuse': abuse(false),
+  'fairserve-abuse-closed': {
+    ...abuse(true),
+    description:
+      'fairserve-abuse with closed-loop interactions: each next call of an interaction is sent 1 s after ' +
+      'the previous call finished, as an agent or a user waits for the answer',
   },
 };
