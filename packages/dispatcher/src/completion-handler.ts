@@ -173,6 +173,8 @@ export async function handleCompletion(
     enginePriority: pool !== undefined && ctx.enginePriorityFor(pool),
     maxChoices: poolConfig?.maxChoices,
     reserveOutputTokens: poolConfig?.reserveOutputTokens,
+    // A pool the config does not name (its replicas registered themselves) has the default mode.
+    prefixKeys: pool !== undefined && (poolConfig?.prefixAffinity ?? 'bounded') !== 'off',
   });
   const req = described.descriptor;
   if (req.id !== request.id) record.schedulerId = req.id;
