@@ -116,7 +116,8 @@ describe('prefix-cache affinity across two dispatchers', () => {
         FAIRWAY_PREFIX: prefix,
         PORT: '0',
         FAIRWAY_OPERATOR_PORT: String(operatorPort),
-        FAIRWAY_LOG_LEVEL: 'warn',
+        // The access log (info) says what affinity did for each request.
+        FAIRWAY_LOG_LEVEL: 'info',
       });
       dispatchers.push({ proc, operatorUrl: `http://127.0.0.1:${operatorPort}` });
     }
@@ -153,6 +154,9 @@ describe('prefix-cache affinity across two dispatchers', () => {
     [1, 0],
   ] as const) {
     it(`sends the second turn through dispatcher ${'ab'[second]} to the replica that served the first through dispatcher ${'ab'[first]}`, async () => {
+      const logged = () =>
+        dispatchers[second]!.proc.output.filter((l) => l.includes('"affinity":"hit"')).length;
+      const loggedBefore = logged();
       const hitsBefore = await counter(
         dispatchers[second]!.operatorUrl,
         'fairway_prefix_affinity_total',
@@ -184,6 +188,10 @@ describe('prefix-cache affinity across two dispatchers', () => {
         'outcome="hit"',
       );
       expect(hitsAfter - hitsBefore).toBe(3);
+      // The access log line is written as the response ends: give the last one a moment.
+      for (let deadline = Date.now() + 2000; logged() - loggedBefore < 3 && Date.now() < deadline; )
+        await new Promise((r) => setTimeout(r, 20));
+      expect(logged() - loggedBefore).toBe(3);
     }, 60_000);
   }
 });

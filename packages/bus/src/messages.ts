@@ -95,6 +95,8 @@ export const assignmentSchema = z.object({
   replicaId: id,
   /** Tokens reserved on the replica (input + predicted output). */
   reserveTokens: nonNegInt,
+  /** What prefix-cache affinity did for it (the owner's access log says it), when it had prefix keys. */
+  affinity: z.enum(['hit', 'bounded', 'miss']).optional(),
   at: timestampMs,
 });
 /** An assignment to a dispatcher. */

@@ -430,6 +430,7 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
     record.queueMs = Math.round(ticket.queueMs() * 10) / 10;
     const replica = ticket.replica ?? '';
     record.replica = replica;
+    record.affinity = ticket.affinity;
     // Placed again where it failed, by a dispatcher that had not yet heard of the failure: back to
     // the queue without spending an engine call (a bounded number of times).
     if (failedOn?.has(replica) === true && misplaced < attempts) {

@@ -666,7 +666,7 @@ export class GatewayRuntime {
     if (d.affinity !== undefined) this.#o.affinityCounter?.(d.queued.pool, d.affinity);
     if (d.owner === this.id) {
       const ticket = this.#tickets.get(d.id);
-      if (ticket) ticket.markDispatched(d.replica, now);
+      if (ticket) ticket.markDispatched(d.replica, now, d.affinity);
       else void this.gateway.cancel(d.id); // no one waits for it any more: release at once
       return;
     }
@@ -676,6 +676,7 @@ export class GatewayRuntime {
       pickedBy: this.id,
       replicaId: d.replica,
       reserveTokens: d.reserveTokens,
+      ...(d.affinity !== undefined ? { affinity: d.affinity } : {}),
       at: this.#o.clock.now(),
     };
     const bus = this.#o.bus;
@@ -723,7 +724,7 @@ export class GatewayRuntime {
   }
 
   #onAssignment(a: Assignment): void {
-    this.#adopt(a.requestId, a.replicaId);
+    this.#adopt(a.requestId, a.replicaId, a.affinity);
   }
 
   /**
@@ -731,7 +732,7 @@ export class GatewayRuntime {
    * it runs on `replicaId`. Told by the picker's assignment message, or read from the store when
    * that message could not come (`#catchUpPlacements`).
    */
-  #adopt(requestId: string, replicaId: string): void {
+  #adopt(requestId: string, replicaId: string, affinity?: AffinityOutcome): void {
     const ticket = this.#tickets.get(requestId);
     try {
       this.gateway.started({ id: requestId, replica: replicaId });
@@ -739,7 +740,7 @@ export class GatewayRuntime {
       this.#o.logger.debug({ requestId }, 'dispatcher: assignment for a request not queued here');
       return;
     }
-    if (ticket) ticket.markDispatched(replicaId, this.#o.timer.now());
+    if (ticket) ticket.markDispatched(replicaId, this.#o.timer.now(), affinity);
     else void this.gateway.cancel(requestId);
   }
 
