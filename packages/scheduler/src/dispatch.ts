@@ -102,7 +102,8 @@ export class DispatchRounds {
 
   /**
    * The store's dispatch input for `pool` from `bands` onto `replicas`, with the prefix-affinity
-   * bound from the pool's `states`.
+   * bound from the pool's `states` — none under a router, whose routes decide which replicas a
+   * band's requests may run on.
    */
   input(
     pool: string,
@@ -111,7 +112,7 @@ export class DispatchRounds {
     states: readonly ReplicaState[],
   ): DispatchInput {
     const o = this.#o;
-    const affinityTokens = this.#affinity.bound(pool, states);
+    const affinityTokens = o.router === undefined ? this.#affinity.bound(pool, states) : undefined;
     return {
       pool,
       bands,
