@@ -471,18 +471,20 @@ export const policyConfigSchema = z
          */
         ttlS: positive.default(300),
         /**
-         * Most prefixes each dispatcher remembers per tenant and pool (8 keys per request, about
-         * 150 bytes each); a tenant's least recently used go first. @default 4096
+         * Most prefix keys each dispatcher remembers per tenant and pool (up to 8 per request; a
+         * follow-up turn adds one or two new ones), about 160 bytes each; a tenant's least recently
+         * used go first. @default 2048
          */
-        entriesPerTenant: z.number().int().positive().default(4096),
+        entriesPerTenant: z.number().int().positive().default(2048),
         /**
          * Most (tenant, pool) pairs each dispatcher remembers prefixes of; the least recently used
-         * pair goes first. @default 256
+         * pair goes first. With `entriesPerTenant` it bounds the index: 42 MB at the defaults.
+         * @default 128
          */
-        maxTenants: z.number().int().positive().default(256),
+        maxTenants: z.number().int().positive().default(128),
       })
       .strict()
-      .default({ loadFactor: 1.25, floor: 0.05, ttlS: 300, entriesPerTenant: 4096, maxTenants: 256 }),
+      .default({ loadFactor: 1.25, floor: 0.05, ttlS: 300, entriesPerTenant: 2048, maxTenants: 128 }),
     /** How often streamed output tokens are charged to the store, ms. @default 50 */
     chargeFlushMs: positive.default(50),
     /** Gateway queue timeout, seconds. @default 300 */
