@@ -47,6 +47,8 @@ export {
   type NodeCommand,
   type NodeCommandInput,
   nodeCommandSchema,
+  type PrefixRoute,
+  prefixRouteSchema,
   type QuotaAlertMessage,
   quotaAlertSchema,
   type Registration,

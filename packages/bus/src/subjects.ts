@@ -17,6 +17,7 @@
  * | controlRoutes | `<p>.control.routes` | — (every dispatcher) |
  * | appSamples | `<p>.control.<dispatcherId>.samples` | dispatcher that learned them |
  * | quotaAlert | `<p>.quota.alert` | — |
+ * | prefixRoute | `<p>.dispatcher.<dispatcherId>.prefix` | dispatcher that placed the request |
  * | command (request/reply) | `<p>.node.<replicaId>.command` | replica |
  * | admin (JetStream) | `<p>.admin.<type>` in stream `<p>_admin` | — |
  */
@@ -70,6 +71,8 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
       return (msg as MessageOf<'controlReport'>).dispatcherId;
     case 'appSamples':
       return (msg as MessageOf<'appSamples'>).dispatcherId;
+    case 'prefixRoute':
+      return (msg as MessageOf<'prefixRoute'>).dispatcherId;
     case 'discover':
     case 'controlRoutes':
     case 'quotaAlert':
@@ -126,6 +129,8 @@ export class Subjects {
         return `${p}.control.${k}.samples`;
       case 'quotaAlert':
         return `${p}.quota.alert`;
+      case 'prefixRoute':
+        return `${p}.dispatcher.${k}.prefix`;
       case 'command':
         return `${p}.node.${k}.command`;
       default:

@@ -307,6 +307,8 @@ async function tryPool(
     enginePriority: pool !== undefined && ctx.enginePriorityFor(pool),
     maxChoices: poolConfig?.maxChoices,
     reserveOutputTokens: poolConfig?.reserveOutputTokens,
+    // A pool the config does not name (its replicas registered themselves) has the default mode.
+    prefixKeys: pool !== undefined && (poolConfig?.prefixAffinity ?? 'bounded') !== 'off',
   });
   const req = described.descriptor;
   if (req.id !== a.requestId) record.schedulerId = req.id;
@@ -519,6 +521,7 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
     record.queueMs = Math.round(ticket.queueMs() * 10) / 10;
     const replica = ticket.replica ?? '';
     record.replica = replica;
+    record.affinity = ticket.affinity;
     // Placed again where it failed, by a dispatcher that had not yet heard of the failure: back to
     // the queue without spending an engine call (a bounded number of times).
     if (failedOn?.has(replica) === true && misplaced < attempts) {

@@ -16,6 +16,7 @@ import {
   type Tenant,
 } from '@fairway/core';
 import type { EngineConfig, StepNoise } from '@fairway/perf';
+import type { PrefixAffinityMode } from '@fairway/scheduler';
 import { QLM_SCENARIOS } from './qlm-scenarios.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';
@@ -95,6 +96,12 @@ export interface ScenarioRunInput {
   readonly sloClasses: readonly SloClass[];
   /** FairServe's user priority factor E of the tenants that set one (absent: 1). */
   readonly userPriorities: Readonly<Record<string, number>>;
+  /** The gateways' prefix-cache affinity (scenario or override). @default 'off' */
+  readonly prefixAffinity?: PrefixAffinityMode | undefined;
+  /** Load bound of `bounded` affinity. @default 1.25 */
+  readonly affinityLoadFactor?: number | undefined;
+  /** Least bound of `bounded` affinity, × the pool's mean KV capacity. @default 0.05 */
+  readonly affinityFloor?: number | undefined;
 }
 
 /** Run-time overrides of a scenario's settings. */
@@ -104,6 +111,10 @@ export interface ScenarioOverrides {
   readonly durationS?: number | undefined;
   /** Step-time noise for every engine, replacing what the scenario's engine groups set. */
   readonly stepNoise?: StepNoise | undefined;
+  /** Prefix-cache affinity, replacing the scenario's. */
+  readonly prefixAffinity?: PrefixAffinityMode | undefined;
+  /** Load bound of `bounded` affinity, replacing the scenario's. */
+  readonly affinityLoadFactor?: number | undefined;
 }
 
 type ScenarioLength = NonNullable<Scenario['streams']>[number]['input'];
@@ -222,5 +233,12 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
     arrivals,
     sloClasses,
     userPriorities,
+    ...((overrides.prefixAffinity ?? s.prefixAffinity) !== undefined
+      ? { prefixAffinity: overrides.prefixAffinity ?? s.prefixAffinity }
+      : {}),
+    ...((overrides.affinityLoadFactor ?? s.affinityLoadFactor) !== undefined
+      ? { affinityLoadFactor: overrides.affinityLoadFactor ?? s.affinityLoadFactor }
+      : {}),
+    ...(s.affinityFloor !== undefined ? { affinityFloor: s.affinityFloor } : {}),
   };
 }
