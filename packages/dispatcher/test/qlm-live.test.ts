@@ -192,6 +192,28 @@ async function chat(
   return { text, completionTokens, ttftS, status: res.status };
 }
 
+/** Evicts each of `n` requests running on dispatcher `d` once it has streamed some output, as the leader would. */
+async function evictOnceGenerating(fleet: Fleet, d: RunningDispatcher, n: number): Promise<void> {
+  const done = new Set<string>();
+  await waitFor(
+    () => {
+      for (const r of d.dispatcher.runtime.holdings().running)
+        if (!done.has(r.requestId) && r.generated >= 50) {
+          done.add(r.requestId);
+          fleet.observer.publish('evict', {
+            replicaId: r.replicaId,
+            requestIds: [r.requestId],
+            reason: 'test',
+            at: Date.now(),
+          });
+        }
+      return done.size >= n;
+    },
+    10_000,
+    'requests to evict',
+  );
+}
+
 /** The text of a response's message items. */
 function outputText(r: OpenAI.Responses.Response): string {
   return r.output
@@ -307,27 +329,7 @@ describe('QLM serving live traffic (Redis, NATS, engine-sim)', () => {
     fleet = await startFleet('qlm', 1);
     const d = fleet.dispatchers[0] as RunningDispatcher;
     const runtime = d.dispatcher.runtime;
-    const evictWhenRunning = async (n: number): Promise<void> => {
-      // Evict each request once it has streamed some output, as the leader would.
-      const done = new Set<string>();
-      await waitFor(
-        () => {
-          for (const r of runtime.holdings().running)
-            if (!done.has(r.requestId) && r.generated >= 50) {
-              done.add(r.requestId);
-              fleet?.observer.publish('evict', {
-                replicaId: r.replicaId,
-                requestIds: [r.requestId],
-                reason: 'test',
-                at: Date.now(),
-              });
-            }
-          return done.size >= n;
-        },
-        10_000,
-        'requests to evict',
-      );
-    };
+    const evictWhenRunning = (n: number) => evictOnceGenerating(fleet as Fleet, d, n);
     const text = fetch(`${d.url}/v1/completions`, {
       method: 'POST',
       headers: {
@@ -388,25 +390,7 @@ describe('QLM serving live traffic (Redis, NATS, engine-sim)', () => {
       }
       return { events, text, completed };
     })();
-    // Evict each once it has streamed some output, as the leader would.
-    const done = new Set<string>();
-    await waitFor(
-      () => {
-        for (const r of runtime.holdings().running)
-          if (!done.has(r.requestId) && r.generated >= 50) {
-            done.add(r.requestId);
-            fleet?.observer.publish('evict', {
-              replicaId: r.replicaId,
-              requestIds: [r.requestId],
-              reason: 'test',
-              at: Date.now(),
-            });
-          }
-        return done.size >= 2;
-      },
-      10_000,
-      'requests to evict',
-    );
+    await evictOnceGenerating(fleet, d, 2);
     const reference800 = await reference(fleet.sim, 800);
     const w = await whole;
     expect(w.status).toBe('completed');
