@@ -20,6 +20,21 @@ const call = (app: string, stage: number): RequestDescriptor => ({
   interactionStage: stage,
 });
 
+/** A dispatcher's learner of the app `agent`, sharing on a bus of its own. */
+function oneDispatcher() {
+  const bus = new MemoryBus();
+  const learner = new AppProfileLearner({ keep: 100, apps: new Set(['agent']) });
+  const sharing = new AppProfileSharing({
+    learner,
+    bus,
+    dispatcherId: 'd1',
+    clock: systemClock,
+    logger: silentLogger,
+  });
+  sharing.start();
+  return { bus, learner, sharing };
+}
+
 describe('app profiles shared by every dispatcher', () => {
   it('gives a dispatcher that served none of an app’s calls the profile the others learned', async () => {
     const bus = new MemoryBus();
@@ -58,16 +73,7 @@ describe('app profiles shared by every dispatcher', () => {
   });
 
   it('learns nothing of an app the config does not name, from its own calls or another’s', async () => {
-    const bus = new MemoryBus();
-    const learner = new AppProfileLearner({ keep: 100, apps: new Set(['agent']) });
-    const sharing = new AppProfileSharing({
-      learner,
-      bus,
-      dispatcherId: 'd1',
-      clock: systemClock,
-      logger: silentLogger,
-    });
-    sharing.start();
+    const { bus, learner, sharing } = oneDispatcher();
     for (let i = 0; i < 30; i++)
       learner.observe(call(`made-up-${i % 3}`, 0), { inputTokens: 9, outputTokens: 9 });
     expect(learner.drain()).toEqual([]);
@@ -88,16 +94,7 @@ describe('app profiles shared by every dispatcher', () => {
   });
 
   it('refuses a malformed message (a negative stage, a count past any prompt) before a learner sees it', async () => {
-    const bus = new MemoryBus();
-    const learner = new AppProfileLearner({ keep: 100, apps: new Set(['agent']) });
-    const sharing = new AppProfileSharing({
-      learner,
-      bus,
-      dispatcherId: 'd1',
-      clock: systemClock,
-      logger: silentLogger,
-    });
-    sharing.start();
+    const { bus, learner, sharing } = oneDispatcher();
     const bad = {
       dispatcherId: 'd2',
       samples: [{ app: 'agent', stage: -1, input: 1e12, system: 0, output: 1 }],
