@@ -1,4 +1,12 @@
-import { type CostFunction, createRng, linearCost, type RequestDescriptor, type Usage } from '@fairway/core';
+import {
+  type CostFunction,
+  chargedPromptTokens,
+  createRng,
+  DEFAULT_CACHED_TOKEN_WEIGHT,
+  linearCost,
+  type RequestDescriptor,
+  type Usage,
+} from '@fairway/core';
 import { PolicyInputError } from './errors.ts';
 import type { LiftMode, OrderingPolicy } from './ordering.ts';
 
@@ -41,8 +49,32 @@ export interface VtcOptions {
   readonly noise?: number;
   /** Seed of `noisy-oracle`'s errors; a request's error depends only on the seed and its id. @default 0 */
   readonly seed?: number;
+  /**
+   * Weight of a prompt token the engine served from its prefix cache, relative to one it
+   * prefilled (0–1), or a weight per request (by its model's pool). The hit is known only from
+   * the engine's usage, so a request is charged its whole prompt at dispatch and corrected when it
+   * settles. @default DEFAULT_CACHED_TOKEN_WEIGHT (0.1)
+   */
+  readonly cachedTokenWeight?: number | ((req: RequestDescriptor) => number);
   /** Policy name in reports. @default derived from the options */
   readonly name?: string;
+}
+
+/** The cached-token weight of a request under a policy option (a number or a function of it). */
+export function cachedWeightOf(
+  option: number | ((req: RequestDescriptor) => number) | undefined,
+  req: RequestDescriptor,
+): number {
+  if (option === undefined) return DEFAULT_CACHED_TOKEN_WEIGHT;
+  return checkCachedWeight(typeof option === 'number' ? option : option(req));
+}
+
+function checkCachedWeight(w: number): number {
+  if (!(w >= 0 && w <= 1))
+    throw new PolicyInputError('cachedTokenWeight', [
+      { path: 'cachedTokenWeight', message: `must be in [0, 1], got ${w}` },
+    ]);
+  return w;
 }
 
 /**
@@ -76,6 +108,7 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
   if (!(noise >= 0 && noise <= 1))
     throw new PolicyInputError('vtcPolicy', [{ path: 'noise', message: `must be in [0, 1], got ${noise}` }]);
   const seed = options.seed ?? 0;
+  if (typeof options.cachedTokenWeight === 'number') checkCachedWeight(options.cachedTokenWeight);
   const predicted = (req: RequestDescriptor, history: number | undefined): number => {
     switch (prediction) {
       case 'none':
@@ -108,8 +141,13 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
       if (to <= from) return 0;
       return (cost.cost(req.inputTokens, to) - cost.cost(req.inputTokens, from)) / weight(req.tenant);
     },
-    // The engine's usage settles the prompt too: admission only estimated it.
-    finalCost: (req, usage: Usage) => cost.cost(usage.inputTokens, usage.outputTokens) / weight(req.tenant),
+    // The engine's usage settles the prompt too: admission only estimated it, and only the engine
+    // knows which of its tokens came from the prefix cache.
+    finalCost: (req, usage: Usage) =>
+      cost.cost(
+        chargedPromptTokens(usage, cachedWeightOf(options.cachedTokenWeight, req)),
+        usage.outputTokens,
+      ) / weight(req.tenant),
   };
 }
 

@@ -1,9 +1,10 @@
-import type { AppProfile, RequestDescriptor, Usage } from '@fairway/core';
+import { type AppProfile, cachedPromptTokens, type RequestDescriptor, type Usage } from '@fairway/core';
 import { z } from 'zod';
 import type { AppProfileLearner } from './app-profile-learner.ts';
 import { PolicyInputError, parseInput } from './errors.ts';
 import { appOf, userOf } from './oit.ts';
 import type { OrderingPolicy } from './ordering.ts';
+import { cachedWeightOf } from './vtc.ts';
 
 /** Options of {@link wscPolicy}. */
 export interface WscOptions {
@@ -33,6 +34,12 @@ export interface WscOptions {
   readonly beta?: number;
   /** Weight of output tokens. @default 1 */
   readonly gamma?: number;
+  /**
+   * Weight of a prompt token the engine served from its prefix cache, relative to one it
+   * prefilled (0–1), or a weight per request; applied to the system prompt first (the prefix a
+   * cache holds), then to the rest. @default DEFAULT_CACHED_TOKEN_WEIGHT (0.1)
+   */
+  readonly cachedTokenWeight?: number | ((req: RequestDescriptor) => number);
 }
 
 const wscSchema = z.object({
@@ -91,9 +98,16 @@ export function wscPolicy(options: WscOptions): OrderingPolicy {
     const e = options.userPriority?.(userOf(req)) ?? 1;
     return e / w;
   };
-  const promptCost = (req: RequestDescriptor): number => {
+  const promptCost = (req: RequestDescriptor, usage?: Usage): number => {
     const sys = Math.min(req.systemTokens ?? 0, req.inputTokens);
-    return alpha * (req.inputTokens - sys) + beta * sys;
+    const full = alpha * (req.inputTokens - sys) + beta * sys;
+    if (usage === undefined) return full;
+    // The cache holds a prompt's leading blocks, the system prompt first.
+    const cached = Math.min(cachedPromptTokens(usage), req.inputTokens);
+    if (cached === 0) return full;
+    const discount = 1 - cachedWeightOf(options.cachedTokenWeight, req);
+    const cachedSys = Math.min(cached, sys);
+    return full - discount * (beta * cachedSys + alpha * (cached - cachedSys));
   };
   const counter = options.counter ?? 'user';
   const learner = options.learner;
@@ -105,7 +119,7 @@ export function wscPolicy(options: WscOptions): OrderingPolicy {
     score: (req) => req.arrivalMs,
     dispatchCost: (req) => promptCost(req) * norm(req),
     outputCost: (req, before, after) => (after > before ? gamma * (after - before) * norm(req) : 0),
-    finalCost: (req, usage: Usage) => (promptCost(req) + gamma * usage.outputTokens) * norm(req),
+    finalCost: (req, usage: Usage) => (promptCost(req, usage) + gamma * usage.outputTokens) * norm(req),
     ...(learner ? { settled: (req: RequestDescriptor, usage: Usage) => learner.observe(req, usage) } : {}),
     continuation: continuesInteraction,
   };

@@ -177,6 +177,7 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
           history,
           seed: input.seed,
           userPriorities: input.userPriorities,
+          cachedTokenWeight: input.cachedTokenWeight,
         }),
       sloClasses: slo?.gatewayClasses ?? input.sloClasses,
       control: slo?.control,
