@@ -107,6 +107,12 @@ export interface RequestDescriptor {
    */
   readonly blockHashes?: readonly string[] | undefined;
   /**
+   * Prefix keys of the prompt, longest first (`prefixKeysOfText` live, `prefixKeysOfBlocks` in
+   * simulation): with prefix affinity, admission looks them up to find the replica that likely
+   * holds the prompt's start in its prefix cache. @default none: placed without affinity
+   */
+  readonly prefixKeys?: readonly string[] | undefined;
+  /**
    * Closed-loop follow-up (simulation): the call is sent this many ms after the previous call of
    * its interaction finishes, not at `arrivalMs` (which then only orders the workload).
    */

@@ -78,6 +78,14 @@ export {
 export { GATEWAY_OWNED_FIELDS, RESTRICTED_ENGINE_FIELDS } from './engine-fields.ts';
 export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
 export { createLogger, type Logger, type LoggerOptions, LogThrottle, silentLogger } from './logger.ts';
+export {
+  PREFIX_BLOCK_CHARS,
+  PREFIX_MAX_KEYS,
+  PREFIX_MIN_BLOCKS,
+  prefixBoundaries,
+  prefixKeysOfBlocks,
+  prefixKeysOfText,
+} from './prefix-keys.ts';
 export { REDACTED, redactSecrets, redactUrls, SECRET_FIELDS } from './redaction.ts';
 export { createRng, type Rng } from './rng.ts';
 export { GPUS, type GpuName, gpuSpec, MODELS, type ModelName, modelSpec } from './specs.ts';

@@ -15,6 +15,7 @@ import { UnknownSloClassError } from './errors.ts';
 import type { ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OutputPredictions } from './output-prediction.ts';
 import type { Owned, OwnedRequests } from './owned-requests.ts';
+import type { PrefixAffinity } from './prefix-affinity.ts';
 import { type RateLimits, rateLimitsAfter, rateLimitsAtRefusal } from './rate-limit-state.ts';
 import type { Recovery } from './recovery.ts';
 import { RefusalMemo } from './refusal-memo.ts';
@@ -63,6 +64,7 @@ export class Admission {
   readonly #predictions: OutputPredictions;
   readonly #dispatch: DispatchRounds;
   readonly #recovery: Recovery;
+  readonly #affinity: PrefixAffinity;
   readonly #deadlineMsOf: ReadonlyMap<string, number>;
   readonly #memo = new RefusalMemo();
   admitted = 0;
@@ -78,6 +80,7 @@ export class Admission {
     predictions: OutputPredictions;
     dispatch: DispatchRounds;
     recovery: Recovery;
+    affinity: PrefixAffinity;
   }) {
     this.#o = deps.options;
     this.#id = deps.options.id;
@@ -89,6 +92,7 @@ export class Admission {
     this.#predictions = deps.predictions;
     this.#dispatch = deps.dispatch;
     this.#recovery = deps.recovery;
+    this.#affinity = deps.affinity;
     this.#deadlineMsOf = new Map(
       deps.options.sloClasses.map((c) => [c.name, queueDeadlineMs(c, deps.options.maxQueueWaitMs)]),
     );
@@ -190,6 +194,7 @@ export class Admission {
     const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)
       ? this.#isOverloaded(pool, states)
       : false;
+    const affinity = this.#affinity.affinityOf(req, pool, states);
     const queued: QueuedRequest = {
       id: req.id,
       pool,
@@ -202,6 +207,7 @@ export class Admission {
       owner: this.#id,
       payload: encodeRequest(req),
       ...(rules.continuation ? { continuation: true } : {}),
+      ...(affinity !== undefined ? { affinity } : {}),
     };
     const admit: AdmitInput = {
       req: queued,
@@ -276,7 +282,7 @@ export class Admission {
     try {
       r = await o.store.admitAndDispatch({
         admit,
-        dispatch: this.#dispatch.input(pool, this.#dispatch.bands, candidates),
+        dispatch: this.#dispatch.input(pool, this.#dispatch.bands, candidates, states),
       });
     } catch (err) {
       this.#owned.delete(req.id);

@@ -7,6 +7,7 @@ import { DrainRate } from './drain-rate.ts';
 import type { Dispatched, ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OutputPredictions } from './output-prediction.ts';
 import type { OwnedRequests } from './owned-requests.ts';
+import type { PrefixAffinity } from './prefix-affinity.ts';
 import { QueueDeadlines } from './queue-deadline.ts';
 import { decodeRequest } from './request-payload.ts';
 import type { ReservationView } from './reservation-view.ts';
@@ -30,6 +31,7 @@ export class DispatchRounds {
   readonly #candidates: Candidates;
   readonly #predictions: OutputPredictions;
   readonly #charging: Charging;
+  readonly #affinity: PrefixAffinity;
   readonly #pumping = new Set<string>();
   readonly #again = new Set<string>();
   /** Dispatch rate per pool, for `queue_full`'s Retry-After. */
@@ -47,6 +49,7 @@ export class DispatchRounds {
     candidates: Candidates;
     predictions: OutputPredictions;
     charging: Charging;
+    affinity: PrefixAffinity;
   }) {
     this.#o = deps.options;
     this.#id = deps.options.id;
@@ -56,6 +59,7 @@ export class DispatchRounds {
     this.#candidates = deps.candidates;
     this.#predictions = deps.predictions;
     this.#charging = deps.charging;
+    this.#affinity = deps.affinity;
   }
 
   /**
@@ -96,9 +100,18 @@ export class DispatchRounds {
     return n;
   }
 
-  /** The store's dispatch input for `pool` from `bands` onto `replicas`. */
-  input(pool: string, bands: readonly number[], replicas: ReplicaCandidate[]): DispatchInput {
+  /**
+   * The store's dispatch input for `pool` from `bands` onto `replicas`, with the prefix-affinity
+   * bound from the pool's `states`.
+   */
+  input(
+    pool: string,
+    bands: readonly number[],
+    replicas: ReplicaCandidate[],
+    states: readonly ReplicaState[],
+  ): DispatchInput {
     const o = this.#o;
+    const affinityTokens = this.#affinity.bound(pool, states);
     return {
       pool,
       bands,
@@ -107,6 +120,7 @@ export class DispatchRounds {
       picker: this.#id,
       replicas,
       fit: o.fit,
+      ...(affinityTokens !== undefined ? { affinityTokens } : {}),
     };
   }
 
@@ -122,9 +136,14 @@ export class DispatchRounds {
    * gateway owns it, and to `onDispatch`.
    */
   async handOn(res: StoreDispatch, note: boolean): Promise<void> {
+    if (res.req.affinity?.id === res.replica && !this.#inPool(res.req.pool, res.replica)) {
+      await this.#undo(res);
+      return;
+    }
     if (note) this.#view.add(res.replica, res.req.reserveTokens, 1);
     const own = this.#owned.get(res.req.id);
     const req = own?.req ?? decodeRequest(res.req.payload, this.#id);
+    const affinity = this.#affinity.dispatched(res.req, req, res.replica);
     const resumeFrom = own?.resumeFrom ?? 0;
     // A resumed request was already priced; its re-queue settled what it had been served.
     const repriced = resumeFrom > 0 ? undefined : await this.#repriceAtDispatch(res.req, req);
@@ -139,6 +158,7 @@ export class DispatchRounds {
       picker: this.#id,
       reserveTokens: res.req.reserveTokens,
       queued: res.req,
+      ...(affinity !== undefined ? { affinity } : {}),
     };
     // Its owner may have learnt the placement from the store while this reply was on its way
     // (`locate`: the bus was down or the picker died): it runs already, on this replica.
@@ -147,6 +167,25 @@ export class DispatchRounds {
     this.#o.onDispatch(d);
     if (repriced !== undefined && repriced.delta !== 0)
       await this.#o.store.charge([{ id: res.req.id, amount: repriced.delta }]);
+  }
+
+  /** Whether `replica` is a fresh replica of `pool` that takes work now. */
+  #inPool(pool: string, replica: string): boolean {
+    const source = this.#o.replicas;
+    const info = source.replicas(pool).find((r) => r.id === replica);
+    return info !== undefined && !info.stale && source.isAvailable?.(replica) !== false;
+  }
+
+  /**
+   * The store placed a request by affinity on a replica that is no longer a fresh one of its pool
+   * (it left after the request was admitted): the dispatch is undone — the request goes back to
+   * the head of its queue, without its affinity and its charge — and dispatched again.
+   */
+  async #undo(res: StoreDispatch): Promise<void> {
+    const store = this.#o.store;
+    if (store.requeue === undefined) return;
+    await store.requeue({ id: res.req.id, nowMs: this.#o.clock.now(), servedCost: 0, undispatch: true });
+    await this.pump(res.req.pool);
   }
 
   async #dispatchLoop(pool: string): Promise<number> {
@@ -192,7 +231,7 @@ export class DispatchRounds {
       const offered = this.#candidates.list(states, offer);
       const candidates = offered.replicas;
       if (candidates.length === 0 || bands.length === 0) return n;
-      const res = await this.#o.store.dispatch(this.input(pool, bands, candidates));
+      const res = await this.#o.store.dispatch(this.input(pool, bands, candidates, states));
       if (res.kind === 'empty' && bands.length === this.bands.length)
         this.deadlines.poolQueued(pool, 0, this.#o.clock.now());
       if (res.kind === 'blocked') {

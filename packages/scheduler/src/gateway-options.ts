@@ -10,6 +10,7 @@ import type { QueuedRequest, SchedulingStore } from '@fairway/store';
 import { z } from 'zod';
 import { type AdmissionFunction, admitAll, fromAdmissionPolicy } from './admission-rules.ts';
 import { GatewayError, GatewayErrorCode } from './errors.ts';
+import type { AffinityOutcome, PrefixAffinityOptions } from './prefix-affinity.ts';
 import type { Headroom, ReplicaSource } from './replica-view.ts';
 
 /**
@@ -42,6 +43,8 @@ export interface Dispatched {
    * it resumes from there, its prompt now holding that output too. Absent for a first dispatch.
    */
   readonly resumeFrom?: number;
+  /** What prefix-cache affinity did for it (requests with prefix keys in a pool that uses it). */
+  readonly affinity?: AffinityOutcome;
 }
 
 /** Options of a {@link Gateway}; functions and objects are injected, numbers have defaults. */
@@ -141,6 +144,11 @@ export interface GatewayOptions {
    * this or its class's `queueDeadlineS`, whichever is less. @default no bound
    */
   readonly maxQueueWaitMs?: number;
+  /**
+   * Prefix-cache affinity: requests with prefix keys go to the replica that served their prompt's
+   * start, bounded by load (see {@link PrefixAffinityOptions}). @default off
+   */
+  readonly prefixAffinity?: PrefixAffinityOptions;
 }
 
 /** {@link GatewayOptions} with every default applied. */
@@ -148,7 +156,13 @@ export interface ResolvedGatewayOptions
   extends Required<
     Omit<
       GatewayOptions,
-      'headroom' | 'overloaded' | 'admission' | 'outputPredictor' | 'outputRepredictor' | 'router'
+      | 'headroom'
+      | 'overloaded'
+      | 'admission'
+      | 'outputPredictor'
+      | 'outputRepredictor'
+      | 'router'
+      | 'prefixAffinity'
     >
   > {
   readonly headroom: Headroom;
@@ -157,6 +171,7 @@ export interface ResolvedGatewayOptions
   readonly outputPredictor: ((req: RequestDescriptor) => number | undefined) | undefined;
   readonly outputRepredictor: ((req: RequestDescriptor, generated: number) => number | undefined) | undefined;
   readonly router: DispatchRouter | undefined;
+  readonly prefixAffinity: PrefixAffinityOptions | undefined;
 }
 
 const fn = z.custom<(...args: never[]) => unknown>((v) => typeof v === 'function', {
@@ -208,6 +223,16 @@ const optionsSchema = z
     predictionTtlMs: z.number().min(0).finite().optional(),
     reservationsMaxAgeMs: z.number().min(0).finite().optional(),
     maxQueueWaitMs: z.number().positive().optional(),
+    prefixAffinity: z
+      .object({
+        mode: z.union([z.enum(['off', 'bounded', 'unbounded']), fn]),
+        loadFactor: z.number().min(1).finite().optional(),
+        floor: z.number().min(0).max(1).optional(),
+        index: obj(['learn', 'lookup']).optional(),
+        onLearn: fn.optional(),
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 
@@ -257,5 +282,6 @@ export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayO
     predictionTtlMs: options.predictionTtlMs ?? 0,
     reservationsMaxAgeMs: options.reservationsMaxAgeMs ?? 0,
     maxQueueWaitMs: options.maxQueueWaitMs ?? Number.POSITIVE_INFINITY,
+    prefixAffinity: options.prefixAffinity,
   };
 }

@@ -12,6 +12,7 @@ import {
 } from './gateway-options.ts';
 import { OutputPredictions, type ReplicaPredictionErrors } from './output-prediction.ts';
 import { OwnedRequests } from './owned-requests.ts';
+import { type AffinityOutcome, PrefixAffinity } from './prefix-affinity.ts';
 import { Recovery } from './recovery.ts';
 import { ReservationView } from './reservation-view.ts';
 import { Settlement } from './settlement.ts';
@@ -44,6 +45,8 @@ export interface GatewayStats {
   readonly repairs: number;
   /** Requests put back by those repairs (queued and running). */
   readonly restored: number;
+  /** Requests with prefix keys this gateway dispatched, by what affinity did for them. */
+  readonly affinity: Readonly<Record<AffinityOutcome, number>>;
 }
 
 /**
@@ -73,6 +76,7 @@ export class Gateway {
   readonly #eviction: Eviction;
   readonly #settlement: Settlement;
   readonly #recovery: Recovery;
+  readonly #affinity: PrefixAffinity;
 
   /** Validates `options` (throws a `GatewayError` naming the field) and builds an idle gateway. */
   constructor(options: GatewayOptions) {
@@ -88,6 +92,8 @@ export class Gateway {
     const view = new ReservationView(o);
     const candidates = new Candidates(o, owned);
     const predictions = new OutputPredictions(o);
+    const affinity = new PrefixAffinity(o.prefixAffinity, o.clock);
+    this.#affinity = affinity;
     const charging = new Charging({ options: o, owned, view, predictions });
     const dispatch = new DispatchRounds({
       options: o,
@@ -97,6 +103,7 @@ export class Gateway {
       candidates,
       predictions,
       charging,
+      affinity,
     });
     const settlement = new Settlement({
       options: o,
@@ -124,6 +131,7 @@ export class Gateway {
       predictions,
       dispatch,
       recovery,
+      affinity,
     });
     this.#eviction = new Eviction({ options: o, owned, view, charging });
   }
@@ -216,6 +224,7 @@ export class Gateway {
       predictionErrors: this.#predictions.errors(),
       repairs: this.#recovery.repairs,
       restored: this.#recovery.restored,
+      affinity: { ...this.#affinity.outcomes },
     };
   }
 }

@@ -20,6 +20,13 @@ export {
   resolveGatewayOptions,
 } from './gateway-options.ts';
 export type { ReplicaPredictionErrors } from './output-prediction.ts';
+export type {
+  AffinityOutcome,
+  PrefixAffinityMode,
+  PrefixAffinityOptions,
+  PrefixLearned,
+} from './prefix-affinity.ts';
+export { PrefixIndex, type PrefixIndexOptions } from './prefix-index.ts';
 export {
   QlmControl,
   type QlmControlOptions,

@@ -26,6 +26,7 @@ export const requestDescriptorSchema = z
     interactionSize: z.number().int().positive().optional(),
     priority: z.number().finite().optional(),
     blockHashes: z.array(z.string()).optional(),
+    prefixKeys: z.array(z.string().min(1).max(256)).max(16).optional(),
     thinkMs: z.number().finite().nonnegative().optional(),
   })
   .strict();
@@ -71,6 +72,13 @@ function plainDescriptor(data: unknown): data is RequestDescriptor {
     optional(r.interactionSize, (v) => isCount(v) && (v as number) > 0) &&
     optional(r.priority, isNumber) &&
     optional(r.blockHashes, (v) => Array.isArray(v) && v.every(isString)) &&
+    optional(
+      r.prefixKeys,
+      (v) =>
+        Array.isArray(v) &&
+        v.length <= 16 &&
+        v.every((k) => typeof k === 'string' && k.length > 0 && k.length <= 256),
+    ) &&
     optional(r.thinkMs, (v) => isNumber(v) && (v as number) >= 0)
   );
 }

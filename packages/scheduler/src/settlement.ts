@@ -144,10 +144,11 @@ export class Settlement {
   async #settleAndDispatch(own: Owned, settle: SettleInput): Promise<void> {
     const o = this.#o;
     const pool = own.pool;
+    const states = this.#view.states(pool, own);
     const offered =
       o.store.settleAndDispatch === undefined || o.router !== undefined
         ? undefined
-        : this.#candidates.list(this.#view.states(pool, own), { pool });
+        : this.#candidates.list(states, { pool });
     const candidates = offered?.replicas ?? [];
     if (o.store.settleAndDispatch === undefined || candidates.length === 0) {
       if (await o.store.settle(settle)) this.#view.release(own);
@@ -156,7 +157,7 @@ export class Settlement {
     }
     const r = await o.store.settleAndDispatch({
       settle,
-      dispatch: this.#dispatch.input(pool, this.#dispatch.bands, candidates),
+      dispatch: this.#dispatch.input(pool, this.#dispatch.bands, candidates, states),
     });
     for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
     this.#dispatch.deadlines.poolQueued(pool, r.poolQueued, o.clock.now());

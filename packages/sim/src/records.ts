@@ -57,6 +57,11 @@ export interface SimRun {
    * `prefix_cache_queries` / `prefix_cache_hits`), summed; absent unless an engine caches prefixes.
    */
   readonly prefixCache?: { readonly queries: number; readonly hits: number } | undefined;
+  /**
+   * Requests with prefix keys the gateways dispatched, by what prefix affinity did for them (placed
+   * on their affinity replica, found one but placed elsewhere, found none); absent with affinity off.
+   */
+  readonly affinity?: { readonly hit: number; readonly bounded: number; readonly miss: number } | undefined;
   /** Model swaps an SLO control completed (multi-model pools); absent without a control. */
   readonly swaps?: number | undefined;
   /**

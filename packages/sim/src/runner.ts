@@ -4,6 +4,7 @@ import {
   ErrorCode,
   ManualClock,
   parseWith,
+  prefixKeysOfBlocks,
   type RequestDescriptor,
   type SloClass,
   type Tenant,
@@ -15,6 +16,8 @@ import {
   type Dispatched,
   Gateway,
   type Headroom,
+  type PrefixAffinityMode,
+  PrefixIndex,
   type ReplicaPredictionErrors,
   type ReserveMode,
 } from '@fairway/scheduler';
@@ -92,6 +95,15 @@ export interface RunInput {
    * backlogged weight ({@link ShardedReplicas}); not with `control`. @default one store per pool
    */
   readonly shards?: PoolShardsOptions | undefined;
+  /**
+   * Prefix-cache affinity of the gateways (their `prefixAffinity`): requests with `blockHashes`
+   * get prefix keys from them (`prefixKeysOfBlocks`, blocks of their pool's engines), and the
+   * gateways share one prefix index, as dispatchers that tell each other every placement at once.
+   * @default 'off'
+   */
+  readonly prefixAffinity?: PrefixAffinityMode | undefined;
+  /** Load bound of `bounded` affinity, × the pool's mean reserved KV tokens. @default 1.25 */
+  readonly affinityLoadFactor?: number | undefined;
 }
 
 const runInputSchema = z
@@ -212,6 +224,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   const sharded = input.shards === undefined ? undefined : new ShardedReplicas(cluster, input.shards);
   const gateways: Gateway[] = [];
   const gatewayIndex = new Map<string, number>();
+  const affinityMode = input.prefixAffinity ?? 'off';
+  const prefixIndex = new PrefixIndex();
   const onDispatch = (d: Dispatched): void => {
     const rec = recs.get(d.id)!;
     const replica = sharded === undefined ? d.replica : sharded.baseReplica(d.replica);
@@ -258,6 +272,15 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         ...(input.outputPredictor !== undefined ? { outputPredictor: input.outputPredictor } : {}),
         ...(input.repredict !== undefined ? { repredict: input.repredict } : {}),
         ...(input.outputRepredictor !== undefined ? { outputRepredictor: input.outputRepredictor } : {}),
+        ...(affinityMode !== 'off'
+          ? {
+              prefixAffinity: {
+                mode: affinityMode,
+                index: prefixIndex,
+                ...(input.affinityLoadFactor !== undefined ? { loadFactor: input.affinityLoadFactor } : {}),
+              },
+            }
+          : {}),
       }),
     );
     queue.push((k * flushMs) / dispatchers, { kind: 'flush', gateway: k });
@@ -413,6 +436,14 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     if (before) followers.set(before.id, a);
   }
   const deferred = new Set(followers.values());
+  const blockSizeOf = new Map(cluster.members.map((m) => [m.pool, m.engine.config.blockSize]));
+  /** The request with prefix keys from its block hashes (blocks of its pool's engines). */
+  const withPrefixKeys = (req: RequestDescriptor): RequestDescriptor => {
+    if (req.blockHashes === undefined || req.prefixKeys !== undefined) return req;
+    const bs = blockSizeOf.get(req.model) ?? 16;
+    const prefixKeys = prefixKeysOfBlocks(req.blockHashes, Math.floor(req.inputTokens / bs));
+    return prefixKeys.length === 0 ? req : { ...req, prefixKeys };
+  };
   const arrive = async (req: RequestDescriptor, g: number): Promise<void> => {
     const rec: Rec = {
       req,
@@ -432,7 +463,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     recs.set(req.id, rec);
     records.push(rec);
     control?.onArrival(req);
-    const res = await gateways[g]!.submit(req);
+    const res = await gateways[g]!.submit(affinityMode === 'off' ? req : withPrefixKeys(req));
     if (!res.ok) {
       control?.onRejected(req.id);
       rec.rejected = { code: res.code, atS: nowS() };
@@ -540,11 +571,24 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     engineSteps,
     preemptions,
     ...(prefixCache ? { prefixCache } : {}),
+    ...(affinityMode !== 'off' ? { affinity: affinityOf(gateways) } : {}),
     ...(control ? { swaps: swapsDone } : {}),
     ...(input.reserve === 'predicted' ? { prediction: predictionOf(gateways) } : {}),
     tenantWeights:
       input.tenantWeights ?? Object.fromEntries((input.tenants ?? []).map((t) => [t.id, t.weight])),
   };
+}
+
+/** What prefix affinity did for the gateways' dispatches, summed. */
+function affinityOf(gateways: readonly Gateway[]): NonNullable<SimRun['affinity']> {
+  const sum = { hit: 0, bounded: 0, miss: 0 };
+  for (const gw of gateways) {
+    const a = gw.stats().affinity;
+    sum.hit += a.hit;
+    sum.bounded += a.bounded;
+    sum.miss += a.miss;
+  }
+  return sum;
 }
 
 /** The gateways' prediction errors, summed per replica. */

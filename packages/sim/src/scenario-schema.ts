@@ -231,6 +231,14 @@ export const scenarioSchema = z
      * against them and SLO-aware policies plan with them. @default QLM's three classes
      */
     sloClasses: z.array(sloClassSchema).min(1, 'needs at least one class').optional(),
+    /**
+     * Prefix-cache affinity of the gateways (`off`, `bounded`, `unbounded`; see the gateway's
+     * `prefixAffinity`): requests with shared prefixes go back to the replica that served them.
+     * @default 'off'
+     */
+    prefixAffinity: z.enum(['off', 'bounded', 'unbounded']).optional(),
+    /** Load bound of `bounded` affinity, × the pool's mean reserved KV tokens. @default 1.25 */
+    affinityLoadFactor: z.number().min(1).optional(),
   })
   .strict()
   .superRefine((s, ctx) => {

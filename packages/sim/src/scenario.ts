@@ -23,6 +23,7 @@ import {
   LinearStepCostModel,
   type StepNoise,
 } from '@fairway/perf';
+import type { PrefixAffinityMode } from '@fairway/scheduler';
 import { QLM_SCENARIOS } from './qlm-scenarios.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';
@@ -107,6 +108,10 @@ export interface ScenarioRunInput {
    * cost derived from the engines' performance presets (the largest if they differ).
    */
   readonly cachedTokenWeight: number;
+  /** The gateways' prefix-cache affinity (scenario or override). @default 'off' */
+  readonly prefixAffinity?: PrefixAffinityMode | undefined;
+  /** Load bound of `bounded` affinity. @default 1.25 */
+  readonly affinityLoadFactor?: number | undefined;
 }
 
 /**
@@ -133,6 +138,10 @@ export interface ScenarioOverrides {
   readonly durationS?: number | undefined;
   /** Step-time noise for every engine, replacing what the scenario's engine groups set. */
   readonly stepNoise?: StepNoise | undefined;
+  /** Prefix-cache affinity, replacing the scenario's. */
+  readonly prefixAffinity?: PrefixAffinityMode | undefined;
+  /** Load bound of `bounded` affinity, replacing the scenario's. */
+  readonly affinityLoadFactor?: number | undefined;
 }
 
 type ScenarioLength = NonNullable<Scenario['streams']>[number]['input'];
@@ -252,5 +261,11 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
     sloClasses,
     userPriorities,
     cachedTokenWeight: fleetCachedTokenWeight(engines),
+    ...((overrides.prefixAffinity ?? s.prefixAffinity) !== undefined
+      ? { prefixAffinity: overrides.prefixAffinity ?? s.prefixAffinity }
+      : {}),
+    ...((overrides.affinityLoadFactor ?? s.affinityLoadFactor) !== undefined
+      ? { affinityLoadFactor: overrides.affinityLoadFactor ?? s.affinityLoadFactor }
+      : {}),
   };
 }

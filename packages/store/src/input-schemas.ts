@@ -34,6 +34,7 @@ export const queuedRequestSchema = z.object({
   owner: id,
   payload: z.string(),
   continuation: z.boolean().optional(),
+  affinity: z.object({ id, tokenCapacity: nonNegative, seqCapacity: nonNegative }).optional(),
 });
 
 /** {@link AdmitInput} */
@@ -117,6 +118,7 @@ export const dispatchInputSchema = z.object({
   replicas: z.array(replicaCandidateSchema),
   fit: z.enum(['first', 'best']),
   charges: chargeItemsSchema.optional(),
+  affinityTokens: nonNegative.optional(),
 });
 
 /** {@link AdmitAndDispatchInput} */
@@ -146,6 +148,7 @@ export const requeueInputSchema = z.object({
   nowMs: finite,
   servedCost: finite,
   dispatchCost: finite.optional(),
+  undispatch: z.boolean().optional(),
 });
 
 /** Arguments of `cancel`. */

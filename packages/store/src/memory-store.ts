@@ -80,6 +80,8 @@ interface RequestState {
   grown: number;
   /** Cost charged at the next dispatch: the admitted dispatch cost, or what `requeue` set. */
   cost: number;
+  /** The replica its prompt likely is cached on (`QueuedRequest.affinity`); `requeue` drops it. */
+  affinity: ReplicaCandidate | undefined;
   /**
    * Windows this request consumed, for true-up at settle or cancel: a true-up window's bucket
    * (its end) and the amount the request counts in it.
@@ -385,6 +387,7 @@ export class MemoryStore implements SchedulingStore {
       charged: 0,
       grown: 0,
       cost: req.dispatchCost,
+      affinity: req.affinity,
       windows,
       interaction,
       account: input.usage === undefined ? undefined : { tenant: input.tenant, usage: input.usage, reserved },
@@ -415,7 +418,7 @@ export class MemoryStore implements SchedulingStore {
       if (q === undefined || q.size === 0) continue;
       const rs = input.ordering === 'score' ? q.byScore.peek() : this.#fairPick(q);
       if (rs === undefined) continue;
-      const replica = this.#fit(rs.req.reserveTokens, input.replicas, input.fit);
+      const replica = this.#affine(rs, input) ?? this.#fit(rs.req.reserveTokens, input.replicas, input.fit);
       if (replica === undefined)
         return { kind: 'blocked', id: rs.req.id, reserveTokens: rs.req.reserveTokens };
       this.#unqueue(q, rs);
@@ -500,16 +503,18 @@ export class MemoryStore implements SchedulingStore {
     const old = this.#requests.get(input.id);
     if (old === undefined || old.state !== 'running') return false;
     const q = this.#queue(old.req.pool, old.req.band, true) as QueueState;
-    this.#addToCounter(q, old.req.flow, input.servedCost - old.charged);
+    const served = input.undispatch === true ? old.charged - old.cost : input.servedCost;
+    this.#addToCounter(q, old.req.flow, served - old.charged);
     this.#release(old);
     // A fresh state object: the old one may still sit, lazily removed, behind a FIFO's head.
     const rs: RequestState = {
       ...old,
       state: 'queued',
       replica: '',
-      charged: input.servedCost,
+      charged: served,
       grown: 0,
-      cost: input.dispatchCost ?? 0,
+      cost: input.undispatch === true ? old.cost : (input.dispatchCost ?? 0),
+      affinity: undefined,
     };
     this.#requests.set(input.id, rs);
     const flow = rs.req.flow;
@@ -584,6 +589,7 @@ export class MemoryStore implements SchedulingStore {
         charged: 0,
         grown: 0,
         cost: req.dispatchCost,
+        affinity: undefined,
         windows: windows.map((w) => ({
           key: w.key,
           trueUp: w.trueUp,
@@ -773,6 +779,25 @@ export class MemoryStore implements SchedulingStore {
     const cont = q.continuing.peek();
     if (cont !== undefined) return cont.cont.head();
     return q.fair.peek()?.all.head();
+  }
+
+  /**
+   * The request's affinity replica if the dispatch honours affinity and the replica is within the
+   * bound with room (see `DispatchInput.affinityTokens`); its capacity is the candidate's when it
+   * is offered.
+   */
+  #affine(rs: RequestState, input: DispatchInput): string | undefined {
+    const a = rs.affinity;
+    if (a === undefined || input.affinityTokens === undefined) return undefined;
+    const c = input.replicas.find((x) => x.id === a.id) ?? a;
+    const r = this.#replicas.get(a.id);
+    const tokens = r?.tokens ?? 0;
+    const seqs = r?.seqs ?? 0;
+    return tokens <= input.affinityTokens &&
+      tokens + rs.req.reserveTokens <= c.tokenCapacity &&
+      seqs + 1 <= c.seqCapacity
+      ? a.id
+      : undefined;
   }
 
   #fit(tokens: number, replicas: readonly ReplicaCandidate[], fit: DispatchInput['fit']): string | undefined {

@@ -217,6 +217,7 @@ function pushDispatchArgs(args: string[], input: DispatchInput): void {
   const charges = input.charges ?? [];
   args.push(str(charges.length));
   for (const c of charges) args.push(c.id, str(c.amount), str(c.reserveTokens ?? 0));
+  args.push(input.affinityTokens === undefined ? '' : str(input.affinityTokens));
 }
 
 function dispatchReply(script: string, r: Reply): DispatchResult {
@@ -462,6 +463,9 @@ export class RedisStore implements SchedulingStore {
       );
     }
     pushUsageArgs(args, input);
+    const a = req.affinity;
+    if (a === undefined) args.push('', '0', '0');
+    else args.push(a.id, str(a.tokenCapacity), str(a.seqCapacity));
   }
 
   /**
@@ -581,6 +585,7 @@ export class RedisStore implements SchedulingStore {
       str(input.nowMs),
       str(input.servedCost),
       str(input.dispatchCost ?? 0),
+      input.undispatch === true ? '1' : '0',
     );
     return reply === 1;
   }
@@ -885,5 +890,15 @@ function recordOf(req: QueuedRequest): QueuedRequest {
     owner: req.owner,
     payload: req.payload,
   };
-  return req.continuation === undefined ? rec : { ...rec, continuation: req.continuation };
+  const withCont = req.continuation === undefined ? rec : { ...rec, continuation: req.continuation };
+  return req.affinity === undefined
+    ? withCont
+    : {
+        ...withCont,
+        affinity: {
+          id: req.affinity.id,
+          tokenCapacity: req.affinity.tokenCapacity,
+          seqCapacity: req.affinity.seqCapacity,
+        },
+      };
 }

@@ -45,6 +45,13 @@ export interface QueuedRequest {
    * @default false
    */
   readonly continuation?: boolean;
+  /**
+   * The replica that likely holds the request's prompt in its prefix cache, with the room the
+   * admitting gateway saw on it: a dispatch given {@link DispatchInput.affinityTokens} places the
+   * request there when the replica has room and is under that bound, else on its candidates as
+   * usual. A re-queued request loses it, and so does a restored one. @default none
+   */
+  readonly affinity?: ReplicaCandidate;
 }
 
 /** Everything admission needs, checked and applied in one atomic step (one Redis round trip). */
@@ -207,6 +214,16 @@ export interface DispatchInput {
    * @default []
    */
   readonly charges?: readonly ChargeItem[];
+  /**
+   * Prefix-cache affinity bound: a picked request with an {@link QueuedRequest.affinity} goes to
+   * that replica — before the candidates, whether it is one of them or not — when the replica has
+   * KV tokens reserved at most this many before the request is placed (so an idle fleet is never
+   * refused: the bound admits one more request at or under it), and room for the request (its
+   * capacity is the candidate's when it is offered, else the one the request was admitted with).
+   * Otherwise the request goes to the candidates as usual. The affinity replica is read once.
+   * @default none: affinity is ignored
+   */
+  readonly affinityTokens?: number;
 }
 
 export type DispatchResult =
@@ -299,6 +316,12 @@ export interface RequeueInput {
    * was already charged for is not charged twice (recomputing its cache is the fleet's cost).
    */
   readonly dispatchCost?: number;
+  /**
+   * Undoes the request's last dispatch instead (it never reached the replica it was placed on,
+   * which had left its pool): the counter gives back what that dispatch charged and the next one
+   * charges it again; `servedCost` and `dispatchCost` are ignored. @default false
+   */
+  readonly undispatch?: boolean;
 }
 
 /** One entry a dispatcher recorded in a sliding window, put back by {@link SchedulingStore.restore}. */

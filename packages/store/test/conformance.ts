@@ -1140,6 +1140,118 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       });
     });
 
+    describe('prefix affinity', () => {
+      const r1: ReplicaCandidate = { id: 'r1', tokenCapacity: 1000, seqCapacity: 10 };
+      const r2: ReplicaCandidate = { id: 'r2', tokenCapacity: 1000, seqCapacity: 10 };
+      const both = { replicas: [r1, r2] };
+      /** Puts `tokens` reserved on `replica` with a request of flow `z` that stays running. */
+      const load = async (replica: ReplicaCandidate, tokens: number, id = 'load') => {
+        await s.admit(admitOf(makeReq(id, { flow: 'z', reserveTokens: tokens, arrivalMs: -1 })));
+        expect(await s.dispatch(dispatchOf({ replicas: [replica] }))).toMatchObject({ replica: replica.id });
+      };
+      const placed = async (over: Partial<DispatchInput>) => {
+        const r = await s.dispatch(dispatchOf({ ...both, ...over }));
+        if (r.kind !== 'dispatched') throw new Error(`expected a dispatch, got ${r.kind}`);
+        return r.replica;
+      };
+
+      it('places a request on its affinity replica when it has room and is under the bound', async () => {
+        await s.admit(admitOf(makeReq('x', { affinity: r2 })));
+        expect(await placed({ affinityTokens: 0 })).toBe('r2');
+        expect(await s.reserved('r2')).toEqual({ tokens: 10, seqs: 1 });
+      });
+
+      it('ignores the affinity when the dispatch gives no bound', async () => {
+        await s.admit(admitOf(makeReq('x', { affinity: r2 })));
+        expect(await placed({})).toBe('r1');
+      });
+
+      it('ignores the affinity of a replica above the bound', async () => {
+        await load(r2, 50);
+        await s.admit(admitOf(makeReq('x', { affinity: r2 })));
+        expect(await placed({ affinityTokens: 49 })).toBe('r1');
+        await s.admit(admitOf(makeReq('y', { affinity: r2 })));
+        expect(await placed({ affinityTokens: 50 })).toBe('r2');
+      });
+
+      it('ignores the affinity of a replica without room, judged by the offered candidate', async () => {
+        await load(r2, 995);
+        await s.admit(admitOf(makeReq('x', { affinity: r2 })));
+        expect(await placed({ affinityTokens: 1e9 })).toBe('r1');
+        // A candidate offered with no room at all (stale, or left the pool) gets nothing either.
+        await s.admit(admitOf(makeReq('y', { affinity: r1 })));
+        const r3 = { ...r2, id: 'r3' };
+        expect(await placed({ replicas: [{ ...r1, tokenCapacity: 0 }, r3], affinityTokens: 1e9 })).toBe('r3');
+      });
+
+      it('honours an affinity replica that is not among the candidates, with its admitted room', async () => {
+        await s.admit(admitOf(makeReq('x', { affinity: r2 })));
+        expect(await placed({ replicas: [r1], affinityTokens: 0 })).toBe('r2');
+        await s.admit(admitOf(makeReq('y', { affinity: { id: 'r2', tokenCapacity: 15, seqCapacity: 10 } })));
+        expect(await placed({ replicas: [r1], affinityTokens: 1e9 })).toBe('r1');
+      });
+
+      it('leaves the fairness order alone: the pick is the same, only its replica changes', async () => {
+        await s.admit(admitOf(makeReq('a1', { flow: 'a', arrivalMs: 1, dispatchCost: 100 })));
+        await s.admit(admitOf(makeReq('b1', { flow: 'b', arrivalMs: 2, affinity: r2 })));
+        const first = await s.dispatch(dispatchOf({ ...both, affinityTokens: 0 }));
+        expect(first).toMatchObject({ kind: 'dispatched', replica: 'r1', req: { id: 'a1' } });
+        const second = await s.dispatch(dispatchOf({ ...both, affinityTokens: 1e9 }));
+        expect(second).toMatchObject({ kind: 'dispatched', replica: 'r2', req: { id: 'b1', affinity: r2 } });
+      });
+
+      it('bounds concurrent picks by affinity as picks in a row', async () => {
+        await s.admit(admitOf(makeReq('x', { flow: 'a', arrivalMs: 1, affinity: r2 })));
+        await s.admit(admitOf(makeReq('y', { flow: 'b', arrivalMs: 2, affinity: r2 })));
+        const d = dispatchOf({ ...both, affinityTokens: 0 });
+        const rs = await Promise.all([s.dispatch(d), s.dispatch(d)]);
+        expect(rs.map((r) => (r.kind === 'dispatched' ? `${r.req.id}@${r.replica}` : r.kind)).sort()).toEqual(
+          ['x@r2', 'y@r1'],
+        );
+        expect(await s.reserved('r2')).toEqual({ tokens: 10, seqs: 1 });
+      });
+
+      it('places by affinity in an admission that dispatches at once', async () => {
+        if (!s.admitAndDispatch) throw new Error('backend has no admitAndDispatch');
+        const r = await s.admitAndDispatch({
+          admit: admitOf(makeReq('x', { affinity: r2 })),
+          dispatch: dispatchOf({ ...both, affinityTokens: 0 }),
+        });
+        expect(r.dispatch).toMatchObject({ kind: 'dispatched', replica: 'r2' });
+        expect(r.reserved).toEqual([
+          { tokens: 0, seqs: 0 },
+          { tokens: 10, seqs: 1 },
+        ]);
+      });
+
+      it('places by affinity in a settlement that dispatches into the freed room', async () => {
+        if (!s.settleAndDispatch) throw new Error('backend has no settleAndDispatch');
+        await load(r2, 20);
+        await s.admit(admitOf(makeReq('x', { affinity: r2 })));
+        const r = await s.settleAndDispatch({
+          settle: { id: 'load', nowMs: 5, finalCost: 10, actualTokens: 20, outputTokens: 1 },
+          dispatch: dispatchOf({ ...both, affinityTokens: 0 }),
+        });
+        expect(r.dispatch).toMatchObject({ kind: 'dispatched', replica: 'r2' });
+        expect(r.reserved).toEqual([
+          { tokens: 0, seqs: 0 },
+          { tokens: 10, seqs: 1 },
+        ]);
+      });
+
+      it('drops the affinity of a re-queued request, and an undone dispatch gives its charge back', async () => {
+        if (!s.requeue) throw new Error('backend has no requeue');
+        await s.admit(admitOf(makeReq('x', { affinity: r2, dispatchCost: 30 })));
+        expect(await placed({ affinityTokens: 1e9 })).toBe('r2');
+        expect((await s.snapshot('p', 0)).counters.a).toBe(30);
+        expect(await s.requeue({ id: 'x', nowMs: 1, servedCost: 999, undispatch: true })).toBe(true);
+        expect((await s.snapshot('p', 0)).counters.a).toBe(0);
+        expect(await s.reserved('r2')).toEqual({ tokens: 0, seqs: 0 });
+        expect(await placed({ affinityTokens: 1e9 })).toBe('r1');
+        expect((await s.snapshot('p', 0)).counters.a).toBe(30);
+      });
+    });
+
     describe('admit and dispatch in one step', () => {
       const fused = (req: QueuedRequest, over: Partial<AdmitInput> = {}, d: Partial<DispatchInput> = {}) => {
         if (!s.admitAndDispatch) throw new Error('backend has no admitAndDispatch');

@@ -44,6 +44,10 @@ export interface SimOptions {
   readonly stepNoise?: 'none' | 'lognormal' | 'normal' | undefined;
   /** Its coefficient of variation. */
   readonly stepNoiseCv?: number | undefined;
+  /** Prefix-cache affinity of the gateways (off, bounded, unbounded). */
+  readonly prefixAffinity?: 'off' | 'bounded' | 'unbounded' | undefined;
+  /** Load bound of bounded affinity, × the pool's mean reserved KV tokens. */
+  readonly affinityLoadFactor?: number | undefined;
 }
 
 function integer(value: string): number {
@@ -110,6 +114,17 @@ export function registerSimCommand(program: Command, io: CliIo, setCode: (code: 
       "coefficient of variation of --step-noise (default 0.10, vLLM's measured decode-step jitter)",
       nonNegative,
     )
+    .addOption(
+      new Option(
+        '--prefix-affinity <mode>',
+        "send requests that share a prompt prefix back to the replica that served it: bounded by load (fair), unbounded (affinity only) or off (default: the scenario's, else off)",
+      ).choices(['off', 'bounded', 'unbounded']),
+    )
+    .option(
+      '--affinity-load-factor <x>',
+      "bounded affinity's load bound, × the pool's mean reserved KV tokens (default 1.25)",
+      nonNegative,
+    )
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--out <dir>', 'also write report.json and SVG plots to this directory')
     .option('--list', 'list the built-in scenarios')
@@ -142,6 +157,8 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     problems.push('policy rpm needs --rpm <n> (requests per minute per tenant, > 0)');
   if (opts.dispatchers !== undefined && opts.dispatchers < 1)
     problems.push('--dispatchers must be at least 1');
+  if (opts.affinityLoadFactor !== undefined && opts.affinityLoadFactor < 1)
+    problems.push('--affinity-load-factor must be at least 1');
   if (opts.stepNoiseCv !== undefined && opts.stepNoise === undefined)
     problems.push('--step-noise-cv needs --step-noise <lognormal|normal>');
   if (problems.length > 0 || (!policyEntry && !sloPolicy) || !placementEntry || !opts.scenario)
@@ -152,7 +169,13 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     opts.stepNoise === undefined
       ? undefined
       : { distribution: opts.stepNoise, ...(opts.stepNoiseCv !== undefined ? { cv: opts.stepNoiseCv } : {}) };
-  const input = buildRunInput(loaded, { seed: opts.seed, durationS: opts.duration, stepNoise });
+  const input = buildRunInput(loaded, {
+    seed: opts.seed,
+    durationS: opts.duration,
+    stepNoise,
+    prefixAffinity: opts.prefixAffinity,
+    affinityLoadFactor: opts.affinityLoadFactor,
+  });
   // FairServe policies learn from past traffic: the same scenario under the next seed.
   const history = buildRunInput(loaded, { seed: input.seed + 1, durationS: opts.duration }).arrivals;
   const slo = sloPolicy

@@ -20,6 +20,7 @@
     then per limit: key, limit, amount, windowMs, onlyWhenOverloaded ('0'|'1'), code, trueUp ('0'|'1'),
     shared ('0'|'1': one window for all tenants)
     then the usage account and quotas (includes/usage.lua)
+    then the affinity: replica id ('' none), tokenCapacity, seqCapacity
 
   Output:
     { 1, queued, alerts, share, held }     admitted; queued = size of the (pool, band) queue,

@@ -2,11 +2,14 @@
   Puts a running request back at the head of its flow's FIFO (QLM eviction): releases its replica
   reservation (grown included), corrects its flow's counter so the request was charged exactly `servedCost`, keeps
   that as its charge and sets the cost its next dispatch adds. A flow that was not backlogged
-  rejoins without a lift; a continuation also goes back to the head of its continuation FIFO.
+  rejoins without a lift; a continuation also goes back to the head of its continuation FIFO. The
+  request loses its affinity. With `undispatch` the request's last dispatch is undone instead: the
+  counter gives back what it charged (charged - cost) and the next dispatch charges `cost` again.
 
   Input:
     KEYS[1] request record key_req(id)
     ARGV[1] key base  ARGV[2] id  ARGV[3] nowMs  ARGV[4] servedCost  ARGV[5] dispatchCost
+    ARGV[6] undispatch ('1' | '0')
 
   Output: 1 re-queued, 0 the request was not running
 ]]
@@ -18,7 +21,11 @@ local id = ARGV[2]
 local r = loadReq(id)
 if r == nil or r.state ~= 'r' then return 0 end
 local pool, band, flow = r.pool, r.band, r.flow
-local served = num(ARGV[4])
+local served, nextCost = num(ARGV[4]), num(ARGV[5])
+if ARGV[6] == '1' then
+  nextCost = num(redisCall('HGET', KEYS[1], 'cost'))
+  served = num(r.charged) - nextCost
+end
 addToCounter(pool, band, flow, served - num(r.charged))
 release(r)
 
@@ -47,7 +54,8 @@ local byScore = key_byScore(pool, band)
 redisCall('ZADD', byScore, cjson.decode(redisCall('HGET', KEYS[1], 'rec')).score, id)
 grow(byScore, redisCall('ZCARD', byScore))
 redisCall('INCR', key_poolQueued(pool))
-redisCall('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(num(ARGV[5])))
+redisCall('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(nextCost))
 -- The growth belonged to that run; the next dispatch reserves what the request was queued with.
 if r.grown then redisCall('HDEL', KEYS[1], 'grown') end
+redisCall('HDEL', KEYS[1], 'aff', 'afft', 'affs')
 return 1

@@ -7,8 +7,10 @@
 
   admitRequest(o) reads the admission arguments from ARGV[o + 2] on, in admit-4.lua's layout (o = 0
   there): ARGV[o + 2] id ... ARGV[o + 22] tenant, ARGV[o + 23] number of limits n, then 8 per limit,
-  then the usage account and quotas (includes/usage.lua, e = o + 23 + 8n). admissionEnd(o) is the
-  index of its last argument (nil if a count is not a number).
+  then the usage account and quotas (includes/usage.lua, e = o + 23 + 8n), then the request's
+  affinity: replica id ('' none), tokenCapacity, seqCapacity (kept in the record as aff, afft,
+  affs for the pick). admissionEnd(o) is the index of its last argument (nil if a count is not a
+  number).
 
   Windows and the interaction belong to the request's tenant: their keys are the caller's keys
   prefixed with lp(tenant) (as tenantScoped in keys.ts), so no key a request names reaches another
@@ -24,7 +26,9 @@
 local function admissionEnd(o)
   local n = tonumber(ARGV[o + 23])
   if n == nil then return nil end
-  return usageEnd(o + 23 + n * 8)
+  local e = usageEnd(o + 23 + n * 8)
+  if e == nil then return nil end
+  return e + 3
 end
 
 -- Counts a rejected arrival in the request's throttle windows (see the header).
@@ -102,8 +106,13 @@ local function admitRequest(o, place)
     end
   end
 
+  local ae = admissionEnd(o)
+  local aff = ARGV[ae - 2]
+  if aff == '' then aff = nil end
   local chosen, chosenKey, chosenTokens, chosenSeqs
-  if place ~= nil then chosen, chosenKey, chosenTokens, chosenSeqs = place(num(ARGV[o + 8])) end
+  if place ~= nil then
+    chosen, chosenKey, chosenTokens, chosenSeqs = place(num(ARGV[o + 8]), aff, ARGV[ae - 1], ARGV[ae])
+  end
   local cost = num(ARGV[o + 9])
   local record = {
     'rec', ARGV[o + 11], 'pool', pool, 'band', band, 'flow', flow, 'arrival', ARGV[o + 7],
@@ -145,6 +154,15 @@ local function admitRequest(o, place)
   local fm = sortKey(num(ARGV[o + 7])) .. id
   record[#record + 1] = 'fm'
   record[#record + 1] = fm
+  -- A request placed as it is admitted never needs its affinity again.
+  if aff ~= nil and chosen == nil then
+    record[#record + 1] = 'aff'
+    record[#record + 1] = aff
+    record[#record + 1] = 'afft'
+    record[#record + 1] = ARGV[ae - 1]
+    record[#record + 1] = 'affs'
+    record[#record + 1] = ARGV[ae]
+  end
   local alerts = reserveQuotas(ue, ARGV[o + 22], record, share)
   redisCall('HSET', reqKey, unpack(record))
   local size = 1

@@ -8,7 +8,7 @@
   The dispatch arguments are the last ones of the script, from ARGV[o + 2] on, in dispatch-1.lua's
   layout (o = 0 there): pool, ordering, fit, number of bands b and the bands, number of replicas n
   and per replica id, tokenCapacity, seqCapacity, number of charges k and per charge id, amount,
-  reservation growth.
+  reservation growth, then the affinity bound ('' none: affinity is ignored).
   dispatchArgs(o) reads that layout once and returns the dispatch `d` that dispatchNext and
   candidateReservations take (nil if the arguments are not understood).
 ]]
@@ -39,8 +39,9 @@ local function dispatchArgs(o)
   if nReplicas == nil then return nil end
   local cBase = rBase + 1 + nReplicas * 3
   local nCharges = tonumber(ARGV[cBase])
-  if nCharges == nil or #ARGV ~= cBase + nCharges * 3 then return nil end
+  if nCharges == nil or #ARGV ~= cBase + nCharges * 3 + 1 then return nil end
   local d = DISPATCH
+  d.affTokens = tonumber(ARGV[#ARGV])
   d.o, d.pool, d.nBands, d.rBase, d.nReplicas = o, ARGV[o + 2], nBands, rBase, nReplicas
   d.cBase, d.nCharges, d.known, d.write, d.dequeued, d.noCont = cBase, nCharges, nil, nil, 0, nil
   d.queued, d.unwritten = nil, nil
@@ -75,13 +76,45 @@ local function candidateReservations(d)
   return out
 end
 
+-- The affinity replica `aff` of a request reserving `reserve` tokens (affTokens, affSeqs: the room
+-- it was admitted with), as choose returns it, if its reservation is at most d.affTokens and it
+-- has room: the candidate's room when it is offered, else the admitted one. One replica read
+-- (none if d.known holds it).
+local function affine(d, reserve, aff, affTokens, affSeqs)
+  local capTokens, capSeqs, at = num(affTokens), num(affSeqs), nil
+  for i = 0, d.nReplicas - 1 do
+    local b = d.rBase + 1 + i * 3
+    if ARGV[b] == aff then
+      capTokens, capSeqs, at = num(ARGV[b + 1]), num(ARGV[b + 2]), i
+      break
+    end
+  end
+  local rk = key_replica(aff)
+  local rep = d.known and d.known[aff]
+  if not rep then
+    rep = redisCall('HMGET', rk, 'tokens', 'seqs')
+    if d.write then d.known[aff] = rep end
+  end
+  local tokens, seqs = num(rep[1]), num(rep[2])
+  if tokens > d.affTokens or tokens + reserve > capTokens or seqs + 1 > capSeqs then
+    if at ~= nil then d.seen[at] = rep end
+    return nil
+  end
+  if at ~= nil then d.seen[at] = { wire(tokens + reserve), seqs + 1 } end
+  return aff, rk, tokens + reserve, seqs + 1
+end
+
 -- The candidate replica a request reserving `reserve` tokens goes to (the first with room, or
 -- under `best` the one left with the least room): its id, its key, and its tokens and seqs once
 -- the request is on it (the caller writes them); nil if none has room. Records what it read in
 -- d.seen, and what the caller will write for the chosen one. Replicas in d.known (id -> holdings
 -- as HMGET tokens seqs reads them: a settlement just wrote them) are not read again.
-local function choose(d, reserve)
+local function choose(d, reserve, aff, affTokens, affSeqs)
   local rBase, first = d.rBase, ARGV[d.o + 4] == 'first'
+  if aff and d.affTokens then
+    local chosen, chosenKey, tokens, seqs = affine(d, reserve, aff, affTokens, affSeqs)
+    if chosen ~= nil then return chosen, chosenKey, tokens, seqs end
+  end
   local chosen, chosenKey, chosenAt, bestLeft, chosenTokens, chosenSeqs = nil, nil, nil, 0, 0, 0
   for i = 0, d.nReplicas - 1 do
     local b = rBase + 1 + i * 3
@@ -160,19 +193,36 @@ local function dispatchNext(d)
       local reqKey = key_req(id)
       -- f: reserve, cost, rec, charged, then under `score` cont, flow, fm.
       local f, cont
+      -- aff: the affinity fields' index in f (read only when the dispatch honours affinity).
+      local aff
       if fm == nil then
-        f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'cont', 'flow', 'fm')
+        if d.affTokens then
+          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'cont', 'flow', 'fm', 'aff', 'afft', 'affs')
+          aff = 8
+        else
+          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'cont', 'flow', 'fm')
+        end
         if not f[6] then return -1 end
         cont, flow, fm = f[5], f[6], f[7]
         fifo = key_fifo(pool, band, flow)
       else
-        f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged')
+        if d.affTokens then
+          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'aff', 'afft', 'affs')
+          aff = 5
+        else
+          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged')
+        end
         if not f[1] then return -1 end
         cont = pickedCont and '1' or '0'
       end
       local reserve = num(f[1])
 
-      local chosen, chosenKey, chosenTokens, chosenSeqs = choose(d, reserve)
+      local chosen, chosenKey, chosenTokens, chosenSeqs
+      if aff then
+        chosen, chosenKey, chosenTokens, chosenSeqs = choose(d, reserve, f[aff] or nil, f[aff + 1], f[aff + 2])
+      else
+        chosen, chosenKey, chosenTokens, chosenSeqs = choose(d, reserve)
+      end
       if chosen == nil then return { 'blocked', id, f[1] } end
 
       -- Dequeue and charge in one pass: each backlog member of the flow is re-keyed once, with the

@@ -1,0 +1,224 @@
+import { ManualClock, type RequestDescriptor } from '@fairway/core';
+import { fcfsPolicy, leastKvPlacement, vtcPolicy } from '@fairway/policy';
+import { MemoryStore } from '@fairway/store';
+import { describe, expect, it } from 'vitest';
+import {
+  type Dispatched,
+  Gateway,
+  type PrefixAffinityMode,
+  PrefixIndex,
+  type PrefixLearned,
+  type ReplicaSource,
+} from '../src/index.ts';
+import { Fleet } from './support/fleet.ts';
+
+let n = 0;
+/** A request of `tenant` reserving 300 KV tokens (100 in, 200 out) with prefix keys `keys`. */
+function req(tenant: string, keys?: string[]): RequestDescriptor {
+  n++;
+  return {
+    id: `q${n}`,
+    tenant,
+    model: 'm',
+    sloClass: 'interactive',
+    inputTokens: 100,
+    maxTokens: 200,
+    arrivalMs: n,
+    ...(keys !== undefined ? { prefixKeys: keys } : {}),
+  };
+}
+
+function gateway(
+  replicas: ReplicaSource,
+  mode: PrefixAffinityMode,
+  over: {
+    id?: string;
+    store?: MemoryStore;
+    index?: PrefixIndex;
+    onLearn?: (l: PrefixLearned) => void;
+    floor?: number;
+  } = {},
+) {
+  const dispatched: Dispatched[] = [];
+  const gw = new Gateway({
+    id: over.id ?? 'g1',
+    store: over.store ?? new MemoryStore(),
+    clock: new ManualClock(0),
+    ordering: fcfsPolicy(),
+    placement: leastKvPlacement(),
+    replicas,
+    onDispatch: (d) => dispatched.push(d),
+    headroom: { tokenFraction: 0 },
+    prefixAffinity: {
+      mode,
+      ...(over.index !== undefined ? { index: over.index } : {}),
+      ...(over.onLearn !== undefined ? { onLearn: over.onLearn } : {}),
+      ...(over.floor !== undefined ? { floor: over.floor } : {}),
+    },
+  });
+  const replicaOf = (id: string) => dispatched.find((d) => d.id === id)?.replica;
+  const done = (r: RequestDescriptor) => gw.complete(r.id, { inputTokens: 100, outputTokens: 200 });
+  return { gw, dispatched, replicaOf, done };
+}
+
+describe('Gateway prefix affinity', () => {
+  it('sends a follow-up turn to the replica that served the turn before it, not the least loaded', async () => {
+    const { gw, replicaOf, done } = gateway(
+      new Fleet(['r1', 10_000], ['r2', 10_000], ['r3', 10_000]),
+      'bounded',
+    );
+    await gw.submit(req('other'));
+    const turn1 = req('chat', ['c/4']);
+    await gw.submit(turn1);
+    const first = replicaOf(turn1.id) as string;
+    expect(first).toBe('r2');
+    await done(turn1);
+    // Other traffic: every replica busy alike, so least-KV alone would choose r1 (the first).
+    for (let i = 0; i < 2; i++) await gw.submit(req('other'));
+    const turn2 = req('chat', ['c/8', 'c/4']);
+    await gw.submit(turn2);
+    expect(replicaOf(turn2.id)).toBe(first);
+    await done(turn2);
+    const turn3 = req('chat', ['c/16', 'c/8', 'c/4']);
+    await gw.submit(turn3);
+    expect(replicaOf(turn3.id)).toBe(first);
+    expect(gw.stats().affinity).toEqual({ hit: 2, bounded: 0, miss: 1 });
+  });
+
+  it('places by load once the replica holds more than the bound, unless affinity is unbounded', async () => {
+    for (const mode of ['bounded', 'unbounded'] as const) {
+      const fleet = new Fleet(['r1', 10_000], ['r2', 10_000], ['r3', 10_000]);
+      const { gw, replicaOf, dispatched } = gateway(fleet, mode, { floor: 0 });
+      const turn1 = req('chat', ['c/4']);
+      await gw.submit(turn1);
+      const first = replicaOf(turn1.id) as string;
+      // turn1 still runs: `first` holds 300 tokens, the pool's mean is 100 — over 1.25 × the mean.
+      const turn2 = req('chat', ['c/8', 'c/4']);
+      await gw.submit(turn2);
+      if (mode === 'bounded') {
+        expect(replicaOf(turn2.id)).not.toBe(first);
+        expect(dispatched.at(-1)?.affinity).toBe('bounded');
+      } else {
+        expect(replicaOf(turn2.id)).toBe(first);
+        expect(dispatched.at(-1)?.affinity).toBe('hit');
+      }
+    }
+  });
+
+  it('does nothing with affinity off: no affinity, no outcome, placement order only', async () => {
+    const { gw, dispatched } = gateway(new Fleet(['r1', 10_000], ['r2', 10_000]), 'off');
+    await gw.submit(req('chat', ['c/4']));
+    await gw.submit(req('chat', ['c/8', 'c/4']));
+    expect(dispatched.map((d) => d.replica)).toEqual(['r1', 'r2']);
+    expect(dispatched.every((d) => d.affinity === undefined && d.queued.affinity === undefined)).toBe(true);
+    expect(gw.stats().affinity).toEqual({ hit: 0, bounded: 0, miss: 0 });
+  });
+
+  it('keeps a hot prefix within the load bound on every replica, however many requests share it', async () => {
+    const fleet = new Fleet(['r1', 100_000], ['r2', 100_000], ['r3', 100_000], ['r4', 100_000]);
+    const store = new MemoryStore();
+    const { gw } = gateway(fleet, 'bounded', { store });
+    for (let i = 0; i < 200; i++) {
+      await gw.submit(req('hot', ['system/64', 'system/32', 'system/16']));
+      const held = await Promise.all(
+        ['r1', 'r2', 'r3', 'r4'].map(async (r) => (await store.reserved(r)).tokens),
+      );
+      const mean = held.reduce((a, b) => a + b, 0) / held.length;
+      // The bound (1.25 × the mean, at least 5% of a replica) admits one request at or under it.
+      expect(Math.max(...held)).toBeLessThanOrEqual(Math.max(1.25 * mean, 5000) + 300);
+    }
+    expect(gw.stats().affinity.hit).toBeGreaterThan(0);
+    expect(gw.stats().affinity.bounded).toBeGreaterThan(0);
+  });
+
+  it('shares what one dispatcher learned with another: the next turn lands on the same replica through it', async () => {
+    const fleet = new Fleet(['r1', 10_000], ['r2', 10_000], ['r3', 10_000]);
+    const store = new MemoryStore();
+    const index2 = new PrefixIndex();
+    // What the bus does: every placement gateway 1 learns reaches gateway 2's index.
+    const g1 = gateway(fleet, 'bounded', {
+      store,
+      onLearn: (l) => index2.learn(l.tenant, l.pool, l.keys, l.replica, 0),
+    });
+    const g2 = gateway(fleet, 'bounded', { id: 'g2', store, index: index2 });
+    await g1.gw.submit(req('other'));
+    const turn1 = req('chat', ['c/4']);
+    await g1.gw.submit(turn1);
+    const first = g1.replicaOf(turn1.id) as string;
+    expect(first).toBe('r2');
+    await g1.done(turn1);
+    // Every replica busy alike (least-KV alone would choose r1), as gateway 2 reads them.
+    for (let i = 0; i < 2; i++) await g1.gw.submit(req('other'));
+    await g2.gw.pump();
+    const turn2 = req('chat', ['c/8', 'c/4']);
+    await g2.gw.submit(turn2);
+    expect(g2.replicaOf(turn2.id)).toBe(first);
+  });
+
+  it('does not steer one tenant by another tenant’s prefixes', async () => {
+    const { gw, replicaOf, dispatched } = gateway(new Fleet(['r1', 10_000], ['r2', 10_000]), 'unbounded');
+    const a = req('a', ['shared/4']);
+    await gw.submit(a);
+    const b = req('b', ['shared/4']);
+    await gw.submit(b);
+    expect(replicaOf(b.id)).not.toBe(replicaOf(a.id));
+    expect(dispatched.at(-1)?.affinity).toBe('miss');
+  });
+
+  it('never hands work to a replica that left the pool after the request was admitted', async () => {
+    const fleet = new Fleet(['r1', 1000], ['r2', 1000]);
+    const { gw, dispatched, done } = gateway(fleet, 'bounded');
+    const turn1 = req('chat', ['c/4']);
+    await gw.submit(turn1);
+    expect(dispatched.at(-1)?.replica).toBe('r1');
+    await done(turn1);
+    const fill = [req('x'), req('x'), req('x'), req('x'), req('x'), req('x')];
+    for (const f of fill) await gw.submit(f);
+    // Both replicas full (900 of 1000 each): the next turn waits, admitted with affinity to r1.
+    const turn2 = req('chat', ['c/8', 'c/4']);
+    await gw.submit(turn2);
+    expect(dispatched.some((d) => d.id === turn2.id)).toBe(false);
+    fleet.down('r1');
+    // Room comes back on r1 (a request there ends) while it is out of the pool.
+    const onR1 = fill.find(
+      (f) => dispatched.find((d) => d.id === f.id)?.replica === 'r1',
+    ) as RequestDescriptor;
+    await done(onR1);
+    expect(dispatched.some((d) => d.id === turn2.id)).toBe(false);
+    const onR2 = fill.find(
+      (f) => dispatched.find((d) => d.id === f.id)?.replica === 'r2',
+    ) as RequestDescriptor;
+    await done(onR2);
+    expect(dispatched.filter((d) => d.id === turn2.id).map((d) => d.replica)).toEqual(['r2']);
+  });
+
+  it('keeps the fairness order: affinity changes where a request runs, never which runs next', async () => {
+    const fleet = new Fleet(['r1', 600], ['r2', 600]);
+    const store = new MemoryStore();
+    const dispatched: Dispatched[] = [];
+    const gw = new Gateway({
+      id: 'g',
+      store,
+      clock: new ManualClock(0),
+      ordering: vtcPolicy(),
+      placement: leastKvPlacement(),
+      replicas: fleet,
+      onDispatch: (d) => dispatched.push(d),
+      headroom: { tokenFraction: 0 },
+      prefixAffinity: { mode: 'unbounded' },
+    });
+    // Every request of `hot` shares one prefix; `cold`'s are unique. With both backlogged, VTC
+    // alternates between them whatever the placement does.
+    const reqs: RequestDescriptor[] = [];
+    for (let i = 0; i < 6; i++) reqs.push(req('hot', ['hot/4']), req('cold', [`cold${i}/4`]));
+    for (const r of reqs) await gw.submit(r);
+    // Both replicas hold two requests at once: finish the oldest running one until all ran.
+    for (let done = 0; done < dispatched.length; done++)
+      await gw.complete((dispatched[done] as Dispatched).id, { inputTokens: 100, outputTokens: 200 });
+    expect(dispatched.length).toBe(reqs.length);
+    const order = dispatched.map((d) => d.req.tenant);
+    expect(order.filter((t) => t === 'hot').length).toBe(6);
+    for (let i = 2; i < order.length; i++)
+      expect(order.slice(0, i).filter((t) => t === 'hot').length).toBeLessThanOrEqual(Math.ceil(i / 2) + 1);
+  });
+});
