@@ -72,6 +72,7 @@ export {
   type WorkloadProfile,
 } from './aladdin/worker-config.ts';
 export { AppProfileLearner, type AppProfileLearnerOptions } from './app-profile-learner.ts';
+export { CachedShareHistory } from './cached-share.ts';
 export { deadlineMs, edfPolicy, sloClassMap } from './edf.ts';
 export {
   FitError,

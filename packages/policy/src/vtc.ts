@@ -7,6 +7,7 @@ import {
   type RequestDescriptor,
   type Usage,
 } from '@fairway/core';
+import { CachedShareHistory } from './cached-share.ts';
 import { PolicyInputError } from './errors.ts';
 import type { LiftMode, OrderingPolicy } from './ordering.ts';
 
@@ -56,6 +57,13 @@ export interface VtcOptions {
    * settles. @default DEFAULT_CACHED_TOKEN_WEIGHT (0.1)
    */
   readonly cachedTokenWeight?: number | ((req: RequestDescriptor) => number);
+  /**
+   * Whether the dispatch charge predicts the prompt's cached tokens from the flow's recent share
+   * ({@link CachedShareHistory}, learned from the engines' usage as requests settle). Without it a
+   * request is charged its whole prompt until it settles, which, with many long cached prompts in
+   * flight, holds a flow's counter far above its service meanwhile. @default true
+   */
+  readonly predictCached?: boolean;
   /** Policy name in reports. @default derived from the options */
   readonly name?: string;
 }
@@ -124,6 +132,14 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
       }
     }
   };
+  const cachedHistory = (options.predictCached ?? true) ? new CachedShareHistory() : undefined;
+  /** The prompt as charged at dispatch: the flow's predicted cached share at the weight. */
+  const promptAtDispatch = (req: RequestDescriptor): number => {
+    if (cachedHistory === undefined) return req.inputTokens;
+    const cached = cachedHistory.predict(req.tenant, req.inputTokens);
+    if (cached === 0) return req.inputTokens;
+    return req.inputTokens - (1 - cachedWeightOf(options.cachedTokenWeight, req)) * cached;
+  };
   const base = lift === 'none' ? 'lcf' : 'vtc';
   const variant = VARIANT_SUFFIX[prediction];
   const weighted = weightOf !== undefined ? '-weighted' : '';
@@ -133,7 +149,8 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
     lift,
     flowOf: (req) => req.tenant,
     score: (req) => req.arrivalMs,
-    dispatchCost: (req, history) => cost.cost(req.inputTokens, predicted(req, history)) / weight(req.tenant),
+    dispatchCost: (req, history) =>
+      cost.cost(promptAtDispatch(req), predicted(req, history)) / weight(req.tenant),
     outputCost: (req, before, after, history) => {
       const p = predicted(req, history);
       const from = Math.max(before, p);
@@ -148,6 +165,9 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
         chargedPromptTokens(usage, cachedWeightOf(options.cachedTokenWeight, req)),
         usage.outputTokens,
       ) / weight(req.tenant),
+    ...(cachedHistory
+      ? { settled: (req: RequestDescriptor, usage: Usage) => cachedHistory.observe(req.tenant, usage) }
+      : {}),
   };
 }
 

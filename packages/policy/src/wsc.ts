@@ -1,6 +1,7 @@
 import { type AppProfile, cachedPromptTokens, type RequestDescriptor, type Usage } from '@fairway/core';
 import { z } from 'zod';
 import type { AppProfileLearner } from './app-profile-learner.ts';
+import { CachedShareHistory } from './cached-share.ts';
 import { PolicyInputError, parseInput } from './errors.ts';
 import { appOf, userOf } from './oit.ts';
 import type { OrderingPolicy } from './ordering.ts';
@@ -40,6 +41,11 @@ export interface WscOptions {
    * cache holds), then to the rest. @default DEFAULT_CACHED_TOKEN_WEIGHT (0.1)
    */
   readonly cachedTokenWeight?: number | ((req: RequestDescriptor) => number);
+  /**
+   * Whether the dispatch charge predicts the prompt's cached tokens from the flow's recent share
+   * (as VTC's `predictCached`). @default true
+   */
+  readonly predictCached?: boolean;
 }
 
 const wscSchema = z.object({
@@ -111,16 +117,31 @@ export function wscPolicy(options: WscOptions): OrderingPolicy {
   };
   const counter = options.counter ?? 'user';
   const learner = options.learner;
+  const cachedHistory = (options.predictCached ?? true) ? new CachedShareHistory() : undefined;
+  const flowOf = (req: RequestDescriptor): string => wscFlowOf(req, counter);
+  /** The prompt's cost at dispatch, its flow's predicted cached share at the weight. */
+  const promptAtDispatch = (req: RequestDescriptor): number =>
+    cachedHistory === undefined
+      ? promptCost(req)
+      : promptCost(req, {
+          inputTokens: req.inputTokens,
+          outputTokens: 0,
+          cachedTokens: cachedHistory.predict(flowOf(req), req.inputTokens),
+        });
+  const settled = (req: RequestDescriptor, usage: Usage): void => {
+    learner?.observe(req, usage);
+    cachedHistory?.observe(flowOf(req), usage);
+  };
   return {
     name: 'wsc',
     mode: 'fair',
     lift: 'vtc',
     flowOf: (req) => wscFlowOf(req, counter),
     score: (req) => req.arrivalMs,
-    dispatchCost: (req) => promptCost(req) * norm(req),
+    dispatchCost: (req) => promptAtDispatch(req) * norm(req),
     outputCost: (req, before, after) => (after > before ? gamma * (after - before) * norm(req) : 0),
     finalCost: (req, usage: Usage) => (promptCost(req, usage) + gamma * usage.outputTokens) * norm(req),
-    ...(learner ? { settled: (req: RequestDescriptor, usage: Usage) => learner.observe(req, usage) } : {}),
+    ...(learner || cachedHistory ? { settled } : {}),
     continuation: continuesInteraction,
   };
 }

@@ -6,6 +6,7 @@ import {
   type RequestDescriptor,
 } from '@fairway/core';
 import { describe, expect, it } from 'vitest';
+import { CachedShareHistory } from '../src/cached-share.ts';
 import { PolicyInputError } from '../src/errors.ts';
 import { orderingPolicyByName } from '../src/ordering-registry.ts';
 import { vtcPolicy } from '../src/vtc.ts';
@@ -119,5 +120,55 @@ describe('WSC with cached-token charging', () => {
 
   it('leaves the dispatch charge whole (the hit is known only at settlement)', () => {
     expect(p.dispatchCost(r, undefined)).toBeCloseTo((2 * 900 + 100) * norm);
+  });
+});
+
+describe('predicting the cached share at dispatch', () => {
+  it("charges a flow's next prompt at its recent cached share, corrected to the engine's count at settlement", () => {
+    const p = vtcPolicy({ cachedTokenWeight: 0.1 });
+    expect(p.dispatchCost(req(), undefined)).toBe(1000);
+    p.settled!(req(), { inputTokens: 1000, outputTokens: 10, cachedTokens: 800 });
+    // 80% predicted cached: 200 + 800 · 0.1.
+    expect(p.dispatchCost(req(), undefined)).toBeCloseTo(280);
+    // Another flow has no history yet.
+    expect(p.dispatchCost(req({ tenant: 'other' }), undefined)).toBe(1000);
+    // What it is charged in the end is the engine's count, whatever was predicted.
+    expect(p.finalCost(req(), { inputTokens: 1000, outputTokens: 10 })).toBe(1020);
+  });
+
+  it('moves the prediction halfway towards each settled request', () => {
+    const p = vtcPolicy({ cachedTokenWeight: 0 });
+    p.settled!(req(), { inputTokens: 1000, outputTokens: 0, cachedTokens: 1000 });
+    p.settled!(req(), { inputTokens: 1000, outputTokens: 0 });
+    expect(p.dispatchCost(req(), undefined)).toBeCloseTo(500);
+  });
+
+  it('charges the whole prompt at dispatch when prediction is off', () => {
+    const p = vtcPolicy({ cachedTokenWeight: 0.1, predictCached: false });
+    expect(p.settled).toBeUndefined();
+    expect(p.dispatchCost(req(), undefined)).toBe(1000);
+  });
+
+  it('predicts for WSC flows too, against the system prompt first', () => {
+    const profile = { id: 'agent', stages: [{ input: 100, system: 900, output: 100 }] };
+    const p = wscPolicy({ appProfile: () => profile, cachedTokenWeight: 0 });
+    const r = req({ app: 'agent', user: 'u', inputTokens: 1000, systemTokens: 900 });
+    p.settled!(r, { inputTokens: 1000, outputTokens: 0, cachedTokens: 900 });
+    const norm = 1 / (100 + 2 * 900 + 100);
+    expect(p.dispatchCost(r, undefined)).toBeCloseTo(100 * norm);
+  });
+});
+
+describe('CachedShareHistory', () => {
+  it('remembers at most maxFlows flows, forgetting the least recently updated', () => {
+    const h = new CachedShareHistory(2);
+    const all = { inputTokens: 10, outputTokens: 0, cachedTokens: 10 };
+    h.observe('a', all);
+    h.observe('b', all);
+    h.observe('a', all);
+    h.observe('c', all);
+    expect(h.predict('a', 10)).toBe(10);
+    expect(h.predict('b', 10)).toBe(0);
+    expect(h.predict('c', 10)).toBe(10);
   });
 });

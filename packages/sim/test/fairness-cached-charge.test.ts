@@ -7,6 +7,7 @@
  * FCFS's best 96,363).
  */
 import { orderingPolicyByName, placementByName } from '@fairway/policy';
+import type { PrefixAffinityMode } from '@fairway/scheduler';
 import { describe, expect, it } from 'vitest';
 import { backloggedServiceGap, vtcFairnessBound } from '../src/fairness-bound.ts';
 import { runSimulation } from '../src/runner.ts';
@@ -46,7 +47,12 @@ const SMALL: LoadedScenario = {
   }),
 };
 
-async function gapOverSeeds(loaded: LoadedScenario, policy: 'vtc' | 'fcfs', durationS?: number) {
+async function gapOverSeeds(
+  loaded: LoadedScenario,
+  policy: 'vtc' | 'fcfs',
+  durationS?: number,
+  prefixAffinity: PrefixAffinityMode = 'off',
+) {
   let bound = 0;
   let cachedShare = 0;
   const gap = await overSeeds(async (seed) => {
@@ -55,6 +61,7 @@ async function gapOverSeeds(loaded: LoadedScenario, policy: 'vtc' | 'fcfs', dura
       ...input,
       ordering: orderingPolicyByName(policy, { cachedTokenWeight: input.cachedTokenWeight }),
       placement: placementByName('least-kv'),
+      prefixAffinity,
     });
     bound = vtcFairnessBound(input.engines, input.arrivals).bound;
     const pc = run.prefixCache!;
@@ -81,12 +88,25 @@ describe('VTC fairness bound with cached-token charging (Theorem 4.4), five seed
   );
 
   it(
-    'holds across a fleet of four replicas on the multi-turn and shared-system-prompt workloads',
+    'holds across a fleet of four replicas on the multi-turn and shared-system-prompt workloads, with affinity off, bounded and unbounded',
     async () => {
-      for (const name of ['multi-turn-chat-fleet', 'tenants-shared-prompt']) {
-        const { gap, bound } = await gapOverSeeds(loadScenario(name), 'vtc', 120);
-        expect(gap.worst, `${name}: ${showSeeds(gap, 0)} vs bound ${bound}`).toBeLessThanOrEqual(bound);
-      }
+      for (const name of ['multi-turn-chat-fleet', 'tenants-shared-prompt'])
+        for (const affinity of ['off', 'bounded', 'unbounded'] as const) {
+          const { gap, bound } = await gapOverSeeds(loadScenario(name), 'vtc', 120, affinity);
+          expect(
+            gap.worst,
+            `${name}, affinity ${affinity}: ${showSeeds(gap, 0)} vs bound ${bound}`,
+          ).toBeLessThanOrEqual(bound);
+        }
+    },
+    SEEDED_TIMEOUT_MS,
+  );
+
+  it(
+    'holds on one engine with bounded affinity (a one-replica fleet: affinity cannot move work)',
+    async () => {
+      const { gap, bound } = await gapOverSeeds(SMALL, 'vtc', undefined, 'bounded');
+      expect(gap.worst, `${showSeeds(gap, 0)} vs bound ${bound}`).toBeLessThanOrEqual(bound);
     },
     SEEDED_TIMEOUT_MS,
   );
