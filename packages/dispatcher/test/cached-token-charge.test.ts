@@ -1,4 +1,7 @@
+import { DEFAULT_CACHED_TOKEN_WEIGHT, parseConfig, type RequestDescriptor } from '@fairway/core';
+import { cachedTokenWeightFor } from '@fairway/perf';
 import { afterEach, describe, expect, it } from 'vitest';
+import { cachedTokenWeightFromConfig } from '../src/scheduling-config.ts';
 import { type Stack, startStack, waitFor } from './support/stack.ts';
 
 const MODEL = 'llama-2-7b';
@@ -127,5 +130,46 @@ describe('charging a cached turn (live: dispatcher and engine-sim with prefix ca
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: { param: string } }).error.param).toBe('usage');
     expect(await counter(stack)).toBe(0);
+  });
+});
+
+describe('cachedTokenWeightFromConfig', () => {
+  const req = (model: string): RequestDescriptor => ({
+    id: 'r',
+    tenant: 't',
+    model,
+    sloClass: 'interactive',
+    inputTokens: 10,
+    maxTokens: 10,
+    arrivalMs: 0,
+  });
+  const base = {
+    tenants: [{ id: 't', keys: [{ key: 'sk-test-cached-0001' }] }],
+    pools: [
+      { id: 'small', model: 'llama-2-7b' },
+      { id: 'other', model: 'my-finetune' },
+    ],
+    engines: [
+      { id: 'e1', url: 'http://10.0.0.1:8000', pool: 'small', gpu: 'A100-80GB' },
+      { id: 'e2', url: 'http://10.0.0.2:8000', pool: 'small', gpu: 'H100-80GB' },
+      { id: 'e3', url: 'http://10.0.0.3:8000', pool: 'other', gpu: 'A100-80GB' },
+    ],
+  };
+
+  it("derives each pool's weight from its engines' performance presets, the largest when they differ", () => {
+    const w = cachedTokenWeightFromConfig(parseConfig(base, 'test')) as (r: RequestDescriptor) => number;
+    expect(w(req('llama-2-7b'))).toBe(cachedTokenWeightFor('llama-2-7b', 'H100-80GB'));
+    // A model without a preset, or a request for no configured pool: the documented constant.
+    expect(w(req('my-finetune'))).toBe(DEFAULT_CACHED_TOKEN_WEIGHT);
+    expect(w(req('unknown'))).toBe(DEFAULT_CACHED_TOKEN_WEIGHT);
+  });
+
+  it('uses policy.cachedTokenWeight for every pool when set, and refuses one outside [0, 1]', () => {
+    expect(
+      cachedTokenWeightFromConfig(parseConfig({ ...base, policy: { cachedTokenWeight: 0.3 } }, 'test')),
+    ).toBe(0.3);
+    expect(() => parseConfig({ ...base, policy: { cachedTokenWeight: 2 } }, 'test')).toThrow(
+      /cachedTokenWeight/,
+    );
   });
 });
