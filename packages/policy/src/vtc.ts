@@ -53,8 +53,8 @@ export interface VtcOptions {
   /**
    * Weight of a prompt token the engine served from its prefix cache, relative to one it
    * prefilled (0–1), or a weight per request (by its model's pool). The hit is known only from
-   * the engine's usage, so a request is charged its whole prompt at dispatch and corrected when it
-   * settles. @default DEFAULT_CACHED_TOKEN_WEIGHT (0.1)
+   * the engine's usage, so the dispatch charge predicts it (`predictCached`) and settlement
+   * corrects it to the engine's count. @default DEFAULT_CACHED_TOKEN_WEIGHT (0.1)
    */
   readonly cachedTokenWeight?: number | ((req: RequestDescriptor) => number);
   /**
