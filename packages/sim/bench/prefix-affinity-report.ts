@@ -6,7 +6,7 @@
  * as `report:vtc` measures it), with the prompt counted at its computed cost (cached tokens at the
  * fleet's cached-token weight).
  *
- * Run with `npm run report:prefix-affinity` (about two minutes on two cores). Options:
+ * Run with `npm run report:prefix-affinity` (about three minutes on two cores). Options:
  * `--modes a,b` runs only those modes (see MODES), `--seeds n` the first n seeds (at least 5 for
  * the report's claims), `--duration s` overrides the scenarios' duration, `--out file` writes
  * elsewhere.
