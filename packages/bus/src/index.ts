@@ -45,6 +45,8 @@ export {
   type NodeCommand,
   type NodeCommandInput,
   nodeCommandSchema,
+  type PrefixRoute,
+  prefixRouteSchema,
   type QuotaAlertMessage,
   quotaAlertSchema,
   type Registration,

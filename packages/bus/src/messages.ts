@@ -95,6 +95,8 @@ export const assignmentSchema = z.object({
   replicaId: id,
   /** Tokens reserved on the replica (input + predicted output). */
   reserveTokens: nonNegInt,
+  /** What prefix-cache affinity did for it (the owner's access log says it), when it had prefix keys. */
+  affinity: z.enum(['hit', 'bounded', 'miss']).optional(),
   at: timestampMs,
 });
 /** An assignment to a dispatcher. */
@@ -378,6 +380,25 @@ export const quotaAlertSchema = z.object({
 /** A quota alert. */
 export type QuotaAlertMessage = z.infer<typeof quotaAlertSchema>;
 
+/**
+ * Where a dispatcher placed a request with prefix keys (prefix-cache affinity): every other
+ * dispatcher adds the keys to its own prefix index, so a follow-up that shares the prompt's start
+ * goes to the same replica through any of them. Fire-and-forget: a lost message only costs hit
+ * rate. Bounded: a few short keys, so a hostile publisher cannot make one message costly.
+ */
+export const prefixRouteSchema = z.object({
+  /** The dispatcher that placed the request (routes the subject). */
+  dispatcherId: id,
+  tenant: id,
+  pool: id,
+  replicaId: id,
+  /** The request's prefix keys, longest first. */
+  keys: z.array(z.string().min(1).max(64)).min(1).max(16),
+  at: timestampMs,
+});
+/** A prefix route. */
+export type PrefixRoute = z.infer<typeof prefixRouteSchema>;
+
 /** Schemas of the publish/subscribe message kinds. */
 export const messageSchemas = {
   registration: registrationSchema,
@@ -390,6 +411,7 @@ export const messageSchemas = {
   controlRoutes: controlRoutesSchema,
   replicaUnavailable: replicaUnavailableSchema,
   quotaAlert: quotaAlertSchema,
+  prefixRoute: prefixRouteSchema,
 } as const;
 /** A publish/subscribe message kind. */
 export type MessageKind = keyof typeof messageSchemas;

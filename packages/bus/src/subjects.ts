@@ -16,6 +16,7 @@
  * | controlReport | `<p>.control.<dispatcherId>.report` | dispatcher that reports |
  * | controlRoutes | `<p>.control.routes` | — (every dispatcher) |
  * | quotaAlert | `<p>.quota.alert` | — |
+ * | prefixRoute | `<p>.dispatcher.<dispatcherId>.prefix` | dispatcher that placed the request |
  * | command (request/reply) | `<p>.node.<replicaId>.command` | replica |
  * | admin (JetStream) | `<p>.admin.<type>` in stream `<p>_admin` | — |
  */
@@ -67,6 +68,8 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
       return (msg as MessageOf<'desiredReplicas'>).pool;
     case 'controlReport':
       return (msg as MessageOf<'controlReport'>).dispatcherId;
+    case 'prefixRoute':
+      return (msg as MessageOf<'prefixRoute'>).dispatcherId;
     case 'discover':
     case 'controlRoutes':
     case 'quotaAlert':
@@ -121,6 +124,8 @@ export class Subjects {
         return `${p}.control.routes`;
       case 'quotaAlert':
         return `${p}.quota.alert`;
+      case 'prefixRoute':
+        return `${p}.dispatcher.${k}.prefix`;
       case 'command':
         return `${p}.node.${k}.command`;
       default:

@@ -240,6 +240,36 @@ describe.each(harnesses)('$name', ({ make }) => {
     expect(h.logger.find('warn', 'rejected')).toHaveLength(3);
   });
 
+  it('drops malformed prefix routes: a hostile publisher cannot send unbounded or partial ones', async () => {
+    const got: string[][] = [];
+    h.b.subscribe('prefixRoute', (m) => void got.push(m.keys));
+    await settle(h);
+    const subject = new Subjects(prefix).of('prefixRoute', 'd1');
+    const valid = {
+      dispatcherId: 'd1',
+      tenant: 't',
+      pool: 'p',
+      replicaId: 'r1',
+      keys: ['k/8', 'k/4'],
+      at: 1,
+    };
+    await h.injectRaw(subject, 'not json {');
+    await h.injectRaw(
+      subject,
+      JSON.stringify({ ...valid, keys: Array.from({ length: 10_000 }, (_, i) => `k${i}`) }),
+    );
+    await h.injectRaw(subject, JSON.stringify({ ...valid, keys: ['x'.repeat(100_000)] }));
+    await h.injectRaw(subject, JSON.stringify({ ...valid, keys: 'k/8' }));
+    await h.injectRaw(subject, JSON.stringify({ ...valid, keys: [] }));
+    await h.injectRaw(subject, JSON.stringify({ ...valid, tenant: undefined }));
+    await h.injectRaw(subject, JSON.stringify({ ...valid, dispatcherId: 'd2' }));
+    h.a.publish('prefixRoute', valid);
+    await waitFor(() => got.length === 1);
+    await settle(h);
+    await sleep(50);
+    expect(got).toEqual([['k/8', 'k/4']]);
+  });
+
   it('refuses a message whose payload names another replica than its subject, and logs it', async () => {
     const got: string[] = [];
     h.b.subscribe('heartbeat', (m) => void got.push(m.replicaId));

@@ -289,6 +289,17 @@ export const poolSchema = z
      */
     reserveOutputTokens: z.number().int().positive().default(256),
     /**
+     * Prefix-cache affinity: a request whose prompt starts like an earlier one of its tenant goes
+     * to the replica that served it (its KV blocks are likely still cached there, so its prefill
+     * is mostly skipped). `bounded` only while that replica holds at most
+     * `policy.prefixAffinity.loadFactor` × the pool's mean reserved KV tokens, so fairness and
+     * load balance hold; `unbounded` whenever it has room (affinity only: one hot prefix can pile
+     * onto one replica); `off` places by `policy.placement` alone. vLLM caches prefixes by
+     * default (V1), so the default suits a vLLM fleet; set `off` for engines without prefix
+     * caching. @default 'bounded'
+     */
+    prefixAffinity: z.enum(['off', 'bounded', 'unbounded']).default('bounded'),
+    /**
      * The pool model's tokenizer: admission, token limits and engine reservations count prompts
      * with it (over an approximate chat template) instead of the estimate. Nothing is downloaded.
      * @default none: the estimate
@@ -449,6 +460,39 @@ export const policyConfigSchema = z
       .default({ userRpm: 60, appRpm: 600 }),
     /** KV usage (0–1) above which a pool counts as overloaded for OIT. @default 0.9 */
     overloadKv: z.number().min(0).max(1).default(0.9),
+    /** Prefix-cache affinity of the pools that use it (`pools[].prefixAffinity`). */
+    prefixAffinity: z
+      .object({
+        /**
+         * Under `bounded`: most KV tokens a replica may hold reserved, as a multiple of its pool's
+         * mean, and still take a request by affinity. @default 1.25
+         */
+        loadFactor: z.number().min(1).default(1.25),
+        /**
+         * Under `bounded`: the bound is never below this fraction of a replica's KV capacity (the
+         * pool's mean), so a lightly loaded fleet keeps its affinity. @default 0.05
+         */
+        floor: z.number().min(0).max(1).default(0.05),
+        /**
+         * How long a dispatcher trusts where a prefix was sent, seconds: engines evict cached
+         * blocks as other prompts need the room. @default 300
+         */
+        ttlS: positive.default(300),
+        /**
+         * Most prefix keys each dispatcher remembers per tenant and pool (up to 8 per request; a
+         * follow-up turn adds one or two new ones), about 160 bytes each; a tenant's least recently
+         * used go first. @default 2048
+         */
+        entriesPerTenant: z.number().int().positive().default(2048),
+        /**
+         * Most (tenant, pool) pairs each dispatcher remembers prefixes of; the least recently used
+         * pair goes first. With `entriesPerTenant` it bounds the index: 42 MB at the defaults.
+         * @default 128
+         */
+        maxTenants: z.number().int().positive().default(128),
+      })
+      .strict()
+      .default({ loadFactor: 1.25, floor: 0.05, ttlS: 300, entriesPerTenant: 2048, maxTenants: 128 }),
     /** How often streamed output tokens are charged to the store, ms. @default 50 */
     chargeFlushMs: positive.default(50),
     /** Gateway queue timeout, seconds. @default 300 */

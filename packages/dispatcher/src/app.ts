@@ -206,6 +206,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     lease: deps.lease,
     waitsForReplica: (model) => swapTargets.has(model),
     desiredReplicasGauge: (pool, desired) => metrics.desiredReplicas.set({ pool }, desired),
+    affinityCounter: (pool, outcome) => metrics.prefixAffinity.inc({ pool, outcome }),
   });
   const sloClasses = new Map(scheduling.sloClasses.map((c) => [c.name, c]));
   const defaultSloClass = sloClasses.has('interactive')

@@ -173,6 +173,8 @@ export async function handleCompletion(
     enginePriority: pool !== undefined && ctx.enginePriorityFor(pool),
     maxChoices: poolConfig?.maxChoices,
     reserveOutputTokens: poolConfig?.reserveOutputTokens,
+    // A pool the config does not name (its replicas registered themselves) has the default mode.
+    prefixKeys: pool !== undefined && (poolConfig?.prefixAffinity ?? 'bounded') !== 'off',
   });
   const req = described.descriptor;
   if (req.id !== request.id) record.schedulerId = req.id;
@@ -428,6 +430,7 @@ async function serveAdmitted(ctx: CompletionContext, a: Admitted): Promise<Proxy
     record.queueMs = Math.round(ticket.queueMs() * 10) / 10;
     const replica = ticket.replica ?? '';
     record.replica = replica;
+    record.affinity = ticket.affinity;
     // Placed again where it failed, by a dispatcher that had not yet heard of the failure: back to
     // the queue without spending an engine call (a bounded number of times).
     if (failedOn?.has(replica) === true && misplaced < attempts) {

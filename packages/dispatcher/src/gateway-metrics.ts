@@ -105,6 +105,8 @@ export class GatewayMetrics {
   readonly busConnected: Gauge;
   /** Aladdin's desired replicas per pool, set by the control leader (`policy.scaling`). */
   readonly desiredReplicas: Gauge<'pool'>;
+  /** What prefix-cache affinity did for each request with prefix keys this dispatcher placed. */
+  readonly prefixAffinity: Counter<'pool' | 'outcome'>;
 
   /** @param labels how tenants are labelled. @default plain ids */
   constructor(tenants: Iterable<string>, labels: MetricsConfig = { tenantLabels: 'plain' }) {
@@ -126,6 +128,12 @@ export class GatewayMetrics {
     this.engineRetries = new Counter({
       name: 'fairway_engine_retries_total',
       help: 'Engine calls that failed before anything reached the client and were sent to another replica',
+      registers,
+    });
+    this.prefixAffinity = new Counter({
+      name: 'fairway_prefix_affinity_total',
+      help: 'Requests with prefix keys this dispatcher placed, by what prefix-cache affinity did: hit (on the replica its prefix was sent to), bounded (that replica was over the load bound, full or gone), miss (no replica known for its prefix)',
+      labelNames: ['pool', 'outcome'],
       registers,
     });
     this.busConnected = new Gauge({

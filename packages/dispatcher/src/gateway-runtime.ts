@@ -15,7 +15,15 @@ import {
   type RequestDescriptor,
   type Usage,
 } from '@fairway/core';
-import { type Dispatched, Gateway, type GatewayStats, type SubmitResult } from '@fairway/scheduler';
+import {
+  type AffinityOutcome,
+  type Dispatched,
+  Gateway,
+  type GatewayStats,
+  PrefixIndex,
+  type PrefixLearned,
+  type SubmitResult,
+} from '@fairway/scheduler';
 import type { QuotaAlert, SchedulingStore } from '@fairway/store';
 import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
@@ -60,6 +68,8 @@ export interface GatewayRuntimeOptions {
   readonly waitsForReplica?: ((model: string) => boolean) | undefined;
   /** Sets the `fairway_desired_replicas{pool}` gauge. @default none */
   readonly desiredReplicasGauge?: ((pool: string, desired: number) => void) | undefined;
+  /** Counts what prefix affinity did for a request this dispatcher placed. @default none */
+  readonly affinityCounter?: ((pool: string, outcome: AffinityOutcome) => void) | undefined;
 }
 
 /** What this dispatcher holds, as a control report carries it. */
@@ -152,6 +162,8 @@ export class GatewayRuntime {
   #started = false;
   /** Store-clock ms of the last successful lease renewal. */
   #renewedAt = Number.NEGATIVE_INFINITY;
+  /** Where prefixes were sent, learned here and from the other dispatchers (prefix affinity). */
+  readonly prefixIndex: PrefixIndex;
 
   constructor(o: GatewayRuntimeOptions) {
     this.#o = o;
@@ -191,6 +203,13 @@ export class GatewayRuntime {
       epochOf: (id) => o.registry.get(id)?.registration.epoch,
       probe: (id) => o.probe.health(id),
     });
+    const affinity = policy.prefixAffinity;
+    this.prefixIndex = new PrefixIndex({
+      ttlMs: affinity.ttlS * 1000,
+      entriesPerTenant: affinity.entriesPerTenant,
+      maxTenants: affinity.maxTenants,
+    });
+    const modes = new Map(o.config.pools.map((p) => [p.id, p.prefixAffinity]));
     this.gateway = new Gateway({
       id: o.id,
       store: o.store,
@@ -213,7 +232,34 @@ export class GatewayRuntime {
       reservationsMaxAgeMs: opt.reservationsMaxAgeMs,
       maxQueueWaitMs: opt.queueTimeoutMs,
       ...(this.control?.router !== undefined ? { router: this.control.router } : {}),
+      prefixAffinity: {
+        // A pool the config does not name (its replicas registered themselves) has the default.
+        mode: (pool) => modes.get(pool) ?? 'bounded',
+        loadFactor: affinity.loadFactor,
+        floor: affinity.floor,
+        index: this.prefixIndex,
+        onLearn: (l) => this.#publishPrefix(l),
+      },
     });
+  }
+
+  /**
+   * Tells the other dispatchers where a prefix went (fire-and-forget: a lost message only costs
+   * them a cache hit).
+   */
+  #publishPrefix(l: PrefixLearned): void {
+    try {
+      this.#o.bus.publish('prefixRoute', {
+        dispatcherId: this.id,
+        tenant: l.tenant,
+        pool: l.pool,
+        replicaId: l.replica,
+        keys: [...l.keys],
+        at: this.#o.clock.now(),
+      });
+    } catch (err) {
+      this.#o.logger.debug({ err: errText(err) }, 'dispatcher: prefix route not sent');
+    }
   }
 
   /** Whether evicted requests resume (an SLO-class control plane routes this gateway). */
@@ -292,6 +338,11 @@ export class GatewayRuntime {
       o.bus.subscribe('assignment', (a) => this.#onAssignment(a), { key: this.id }),
       o.bus.subscribe('evict', (e) => this.#onEvict(e)),
       o.bus.subscribe('replicaUnavailable', (r) => this.#onReplicaUnavailable(r)),
+      // Another dispatcher's placements teach this one's prefix index (timed on this clock).
+      o.bus.subscribe('prefixRoute', (p) => {
+        if (p.dispatcherId !== this.id)
+          this.prefixIndex.learn(p.tenant, p.pool, p.keys, p.replicaId, o.clock.now());
+      }),
       o.registry.onChange((c) => this.#onReplicaChange(c.type, c.replicaId)),
     );
     await o.bus.flush();
@@ -612,9 +663,10 @@ export class GatewayRuntime {
 
   #onDispatch(d: Dispatched): void {
     const now = this.#o.timer.now();
+    if (d.affinity !== undefined) this.#o.affinityCounter?.(d.queued.pool, d.affinity);
     if (d.owner === this.id) {
       const ticket = this.#tickets.get(d.id);
-      if (ticket) ticket.markDispatched(d.replica, now);
+      if (ticket) ticket.markDispatched(d.replica, now, d.affinity);
       else void this.gateway.cancel(d.id); // no one waits for it any more: release at once
       return;
     }
@@ -624,6 +676,7 @@ export class GatewayRuntime {
       pickedBy: this.id,
       replicaId: d.replica,
       reserveTokens: d.reserveTokens,
+      ...(d.affinity !== undefined ? { affinity: d.affinity } : {}),
       at: this.#o.clock.now(),
     };
     const bus = this.#o.bus;
@@ -671,7 +724,7 @@ export class GatewayRuntime {
   }
 
   #onAssignment(a: Assignment): void {
-    this.#adopt(a.requestId, a.replicaId);
+    this.#adopt(a.requestId, a.replicaId, a.affinity);
   }
 
   /**
@@ -679,7 +732,7 @@ export class GatewayRuntime {
    * it runs on `replicaId`. Told by the picker's assignment message, or read from the store when
    * that message could not come (`#catchUpPlacements`).
    */
-  #adopt(requestId: string, replicaId: string): void {
+  #adopt(requestId: string, replicaId: string, affinity?: AffinityOutcome): void {
     const ticket = this.#tickets.get(requestId);
     try {
       this.gateway.started({ id: requestId, replica: replicaId });
@@ -687,7 +740,7 @@ export class GatewayRuntime {
       this.#o.logger.debug({ requestId }, 'dispatcher: assignment for a request not queued here');
       return;
     }
-    if (ticket) ticket.markDispatched(replicaId, this.#o.timer.now());
+    if (ticket) ticket.markDispatched(replicaId, this.#o.timer.now(), affinity);
     else void this.gateway.cancel(requestId);
   }
 

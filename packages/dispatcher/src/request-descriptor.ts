@@ -17,6 +17,7 @@ import {
   DROPPED_FIELDS,
   type EmbeddingBody,
 } from './openai-schemas.ts';
+import { promptPrefixKeys } from './prompt-prefix.ts';
 import type { FairwayHeaderValues } from './request-headers.ts';
 import { type ResponsesBody, responsesMessages } from './responses-api.ts';
 
@@ -71,6 +72,8 @@ export interface DescribeInput {
   readonly tokenizer?: PoolTokenizer | undefined;
   /** The pool's engines order their queue by vLLM `priority`: fairway sets it from the class band. */
   readonly enginePriority?: boolean | undefined;
+  /** The pool places by prefix-cache affinity: the descriptor carries the prompt's prefix keys. */
+  readonly prefixKeys?: boolean | undefined;
 }
 
 /**
@@ -250,7 +253,15 @@ function identityOf(input: DescribeInput, sloClass: string, band: number | undef
     ...(headers.user !== undefined ? { user: tenantUserId(principal.tenant, headers.user) } : {}),
     ...(headers.interaction !== undefined ? { interactionId: headers.interaction } : {}),
     ...(band !== undefined ? { priority: band } : {}),
+    ...prefixKeysOf(input),
   };
+}
+
+/** `{ prefixKeys }` of a request of a pool that places by prefix affinity, if its prompt has any. */
+function prefixKeysOf(input: DescribeInput): { prefixKeys?: string[] } {
+  if (input.prefixKeys !== true) return {};
+  const prefixKeys = promptPrefixKeys(input.endpoint, input.body);
+  return prefixKeys.length > 0 ? { prefixKeys } : {};
 }
 
 /**

@@ -34,6 +34,8 @@ export class RequestRecord {
   /** How the request ended (`completed`, `throttled`, an error code …); derived from the status if unset. */
   outcome: string | undefined;
   replica: string | undefined;
+  /** What prefix-cache affinity did for its placement (`hit`, `bounded`, `miss`), when it had prefix keys. */
+  affinity: string | undefined;
   /**
    * Called when the connection closes before the response was written in full (the client left):
    * the request path's one listener on it, through the record's own (no second listener per request).
@@ -54,7 +56,8 @@ export type RecordedRequest = FastifyRequest & { [RECORD]?: RequestRecord };
 
 /**
  * Writes the one access log line of a finished (or abandoned) request at `info`: method, route,
- * status, ids, tenant, model, tokens, queue wait, TTFT, total time, outcome and replica.
+ * status, ids, tenant, model, tokens, queue wait, TTFT, total time, outcome, replica and what
+ * prefix-cache affinity did for its placement.
  */
 export function logAccess(
   log: Logger,
@@ -80,6 +83,7 @@ export function logAccess(
       totalMs: Math.round((now - record.arrivedAt) * 10) / 10,
       outcome: record.outcome ?? (!finished ? 'client_closed' : status < 400 ? 'ok' : 'error'),
       replica: record.replica,
+      ...(record.affinity !== undefined ? { affinity: record.affinity } : {}),
     },
     'request',
   );

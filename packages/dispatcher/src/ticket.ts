@@ -1,4 +1,5 @@
 import type { RequestDescriptor } from '@fairway/core';
+import type { AffinityOutcome } from '@fairway/scheduler';
 import { StopSignal } from './stop-signal.ts';
 
 /** How waiting for a dispatch ends, as the ticket reports it to the one waiter it has. */
@@ -32,6 +33,8 @@ export class Ticket {
   #dispatched: Promise<string> | undefined;
   /** The replica, once dispatched. */
   replica: string | undefined;
+  /** What prefix-cache affinity did for its current dispatch (requests with prefix keys). */
+  affinity: AffinityOutcome | undefined;
   /** Monotonic ms at which `submit` returned; undefined while it runs. */
   submittedAt: number | undefined;
   /** Monotonic ms at which the request was dispatched. */
@@ -59,10 +62,11 @@ export class Ticket {
     return this.#dispatched;
   }
 
-  /** Records the dispatch (first call wins). */
-  markDispatched(replica: string, atMs: number): void {
+  /** Records the dispatch (first call wins), with what prefix-cache affinity did for it, if known. */
+  markDispatched(replica: string, atMs: number, affinity?: AffinityOutcome): void {
     if (this.replica !== undefined) return;
     this.replica = replica;
+    this.affinity = affinity;
     this.dispatchedAt = atMs;
     this.#resolve?.(replica);
     this.#resolve = undefined;
@@ -104,6 +108,7 @@ export class Ticket {
    */
   requeued(): void {
     this.replica = undefined;
+    this.affinity = undefined;
     this.dispatchedAt = undefined;
     this.evicted = false;
     this.#call = undefined;

@@ -102,7 +102,8 @@ export class DispatchRounds {
 
   /**
    * The store's dispatch input for `pool` from `bands` onto `replicas`, with the prefix-affinity
-   * bound from the pool's `states`.
+   * bound from the pool's `states` — none under a router, whose routes decide which replicas a
+   * band's requests may run on.
    */
   input(
     pool: string,
@@ -111,7 +112,7 @@ export class DispatchRounds {
     states: readonly ReplicaState[],
   ): DispatchInput {
     const o = this.#o;
-    const affinityTokens = this.#affinity.bound(pool, states);
+    const affinityTokens = o.router === undefined ? this.#affinity.bound(pool, states) : undefined;
     return {
       pool,
       bands,
@@ -136,10 +137,12 @@ export class DispatchRounds {
    * gateway owns it, and to `onDispatch`.
    */
   async handOn(res: StoreDispatch, note: boolean): Promise<void> {
-    if (res.req.affinity?.id === res.replica && !this.#inPool(res.req.pool, res.replica)) {
-      await this.#undo(res);
+    if (
+      res.req.affinity?.id === res.replica &&
+      !this.#inPool(res.req.pool, res.replica) &&
+      (await this.#undo(res))
+    )
       return;
-    }
     if (note) this.#view.add(res.replica, res.req.reserveTokens, 1);
     const own = this.#owned.get(res.req.id);
     const req = own?.req ?? decodeRequest(res.req.payload, this.#id);
@@ -179,13 +182,21 @@ export class DispatchRounds {
   /**
    * The store placed a request by affinity on a replica that is no longer a fresh one of its pool
    * (it left after the request was admitted): the dispatch is undone — the request goes back to
-   * the head of its queue, without its affinity and its charge — and dispatched again.
+   * the head of its queue, without its affinity and its charge — and dispatched again. False
+   * when the store cannot re-queue it (it is then handed on where it was placed, and its engine
+   * call fails over as any call to a gone replica does).
    */
-  async #undo(res: StoreDispatch): Promise<void> {
+  async #undo(res: StoreDispatch): Promise<boolean> {
     const store = this.#o.store;
-    if (store.requeue === undefined) return;
-    await store.requeue({ id: res.req.id, nowMs: this.#o.clock.now(), servedCost: 0, undispatch: true });
-    await this.pump(res.req.pool);
+    if (store.requeue === undefined) return false;
+    const undone = await store.requeue({
+      id: res.req.id,
+      nowMs: this.#o.clock.now(),
+      servedCost: 0,
+      undispatch: true,
+    });
+    if (undone) await this.pump(res.req.pool);
+    return undone;
   }
 
   async #dispatchLoop(pool: string): Promise<number> {

@@ -104,6 +104,11 @@ export interface RunInput {
   readonly prefixAffinity?: PrefixAffinityMode | undefined;
   /** Load bound of `bounded` affinity, × the pool's mean reserved KV tokens. @default 1.25 */
   readonly affinityLoadFactor?: number | undefined;
+  /**
+   * Least bound of `bounded` affinity, as a fraction of the pool's mean KV capacity (the gateway's
+   * `prefixAffinity.floor`). @default 0.05
+   */
+  readonly affinityFloor?: number | undefined;
 }
 
 const runInputSchema = z
@@ -278,6 +283,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
                 mode: affinityMode,
                 index: prefixIndex,
                 ...(input.affinityLoadFactor !== undefined ? { loadFactor: input.affinityLoadFactor } : {}),
+                ...(input.affinityFloor !== undefined ? { floor: input.affinityFloor } : {}),
               },
             }
           : {}),

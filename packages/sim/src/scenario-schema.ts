@@ -239,6 +239,8 @@ export const scenarioSchema = z
     prefixAffinity: z.enum(['off', 'bounded', 'unbounded']).optional(),
     /** Load bound of `bounded` affinity, × the pool's mean reserved KV tokens. @default 1.25 */
     affinityLoadFactor: z.number().min(1).optional(),
+    /** Least bound of `bounded` affinity, × the pool's mean KV capacity. @default 0.05 */
+    affinityFloor: z.number().min(0).max(1).optional(),
   })
   .strict()
   .superRefine((s, ctx) => {

@@ -112,6 +112,8 @@ export interface ScenarioRunInput {
   readonly prefixAffinity?: PrefixAffinityMode | undefined;
   /** Load bound of `bounded` affinity. @default 1.25 */
   readonly affinityLoadFactor?: number | undefined;
+  /** Least bound of `bounded` affinity, × the pool's mean KV capacity. @default 0.05 */
+  readonly affinityFloor?: number | undefined;
 }
 
 /**
@@ -267,5 +269,6 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
     ...((overrides.affinityLoadFactor ?? s.affinityLoadFactor) !== undefined
       ? { affinityLoadFactor: overrides.affinityLoadFactor ?? s.affinityLoadFactor }
       : {}),
+    ...(s.affinityFloor !== undefined ? { affinityFloor: s.affinityFloor } : {}),
   };
 }

@@ -5,6 +5,7 @@ import {
   type AdmitAndDispatchResult,
   type DispatchInput,
   MemoryStore,
+  type QueuedRequest,
   type SchedulingStore,
   type SettleAndDispatchResult,
   type WindowLimit,
@@ -35,6 +36,8 @@ interface Op {
  */
 function randomOps(seed: number, count: number, light = false): Op[] {
   const rng = createRng(seed);
+  // Prefix affinity draws from its own stream, so the rest of each seed's sequence is unchanged.
+  const arng = createRng(seed * 7919 + 1);
   const ops: Op[] = [];
   let now = 0;
   let nextId = 0;
@@ -77,6 +80,7 @@ function randomOps(seed: number, count: number, light = false): Op[] {
       ...(rng.next() < 0.3 && ids.length > 0
         ? { charges: [{ id: pick(rng, ids), amount: fractional(rng, 8), reserveTokens: rng.int(0, 30) }] }
         : {}),
+      ...(arng.next() < 0.6 ? { affinityTokens: arng.int(0, 300) } : {}),
     };
   };
   for (let i = 0; i < count; i++) {
@@ -101,6 +105,16 @@ function randomOps(seed: number, count: number, light = false): Op[] {
         owner: pick(rng, owners),
         payload: `{"n":${i}}`,
         ...(cont < 0.2 ? { continuation: true } : cont < 0.3 ? { continuation: false } : {}),
+        // r4 is never a candidate: an affinity replica read outside the offered ones.
+        ...(arng.next() < 0.4
+          ? {
+              affinity: {
+                id: pick(arng, [...replicas, 'r4']),
+                tokenCapacity: arng.int(50, 400),
+                seqCapacity: arng.int(1, 6),
+              },
+            }
+          : {}),
       };
       const limits = limitsFor(flow, reserve);
       const interaction =
@@ -211,6 +225,17 @@ describe('MemoryStore and RedisStore', () => {
           expect(b, `op ${i}: ${op.name}`).toEqual(a);
           if (typeof a === 'object' && a !== null) {
             if ('kind' in a) outcomes.add(String(a.kind));
+            const placed = ('dispatch' in a ? a.dispatch : a) as {
+              kind?: string;
+              replica?: string;
+              req?: QueuedRequest;
+            };
+            if (placed?.kind === 'dispatched' && placed.req?.affinity !== undefined)
+              outcomes.add(
+                placed.replica === placed.req.affinity.id ? 'placed by affinity' : 'affinity passed over',
+              );
+            if (placed?.kind === 'dispatched' && placed.replica === 'r4')
+              outcomes.add('placed on a non-candidate');
             if ('code' in a) outcomes.add(String(a.code));
             if ('settled' in a) {
               const f = a as SettleAndDispatchResult;
@@ -260,6 +285,9 @@ describe('MemoryStore and RedisStore', () => {
       'settled-fused true',
       'settled-fused false',
       'settled-fused dispatched',
+      'placed by affinity',
+      'affinity passed over',
+      'placed on a non-candidate',
     ])
       expect(seen, outcome).toContain(outcome);
   });

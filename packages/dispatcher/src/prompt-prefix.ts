@@ -1,0 +1,62 @@
+import { prefixKeysOfText } from '@fairway/core';
+import type { ChatCompletionBody, CompletionBody } from './openai-schemas.ts';
+import type { Endpoint, RequestBody } from './request-descriptor.ts';
+import { type ResponsesBody, responsesMessages } from './responses-api.ts';
+
+/** What of a message is serialised: its role, content, name and tool calls. */
+interface MessageLike {
+  readonly role: string;
+  readonly content?: unknown;
+  readonly name?: unknown;
+  readonly tool_calls?: unknown;
+  readonly tool_call_id?: unknown;
+}
+
+/** The text of a message's content: a string, or its parts' text (other parts as JSON). */
+function* contentParts(content: unknown): Generator<string> {
+  if (typeof content === 'string') yield content;
+  else if (Array.isArray(content))
+    for (const part of content) {
+      const text = (part as { text?: unknown } | null)?.text;
+      yield typeof text === 'string' ? text : JSON.stringify(part);
+    }
+  else if (content !== undefined && content !== null) yield JSON.stringify(content);
+}
+
+/**
+ * A prefix-stable serialisation of chat messages, in order: each message is its role, content,
+ * name and tool calls between separators, so a follow-up that resends the conversation so far
+ * starts with exactly the earlier request's serialisation, whatever it appends.
+ */
+function* messageParts(messages: readonly MessageLike[]): Generator<string> {
+  for (const m of messages) {
+    yield m.role;
+    yield '\u0000';
+    yield* contentParts(m.content);
+    if (typeof m.name === 'string') yield `\u0000${m.name}`;
+    if (m.tool_calls !== undefined && m.tool_calls !== null) yield `\u0000${JSON.stringify(m.tool_calls)}`;
+    if (typeof m.tool_call_id === 'string') yield `\u0000${m.tool_call_id}`;
+    yield '\u0001';
+  }
+}
+
+/**
+ * Prefix keys of a request's prompt (see `prefixKeysOfText` in core), scoped by its model: chat
+ * and Anthropic Messages (translated to chat) by their messages, Responses by the messages its
+ * instructions and input make, completions by the prompt. Embeddings have none (nothing of
+ * theirs stays in a prefix cache that a follow-up would reuse).
+ */
+export function promptPrefixKeys(endpoint: Endpoint, body: RequestBody): string[] {
+  switch (endpoint) {
+    case 'chat':
+      return prefixKeysOfText(body.model, messageParts((body as ChatCompletionBody).messages));
+    case 'responses':
+      return prefixKeysOfText(body.model, messageParts(responsesMessages(body as ResponsesBody)));
+    case 'completions': {
+      const p = (body as CompletionBody).prompt;
+      return prefixKeysOfText(body.model, [typeof p === 'string' ? p : (p[0] ?? '')]);
+    }
+    case 'embeddings':
+      return [];
+  }
+}

@@ -1,0 +1,197 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { purgeStore } from '@fairway/store';
+import { freePort, redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { engineMetric } from './support/chat.ts';
+import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
+import { type FairwayProcess, startEngineSims, startFairway, untilServed } from './support/processes.ts';
+
+/**
+ * Prefix-cache affinity across dispatchers, against a real fleet: three `fairway engine-sim`
+ * processes caching prefixes (`--enable-prefix-caching --enable-prompt-tokens-details`) with
+ * agents, two `fairway serve` dispatchers sharing the machine's Redis (random prefix) and a NATS
+ * server of this test's own. Placement is round-robin, so without affinity consecutive requests go
+ * to different replicas: a conversation's next turn, sent through the other dispatcher, reaching
+ * the replica that served the turn before is affinity's doing — learned by one dispatcher, told to
+ * the other over NATS — and the engine's usage shows the cached tokens it saved.
+ */
+const KEY = 'sk-affinity-alpha-0001';
+const CONFIG = `
+tenants:
+  - { id: alpha, keys: [{ key: ${KEY} }] }
+pools:
+  - { id: ${E2E_POOL}, model: ${E2E_MODEL}, prefixAffinity: bounded }
+policy:
+  ordering: vtc
+  placement: round-robin
+  queueTimeoutS: 60
+`;
+
+interface Message {
+  readonly role: string;
+  readonly content: string;
+}
+
+interface Answer {
+  readonly content: string;
+  readonly cachedTokens: number;
+  readonly promptTokens: number;
+}
+
+/** One non-streamed chat completion through a dispatcher. */
+async function ask(url: string, messages: readonly Message[]): Promise<Answer> {
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: E2E_MODEL, messages, max_tokens: 24, fairway_output_tokens: 24 }),
+  });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`chat answered ${res.status}: ${text}`);
+  const body = JSON.parse(text) as {
+    choices: { message: { content: string } }[];
+    usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } | null };
+  };
+  return {
+    content: body.choices[0]?.message.content ?? '',
+    cachedTokens: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
+    promptTokens: body.usage.prompt_tokens,
+  };
+}
+
+/** A fairway counter's series with these labels, from a dispatcher's operator port (0 when absent). */
+async function counter(operatorUrl: string, name: string, labels: string): Promise<number> {
+  const text = await (await fetch(`${operatorUrl}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+describe('prefix-cache affinity across two dispatchers', () => {
+  const prefix = uniquePrefix('affinity');
+  let nats: TestServer;
+  let redis: Redis;
+  const engines: FairwayProcess[] = [];
+  const dispatchers: { proc: FairwayProcess; operatorUrl: string }[] = [];
+
+  /** Completed requests per engine, in engine order. */
+  const served = () => Promise.all(engines.map((e) => engineMetric(e.url, 'vllm:request_success_total')));
+
+  /** Sends a turn and returns its answer and the engine that served it. */
+  async function turn(via: number, messages: readonly Message[]): Promise<Answer & { engine: number }> {
+    const before = await served();
+    const answer = await ask(dispatchers[via]!.proc.url, messages);
+    // The engine counts the request when it finishes it, as the answer leaves.
+    for (let deadline = Date.now() + 5000; ; ) {
+      const after = await served();
+      const engine = after.findIndex((n, i) => n > (before[i] ?? 0));
+      if (engine >= 0) return { ...answer, engine };
+      if (Date.now() > deadline) throw new Error('no engine counted the request');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-affinity-'));
+    const configPath = join(dir, 'fairway.yaml');
+    writeFileSync(configPath, CONFIG);
+    const common = ['--nats-url', nats.url, '--prefix', prefix, '--pool', E2E_POOL, '--log-level', 'warn'];
+    engines.push(
+      ...(await startEngineSims(3, [
+        '--speed',
+        '20',
+        '--enable-prefix-caching',
+        '--enable-prompt-tokens-details',
+        ...common,
+      ])),
+    );
+    for (const id of ['a', 'b']) {
+      const operatorPort = await freePort();
+      const proc = await startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
+        FAIRWAY_CONFIG: configPath,
+        REDIS_URL: redisUrl(),
+        NATS_URL: nats.url,
+        FAIRWAY_PREFIX: prefix,
+        PORT: '0',
+        FAIRWAY_OPERATOR_PORT: String(operatorPort),
+        // The access log (info) says what affinity did for each request.
+        FAIRWAY_LOG_LEVEL: 'info',
+      });
+      dispatchers.push({ proc, operatorUrl: `http://127.0.0.1:${operatorPort}` });
+    }
+    redis = new Redis(redisUrl());
+    // Every dispatcher has heard all three replicas register (short prompts: no prefix keys).
+    for (const d of dispatchers)
+      for (let k = 0; k < 3; k++)
+        await untilServed(d.proc, async () => {
+          try {
+            await ask(d.proc.url, [{ role: 'user', content: `warm up ${k}` }]);
+            return 200;
+          } catch {
+            return 503;
+          }
+        });
+    const deadline = Date.now() + 15_000;
+    while ((await served()).some((n) => n === 0)) {
+      if (Date.now() > deadline) throw new Error('not every replica served a warm-up request');
+      await ask(dispatchers[0]!.proc.url, [{ role: 'user', content: 'warm up' }]);
+    }
+  }, 90_000);
+
+  afterAll(async () => {
+    await Promise.all([...dispatchers.map((d) => d.proc), ...engines].map((p) => p.stop()));
+    await nats?.stop();
+    if (redis) {
+      await purgeStore(redis, prefix);
+      redis.disconnect();
+    }
+  }, 60_000);
+
+  for (const [first, second] of [
+    [0, 1],
+    [1, 0],
+  ] as const) {
+    it(`sends the second turn through dispatcher ${'ab'[second]} to the replica that served the first through dispatcher ${'ab'[first]}`, async () => {
+      const logged = () =>
+        dispatchers[second]!.proc.output.filter((l) => l.includes('"affinity":"hit"')).length;
+      const loggedBefore = logged();
+      const hitsBefore = await counter(
+        dispatchers[second]!.operatorUrl,
+        'fairway_prefix_affinity_total',
+        'outcome="hit"',
+      );
+      // Three conversations in turn: with round-robin placement and no affinity, their second
+      // turns would not all find their first turn's replica.
+      for (let c = 0; c < 3; c++) {
+        const history: Message[] = [
+          {
+            role: 'system',
+            content: `You are assistant ${first}${c}. ${'Answer briefly and precisely. '.repeat(20)}`,
+          },
+          {
+            role: 'user',
+            content: `Conversation ${first}-${c}: ${'tell me about prefix caching in vLLM. '.repeat(15)}`,
+          },
+        ];
+        const one = await turn(first, history);
+        history.push({ role: 'assistant', content: one.content }, { role: 'user', content: 'And then?' });
+        const two = await turn(second, history);
+        expect(two.engine, `conversation ${c}`).toBe(one.engine);
+        expect(two.cachedTokens).toBeGreaterThan(0);
+        expect(two.cachedTokens).toBeLessThan(two.promptTokens);
+      }
+      const hitsAfter = await counter(
+        dispatchers[second]!.operatorUrl,
+        'fairway_prefix_affinity_total',
+        'outcome="hit"',
+      );
+      expect(hitsAfter - hitsBefore).toBe(3);
+      // The access log line is written as the response ends: give the last one a moment.
+      for (let deadline = Date.now() + 2000; logged() - loggedBefore < 3 && Date.now() < deadline; )
+        await new Promise((r) => setTimeout(r, 20));
+      expect(logged() - loggedBefore).toBe(3);
+    }, 60_000);
+  }
+});
