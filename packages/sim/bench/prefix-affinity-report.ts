@@ -90,7 +90,7 @@ const MODES: readonly Mode[] = [
   {
     name: 'fair-affinity',
     label:
-      "fair affinity: bounded affinity (a prefix's replica while it holds at most 1.25× the pool's mean reserved KV tokens, least-KV otherwise) with VTC and cached-token charging",
+      "fair affinity: bounded affinity (a prefix's replica while it holds at most 1.25× the pool's mean reserved KV tokens, or 5% of the mean capacity if that is more; least-KV otherwise) with VTC and cached-token charging",
     ordering: 'vtc',
     placement: () => placementByName('least-kv'),
     cachedCharge: true,
