@@ -14,7 +14,13 @@ export interface PolicyContext {
   readonly seed?: number | undefined;
   /** FairServe's user priority factor E by user (the scenario's tenants' `priority`). */
   readonly userPriorities?: Readonly<Record<string, number>> | undefined;
+  /** Weight of a prompt token served from the prefix cache (the scenario's engines' derived cost). */
+  readonly cachedTokenWeight?: number | undefined;
 }
+
+/** The cached-token weight option of a context, when it has one. */
+const cached = (c: PolicyContext): { cachedTokenWeight?: number } =>
+  c.cachedTokenWeight === undefined ? {} : { cachedTokenWeight: c.cachedTokenWeight };
 
 /** An ordering policy selectable by name on the command line. */
 export interface PolicyEntry {
@@ -38,41 +44,49 @@ export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
   },
   lcf: {
     description: 'least counter first: VTC without the counter lift',
-    create: () => orderingPolicyByName('lcf'),
+    create: (c) => orderingPolicyByName('lcf', cached(c)),
   },
   vtc: {
     description: 'Virtual Token Counter (VTC paper, Algorithm 2)',
-    create: () => orderingPolicyByName('vtc'),
+    create: (c) => orderingPolicyByName('vtc', cached(c)),
   },
   'vtc-weighted': {
     description: 'weighted VTC with the scenario tenant weights',
-    create: (c) => orderingPolicyByName('vtc-weighted', { weightOf: (t) => c.tenantWeights[t] ?? 1 }),
+    create: (c) =>
+      orderingPolicyByName('vtc-weighted', { ...cached(c), weightOf: (t) => c.tenantWeights[t] ?? 1 }),
   },
   'vtc-predict': {
     description: 'VTC charging predicted output at dispatch (mean of the last 5; max_tokens before any)',
-    create: () => orderingPolicyByName('vtc-predict'),
+    create: (c) => orderingPolicyByName('vtc-predict', cached(c)),
   },
   'vtc-oracle': {
     description: 'VTC charging the true output length at dispatch',
-    create: () => orderingPolicyByName('vtc-oracle'),
+    create: (c) => orderingPolicyByName('vtc-oracle', cached(c)),
   },
   'vtc-noisy-oracle': {
     description: 'VTC charging the true output length ±50% at dispatch (VTC Table 5), seeded by the run',
-    create: (c) => orderingPolicyByName('vtc-noisy-oracle', c.seed === undefined ? {} : { seed: c.seed }),
+    create: (c) =>
+      orderingPolicyByName('vtc-noisy-oracle', {
+        ...cached(c),
+        ...(c.seed === undefined ? {} : { seed: c.seed }),
+      }),
   },
   wsc: {
     description:
       'FairServe weighted service counter: per user, normalised by learned app profiles, E per user',
     create: (c) =>
-      orderingPolicyByName('wsc', fairserveOptionsOf(c.history ?? [], { userPriorities: c.userPriorities })),
+      orderingPolicyByName('wsc', {
+        ...cached(c),
+        ...fairserveOptionsOf(c.history ?? [], { userPriorities: c.userPriorities }),
+      }),
   },
   'wsc-oit': {
     description: 'FairServe WSC plus overload- and interaction-driven throttling (OIT)',
     create: (c) =>
-      orderingPolicyByName(
-        'wsc-oit',
-        fairserveOptionsOf(c.history ?? [], { userPriorities: c.userPriorities }),
-      ),
+      orderingPolicyByName('wsc-oit', {
+        ...cached(c),
+        ...fairserveOptionsOf(c.history ?? [], { userPriorities: c.userPriorities }),
+      }),
   },
   edf: {
     description: 'earliest deadline first in one queue: arrival + the SLO class TTFT target (QLM baseline)',
@@ -81,6 +95,6 @@ export const ORDERING_POLICIES: Readonly<Record<string, PolicyEntry>> = {
   qlm: {
     description:
       'QLM: SLO bands in request-group order plus its control (RWT estimator, HiGHS global scheduler, evictions, swaps)',
-    create: () => orderingPolicyByName('qlm'),
+    create: (c) => orderingPolicyByName('qlm', cached(c)),
   },
 };

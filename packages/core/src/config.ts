@@ -435,6 +435,14 @@ export const policyConfigSchema = z
       })
       .strict()
       .default({ fn: 'linear', wIn: 1, wOut: 2 }),
+    /**
+     * Weight (0–1) of a prompt token the engine served from its prefix cache, relative to one it
+     * prefilled, in the fairness counters of `vtc`, `vtc-predict`, `lcf`, `qlm` and `wsc`. The
+     * engine's usage (`prompt_tokens_details.cached_tokens`) says how many a request had; usage
+     * records still count every prompt token. @default for each pool, its engines' relative cost
+     * from their performance-model preset (model, `gpu`, `tp`; the largest if they differ), else 0.1
+     */
+    cachedTokenWeight: z.number().min(0).max(1).optional(),
     /** Overload- and interaction-driven throttling (FairServe OIT). */
     oit: z.boolean().default(false),
     /**

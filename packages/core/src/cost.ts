@@ -1,3 +1,5 @@
+import type { Usage } from './domain.ts';
+
 /**
  * Cost of serving tokens, the quantity fairness is measured in (VTC section 4.2). A cost function
  * must be monotone in both arguments; VTC's counters grow by the cost divided by the flow's weight.
@@ -37,4 +39,29 @@ export function costFunctionByName(name: CostFunctionName, wIn = 1, wOut = 2): C
     case 'profiled':
       return profiledCost;
   }
+}
+
+/**
+ * Relative cost of a prompt token read from the prefix cache, against one prefilled, when the
+ * pool's performance model is not known: a cached token skips the prefill's matmuls but is still
+ * read by attention. The weights derived from the built-in performance models lie between 0.0003
+ * (70B) and 0.01 (7B on H100) (`cachedTokenWeightOf` in `@fairway/perf`); for hardware it does
+ * not know, fairway charges ten times the largest of them rather than guess low.
+ */
+export const DEFAULT_CACHED_TOKEN_WEIGHT = 0.1;
+
+/** Prompt tokens the engine served from its prefix cache, clamped to [0, prompt tokens]. */
+export function cachedPromptTokens(usage: Usage): number {
+  const c = usage.cachedTokens;
+  if (c === undefined || !(c > 0)) return 0;
+  return Math.min(Math.floor(c), Math.max(0, usage.inputTokens));
+}
+
+/**
+ * Prompt tokens as fairness counters charge them: prefilled ones count 1, cached ones
+ * `cachedWeight` (clamped to [0, 1], so a cached token never costs more than a prefilled one).
+ */
+export function chargedPromptTokens(usage: Usage, cachedWeight: number): number {
+  const w = Math.min(1, Math.max(0, cachedWeight));
+  return usage.inputTokens - (1 - w) * cachedPromptTokens(usage);
 }

@@ -123,6 +123,12 @@ export interface RequestDescriptor {
 export interface Usage {
   readonly inputTokens: number;
   readonly outputTokens: number;
+  /**
+   * Of `inputTokens`, those the engine found in its prefix cache and did not prefill (vLLM's
+   * `usage.prompt_tokens_details.cached_tokens`). Only the engine reports it, never the client;
+   * absent when the engine does not say. Fairness counters charge these at a reduced weight.
+   */
+  readonly cachedTokens?: number | undefined;
 }
 
 /** A GPU type. */

@@ -47,7 +47,10 @@ export {
 export {
   type CostFunction,
   type CostFunctionName,
+  cachedPromptTokens,
+  chargedPromptTokens,
   costFunctionByName,
+  DEFAULT_CACHED_TOKEN_WEIGHT,
   linearCost,
   profiledCost,
 } from './cost.ts';

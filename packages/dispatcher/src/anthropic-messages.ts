@@ -229,6 +229,23 @@ const messageId = (chatId: unknown): string =>
 interface ChatUsage {
   prompt_tokens?: number;
   completion_tokens?: number;
+  prompt_tokens_details?: { cached_tokens?: number } | null;
+}
+
+/**
+ * A chat usage in the Messages API's terms: `input_tokens` are the prompt tokens the engine
+ * prefilled and `cache_read_input_tokens` those its prefix cache served (present only when the
+ * engine reports them), so that the two add up to the prompt as Anthropic's usage does.
+ */
+function messagesUsage(u: ChatUsage | undefined): Record<string, number> {
+  const prompt = u?.prompt_tokens ?? 0;
+  const c = u?.prompt_tokens_details?.cached_tokens;
+  const cached = Number.isSafeInteger(c) && (c as number) > 0 ? Math.min(c as number, prompt) : undefined;
+  return {
+    input_tokens: prompt - (cached ?? 0),
+    output_tokens: u?.completion_tokens ?? 0,
+    ...(cached === undefined ? {} : { cache_read_input_tokens: cached }),
+  };
 }
 
 const decoder = new TextDecoder();
@@ -319,10 +336,7 @@ export class AnthropicAnswer implements AnswerShape {
       model: this.#model,
       content,
       ...stopOf(choice?.finish_reason, choice?.stop_reason, this.#stops),
-      usage: {
-        input_tokens: body.usage?.prompt_tokens ?? 0,
-        output_tokens: body.usage?.completion_tokens ?? 0,
-      },
+      usage: messagesUsage(body.usage),
     });
   }
 
@@ -438,10 +452,7 @@ export class AnthropicAnswer implements AnswerShape {
     out += event('message_delta', {
       type: 'message_delta',
       delta: stopOf(this.#finish, this.#matched, this.#stops),
-      usage: {
-        input_tokens: this.#usage.prompt_tokens ?? 0,
-        output_tokens: this.#usage.completion_tokens ?? 0,
-      },
+      usage: messagesUsage(this.#usage),
     });
     out += event('message_stop', { type: 'message_stop' });
     return out;

@@ -1,6 +1,13 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Clock, EngineTimeoutsConfig, Usage } from '@fairway/core';
-import type { CompletionEndpoint, Engine, EngineStream, GenerateOptions, SseDataLine } from '@fairway/engine';
+import type {
+  CompletionEndpoint,
+  Engine,
+  EngineStream,
+  EngineUsage,
+  GenerateOptions,
+  SseDataLine,
+} from '@fairway/engine';
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
 import type { AnswerShape } from './answer-shape.ts';
@@ -109,7 +116,7 @@ async function proxyResponseWhole(call: ProxyCall): Promise<ProxyResult> {
   return proxyAnswer(
     call,
     (options) => call.engine.respond(call.described.forwardBody, options),
-    (result) => ({ inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens }),
+    (result) => settledUsage(result.usage),
   );
 }
 
@@ -157,6 +164,7 @@ async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
     const used = {
       inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
       outputTokens: stream.completionTokens,
+      cachedTokens: stream.usage?.cachedTokens,
     };
     if (res === undefined && !signal.aborted && !call.gone.aborted)
       return failedBeforeAnswer(call, signal, err);
@@ -180,6 +188,7 @@ async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
   const usage = {
     inputTokens: stream.usage?.promptTokens ?? ticket.req.inputTokens,
     outputTokens: stream.usage?.completionTokens ?? stream.completionTokens,
+    cachedTokens: stream.usage?.cachedTokens,
   };
   closeEngineCall(call, engineCall.span, usage);
   settle(call, usage);
@@ -300,6 +309,14 @@ function dropClient(call: ProxyCall): void {
 }
 
 /**
+ * The usage a request settles with, from the engine's own: its prompt and output counts and the
+ * prompt tokens its prefix cache served (which only the engine knows; the client cannot set it).
+ */
+function settledUsage(u: EngineUsage): Usage {
+  return { inputTokens: u.promptTokens, outputTokens: u.completionTokens, cachedTokens: u.cachedTokens };
+}
+
+/**
  * Forwards a non-streamed completion: the engine's JSON body goes to the client byte for byte,
  * then the request settles with the engine's `usage`.
  */
@@ -308,7 +325,7 @@ async function proxyWhole(call: ProxyCall): Promise<ProxyResult> {
     call,
     (options) =>
       call.engine.complete(call.endpoint as CompletionEndpoint, call.described.forwardBody, options),
-    (result) => ({ inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens }),
+    (result) => settledUsage(result.usage),
   );
 }
 
@@ -553,6 +570,7 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
         ? {
             inputTokens: u?.promptTokens ?? ticket.req.inputTokens,
             outputTokens: u?.completionTokens ?? stream.completionTokens,
+            cachedTokens: u?.cachedTokens,
           }
         : answer.usage(ticket.req.inputTokens, stream);
     if (!streamed) {

@@ -2,6 +2,7 @@ import {
   ConfigError,
   type CostFunction,
   costFunctionByName,
+  DEFAULT_CACHED_TOKEN_WEIGHT,
   ErrorCode,
   type FairwayConfig,
   type LimitsConfig,
@@ -9,6 +10,7 @@ import {
   type SloClass,
   tenantUserId,
 } from '@fairway/core';
+import { cachedTokenWeightFor } from '@fairway/perf';
 import {
   type AdmissionPolicy,
   AppProfileLearner,
@@ -100,17 +102,18 @@ function orderingFromConfig(
   learner: AppProfileLearner,
 ): OrderingPolicy {
   const weightOf = (tenant: string): number => tenants.weightOf(tenant);
+  const cachedTokenWeight = cachedTokenWeightFromConfig(config);
   switch (config.policy.ordering) {
     case 'fcfs':
     case 'rpm':
       // `rpm` is FCFS with per-tenant RPM limits; the limits come from the tenants' config.
       return fcfsPolicy(cost);
     case 'lcf':
-      return vtcPolicy({ cost, lift: 'none', weightOf });
+      return vtcPolicy({ cost, cachedTokenWeight, lift: 'none', weightOf });
     case 'vtc':
-      return vtcPolicy({ cost, weightOf });
+      return vtcPolicy({ cost, cachedTokenWeight, weightOf });
     case 'vtc-predict':
-      return vtcPolicy({ cost, weightOf, prediction: 'history' });
+      return vtcPolicy({ cost, cachedTokenWeight, weightOf, prediction: 'history' });
     case 'vtc-oracle':
       throw unsupported(
         'policy.ordering',
@@ -129,6 +132,7 @@ function orderingFromConfig(
         ),
       );
       return wscPolicy({
+        cachedTokenWeight,
         userPriority: (user) => priority.get(user) ?? 1,
         appProfile: (app) => apps.get(app),
         learner,
@@ -143,8 +147,31 @@ function orderingFromConfig(
       // on purpose: tenants share a class fairly (fairway's first promise), and each tenant's
       // requests still leave in arrival order (a flow is FIFO). The simulator's `--policy qlm`
       // serves a class in plain arrival order, as the paper's request groups do.
-      return { ...vtcPolicy({ cost, weightOf }), name: 'qlm' };
+      return { ...vtcPolicy({ cost, cachedTokenWeight, weightOf }), name: 'qlm' };
   }
+}
+
+/**
+ * The weight of a prompt token served from the prefix cache, per request: `policy.cachedTokenWeight`
+ * when set, else the relative cost of the request's pool derived from its engines' performance
+ * presets (the largest when they differ; `DEFAULT_CACHED_TOKEN_WEIGHT` when none is known).
+ */
+export function cachedTokenWeightFromConfig(
+  config: FairwayConfig,
+): number | ((req: RequestDescriptor) => number) {
+  const set = config.policy.cachedTokenWeight;
+  if (set !== undefined) return set;
+  const byModel = new Map<string, number>();
+  for (const pool of config.pools) {
+    let w: number | undefined;
+    for (const e of config.engines) {
+      if (e.pool !== pool.id || e.gpu === undefined) continue;
+      const own = cachedTokenWeightFor(pool.model, e.gpu, e.tp);
+      if (own !== undefined) w = Math.max(w ?? 0, own);
+    }
+    byModel.set(pool.model, w ?? DEFAULT_CACHED_TOKEN_WEIGHT);
+  }
+  return (req) => byModel.get(req.model) ?? DEFAULT_CACHED_TOKEN_WEIGHT;
 }
 
 function placementFromConfig(

@@ -1,4 +1,4 @@
-import type { EngineUsage } from './sse.ts';
+import { cachedTokensOf, type EngineUsage } from './sse.ts';
 
 /**
  * Scans a Responses API event stream (`POST /v1/responses` with `stream: true`) for what accounting
@@ -55,8 +55,15 @@ export class ResponsesScanner {
     const u = event.response?.usage;
     const input = u?.input_tokens;
     const output = u?.output_tokens;
-    if (typeof input === 'number' && typeof output === 'number')
-      this.#usage = { promptTokens: input, completionTokens: output, totalTokens: input + output };
+    if (typeof input === 'number' && typeof output === 'number') {
+      const cached = cachedTokensOf(u?.input_tokens_details);
+      this.#usage = {
+        promptTokens: input,
+        completionTokens: output,
+        totalTokens: input + output,
+        ...(cached === undefined ? {} : { cachedTokens: cached }),
+      };
+    }
   }
 
   /** Output tokens so far: the final usage once seen, else the text deltas. */

@@ -10,6 +10,22 @@ export interface EngineUsage {
   readonly promptTokens: number;
   readonly completionTokens: number;
   readonly totalTokens: number;
+  /**
+   * Prompt tokens served from the engine's prefix cache (`prompt_tokens_details.cached_tokens`,
+   * or `input_tokens_details.cached_tokens` in the Responses API); absent when the engine does
+   * not report it (vLLM without `--enable-prompt-tokens-details`).
+   */
+  readonly cachedTokens?: number | undefined;
+}
+
+/**
+ * The cached-token count of a usage object's details (`prompt_tokens_details` or
+ * `input_tokens_details`): a non-negative integer, else undefined.
+ */
+export function cachedTokensOf(details: unknown): number | undefined {
+  if (typeof details !== 'object' || details === null) return undefined;
+  const c = (details as { cached_tokens?: unknown }).cached_tokens;
+  return Number.isSafeInteger(c) && (c as number) >= 0 ? (c as number) : undefined;
 }
 
 /** What the scanner saw in one `data:` line. */
@@ -93,7 +109,13 @@ function readUsage(json: string): EngineUsage | undefined {
   const completion = u.completion_tokens;
   if (typeof prompt !== 'number' || typeof completion !== 'number') return undefined;
   const total = typeof u.total_tokens === 'number' ? u.total_tokens : prompt + completion;
-  return { promptTokens: prompt, completionTokens: completion, totalTokens: total };
+  const cached = cachedTokensOf(u.prompt_tokens_details);
+  return {
+    promptTokens: prompt,
+    completionTokens: completion,
+    totalTokens: total,
+    ...(cached === undefined ? {} : { cachedTokens: cached }),
+  };
 }
 
 /**

@@ -26,7 +26,7 @@ import {
 } from './errors.ts';
 import { parseVllmMetrics, type VllmMetrics } from './metrics-parser.ts';
 import { ResponsesScanner } from './responses-scanner.ts';
-import { type EngineUsage, SseScanner } from './sse.ts';
+import { cachedTokensOf, type EngineUsage, SseScanner } from './sse.ts';
 
 const optionsSchema = z
   .object({
@@ -186,11 +186,13 @@ function readCompletionBody(
   if (!isCount(prompt)) return 'usage.prompt_tokens';
   if (!isCount(completion)) return 'usage.completion_tokens';
   if (total !== undefined && !isCount(total)) return 'usage.total_tokens';
+  const cached = cachedTokensOf((u as Record<string, unknown>).prompt_tokens_details);
   return {
     usage: {
       promptTokens: prompt,
       completionTokens: completion,
       totalTokens: (total as number | undefined) ?? prompt + completion,
+      ...(cached === undefined ? {} : { cachedTokens: cached }),
     },
     finishReason: reason ?? undefined,
   };
@@ -331,7 +333,7 @@ export class VllmClient implements Engine {
     const { res, ctx, bytes, parsed } = await this.#postJson('/v1/responses', payload, options);
     const o = parsed as {
       status?: unknown;
-      usage?: { input_tokens?: unknown; output_tokens?: unknown } | null;
+      usage?: { input_tokens?: unknown; output_tokens?: unknown; input_tokens_details?: unknown } | null;
     };
     const input = o.usage?.input_tokens;
     const output = o.usage?.output_tokens;
@@ -339,11 +341,17 @@ export class VllmClient implements Engine {
       throw new EngineBadResponseError(this.url, ctx.operation, 'body lacks usage.input_tokens');
     if (!isCount(output))
       throw new EngineBadResponseError(this.url, ctx.operation, 'body lacks usage.output_tokens');
+    const cached = cachedTokensOf(o.usage?.input_tokens_details);
     return {
       status: res.statusCode,
       bytes,
       body: parsed as Record<string, unknown>,
-      usage: { promptTokens: input, completionTokens: output, totalTokens: input + output },
+      usage: {
+        promptTokens: input,
+        completionTokens: output,
+        totalTokens: input + output,
+        ...(cached === undefined ? {} : { cachedTokens: cached }),
+      },
       finishReason: typeof o.status === 'string' ? o.status : undefined,
     };
   }

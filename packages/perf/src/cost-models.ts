@@ -282,3 +282,25 @@ export function costModelPreset(
   const link = tp > 1 && interconnect === 'pcie' ? '/pcie' : '';
   return new LinearStepCostModel(`${model}@${gpu}×${tp}${link}`, coefficients, derivation);
 }
+
+/**
+ * A prompt token's cost when the prefix cache holds it, relative to one prefilled, under the
+ * InferMax step form: a prefilled token costs the step its matmuls (`perPrefillTokenMs`) and, once
+ * in KV, a read by attention (`perKvTokenMs`); a cached token costs only the read. So the weight
+ * is `perKvTokenMs / (perPrefillTokenMs + perKvTokenMs)`. Both then hold KV alike and are read
+ * alike by every later step, which is the cost of the request's context and not of its prefill.
+ */
+export function cachedTokenWeightOf(c: StepCostCoefficients): number {
+  const prefilled = c.perPrefillTokenMs + c.perKvTokenMs;
+  return prefilled > 0 ? c.perKvTokenMs / prefilled : 1;
+}
+
+/**
+ * {@link cachedTokenWeightOf} the preset for `(model, gpu, tp)`; undefined when no preset is
+ * known (the caller then uses `DEFAULT_CACHED_TOKEN_WEIGHT` of `@fairway/core`).
+ */
+export function cachedTokenWeightFor(model: string, gpu: string, tp = 1): number | undefined {
+  if (GPU_HARDWARE[gpu] === undefined || MODEL_ARCHITECTURES[model] === undefined) return undefined;
+  if (!Number.isInteger(tp) || tp < 1) return undefined;
+  return cachedTokenWeightOf(costCoefficients(model, gpu, tp).coefficients);
+}

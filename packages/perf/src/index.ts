@@ -1,6 +1,8 @@
 export {
   COST_MODEL_REFERENCES,
   type CostModelReference,
+  cachedTokenWeightFor,
+  cachedTokenWeightOf,
   costCoefficients,
   costModelPreset,
   LinearStepCostModel,

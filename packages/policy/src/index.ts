@@ -77,6 +77,7 @@ export {
   type AppSample,
   MAX_LEARNED_STAGES,
 } from './app-profile-learner.ts';
+export { CachedShareHistory } from './cached-share.ts';
 export { deadlineMs, edfPolicy, sloClassMap } from './edf.ts';
 export {
   FitError,

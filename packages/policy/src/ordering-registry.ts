@@ -1,4 +1,10 @@
-import { type CostFunction, DEFAULT_SLO_CLASSES, linearCost, type SloClass } from '@fairway/core';
+import {
+  type CostFunction,
+  DEFAULT_SLO_CLASSES,
+  linearCost,
+  type RequestDescriptor,
+  type SloClass,
+} from '@fairway/core';
 import { type AdmissionPolicy, composeAdmission } from './admission.ts';
 import { edfPolicy } from './edf.ts';
 import { PolicyInputError } from './errors.ts';
@@ -46,6 +52,11 @@ export interface OrderingPolicyOptions {
   readonly sloClasses?: readonly SloClass[];
   /** Seed of `vtc-noisy-oracle`'s prediction errors. @default 0 */
   readonly seed?: number;
+  /**
+   * Weight of a prompt token served from the prefix cache under the counter-based policies (VTC's
+   * family and WSC), a number in [0, 1] or one per request. @default DEFAULT_CACHED_TOKEN_WEIGHT
+   */
+  readonly cachedTokenWeight?: number | ((req: RequestDescriptor) => number);
 }
 
 function missing(name: string, field: string, what: string): PolicyInputError {
@@ -67,6 +78,8 @@ export function orderingPolicyByName(
   options: OrderingPolicyOptions = {},
 ): OrderingPolicy {
   const cost = options.cost ?? linearCost();
+  const cached =
+    options.cachedTokenWeight === undefined ? {} : { cachedTokenWeight: options.cachedTokenWeight };
   const admissions: AdmissionPolicy[] = [];
   if (name === 'rpm' && options.rpm === undefined)
     throw missing(name, 'rpm', 'requests per minute per tenant');
@@ -87,28 +100,28 @@ export function orderingPolicyByName(
       ordering = { ...fcfsPolicy(cost), name: `rpm(${options.rpm})` };
       break;
     case 'lcf':
-      ordering = vtcPolicy({ cost, lift: 'none' });
+      ordering = vtcPolicy({ ...cached, cost, lift: 'none' });
       break;
     case 'vtc':
-      ordering = vtcPolicy({ cost });
+      ordering = vtcPolicy({ ...cached, cost });
       break;
     case 'vtc-weighted':
       if (options.weightOf === undefined) throw missing(name, 'weightOf', 'a weight per tenant');
-      ordering = vtcPolicy({ cost, weightOf: options.weightOf });
+      ordering = vtcPolicy({ ...cached, cost, weightOf: options.weightOf });
       break;
     case 'vtc-predict':
-      ordering = vtcPolicy({ cost, prediction: 'history' });
+      ordering = vtcPolicy({ ...cached, cost, prediction: 'history' });
       break;
     case 'vtc-oracle':
-      ordering = vtcPolicy({ cost, prediction: 'oracle' });
+      ordering = vtcPolicy({ ...cached, cost, prediction: 'oracle' });
       break;
     case 'vtc-noisy-oracle':
-      ordering = vtcPolicy({ cost, prediction: 'noisy-oracle', seed: options.seed ?? 0 });
+      ordering = vtcPolicy({ ...cached, cost, prediction: 'noisy-oracle', seed: options.seed ?? 0 });
       break;
     case 'wsc':
     case 'wsc-oit':
       if (options.wsc === undefined) throw missing(name, 'wsc', 'app profiles');
-      ordering = { ...wscPolicy(options.wsc), name };
+      ordering = { ...wscPolicy({ ...cached, ...options.wsc }), name };
       if (name === 'wsc-oit') {
         if (options.oit === undefined) throw missing(name, 'oit', 'user and app limits');
         admissions.unshift(oitAdmission(options.oit));

@@ -1,4 +1,13 @@
-import { type CostFunction, createRng, linearCost, type RequestDescriptor, type Usage } from '@fairway/core';
+import {
+  type CostFunction,
+  chargedPromptTokens,
+  createRng,
+  DEFAULT_CACHED_TOKEN_WEIGHT,
+  linearCost,
+  type RequestDescriptor,
+  type Usage,
+} from '@fairway/core';
+import { CachedShareHistory } from './cached-share.ts';
 import { PolicyInputError } from './errors.ts';
 import type { LiftMode, OrderingPolicy } from './ordering.ts';
 
@@ -41,8 +50,39 @@ export interface VtcOptions {
   readonly noise?: number;
   /** Seed of `noisy-oracle`'s errors; a request's error depends only on the seed and its id. @default 0 */
   readonly seed?: number;
+  /**
+   * Weight of a prompt token the engine served from its prefix cache, relative to one it
+   * prefilled (0–1), or a weight per request (by its model's pool). The hit is known only from
+   * the engine's usage, so the dispatch charge predicts it (`predictCached`) and settlement
+   * corrects it to the engine's count. @default DEFAULT_CACHED_TOKEN_WEIGHT (0.1)
+   */
+  readonly cachedTokenWeight?: number | ((req: RequestDescriptor) => number);
+  /**
+   * Whether the dispatch charge predicts the prompt's cached tokens from the flow's recent share
+   * ({@link CachedShareHistory}, learned from the engines' usage as requests settle). Without it a
+   * request is charged its whole prompt until it settles, which, with many long cached prompts in
+   * flight, holds a flow's counter far above its service meanwhile. @default true
+   */
+  readonly predictCached?: boolean;
   /** Policy name in reports. @default derived from the options */
   readonly name?: string;
+}
+
+/** The cached-token weight of a request under a policy option (a number or a function of it). */
+export function cachedWeightOf(
+  option: number | ((req: RequestDescriptor) => number) | undefined,
+  req: RequestDescriptor,
+): number {
+  if (option === undefined) return DEFAULT_CACHED_TOKEN_WEIGHT;
+  return checkCachedWeight(typeof option === 'number' ? option : option(req));
+}
+
+function checkCachedWeight(w: number): number {
+  if (!(w >= 0 && w <= 1))
+    throw new PolicyInputError('cachedTokenWeight', [
+      { path: 'cachedTokenWeight', message: `must be in [0, 1], got ${w}` },
+    ]);
+  return w;
 }
 
 /**
@@ -76,6 +116,7 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
   if (!(noise >= 0 && noise <= 1))
     throw new PolicyInputError('vtcPolicy', [{ path: 'noise', message: `must be in [0, 1], got ${noise}` }]);
   const seed = options.seed ?? 0;
+  if (typeof options.cachedTokenWeight === 'number') checkCachedWeight(options.cachedTokenWeight);
   const predicted = (req: RequestDescriptor, history: number | undefined): number => {
     switch (prediction) {
       case 'none':
@@ -91,6 +132,14 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
       }
     }
   };
+  const cachedHistory = (options.predictCached ?? true) ? new CachedShareHistory() : undefined;
+  /** The prompt as charged at dispatch: the flow's predicted cached share at the weight. */
+  const promptAtDispatch = (req: RequestDescriptor): number => {
+    if (cachedHistory === undefined) return req.inputTokens;
+    const cached = cachedHistory.predict(req.tenant, req.inputTokens);
+    if (cached === 0) return req.inputTokens;
+    return req.inputTokens - (1 - cachedWeightOf(options.cachedTokenWeight, req)) * cached;
+  };
   const base = lift === 'none' ? 'lcf' : 'vtc';
   const variant = VARIANT_SUFFIX[prediction];
   const weighted = weightOf !== undefined ? '-weighted' : '';
@@ -100,7 +149,8 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
     lift,
     flowOf: (req) => req.tenant,
     score: (req) => req.arrivalMs,
-    dispatchCost: (req, history) => cost.cost(req.inputTokens, predicted(req, history)) / weight(req.tenant),
+    dispatchCost: (req, history) =>
+      cost.cost(promptAtDispatch(req), predicted(req, history)) / weight(req.tenant),
     outputCost: (req, before, after, history) => {
       const p = predicted(req, history);
       const from = Math.max(before, p);
@@ -108,8 +158,16 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
       if (to <= from) return 0;
       return (cost.cost(req.inputTokens, to) - cost.cost(req.inputTokens, from)) / weight(req.tenant);
     },
-    // The engine's usage settles the prompt too: admission only estimated it.
-    finalCost: (req, usage: Usage) => cost.cost(usage.inputTokens, usage.outputTokens) / weight(req.tenant),
+    // The engine's usage settles the prompt too: admission only estimated it, and only the engine
+    // knows which of its tokens came from the prefix cache.
+    finalCost: (req, usage: Usage) =>
+      cost.cost(
+        chargedPromptTokens(usage, cachedWeightOf(options.cachedTokenWeight, req)),
+        usage.outputTokens,
+      ) / weight(req.tenant),
+    ...(cachedHistory
+      ? { settled: (req: RequestDescriptor, usage: Usage) => cachedHistory.observe(req.tenant, usage) }
+      : {}),
   };
 }
 

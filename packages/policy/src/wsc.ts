@@ -1,9 +1,11 @@
-import type { AppProfile, RequestDescriptor, Usage } from '@fairway/core';
+import { type AppProfile, cachedPromptTokens, type RequestDescriptor, type Usage } from '@fairway/core';
 import { z } from 'zod';
 import type { AppProfileLearner } from './app-profile-learner.ts';
+import { CachedShareHistory } from './cached-share.ts';
 import { PolicyInputError, parseInput } from './errors.ts';
 import { appOf, userOf } from './oit.ts';
 import type { OrderingPolicy } from './ordering.ts';
+import { cachedWeightOf } from './vtc.ts';
 
 /** Options of {@link wscPolicy}. */
 export interface WscOptions {
@@ -39,6 +41,17 @@ export interface WscOptions {
    * FairServe's Algorithm 1 writes it). @default 'streaming'
    */
   readonly chargeAt?: 'streaming' | 'completion';
+  /**
+   * Weight of a prompt token the engine served from its prefix cache, relative to one it
+   * prefilled (0–1), or a weight per request; applied to the system prompt first (the prefix a
+   * cache holds), then to the rest. @default DEFAULT_CACHED_TOKEN_WEIGHT (0.1)
+   */
+  readonly cachedTokenWeight?: number | ((req: RequestDescriptor) => number);
+  /**
+   * Whether the dispatch charge predicts the prompt's cached tokens from the flow's recent share
+   * (as VTC's `predictCached`). @default true
+   */
+  readonly predictCached?: boolean;
 }
 
 const wscSchema = z.object({
@@ -98,12 +111,34 @@ export function wscPolicy(options: WscOptions): OrderingPolicy {
     const e = options.userPriority?.(userOf(req)) ?? 1;
     return e / w;
   };
-  const promptCost = (req: RequestDescriptor): number => {
+  const promptCost = (req: RequestDescriptor, usage?: Usage): number => {
     const sys = Math.min(req.systemTokens ?? 0, req.inputTokens);
-    return alpha * (req.inputTokens - sys) + beta * sys;
+    const full = alpha * (req.inputTokens - sys) + beta * sys;
+    if (usage === undefined) return full;
+    // The cache holds a prompt's leading blocks, the system prompt first.
+    const cached = Math.min(cachedPromptTokens(usage), req.inputTokens);
+    if (cached === 0) return full;
+    const discount = 1 - cachedWeightOf(options.cachedTokenWeight, req);
+    const cachedSys = Math.min(cached, sys);
+    return full - discount * (beta * cachedSys + alpha * (cached - cachedSys));
   };
   const counter = options.counter ?? 'user';
   const learner = options.learner;
+  const cachedHistory = (options.predictCached ?? true) ? new CachedShareHistory() : undefined;
+  const flowOf = (req: RequestDescriptor): string => wscFlowOf(req, counter);
+  /** The prompt's cost at dispatch, its flow's predicted cached share at the weight. */
+  const promptAtDispatch = (req: RequestDescriptor): number =>
+    cachedHistory === undefined
+      ? promptCost(req)
+      : promptCost(req, {
+          inputTokens: req.inputTokens,
+          outputTokens: 0,
+          cachedTokens: cachedHistory.predict(flowOf(req), req.inputTokens),
+        });
+  const settled = (req: RequestDescriptor, usage: Usage): void => {
+    learner?.observe(req, usage);
+    cachedHistory?.observe(flowOf(req), usage);
+  };
   return {
     name: 'wsc',
     mode: 'fair',
@@ -113,12 +148,12 @@ export function wscPolicy(options: WscOptions): OrderingPolicy {
     ...(options.chargeAt === 'completion'
       ? { dispatchCost: () => 0, outputCost: () => 0 }
       : {
-          dispatchCost: (req: RequestDescriptor) => promptCost(req) * norm(req),
+          dispatchCost: (req: RequestDescriptor) => promptAtDispatch(req) * norm(req),
           outputCost: (req: RequestDescriptor, before: number, after: number) =>
             after > before ? gamma * (after - before) * norm(req) : 0,
         }),
-    finalCost: (req, usage: Usage) => (promptCost(req) + gamma * usage.outputTokens) * norm(req),
-    ...(learner ? { settled: (req: RequestDescriptor, usage: Usage) => learner.observe(req, usage) } : {}),
+    finalCost: (req, usage: Usage) => (promptCost(req, usage) + gamma * usage.outputTokens) * norm(req),
+    ...(learner || cachedHistory ? { settled } : {}),
     continuation: continuesInteraction,
   };
 }

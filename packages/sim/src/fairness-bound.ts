@@ -6,7 +6,7 @@
  * tokens, which bounds the prompt and output tokens of everything running at once. With gateways
  * sharing counters the running batch is the whole fleet's, so `M` sums the replicas' capacities.
  */
-import { type CostFunction, linearCost, type RequestDescriptor } from '@fairway/core';
+import { type CostFunction, chargedPromptTokens, linearCost, type RequestDescriptor } from '@fairway/core';
 import { type EngineConfig, EngineModel } from '@fairway/perf';
 import type { RequestRecord, SimRun } from './records.ts';
 
@@ -69,13 +69,24 @@ class CounterService {
   /** Service in [0, times[k]). */
   readonly #before: number[] = [];
 
-  constructor(records: readonly RequestRecord[], durationS: number, cost: CostFunction, weight: number) {
+  constructor(
+    records: readonly RequestRecord[],
+    durationS: number,
+    cost: CostFunction,
+    weight: number,
+    cachedWeight: number,
+  ) {
     const ev: { t: number; jump: number; dSlope: number }[] = [];
     for (const r of records) {
       if (r.rejected || r.dispatchS === undefined || r.dispatchS > durationS) continue;
-      const input = cost.cost(r.req.inputTokens, 0) / weight;
+      // The prompt at its computed cost: tokens the prefix cache served count `cachedWeight`.
+      const prompt = chargedPromptTokens(
+        { inputTokens: r.req.inputTokens, outputTokens: r.generated, cachedTokens: r.cachedTokens },
+        cachedWeight,
+      );
+      const input = cost.cost(prompt, 0) / weight;
       ev.push({ t: r.dispatchS, jump: input, dSlope: 0 });
-      const output = (cost.cost(r.req.inputTokens, r.generated) - cost.cost(r.req.inputTokens, 0)) / weight;
+      const output = (cost.cost(prompt, r.generated) - cost.cost(prompt, 0)) / weight;
       if (output === 0 || r.firstTokenS === undefined) continue;
       const end = Math.min(r.finishS ?? durationS, durationS);
       if (end - r.firstTokenS <= 1e-9) ev.push({ t: r.firstTokenS, jump: output, dSlope: 0 });
@@ -164,12 +175,19 @@ export function backlogIntervals(records: readonly RequestRecord[], durationS: n
  * extremes lie at the two flows' breakpoints (dispatches, first and last tokens), each taken
  * before and after its jump. Cost O(n log n) per pair in the number of requests.
  * @param cost service measure. @default linear, w_in = 1, w_out = 2 (the paper's)
+ * @param cachedTokenWeight weight of a prompt token the prefix cache served (`RequestRecord.cachedTokens`),
+ *   as the counters charged it. @default 1 (every prompt token counts in full)
  */
 export function backloggedServiceGap(
   run: SimRun,
-  options: { readonly cost?: CostFunction; readonly fromS?: number } = {},
+  options: {
+    readonly cost?: CostFunction;
+    readonly fromS?: number;
+    readonly cachedTokenWeight?: number;
+  } = {},
 ): BackloggedGap {
   const cost = options.cost ?? linearCost();
+  const cachedWeight = options.cachedTokenWeight ?? 1;
   const fromS = options.fromS ?? 0;
   const T = run.durationS;
   const byFlow = new Map<string, RequestRecord[]>();
@@ -179,7 +197,9 @@ export function backloggedServiceGap(
     else byFlow.set(r.req.tenant, [r]);
   }
   const flows = [...byFlow.keys()].sort();
-  const service = flows.map((id) => new CounterService(byFlow.get(id)!, T, cost, run.tenantWeights[id] ?? 1));
+  const service = flows.map(
+    (id) => new CounterService(byFlow.get(id)!, T, cost, run.tenantWeights[id] ?? 1, cachedWeight),
+  );
   const backlog = flows.map((id) =>
     backlogIntervals(byFlow.get(id)!, T)
       .map(([a, b]): [number, number] => [Math.max(a, fromS), b])

@@ -158,6 +158,7 @@ export {
 export { type RunInput, runSimulation } from './runner.ts';
 export {
   buildRunInput,
+  fleetCachedTokenWeight,
   type LoadedScenario,
   listScenarios,
   loadScenario,

@@ -33,6 +33,11 @@ export interface MetricsOptions {
   readonly serviceStart?: 'dispatch' | 'first-token' | undefined;
   /** Service cost of (input, output) tokens. @default linearCost() — 1·input + 2·output */
   readonly cost?: CostFunction | undefined;
+  /**
+   * Weight of a prompt token the prefix cache served in the backlogged service gap
+   * (`accumulatedMaxDiff`), as the counters charged it. @default 1
+   */
+  readonly cachedTokenWeight?: number | undefined;
   /** SLO classes for attainment. @default DEFAULT_SLO_CLASSES */
   readonly sloClasses?: readonly SloClass[] | undefined;
 }
@@ -286,7 +291,11 @@ export function computeMetrics(run: SimRun, options: MetricsOptions = {}): SimMe
     : 0;
 
   const series = buildSeries(run, tenantIds, curves, byTenant, { windowS, warmupS, step });
-  const accumulatedMaxDiff = backloggedServiceGap(run, { cost, fromS: warmupS }).gap;
+  const accumulatedMaxDiff = backloggedServiceGap(run, {
+    cost,
+    fromS: warmupS,
+    ...(options.cachedTokenWeight === undefined ? {} : { cachedTokenWeight: options.cachedTokenWeight }),
+  }).gap;
   const jain = jainIndex(active.map((id) => curves.get(id)!.total / weight(id)));
 
   // Requests, throughput, latency.

@@ -22,6 +22,11 @@ export interface RequestRecord {
   readonly generated: number;
   /** Times the engine preempted it (recompute). */
   readonly preemptions: number;
+  /**
+   * Prompt tokens the engine's prefix cache served (reported in its usage and charged at the
+   * cached-token weight); absent when the engine does not cache prefixes.
+   */
+  readonly cachedTokens?: number | undefined;
   /** Times an SLO control evicted it and re-queued it at the gateway (QLM); absent when never. */
   readonly evictions?: number | undefined;
 }

@@ -162,6 +162,8 @@ interface Rec {
   finishS: number | undefined;
   generated: number;
   preemptions: number;
+  /** Prompt tokens its engine's prefix cache served (its finished event's `cachedTokens`). */
+  cachedTokens: number | undefined;
   /** Output tokens it had when its current run on an engine started (after an eviction). */
   resumeFrom: number;
   evictions: number;
@@ -347,11 +349,15 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
                 gateway: rec.gateway,
               });
           }
+          // A run resumed after an eviction re-sends its prompt with the output so far; what its
+          // cache served is not the original prompt's, so it settles without a cache hit.
+          if (rec.resumeFrom === 0) rec.cachedTokens = e.cachedTokens;
           here.delete(e.id);
           control?.onFinished(rec.req, rec.generated);
           await gateways[rec.gateway]!.complete(e.id, {
             inputTokens: rec.req.inputTokens,
             outputTokens: rec.generated,
+            cachedTokens: rec.cachedTokens,
           });
           break;
         }
@@ -455,6 +461,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
       finishS: undefined,
       generated: 0,
       preemptions: 0,
+      cachedTokens: undefined,
       resumeFrom: 0,
       evictions: 0,
       dispatchMs: 0,
@@ -624,6 +631,7 @@ function toRecord(r: Rec): RequestRecord {
     finishS: r.finishS,
     generated: r.generated,
     preemptions: r.preemptions,
+    ...(r.cachedTokens === undefined ? {} : { cachedTokens: r.cachedTokens }),
     ...(r.evictions > 0 ? { evictions: r.evictions } : {}),
   };
 }

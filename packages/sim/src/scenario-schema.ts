@@ -140,6 +140,7 @@ export const streamSchema = z
     prefix: z
       .object({
         sharedTokens: z.number().int().nonnegative().optional(),
+        sharedPrefix: id.optional(),
         conversation: z.boolean().optional(),
         blockSize: posInt.optional(),
         maxContextTokens: posInt.optional(),

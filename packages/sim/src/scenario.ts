@@ -5,6 +5,7 @@
 import { dirname, isAbsolute, resolve } from 'node:path';
 import {
   ConfigError,
+  DEFAULT_CACHED_TOKEN_WEIGHT,
   DEFAULT_SLO_CLASSES,
   ErrorCode,
   type LengthSpec,
@@ -15,7 +16,13 @@ import {
   type SloClass,
   type Tenant,
 } from '@fairway/core';
-import type { EngineConfig, StepNoise } from '@fairway/perf';
+import {
+  cachedTokenWeightFor,
+  cachedTokenWeightOf,
+  type EngineConfig,
+  LinearStepCostModel,
+  type StepNoise,
+} from '@fairway/perf';
 import type { PrefixAffinityMode } from '@fairway/scheduler';
 import { QLM_SCENARIOS } from './qlm-scenarios.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
@@ -96,12 +103,34 @@ export interface ScenarioRunInput {
   readonly sloClasses: readonly SloClass[];
   /** FairServe's user priority factor E of the tenants that set one (absent: 1). */
   readonly userPriorities: Readonly<Record<string, number>>;
+  /**
+   * Weight of a prompt token served from the prefix cache in the fairness counters: the relative
+   * cost derived from the engines' performance presets (the largest if they differ).
+   */
+  readonly cachedTokenWeight: number;
   /** The gateways' prefix-cache affinity (scenario or override). @default 'off' */
   readonly prefixAffinity?: PrefixAffinityMode | undefined;
   /** Load bound of `bounded` affinity. @default 1.25 */
   readonly affinityLoadFactor?: number | undefined;
   /** Least bound of `bounded` affinity, × the pool's mean KV capacity. @default 0.05 */
   readonly affinityFloor?: number | undefined;
+}
+
+/**
+ * The cached-token weight of a fleet: its engines' relative cost derived from their cost models
+ * (`cachedTokenWeightOf`), the largest of them; `DEFAULT_CACHED_TOKEN_WEIGHT` when none is known.
+ */
+export function fleetCachedTokenWeight(engines: readonly { readonly config: EngineConfig }[]): number {
+  let w: number | undefined;
+  for (const e of engines) {
+    const c = e.config.costModel;
+    const own =
+      c instanceof LinearStepCostModel
+        ? cachedTokenWeightOf(c.coefficients)
+        : cachedTokenWeightFor(e.config.model, e.config.gpu, e.config.tp ?? 1);
+    if (own !== undefined) w = Math.max(w ?? 0, own);
+  }
+  return w ?? DEFAULT_CACHED_TOKEN_WEIGHT;
 }
 
 /** Run-time overrides of a scenario's settings. */
@@ -233,6 +262,7 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
     arrivals,
     sloClasses,
     userPriorities,
+    cachedTokenWeight: fleetCachedTokenWeight(engines),
     ...((overrides.prefixAffinity ?? s.prefixAffinity) !== undefined
       ? { prefixAffinity: overrides.prefixAffinity ?? s.prefixAffinity }
       : {}),

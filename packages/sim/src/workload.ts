@@ -55,6 +55,12 @@ export interface PrefixSpec {
    */
   readonly sharedTokens?: number | undefined;
   /**
+   * Name of the shared tokens: streams that name the same prefix start with the same tokens (one
+   * system prompt many tenants' apps send), so their requests share its KV blocks.
+   * @default the stream's own (no other stream shares it)
+   */
+  readonly sharedPrefix?: string | undefined;
+  /**
    * The calls of one interaction are turns of one conversation: each turn's prompt is the previous
    * turn's prompt and answer followed by the sampled input (the new user message). @default false
    */
@@ -72,9 +78,10 @@ export interface PrefixSpec {
 function prefixHashes(p: PrefixSpec, stream: string, key: string, tokens: number): string[] {
   const bs = p.blockSize ?? 16;
   const shared = p.sharedTokens ?? 0;
+  const sharedName = p.sharedPrefix === undefined ? stream : `prefix:${p.sharedPrefix}`;
   const out: string[] = [];
   for (let b = 0; b < Math.floor(tokens / bs); b++)
-    out.push((b + 1) * bs <= shared ? `${stream}:shared/${b}` : `${stream}:${key}/${b}`);
+    out.push((b + 1) * bs <= shared ? `${sharedName}:shared/${b}` : `${stream}:${key}/${b}`);
   return out;
 }
 

@@ -200,6 +200,7 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
           history,
           seed: input.seed,
           userPriorities: input.userPriorities,
+          cachedTokenWeight: input.cachedTokenWeight,
         }),
       sloClasses: slo?.gatewayClasses ?? input.sloClasses,
       control: slo?.control,
@@ -212,7 +213,11 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     bar?.stop();
   }
   const wallMs = performance.now() - started;
-  const metrics = computeMetrics(run, { sloClasses: input.sloClasses });
+  const metrics = computeMetrics(run, {
+    sloClasses: input.sloClasses,
+    // Service is measured as the counters charge it: cached prompt tokens at the fleet's weight.
+    cachedTokenWeight: input.cachedTokenWeight,
+  });
   const report = buildReport(run, metrics, wallMs, {
     interactions: computeInteractionMetrics(run),
     ...(slo?.control ? { control: slo.control.stats() } : {}),

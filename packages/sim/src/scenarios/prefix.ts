@@ -1,10 +1,33 @@
 /**
  * Shared-prefix workloads for vLLM's automatic prefix caching (docs/researchers/prefix-caching.md):
  * multi-turn conversations that resend their history every turn, each turn sent when the answer
- * to the previous one is complete, and agents whose calls share a
- * long system prompt, on one A100-80GB replica of Llama-2-7B with `enablePrefixCaching` on.
+ * to the previous one is complete; agents whose calls share a long system prompt; many tenants
+ * whose apps send one system prompt. `multi-turn-chat` runs on one A100-80GB replica of
+ * Llama-2-7B; the fleet scenarios on four, overloaded, where placement decides which replica's
+ * cache a turn finds (`reports/prefix-affinity.md`).
  */
 import type { ScenarioInput } from '../scenario-schema.ts';
+
+/** Four A100-80GB replicas of Llama-2-7B with prefix caching. */
+const FLEET: ScenarioInput['cluster'] = {
+  engines: [{ gpu: 'A100-80GB', model: 'llama-2-7b', count: 4, options: { enablePrefixCaching: true } }],
+};
+
+/** A closed-loop chat tenant: conversations of 4–12 turns that resend their history. */
+function chatStream(tenant: string, rate: number): NonNullable<ScenarioInput['streams']>[number] {
+  return {
+    tenant,
+    arrival: { process: 'poisson', rate },
+    input: { kind: 'uniform', min: 50, max: 400 },
+    output: { kind: 'uniform', min: 50, max: 300 },
+    maxTokens: 'output',
+    interaction: {
+      size: { kind: 'uniform', min: 4, max: 12 },
+      followUp: { mode: 'after-completion', thinkS: { kind: 'exponential', mean: 3 } },
+    },
+    prefix: { sharedTokens: 600, conversation: true },
+  };
+}
 
 /** Built-in prefix-caching scenarios by name. */
 export const PREFIX_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
@@ -41,5 +64,60 @@ export const PREFIX_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
         prefix: { sharedTokens: 1500 },
       },
     ],
+  },
+  'multi-turn-chat-fleet': {
+    description:
+      'four chat tenants (one sending four times the conversations of each other) resending their history, closed loop, 4-12 turns, 600-token system prompt per tenant; 4x A100-80GB llama-2-7b with prefix caching, overloaded',
+    durationS: 180,
+    seed: 11,
+    cluster: FLEET,
+    tenants: [{ id: 'heavy' }, { id: 'chat-a' }, { id: 'chat-b' }, { id: 'chat-c' }],
+    streams: [
+      chatStream('heavy', 2),
+      chatStream('chat-a', 0.5),
+      chatStream('chat-b', 0.5),
+      chatStream('chat-c', 0.5),
+    ],
+  },
+  'agents-shared-prompt': {
+    description:
+      'three agent tenants, each with its own 3,000-token system prompt, running tool loops of 2-8 calls that resend the loop so far (closed loop, 0.5 s tool time); 4x A100-80GB llama-2-7b with prefix caching',
+    durationS: 180,
+    seed: 13,
+    cluster: FLEET,
+    tenants: [{ id: 'agent-a' }, { id: 'agent-b' }, { id: 'agent-c' }],
+    streams: (['agent-a', 'agent-b', 'agent-c'] as const).map((tenant, i) => ({
+      tenant,
+      arrival: { process: 'poisson' as const, rate: [2, 1, 1][i]! },
+      // A tool result or a user task: the call's new tokens after the loop so far.
+      input: { kind: 'uniform' as const, min: 50, max: 300 },
+      output: { kind: 'uniform' as const, min: 20, max: 150 },
+      maxTokens: 'output' as const,
+      interaction: {
+        size: { kind: 'uniform' as const, min: 2, max: 8 },
+        followUp: { mode: 'after-completion' as const, thinkS: { kind: 'exponential' as const, mean: 0.5 } },
+      },
+      prefix: { sharedTokens: 3000, conversation: true, maxContextTokens: 4096 },
+    })),
+  },
+  'tenants-shared-prompt': {
+    description:
+      'eight tenants whose apps send one 2,000-token system prompt, each running short closed-loop conversations (2-6 turns) after it; one tenant sends four times the others; 4x A100-80GB llama-2-7b with prefix caching, overloaded',
+    durationS: 180,
+    seed: 17,
+    cluster: FLEET,
+    tenants: Array.from({ length: 8 }, (_, i) => ({ id: `t${i + 1}` })),
+    streams: Array.from({ length: 8 }, (_, i) => ({
+      tenant: `t${i + 1}`,
+      arrival: { process: 'poisson' as const, rate: i === 0 ? 2 : 0.5 },
+      input: { kind: 'uniform' as const, min: 50, max: 300 },
+      output: { kind: 'uniform' as const, min: 50, max: 250 },
+      maxTokens: 'output' as const,
+      interaction: {
+        size: { kind: 'uniform' as const, min: 2, max: 6 },
+        followUp: { mode: 'after-completion' as const, thinkS: { kind: 'exponential' as const, mean: 3 } },
+      },
+      prefix: { sharedTokens: 2000, sharedPrefix: 'product-system-prompt', conversation: true },
+    })),
   },
 };
