@@ -216,6 +216,15 @@ export const VTC_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
       },
     ],
   },
+  'vtc-real-trace': {
+    description:
+      "VTC section 5.3 replayed from the artifact's published request trace: 1,500 requests of 27 clients over 600 s " +
+      '(150 req/min; arrival time, client, input and output length per request), max_tokens = output',
+    durationS: 600,
+    seed: 42,
+    cluster: A10G_VTC,
+    trace: { name: 'vtc-artifact-real', maxTokens: 'output' },
+  },
   'vtc-real': {
     description:
       'Like VTC section 5.3 (27 clients of a chat service, 210 req/min over 10 minutes, mean 136 in / 256 out): ' +
