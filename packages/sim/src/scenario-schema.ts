@@ -173,6 +173,8 @@ export const engineOptionsSchema = z
     enablePrefixCaching: z.boolean().optional(),
     /** Step-time jitter, e.g. `{ distribution: lognormal }` (CV 0.10, vLLM's measured decode jitter). */
     stepNoise: stepNoiseSchema.optional(),
+    /** S-LoRA's admission cadence: admit every k decode steps with a future-peak KV check (0: off). */
+    admitEverySteps: z.number().int().min(0).optional(),
   })
   .strict();
 
