@@ -185,6 +185,23 @@ describe('built-in scenarios', () => {
     }
   });
 
+  it("passes S-LoRA's admission cadence from a scenario's engine options to the engines", () => {
+    const base = loadScenario('vtc-overload');
+    const engines = base.scenario.cluster.engines.map((e) => ({
+      ...e,
+      options: { ...e.options, admitEverySteps: 10 },
+    }));
+    const scenario = parseScenario({ ...base.scenario, cluster: { engines } }, 'cadence.yaml');
+    const run = buildRunInput({ ...base, name: 'cadence', scenario });
+    expect(run.engines[0]!.config).toMatchObject({ admitEverySteps: 10, blockSize: 1 });
+    expect(() =>
+      parseScenario(
+        { ...base.scenario, cluster: { engines: [{ ...engines[0]!, options: { admitEverySteps: -1 } }] } },
+        'bad.yaml',
+      ),
+    ).toThrow(/admitEverySteps/);
+  });
+
   it("vtc-real-trace replays the artifact's trace request for request: its clients, arrivals and lengths", () => {
     const run = buildRunInput(loadScenario('vtc-real-trace'));
     // The last request arrives at exactly 600 s, the cut, and is dropped with everything after it.
