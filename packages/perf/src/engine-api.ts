@@ -89,6 +89,15 @@ export interface EngineConfig {
    * @default false
    */
   readonly enablePrefixCaching?: boolean;
+  /**
+   * S-LoRA's admission cadence (the router VTC runs on: `max_wait_tokens`, 10): while sequences
+   * run, new ones are admitted only once at least this many decode steps have passed since the
+   * last admission (an idle engine admits at once), and a sequence is admitted only if the batch's
+   * future peak of KV use fits — every running and admitted sequence growing to its `max_tokens`,
+   * each freeing its memory when it finishes. 0 keeps vLLM's admission: every step, the prompt
+   * alone checked against free blocks. @default 0
+   */
+  readonly admitEverySteps?: number;
 }
 
 /** Distribution of the factor a step's time is multiplied by. */

@@ -60,6 +60,7 @@ export const engineConfigSchema = z
     stepNoise: stepNoiseSchema.optional(),
     maxModelLen: positiveInt.optional(),
     enablePrefixCaching: z.boolean().optional(),
+    admitEverySteps: z.number().int().min(0).optional(),
   })
   .strict();
 
@@ -105,5 +106,6 @@ export function resolveEngineConfig(config: EngineConfig, source?: string): Reso
       (MODELS as Readonly<Record<string, ModelSpec>>)[c.model]?.maxModelLen ??
       Number.POSITIVE_INFINITY,
     enablePrefixCaching: c.enablePrefixCaching ?? false,
+    admitEverySteps: c.admitEverySteps ?? 0,
   };
 }

@@ -169,6 +169,12 @@ const byPriorityThenOrder = (a: Seq, b: Seq): number => a.priority - b.priority 
  * uncached free block evicts the least recently freed one. Cached free blocks count as free, as
  * in vLLM's `kv_cache_usage_perc`.
  *
+ * With `admitEverySteps` = k > 0 the engine admits as S-LoRA's router does (the engine the VTC
+ * paper measured on): into a running batch only after k decode steps since the last admission,
+ * head-of-line, each sequence only if the batch's future KV peak fits ({@link EngineConfig.admitEverySteps});
+ * a sequence whose own peak exceeds the pool finishes at once with `ignored: true`. Planned steps
+ * ({@link stepPlanned}) ignore the cadence.
+ *
  * Deviations from vLLM, chosen for a model that never loses a request: a prompt longer than
  * `maxNumBatchedTokens` (without chunked prefill) runs alone in a step instead of being rejected;
  * a decode preempts only when it actually needs a new block (vLLM v0 asks for one free block per
@@ -188,6 +194,10 @@ export class EngineModel implements EngineModelApi {
   readonly #decodeFirst: boolean;
   readonly #evictionFree: boolean;
   readonly #priority: boolean;
+  /** S-LoRA's admission cadence, decode steps (0: vLLM's, every step). */
+  readonly #admitEvery: number;
+  /** Decode steps run since the last step that admitted a sequence. */
+  #decodesSinceAdmit = 0;
   readonly #seqs = new Map<string, Seq>();
   readonly #waiting = new WaitingQueue();
   /** Sequences refused for their length, reported at the next step. */
@@ -231,6 +241,7 @@ export class EngineModel implements EngineModelApi {
     this.#decodeFirst = this.config.batchPolicy === 'decode-priority';
     this.#evictionFree = this.config.preemption === 'eviction-free';
     this.#priority = this.config.priorityScheduling;
+    this.#admitEvery = this.config.admitEverySteps;
     this.#cache = this.config.enablePrefixCaching ? new PrefixCache() : undefined;
   }
 
@@ -308,14 +319,21 @@ export class EngineModel implements EngineModelApi {
     if (this.#priority && this.#running.length > 1) this.#running.sort(byPriorityThenOrder);
     let budget = this.#budget;
     this.#prefillLeft = this.#prefillBudget;
+    // S-LoRA's router admits into a running batch only every `admitEverySteps` decode steps.
+    const mayAdmit =
+      this.#admitEvery === 0 || this.#running.length === 0 || this.#decodesSinceAdmit >= this.#admitEvery;
     if (this.#decodeFirst) {
       budget = this.#scheduleDecodes(batch, events, budget);
       budget = this.#continuePrefills(batch, budget);
-      this.#admit(batch, events, budget);
+      if (mayAdmit) this.#admit(batch, events, budget);
     } else {
       budget = this.#continuePrefills(batch, budget);
-      this.#admit(batch, events, budget);
+      if (mayAdmit) this.#admit(batch, events, budget);
       if (batch.length === 0) this.#scheduleDecodes(batch, events, budget);
+    }
+    if (this.#admitEvery > 0) {
+      if (events.some((e) => e.kind === 'scheduled')) this.#decodesSinceAdmit = 0;
+      else if (batch.some((q) => q.stepTokens === 1 && q.computed >= q.prompt)) this.#decodesSinceAdmit++;
     }
     return this.#run(batch, events);
   }
@@ -613,6 +631,13 @@ export class EngineModel implements EngineModelApi {
       let taken = need - hit.length;
       for (const b of hit) if (b.refs === 0) taken++;
       if (this.#freeBlocks - taken < this.#watermarkBlocks) break;
+      if (this.#admitEvery > 0 && !this.#peakFits(s)) {
+        // Alone it would outgrow the pool: S-LoRA would wait forever; finish it as a prompt that never fits.
+        if (this.#running.length > 0) break;
+        this.#waiting.pop();
+        this.#ignore(s, events);
+        continue;
+      }
       const left = s.prompt - hit.length * this.#blockSize;
       let chunk = left;
       const room = Math.min(budget, this.#prefillLeft);
@@ -633,6 +658,30 @@ export class EngineModel implements EngineModelApi {
       if (budget <= 0) break;
     }
     return budget;
+  }
+
+  /**
+   * S-LoRA's future-peak check (`_can_add_new_req` in its router's request queue): whether the
+   * running sequences and `s`, each growing by a token per step to its final length (input +
+   * `max_tokens` − 1 KV tokens) and freeing its memory when it gets there, ever need more KV than
+   * the pool less the watermark. With the sequences sorted by tokens still to grow, longest first,
+   * the peak is at one of their finishing times: when the i-th finishes, the first i hold their
+   * current tokens plus its remaining growth. With blocks larger than a token, each live sequence
+   * may waste up to a block less one token.
+   */
+  #peakFits(s: Seq): boolean {
+    const seqs = [...this.#running, s].map((q) => {
+      const now = Math.max(q.computed, q.prompt);
+      return { now, left: Math.max(0, q.input + q.maxTokens - 1 - now) };
+    });
+    seqs.sort((a, b) => b.left - a.left);
+    const capacity = (this.#numBlocks - this.#watermarkBlocks) * this.#blockSize;
+    let held = 0;
+    for (let i = 0; i < seqs.length; i++) {
+      held += seqs[i]!.now;
+      if (held + (i + 1) * (seqs[i]!.left + this.#blockSize - 1) > capacity) return false;
+    }
+    return true;
   }
 
   #preempt(s: Seq, events: EngineEvent[]): void {

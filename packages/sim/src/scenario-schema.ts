@@ -174,6 +174,8 @@ export const engineOptionsSchema = z
     enablePrefixCaching: z.boolean().optional(),
     /** Step-time jitter, e.g. `{ distribution: lognormal }` (CV 0.10, vLLM's measured decode jitter). */
     stepNoise: stepNoiseSchema.optional(),
+    /** S-LoRA's admission cadence: admit every k decode steps with a future-peak KV check (0: off). */
+    admitEverySteps: z.number().int().min(0).optional(),
   })
   .strict();
 
@@ -206,9 +208,13 @@ export const traceSourceSchema = z
   .object({
     /** `azure-conv`, `azure-code`, or a CSV path (relative to the scenario file). */
     name: z.string().min(1),
+    /** Seeded Zipf split over N tenants; left out, the trace's own `tenant` column names them. */
     split: z
       .object({ tenants: posInt.max(1000), zipfS: nonNeg.default(1), seed: z.number().int().optional() })
-      .strict(),
+      .strict()
+      .optional(),
+    /** `output`: each request's `max_tokens` is its true output length (the VTC artifact's client). */
+    maxTokens: z.literal('output').optional(),
     rateScale: pos.default(1),
     startS: nonNeg.default(0),
     sloClass: id.optional(),

@@ -24,6 +24,7 @@ import {
   type StepNoise,
 } from '@fairway/perf';
 import type { PrefixAffinityMode } from '@fairway/scheduler';
+import { naturalCompare } from './metrics.ts';
 import { QLM_SCENARIOS } from './qlm-scenarios.ts';
 import { type Scenario, type ScenarioInput, scenarioSchema } from './scenario-schema.ts';
 import { AZURE_SCENARIOS } from './scenarios/azure.ts';
@@ -205,16 +206,18 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
   let tenantIds: string[];
   if (s.trace) {
     const t = s.trace;
-    tenantIds = splitTenantIds(t.split.tenants);
+    const trace = t.name in TRACE_FILES || isAbsolute(t.name) ? t.name : resolve(loaded.baseDir, t.name);
+    tenantIds = t.split
+      ? splitTenantIds(t.split.tenants)
+      : [...new Set(loadTrace(trace).map((r) => r.tenant ?? ''))].sort(naturalCompare);
     for (const id of declared.keys())
       if (!tenantIds.includes(id))
         throw new ConfigError(ErrorCode.SCENARIO_INVALID, loaded.name, [
           {
             path: 'tenants',
-            message: `tenant "${id}" is not one of the trace split's tenants (${tenantIds[0]}…${tenantIds.at(-1)})`,
+            message: `tenant "${id}" is not one of the trace's tenants (${tenantIds[0]}…${tenantIds.at(-1)})`,
           },
         ]);
-    const trace = t.name in TRACE_FILES || isAbsolute(t.name) ? t.name : resolve(loaded.baseDir, t.name);
     const apps: Record<string, string> = {};
     for (const [id, d] of declared) if (d.app) apps[id] = d.app;
     arrivals = traceWorkload({
@@ -226,6 +229,7 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
       startS: t.startS,
       durationS,
       sloClass: t.sloClass,
+      maxTokensExact: t.maxTokens === 'output',
       apps,
       maxModelLen: modelSpec(model).maxModelLen,
     });

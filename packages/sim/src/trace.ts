@@ -20,12 +20,17 @@ import { ConfigError, createRng, ErrorCode, searchCdf, zipfCdf } from '@fairway/
 import { byArrival } from './workload.ts';
 
 /** Names of the built-in traces. */
-export type TraceName = 'azure-conv' | 'azure-code';
+export type TraceName = 'azure-conv' | 'azure-code' | 'vtc-artifact-real';
 
-/** File names of the built-in traces in {@link tracesDir}. */
+/**
+ * File names of the built-in traces in {@link tracesDir}. `vtc-artifact-real` is the request trace
+ * of the VTC artifact's published real-workload results (Apache-2.0; provenance in the traces'
+ * README): 1,500 requests of 27 clients over 600 s, with a `tenant` column.
+ */
 export const TRACE_FILES: Readonly<Record<TraceName, string>> = {
   'azure-conv': 'azure-llm-inference-2023-conv.csv',
   'azure-code': 'azure-llm-inference-2023-code.csv',
+  'vtc-artifact-real': 'vtc-artifact-real.csv',
 };
 
 /** One request of a trace. */
@@ -34,6 +39,8 @@ export interface TraceRow {
   readonly arrivalS: number;
   readonly inputTokens: number;
   readonly outputTokens: number;
+  /** The client that sent it, when the file has a `tenant` column. */
+  readonly tenant?: string | undefined;
 }
 
 /**
@@ -55,7 +62,7 @@ const cache = new Map<string, readonly TraceRow[]>();
 
 /**
  * Loads a trace (built-in name or CSV path with columns `arrived_at`, `num_prefill_tokens`,
- * `num_decode_tokens`), sorted by arrival. Throws a `ConfigError` naming the file and line on bad
+ * `num_decode_tokens` and optionally `tenant`), sorted by arrival. Throws a `ConfigError` naming the file and line on bad
  * input. Parsed files are cached per path.
  */
 export function loadTrace(nameOrPath: string): readonly TraceRow[] {
@@ -81,6 +88,7 @@ export function parseTraceCsv(text: string, source = 'trace'): TraceRow[] {
   const ia = header.indexOf('arrived_at');
   const ii = header.indexOf('num_prefill_tokens');
   const io = header.indexOf('num_decode_tokens');
+  const it = header.indexOf('tenant');
   if (ia < 0 || ii < 0 || io < 0)
     throw new ConfigError(ErrorCode.SCENARIO_INVALID, source, [
       {
@@ -96,7 +104,9 @@ export function parseTraceCsv(text: string, source = 'trace'): TraceRow[] {
     const arrivalS = Number(cells[ia]);
     const inputTokens = Number(cells[ii]);
     const outputTokens = Number(cells[io]);
+    const tenant = it < 0 ? undefined : cells[it]?.trim();
     if (
+      tenant === '' ||
       !Number.isFinite(arrivalS) ||
       !Number.isInteger(inputTokens) ||
       !Number.isInteger(outputTokens) ||
@@ -106,8 +116,13 @@ export function parseTraceCsv(text: string, source = 'trace'): TraceRow[] {
       throw new ConfigError(ErrorCode.SCENARIO_INVALID, source, [
         { path: `line ${n + 1}`, message: `not a valid trace row: "${line}"` },
       ]);
-    rows.push({ arrivalS, inputTokens, outputTokens });
+    rows.push(
+      tenant === undefined
+        ? { arrivalS, inputTokens, outputTokens }
+        : { arrivalS, inputTokens, outputTokens, tenant },
+    );
   }
+  // Stable: requests arriving together keep the file's order.
   rows.sort((a, b) => a.arrivalS - b.arrivalS);
   return rows;
 }
@@ -145,7 +160,8 @@ export function splitTenants(count: number, split: TenantSplit, seed: number): s
 export interface TraceWorkloadOptions {
   /** Built-in trace name or CSV path. */
   readonly trace: string;
-  readonly split: TenantSplit;
+  /** How requests are assigned to tenants; undefined takes each row's `tenant` column. */
+  readonly split?: TenantSplit | undefined;
   readonly seed: number;
   readonly model: string;
   /** Arrival-rate multiplier: 2 replays the trace twice as fast. @default 1 */
@@ -158,6 +174,11 @@ export interface TraceWorkloadOptions {
   readonly sloClass?: string | undefined;
   /** Tenant id → app id. */
   readonly apps?: Readonly<Record<string, string>> | undefined;
+  /**
+   * `max_tokens` is exactly the true output length (as the VTC artifact's client asks) instead of
+   * the factor and floor below. @default false
+   */
+  readonly maxTokensExact?: boolean | undefined;
   /** `max_tokens` is the true output length times this factor, at least `maxTokensFloor`. @default 2 */
   readonly maxTokensFactor?: number | undefined;
   /** @default 256 */
@@ -173,11 +194,22 @@ export interface TraceWorkloadOptions {
 /**
  * Requests of a trace window, arrival times shifted to start at 0 and divided by `rateScale`,
  * assigned to tenants by {@link splitTenants} (over the whole trace, so a window sees the same
- * tenant for a request whatever its bounds).
+ * tenant for a request whatever its bounds), or by the trace's own `tenant` column when no split
+ * is given.
+ *
+ * @throws ConfigError when there is neither a split nor a `tenant` column
  */
 export function traceWorkload(opts: TraceWorkloadOptions): RequestDescriptor[] {
   const rows = loadTrace(opts.trace);
-  const tenants = splitTenants(rows.length, opts.split, opts.seed);
+  const tenants = opts.split
+    ? splitTenants(rows.length, opts.split, opts.seed)
+    : rows.map((r, i) => {
+        if (r.tenant === undefined)
+          throw new ConfigError(ErrorCode.SCENARIO_INVALID, opts.trace, [
+            { path: `row ${i + 1}`, message: 'the trace has no tenant column: give a tenant split' },
+          ]);
+        return r.tenant;
+      });
   const scale = opts.rateScale ?? 1;
   const start = opts.startS ?? 0;
   const end = opts.durationS === undefined ? Number.POSITIVE_INFINITY : start + opts.durationS * scale;
@@ -198,7 +230,9 @@ export function traceWorkload(opts: TraceWorkloadOptions): RequestDescriptor[] {
       model: opts.model,
       sloClass: opts.sloClass ?? 'interactive',
       inputTokens,
-      maxTokens: Math.min(room, Math.max(floor, Math.ceil(outputTokens * factor))),
+      maxTokens: opts.maxTokensExact
+        ? Math.min(room, outputTokens)
+        : Math.min(room, Math.max(floor, Math.ceil(outputTokens * factor))),
       outputTokens,
       arrivalMs: Math.round(((r.arrivalS - start) / scale) * 1e6) / 1000,
     });

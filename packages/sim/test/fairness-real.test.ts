@@ -14,8 +14,13 @@ import { buildRunInput, loadScenario } from '../src/scenario.ts';
 import { EVIDENCE_SEEDS, type SeedSummary, summarizeSeeds } from '../src/seed-summary.ts';
 import { SEEDED_TIMEOUT_MS, showSeeds } from './support/seeded.ts';
 
-async function simulate(policy: OrderingPolicyName, seed: number, rpm?: number): Promise<SimMetrics> {
-  const input = buildRunInput(loadScenario('vtc-real'), { seed });
+async function simulate(
+  policy: OrderingPolicyName,
+  seed: number,
+  rpm?: number,
+  scenario = 'vtc-real',
+): Promise<SimMetrics> {
+  const input = buildRunInput(loadScenario(scenario), { seed });
   const run = await runSimulation({
     ...input,
     ordering: orderingPolicyByName(policy, rpm === undefined ? {} : { rpm }),
@@ -89,4 +94,21 @@ describe('vtc-real (VTC Table 2), over five seeds', () => {
       expect(new Set(arrivals.map((r) => r.tenant)).size, `seed ${seed}`).toBe(27);
     }
   });
+});
+
+describe("vtc-real-trace (VTC Table 2 on the artifact's own trace)", () => {
+  it(
+    "keeps VTC's Avg Diff below LCF's and FCFS's at the same throughput, and RPM(5) cuts throughput below two thirds",
+    async () => {
+      const fcfs = await simulate('fcfs', 1, undefined, 'vtc-real-trace');
+      const lcf = await simulate('lcf', 1, undefined, 'vtc-real-trace');
+      const vtc = await simulate('vtc', 1, undefined, 'vtc-real-trace');
+      const rpm5 = await simulate('rpm', 1, 5, 'vtc-real-trace');
+      expect(vtc.fairness.avgDiff).toBeLessThan(0.8 * lcf.fairness.avgDiff);
+      expect(lcf.fairness.avgDiff).toBeLessThan(0.8 * fcfs.fairness.avgDiff);
+      expect(Math.abs(vtc.throughput.tokensPerS / fcfs.throughput.tokensPerS - 1)).toBeLessThan(0.04);
+      expect(rpm5.throughput.tokensPerS / vtc.throughput.tokensPerS).toBeLessThan(2 / 3);
+    },
+    SEEDED_TIMEOUT_MS,
+  );
 });

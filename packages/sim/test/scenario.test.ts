@@ -171,6 +171,7 @@ describe('built-in scenarios', () => {
         'vtc-increase',
         'vtc-dist-shift',
         'vtc-real',
+        'vtc-real-trace',
         'azure-conv',
         'azure-code',
       ]),
@@ -182,6 +183,37 @@ describe('built-in scenarios', () => {
       expect(input.arrivals.length, name).toBeGreaterThan(0);
       expect(input.engines.length, name).toBeGreaterThan(0);
     }
+  });
+
+  it("passes S-LoRA's admission cadence from a scenario's engine options to the engines", () => {
+    const base = loadScenario('vtc-overload');
+    const engines = base.scenario.cluster.engines.map((e) => ({
+      ...e,
+      options: { ...e.options, admitEverySteps: 10 },
+    }));
+    const scenario = parseScenario({ ...base.scenario, cluster: { engines } }, 'cadence.yaml');
+    const run = buildRunInput({ ...base, name: 'cadence', scenario });
+    expect(run.engines[0]!.config).toMatchObject({ admitEverySteps: 10, blockSize: 1 });
+    expect(() =>
+      parseScenario(
+        { ...base.scenario, cluster: { engines: [{ ...engines[0]!, options: { admitEverySteps: -1 } }] } },
+        'bad.yaml',
+      ),
+    ).toThrow(/admitEverySteps/);
+  });
+
+  it("vtc-real-trace replays the artifact's trace request for request: its clients, arrivals and lengths", () => {
+    const run = buildRunInput(loadScenario('vtc-real-trace'));
+    // The last request arrives at exactly 600 s, the cut, and is dropped with everything after it.
+    expect(run.arrivals.length).toBe(1499);
+    expect(Object.keys(run.tenantWeights ?? {}).length).toBe(27);
+    expect(run.arrivals[1]).toMatchObject({
+      tenant: 'client2',
+      inputTokens: 36,
+      outputTokens: 137,
+      maxTokens: 137,
+    });
+    expect(run.arrivals[1]!.arrivalMs).toBeCloseTo(207.938, 3);
   });
 
   it('vtc-overload has the paper setup: 90 and 180 req/min of 256/256 tokens on one A10G with 10,000 KV tokens', () => {

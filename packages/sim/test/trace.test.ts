@@ -30,6 +30,27 @@ describe('loadTrace', () => {
     expect(readme).toMatch(/Splitwise/);
   });
 
+  it("loads the VTC artifact's real-workload trace with its clients, licence and provenance", () => {
+    const rows = loadTrace('vtc-artifact-real');
+    expect(rows.length).toBe(1500);
+    expect(rows[0]).toEqual({ arrivalS: 0, inputTokens: 13, outputTokens: 199, tenant: 'client13' });
+    expect(rows.at(-1)!.arrivalS).toBe(600);
+    expect(new Set(rows.map((r) => r.tenant)).size).toBe(27);
+    const readme = readFileSync(resolve(tracesDir(), 'README.md'), 'utf8');
+    expect(readme).toMatch(/Ying1123\/VTC-artifact/);
+    expect(readme).toMatch(/192c2e2014c69c8c6c699d7113c3822e4db632e6/);
+    expect(readFileSync(resolve(tracesDir(), 'LICENSE-vtc-artifact'), 'utf8')).toMatch(/Apache License/);
+  });
+
+  it('reads an optional tenant column and rejects an empty tenant', () => {
+    const head = 'arrived_at,num_prefill_tokens,num_decode_tokens,tenant';
+    expect(parseTraceCsv(`${head}\n1.5,4,2,a\n0.5,3,1,b`)).toEqual([
+      { arrivalS: 0.5, inputTokens: 3, outputTokens: 1, tenant: 'b' },
+      { arrivalS: 1.5, inputTokens: 4, outputTokens: 2, tenant: 'a' },
+    ]);
+    expect(() => parseTraceCsv(`${head}\n1.5,4,2,`, 'x.csv')).toThrow(/line 2/);
+  });
+
   it('names a missing file', () => {
     expect(() => loadTrace('/nonexistent/trace.csv')).toThrow(/not found/);
   });
@@ -57,6 +78,21 @@ describe('splitTenants', () => {
 });
 
 describe('traceWorkload', () => {
+  it("takes tenants from the trace's own column when no split is given, max_tokens exact on request", () => {
+    const reqs = traceWorkload({
+      trace: 'vtc-artifact-real',
+      seed: 1,
+      model: 'llama-2-7b',
+      maxTokensExact: true,
+    });
+    expect(reqs.length).toBe(1500);
+    expect(reqs[0]).toMatchObject({ tenant: 'client13', inputTokens: 13, outputTokens: 199, maxTokens: 199 });
+    expect(reqs.every((r) => r.maxTokens === r.outputTokens)).toBe(true);
+    expect(() => traceWorkload({ trace: 'azure-code', seed: 1, model: 'llama-2-7b' })).toThrow(
+      /tenant split/,
+    );
+  });
+
   it('keeps the whole trace, sorted, with true output lengths', () => {
     const reqs = traceWorkload({ trace: 'azure-code', split: { tenants: 5 }, seed: 1, model: 'llama-2-7b' });
     expect(reqs.length).toBe(8_819);

@@ -31,6 +31,43 @@ export const A10G_VTC = {
   ],
 };
 
+/**
+ * The ablation of VTC section 5.4 (Figure 15) runs Llama-2-13B on one A100 (80 GB) with S-LoRA and a
+ * KV pool of `kvCapacityTokens` (35,000 or 65,000 tokens in the paper), block size 1.
+ */
+function a100Vtc13b(kvCapacityTokens: number) {
+  return {
+    engines: [
+      {
+        gpu: 'A100-80GB',
+        model: 'llama-2-13b',
+        tp: 1,
+        count: 1,
+        kvCapacityTokens,
+        options: { blockSize: 1, stepNoise: { distribution: 'lognormal' as const } },
+      },
+    ],
+  };
+}
+
+/**
+ * A Figure 15 setting: two backlogged clients sending `len`-token prompts and outputs evenly spaced
+ * at `rates` req/s for 600 s (the artifact's `overload-s4-*` suites in `fair_bench/exp_suite.py`).
+ */
+function ablation(kv: number, len: number, rates: readonly [number, number]): ScenarioInput {
+  return {
+    description: `VTC Figure 15: two backlogged clients at ${rates[0] * 60} and ${rates[1] * 60} req/min (uniform), ${len}/${len} tokens, Llama-2-13B on A100-80GB with a ${kv}-token KV pool`,
+    durationS: 600,
+    seed: 42,
+    cluster: a100Vtc13b(kv),
+    tenants: tenants(2),
+    streams: [
+      { tenant: 'client1', arrival: uniform(rates[0]), input: len, output: len },
+      { tenant: 'client2', arrival: uniform(rates[1]), input: len, output: len },
+    ],
+  };
+}
+
 const uniform = (rate: number) => ({ process: 'uniform' as const, rate });
 const poisson = (rate: number) => ({ process: 'poisson' as const, rate });
 
@@ -215,6 +252,19 @@ export const VTC_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
         startS: 600,
       },
     ],
+  },
+  'vtc-ablation-35000-256': ablation(35_000, 256, [3, 6]),
+  'vtc-ablation-35000-512': ablation(35_000, 512, [1.5, 3]),
+  'vtc-ablation-35000-768': ablation(35_000, 768, [1, 2]),
+  'vtc-ablation-65000-512': ablation(65_000, 512, [2, 4]),
+  'vtc-real-trace': {
+    description:
+      "VTC section 5.3 replayed from the artifact's published request trace: 1,500 requests of 27 clients over 600 s " +
+      '(150 req/min; arrival time, client, input and output length per request), max_tokens = output',
+    durationS: 600,
+    seed: 42,
+    cluster: A10G_VTC,
+    trace: { name: 'vtc-artifact-real', maxTokens: 'output' },
   },
   'vtc-real': {
     description:
