@@ -1,4 +1,4 @@
-import { hashApiKey, parseConfig } from '@fairway/core';
+import { DEFAULT_SLO_CLASSES, hashApiKey, parseConfig } from '@fairway/core';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { utcDay } from '../src/quotas.ts';
@@ -132,6 +132,65 @@ describe('model fallbacks: a pool whose queue is full', () => {
       /fairway_fallbacks_total\{from_pool="big",to_pool="small",reason="queue_full"\} 1/,
     );
   });
+});
+
+describe('model fallbacks: a pool whose queue would start a request past its deadline', () => {
+  let s: Stack | undefined;
+  afterEach(async () => {
+    await s?.close();
+    s = undefined;
+  });
+
+  it('passes on what would start too late there: the next pool serves it, named as asked', async () => {
+    s = await startStack({
+      config: {
+        tenants: [{ id: 'acme', keys: [{ key: KEY }] }],
+        pools: [
+          { id: 'small', model: SMALL },
+          { id: 'big', model: BIG },
+        ],
+        sloClasses: DEFAULT_SLO_CLASSES.map((c) => ({ ...c, queueDeadlineS: 1 })),
+        models: { fallbacks: { [BIG]: [SMALL] } },
+      },
+      // The big model's one replica runs two sequences, slowly; the small model's takes many.
+      engines: [
+        { servedModelName: SMALL, maxNumSeqs: 256 },
+        { servedModelName: BIG, maxNumSeqs: 2, speed: 4 },
+      ],
+      options: { queueTimeoutMs: 120_000 },
+      redis: true,
+    });
+    const url = s.dispatchers[0]!.url;
+    const send = async () => {
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: BIG,
+          messages: [{ role: 'user', content: 'hello' }],
+          max_tokens: 64,
+          fairway_output_tokens: 64,
+        }),
+      });
+      const body = (await res.json()) as { model?: string };
+      return { status: res.status, model: body.model, servedBy: res.headers.get('x-fairway-fallback-model') };
+    };
+    // Until the big replica's finish rate is measured, admission predicts no wait.
+    const registry = s.infra.registry;
+    await waitFor(async () => {
+      await Promise.all(Array.from({ length: 4 }, send));
+      return registry.finishRateOf('sim-2') > 0;
+    }, 20_000);
+    const answers = (
+      await Promise.all(Array.from({ length: 40 }, async () => [await send(), await send(), await send()]))
+    ).flat();
+    const passed = answers.filter((a) => a.servedBy === SMALL);
+    expect(passed.length).toBeGreaterThan(0);
+    for (const a of passed) expect([a.status, a.model]).toEqual([200, BIG]);
+    expect(await metrics(s)).toMatch(
+      /fairway_fallbacks_total\{from_pool="big",to_pool="small",reason="over_deadline"\} [1-9]/,
+    );
+  }, 120_000);
 });
 
 describe('model fallbacks: configuration', () => {
