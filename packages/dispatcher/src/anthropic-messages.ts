@@ -1,3 +1,4 @@
+import { SseDataLines } from '@fairway/engine';
 import { z } from 'zod';
 import type { AnswerShape } from './answer-shape.ts';
 import { validationError } from './error-mapping.ts';
@@ -290,7 +291,7 @@ export function anthropicErrorBody(err: ApiError): {
 export class AnthropicAnswer implements AnswerShape {
   readonly #model: string;
   readonly #stops: readonly string[];
-  #pending = '';
+  readonly #lines = new SseDataLines();
   #started = false;
   #pinged = false;
   /** The open content block: its index, and the tool call index it carries (tool_use). */
@@ -341,15 +342,8 @@ export class AnthropicAnswer implements AnswerShape {
   }
 
   chunk(bytes: Uint8Array | string): string {
-    this.#pending += text(bytes);
     let out = '';
-    for (;;) {
-      const nl = this.#pending.indexOf('\n');
-      if (nl < 0) break;
-      const line = this.#pending.slice(0, nl).trim();
-      this.#pending = this.#pending.slice(nl + 1);
-      if (!line.startsWith('data:')) continue;
-      const data = line.slice(5).trim();
+    for (const data of this.#lines.push(bytes)) {
       if (data === '[DONE]') out += this.#end();
       else if (data !== '') out += this.#chunk(JSON.parse(data));
     }

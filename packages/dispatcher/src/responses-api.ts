@@ -4,6 +4,7 @@ import {
   chatBodyOf,
   chatExpresses,
   ResponsesFromChat,
+  SseDataLines,
 } from '@fairway/engine';
 import { z } from 'zod';
 import type { AnswerShape } from './answer-shape.ts';
@@ -142,7 +143,7 @@ const text = (bytes: Uint8Array | string): string =>
  */
 export class ResponsesAnswer implements AnswerShape {
   readonly #answer: ResponsesFromChat;
-  #pending = '';
+  readonly #lines = new SseDataLines();
 
   constructor(body: ResponsesBody, createdAtS: number) {
     this.#answer = new ResponsesFromChat(body, body.model, createdAtS);
@@ -153,13 +154,8 @@ export class ResponsesAnswer implements AnswerShape {
   }
 
   chunk(bytes: Uint8Array | string): string {
-    this.#pending += text(bytes);
     let out = '';
-    for (let nl = this.#pending.indexOf('\n'); nl >= 0; nl = this.#pending.indexOf('\n')) {
-      const line = this.#pending.slice(0, nl).trim();
-      this.#pending = this.#pending.slice(nl + 1);
-      if (!line.startsWith('data:')) continue;
-      const data = line.slice(5).trim();
+    for (const data of this.#lines.push(bytes)) {
       if (data === '[DONE]') out += this.#answer.end();
       else if (data !== '') {
         const c = JSON.parse(data) as ChatChunkLike & { error?: { message?: unknown; code?: unknown } };

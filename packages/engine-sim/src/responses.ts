@@ -1,5 +1,11 @@
 import type { AddressInfo } from 'node:net';
-import { type ChatChunkLike, type ChatCompletionLike, chatBodyOf, ResponsesFromChat } from '@fairway/engine';
+import {
+  type ChatChunkLike,
+  type ChatCompletionLike,
+  chatBodyOf,
+  ResponsesFromChat,
+  SseDataLines,
+} from '@fairway/engine';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { errorBody } from './response-format.ts';
@@ -123,16 +129,10 @@ export function responsesRoute(app: FastifyInstance, servedModelName: string): v
     reply.hijack();
     const out = reply.raw;
     out.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
-    let carry = '';
-    const decoder = new TextDecoder();
+    const lines = new SseDataLines();
     try {
       for await (const chunk of res.body as AsyncIterable<Uint8Array>) {
-        carry += decoder.decode(chunk, { stream: true });
-        for (let nl = carry.indexOf('\n'); nl >= 0; nl = carry.indexOf('\n')) {
-          const line = carry.slice(0, nl).trim();
-          carry = carry.slice(nl + 1);
-          if (!line.startsWith('data:')) continue;
-          const data = line.slice(5).trim();
+        for (const data of lines.push(chunk)) {
           if (data === '[DONE]' || data === '') continue;
           const c = JSON.parse(data) as ChatChunkLike & { error?: { message?: string } };
           if (c.error !== undefined) {

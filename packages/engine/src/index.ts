@@ -50,6 +50,6 @@ export {
   type ResponsesRequestLike,
 } from './responses-chat.ts';
 export { ResponsesScanner } from './responses-scanner.ts';
-export { type EngineUsage, type SseDataLine, SseScanner } from './sse.ts';
+export { type EngineUsage, type SseDataLine, SseDataLines, SseScanner } from './sse.ts';
 export { type LoadedTokenizer, loadTokenizer } from './tokenizer.ts';
 export { VllmClient, type VllmClientOptions } from './vllm-client.ts';

@@ -279,3 +279,29 @@ export class SseScanner {
     return { hasUsage, isError };
   }
 }
+
+/**
+ * The payloads of a server-sent event stream's `data:` lines (after `data:`, trimmed), read from
+ * its bytes as they arrive: a line split between two chunks waits for its end, and a character
+ * split between two chunks is decoded whole. For rewriting an engine's events (another API's
+ * shapes), where every payload is read.
+ */
+export class SseDataLines {
+  readonly #decoder = new TextDecoder();
+  #pending = '';
+
+  /** The payloads of the lines `bytes` completes, in order. */
+  push(bytes: Uint8Array | string): string[] {
+    const text =
+      this.#pending + (typeof bytes === 'string' ? bytes : this.#decoder.decode(bytes, { stream: true }));
+    const out: string[] = [];
+    let from = 0;
+    for (let nl = text.indexOf('\n'); nl >= 0; nl = text.indexOf('\n', from)) {
+      const line = text.slice(from, nl).trim();
+      from = nl + 1;
+      if (line.startsWith('data:')) out.push(line.slice(5).trim());
+    }
+    this.#pending = text.slice(from);
+    return out;
+  }
+}
