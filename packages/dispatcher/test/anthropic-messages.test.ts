@@ -1,8 +1,6 @@
 import Anthropic from '@anthropic-ai/sdk';
-import { hashApiKey } from '@fairway/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { utcDay } from '../src/quotas.ts';
-import { type Stack, startStack, waitFor } from './support/stack.ts';
+import { recordedToday, type Stack, startStack, waitFor } from './support/stack.ts';
 
 /**
  * `POST /v1/messages` with Anthropic's own SDK through a real dispatcher in front of engine-sim:
@@ -40,19 +38,7 @@ describe('POST /v1/messages', () => {
   });
   afterAll(async () => s?.close());
 
-  async function recorded(
-    key: string,
-  ): Promise<{ requests: number; inputTokens: number; outputTokens: number }> {
-    const rows = await s.store.usage!({ days: [utcDay(Date.now())], key: hashApiKey(key) });
-    return rows.reduce(
-      (t, r) => ({
-        requests: t.requests + r.requests,
-        inputTokens: t.inputTokens + r.inputTokens,
-        outputTokens: t.outputTokens + r.outputTokens,
-      }),
-      { requests: 0, inputTokens: 0, outputTokens: 0 },
-    );
-  }
+  const recorded = (key: string) => recordedToday(s.store, key);
 
   it('answers an overloaded fleet with 529 overloaded_error, as Anthropic does', async () => {
     const err = await client.messages

@@ -103,6 +103,7 @@ describe('app profiles shared by every dispatcher', () => {
     expect(() => bus.publish('appSamples', bad)).toThrow();
     await bus.flush();
     expect(sharing.received).toBe(0);
+    expect(learner.drain()).toEqual([]);
     sharing.stop();
   });
 });

@@ -1,8 +1,6 @@
-import { hashApiKey } from '@fairway/core';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { utcDay } from '../src/quotas.ts';
-import { type Stack, startStack, waitFor } from './support/stack.ts';
+import { recordedToday, type Stack, startStack, waitFor } from './support/stack.ts';
 
 /**
  * `POST /v1/responses` with the official `openai` SDK through a real dispatcher in front of
@@ -35,19 +33,7 @@ describe('POST /v1/responses', () => {
   });
   afterAll(async () => s?.close());
 
-  async function recorded(
-    key: string,
-  ): Promise<{ requests: number; inputTokens: number; outputTokens: number }> {
-    const rows = await s.store.usage!({ days: [utcDay(Date.now())], key: hashApiKey(key) });
-    return rows.reduce(
-      (t, r) => ({
-        requests: t.requests + r.requests,
-        inputTokens: t.inputTokens + r.inputTokens,
-        outputTokens: t.outputTokens + r.outputTokens,
-      }),
-      { requests: 0, inputTokens: 0, outputTokens: 0 },
-    );
-  }
+  const recorded = (key: string) => recordedToday(s.store, key);
 
   it('answers a response with output text and the engine’s usage, charged to the key', async () => {
     const before = await recorded(KEY);

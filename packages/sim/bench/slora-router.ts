@@ -61,7 +61,7 @@ export function runSloraRouter(input: ScenarioRunInput, k: number): SimRun {
     if (idle || decodesSinceAdmit >= k) {
       // VTC's order as the router would take the requests: lowest counter first, input charged.
       const counters = new Map(served);
-      const heads = new Map([...queues].map(([t, q]) => [t, 0]));
+      const heads = new Map([...queues.keys()].map((t) => [t, 0]));
       for (;;) {
         let best: string | undefined;
         for (const [t, q] of queues)

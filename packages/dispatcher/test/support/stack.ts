@@ -1,5 +1,5 @@
 import { NodeAgent } from '@fairway/agent';
-import { type FairwayConfig, parseConfig, silentLogger, systemClock } from '@fairway/core';
+import { type FairwayConfig, hashApiKey, parseConfig, silentLogger, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
 import { type EngineSimHandle, type EngineSimOptionsInput, startEngineSim } from '@fairway/engine-sim';
 import { purgeStore, RedisStore, type SchedulingStore } from '@fairway/store';
@@ -15,6 +15,7 @@ import {
   serveSettings,
   startDispatcher,
 } from '../../src/index.ts';
+import { utcDay } from '../../src/quotas.ts';
 
 /** Options of {@link startStack}. */
 export interface StackOptions {
@@ -154,6 +155,22 @@ async function cleanRedis(url: string, prefix: string): Promise<void> {
 }
 
 /** Polls `check` until it is true, or fails after `timeoutMs`. */
+/** What the store recorded today for API key `key`, over every model: requests and tokens. */
+export async function recordedToday(
+  store: SchedulingStore,
+  key: string,
+): Promise<{ requests: number; inputTokens: number; outputTokens: number }> {
+  const rows = await store.usage!({ days: [utcDay(Date.now())], key: hashApiKey(key) });
+  return rows.reduce(
+    (t, r) => ({
+      requests: t.requests + r.requests,
+      inputTokens: t.inputTokens + r.inputTokens,
+      outputTokens: t.outputTokens + r.outputTokens,
+    }),
+    { requests: 0, inputTokens: 0, outputTokens: 0 },
+  );
+}
+
 export async function waitFor(
   check: () => boolean | Promise<boolean>,
   timeoutMs = 5000,
