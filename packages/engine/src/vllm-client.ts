@@ -361,17 +361,7 @@ export class VllmClient implements Engine {
     options: GenerateOptions = {},
   ): Promise<EngineStream> {
     const payload = JSON.stringify({ ...body, stream: true });
-    const { res, ctx } = await this.#send('POST', '/v1/responses', payload, options, true);
-    const type = String(res.headers['content-type'] ?? '');
-    if (!type.startsWith('text/event-stream')) {
-      const text = await res.body.text().catch(() => '');
-      throw new EngineBadResponseError(
-        this.url,
-        ctx.operation,
-        `expected text/event-stream, got "${type}": ${text.slice(0, 200)}`,
-      );
-    }
-    return new VllmStream(res, new ResponsesScanner(), ctx);
+    return this.#openStream('/v1/responses', payload, options, new ResponsesScanner());
   }
 
   async embed(
@@ -406,17 +396,7 @@ export class VllmClient implements Engine {
         continuous_usage_stats: options.continuousUsage ?? true,
       },
     });
-    const { res, ctx } = await this.#send('POST', path, payload, options, true);
-    const type = String(res.headers['content-type'] ?? '');
-    if (!type.startsWith('text/event-stream')) {
-      const text = await res.body.text().catch(() => '');
-      throw new EngineBadResponseError(
-        this.url,
-        ctx.operation,
-        `expected text/event-stream, got "${type}": ${text.slice(0, 200)}`,
-      );
-    }
-    return new VllmStream(res, new SseScanner(options.onLine), ctx);
+    return this.#openStream(path, payload, options, new SseScanner(options.onLine));
   }
 
   async models(): Promise<readonly EngineModelCard[]> {
@@ -491,6 +471,26 @@ export class VllmClient implements Engine {
     } catch (cause) {
       throw new EngineBadResponseError(this.url, ctx.operation, 'body is not JSON', { cause });
     }
+  }
+
+  /** POSTs `payload` for a streamed answer, checks that it is an event stream, and reads it with `scanner`. */
+  async #openStream(
+    path: string,
+    payload: string,
+    options: GenerateOptions,
+    scanner: SseScanner | ResponsesScanner,
+  ): Promise<EngineStream> {
+    const { res, ctx } = await this.#send('POST', path, payload, options, true);
+    const type = String(res.headers['content-type'] ?? '');
+    if (!type.startsWith('text/event-stream')) {
+      const text = await res.body.text().catch(() => '');
+      throw new EngineBadResponseError(
+        this.url,
+        ctx.operation,
+        `expected text/event-stream, got "${type}": ${text.slice(0, 200)}`,
+      );
+    }
+    return new VllmStream(res, scanner, ctx);
   }
 
   /**
