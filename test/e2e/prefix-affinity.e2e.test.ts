@@ -194,4 +194,44 @@ describe('prefix-cache affinity across two dispatchers', () => {
       expect(logged() - loggedBefore).toBe(3);
     }, 60_000);
   }
+
+  it('leaves no reservation and no held prompt part behind once conversations sharing a system prompt end', async () => {
+    const system = {
+      role: 'system',
+      content: `Shared rules. ${'Answer briefly and precisely. '.repeat(30)}`,
+    };
+    // What the store's functions write, to see the shared parts held (Redis shows a script's calls).
+    const monitor = await redis.duplicate().monitor();
+    const held: string[] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args[0]?.toLowerCase() === 'hset' && args[1]?.startsWith(`{${prefix}}:replicaPrefixes:`))
+        held.push(args[1]);
+    });
+    // Six conversations at once through both dispatchers, all starting with the same system prompt.
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, (_, c) =>
+        ask(dispatchers[c % 2]!.proc.url, [
+          system,
+          { role: 'user', content: `Question ${c}: ${'why? '.repeat(40)}` },
+        ]),
+      ),
+    );
+    expect(answers.every((a) => a.promptTokens > 0)).toBe(true);
+    monitor.disconnect();
+    expect(held.length).toBeGreaterThanOrEqual(6);
+    // The store writes a replica's reservation and its held parts as each request settles.
+    const left = async () => {
+      const keys: string[] = [];
+      let cursor = '0';
+      do {
+        const [next, batch] = await redis.scan(cursor, 'MATCH', `{${prefix}}:replica*`, 'COUNT', 1000);
+        cursor = next;
+        keys.push(...batch);
+      } while (cursor !== '0');
+      return keys;
+    };
+    for (let deadline = Date.now() + 5000; (await left()).length > 0 && Date.now() < deadline; )
+      await new Promise((r) => setTimeout(r, 50));
+    expect(await left()).toEqual([]);
+  }, 60_000);
 });

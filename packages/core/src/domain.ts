@@ -107,11 +107,18 @@ export interface RequestDescriptor {
    */
   readonly blockHashes?: readonly string[] | undefined;
   /**
-   * Prefix keys of the prompt, longest first (`prefixKeysOfText` live, `prefixKeysOfBlocks` in
+   * Prefix keys of the prompt, longest first (`promptPrefixOfText` live, `promptPrefixOfBlocks` in
    * simulation): with prefix affinity, admission looks them up to find the replica that likely
    * holds the prompt's start in its prefix cache. @default none: placed without affinity
    */
   readonly prefixKeys?: readonly string[] | undefined;
+  /**
+   * Tokens of the part of the prompt each prefix key adds to the next shorter one (`PromptPrefix`),
+   * one per key: requests on one replica share those parts' KV blocks in its prefix cache, so a
+   * pool that places by affinity reserves each part once per replica. @default none: every
+   * request reserves its whole prompt
+   */
+  readonly prefixTokens?: readonly number[] | undefined;
   /**
    * Closed-loop follow-up (simulation): the call is sent this many ms after the previous call of
    * its interaction finishes, not at `arrivalMs` (which then only orders the workload).

@@ -82,9 +82,11 @@ export {
   PREFIX_BLOCK_CHARS,
   PREFIX_MAX_KEYS,
   PREFIX_MIN_BLOCKS,
+  type PromptPrefix,
   prefixBoundaries,
-  prefixKeysOfBlocks,
-  prefixKeysOfText,
+  prefixPartBlocks,
+  promptPrefixOfBlocks,
+  promptPrefixOfText,
 } from './prefix-keys.ts';
 export { REDACTED, redactSecrets, redactUrls, SECRET_FIELDS } from './redaction.ts';
 export { createRng, type Rng } from './rng.ts';

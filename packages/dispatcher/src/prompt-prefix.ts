@@ -1,4 +1,4 @@
-import { prefixKeysOfText } from '@fairway/core';
+import { type PromptPrefix, promptPrefixOfText } from '@fairway/core';
 import type { ChatCompletionBody, CompletionBody } from './openai-schemas.ts';
 import type { Endpoint, RequestBody } from './request-descriptor.ts';
 import { type ResponsesBody, responsesMessages } from './responses-api.ts';
@@ -41,22 +41,23 @@ function* messageParts(messages: readonly MessageLike[]): Generator<string> {
 }
 
 /**
- * Prefix keys of a request's prompt (see `prefixKeysOfText` in core), scoped by its model: chat
+ * Prefix keys of a request's prompt with their parts' tokens (see `promptPrefixOfText` in core),
+ * scoped by its model: chat
  * and Anthropic Messages (translated to chat) by their messages, Responses by the messages its
  * instructions and input make, completions by the prompt. Embeddings have none (nothing of
  * theirs stays in a prefix cache that a follow-up would reuse).
  */
-export function promptPrefixKeys(endpoint: Endpoint, body: RequestBody): string[] {
+export function promptPrefix(endpoint: Endpoint, body: RequestBody): PromptPrefix {
   switch (endpoint) {
     case 'chat':
-      return prefixKeysOfText(body.model, messageParts((body as ChatCompletionBody).messages));
+      return promptPrefixOfText(body.model, messageParts((body as ChatCompletionBody).messages));
     case 'responses':
-      return prefixKeysOfText(body.model, messageParts(responsesMessages(body as ResponsesBody)));
+      return promptPrefixOfText(body.model, messageParts(responsesMessages(body as ResponsesBody)));
     case 'completions': {
       const p = (body as CompletionBody).prompt;
-      return prefixKeysOfText(body.model, [typeof p === 'string' ? p : (p[0] ?? '')]);
+      return promptPrefixOfText(body.model, [typeof p === 'string' ? p : (p[0] ?? '')]);
     }
     case 'embeddings':
-      return [];
+      return { keys: [], tokens: [] };
   }
 }

@@ -17,7 +17,7 @@ import {
   DROPPED_FIELDS,
   type EmbeddingBody,
 } from './openai-schemas.ts';
-import { promptPrefixKeys } from './prompt-prefix.ts';
+import { promptPrefix } from './prompt-prefix.ts';
 import type { FairwayHeaderValues } from './request-headers.ts';
 import { type ResponsesBody, responsesMessages } from './responses-api.ts';
 
@@ -257,11 +257,14 @@ function identityOf(input: DescribeInput, sloClass: string, band: number | undef
   };
 }
 
-/** `{ prefixKeys }` of a request of a pool that places by prefix affinity, if its prompt has any. */
-function prefixKeysOf(input: DescribeInput): { prefixKeys?: string[] } {
+/**
+ * `{ prefixKeys, prefixTokens }` of a request of a pool that places by prefix affinity, if its
+ * prompt has any.
+ */
+function prefixKeysOf(input: DescribeInput): { prefixKeys?: string[]; prefixTokens?: number[] } {
   if (input.prefixKeys !== true) return {};
-  const prefixKeys = promptPrefixKeys(input.endpoint, input.body);
-  return prefixKeys.length > 0 ? { prefixKeys } : {};
+  const prefix = promptPrefix(input.endpoint, input.body);
+  return prefix.keys.length > 0 ? { prefixKeys: prefix.keys, prefixTokens: prefix.tokens } : {};
 }
 
 /**

@@ -1,11 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { promptPrefixKeys } from '../src/prompt-prefix.ts';
-import type { RequestBody } from '../src/request-descriptor.ts';
+import { promptPrefix } from '../src/prompt-prefix.ts';
+import type { Endpoint, RequestBody } from '../src/request-descriptor.ts';
+
+const promptPrefixKeys = (endpoint: Endpoint, body: RequestBody): string[] =>
+  promptPrefix(endpoint, body).keys;
 
 const system = { role: 'system', content: 'You answer questions about caching. '.repeat(10) };
 const user1 = { role: 'user', content: 'What does vLLM cache when prefix caching is on? '.repeat(6) };
 
-describe('promptPrefixKeys', () => {
+describe('promptPrefix', () => {
   it('gives a chat follow-up that resends the history the keys of the turn before it', () => {
     const turn1 = promptPrefixKeys('chat', { model: 'm', messages: [system, user1] } as RequestBody);
     const turn2 = promptPrefixKeys('chat', {

@@ -195,6 +195,7 @@ export class Admission {
       ? this.#isOverloaded(pool, states)
       : false;
     const affinity = this.#affinity.affinityOf(req, pool, states);
+    const prefixParts = this.#affinity.prefixParts(req, pool);
     const queued: QueuedRequest = {
       id: req.id,
       pool,
@@ -208,6 +209,7 @@ export class Admission {
       payload: encodeRequest(req),
       ...(rules.continuation ? { continuation: true } : {}),
       ...(affinity !== undefined ? { affinity } : {}),
+      ...(prefixParts !== undefined ? { prefixParts } : {}),
     };
     const admit: AdmitInput = {
       req: queued,

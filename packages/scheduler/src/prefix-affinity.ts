@@ -1,6 +1,6 @@
 import type { Clock, RequestDescriptor } from '@fairway/core';
 import type { ReplicaState } from '@fairway/policy';
-import type { QueuedRequest, ReplicaCandidate } from '@fairway/store';
+import type { PrefixPart, QueuedRequest, ReplicaCandidate } from '@fairway/store';
 import { PrefixIndex } from './prefix-index.ts';
 
 /**
@@ -124,6 +124,27 @@ export class PrefixAffinity {
       n++;
     }
     return n === 0 ? 0 : Math.max(this.#loadFactor * sum, this.#floor * capacity) / n;
+  }
+
+  /**
+   * The parts of a request's prompt start that the requests on one replica hold once
+   * (`QueuedRequest.prefixParts`): its prefix keys with their parts' tokens, if the pool places by
+   * affinity (its engines cache prefixes). Parts are kept from the shortest key on while their
+   * tokens fit in the prompt's, so no request reserves less than its prompt's tail.
+   */
+  prefixParts(req: RequestDescriptor, pool: string): PrefixPart[] | undefined {
+    const keys = req.prefixKeys;
+    const tokens = req.prefixTokens;
+    if (keys === undefined || tokens === undefined || tokens.length !== keys.length) return undefined;
+    if (keys.length === 0 || this.#mode(pool) === 'off') return undefined;
+    let sum = 0;
+    let from = keys.length;
+    while (from > 0 && sum + (tokens[from - 1] as number) <= req.inputTokens) sum += tokens[--from] as number;
+    if (from === keys.length) return undefined;
+    const parts: PrefixPart[] = [];
+    for (let i = from; i < keys.length; i++)
+      parts.push({ key: keys[i] as string, tokens: tokens[i] as number });
+    return parts;
   }
 
   /**

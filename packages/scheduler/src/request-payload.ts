@@ -27,6 +27,7 @@ export const requestDescriptorSchema = z
     priority: z.number().finite().optional(),
     blockHashes: z.array(z.string()).optional(),
     prefixKeys: z.array(z.string().min(1).max(256)).max(16).optional(),
+    prefixTokens: z.array(count).max(16).optional(),
     thinkMs: z.number().finite().nonnegative().optional(),
   })
   .strict();
@@ -79,6 +80,7 @@ function plainDescriptor(data: unknown): data is RequestDescriptor {
         v.length <= 16 &&
         v.every((k) => typeof k === 'string' && k.length > 0 && k.length <= 256),
     ) &&
+    optional(r.prefixTokens, (v) => Array.isArray(v) && v.length <= 16 && v.every(isCount)) &&
     optional(r.thinkMs, (v) => isNumber(v) && (v as number) >= 0)
   );
 }

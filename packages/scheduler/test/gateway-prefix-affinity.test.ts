@@ -114,6 +114,38 @@ describe('Gateway prefix affinity', () => {
     expect(gw.stats().affinity).toEqual({ hit: 0, bounded: 0, miss: 0 });
   });
 
+  it('reserves a shared prompt start once per replica, and only while a pool places by affinity', async () => {
+    // A 64-token system prompt in two parts, shared by every conversation.
+    const shared = (id: string): RequestDescriptor => ({
+      ...req(id, ['sys/4', 'sys/2']),
+      prefixTokens: [32, 32],
+    });
+    for (const mode of ['bounded', 'off'] as const) {
+      const store = new MemoryStore();
+      const { gw, dispatched } = gateway(new Fleet(['r1', 10_000]), mode, { store });
+      for (const t of ['a', 'b', 'c']) await gw.submit(shared(t));
+      expect(dispatched).toHaveLength(3);
+      // Each reserves its 100 + 200 tokens; with affinity the 64 shared tokens are held once.
+      expect((await store.reserved('r1')).tokens).toBe(mode === 'bounded' ? 300 + 2 * 236 : 900);
+      expect(dispatched[0]!.queued.prefixParts).toEqual(
+        mode === 'bounded'
+          ? [
+              { key: 'sys/4', tokens: 32 },
+              { key: 'sys/2', tokens: 32 },
+            ]
+          : undefined,
+      );
+    }
+  });
+
+  it('never counts more of a prompt as shared than the prompt has', async () => {
+    const store = new MemoryStore();
+    const { gw, dispatched } = gateway(new Fleet(['r1', 10_000]), 'bounded', { store });
+    // Parts of 80 + 40 tokens in a 100-token prompt: only the shorter (40) is kept.
+    await gw.submit({ ...req('a', ['long', 'short']), prefixTokens: [80, 40] });
+    expect(dispatched[0]!.queued.prefixParts).toEqual([{ key: 'short', tokens: 40 }]);
+  });
+
   it('keeps a hot prefix within the load bound on every replica, however many requests share it', async () => {
     const fleet = new Fleet(['r1', 100_000], ['r2', 100_000], ['r3', 100_000], ['r4', 100_000]);
     const store = new MemoryStore();

@@ -4,7 +4,7 @@ import {
   ErrorCode,
   ManualClock,
   parseWith,
-  prefixKeysOfBlocks,
+  promptPrefixOfBlocks,
   type RequestDescriptor,
   type SloClass,
   type Tenant,
@@ -97,7 +97,7 @@ export interface RunInput {
   readonly shards?: PoolShardsOptions | undefined;
   /**
    * Prefix-cache affinity of the gateways (their `prefixAffinity`): requests with `blockHashes`
-   * get prefix keys from them (`prefixKeysOfBlocks`, blocks of their pool's engines), and the
+   * get prefix keys from them (`promptPrefixOfBlocks`, blocks of their pool's engines), and the
    * gateways share one prefix index, as dispatchers that tell each other every placement at once.
    * @default 'off'
    */
@@ -447,8 +447,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   const withPrefixKeys = (req: RequestDescriptor): RequestDescriptor => {
     if (req.blockHashes === undefined || req.prefixKeys !== undefined) return req;
     const bs = blockSizeOf.get(req.model) ?? 16;
-    const prefixKeys = prefixKeysOfBlocks(req.blockHashes, Math.floor(req.inputTokens / bs));
-    return prefixKeys.length === 0 ? req : { ...req, prefixKeys };
+    const prefix = promptPrefixOfBlocks(req.blockHashes, Math.floor(req.inputTokens / bs), bs);
+    return prefix.keys.length === 0 ? req : { ...req, prefixKeys: prefix.keys, prefixTokens: prefix.tokens };
   };
   const arrive = async (req: RequestDescriptor, g: number): Promise<void> => {
     const rec: Rec = {

@@ -37,6 +37,7 @@ export type {
   DispatchResult,
   LiftMode,
   OrderingMode,
+  PrefixPart,
   QueuedRequest,
   QueueSnapshot,
   QuotaAlert,

@@ -22,20 +22,29 @@ export const windowLimitSchema = z.object({
 });
 
 /** {@link QueuedRequest} */
-export const queuedRequestSchema = z.object({
-  id,
-  pool: id,
-  band: z.number().int().min(0),
-  flow: id,
-  score: finite,
-  arrivalMs: finite,
-  reserveTokens: nonNegative,
-  dispatchCost: finite,
-  owner: id,
-  payload: z.string(),
-  continuation: z.boolean().optional(),
-  affinity: z.object({ id, tokenCapacity: nonNegative, seqCapacity: nonNegative }).optional(),
-});
+export const queuedRequestSchema = z
+  .object({
+    id,
+    pool: id,
+    band: z.number().int().min(0),
+    flow: id,
+    score: finite,
+    arrivalMs: finite,
+    reserveTokens: nonNegative,
+    dispatchCost: finite,
+    owner: id,
+    payload: z.string(),
+    continuation: z.boolean().optional(),
+    affinity: z.object({ id, tokenCapacity: nonNegative, seqCapacity: nonNegative }).optional(),
+    prefixParts: z
+      .array(z.object({ key: z.string().regex(/^\S{1,256}$/), tokens: nonNegative }))
+      .max(16)
+      .optional(),
+  })
+  .refine((r) => (r.prefixParts ?? []).reduce((sum, p) => sum + p.tokens, 0) <= r.reserveTokens, {
+    message: 'prefix parts must sum to at most reserveTokens',
+    path: ['prefixParts'],
+  });
 
 /** {@link AdmitInput} */
 export const admitInputSchema = z

@@ -30,6 +30,11 @@ export const KEY_LAYOUT = {
   owner: ['owner'],
   /** HASH tokens, seqs: what is reserved on a replica. */
   replica: ['replica'],
+  /**
+   * HASH prefix key → running requests on a replica that hold that prompt part
+   * (`QueuedRequest.prefixParts`; see `includes/prefixes.lua`).
+   */
+  replicaPrefixes: ['replica'],
   /** LIST: a flow's last output lengths, oldest first. */
   history: ['flow'],
   /** STRING: requests queued in a pool, all bands. */

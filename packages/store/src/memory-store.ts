@@ -210,6 +210,8 @@ export class MemoryStore implements SchedulingStore {
   readonly #poolQueued = new Map<string, number>();
   readonly #requests = new Map<string, RequestState>();
   readonly #replicas = new Map<string, { tokens: number; seqs: number }>();
+  /** Per replica: prefix key → running requests on it holding that part (`QueuedRequest.prefixParts`). */
+  readonly #prefixHolders = new Map<string, Map<string, number>>();
   readonly #leases = new Map<string, number>();
   readonly #ownerRequests = new Map<string, Set<string>>();
   readonly #windows = new Map<string, SlidingWindow>();
@@ -428,12 +430,7 @@ export class MemoryStore implements SchedulingStore {
       if (replica === undefined)
         return { kind: 'blocked', id: rs.req.id, reserveTokens: rs.req.reserveTokens };
       this.#unqueue(q, rs);
-      const r = this.#replicas.get(replica);
-      if (r === undefined) this.#replicas.set(replica, { tokens: rs.req.reserveTokens, seqs: 1 });
-      else {
-        r.tokens += rs.req.reserveTokens;
-        r.seqs += 1;
-      }
+      this.#reserve(rs.req, replica, 0);
       rs.state = 'running';
       rs.replica = replica;
       rs.charged += rs.cost;
@@ -613,12 +610,7 @@ export class MemoryStore implements SchedulingStore {
         rs.state = 'running';
         rs.replica = replica;
         rs.grown = grown ?? 0;
-        const r = this.#replicas.get(replica);
-        if (r === undefined) this.#replicas.set(replica, { tokens: req.reserveTokens + rs.grown, seqs: 1 });
-        else {
-          r.tokens += req.reserveTokens + rs.grown;
-          r.seqs += 1;
-        }
+        this.#reserve(req, replica, rs.grown);
         rs.charged = rs.cost;
         this.#addToCounter(q, req.flow, rs.cost);
       }
@@ -800,7 +792,7 @@ export class MemoryStore implements SchedulingStore {
     const tokens = r?.tokens ?? 0;
     const seqs = r?.seqs ?? 0;
     return tokens <= input.affinityTokens &&
-      tokens + rs.req.reserveTokens <= c.tokenCapacity &&
+      tokens + this.#costOn(rs.req, a.id) <= c.tokenCapacity &&
       seqs + 1 <= c.seqCapacity
       ? a.id
       : undefined;
@@ -855,10 +847,60 @@ export class MemoryStore implements SchedulingStore {
     }
   }
 
+  /**
+   * Tokens a request reserves on `replica`: `reserveTokens` less its prefix parts, plus each part
+   * no running request on the replica holds yet.
+   */
+  #costOn(req: QueuedRequest, replica: string): number {
+    const parts = req.prefixParts;
+    if (parts === undefined) return req.reserveTokens;
+    const holders = this.#prefixHolders.get(replica);
+    let cost = req.reserveTokens;
+    for (const p of parts) if ((holders?.get(p.key) ?? 0) > 0) cost -= p.tokens;
+    return cost;
+  }
+
+  /** Reserves a request (and `grown` tokens more) on `replica`, holding its prefix parts there. */
+  #reserve(req: QueuedRequest, replica: string, grown: number): void {
+    const tokens = this.#costOn(req, replica) + grown;
+    const parts = req.prefixParts;
+    if (parts !== undefined) {
+      let holders = this.#prefixHolders.get(replica);
+      if (holders === undefined) {
+        holders = new Map();
+        this.#prefixHolders.set(replica, holders);
+      }
+      for (const p of parts) holders.set(p.key, (holders.get(p.key) ?? 0) + 1);
+    }
+    const r = this.#replicas.get(replica);
+    if (r === undefined) this.#replicas.set(replica, { tokens, seqs: 1 });
+    else {
+      r.tokens += tokens;
+      r.seqs += 1;
+    }
+  }
+
+  /**
+   * Frees a running request's reservation: `reserveTokens` less its prefix parts, what it grew by,
+   * and each part no other running request on the replica holds.
+   */
   #release(rs: RequestState): void {
+    let tokens = rs.req.reserveTokens + rs.grown;
+    const parts = rs.req.prefixParts;
+    const holders = parts === undefined ? undefined : this.#prefixHolders.get(rs.replica);
+    if (parts !== undefined && holders !== undefined) {
+      for (const p of parts) {
+        const n = (holders.get(p.key) ?? 1) - 1;
+        if (n > 0) {
+          holders.set(p.key, n);
+          tokens -= p.tokens;
+        } else holders.delete(p.key);
+      }
+      if (holders.size === 0) this.#prefixHolders.delete(rs.replica);
+    }
     const r = this.#replicas.get(rs.replica);
     if (r === undefined) return;
-    r.tokens = r.tokens - rs.req.reserveTokens - rs.grown;
+    r.tokens -= tokens;
     r.seqs -= 1;
     if (r.seqs <= 0) this.#replicas.delete(rs.replica);
   }

@@ -468,6 +468,7 @@ export class RedisStore implements SchedulingStore {
     const a = req.affinity;
     if (a === undefined) args.push('', '0', '0');
     else args.push(a.id, str(a.tokenCapacity), str(a.seqCapacity));
+    args.push(prefixPartsArg(req));
   }
 
   /**
@@ -648,6 +649,7 @@ export class RedisStore implements SchedulingStore {
           JSON.stringify(recordOf(req)),
           replica ?? '',
           str(grown ?? 0),
+          prefixPartsArg(req),
           str(rw.length),
         );
         for (const x of rw)
@@ -878,6 +880,15 @@ function pushRequestFields(args: string[], req: QueuedRequest): void {
   );
 }
 
+/** A request's prefix parts as the scripts keep them (`px`): 'key tokens key tokens …', '' if none. */
+function prefixPartsArg(req: QueuedRequest): string {
+  const parts = req.prefixParts;
+  if (parts === undefined || parts.length === 0) return '';
+  let out = '';
+  for (const p of parts) out += `${out === '' ? '' : ' '}${p.key} ${str(p.tokens)}`;
+  return out;
+}
+
 /** The request as stored: exactly the {@link QueuedRequest} fields, whatever else the caller's object holds. */
 function recordOf(req: QueuedRequest): QueuedRequest {
   const rec: QueuedRequest = {
@@ -893,10 +904,14 @@ function recordOf(req: QueuedRequest): QueuedRequest {
     payload: req.payload,
   };
   const withCont = req.continuation === undefined ? rec : { ...rec, continuation: req.continuation };
+  const withParts =
+    req.prefixParts === undefined
+      ? withCont
+      : { ...withCont, prefixParts: req.prefixParts.map((p) => ({ key: p.key, tokens: p.tokens })) };
   return req.affinity === undefined
-    ? withCont
+    ? withParts
     : {
-        ...withCont,
+        ...withParts,
         affinity: {
           id: req.affinity.id,
           tokenCapacity: req.affinity.tokenCapacity,

@@ -52,6 +52,24 @@ export interface QueuedRequest {
    * usual. A re-queued request loses it, and so does a restored one. @default none
    */
   readonly affinity?: ReplicaCandidate;
+  /**
+   * The parts of the prompt's start that the requests running on one replica hold once, because
+   * its prefix cache shares their KV blocks (longest first, as the prompt's prefix keys): the
+   * request reserves {@link reserveTokens} less these parts' tokens, plus the tokens of each part no
+   * other running request on its replica holds; a part is freed with the last request holding it.
+   * On its {@link affinity} replica a dispatch judges its room at that cost, elsewhere at
+   * `reserveTokens` (never less). The parts' tokens sum to at most `reserveTokens`. @default none
+   */
+  readonly prefixParts?: readonly PrefixPart[];
+}
+
+/**
+ * A part of a prompt's start (see {@link QueuedRequest.prefixParts}): the prefix key naming the
+ * prompt up to the part's end, and the part's tokens.
+ */
+export interface PrefixPart {
+  readonly key: string;
+  readonly tokens: number;
 }
 
 /** Everything admission needs, checked and applied in one atomic step (one Redis round trip). */

@@ -1271,6 +1271,110 @@ export function describeStoreConformance(backend: string, create: () => Promise<
       });
     });
 
+    describe('prefix parts held once per replica', () => {
+      const r1: ReplicaCandidate = { id: 'r1', tokenCapacity: 1000, seqCapacity: 10 };
+      const r2: ReplicaCandidate = { id: 'r2', tokenCapacity: 1000, seqCapacity: 10 };
+      /** A system prompt of two parts (64 and 64 tokens), then what each conversation adds. */
+      const system = [
+        { key: 'sys-128', tokens: 64 },
+        { key: 'sys-64', tokens: 64 },
+      ];
+      const conv = (id: string, over: Partial<QueuedRequest> = {}) =>
+        makeReq(id, { flow: id, reserveTokens: 200, prefixParts: system, ...over });
+      const run = async (req: QueuedRequest, replicas: ReplicaCandidate[], affinityTokens?: number) => {
+        await s.admit(admitOf(req));
+        const r = await s.dispatch(
+          dispatchOf({ replicas, ...(affinityTokens !== undefined ? { affinityTokens } : {}) }),
+        );
+        if (r.kind !== 'dispatched') throw new Error(`expected a dispatch, got ${r.kind}`);
+        return r;
+      };
+      const settle = (id: string) =>
+        s.settle({ id, nowMs: 1, finalCost: 10, actualTokens: 200, outputTokens: 1 });
+
+      it('reserves a part the replica already holds once, and frees it with its last holder', async () => {
+        await run(conv('x'), [r1]);
+        expect(await s.reserved('r1')).toEqual({ tokens: 200, seqs: 1 });
+        // Sharing both parts: 200 − 128.
+        const y = await run(conv('y'), [r1]);
+        expect(y.req.prefixParts).toEqual(system);
+        expect(await s.reserved('r1')).toEqual({ tokens: 272, seqs: 2 });
+        // Sharing the shorter part only.
+        await run(conv('z', { prefixParts: [{ key: 'other-128', tokens: 64 }, system[1]!] }), [r1]);
+        expect(await s.reserved('r1')).toEqual({ tokens: 408, seqs: 3 });
+        // The first holder leaves: only its own 72 tokens go, its parts stay held by the others.
+        expect(await settle('x')).toBe(true);
+        expect(await s.reserved('r1')).toEqual({ tokens: 336, seqs: 2 });
+        // The last holder of 'sys-128' leaves: that part goes with its own 72 tokens.
+        expect(await settle('y')).toBe(true);
+        expect(await s.reserved('r1')).toEqual({ tokens: 200, seqs: 1 });
+        expect(await settle('z')).toBe(true);
+        expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+        // Nothing is left held: a new request reserves its whole prompt again.
+        await run(conv('w'), [r1]);
+        expect(await s.reserved('r1')).toEqual({ tokens: 200, seqs: 1 });
+      });
+
+      it('holds parts per replica: another replica reserves them in full', async () => {
+        await run(conv('x'), [r1]);
+        await run(conv('y'), [r2]);
+        expect(await s.reserved('r2')).toEqual({ tokens: 200, seqs: 1 });
+      });
+
+      it('fits a request on its affinity replica at what it reserves there, elsewhere at its whole reservation', async () => {
+        const small: ReplicaCandidate = { id: 'r1', tokenCapacity: 300, seqCapacity: 10 };
+        await run(conv('x'), [small]);
+        // 200 + 200 does not fit r1 as a candidate, with or without an affinity bound; a request whose
+        // affinity is r1 fits there at the 72 tokens it adds.
+        await s.admit(admitOf(conv('y')));
+        expect(await s.dispatch(dispatchOf({ replicas: [small] }))).toMatchObject({
+          kind: 'blocked',
+          id: 'y',
+        });
+        expect(await s.dispatch(dispatchOf({ replicas: [small], affinityTokens: 1e9 }))).toMatchObject({
+          kind: 'blocked',
+          id: 'y',
+        });
+        await s.cancel('y', 1);
+        await s.admit(admitOf(conv('v', { affinity: small })));
+        expect(await s.dispatch(dispatchOf({ replicas: [small], affinityTokens: 1e9 }))).toMatchObject({
+          kind: 'dispatched',
+          replica: 'r1',
+        });
+        expect(await s.reserved('r1')).toEqual({ tokens: 272, seqs: 2 });
+      });
+
+      it('gives the parts back when a request is re-queued or its owner is reclaimed', async () => {
+        if (!s.requeue) throw new Error('backend has no requeue');
+        await run(conv('x'), [r1]);
+        await run(conv('y'), [r1]);
+        expect(await s.requeue({ id: 'y', nowMs: 1, servedCost: 5 })).toBe(true);
+        expect(await s.reserved('r1')).toEqual({ tokens: 200, seqs: 1 });
+        await run(conv('y2'), [r1]);
+        expect(await s.reserved('r1')).toEqual({ tokens: 272, seqs: 2 });
+        await s.dispatch(dispatchOf({ replicas: [r1] }));
+        expect(await s.reserved('r1')).toEqual({ tokens: 344, seqs: 3 });
+        const { released } = await s.reclaim(1e15);
+        expect([...released].sort()).toEqual(['x', 'y', 'y2']);
+        expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+      });
+
+      it('holds the parts of a request placed as it is admitted', async () => {
+        if (!s.admitAndDispatch) throw new Error('backend has no admitAndDispatch');
+        await run(conv('x'), [r1]);
+        const r = await s.admitAndDispatch({
+          admit: admitOf(conv('y')),
+          dispatch: dispatchOf({ replicas: [r1] }),
+        });
+        expect(r.dispatch).toMatchObject({ kind: 'dispatched', replica: 'r1' });
+        expect(r.reserved).toEqual([{ tokens: 272, seqs: 2 }]);
+      });
+
+      it('refuses parts that sum to more than the reservation', async () => {
+        await expect(s.admit(admitOf(conv('x', { reserveTokens: 100 })))).rejects.toThrow(/prefix parts/);
+      });
+    });
+
     describe('admit and dispatch in one step', () => {
       const fused = (req: QueuedRequest, over: Partial<AdmitInput> = {}, d: Partial<DispatchInput> = {}) => {
         if (!s.admitAndDispatch) throw new Error('backend has no admitAndDispatch');
@@ -1463,6 +1567,21 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         if (!s.restore) throw new Error('backend has no restore');
         return s.restore({ nowMs: 500, lift: 'vtc', windows, requests });
       }
+
+      it('holds the prefix parts of restored running requests once, and frees them with the last', async () => {
+        const parts = [{ key: 'sys', tokens: 50 }];
+        expect(
+          await restore([
+            { req: makeReq('a1', { reserveTokens: 80, prefixParts: parts }), replica: 'r1', windows: [] },
+            { req: makeReq('a2', { reserveTokens: 80, prefixParts: parts }), replica: 'r1', windows: [] },
+          ]),
+        ).toMatchObject({ restored: 2 });
+        expect(await s.reserved('r1')).toEqual({ tokens: 110, seqs: 2 });
+        await s.settle({ id: 'a1', nowMs: 600, finalCost: 10, actualTokens: 80, outputTokens: 1 });
+        expect(await s.reserved('r1')).toEqual({ tokens: 80, seqs: 1 });
+        await s.settle({ id: 'a2', nowMs: 600, finalCost: 10, actualTokens: 80, outputTokens: 1 });
+        expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+      });
 
       it('queues held requests again in the given order and serves them in it', async () => {
         expect(

@@ -40,9 +40,9 @@ local tried, place = false, nil
 if d.nCharges == 0 and d.pool == ARGV[3] and readQueued(d) == 0 then
   for bi = 1, d.nBands do
     if ARGV[o + 5 + bi] == ARGV[4] then
-      place = function(reserve, aff, affTokens, affSeqs)
+      place = function(reserve, aff, affTokens, affSeqs, px)
         tried = true
-        return choose(d, reserve, aff, affTokens, affSeqs)
+        return choose(d, reserve, aff, affTokens, affSeqs, px)
       end
       break
     end

@@ -15,8 +15,9 @@
     then number of window entries w, then per entry: window key, request id, atMs, windowMs, amount
     then number of requests n, then per request: id, pool, band, flow, score, arrivalMs,
     reserveTokens, dispatchCost, owner, continuation ('0' | '1'), the QueuedRequest as JSON,
-    replica ('' if queued), grown, number of windows k, then per window: key, trueUp ('0' | '1'),
-    atMs, windowMs, amount (where the request counts in it)
+    replica ('' if queued), grown, prefix parts ('' none; includes/prefixes.lua), number of windows
+    k, then per window: key, trueUp ('0' | '1'), atMs, windowMs, amount (where the request counts
+    in it)
 
   Output: { restored, skipped, forgotten }; -2 arguments not understood (client/library version skew)
 ]]
@@ -33,9 +34,9 @@ local n = tonumber(ARGV[i])
 if n == nil then return -2 end
 i = i + 1
 for _ = 1, n do
-  local k = tonumber(ARGV[i + 13])
+  local k = tonumber(ARGV[i + 14])
   if k == nil then return -2 end
-  i = i + 14 + 5 * k
+  i = i + 15 + 5 * k
 end
 if i ~= #ARGV + 1 then return -2 end
 
@@ -77,7 +78,8 @@ for _ = 1, n do
   local id, pool, band, flow = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local score, arrival, reserve, cost = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   local owner, cont, rec, replica, grown = ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], ARGV[i + 11], ARGV[i + 12]
-  local k = num(ARGV[i + 13])
+  local px = ARGV[i + 13]
+  local k = num(ARGV[i + 14])
   local reqKey = key_req(id)
   if redisCall('EXISTS', reqKey) == 1 then
     skipped = skipped + 1
@@ -89,7 +91,7 @@ for _ = 1, n do
       'ikey', '', 'ittl', '0', 'wn', k, 'fm', fm,
     }
     for j = 1, k do
-      local b = i + 9 + 5 * j
+      local b = i + 10 + 5 * j
       record[#record + 1] = 'wk' .. j
       record[#record + 1] = ARGV[b]
       record[#record + 1] = 'wt' .. j
@@ -101,6 +103,10 @@ for _ = 1, n do
         record[#record + 1] = ARGV[b + 4]
       end
     end
+    if px ~= '' then
+      record[#record + 1] = 'px'
+      record[#record + 1] = px
+    end
     redisCall('ZADD', key_leases(), 'NX', now + lease, owner)
     redisCall('SADD', key_owner(owner), id)
     if replica == '' then
@@ -108,6 +114,11 @@ for _ = 1, n do
       enqueue(pool, band, flow, id, fm, redisCall('INCR', key_seq()), score, arrival, cont == '1', lift)
     else
       local g = num(grown)
+      if px ~= '' then
+        local held, keys, counts = heldPrefixTokens(replica, px)
+        g = g - held
+        holdPrefixParts(replica, keys, counts)
+      end
       local rk = key_replica(replica)
       local rep = redisCall('HMGET', rk, 'tokens', 'seqs')
       redisCall('HSET', rk, 'tokens', num(rep[1]) + num(reserve) + g, 'seqs', num(rep[2]) + 1)
@@ -126,6 +137,6 @@ for _ = 1, n do
     end
     restored = restored + 1
   end
-  i = i + 14 + 5 * k
+  i = i + 15 + 5 * k
 end
 return { restored, skipped, forgotten }

@@ -9,8 +9,8 @@
   there): ARGV[o + 2] id ... ARGV[o + 22] tenant, ARGV[o + 23] number of limits n, then 8 per limit,
   then the usage account and quotas (includes/usage.lua, e = o + 23 + 8n), then the request's
   affinity: replica id ('' none), tokenCapacity, seqCapacity (kept in the record as aff, afft,
-  affs for the pick). admissionEnd(o) is the index of its last argument (nil if a count is not a
-  number).
+  affs for the pick), then its prefix parts ('' none; kept as px, see includes/prefixes.lua).
+  admissionEnd(o) is the index of its last argument (nil if a count is not a number).
 
   Windows and the interaction belong to the request's tenant: their keys are the caller's keys
   prefixed with lp(tenant) (as tenantScoped in keys.ts), so no key a request names reaches another
@@ -28,7 +28,7 @@ local function admissionEnd(o)
   if n == nil then return nil end
   local e = usageEnd(o + 23 + n * 8)
   if e == nil then return nil end
-  return e + 3
+  return e + 4
 end
 
 -- Counts a rejected arrival in the request's throttle windows (see the header).
@@ -108,11 +108,13 @@ local function admitRequest(o, place)
   end
 
   local ae = admissionEnd(o)
-  local aff = ARGV[ae - 2]
+  local aff = ARGV[ae - 3]
   if aff == '' then aff = nil end
+  local px = ARGV[ae]
+  if px == '' then px = false end
   local chosen, chosenKey, chosenTokens, chosenSeqs
   if place ~= nil then
-    chosen, chosenKey, chosenTokens, chosenSeqs = place(num(ARGV[o + 8]), aff, ARGV[ae - 1], ARGV[ae])
+    chosen, chosenKey, chosenTokens, chosenSeqs = place(num(ARGV[o + 8]), aff, ARGV[ae - 2], ARGV[ae - 1], px)
   end
   local cost = num(ARGV[o + 9])
   local record = {
@@ -162,9 +164,13 @@ local function admitRequest(o, place)
     record[#record + 1] = 'aff'
     record[#record + 1] = aff
     record[#record + 1] = 'afft'
-    record[#record + 1] = ARGV[ae - 1]
+    record[#record + 1] = ARGV[ae - 2]
     record[#record + 1] = 'affs'
-    record[#record + 1] = ARGV[ae]
+    record[#record + 1] = ARGV[ae - 1]
+  end
+  if px then
+    record[#record + 1] = 'px'
+    record[#record + 1] = px
   end
   local alerts = reserveQuotas(ue, ARGV[o + 22], record, share)
   redisCall('HSET', reqKey, unpack(record))

@@ -15,6 +15,7 @@
 --- @include "numbers"
 --- @include "queue"
 --- @include "charge"
+--- @include "prefixes"
 
 -- The dispatch of the running call (see dispatchArgs). One table, refilled by every call: a new
 -- one with these fields costs ≈5,000 instructions, more than reading the arguments twice.
@@ -77,10 +78,12 @@ local function candidateReservations(d)
 end
 
 -- The affinity replica `aff` of a request reserving `reserve` tokens (affTokens, affSeqs: the room
--- it was admitted with), as choose returns it, if its reservation is at most d.affTokens and it
--- has room: the candidate's room when it is offered, else the admitted one. One replica read
--- (none if d.known holds it).
-local function affine(d, reserve, aff, affTokens, affSeqs)
+-- it was admitted with; px: its prefix parts, false if none, which it reserves there only where no
+-- running request holds them), as choose returns it, if its reservation is at most d.affTokens
+-- and it has room: the candidate's room when it is offered, else the admitted one; then also the
+-- prefix keys and holder counts read. One replica read (none if d.known holds it), one more with
+-- parts.
+local function affine(d, reserve, aff, affTokens, affSeqs, px)
   local capTokens, capSeqs, at = num(affTokens), num(affSeqs), nil
   for i = 0, d.nReplicas - 1 do
     local b = d.rBase + 1 + i * 3
@@ -96,24 +99,36 @@ local function affine(d, reserve, aff, affTokens, affSeqs)
     if d.write then d.known[aff] = rep end
   end
   local tokens, seqs = num(rep[1]), num(rep[2])
+  local keys, counts
+  if px then
+    local held
+    held, keys, counts = heldPrefixTokens(aff, px)
+    reserve = reserve - held
+  end
   if tokens > d.affTokens or tokens + reserve > capTokens or seqs + 1 > capSeqs then
     if at ~= nil then d.seen[at] = rep end
     return nil
   end
   if at ~= nil then d.seen[at] = { wire(tokens + reserve), seqs + 1 } end
-  return aff, rk, tokens + reserve, seqs + 1
+  return aff, rk, tokens + reserve, seqs + 1, keys, counts
 end
 
 -- The candidate replica a request reserving `reserve` tokens goes to (the first with room, or
 -- under `best` the one left with the least room): its id, its key, and its tokens and seqs once
 -- the request is on it (the caller writes them); nil if none has room. Records what it read in
 -- d.seen, and what the caller will write for the chosen one. Replicas in d.known (id -> holdings
--- as HMGET tokens seqs reads them: a settlement just wrote them) are not read again.
-local function choose(d, reserve, aff, affTokens, affSeqs)
+-- as HMGET tokens seqs reads them: a settlement just wrote them) are not read again. A request
+-- with prefix parts (px, false if none) is judged at `reserve` on the candidates (at most what it
+-- reserves on any) and reserved on the chosen one less the parts held there, which it now holds
+-- too (see includes/prefixes.lua).
+local function choose(d, reserve, aff, affTokens, affSeqs, px)
   local rBase, first = d.rBase, ARGV[d.o + 4] == 'first'
   if aff and d.affTokens then
-    local chosen, chosenKey, tokens, seqs = affine(d, reserve, aff, affTokens, affSeqs)
-    if chosen ~= nil then return chosen, chosenKey, tokens, seqs end
+    local chosen, chosenKey, tokens, seqs, keys, counts = affine(d, reserve, aff, affTokens, affSeqs, px)
+    if chosen ~= nil then
+      if px then holdPrefixParts(chosen, keys, counts) end
+      return chosen, chosenKey, tokens, seqs
+    end
   end
   local chosen, chosenKey, chosenAt, bestLeft, chosenTokens, chosenSeqs = nil, nil, nil, 0, 0, 0
   for i = 0, d.nReplicas - 1 do
@@ -135,7 +150,14 @@ local function choose(d, reserve, aff, affTokens, affSeqs)
       if first then break end
     end
   end
-  if chosen ~= nil then d.seen[chosenAt] = { wire(chosenTokens), chosenSeqs } end
+  if chosen ~= nil then
+    if px then
+      local held, keys, counts = heldPrefixTokens(chosen, px)
+      chosenTokens = chosenTokens - held
+      holdPrefixParts(chosen, keys, counts)
+    end
+    d.seen[chosenAt] = { wire(chosenTokens), chosenSeqs }
+  end
   return chosen, chosenKey, chosenTokens, chosenSeqs
 end
 
@@ -193,35 +215,36 @@ local function dispatchNext(d)
       local reqKey = key_req(id)
       -- f: reserve, cost, rec, charged, then under `score` cont, flow, fm.
       local f, cont
-      -- aff: the affinity fields' index in f (read only when the dispatch honours affinity).
-      local aff
+      -- aff: the affinity fields' index in f (read only when the dispatch honours affinity); px:
+      -- the prefix parts' (the field after them).
+      local aff, px
       if fm == nil then
         if d.affTokens then
-          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'cont', 'flow', 'fm', 'aff', 'afft', 'affs')
-          aff = 8
+          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'cont', 'flow', 'fm', 'px', 'aff', 'afft', 'affs')
+          aff = 9
         else
-          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'cont', 'flow', 'fm')
+          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'cont', 'flow', 'fm', 'px')
         end
         if not f[6] then return -1 end
-        cont, flow, fm = f[5], f[6], f[7]
+        cont, flow, fm, px = f[5], f[6], f[7], f[8]
         fifo = key_fifo(pool, band, flow)
       else
         if d.affTokens then
-          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'aff', 'afft', 'affs')
-          aff = 5
+          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'px', 'aff', 'afft', 'affs')
+          aff = 6
         else
-          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged')
+          f = redisCall('HMGET', reqKey, 'reserve', 'cost', 'rec', 'charged', 'px')
         end
         if not f[1] then return -1 end
-        cont = pickedCont and '1' or '0'
+        cont, px = pickedCont and '1' or '0', f[5]
       end
       local reserve = num(f[1])
 
       local chosen, chosenKey, chosenTokens, chosenSeqs
       if aff then
-        chosen, chosenKey, chosenTokens, chosenSeqs = choose(d, reserve, f[aff] or nil, f[aff + 1], f[aff + 2])
+        chosen, chosenKey, chosenTokens, chosenSeqs = choose(d, reserve, f[aff] or nil, f[aff + 1], f[aff + 2], px)
       else
-        chosen, chosenKey, chosenTokens, chosenSeqs = choose(d, reserve)
+        chosen, chosenKey, chosenTokens, chosenSeqs = choose(d, reserve, nil, nil, nil, px)
       end
       if chosen == nil then return { 'blocked', id, f[1] } end
 

@@ -16,6 +16,7 @@
 ]]
 --- @include "numbers"
 --- @include "request"
+--- @include "prefixes"
 
 -- Order-preserving fixed-width encoding of a double (16 hex digits): the IEEE bits, negatives
 -- inverted, positives with the sign bit set; in two 32-bit halves (Lua numbers hold them exactly).
@@ -220,6 +221,9 @@ end
 -- key. With `defer` it writes nothing, and says whether the caller must writeHeld (settleAndDispatch:
 -- a pick onto the same replica writes it once).
 local function release(r, defer)
+  -- Its prefix parts another running request there holds stay reserved.
+  local kept = 0
+  if r.px then kept = releasePrefixParts(r.replica, r.px) end
   local key = key_replica(r.replica)
   local rep = redisCall('HMGET', key, 'tokens', 'seqs')
   if not rep[2] then return rep, key, false end
@@ -228,7 +232,7 @@ local function release(r, defer)
   if seqs <= 0 then
     held = { false, false }
   else
-    held = { wire(num(rep[1]) - num(r.reserve) - num(r.grown)), seqs }
+    held = { wire(num(rep[1]) - num(r.reserve) - num(r.grown) + kept), seqs }
   end
   if defer then return held, key, true end
   writeHeld(key, held)

@@ -5,6 +5,7 @@
     fm (the request's member in its flow's FIFOs: sortKey(arrival) .. id),
     state ('q' queued, 'r' running), replica, charged,
     grown (tokens its reservation grew by while it runs, on top of reserve; absent if none),
+    px (its prefix parts, includes/prefixes.lua; absent if none),
     ikey, ittl (interaction, '' if none), wn (number of windows), wk<i>, wt<i> (window key, '1' if true-up),
     we<i>, wa<i> (of a true-up window: the end of the bucket it counts in and the amount it counts,
     includes/windows.lua),
@@ -21,20 +22,20 @@ local function loadReq(id, running)
   local r
   if running then
     local v = redisCall('HMGET', key, 'state', 'pool', 'band', 'flow', 'charged', 'replica', 'reserve',
-      'grown', 'owner', 'ikey', 'ittl', 'wn', 'ua')
+      'grown', 'owner', 'ikey', 'ittl', 'wn', 'ua', 'px')
     if not v[1] then return nil end
     r = {
       state = v[1], pool = v[2], band = v[3], flow = v[4], charged = v[5], replica = v[6], reserve = v[7],
-      grown = v[8], owner = v[9], ikey = v[10], ittl = v[11], wn = v[12], ua = v[13], qn = false,
+      grown = v[8], owner = v[9], ikey = v[10], ittl = v[11], wn = v[12], ua = v[13], qn = false, px = v[14],
     }
   else
     local v = redisCall('HMGET', key, 'state', 'pool', 'band', 'flow', 'charged', 'replica', 'reserve',
-      'grown', 'owner', 'ikey', 'ittl', 'wn', 'ua', 'qn', 'cont', 'fm')
+      'grown', 'owner', 'ikey', 'ittl', 'wn', 'ua', 'qn', 'cont', 'fm', 'px')
     if not v[1] then return nil end
     r = {
       state = v[1], pool = v[2], band = v[3], flow = v[4], charged = v[5], replica = v[6], reserve = v[7],
       grown = v[8], owner = v[9], ikey = v[10], ittl = v[11], wn = v[12], ua = v[13], qn = v[14],
-      cont = v[15], fm = v[16],
+      cont = v[15], fm = v[16], px = v[17],
     }
   end
   local n = num(r.wn) or 0
