@@ -21,6 +21,7 @@ import {
   buildRunInput,
   computeMetrics,
   EVIDENCE_SEEDS,
+  type LoadedScenario,
   loadScenario,
   runSimulation,
   type SeedSummary,
@@ -108,6 +109,11 @@ const MODES: readonly Mode[] = [
 ];
 
 const SCENARIOS = ['multi-turn-chat-fleet', 'tenants-shared-prompt'] as const;
+/**
+ * Arrival-rate multiple of the saturation runs: the scenarios' conversations arrive this much more
+ * often, so least-KV and fair affinity both queue (what each fleet delivers at its limit).
+ */
+const SATURATION_SCALE = 1.5;
 /** Seconds at the start of a run left out of the service gap (the fleet filling up). */
 const WARMUP_S = 30;
 
@@ -166,8 +172,20 @@ function loadSpread(run: SimRun): number {
   return mean > 0 ? Math.max(...loads) / mean : 1;
 }
 
-async function runOnce(scenario: string, mode: Mode, seed: number): Promise<RunFigures> {
-  const input = buildRunInput(loadScenario(scenario), { seed, ...(durationS ? { durationS } : {}) });
+/** The scenario with every stream's arrival rate multiplied by `scale`. */
+function scaledScenario(name: string, scale: number): LoadedScenario {
+  const loaded = loadScenario(name);
+  if (scale === 1) return loaded;
+  const streams = loaded.scenario.streams?.map((st) =>
+    st.arrival.process === 'poisson' && st.arrival.rate !== undefined
+      ? { ...st, arrival: { ...st.arrival, rate: st.arrival.rate * scale } }
+      : st,
+  );
+  return { ...loaded, scenario: { ...loaded.scenario, ...(streams ? { streams } : {}) } };
+}
+
+async function runOnce(scenario: string, mode: Mode, seed: number, scale = 1): Promise<RunFigures> {
+  const input = buildRunInput(scaledScenario(scenario, scale), { seed, ...(durationS ? { durationS } : {}) });
   const weight = input.cachedTokenWeight;
   const run = await runSimulation({
     ...input,
@@ -201,10 +219,10 @@ const LOWER_IS_WORSE: ReadonlySet<keyof RunFigures> = new Set([
   'hitRate',
 ]);
 
-async function summarise(scenario: string, mode: Mode): Promise<Summary> {
+async function summarise(scenario: string, mode: Mode, scale = 1): Promise<Summary> {
   const runs: RunFigures[] = [];
   for (const seed of seeds) {
-    runs.push(await runOnce(scenario, mode, seed));
+    runs.push(await runOnce(scenario, mode, seed, scale));
     process.stderr.write('.');
   }
   const keys = Object.keys(runs[0]!) as (keyof RunFigures)[];
@@ -273,17 +291,53 @@ for (const scenario of SCENARIOS) {
   lines.push('');
 }
 
+const saturation = new Map<string, { base: Summary; fair: Summary }>();
+if (modes.some((m) => m.name === 'least-kv') && modes.some((m) => m.name === 'fair-affinity')) {
+  lines.push(
+    `## Saturated: arrivals × ${SATURATION_SCALE}`,
+    '',
+    `The same workloads with conversations arriving ${SATURATION_SCALE}× as often, so both fleets queue`,
+    '(queued at end): what each delivers at its limit.',
+    '',
+    '| workload | mode | output tok/s | completed/s | hit rate | KV used | queued at end | service gap |',
+    '|---|---|---|---|---|---|---|---|',
+  );
+  for (const scenario of SCENARIOS) {
+    const base = await summarise(scenario, modeByName('least-kv'), SATURATION_SCALE);
+    const fair = await summarise(scenario, modeByName('fair-affinity'), SATURATION_SCALE);
+    saturation.set(scenario, { base, fair });
+    for (const [name, s] of [
+      ['least-kv', base],
+      ['fair-affinity', fair],
+    ] as const)
+      lines.push(
+        `| ${scenario} | ${name} | ${both(s.outputTokensPerS, 0)} | ${both(s.completedPerS, 2)} | ${pct(s.hitRate)} | ${pct(s.kvUsed)} | ${both(s.queuedAtEnd, 0)} | ${both(s.gap, 0)} |`,
+      );
+  }
+  lines.push('');
+}
+
 lines.push('## Targets', '');
 const targets = judge();
 lines.push(...targets, '');
 lines.push(
   '## Reading the tables',
   '',
-  '- **Throughput** is bounded by the gateways here, not by prefill: each running request reserves',
-  '  its prompt and output cap on its replica (hold, do not forward), so requests queue at the',
-  "  gateways (queued at end) while the engines' KV is far from full (KV used). A cache hit shortens",
-  '  a prefill but frees no reserved room, and least-KV already finds much of each prompt cached',
-  '  (hit rate), so affinity adds to throughput only what the shorter prefills give back.',
+  '- **Throughput.** Each running request reserves its prompt and output cap on its replica (hold,',
+  '  do not forward); with affinity a prompt start that other running requests on the replica share',
+  '  is reserved once there (its parts, `QueuedRequest.prefixParts`), which least-KV without prefix',
+  "  keys cannot do. At the scenarios' load that lets fair affinity keep up (queued at end near 0)",
+  '  where least-KV queues, so its throughput is the offered load and the ratio says how far',
+  '  least-KV falls short of it, not how far apart the two limits are; the saturated runs measure',
+  "  those. There the gain is what affinity's extra hits save in prefill: least-KV on caching",
+  '  engines already finds 44–82 % of each prompt cached (every replica soon holds the few shared',
+  '  system prompts), so the hit rate rises by 4–15 points only. Neither workload reaches 1.3× at',
+  '  saturation.',
+  '- **Service gap** is measured over intervals in which two tenants are both backlogged; a fleet',
+  "  that keeps up has few such intervals, so a small gap at the scenarios' load says little. At",
+  "  saturation more requests run at once under fair affinity (KV used), and VTC's bound on the gap",
+  '  grows with what runs at once (Theorem 4.4); the cached-token charge adds its prediction error',
+  '  per request in flight.',
   '- **Unbounded affinity** sends every call of a prefix to the replica that served it, whatever its',
   '  load: load spread grows, and under FCFS the tenant with most conversations takes most of the',
   '  fleet (its service gap); with VTC the order stays fair, the placement does not.',
@@ -319,6 +373,7 @@ function judge(): string[] {
     const full = perMode.get('least-kv-full-charge');
     if (base === undefined || fair === undefined) continue;
     any = true;
+    const sat = saturation.get(scenario);
     const rows: [string, number, string, boolean][] = [
       [
         'TTFT p50 ≤ 0.6× least-KV',
@@ -332,12 +387,32 @@ function judge(): string[] {
         `${f(fair.outputTokensPerS.median, 0)} vs ${f(base.outputTokensPerS.median, 0)} tok/s`,
         fair.outputTokensPerS.median >= 1.3 * base.outputTokensPerS.median,
       ],
+      ...(sat === undefined
+        ? []
+        : [
+            [
+              `output throughput ≥ 1.3× least-KV, both saturated (arrivals × ${SATURATION_SCALE})`,
+              sat.fair.outputTokensPerS.median / sat.base.outputTokensPerS.median,
+              `${f(sat.fair.outputTokensPerS.median, 0)} vs ${f(sat.base.outputTokensPerS.median, 0)} tok/s`,
+              sat.fair.outputTokensPerS.median >= 1.3 * sat.base.outputTokensPerS.median,
+            ] as [string, number, string, boolean],
+          ]),
       [
         'service gap ≤ 1.1× VTC without affinity',
         fair.gap.median / base.gap.median,
         `${f(fair.gap.median, 0)} vs ${f(base.gap.median, 0)}`,
         fair.gap.median <= 1.1 * base.gap.median,
       ],
+      ...(sat === undefined
+        ? []
+        : [
+            [
+              `service gap ≤ 1.1× VTC without affinity, both saturated (arrivals × ${SATURATION_SCALE})`,
+              sat.fair.gap.median / sat.base.gap.median,
+              `${f(sat.fair.gap.median, 0)} vs ${f(sat.base.gap.median, 0)}`,
+              sat.fair.gap.median <= 1.1 * sat.base.gap.median,
+            ] as [string, number, string, boolean],
+          ]),
       ...(full === undefined
         ? []
         : [
