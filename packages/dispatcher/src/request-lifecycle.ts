@@ -60,11 +60,12 @@ export type LifecycleState =
  * so a request is settled exactly once.
  *
  * ```
- * admitted → queued ─┬─→ dispatched ─→ streaming ─→ settled
- *              ▲     └─→ withdrawn       │  │  │
- *              │                         │  │  └─→ abandoned (from any state before settlement)
- *              ├── requeued ←────────────┤  │
- *              └── evicted  ←────────────┴──┘   (dispatched may also go to requeued or evicted)
+ * admitted → queued → dispatched → streaming → settled             the answer ended
+ *              │           │             │
+ *              │           ├─────────────┴─→ requeued → queued   failed before answering: next replica
+ *              │           ├─────────────┴─→ evicted → queued    evicted: resumes where it stopped
+ *              │           └─────────────┴─→ abandoned           ended early: charged what it used
+ *              └─→ withdrawn                                     left the queue without running
  * ```
  */
 export const LIFECYCLE_TRANSITIONS: Readonly<Record<LifecycleState, readonly LifecycleState[]>> = {
