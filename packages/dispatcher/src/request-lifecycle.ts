@@ -173,11 +173,6 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
     return this.#state;
   }
 
-  /** The request's ticket (read it; only the lifecycle moves it). */
-  get ticket(): Ticket {
-    return this.#a.ticket;
-  }
-
   /**
    * Serves the request: waits for its dispatch, proxies it (again on another replica when the
    * engine failed before answering) and returns what happened, or undefined when the client left
