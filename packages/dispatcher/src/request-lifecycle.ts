@@ -442,7 +442,9 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
         : new ApiError('QUEUE_TIMEOUT', `evicted, and not resumed within ${resume.queueTimeoutMs} ms`);
     }
     this.#to('dispatched');
-    const next = resume.engineFor(ticket.replica ?? '');
+    // A failure of the resumed run is its new replica's.
+    this.#replica = ticket.replica ?? '';
+    const next = resume.engineFor(this.#replica);
     if (next !== undefined) return next;
     await this.#abandon(used);
     return new ApiError('NO_REPLICA', 'the replica chosen for this request left the fleet; retry', {

@@ -277,3 +277,74 @@ describe('request lifecycle through the dispatcher', () => {
     expect((await recordedToday(s.store, KEY)).outputTokens).toBe(300);
   });
 });
+
+describe('a resumed request whose new engine fails', () => {
+  const stacks: Stack[] = [];
+  afterEach(async () => {
+    for (const s of stacks.splice(0)) await s.close();
+  });
+
+  it('holds out the replica it resumed on, not the one it was evicted from', async () => {
+    const s = await startStack({
+      config: {
+        tenants: [{ id: 'alpha', keys: [{ key: KEY }] }],
+        pools: [{ id: 'llama', model: MODEL }],
+        sloClasses: [
+          { name: 'interactive', ttftS: 20, band: 0, sheddable: false },
+          { name: 'batch', ttftS: 600, band: 2, sheddable: true },
+        ],
+        policy: { ordering: 'qlm', control: { intervalMs: 150, leaseMs: 1200 } },
+      },
+      engines: [{ speed: 2 }, { speed: 2 }],
+    });
+    stacks.push(s);
+    const runtime = s.dispatchers[0]!.dispatcher.runtime;
+    const answer = fetch(`${s.dispatchers[0]!.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${KEY}`,
+        'content-type': 'application/json',
+        'x-fairway-slo-class': 'batch',
+      },
+      body: JSON.stringify({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'x'.repeat(36) }],
+        max_tokens: 300,
+        fairway_output_tokens: 300,
+        stream: true,
+      }),
+      signal: AbortSignal.timeout(30_000),
+    }).then((r) => r.text());
+    let first: { replicaId: string; requestId: string } | undefined;
+    await waitFor(
+      () => {
+        const r = runtime.holdings().running[0];
+        if (r !== undefined && r.generated >= 20) first = r;
+        return first !== undefined;
+      },
+      10_000,
+      'a running request',
+    );
+    const from = first!.replicaId;
+    const to = s.replicas.find((id) => id !== from)!;
+    const toSim = s.sims[s.replicas.indexOf(to)]!;
+    // Its replica leaves placement and the other one answers every call with a 500.
+    await s.agents[s.replicas.indexOf(from)]!.stop();
+    await fetch(`${toSim.url}/fairway/faults`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ errorRate: 1 }),
+    });
+    s.infra.bus.publish('evict', {
+      replicaId: from,
+      requestIds: [first!.requestId],
+      reason: 'test',
+      at: Date.now(),
+    });
+    const body = await answer;
+    expect(body).toContain('"error"');
+    expect(runtime.stats().evicted).toBe(1);
+    expect(runtime.isSuspect(to)).toBe(true);
+    expect(runtime.isSuspect(from)).toBe(false);
+  });
+});
