@@ -379,9 +379,8 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
    * with the input it was sent, and the client is dropped (it left) or told why.
    */
   async failedBeforeAnswer(err: unknown, signal: StopSignal): Promise<'retried' | 'cancelled' | ApiError> {
-    const replicaFault = !signal.aborted && isReplicaFailure(err);
-    if (replicaFault) this.#replicaFailed(err);
-    if (replicaFault) {
+    if (!signal.aborted && isReplicaFailure(err)) {
+      this.#replicaFailed(err);
       this.#failure = engineApiError(err);
       if (await this.#retry()) return 'retried';
     }
