@@ -11,30 +11,52 @@ import type {
 import { type Span, SpanKind } from '@opentelemetry/api';
 import type { FastifyReply } from 'fastify';
 import type { AnswerShape } from './answer-shape.ts';
-import { engineApiError, isReplicaFailure } from './error-mapping.ts';
 import { ApiError } from './errors.ts';
-import type { GatewayRuntime } from './gateway-runtime.ts';
 import { type DescribedRequest, type Endpoint, operationName } from './request-descriptor.ts';
-import { continuable, continuationBody, ResumedAnswer } from './resumed-answer.ts';
+import { continuationBody, ResumedAnswer } from './resumed-answer.ts';
 import type { StopSignal } from './stop-signal.ts';
 import type { Ticket } from './ticket.ts';
 import { injectTraceContext, type RequestTrace } from './tracing.ts';
 import { UsageChunkFilter } from './usage-chunk-filter.ts';
 
-/** How an evicted request resumes (an SLO-class control plane routes this dispatcher). */
-export interface Resume {
-  /** The engine of a replica the request is dispatched to again; undefined if it left. */
-  readonly engineFor: (replica: string) => Engine | undefined;
-  /** How long a resumed request may wait for its next dispatch, ms. */
-  readonly queueTimeoutMs: number;
+/**
+ * What the proxy tells the request's lifecycle (`request-lifecycle.ts`), which decides what each
+ * event means for the request — settled, abandoned, retried elsewhere or resumed — and answers
+ * with what the proxy does next: drop the client (`cancelled`), tell it an error, go on.
+ */
+export interface ProxyEvents {
+  /** An engine call starts: its signal aborts when the request is evicted or the client leaves. */
+  startCall(): StopSignal;
+  /** The engine answered; a stream's output is metered from here (after `before` earlier tokens). */
+  answering(stream: { readonly completionTokens: number } | undefined, before: number): void;
+  /** The answer reached the client whole, with the engine's `usage`. */
+  completed(usage: Usage): void;
+  /** The engine call failed (or was stopped) before anything reached the client. */
+  failedBeforeAnswer(err: unknown, signal: StopSignal): Promise<'retried' | 'cancelled' | ApiError>;
+  /** The engine call ended early (or was stopped) after the answer started, having used `used`. */
+  cutShort(err: unknown, signal: StopSignal, used: Usage): 'cancelled' | ApiError;
+  /**
+   * A resumable run was stopped while the client is still there (an eviction) after `generated`
+   * output tokens: the engine to resume on, or how the request ends.
+   */
+  evicted(
+    err: unknown,
+    signal: StopSignal,
+    generated: number,
+    used: Usage,
+  ): Promise<'cancelled' | ApiError | Engine>;
 }
+
+/** What the proxy reads of the request's ticket. */
+export type TicketView = Pick<Ticket, 'id' | 'req' | 'replica' | 'queueMs'>;
 
 /** What the proxy needs for one dispatched request. */
 export interface ProxyCall {
-  readonly runtime: GatewayRuntime;
+  /** Told what happens to the engine call; it decides what that means for the request. */
+  readonly events: ProxyEvents;
   readonly engine: Engine;
   readonly endpoint: Endpoint;
-  readonly ticket: Ticket;
+  readonly ticket: TicketView;
   readonly described: DescribedRequest;
   /** The client's reply: the answer is written to its raw response. */
   readonly reply: FastifyReply;
@@ -44,23 +66,15 @@ export interface ProxyCall {
   readonly timer: Clock;
   /** Monotonic ms at which the request reached the dispatcher. */
   readonly arrivedAt: number;
-  /**
-   * Asked when the engine call failed before anything reached the client in a way another replica
-   * may not (see `isReplicaFailure`); resolves true once the request is back in the queue to be
-   * dispatched again — the proxy then neither settles nor answers. Absent: no retry.
-   */
-  readonly retry?: (() => Promise<boolean>) | undefined;
   /** The request's spans (tracing on): the engine call, stream and settle are traced under it. */
   readonly trace?: RequestTrace | undefined;
   /** The engine's `host:port`, for the engine span's `server.address`. */
   readonly engineAddress?: string | undefined;
   /**
-   * Told when the engine call failed in a way that is the replica's fault (see
-   * `isReplicaFailure`), before or during the response, so the replica is held out of placement.
+   * Whether an evicted request resumes on another replica (an SLO-class control plane routes this
+   * dispatcher): chat and completions are then streamed from the engine, so a run cut short can go on.
    */
-  readonly replicaFailed?: ((err: unknown) => void) | undefined;
-  /** Set when an eviction resumes the request on another replica; absent, an eviction fails it. */
-  readonly resume?: Resume | undefined;
+  readonly resumable: boolean;
   /** The pool's `engineTimeouts`: how long the engine may stay silent before it counts as hung. */
   readonly timeouts?: EngineTimeoutsConfig | undefined;
   /** Rewrites the answer for a client of another API (Anthropic Messages); absent, sent as is. */
@@ -74,25 +88,31 @@ export interface ProxyResult {
   readonly overheadMs: number;
   /** ms from arrival to the first byte sent to the client. */
   readonly firstByteMs: number | undefined;
-  /** `retried`: the engine failed before answering and the request was re-queued (see `retry`). */
+  /** `retried`: the engine failed before answering and the request was queued again for another replica. */
   readonly outcome: 'completed' | 'failed' | 'cancelled' | 'retried';
-  /** Why the last engine call failed, for `retried` (what the client gets if no retry succeeds). */
-  readonly failure?: ApiError;
 }
+
+/** The answer of a call whose request went back to the queue for another replica. */
+const RETRIED: ProxyResult = {
+  usage: { inputTokens: 0, outputTokens: 0 },
+  overheadMs: 0,
+  firstByteMs: undefined,
+  outcome: 'retried',
+};
 
 /**
  * Forwards a dispatched request to its engine and the answer to its client (DESIGN.md request
- * path, step 5), then settles it — one path for every request: a non-streamed one the engine
- * answers whole is sent byte for byte; a streamed one is forwarded chunk by chunk as it arrives;
- * under a control plane (`call.resume`) a request the leader evicts resumes on its next replica
- * and reads as one response. Throws an `ApiError` (after settling) when the engine fails before
- * anything reached the client; the caller answers with it.
+ * path, step 5), telling `call.events` what happens — one path for every request: a non-streamed
+ * one the engine answers whole is sent byte for byte; a streamed one is forwarded chunk by chunk
+ * as it arrives; under a control plane (`call.resumable`) a request the leader evicts resumes on
+ * its next replica and reads as one response. Throws the `ApiError` the events return when the
+ * engine fails before anything reached the client; the caller answers with it.
  */
 export function proxy(call: ProxyCall): Promise<ProxyResult> {
   if (call.endpoint === 'embeddings') return proxyEmbedding(call);
   if (call.endpoint === 'responses')
     return call.described.stream ? proxyResponseStream(call) : proxyResponseWhole(call);
-  return call.resume === undefined && !call.described.stream ? proxyWhole(call) : proxyRuns(call);
+  return !call.resumable && !call.described.stream ? proxyWhole(call) : proxyRuns(call);
 }
 
 /**
@@ -129,10 +149,10 @@ async function proxyResponseWhole(call: ProxyCall): Promise<ProxyResult> {
  * chat instead, through `responsesOverChat`).
  */
 async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
-  const { ticket, runtime } = call;
+  const { ticket, events } = call;
   const t0 = call.timer.now();
   const engineCall = openEngineCall(call, 0);
-  const signal = ticket.startCall(call.gone);
+  const signal = events.startCall();
   let stream: EngineStream;
   try {
     stream = await call.engine.streamResponse(call.described.forwardBody, {
@@ -149,7 +169,7 @@ async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
   const overheadMs = overheadOf(call, call.timer.now() - t0);
   let res: ServerResponse | undefined;
   let firstByteMs: number | undefined;
-  runtime.meter(ticket, () => stream.completionTokens);
+  events.answering(stream, 0);
   try {
     for await (const chunk of stream) {
       if (chunk.length === 0) continue;
@@ -168,13 +188,11 @@ async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
     };
     if (res === undefined && !signal.aborted && !call.gone.aborted)
       return failedBeforeAnswer(call, signal, err);
-    void runtime.abandon(ticket, used);
-    if (call.gone.aborted) {
+    const api = events.cutShort(err, signal, used);
+    if (api === 'cancelled') {
       dropClient(call);
       return { usage: used, overheadMs, firstByteMs, outcome: 'cancelled' };
     }
-    if (!signal.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
-    const api = signal.aborted ? evicted() : engineApiError(err);
     res ??= openResponse(call, answerHeaders(call, overheadMs, SSE_TYPE));
     if (!res.destroyed && !res.writableEnded) {
       const e = api.body().error;
@@ -191,7 +209,7 @@ async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
     cachedTokens: stream.usage?.cachedTokens,
   };
   closeEngineCall(call, engineCall.span, usage);
-  settle(call, usage);
+  events.completed(usage);
   return { usage, overheadMs, firstByteMs, outcome: 'completed' };
 }
 
@@ -254,16 +272,6 @@ function closeEngineCall(call: ProxyCall, span: Span | undefined, usage: Usage, 
     if (typeof responseId === 'string') span.setAttribute('gen_ai.response.id', responseId);
   }
   call.trace?.close(span);
-}
-
-/** Settles a completed request with the store (`finish`), traced as `fairway.settle`. */
-function settle(call: ProxyCall, usage: Usage): void {
-  const span = call.trace?.child('fairway.settle', SpanKind.INTERNAL, undefined, false);
-  const done =
-    call.trace === undefined
-      ? call.runtime.finish(call.ticket, usage)
-      : call.trace.within(span, () => call.runtime.finish(call.ticket, usage));
-  if (span !== undefined) void done.finally(() => span.end());
 }
 
 /** ms the gateway itself added: since arrival, less queueing and `engineMs` of engine time. */
@@ -344,7 +352,7 @@ async function proxyAnswer<
 ): Promise<ProxyResult> {
   const t0 = call.timer.now();
   const engineCall = openEngineCall(call, 0);
-  const signal = call.ticket.startCall(call.gone);
+  const signal = call.events.startCall();
   const options: GenerateOptions = {
     signal,
     headers: engineCall.headers,
@@ -362,42 +370,27 @@ async function proxyAnswer<
     return failedBeforeAnswer(call, signal, err);
   }
   const overheadMs = overheadOf(call, call.timer.now() - t0);
+  call.events.answering(undefined, 0);
   const answer = reshaped(call, result.bytes, engineCall.span, signal);
   if (typeof answer !== 'string' && !(answer instanceof Uint8Array)) return answer;
   openResponse(call, answerHeaders(call, overheadMs, JSON_TYPE)).end(answer);
   const usage = usageOf(result);
   closeEngineCall(call, engineCall.span, usage, result.body.id);
-  settle(call, usage);
+  call.events.completed(usage);
   return { usage, overheadMs, firstByteMs: call.timer.now() - call.arrivedAt, outcome: 'completed' };
 }
 
 /**
- * The engine call failed before anything reached the client: re-queued for another replica when
- * the failure is the replica's and `retry` allows it; else settled with the input it was sent,
- * and thrown as the client's error (or `cancelled` when the client left).
+ * The engine call failed before anything reached the client: the request's lifecycle retries it
+ * elsewhere (`retried`), or the client is dropped (it left) or answered with the error thrown.
  */
 async function failedBeforeAnswer(call: ProxyCall, signal: StopSignal, err: unknown): Promise<ProxyResult> {
+  const next = await call.events.failedBeforeAnswer(err, signal);
+  if (next === 'retried') return RETRIED;
+  if (next !== 'cancelled') throw next;
+  dropClient(call);
   const usage = { inputTokens: call.ticket.req.inputTokens, outputTokens: 0 };
-  const replicaFault = !signal.aborted && isReplicaFailure(err);
-  if (replicaFault) call.replicaFailed?.(err);
-  if (replicaFault && call.retry !== undefined && (await call.retry()))
-    return {
-      usage: { inputTokens: 0, outputTokens: 0 },
-      overheadMs: 0,
-      firstByteMs: undefined,
-      outcome: 'retried',
-      failure: engineApiError(err),
-    };
-  await call.runtime.abandon(call.ticket, usage);
-  if (call.gone.aborted) {
-    dropClient(call);
-    return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
-  }
-  throw signal.aborted ? evicted() : engineApiError(err);
-}
-
-function evicted(): ApiError {
-  return new ApiError('NOT_READY', 'the request was evicted from its replica; retry', { retryAfterS: 1 });
+  return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
 }
 
 /** Waits until `res` can take more bytes, is closed, or `signal` aborts (client gone, eviction). */
@@ -423,10 +416,10 @@ function sseError(err: ApiError): string {
 
 /**
  * Serves a request from the engine's stream, in one engine run or — evicted under a control plane
- * (QLM section 5) — several: the engine call is aborted, the request goes back to the head of its
- * flow charged for what it was served ({@link GatewayRuntime.evict}), and once dispatched again a
- * continuation (the prompt plus the text so far) is sent to its new replica and streamed on to the
- * same client connection.
+ * (QLM section 5) — several: the engine call is aborted, the request's lifecycle puts it back at
+ * the head of its flow charged for what it was served (`ProxyEvents.evicted`), and once it is
+ * dispatched again a continuation (the prompt plus the text so far) is sent to its new replica
+ * and streamed on to the same client connection.
  *
  * Streamed to the client, the first run's network chunks are written as they arrive — none is
  * held back, parsed or re-serialised. The engine is asked for usage (`include_usage`); if the
@@ -443,7 +436,7 @@ function sseError(err: ApiError): string {
  * end the stream with an OpenAI-shaped `data: {"error": …}`.
  */
 async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
-  const { ticket, runtime, described, resume } = call;
+  const { ticket, events, described } = call;
   const endpoint = call.endpoint as CompletionEndpoint;
   const streamed = described.stream;
   const t0 = call.timer.now();
@@ -455,10 +448,10 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
   // at the end; for a streamed one, only from the first eviction on.
   let answer = streamed ? undefined : new ResumedAnswer(endpoint, described.wantsUsage, false);
   // What a streamed first run forwarded, kept while an eviction may need its text.
-  let sent: Uint8Array[] | undefined = streamed && resume !== undefined ? [] : undefined;
+  let sent: Uint8Array[] | undefined = streamed && call.resumable ? [] : undefined;
   // Resumable: only whole lines are forwarded, so a run cut short ends on a line boundary.
   const filter =
-    streamed && (!described.wantsUsage || resume !== undefined)
+    streamed && (!described.wantsUsage || call.resumable)
       ? new UsageChunkFilter(!described.wantsUsage)
       : undefined;
   // Output tokens of the runs before this one.
@@ -479,7 +472,7 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
   };
 
   for (let run = 0; ; run++) {
-    const signal = ticket.startCall(call.gone);
+    const signal = events.startCall();
     // One engine span per run; a run cut short by an eviction is ended, failed, with the response.
     const engineCall = openEngineCall(call, before);
     const body =
@@ -504,9 +497,7 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
       stream = await (call.trace === undefined ? open() : call.trace.within(engineCall.span, open));
       if (run === 0) overheadMs = overheadOf(call, call.timer.now() - t0);
       streaming = call.trace?.child('fairway.stream', SpanKind.INTERNAL, engineCall.span);
-      const s = stream;
-      const done = before;
-      runtime.meter(ticket, () => done + s.completionTokens);
+      events.answering(stream, before);
       for await (const chunk of stream) {
         if (!streamed) continue;
         if (reader !== undefined) {
@@ -534,35 +525,27 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
           ticket.req.inputTokens,
         outputTokens: generated,
       };
-      const gone = call.gone.aborted;
-      if (!gone && signal.aborted && resume !== undefined) {
-        // Evicted: back to the queue with the output so far, resumed once dispatched again.
-        if (!continuable(endpoint, described.forwardBody) || !(await runtime.evict(ticket, generated))) {
-          await runtime.abandon(ticket, used);
-          return fail(evicted(), used);
-        }
-        if (answer === undefined) {
-          answer = new ResumedAnswer(endpoint, described.wantsUsage, true);
-          answer.replay(sent ?? []);
-          sent = undefined;
-        }
-        answer.nextRun(generated);
-        before = generated;
-        const next = await waitToResume(call, resume, used);
-        if (next instanceof ApiError) return fail(next, used);
-        if (next === undefined) return { usage: used, overheadMs, firstByteMs, outcome: 'cancelled' };
-        engine = next;
-        continue;
-      }
       if (res === undefined && run === 0 && !signal.aborted) return failedBeforeAnswer(call, signal, err);
-      void runtime.abandon(ticket, used);
-      if (gone) {
+      // Stopped with the client still there: evicted. Under a control plane the request resumes
+      // on the engine it is dispatched to next, its answer read back and continued.
+      const next =
+        signal.aborted && !call.gone.aborted
+          ? await events.evicted(err, signal, generated, used)
+          : events.cutShort(err, signal, used);
+      if (next === 'cancelled') {
         dropClient(call);
         return { usage: used, overheadMs, firstByteMs, outcome: 'cancelled' };
       }
-      // A stream cut by its engine: the replica is no longer counted as room (its streams just ended).
-      if (!signal.aborted && isReplicaFailure(err)) call.replicaFailed?.(err);
-      return fail(signal.aborted ? evicted() : engineApiError(err), used);
+      if (next instanceof ApiError) return fail(next, used);
+      if (answer === undefined) {
+        answer = new ResumedAnswer(endpoint, described.wantsUsage, true);
+        answer.replay(sent ?? []);
+        sent = undefined;
+      }
+      answer.nextRun(generated);
+      before = generated;
+      engine = next;
+      continue;
     }
     const u = stream.usage;
     const usage =
@@ -585,36 +568,7 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
     }
     call.trace?.close(streaming);
     closeEngineCall(call, engineCall.span, usage);
-    settle(call, usage);
+    events.completed(usage);
     return { usage, overheadMs, firstByteMs, outcome: 'completed' };
   }
-}
-
-/**
- * Waits for an evicted request's next dispatch: the engine to resume on; undefined when the client
- * left (its connection closed); or the `ApiError` to end it with (the request is settled).
- */
-async function waitToResume(
-  call: ProxyCall,
-  resume: Resume,
-  used: Usage,
-): Promise<Engine | ApiError | undefined> {
-  const { ticket, runtime } = call;
-  const waited = await runtime.waitForDispatch(ticket, resume.queueTimeoutMs, call.gone);
-  if (waited === 'aborted') {
-    dropClient(call);
-    return undefined;
-  }
-  if (waited !== 'dispatched')
-    return waited === 'no_replica'
-      ? new ApiError('NO_REPLICA', 'evicted, and no replica takes work to resume it; retry', {
-          retryAfterS: 1,
-        })
-      : new ApiError('QUEUE_TIMEOUT', `evicted, and not resumed within ${resume.queueTimeoutMs} ms`);
-  const next = resume.engineFor(ticket.replica ?? '');
-  if (next !== undefined) return next;
-  await runtime.abandon(ticket, used);
-  return new ApiError('NO_REPLICA', 'the replica chosen for this request left the fleet; retry', {
-    retryAfterS: 1,
-  });
 }

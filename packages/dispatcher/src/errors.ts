@@ -92,6 +92,8 @@ export const DispatcherErrorCode = {
   OPERATOR_PORT_INVALID: 'FAIRWAY_DISPATCHER_OPERATOR_PORT_INVALID',
   /** The tracing exporter is configured with a protocol fairway does not speak (`OTEL_EXPORTER_OTLP_PROTOCOL`). */
   TRACING_INVALID: 'FAIRWAY_DISPATCHER_TRACING_INVALID',
+  /** A request's lifecycle was asked for a transition its state does not allow (a programming error). */
+  ILLEGAL_TRANSITION: 'FAIRWAY_DISPATCHER_ILLEGAL_TRANSITION',
 } as const;
 export type DispatcherErrorCode = (typeof DispatcherErrorCode)[keyof typeof DispatcherErrorCode];
 
@@ -104,5 +106,29 @@ export class DispatcherError extends FairwayError {
   constructor(code: DispatcherErrorCode, endpoint: string, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
     this.endpoint = endpoint;
+  }
+}
+
+/**
+ * A request's lifecycle was asked to move where its state does not lead (settle twice, stream
+ * while queued, …): a programming error, thrown before the store is touched, so nothing is settled
+ * twice.
+ */
+export class LifecycleError extends FairwayError {
+  override readonly name = 'LifecycleError';
+  readonly requestId: string;
+  /** The state the request was in. */
+  readonly from: string;
+  /** The state it was asked to move to. */
+  readonly to: string;
+
+  constructor(requestId: string, from: string, to: string) {
+    super(
+      DispatcherErrorCode.ILLEGAL_TRANSITION,
+      `request ${requestId}: no transition from ${from} to ${to}`,
+    );
+    this.requestId = requestId;
+    this.from = from;
+    this.to = to;
   }
 }

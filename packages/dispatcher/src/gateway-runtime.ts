@@ -72,6 +72,12 @@ export interface GatewayRuntimeOptions {
   readonly affinityCounter?: ((pool: string, outcome: AffinityOutcome) => void) | undefined;
 }
 
+/** A running stream's output so far, read on every charge tick (not per chunk). */
+export interface OutputMeter {
+  /** Output tokens streamed so far. */
+  generated(): number;
+}
+
 /** What this dispatcher holds, as a control report carries it. */
 export type RuntimeHoldings = Pick<ControlReport, 'queued' | 'running' | 'finished'>;
 
@@ -136,7 +142,7 @@ export class GatewayRuntime {
   readonly #unsubs: Unsubscribe[] = [];
   readonly #accepting = new Map<string, boolean>();
   /** Running streams: how many output tokens each has streamed so far, read on every charge tick. */
-  readonly #meters = new Map<string, () => number>();
+  readonly #meters = new Map<string, OutputMeter>();
   /** Set by `stop`: waits for a dispatch end with `shutdown`. */
   #stopping = false;
   /** The `done` of every wait for a dispatch in progress, ended with `shutdown` by `stop`. */
@@ -283,7 +289,7 @@ export class GatewayRuntime {
         running.push({
           ...base,
           replicaId: t.replica,
-          generated: this.#meters.get(r.id)?.() ?? this.#resumeFrom.get(r.id) ?? 0,
+          generated: this.#meters.get(r.id)?.generated() ?? this.#resumeFrom.get(r.id) ?? 0,
         });
     }
     const finished = this.#finished;
@@ -545,14 +551,17 @@ export class GatewayRuntime {
 
   /**
    * Charges a running stream's output as it goes (coalesced, DESIGN.md request path step 5):
-   * `generated` is read once per charge tick — not per chunk — and the tokens streamed since the
+   * `meter` is read once per charge tick — not per chunk — and the tokens streamed since the
    * last tick are charged in one store call with every other stream's.
    */
-  meter(ticket: Ticket, generated: () => number): void {
-    this.#meters.set(ticket.id, generated);
+  meter(ticket: Ticket, meter: OutputMeter): void {
+    this.#meters.set(ticket.id, meter);
   }
 
-  /** Settles a finished request with the engine's usage and offers the freed room to the queue. */
+  /**
+   * Settles a finished request with the engine's usage and offers the freed room to the queue.
+   * Only a request's lifecycle calls it (request-lifecycle.ts), once, as it settles.
+   */
   async finish(ticket: Ticket, usage: Usage): Promise<void> {
     this.#tickets.delete(ticket.id);
     this.#meters.delete(ticket.id);
@@ -617,7 +626,10 @@ export class GatewayRuntime {
       : 'failed';
   }
 
-  /** Settles a running request that ended early (error, disconnect, eviction) with what it used. */
+  /**
+   * Settles a running request that ended early (error, disconnect, eviction) with what it used.
+   * Only a request's lifecycle calls it (request-lifecycle.ts), once, as it is abandoned.
+   */
   async abandon(ticket: Ticket, usage: Usage): Promise<void> {
     this.#tickets.delete(ticket.id);
     this.#meters.delete(ticket.id);
@@ -756,7 +768,7 @@ export class GatewayRuntime {
       const t = this.#tickets.get(id);
       // Only the run the eviction is about: the request may have moved on since it was planned.
       if (t?.replica === undefined || t.replica !== e.replicaId) continue;
-      // Its engine call is aborted; under a control plane it resumes elsewhere (engine-proxy.ts).
+      // Its engine call is aborted; under a control plane it resumes elsewhere (request-lifecycle.ts).
       t.evict(e.reason ?? 'evicted');
     }
   }
@@ -925,7 +937,7 @@ export class GatewayRuntime {
 
   async #chargeTick(): Promise<void> {
     let due = false;
-    for (const [id, generated] of this.#meters) due = this.gateway.recordTokens(id, generated()) || due;
+    for (const [id, meter] of this.#meters) due = this.gateway.recordTokens(id, meter.generated()) || due;
     if (due || this.gateway.flushDue()) await this.#flush();
   }
 

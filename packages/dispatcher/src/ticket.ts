@@ -6,9 +6,10 @@ import { StopSignal } from './stop-signal.ts';
 export type TicketWake = 'dispatched' | 'no_replica';
 
 /**
- * One request this dispatcher holds the client connection of, from admission to settlement. It is
- * created before the request is submitted, so a dispatch decided by any dispatcher — even one that
- * arrives over the bus before `submit` returns — finds it.
+ * One request this dispatcher holds the client connection of, from admission to settlement: what
+ * the runtime and the bus know of it. It is created before the request is submitted, so a dispatch
+ * decided by any dispatcher — even one that arrives over the bus before `submit` returns — finds
+ * it; once admitted, its `RequestLifecycle` (request-lifecycle.ts) owns it.
  */
 export class Ticket {
   readonly id: string;
