@@ -204,7 +204,7 @@ describe('prefix-cache affinity across two dispatchers', () => {
     const monitor = await redis.duplicate().monitor();
     const held: string[] = [];
     monitor.on('monitor', (_time: string, args: string[]) => {
-      if (args[0]?.toLowerCase() === 'hset' && args[1]?.startsWith(`{${prefix}}:replicaPrefixes:`))
+      if (args[0]?.toLowerCase() === 'mset' && args[1]?.startsWith(`{${prefix}}:replicaPrefix:`))
         held.push(args[1]);
     });
     // Six conversations at once through both dispatchers, all starting with the same system prompt.

@@ -31,10 +31,11 @@ export const KEY_LAYOUT = {
   /** HASH tokens, seqs: what is reserved on a replica. */
   replica: ['replica'],
   /**
-   * HASH prefix key → running requests on a replica that hold that prompt part
-   * (`QueuedRequest.prefixParts`; see `includes/prefixes.lua`).
+   * STRING: running requests on a replica that hold one prompt part (`QueuedRequest.prefixParts`;
+   * see `includes/prefixes.lua`). A key per part, not a hash per replica: a hash of a few hundred
+   * parts stays a listpack, scanned on every read and write.
    */
-  replicaPrefixes: ['replica'],
+  replicaPrefix: ['replica', 'part'],
   /** LIST: a flow's last output lengths, oldest first. */
   history: ['flow'],
   /** STRING: requests queued in a pool, all bands. */

@@ -117,7 +117,7 @@ for _ = 1, n do
       if px ~= '' then
         local held, keys, counts = heldPrefixTokens(replica, px)
         g = g - held
-        holdPrefixParts(replica, keys, counts)
+        holdPrefixParts(keys, counts)
       end
       local rk = key_replica(replica)
       local rep = redisCall('HMGET', rk, 'tokens', 'seqs')

@@ -126,7 +126,7 @@ local function choose(d, reserve, aff, affTokens, affSeqs, px)
   if aff and d.affTokens then
     local chosen, chosenKey, tokens, seqs, keys, counts = affine(d, reserve, aff, affTokens, affSeqs, px)
     if chosen ~= nil then
-      if px then holdPrefixParts(chosen, keys, counts) end
+      if px then holdPrefixParts(keys, counts) end
       return chosen, chosenKey, tokens, seqs
     end
   end
@@ -154,7 +154,7 @@ local function choose(d, reserve, aff, affTokens, affSeqs, px)
     if px then
       local held, keys, counts = heldPrefixTokens(chosen, px)
       chosenTokens = chosenTokens - held
-      holdPrefixParts(chosen, keys, counts)
+      holdPrefixParts(keys, counts)
     end
     d.seen[chosenAt] = { wire(chosenTokens), chosenSeqs }
   end
