@@ -286,7 +286,7 @@ const ENVIRONMENT: readonly EnvVar[] = [
     name: 'REDIS_URL',
     readBy: 'serve, up',
     meaning:
-      'Redis of the shared store, `redis://` or `rediss://` (`--redis-url`); `serve` defaults to `redis://127.0.0.1:6379`, `up` runs on the in-memory store without it',
+      'Redis of the shared store, `redis://` or `rediss://` (`--redis-url`); `serve` defaults to `redis://127.0.0.1:6379`, `up` runs on the in-memory store without it (and without sentinels, a cluster or `store.redis`)',
   },
   {
     name: 'REDIS_CLUSTER',
@@ -296,15 +296,15 @@ const ENVIRONMENT: readonly EnvVar[] = [
   },
   {
     name: 'REDIS_SENTINELS',
-    readBy: 'serve',
+    readBy: 'serve, up',
     meaning: 'Redis Sentinel nodes, `host:port,host:port`; the store asks them for the primary',
   },
   {
     name: 'REDIS_SENTINEL_NAME',
-    readBy: 'serve',
+    readBy: 'serve, up',
     meaning: 'the monitored primary’s name; required with `REDIS_SENTINELS`',
   },
-  { name: 'REDIS_SENTINEL_PASSWORD', readBy: 'serve', meaning: 'password of the sentinels' },
+  { name: 'REDIS_SENTINEL_PASSWORD', readBy: 'serve, up', meaning: 'password of the sentinels' },
   {
     name: 'REDIS_PASSWORD',
     readBy: 'serve, up',

@@ -1,9 +1,9 @@
 import { hostname } from 'node:os';
 import { layerNatsSecurity, mergeNatsSecurity, type NatsSecurity, natsSecurityFromEnv } from '@fairway/bus';
-import { ConfigError, ErrorCode, parseWith } from '@fairway/core';
+import { ConfigError, ErrorCode, type FairwayConfig, parseWith } from '@fairway/core';
 import { z } from 'zod';
 import type { DispatcherOptions } from './dispatcher-options.ts';
-import type { RedisClusterSettings, RedisSentinelSettings } from './infrastructure.ts';
+import type { InfrastructureOptions, RedisClusterSettings, RedisSentinelSettings } from './infrastructure.ts';
 
 /**
  * Flags over environment, checked now except for a password without a user: the config file's
@@ -217,6 +217,31 @@ export function serveSettings(
       { path: 'port', message: 'must be a whole number from 0 to 65535' },
     ]);
   return s;
+}
+
+/** Where a dispatcher's store is: the part of {@link InfrastructureOptions} that names Redis. */
+export type StoreConnection = Pick<
+  InfrastructureOptions,
+  'redisUrl' | 'redisSentinel' | 'redisCluster' | 'slotGroups'
+>;
+
+/**
+ * The Redis a process started with `settings` and `config` connects its store to, for every command
+ * that runs a dispatcher (`serve`, `up`): the settings' URL, sentinels or cluster (flags and
+ * environment), else the config file's `store.redis` sentinels, else none (the in-memory store).
+ */
+export function storeConnection(settings: ServeSettings, config: FairwayConfig): StoreConnection {
+  return {
+    redisUrl: settings.redisUrl,
+    redisCluster: settings.redisCluster,
+    // The environment's REDIS_URL / REDIS_SENTINELS / REDIS_CLUSTER win over the config file's store.redis.
+    redisSentinel:
+      settings.redisSentinel ??
+      (settings.redisUrl === undefined && settings.redisCluster === undefined
+        ? config.store.redis
+        : undefined),
+    slotGroups: config.store.slotGroups,
+  };
 }
 
 /** `host:port,host:port` as nodes. */
