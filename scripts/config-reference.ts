@@ -308,7 +308,8 @@ const ENVIRONMENT: readonly EnvVar[] = [
   {
     name: 'REDIS_PASSWORD',
     readBy: 'serve, up',
-    meaning: 'password of the primary and replicas (Sentinel or Cluster)',
+    meaning:
+      'password of Redis: of `REDIS_URL`’s server when the URL carries none (a password in the URL wins), of the primary and replicas through Sentinel (`store.redis` too, when it gives none), of a cluster’s nodes',
   },
   { name: 'REDIS_TLS', readBy: 'serve, up', meaning: '`1`: TLS to the sentinels, cluster nodes and primary' },
   {
