@@ -286,7 +286,7 @@ const ENVIRONMENT: readonly EnvVar[] = [
     name: 'REDIS_URL',
     readBy: 'serve, up',
     meaning:
-      'Redis of the shared store, `redis://` or `rediss://` (`--redis-url`); `serve` defaults to `redis://127.0.0.1:6379`, `up` runs on the in-memory store without it',
+      'Redis of the shared store, `redis://` or `rediss://` (`--redis-url`); `serve` defaults to `redis://127.0.0.1:6379`, `up` runs on the in-memory store without it (and without sentinels, a cluster or `store.redis`)',
   },
   {
     name: 'REDIS_CLUSTER',
@@ -296,19 +296,20 @@ const ENVIRONMENT: readonly EnvVar[] = [
   },
   {
     name: 'REDIS_SENTINELS',
-    readBy: 'serve',
+    readBy: 'serve, up',
     meaning: 'Redis Sentinel nodes, `host:port,host:port`; the store asks them for the primary',
   },
   {
     name: 'REDIS_SENTINEL_NAME',
-    readBy: 'serve',
+    readBy: 'serve, up',
     meaning: 'the monitored primary’s name; required with `REDIS_SENTINELS`',
   },
-  { name: 'REDIS_SENTINEL_PASSWORD', readBy: 'serve', meaning: 'password of the sentinels' },
+  { name: 'REDIS_SENTINEL_PASSWORD', readBy: 'serve, up', meaning: 'password of the sentinels' },
   {
     name: 'REDIS_PASSWORD',
     readBy: 'serve, up',
-    meaning: 'password of the primary and replicas (Sentinel or Cluster)',
+    meaning:
+      'password of Redis: of `REDIS_URL`’s server when the URL carries none (a password in the URL wins), of the primary and replicas through Sentinel (`store.redis` too, when it gives none), of a cluster’s nodes',
   },
   { name: 'REDIS_TLS', readBy: 'serve, up', meaning: '`1`: TLS to the sentinels, cluster nodes and primary' },
   {

@@ -584,11 +584,15 @@ export class GatewayRuntime {
     // An engine that answered (5xx) is probed again at once: one bad request must not take a
     // replica — or, retried, every replica — out of the fleet for suspectMs.
     const holdMs = isEngineDown(err) ? o.options.suspectMs : 0;
-    // Already held out: the hold is renewed, the fleet was told.
     const known = this.#suspects.isSuspect(replicaId);
-    if (epoch === undefined || !this.#suspects.mark(replicaId, epoch, holdMs) || known) return;
+    if (epoch === undefined || !this.#suspects.mark(replicaId, epoch, holdMs)) return;
+    // Already held out: the hold is renewed here and, when this failure extends it, fleet-wide too.
+    // A hung engine still answers its health check: a dispatcher whose hold ran out from the first
+    // report would place requests on it again, among them those retried away from it here.
+    if (known && holdMs === 0) return;
     const reason = errText(err);
-    o.logger.warn({ replicaId, reason }, 'dispatcher: replica failed; held out of placement fleet-wide');
+    if (!known)
+      o.logger.warn({ replicaId, reason }, 'dispatcher: replica failed; held out of placement fleet-wide');
     try {
       o.bus.publish('replicaUnavailable', {
         replicaId,
@@ -788,8 +792,10 @@ export class GatewayRuntime {
   }
 
   #onReplicaUnavailable(r: ReplicaUnavailable): void {
-    if (r.reportedBy === this.id || this.#suspects.isSuspect(r.replicaId)) return;
-    if (!this.#suspects.mark(r.replicaId, r.epoch, r.holdMs)) return;
+    if (r.reportedBy === this.id) return;
+    // A report on a replica held out already renews the hold (a later failure of it).
+    const known = this.#suspects.isSuspect(r.replicaId);
+    if (!this.#suspects.mark(r.replicaId, r.epoch, r.holdMs) || known) return;
     this.#o.logger.warn(
       { replicaId: r.replicaId, reportedBy: r.reportedBy, reason: r.reason },
       'dispatcher: replica reported failing by another dispatcher; held out of placement',

@@ -75,8 +75,10 @@ export {
   parseHostPorts,
   type ServeOverrides,
   type ServeSettings,
+  type StoreConnection,
   serveEnvSchema,
   serveSettings,
+  storeConnection,
 } from './serve-settings.ts';
 export {
   type DispatcherPlugin,

@@ -82,6 +82,8 @@ export interface RedisClusterSettings {
 export interface InfrastructureOptions {
   /** Redis URL; the in-memory store when absent (and no `redisSentinel`). */
   readonly redisUrl?: string | undefined;
+  /** Password for `redisUrl` when the URL carries none; the URL's own wins. @default none */
+  readonly redisPassword?: string | undefined;
   /** Redis through Sentinel instead of `redisUrl`. */
   readonly redisSentinel?: RedisSentinelSettings | undefined;
   /** A Redis Cluster instead of `redisUrl`. */
@@ -113,7 +115,7 @@ export interface InfrastructureOptions {
 
 /** Where to connect: a URL, a primary found through Sentinel, or a cluster. */
 type RedisTarget =
-  | { readonly url: string }
+  | { readonly url: string; readonly password?: string | undefined }
   | { readonly sentinel: RedisSentinelSettings }
   | { readonly cluster: RedisClusterSettings };
 
@@ -123,6 +125,18 @@ function describeTarget(t: RedisTarget): string {
     : 'cluster' in t
       ? `cluster ${t.cluster.nodes.map((x) => `${x.host}:${x.port}`).join(',')}`
       : `sentinel ${t.sentinel.name}@${t.sentinel.sentinels.map((x) => `${x.host}:${x.port}`).join(',')}`;
+}
+
+/**
+ * `url` with `password` in it when the URL carries none (its own password wins): ioredis reads a
+ * URL's empty password (`redis://user@host`) as given, so an option beside it would be ignored.
+ */
+function urlWithPassword(url: string, password: string | undefined): string {
+  if (password === undefined) return url;
+  const u = new URL(url);
+  if (u.password !== '') return url;
+  u.password = encodeURIComponent(password);
+  return u.toString();
 }
 
 /** A write to a primary that became a replica: reconnect (through Sentinel, to the new primary) and resend. */
@@ -146,7 +160,7 @@ async function connectRedis(
     enableAutoPipelining: false,
   };
   let redis: Redis | Cluster;
-  if ('url' in target) redis = new Redis(target.url, common);
+  if ('url' in target) redis = new Redis(urlWithPassword(target.url, target.password), common);
   else if ('cluster' in target) {
     const c = target.cluster;
     const { enableAutoPipelining: _single, lazyConnect, ...perNode } = common;
@@ -229,7 +243,7 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
       : o.redisSentinel !== undefined
         ? { sentinel: parseWith(redisSentinelConfigSchema, o.redisSentinel, 'redisSentinel') }
         : o.redisUrl !== undefined
-          ? { url: o.redisUrl }
+          ? { url: o.redisUrl, password: o.redisPassword }
           : undefined;
   if (target !== undefined) {
     redis = await connectRedis(target, timeoutMs, o.logger, 'requests');

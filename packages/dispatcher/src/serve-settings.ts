@@ -1,9 +1,9 @@
 import { hostname } from 'node:os';
 import { layerNatsSecurity, mergeNatsSecurity, type NatsSecurity, natsSecurityFromEnv } from '@fairway/bus';
-import { ConfigError, ErrorCode, parseWith } from '@fairway/core';
+import { ConfigError, ErrorCode, type FairwayConfig, parseWith } from '@fairway/core';
 import { z } from 'zod';
 import type { DispatcherOptions } from './dispatcher-options.ts';
-import type { RedisClusterSettings, RedisSentinelSettings } from './infrastructure.ts';
+import type { InfrastructureOptions, RedisClusterSettings, RedisSentinelSettings } from './infrastructure.ts';
 
 /**
  * Flags over environment, checked now except for a password without a user: the config file's
@@ -21,6 +21,11 @@ export interface ServeSettings {
   readonly configPath: string | undefined;
   /** Redis for the shared store; the in-memory store when absent (one dispatcher only). */
   readonly redisUrl: string | undefined;
+  /**
+   * Password of the Redis at `redisUrl` when the URL carries none (`REDIS_PASSWORD`); a password
+   * in the URL wins. Sentinel and cluster settings carry their own. @default none
+   */
+  readonly redisPassword?: string | undefined;
   /**
    * Redis behind Sentinel instead of `redisUrl`: the primary is asked of the sentinels, and
    * found again after a fail-over (`REDIS_SENTINELS`, `REDIS_SENTINEL_NAME`, …).
@@ -109,7 +114,10 @@ export const serveEnvSchema = z.object({
   /** Name of the monitored primary (`sentinel monitor <name> …`). */
   REDIS_SENTINEL_NAME: z.string().min(1).optional(),
   REDIS_SENTINEL_PASSWORD: z.string().min(1).optional(),
-  /** Password of the primary (and replicas) when connecting through Sentinel. */
+  /**
+   * Password of Redis: of the URL's server when `REDIS_URL` carries none, of the primary (and
+   * replicas) through Sentinel, of a cluster's nodes.
+   */
   REDIS_PASSWORD: z.string().min(1).optional(),
   /** `1`: TLS to the sentinels and the primary. */
   REDIS_TLS: z.enum(['0', '1']).optional(),
@@ -181,6 +189,7 @@ export function serveSettings(
   const redisSentinel = overrides.redisSentinel ?? sentinelFromEnv(e);
   const redisUrl = overrides.redisUrl ?? e.REDIS_URL;
   const redisCluster = overrides.redisCluster ?? clusterFromEnv(e);
+  const redisPassword = overrides.redisPassword ?? e.REDIS_PASSWORD;
   if ([redisSentinel, redisUrl, redisCluster].filter((x) => x !== undefined).length > 1)
     throw new ConfigError(ErrorCode.CONFIG_INVALID, 'environment', [
       {
@@ -191,6 +200,7 @@ export function serveSettings(
   const s: ServeSettings = {
     configPath: overrides.configPath ?? e.FAIRWAY_CONFIG,
     redisUrl,
+    ...(redisPassword !== undefined ? { redisPassword } : {}),
     ...(redisSentinel !== undefined ? { redisSentinel } : {}),
     ...(redisCluster !== undefined ? { redisCluster } : {}),
     natsUrl: overrides.natsUrl ?? e.NATS_URL,
@@ -217,6 +227,34 @@ export function serveSettings(
       { path: 'port', message: 'must be a whole number from 0 to 65535' },
     ]);
   return s;
+}
+
+/** Where a dispatcher's store is: the part of {@link InfrastructureOptions} that names Redis. */
+export type StoreConnection = Pick<
+  InfrastructureOptions,
+  'redisUrl' | 'redisPassword' | 'redisSentinel' | 'redisCluster' | 'slotGroups'
+>;
+
+/**
+ * The Redis a process started with `settings` and `config` connects its store to, for every command
+ * that runs a dispatcher (`serve`, `up`): the settings' URL, sentinels or cluster (flags and
+ * environment), else the config file's `store.redis` sentinels, else none (the in-memory store).
+ * `REDIS_PASSWORD` applies to a URL without a password and to config sentinels without one.
+ */
+export function storeConnection(settings: ServeSettings, config: FairwayConfig): StoreConnection {
+  const fromConfig = config.store.redis;
+  return {
+    redisUrl: settings.redisUrl,
+    redisPassword: settings.redisPassword,
+    redisCluster: settings.redisCluster,
+    // The environment's REDIS_URL / REDIS_SENTINELS / REDIS_CLUSTER win over the config file's store.redis.
+    redisSentinel:
+      settings.redisSentinel ??
+      (settings.redisUrl === undefined && settings.redisCluster === undefined && fromConfig !== undefined
+        ? { ...fromConfig, password: fromConfig.password ?? settings.redisPassword }
+        : undefined),
+    slotGroups: config.store.slotGroups,
+  };
 }
 
 /** `host:port,host:port` as nodes. */

@@ -10,7 +10,7 @@ import { buildDispatcher, type Dispatcher } from './app.ts';
 import type { EngineFactory } from './engine-pool.ts';
 import { DispatcherError, DispatcherErrorCode } from './errors.ts';
 import { connectInfrastructure, type Infrastructure } from './infrastructure.ts';
-import { newDispatcherId, type ServeSettings } from './serve-settings.ts';
+import { newDispatcherId, type ServeSettings, storeConnection } from './serve-settings.ts';
 import { givenTracer, startTelemetry, type TelemetryHandle } from './telemetry.ts';
 import { tuneV8ForRequestPath } from './v8-tuning.ts';
 
@@ -87,15 +87,7 @@ export async function startDispatcher(input: StartDispatcherInput): Promise<Runn
   const infrastructure =
     input.infrastructure ??
     (await connectInfrastructure({
-      redisUrl: settings.redisUrl,
-      redisCluster: settings.redisCluster,
-      slotGroups: config.store.slotGroups,
-      // The environment's REDIS_URL / REDIS_SENTINELS / REDIS_CLUSTER win over the config file's store.redis.
-      redisSentinel:
-        settings.redisSentinel ??
-        (settings.redisUrl === undefined && settings.redisCluster === undefined
-          ? config.store.redis
-          : undefined),
+      ...storeConnection(settings, config),
       natsUrl: settings.natsUrl,
       prefix: settings.prefix,
       defaultLeaseMs: leaseMs,

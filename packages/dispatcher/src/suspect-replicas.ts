@@ -42,14 +42,20 @@ export class SuspectReplicas implements ReplicaSource {
 
   /**
    * Holds `replicaId` out of placement (its current epoch, or `epoch` when a report names one) for
-   * at least `holdMs` (@default the `holdMs` option), then until a probe succeeds.
+   * at least `holdMs` (@default the `holdMs` option), then until a probe succeeds. A replica held
+   * out already keeps the later of its hold and this one.
    * Returns false when there is nothing to suspend: the replica left, or the report is about an
    * epoch it no longer runs.
    */
   mark(replicaId: string, epoch?: string, holdMs: number = this.#o.holdMs): boolean {
     const current = this.#o.epochOf(replicaId);
     if (current === undefined || (epoch !== undefined && epoch !== current)) return false;
-    this.#suspects.set(replicaId, { epoch: current, holdUntil: this.#o.clock.now() + holdMs });
+    const held = this.#suspects.get(replicaId);
+    const until = this.#o.clock.now() + holdMs;
+    this.#suspects.set(replicaId, {
+      epoch: current,
+      holdUntil: held?.epoch === current ? Math.max(held.holdUntil, until) : until,
+    });
     return true;
   }
 

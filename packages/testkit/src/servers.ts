@@ -112,12 +112,16 @@ async function startOnFreePort(
   }
 }
 
-/** Starts a throw-away `redis-server` with no persistence on a free port. */
-export async function startRedisServer(): Promise<TestServer> {
+/**
+ * Starts a throw-away `redis-server` with no persistence on a free port; with `password`, it
+ * refuses clients that do not give it (`--requirepass`; the returned URL does not carry it).
+ */
+export async function startRedisServer(options: { readonly password?: string } = {}): Promise<TestServer> {
+  const auth = options.password === undefined ? [] : ['--requirepass', options.password];
   const { port, child } = await startOnFreePort((p) =>
     startProcess(
       'redis-server',
-      ['--port', String(p), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      ['--port', String(p), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...auth],
       'apt-get install -y redis-server',
     ),
   );

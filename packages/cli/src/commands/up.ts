@@ -10,6 +10,7 @@ import {
   type StartDispatcherInput,
   serveSettings,
   startDispatcher,
+  storeConnection,
 } from '@fairway/dispatcher';
 import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { type Command, Option } from 'commander';
@@ -45,7 +46,10 @@ export interface UpOptions {
   readonly kvCapacityTokens?: number;
   /** `--max-num-seqs` of each simulated engine. @default 256 */
   readonly maxNumSeqs?: number;
-  /** Redis and NATS; in-memory store and in-process bus when absent. */
+  /**
+   * Redis and NATS; in-memory store and in-process bus when absent (and, for the store, when the
+   * environment names no sentinels or cluster and the config no `store.redis`).
+   */
   readonly redisUrl?: string;
   readonly natsUrl?: string;
   /** @default 'fairway' */
@@ -145,9 +149,8 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
   const adminToken =
     o.adminToken ?? (adminTokenSource === 'generated' ? randomBytes(24).toString('base64url') : undefined);
   const infra = await connectInfrastructure({
-    redisUrl: settings.redisUrl,
-    redisCluster: settings.redisCluster,
-    slotGroups: config.store.slotGroups,
+    // The Redis `serve` would connect to: URL, sentinels, cluster, or the config's store.redis.
+    ...storeConnection(settings, config),
     natsUrl: settings.natsUrl,
     prefix: settings.prefix,
     defaultLeaseMs: settings.options.leaseMs ?? 10_000,
