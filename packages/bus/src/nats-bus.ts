@@ -390,11 +390,19 @@ export class NatsBus implements Bus {
       },
     };
     this.#consumers.add(handle);
+    // Consecutive failed starts: each JetStream request of a start may wait twice as long as the
+    // one before (1 s, 2 s, 4 s, then 5 s). After a server dies its stream and the cluster each
+    // elect a leader, and a request sent before then waits out its whole timeout: short waits
+    // first resume within a second or two of the election, not in steps of the default 5 s.
+    let failedStarts = 0;
     const follow = async (): Promise<void> => {
-      const consumer = await this.#jetstream().consumers.get(this.#subjects.adminStream, startAt(next));
+      const js = jetstream(this.#nc, { timeout: Math.min(5000, 1000 * 2 ** failedStarts) });
+      failedStarts++;
+      const consumer = await js.consumers.get(this.#subjects.adminStream, startAt(next));
       // Heartbeats every second: a consumer whose server died (or whose stream leader moved) is
       // noticed within two missed beats and started again from `next`.
       const messages = await consumer.consume({ idle_heartbeat: 1000 });
+      failedStarts = 0;
       current = { stop: () => messages.stop() };
       if (stopped) messages.stop();
       void (async () => {
@@ -421,7 +429,7 @@ export class NatsBus implements Bus {
       }
     };
     // Follows until unsubscribed or closed: a consumer that ends or fails is started again from
-    // `next` after a pause; a reconnect restarts it at once (its old server may be gone).
+    // `next` after a short pause; a reconnect restarts it at once (its old server may be gone).
     let restart: (() => void) | undefined;
     void (async () => {
       while (!stopped && !this.#closed) {
@@ -433,7 +441,7 @@ export class NatsBus implements Bus {
         }
         if (stopped || this.#closed) break;
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, 1000);
+          const timer = setTimeout(resolve, 250);
           restart = () => {
             clearTimeout(timer);
             resolve();

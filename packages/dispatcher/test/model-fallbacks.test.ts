@@ -115,7 +115,16 @@ describe('model fallbacks: a pool whose queue is full', () => {
       engines: [{ servedModelName: SMALL }, { servedModelName: BIG, maxNumSeqs: 1, speed: 5 }],
     });
     const client = new OpenAI({ apiKey: KEY, baseURL: `${s.dispatchers[0]!.url}/v1`, maxRetries: 0 });
-    const running = ask(client, BIG, 40);
+    // 600 tokens at speed 5: still running while the two after it arrive, however loaded the machine.
+    const running = client.chat.completions
+      .create({
+        model: BIG,
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 600,
+        // engine-sim's own field: the answer's length.
+        ...{ fairway_output_tokens: 600 },
+      })
+      .withResponse();
     await waitFor(
       async () => /fairway_requests_in_flight\{state="running"\} 1/.test(await metrics(s!)),
       5000,
