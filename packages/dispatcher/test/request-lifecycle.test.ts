@@ -91,6 +91,16 @@ describe('request lifecycle transitions', () => {
 
 const MODEL = 'llama-2-7b';
 const KEY = 'sk-lifecycle-alpha-0001';
+/** A QLM control plane that evicts batch requests for interactive ones. */
+const QLM_CONFIG = {
+  tenants: [{ id: 'alpha', keys: [{ key: KEY }] }],
+  pools: [{ id: 'llama', model: MODEL }],
+  sloClasses: [
+    { name: 'interactive', ttftS: 20, band: 0, sheddable: false },
+    { name: 'batch', ttftS: 600, band: 2, sheddable: true },
+  ],
+  policy: { ordering: 'qlm', control: { intervalMs: 150, leaseMs: 1200 } },
+};
 
 interface Answer {
   readonly status: number;
@@ -236,15 +246,7 @@ describe('request lifecycle through the dispatcher', () => {
 
   it('settles an evicted request once, after it resumed and answered in full', async () => {
     const s = await startStack({
-      config: {
-        tenants: [{ id: 'alpha', keys: [{ key: KEY }] }],
-        pools: [{ id: 'llama', model: MODEL }],
-        sloClasses: [
-          { name: 'interactive', ttftS: 20, band: 0, sheddable: false },
-          { name: 'batch', ttftS: 600, band: 2, sheddable: true },
-        ],
-        policy: { ordering: 'qlm', control: { intervalMs: 150, leaseMs: 1200 } },
-      },
+      config: QLM_CONFIG,
       engines: [{ speed: 2 }],
     });
     stacks.push(s);
@@ -286,15 +288,7 @@ describe('a resumed request whose new engine fails', () => {
 
   it('holds out the replica it resumed on, not the one it was evicted from', async () => {
     const s = await startStack({
-      config: {
-        tenants: [{ id: 'alpha', keys: [{ key: KEY }] }],
-        pools: [{ id: 'llama', model: MODEL }],
-        sloClasses: [
-          { name: 'interactive', ttftS: 20, band: 0, sheddable: false },
-          { name: 'batch', ttftS: 600, band: 2, sheddable: true },
-        ],
-        policy: { ordering: 'qlm', control: { intervalMs: 150, leaseMs: 1200 } },
-      },
+      config: QLM_CONFIG,
       engines: [{ speed: 2 }, { speed: 2 }],
     });
     stacks.push(s);
