@@ -111,7 +111,7 @@ describe('engine-sim /metrics (vLLM request phases)', () => {
     const shortest = decodeStepMs(1, prompt) / 1000;
     const longest = decodeStepMs(4, 4 * (prompt + outputs)) / 1000;
     expect(itl.sum / itl.count).toBeGreaterThan(shortest * 0.98);
-    expect(itl.sum).toBeLessThan((itl.count * longest + 6 * prefillStepMs(prompt) / 1000) * 1.02);
+    expect(itl.sum).toBeLessThan((itl.count * longest + (6 * prefillStepMs(prompt)) / 1000) * 1.02);
     expect(decode.sum).toBeCloseTo(itl.sum, 6);
     expect(delta(after, before, VLLM_METRIC.timePerOutputToken).sum).toBeCloseTo(itl.sum, 6);
   });
