@@ -441,8 +441,9 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
         : new ApiError('QUEUE_TIMEOUT', `evicted, and not resumed within ${resume.queueTimeoutMs} ms`);
     }
     this.#to('dispatched');
-    // A failure of the resumed run is its new replica's.
+    // A failure of the resumed run is its new replica's, and the answer's end comes from it.
     this.#replica = ticket.replica ?? '';
+    this.#a.record.replica = this.#replica;
     const next = resume.engineFor(this.#replica);
     if (next !== undefined) return next;
     await this.#abandon(used);

@@ -1,3 +1,4 @@
+import { createLogger } from '@fairway/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LifecycleError } from '../src/errors.ts';
 import {
@@ -280,20 +281,15 @@ describe('request lifecycle through the dispatcher', () => {
   });
 });
 
-describe('a resumed request whose new engine fails', () => {
+describe('a resumed request', () => {
   const stacks: Stack[] = [];
   afterEach(async () => {
     for (const s of stacks.splice(0)) await s.close();
   });
 
-  it('holds out the replica it resumed on, not the one it was evicted from', async () => {
-    const s = await startStack({
-      config: QLM_CONFIG,
-      engines: [{ speed: 2 }, { speed: 2 }],
-    });
-    stacks.push(s);
-    const runtime = s.dispatchers[0]!.dispatcher.runtime;
-    const answer = fetch(`${s.dispatchers[0]!.url}/v1/chat/completions`, {
+  /** A streamed batch request of 300 tokens through the first dispatcher; resolves to its body. */
+  function sendBatch(s: Stack): Promise<string> {
+    return fetch(`${s.dispatchers[0]!.url}/v1/chat/completions`, {
       method: 'POST',
       headers: {
         authorization: `Bearer ${KEY}`,
@@ -309,6 +305,17 @@ describe('a resumed request whose new engine fails', () => {
       }),
       signal: AbortSignal.timeout(30_000),
     }).then((r) => r.text());
+  }
+
+  /**
+   * Once the request runs with 20 tokens out: takes its replica out of placement (its agent
+   * stops), lets `before` act on the other one, and evicts it. Returns both replica ids.
+   */
+  async function evictOffItsReplica(
+    s: Stack,
+    before: (to: string) => Promise<void> = async () => {},
+  ): Promise<{ from: string; to: string }> {
+    const runtime = s.dispatchers[0]!.dispatcher.runtime;
     let first: { replicaId: string; requestId: string } | undefined;
     await waitFor(
       () => {
@@ -321,24 +328,59 @@ describe('a resumed request whose new engine fails', () => {
     );
     const from = first!.replicaId;
     const to = s.replicas.find((id) => id !== from)!;
-    const toSim = s.sims[s.replicas.indexOf(to)]!;
-    // Its replica leaves placement and the other one answers every call with a 500.
     await s.agents[s.replicas.indexOf(from)]!.stop();
-    await fetch(`${toSim.url}/fairway/faults`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ errorRate: 1 }),
-    });
+    await before(to);
     s.infra.bus.publish('evict', {
       replicaId: from,
       requestIds: [first!.requestId],
       reason: 'test',
       at: Date.now(),
     });
+    return { from, to };
+  }
+
+  it('holds out the replica it resumed on when its new engine fails, not the one it was evicted from', async () => {
+    const s = await startStack({ config: QLM_CONFIG, engines: [{ speed: 2 }, { speed: 2 }] });
+    stacks.push(s);
+    const runtime = s.dispatchers[0]!.dispatcher.runtime;
+    const answer = sendBatch(s);
+    // The other replica answers every call with a 500.
+    const { from, to } = await evictOffItsReplica(s, async (to) => {
+      await fetch(`${s.sims[s.replicas.indexOf(to)]!.url}/fairway/faults`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ errorRate: 1 }),
+      });
+    });
     const body = await answer;
     expect(body).toContain('"error"');
     expect(runtime.stats().evicted).toBe(1);
     expect(runtime.isSuspect(to)).toBe(true);
     expect(runtime.isSuspect(from)).toBe(false);
+  });
+
+  it('names the replica it resumed on, which answered its end, in its access log line', async () => {
+    const lines: string[] = [];
+    const logger = createLogger({ level: 'info', destination: { write: (l: string) => lines.push(l) } });
+    const s = await startStack({ config: QLM_CONFIG, engines: [{ speed: 2 }, { speed: 2 }], logger });
+    stacks.push(s);
+    const answer = sendBatch(s);
+    const { to } = await evictOffItsReplica(s);
+    const body = await answer;
+    expect(body).toContain('data: [DONE]');
+    expect(body).not.toContain('"error"');
+    let access: { replica?: string; completionTokens?: number } | undefined;
+    await waitFor(
+      () => {
+        access = lines
+          .map((l) => JSON.parse(l))
+          .find((l) => l.msg === 'request' && l.route?.includes('chat'));
+        return access !== undefined;
+      },
+      5000,
+      'the access log line',
+    );
+    expect(access!.replica).toBe(to);
+    expect(access!.completionTokens).toBe(300);
   });
 });

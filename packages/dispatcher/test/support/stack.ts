@@ -1,5 +1,12 @@
 import { NodeAgent } from '@fairway/agent';
-import { type FairwayConfig, hashApiKey, parseConfig, silentLogger, systemClock } from '@fairway/core';
+import {
+  type FairwayConfig,
+  hashApiKey,
+  type Logger,
+  parseConfig,
+  silentLogger,
+  systemClock,
+} from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
 import { type EngineSimHandle, type EngineSimOptionsInput, startEngineSim } from '@fairway/engine-sim';
 import { purgeStore, RedisStore, type SchedulingStore } from '@fairway/store';
@@ -36,6 +43,8 @@ export interface StackOptions {
   readonly redisUrl?: string;
   /** Traces the dispatchers' requests with this tracer. @default none */
   readonly tracer?: Tracer;
+  /** The dispatchers' logger (a test reading access log lines gives one). @default silent */
+  readonly logger?: Logger;
 }
 
 /** A running in-process fleet: engine-sims with agents, dispatchers, one store and bus. */
@@ -116,7 +125,7 @@ export async function startStack(o: StackOptions): Promise<Stack> {
       await startDispatcher({
         settings,
         config,
-        logger: silentLogger,
+        logger: o.logger ?? silentLogger,
         infrastructure: infra,
         ...(o.tracer === undefined ? {} : { tracer: o.tracer }),
       }),
