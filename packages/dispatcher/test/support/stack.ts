@@ -163,7 +163,6 @@ async function cleanRedis(url: string, prefix: string): Promise<void> {
   await r.quit();
 }
 
-/** Polls `check` until it is true, or fails after `timeoutMs`. */
 /** What the store recorded today for API key `key`, over every model: requests and tokens. */
 export async function recordedToday(
   store: SchedulingStore,
@@ -180,6 +179,7 @@ export async function recordedToday(
   );
 }
 
+/** Polls `check` until it is true, or fails after `timeoutMs`. */
 export async function waitFor(
   check: () => boolean | Promise<boolean>,
   timeoutMs = 5000,
