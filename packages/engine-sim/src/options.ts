@@ -77,6 +77,13 @@ export const engineSimOptionsSchema = z
      */
     streamFlushMs: z.number().nonnegative().default(0),
     /**
+     * How far (real ms) the step schedule may fall behind the clock before it slips. A stall of
+     * the machine shorter than this is caught up on the schedule, so model latencies do not see
+     * it; a longer one delays the next step (and shows as queue and step time) instead of being
+     * caught up in a burst of back-to-back steps. @default 50
+     */
+    maxLagMs: z.number().positive().default(50),
+    /**
      * Local path of the model's Hugging Face `tokenizer.json`: prompts are counted with it over the
      * chat template, as vLLM does. @default a word-piece stand-in (see `wordPieceCounter`)
      */

@@ -128,6 +128,7 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
   const driver = new RealtimeDriver(model, {
     speed: options.speed,
+    maxLagMs: options.maxLagMs,
     onStep: (step) => {
       let generated = 0;
       for (const e of step.events) if (e.kind === 'token') generated++;

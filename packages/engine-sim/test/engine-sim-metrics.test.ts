@@ -39,7 +39,9 @@ describe('engine-sim /metrics (vLLM request phases)', () => {
   let client: VllmClient;
 
   beforeAll(async () => {
-    sim = await startEngineSim({ model: MODEL, gpu: GPU, speed: SPEED });
+    // A busy machine may stall the event loop for tens of ms; a long lag allowance keeps every
+    // step on the model's schedule, so these checks see the model's latencies and not the stall.
+    sim = await startEngineSim({ model: MODEL, gpu: GPU, speed: SPEED, maxLagMs: 60_000 });
     client = new VllmClient({ url: sim.url });
   });
   afterAll(async () => {
