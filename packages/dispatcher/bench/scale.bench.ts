@@ -20,8 +20,8 @@
  * `--rate R` adds an open-loop phase: every dispatcher offered R req/s at once.
  * `--abuse` adds a phase per N with one more tenant (`limits.rpm: 600`) flooding one dispatcher at
  * 10× its limit beside the closed-loop load, after a lead-in long enough to use up its 60 s window
- * (so it is refused throughout the measured phase), and compares the others' served req/s with and
- * without the flood.
+ * (so it is refused throughout the measured phase), then the closed loop alone again, and compares
+ * the others' served req/s with the flood against the mean of the closed loop before and after it.
  *
  * Every process it starts is stopped at the end, on an error and on SIGINT/SIGTERM.
  *
@@ -629,20 +629,30 @@ function printPhaseTable(title: string, rows: readonly PhaseResult[], base: numb
   say();
 }
 
-function printAbuse(closed: readonly PhaseResult[], abuse: readonly PhaseResult[]): void {
+function printAbuse(
+  closed: readonly PhaseResult[],
+  abuse: readonly PhaseResult[],
+  after: readonly PhaseResult[],
+): void {
   say(
     `abuse: tenant flood-N at ${FLOOD_RATE} req/s (${FLOOD_FACTOR}× its rpm ${FLOOD_RPM}) through dispatcher 1, beside the closed loop;` +
-      ` measured after ${FLOOD_LEAD_MS / 1000} s of flood (its 60 s window used up)`,
+      ` measured after ${FLOOD_LEAD_MS / 1000} s of flood (its 60 s window used up); "without" is the mean of the closed loop` +
+      ' run before the flood and again after it (each in brackets)',
   );
   say(
-    `${'N'.padStart(3)}${'others req/s: without'.padStart(23)}${'with'.padStart(8)}${'ratio'.padStart(7)}${'p99 without'.padStart(13)}${'with'.padStart(8)}` +
-      `   flood: ${'sent'.padStart(6)}   statuses          disp ms/req with flood`,
+    `${'N'.padStart(3)}${'others req/s: without'.padStart(23)}${'(before, after)'.padStart(17)}${'with'.padStart(8)}${'ratio'.padStart(7)}` +
+      `${'p99 without'.padStart(13)}${'with'.padStart(8)}   flood: ${'sent'.padStart(6)}   statuses          disp ms/req with flood`,
   );
   for (const a of abuse) {
-    const c = closed.find((x) => x.dispatchers === a.dispatchers);
+    const before = closed.find((x) => x.dispatchers === a.dispatchers);
+    const again = after.find((x) => x.dispatchers === a.dispatchers);
+    const runs = [before, again].filter((x) => x !== undefined);
+    const without = runs.length > 0 ? runs.reduce((a, x) => a + x.reqPerS, 0) / runs.length : Number.NaN;
+    const p99Without = runs.length > 0 ? Math.max(...runs.map((x) => x.p99Ms)) : Number.NaN;
+    const brackets = `(${f(before?.reqPerS ?? Number.NaN, 0)}, ${f(again?.reqPerS ?? Number.NaN, 0)})`;
     say(
-      `${String(a.dispatchers).padStart(3)}${f(c?.reqPerS ?? Number.NaN, 0).padStart(23)}${f(a.reqPerS, 0).padStart(8)}` +
-        `${f(a.reqPerS / (c?.reqPerS ?? Number.NaN)).padStart(7)}${f(c?.p99Ms ?? Number.NaN, 1).padStart(13)}${f(a.p99Ms, 1).padStart(8)}` +
+      `${String(a.dispatchers).padStart(3)}${f(without, 0).padStart(23)}${brackets.padStart(17)}${f(a.reqPerS, 0).padStart(8)}` +
+        `${f(a.reqPerS / without).padStart(7)}${f(p99Without, 1).padStart(13)}${f(a.p99Ms, 1).padStart(8)}` +
         `          ${String(a.flood?.sent ?? 0).padStart(6)}   ${JSON.stringify(a.flood?.statuses ?? {}).padEnd(18)}${f(a.cpuMsPerRequest.dispatchers).padStart(6)}`,
     );
   }
@@ -698,6 +708,8 @@ async function main(): Promise<void> {
   const closed: PhaseResult[] = [];
   const open: PhaseResult[] = [];
   const abuse: PhaseResult[] = [];
+  /** With `--abuse`: the closed loop run again after the flood phase. */
+  const after: PhaseResult[] = [];
   for (const n of DISPATCHERS) {
     progress(`N=${n}: starting ${n} dispatcher${n > 1 ? 's' : ''}…`);
     const dispatchers = await startDispatchers(n, configPath, storeEnv, nats.url, dir);
@@ -739,6 +751,11 @@ async function main(): Promise<void> {
         { gen: flooder, request: floodRequest(target, n, DURATION_MS), flood: true },
       ];
       abuse.push(await measure('abuse', fleet, loads, DURATION_MS));
+      // The same closed loop again once the flood has stopped: the run without it is taken on
+      // both sides of the run with it, so a fleet still warming up (JIT, connection pools) does
+      // not pass for the flood's effect.
+      progress(`N=${n}: closed loop ${DURATION_MS / 1000} s again, without the flood`);
+      after.push(await measure('closed', fleet, closedLoads(DURATION_MS), DURATION_MS));
     }
     progress(`N=${n}: stopping the dispatchers`);
     await Promise.all(dispatchers.map((d) => stopChild(d.child)));
@@ -759,7 +776,7 @@ async function main(): Promise<void> {
       open,
       RATE,
     );
-  if (abuse.length > 0) printAbuse(closed, abuse);
+  if (abuse.length > 0) printAbuse(closed, abuse, after);
   const loadAtEnd = loadavg();
   say(
     `load ${loadText(loadAtEnd)} (1/5/15 min) at the end; CPU columns are per served request, ms; ` +
@@ -784,6 +801,7 @@ async function main(): Promise<void> {
     closed,
     open,
     abuse,
+    closedAfterAbuse: after,
   };
   if (args.json) console.log(JSON.stringify(json, null, 2));
   if (args.out !== undefined)

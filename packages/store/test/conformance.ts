@@ -660,30 +660,95 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         });
       });
 
-      it('matches a model of entries leaving at their bucket end over a long random run', async () => {
-        // The documented semantics, entry by entry: an amount admitted at t counts until t + W
-        // rounded up to a multiple of ceil(W / 60) (or until an admission checked the window at a
-        // later time, from a clock ahead of this one); an admission fits if what counts plus its
-        // amount is within the limit; a refusal says when the first bucket whose leaving makes room
-        // ends. A throttle (while overloaded) counts refused arrivals too, so it floods.
+      it('answers a refusal from the buckets as they are after an admission dated into an older one', async () => {
+        // A 1 s window has 17 ms buckets. x1 (4 tokens) counts until 2006, x2 (4) until 2108, x3 (2)
+        // until 2210: 10 of 10.
+        const tpm = (key: string, amount: number): WindowLimit => ({
+          key,
+          limit: 10,
+          amount,
+          windowMs: 1000,
+          code: 'tpm_limited',
+          trueUp: true,
+        });
+        for (const key of ['tpm:tenant:into-oldest', 'tpm:tenant:before-oldest']) {
+          const pool = key;
+          const at = (nowMs: number, amount: number) => ({ nowMs, limits: [tpm(key, amount)] });
+          for (const [id, nowMs, amount] of [
+            ['x1', 1000, 4],
+            ['x2', 1100, 4],
+            ['x3', 1200, 2],
+          ] as const)
+            expect((await s.admit(admitOf(makeReq(`${key}${id}`, { pool }), at(nowMs, amount)))).ok).toBe(
+              true,
+            );
+          // 4 more fit once x1's bucket leaves.
+          expect(await s.admit(admitOf(makeReq(`${key}r1`, { pool }), at(1300, 4)))).toMatchObject({
+            ok: false,
+            retryAfterMs: 2006 - 1300,
+          });
+          // x3 settles with no tokens; then a dispatcher whose clock lags admits 2 tokens dated
+          // into x1's bucket, or into one that leaves before it.
+          expect(await dispatchedId({ pool, nowMs: 1300 })).toBe(`${key}x1`);
+          expect(await dispatchedId({ pool, nowMs: 1300 })).toBe(`${key}x2`);
+          expect(await dispatchedId({ pool, nowMs: 1300 })).toBe(`${key}x3`);
+          await s.settle({ id: `${key}x3`, nowMs: 1310, finalCost: 1, actualTokens: 0, outputTokens: 1 });
+          const lagging = key.endsWith('into-oldest') ? 1000 : 960;
+          expect((await s.admit(admitOf(makeReq(`${key}x4`, { pool }), at(lagging, 2)))).ok).toBe(true);
+          // 10 of 10 again, 6 of them in the buckets up to 2006: 5 more fit once that one leaves.
+          expect(await s.admit(admitOf(makeReq(`${key}r2`, { pool }), at(1320, 5)))).toMatchObject({
+            ok: false,
+            retryAfterMs: 2006 - 1320,
+          });
+        }
+      });
+
+      /** Limits and pace of one random run against the window model below. */
+      interface WindowRun {
+        readonly seed: number;
+        readonly steps: number;
+        /** Each step moves the clock by a whole number of ms in [min, max] (min < 0: lagging clocks). */
+        readonly step: readonly [number, number];
+        readonly oit: number;
+        readonly rpm: number;
+        readonly tpm: number;
+        /** Largest token amount of an admission (true-ups go up to 1.25× it). */
+        readonly tokens: number;
+      }
+
+      /**
+       * The documented semantics, entry by entry: an amount admitted at t counts until t + W
+       * rounded up to a multiple of ceil(W / 60) (or until an admission checked the window at a
+       * later time, from a clock ahead of this one); an admission fits if what counts plus its
+       * amount is within the limit; a refusal says when the first bucket whose leaving makes room
+       * ends. A throttle (while overloaded) counts refused arrivals too, so it floods.
+       */
+      async function runWindowModel(run: WindowRun): Promise<void> {
         const W = 1000;
         const g = Math.ceil(W / 60);
         type Name = 'oit' | 'rpm' | 'tpm';
         const limits = (tokens: number): (WindowLimit & { name: Name })[] => [
           {
             name: 'oit',
-            key: 'oit:user:u',
-            limit: 8,
+            key: `oit:user:u${run.seed}`,
+            limit: run.oit,
             amount: 1,
             windowMs: W,
             code: 'throttled',
             onlyWhenOverloaded: true,
           },
-          { name: 'rpm', key: 'rpm:tenant:a', limit: 6, amount: 1, windowMs: W, code: 'rpm_limited' },
+          {
+            name: 'rpm',
+            key: `rpm:tenant:a${run.seed}`,
+            limit: run.rpm,
+            amount: 1,
+            windowMs: W,
+            code: 'rpm_limited',
+          },
           {
             name: 'tpm',
-            key: 'tpm:tenant:a',
-            limit: 400,
+            key: `tpm:tenant:a${run.seed}`,
+            limit: run.tpm,
             amount: tokens,
             windowMs: W,
             code: 'tpm_limited',
@@ -714,19 +779,20 @@ export function describeStoreConformance(backend: string, create: () => Promise<
           live(name, now);
           model[name].push({ id, at: now, end: Math.ceil((now + W) / g) * g, amount });
         };
-        const rng = createRng(7);
+        const rng = createRng(run.seed);
+        // Runs in one test keep apart: their own pool, keys and ids.
+        const pool = `p${run.seed}`;
         const queued: string[] = [];
         const running: string[] = [];
         let now = 0;
-        for (let step = 0; step < 400; step++) {
-          // Mostly forward; now and then a dispatcher whose clock lags a little.
-          now = Math.max(0, now + rng.int(-8, 40));
+        for (let step = 0; step < run.steps; step++) {
+          now = Math.max(0, now + rng.int(run.step[0], run.step[1]));
           const roll = rng.next();
           if (roll < 0.6) {
-            const id = `r${step}`;
-            const ls = limits(rng.int(0, 120));
+            const id = `s${run.seed}r${step}`;
+            const ls = limits(rng.int(0, run.tokens));
             const overloaded = rng.next() < 0.5;
-            const r = await s.admit(admitOf(makeReq(id), { nowMs: now, limits: ls, overloaded }));
+            const r = await s.admit(admitOf(makeReq(id, { pool }), { nowMs: now, limits: ls, overloaded }));
             const refusal = ls.reduce<{ code: string; retryAfterMs: number } | undefined>((found, l) => {
               if (found !== undefined || (l.onlyWhenOverloaded && !overloaded)) return found;
               const retryAfterMs = retryAfter(l.name, l.amount, l.limit, now);
@@ -736,19 +802,19 @@ export function describeStoreConformance(backend: string, create: () => Promise<
               expect(r).toMatchObject({ ok: false, ...refusal });
               count('oit', `${id}#`, now, 1);
             } else {
-              expect(r.ok).toBe(true);
+              expect(r, JSON.stringify({ step, now })).toMatchObject({ ok: true });
               for (const l of ls) count(l.name, id, now, l.amount);
               queued.push(id);
               // Never more than the limit within any window (the bucket grid only ever counts longer).
-              expect(model.rpm.filter((e) => e.at > now - W).length).toBeLessThanOrEqual(6);
+              expect(model.rpm.filter((e) => e.at > now - W).length).toBeLessThanOrEqual(run.rpm);
             }
           } else if (roll < 0.8 && queued.length > 0) {
-            const id = await dispatchedId({ nowMs: now });
+            const id = await dispatchedId({ pool, nowMs: now });
             queued.splice(queued.indexOf(id), 1);
             running.push(id);
           } else if (roll < 0.93 && running.length > 0) {
             const id = running.splice(rng.int(0, running.length - 1), 1)[0] as string;
-            const tokens = rng.int(0, 150);
+            const tokens = rng.int(0, Math.round(run.tokens * 1.25));
             await s.settle({ id, nowMs: now, finalCost: 1, actualTokens: tokens, outputTokens: 1 });
             for (const e of model.tpm) if (e.id === id && e.end > now) e.amount = tokens;
           } else if (queued.length > 0) {
@@ -757,6 +823,28 @@ export function describeStoreConformance(backend: string, create: () => Promise<
             for (const e of model.tpm) if (e.id === id && e.end > now) e.amount = 0;
           }
         }
+      }
+
+      it('matches a model of entries leaving at their bucket end over a long random run', async () => {
+        // Mostly forward; now and then a dispatcher whose clock lags a little.
+        await runWindowModel({ seed: 7, steps: 400, step: [-8, 40], oit: 8, rpm: 6, tpm: 400, tokens: 120 });
+      });
+
+      it('matches the model while floods keep asking, buckets leave and older buckets change', async () => {
+        // Arrivals about twice what the limits let through, spread over every bucket of the
+        // window: each refusal's answer lies among the older buckets, ahead of the last one's as
+        // the flood grows, and moves as buckets leave, settlements true older ones up and lagging
+        // clocks admit into them.
+        for (const seed of [11, 12, 13])
+          await runWindowModel({
+            seed,
+            steps: 1500,
+            step: [-6, 12],
+            oit: 60,
+            rpm: 100,
+            tpm: 900,
+            tokens: 40,
+          });
       });
 
       describe('tenant isolation', () => {

@@ -31,13 +31,35 @@ local function admissionEnd(o)
   return e + 4
 end
 
+-- The windows the limit checks read, by limit index (0-based), as purgeWindow returned them
+-- (false: empty); a limit whose window was not read, or whose key an earlier limit of the same
+-- request names (that limit's count changes it), has none. Adding to a window again needs no
+-- second read.
+local function readWindows(o, nLimits, read)
+  local seen = {}
+  for i = 0, nLimits - 1 do
+    local b = o + 24 + i * 8
+    if seen[ARGV[b] .. ARGV[b + 7]] then read[i] = nil end
+    seen[ARGV[b] .. ARGV[b + 7]] = true
+  end
+  return read
+end
+
+-- Counts amount in limit i's window (b its first argument), with the window read before if any.
+local function countInWindow(wkey, b, now, read, i)
+  local w = read[i]
+  if w == nil then return addToWindow(wkey, now, num(ARGV[b + 3]), num(ARGV[b + 2]), now) end
+  return addToWindow(wkey, now, num(ARGV[b + 3]), num(ARGV[b + 2]), now, true, w or nil)
+end
+
 -- Counts a rejected arrival in the request's throttle windows (see the header).
-local function countRejectedArrival(o, now, scope, nLimits)
+local function countRejectedArrival(o, now, scope, nLimits, read)
+  if nLimits > 1 then readWindows(o, nLimits, read) end
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
     if ARGV[b + 4] == '1' then
       local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
-      addToWindow(wkey, now, num(ARGV[b + 3]), num(ARGV[b + 2]), now)
+      countInWindow(wkey, b, now, read, i)
     end
   end
 end
@@ -73,15 +95,17 @@ local function admitRequest(o, place)
   -- A call made while its interaction is open continues it, whoever says so (FairServe).
   local cont = (ARGV[o + 12] == '1' or interactionOpen) and '1' or '0'
 
+  local read = {}
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
     local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
     local limit, amount, windowMs = num(ARGV[b + 1]), num(ARGV[b + 2]), num(ARGV[b + 3])
     if not (ARGV[b + 4] == '1' and not throttleApplies) then
       local w = purgeWindow(wkey, now)
+      read[i] = w or false
       local retry = windowRetryAfter(wkey, w, amount, limit, windowMs, now)
       if retry ~= nil then
-        countRejectedArrival(o, now, scope, nLimits)
+        countRejectedArrival(o, now, scope, nLimits, read)
         return { 0, ARGV[b + 5], fmt(retry), ARGV[b], fmt(w and w[1] or 0) }
       end
     end
@@ -89,20 +113,20 @@ local function admitRequest(o, place)
   local ue = o + 23 + nLimits * 8
   local overQuota, share = checkQuotas(ue, ARGV[o + 22], now)
   if overQuota ~= nil then
-    countRejectedArrival(o, now, scope, nLimits)
+    countRejectedArrival(o, now, scope, nLimits, read)
     return overQuota
   end
 
   if ARGV[o + 18] ~= '' then
     local n = redisCall('ZCARD', key_fifo(pool, band, flow))
     if n >= num(ARGV[o + 18]) then
-      countRejectedArrival(o, now, scope, nLimits)
+      countRejectedArrival(o, now, scope, nLimits, read)
       return { 0, 'queue_full', ARGV[o + 21], 'flow:' .. pool .. ':' .. band .. ':' .. flow }
     end
   end
   if ARGV[o + 19] ~= '' then
     if num(redisCall('GET', key_poolQueued(pool))) >= num(ARGV[o + 19]) then
-      countRejectedArrival(o, now, scope, nLimits)
+      countRejectedArrival(o, now, scope, nLimits, read)
       return { 0, 'queue_full', ARGV[o + 21], 'pool:' .. pool }
     end
   end
@@ -128,13 +152,13 @@ local function admitRequest(o, place)
   end
   -- What each window holds after this admission and when its oldest bucket ends (rate-limit headers).
   local held = {}
+  if nLimits > 1 then readWindows(o, nLimits, read) end
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
     local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]
-    local bucket = addToWindow(wkey, now, num(ARGV[b + 3]), num(ARGV[b + 2]), now)
-    local th = redisCall('HMGET', key_windowSums(wkey), 't', 'h')
-    held[#held + 1] = th[1]
-    held[#held + 1] = th[2]
+    local bucket, total, oldest = countInWindow(wkey, b, now, read, i)
+    held[#held + 1] = total
+    held[#held + 1] = oldest
     local n = i + 1
     record[#record + 1] = 'wk' .. n
     record[#record + 1] = wkey

@@ -10,7 +10,8 @@
   Keys per window (wkey, tenant-scoped):
     key_windowSums HASH: 't' total, 'h' end of the oldest bucket, 'l' end of the newest bucket and
       'n' its sum (admissions land there: no other bucket is read or written), 'b' when the window
-      was created, 'r' '1' while key_windowRestored exists;
+      was created, 'r' '1' while key_windowRestored exists, 'q' the last refusal's answer among
+      the older buckets, '<below>:<end>:<upTo>' (see windowRetryAfter; '' or absent when none);
     key_windowBuckets ZSET of the older buckets, scored by end, member '<end>:<sum>' (a refusal
       reads them in order, sums included, without a lookup per bucket);
     key_windowRestored ZSET request id -> bucket end of the entries restore put back.
@@ -40,13 +41,13 @@ local function bucketName(m)
   return string.sub(m, 1, string.find(m, ':', 1, true) - 1)
 end
 
--- Reads a window: { tot, newest end, newest sum } once the buckets that ended at or before now are
--- dropped; nil if no bucket is left (the window is then deleted).
+-- Reads a window: { tot, newest end, newest sum, oldest end, 'q' } once the buckets that ended at
+-- or before now are dropped; nil if no bucket is left (the window is then deleted).
 local function purgeWindow(wkey, now)
   local sums = key_windowSums(wkey)
-  local v = redisCall('HMGET', sums, 't', 'h', 'l', 'n', 'r')
+  local v = redisCall('HMGET', sums, 't', 'h', 'l', 'n', 'r', 'q')
   if not v[1] then return nil end
-  local w = { num(v[1]), v[3], num(v[4]) }
+  local w = { num(v[1]), v[3], num(v[4]), v[2], v[6] }
   if num(v[2]) > now then return w end
   local buckets = key_windowBuckets(wkey)
   if num(v[3]) <= now then
@@ -58,12 +59,26 @@ local function purgeWindow(wkey, now)
   for i = 1, #old do
     tot = tot - bucketSum(old[i])
   end
+  local left = w[1] - tot
   w[1] = tot
   redisCall('ZREMRANGEBYSCORE', buckets, '-inf', now)
   local first = redisCall('ZRANGE', buckets, '0', '0')
   local head = v[3]
   if #first > 0 then head = bucketName(first[1]) end
-  redisCall('HSET', sums, 't', fmt(tot), 'h', head)
+  w[4] = head
+  -- A refusal's answer (see windowRetryAfter) still ahead counts from the new oldest bucket.
+  local q = v[6]
+  local a = ''
+  if q and q ~= '' then
+    local i = string.find(q, ':', 1, true)
+    local j = string.find(q, ':', i + 1, true)
+    local e = string.sub(q, i + 1, j - 1)
+    if num(e) > now then
+      a = fmt(string.sub(q, 1, i - 1) - left) .. ':' .. e .. ':' .. fmt(string.sub(q, j + 1) - left)
+    end
+  end
+  w[5] = a
+  redisCall('HSET', sums, 't', fmt(tot), 'h', head, 'q', a)
   if v[5] then
     local restored = key_windowRestored(wkey)
     redisCall('ZREMRANGEBYSCORE', restored, '-inf', now)
@@ -73,64 +88,103 @@ local function purgeWindow(wkey, now)
 end
 
 -- nil if amount fits under limit beside the window w (purgeWindow's); otherwise ms until enough
--- buckets leave (windowMs if never). Walks from the end nearer the answer: from the oldest bucket
--- when less must leave than may stay (a flood at its limit: the oldest answers), else from the
--- newest (a throttled flood, whose refused arrivals fill the newest buckets); the older buckets in
--- rounds of 1, 4, 16 and 64, each one read with its sum.
+-- buckets leave (windowMs if never). With `need` = tot + amount - limit, the answer is the first
+-- bucket, oldest first, whose sum with every older one (its prefix sum) reaches need: the newest
+-- when the older ones together fall short (the newest alone keeps the window full). The last
+-- answer among the older buckets is kept in 'q' with the prefix sums just below it and up to it,
+-- so a flood whose refusals ask again finds it without a read (need between the two), or walks on
+-- from it (need grown: counted refusals fill the newest bucket, which is after it); the older
+-- buckets change only out of order (an admission dated before the newest bucket, a true-up), which
+-- drops or corrects 'q', and by purges, which move both sums down alike. Otherwise the walk starts
+-- at the end nearer the answer: the oldest when less must leave than may stay, else the newest;
+-- the older buckets in rounds of 1, 4, 16 and 64, each one read with its sum.
 local function windowRetryAfter(wkey, w, amount, limit, windowMs, now)
   local tot = w and w[1] or 0
   if tot + amount <= limit then return nil end
   if amount > limit then return windowMs end
+  if w[3] + amount > limit then return num(w[2]) - now end
+  local need = tot + amount - limit
+  local sums = key_windowSums(wkey)
   local buckets = key_windowBuckets(wkey)
-  local from, n = 0, 1
-  if tot + amount - limit <= limit - amount then
-    local rem = tot
+  local below, from, n = 0, 0, 1
+  local after = nil
+  local q = w[5]
+  if q and q ~= '' then
+    local i = string.find(q, ':', 1, true)
+    local j = string.find(q, ':', i + 1, true)
+    local upTo = string.sub(q, j + 1) + 0
+    if need <= upTo then
+      if string.sub(q, 1, i - 1) + 0 < need then return string.sub(q, i + 1, j - 1) - now end
+    else
+      below, after = upTo, string.sub(q, i + 1, j - 1)
+    end
+  end
+  if after == nil and need > limit - amount then
+    local kept = w[3]
     while true do
-      local older = redisCall('ZRANGE', buckets, count(from), count(from + n - 1))
+      local older = redisCall('ZRANGE', buckets, count(from), count(from + n - 1), 'REV')
       for i = 1, #older do
-        rem = rem - bucketSum(older[i])
-        if rem + amount <= limit then return num(bucketName(older[i])) - now end
+        kept = kept + bucketSum(older[i])
+        if kept + amount > limit then return num(bucketName(older[i])) - now end
       end
-      if #older < n then break end
+      if #older < n then return windowMs end
       from, n = from + n, n * 4
     end
-    rem = rem - w[3]
-    if rem + amount <= limit then return num(w[2]) - now end
-    return windowMs
   end
-  local kept = w[3]
-  if kept + amount > limit then return num(w[2]) - now end
+  local sum = below
   while true do
-    local older = redisCall('ZRANGE', buckets, count(from), count(from + n - 1), 'REV')
-    for i = 1, #older do
-      kept = kept + bucketSum(older[i])
-      if kept + amount > limit then return num(bucketName(older[i])) - now end
+    local older
+    if after == nil then
+      older = redisCall('ZRANGE', buckets, count(from), count(from + n - 1))
+    else
+      older = redisCall('ZRANGEBYSCORE', buckets, '(' .. after, '+inf', 'LIMIT', count(from), count(n))
     end
-    if #older < n then return windowMs end
+    for i = 1, #older do
+      local m = older[i]
+      local upTo = sum + bucketSum(m)
+      if upTo >= need then
+        local e = bucketName(m)
+        redisCall('HSET', sums, 'q', fmt(sum) .. ':' .. e .. ':' .. fmt(upTo))
+        return num(e) - now
+      end
+      sum = upTo
+    end
+    if #older < n then
+      if tot - sum - w[3] + amount <= limit then return num(w[2]) - now end
+      return windowMs
+    end
     from, n = from + n, n * 4
   end
 end
 
--- Counts amount, admitted at `at`, in its bucket (dropping the buckets that ended by now first;
--- a window created here is born at now). Returns the bucket's end as fmt writes it.
-local function addToWindow(wkey, at, windowMs, amount, now)
+-- Counts amount, admitted at `at`, in its bucket (dropping the buckets that ended by now first,
+-- unless `purged`: then w is what purgeWindow returned for this now, nil if the window was empty;
+-- a window created here is born at now). Returns the bucket's end as fmt writes it, the window's
+-- total after it and its oldest bucket's end.
+local function addToWindow(wkey, at, windowMs, amount, now, purged, w)
   local e = bucketEnd(at, windowMs)
-  local name = fmt(e)
   local sums = key_windowSums(wkey)
-  local w = purgeWindow(wkey, now)
+  if not purged then w = purgeWindow(wkey, now) end
   if w == nil then
-    redisCall('HSET', sums, 't', fmt(0 + amount), 'h', name, 'l', name, 'n', fmt(0 + amount), 'b', fmt(now))
-    return name
+    local name, t = fmt(e), fmt(0 + amount)
+    redisCall('HSET', sums, 't', t, 'h', name, 'l', name, 'n', t, 'b', fmt(now))
+    return name, t, name
   end
   local last = num(w[2])
+  local t = fmt(w[1] + amount)
+  -- The newest bucket's name is fmt of its end already.
   if e == last then
-    redisCall('HSET', sums, 'n', fmt(w[3] + amount), 't', fmt(w[1] + amount))
-  elseif e > last then
+    redisCall('HSET', sums, 'n', fmt(w[3] + amount), 't', t)
+    return w[2], t, w[4]
+  end
+  local name = fmt(e)
+  if e > last then
     -- The newest bucket becomes an older one.
     redisCall('ZADD', key_windowBuckets(wkey), last, w[2] .. ':' .. fmt(w[3]))
-    redisCall('HSET', sums, 'l', name, 'n', fmt(0 + amount), 't', fmt(w[1] + amount))
+    redisCall('HSET', sums, 'l', name, 'n', fmt(0 + amount), 't', t)
   else
-    -- Admitted out of order (another dispatcher's clock, a restore): into its own older bucket.
+    -- Admitted out of order (another dispatcher's clock, a restore): into its own older bucket,
+    -- which may be one a refusal's answer ('q') counted.
     local buckets = key_windowBuckets(wkey)
     local m = redisCall('ZRANGEBYSCORE', buckets, e, e)
     local sum = 0
@@ -139,13 +193,13 @@ local function addToWindow(wkey, at, windowMs, amount, now)
       redisCall('ZREM', buckets, m[1])
     end
     redisCall('ZADD', buckets, e, name .. ':' .. fmt(sum + amount))
-    if e < num(redisCall('HGET', sums, 'h')) then
-      redisCall('HSET', sums, 't', fmt(w[1] + amount), 'h', name)
-    else
-      redisCall('HSET', sums, 't', fmt(w[1] + amount))
+    if e < num(w[4]) then
+      redisCall('HSET', sums, 't', t, 'h', name, 'q', '')
+      return name, t, name
     end
+    redisCall('HSET', sums, 't', t, 'q', '')
   end
-  return name
+  return name, t, w[4]
 end
 
 -- Replaces a request's amounts in its true-up windows (settle: true tokens; cancel: 0): in each,
@@ -172,7 +226,8 @@ local function trueUpWindows(r, amount, now)
           if next < 0 then next = 0 end
           redisCall('ZREM', buckets, m[1])
           redisCall('ZADD', buckets, name, name .. ':' .. fmt(next))
-          redisCall('HSET', sums, 't', fmt(num(v[1]) + (next - sum)))
+          -- An older bucket changed: a refusal's answer kept in 'q' may count it.
+          redisCall('HSET', sums, 't', fmt(num(v[1]) + (next - sum)), 'q', '')
         end
       end
     end
