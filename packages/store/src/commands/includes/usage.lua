@@ -158,16 +158,17 @@ local function addToDayRow(key, row, inp, out, cost, priced)
 end
 
 -- Adds a settlement's tokens, and cost if priced, to a total; its first settled usage sets the
--- key's expiry. A settlement with an API key adds to four totals.
+-- key's expiry (and a settlement that finds it at 0 sets it again). A settlement with an API key
+-- adds to four totals.
 local function addToTotal(key, tokens, cost, priced)
   if priced then
     local v = redisCall('HMGET', key, 't', 'c')
     redisCall('HSET', key, 't', num(v[1]) + tokens, 'c', num(v[2]) + cost)
     if not v[1] then redisCall('EXPIRE', key, USAGE_RETENTION_S) end
   else
-    local t = redisCall('HGET', key, 't')
-    redisCall('HSET', key, 't', num(t) + tokens)
-    if not t then redisCall('EXPIRE', key, USAGE_RETENTION_S) end
+    -- Tokens are whole, so Redis adds them exactly, in one command; a total that was absent now
+    -- holds just these tokens.
+    if redisCall('HINCRBY', key, 't', tokens) == tokens then redisCall('EXPIRE', key, USAGE_RETENTION_S) end
   end
 end
 
