@@ -200,9 +200,20 @@ async function connectRedis(
     first ??= err;
   };
   redis.on('error', onError);
-  try {
+  // A client that keeps retrying (sentinels that refuse it, a cluster that never forms) would
+  // leave the start waiting for good: it has timeoutMs to connect and answer.
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no connection within ${timeoutMs} ms`)), timeoutMs);
+  });
+  const attempt = (async () => {
     await redis.connect();
     await redis.ping();
+  })();
+  // Once the deadline has won, the attempt's own failure has no one to tell.
+  attempt.catch(() => undefined);
+  try {
+    await Promise.race([attempt, deadline]);
     // Later drops are retried by the client; say so rather than crash or stay silent, but once per
     // interval with a count: a reconnect loop fails several times a second for as long as Redis is away.
     const throttle = new LogThrottle();
@@ -224,6 +235,7 @@ async function connectRedis(
       },
     );
   } finally {
+    clearTimeout(timer);
     redis.off('error', onError);
   }
 }

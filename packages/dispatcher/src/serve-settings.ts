@@ -27,6 +27,11 @@ export interface ServeSettings {
    */
   readonly redisPassword?: string | undefined;
   /**
+   * Password of the sentinels the config file's `store.redis` names, when it gives none
+   * (`REDIS_SENTINEL_PASSWORD`). @default none
+   */
+  readonly redisSentinelPassword?: string | undefined;
+  /**
    * Redis behind Sentinel instead of `redisUrl`: the primary is asked of the sentinels, and
    * found again after a fail-over (`REDIS_SENTINELS`, `REDIS_SENTINEL_NAME`, …).
    */
@@ -190,6 +195,7 @@ export function serveSettings(
   const redisUrl = overrides.redisUrl ?? e.REDIS_URL;
   const redisCluster = overrides.redisCluster ?? clusterFromEnv(e);
   const redisPassword = overrides.redisPassword ?? e.REDIS_PASSWORD;
+  const redisSentinelPassword = overrides.redisSentinelPassword ?? e.REDIS_SENTINEL_PASSWORD;
   if ([redisSentinel, redisUrl, redisCluster].filter((x) => x !== undefined).length > 1)
     throw new ConfigError(ErrorCode.CONFIG_INVALID, 'environment', [
       {
@@ -201,6 +207,7 @@ export function serveSettings(
     configPath: overrides.configPath ?? e.FAIRWAY_CONFIG,
     redisUrl,
     ...(redisPassword !== undefined ? { redisPassword } : {}),
+    ...(redisSentinelPassword !== undefined ? { redisSentinelPassword } : {}),
     ...(redisSentinel !== undefined ? { redisSentinel } : {}),
     ...(redisCluster !== undefined ? { redisCluster } : {}),
     natsUrl: overrides.natsUrl ?? e.NATS_URL,
@@ -239,7 +246,8 @@ export type StoreConnection = Pick<
  * The Redis a process started with `settings` and `config` connects its store to, for every command
  * that runs a dispatcher (`serve`, `up`): the settings' URL, sentinels or cluster (flags and
  * environment), else the config file's `store.redis` sentinels, else none (the in-memory store).
- * `REDIS_PASSWORD` applies to a URL without a password and to config sentinels without one.
+ * `REDIS_PASSWORD` applies to a URL without a password and to config sentinels without one, and
+ * `REDIS_SENTINEL_PASSWORD` to config sentinels without a `sentinelPassword`.
  */
 export function storeConnection(settings: ServeSettings, config: FairwayConfig): StoreConnection {
   const fromConfig = config.store.redis;
@@ -251,7 +259,11 @@ export function storeConnection(settings: ServeSettings, config: FairwayConfig):
     redisSentinel:
       settings.redisSentinel ??
       (settings.redisUrl === undefined && settings.redisCluster === undefined && fromConfig !== undefined
-        ? { ...fromConfig, password: fromConfig.password ?? settings.redisPassword }
+        ? {
+            ...fromConfig,
+            password: fromConfig.password ?? settings.redisPassword,
+            sentinelPassword: fromConfig.sentinelPassword ?? settings.redisSentinelPassword,
+          }
         : undefined),
     slotGroups: config.store.slotGroups,
   };

@@ -117,3 +117,44 @@ describe('store through Redis Sentinel', () => {
     }
   }, 30_000);
 });
+
+describe('sentinels that require a password', () => {
+  let group: RedisSentinelGroup;
+  beforeAll(async () => {
+    group = await startRedisSentinelGroup('guarded', { sentinelPassword: 'sentinel-pass-1' });
+  });
+  afterAll(async () => {
+    await group?.stop();
+  });
+
+  it("takes the config file's sentinels' password from REDIS_SENTINEL_PASSWORD", async () => {
+    const config = parseConfig(
+      {
+        pools: [{ id: 'llama', model: 'llama-2-7b' }],
+        store: { redis: { sentinels: [{ host: '127.0.0.1', port: group.sentinelPort }], name: group.name } },
+      },
+      'test config',
+    );
+    const start = (env: Record<string, string>) =>
+      startDispatcher({
+        settings: serveSettings(env, { port: 0, operatorPort: 0, prefix: uniquePrefix('sentinel-auth') }),
+        config,
+        logger: silentLogger,
+      });
+    // Without it the sentinels refuse the client, and the start says so.
+    await expect(start({})).rejects.toThrow(
+      /cannot reach Redis at sentinel guarded@127\.0\.0\.1:\d+: .*NOAUTH/,
+    );
+    const running = await start({ REDIS_SENTINEL_PASSWORD: 'sentinel-pass-1' });
+    try {
+      expect(running.infrastructure.storeKind).toBe('redis');
+      expect(await running.infrastructure.store.admit(admitOf('d'))).toEqual({
+        ok: true,
+        queued: 1,
+        windows: [],
+      });
+    } finally {
+      await running.close();
+    }
+  }, 30_000);
+});

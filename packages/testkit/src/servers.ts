@@ -198,7 +198,13 @@ export interface RedisSentinelGroup {
  * after 1 s) on free ports, their files in a temp directory; resolves once the replica is in sync
  * and the sentinel knows it (so `SENTINEL FAILOVER` can promote it).
  */
-export async function startRedisSentinelGroup(name = 'fairway'): Promise<RedisSentinelGroup> {
+export async function startRedisSentinelGroup(
+  name = 'fairway',
+  options: {
+    /** The sentinel refuses clients that do not give it (`requirepass` in its config). */
+    readonly sentinelPassword?: string;
+  } = {},
+): Promise<RedisSentinelGroup> {
   const dir = mkdtempSync(join(tmpdir(), 'fairway-sentinel-'));
   const hint = 'apt-get install -y redis-server';
   const [primaryPort, replicaPort, sentinelPort] = [await freePort(), await freePort(), await freePort()];
@@ -236,6 +242,7 @@ export async function startRedisSentinelGroup(name = 'fairway'): Promise<RedisSe
         `sentinel monitor ${name} 127.0.0.1 ${primaryPort} 1`,
         `sentinel down-after-milliseconds ${name} 1000`,
         `sentinel failover-timeout ${name} 5000`,
+        ...(options.sentinelPassword === undefined ? [] : [`requirepass ${options.sentinelPassword}`]),
         '',
       ].join('\n'),
     );
