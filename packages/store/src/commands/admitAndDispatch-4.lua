@@ -49,7 +49,8 @@ if d.nCharges == 0 and d.pool == ARGV[3] and readQueued(d) == 0 then
   end
 end
 
-local admitted, placed = admitRequest(0, place)
+-- The pool's queued count, when the dispatch has read it, serves the admission's pool bound too.
+local admitted, placed = admitRequest(0, place, d.pool == ARGV[3] and d.queued or nil)
 local dispatched, queued = { 'none' }, nil
 -- An admission that did not place the request queued it: the count read above is stale.
 if admitted[1] == 1 and placed == nil then d.queued = nil end

@@ -74,7 +74,8 @@ end
 -- the replica's id, key, and tokens and seqs with the request on it, or nil. With one, the request
 -- runs there at once — it is recorded running and `passThrough` leaves the flow as enqueue and the
 -- dispatch would, without the queue writes that cancel out — and its id is the second result.
-local function admitRequest(o, place)
+-- `poolQueued`, when the caller has read it in this call, is the size of the request's pool.
+local function admitRequest(o, place, poolQueued)
   local id, pool, band, flow = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
   local owner = ARGV[o + 10]
   local now = num(ARGV[o + 13])
@@ -125,7 +126,7 @@ local function admitRequest(o, place)
     end
   end
   if ARGV[o + 19] ~= '' then
-    if num(redisCall('GET', key_poolQueued(pool))) >= num(ARGV[o + 19]) then
+    if (poolQueued or num(redisCall('GET', key_poolQueued(pool)))) >= num(ARGV[o + 19]) then
       countRejectedArrival(o, now, scope, nLimits, read)
       return { 0, 'queue_full', ARGV[o + 21], 'pool:' .. pool }
     end
