@@ -84,7 +84,6 @@ export {
   PREFIX_MIN_BLOCKS,
   type PromptPrefix,
   prefixBoundaries,
-  prefixPartBlocks,
   promptPrefixOfBlocks,
   promptPrefixOfText,
 } from './prefix-keys.ts';

@@ -24,19 +24,19 @@ function* contentParts(content: unknown): Generator<string> {
 }
 
 /**
- * A prefix-stable serialisation of chat messages, in order: each message is its role, content,
- * name and tool calls between separators, so a follow-up that resends the conversation so far
- * starts with exactly the earlier request's serialisation, whatever it appends.
+ * A prefix-stable serialisation of chat messages, one part per message (so each message's end is
+ * a prefix boundary): its role, content, name and tool calls between separators, so a follow-up
+ * that resends the conversation so far starts with exactly the earlier request's serialisation,
+ * whatever it appends.
  */
 function* messageParts(messages: readonly MessageLike[]): Generator<string> {
   for (const m of messages) {
-    yield m.role;
-    yield '\u0000';
-    yield* contentParts(m.content);
-    if (typeof m.name === 'string') yield `\u0000${m.name}`;
-    if (m.tool_calls !== undefined && m.tool_calls !== null) yield `\u0000${JSON.stringify(m.tool_calls)}`;
-    if (typeof m.tool_call_id === 'string') yield `\u0000${m.tool_call_id}`;
-    yield '\u0001';
+    let s = `${m.role}\u0000`;
+    for (const c of contentParts(m.content)) s += c;
+    if (typeof m.name === 'string') s += `\u0000${m.name}`;
+    if (m.tool_calls !== undefined && m.tool_calls !== null) s += `\u0000${JSON.stringify(m.tool_calls)}`;
+    if (typeof m.tool_call_id === 'string') s += `\u0000${m.tool_call_id}`;
+    yield `${s}\u0001`;
   }
 }
 

@@ -24,6 +24,30 @@ describe('promptPrefix', () => {
     expect(turn2).toContain(turn1[0]);
   });
 
+  it('gives chats that start with one system prompt the key of its end, whatever follows it', () => {
+    // 2,550 characters serialised: its last whole block is its 39th.
+    const product = { role: 'system', content: 'You are the product assistant. '.repeat(82) };
+    const systemEnd = promptPrefixKeys('chat', { model: 'm', messages: [product] } as RequestBody)[0];
+    for (const question of [
+      'How do I reset my password?',
+      'Which plans include single sign-on? '.repeat(20),
+    ]) {
+      const keys = promptPrefixKeys('chat', {
+        model: 'm',
+        messages: [product, { role: 'user', content: question }],
+      } as RequestBody);
+      expect(keys).toContain(systemEnd);
+    }
+    // The key names the whole system prompt up to that block: one that differs in it shares none.
+    const c = product.content;
+    const other = { role: 'system', content: `${c.slice(0, 2450)}!${c.slice(2451)}` };
+    const otherKeys = promptPrefixKeys('chat', {
+      model: 'm',
+      messages: [other, { role: 'user', content: 'How do I reset my password?' }],
+    } as RequestBody);
+    expect(otherKeys).not.toContain(systemEnd);
+  });
+
   it('keys a Responses request like the chat request its messages make, and a completion by its prompt', () => {
     const chat = promptPrefixKeys('chat', { model: 'm', messages: [system, user1] } as RequestBody);
     const responses = promptPrefixKeys('responses', {

@@ -443,11 +443,37 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   }
   const deferred = new Set(followers.values());
   const blockSizeOf = new Map(cluster.members.map((m) => [m.pool, m.engine.config.blockSize]));
-  /** The request with prefix keys from its block hashes (blocks of its pool's engines). */
+  /**
+   * Whole blocks of `bs` tokens before the ends of a request's prompt's parts: its system prompt
+   * (`systemTokens`), and each earlier call of its interaction whose prompt its own starts with
+   * (the same block hashes): that call's prompt (the user message) and its answer.
+   */
+  const partEnds = (req: RequestDescriptor, hashes: readonly string[], bs: number): number[] => {
+    const ends = req.systemTokens ? [Math.floor(req.systemTokens / bs)] : [];
+    for (let stage = 0; stage < (req.interactionStage ?? 0); stage++) {
+      const before = stages.get(`${req.interactionId}#${stage}`);
+      if (before?.blockHashes === undefined) continue;
+      for (const tokens of [before.inputTokens, before.inputTokens + (before.outputTokens ?? 0)]) {
+        const b = Math.floor(tokens / bs);
+        const last = hashes[b - 1];
+        if (last !== undefined && last === before.blockHashes[b - 1]) ends.push(b);
+      }
+    }
+    return ends;
+  };
+  /**
+   * The request with prefix keys from its block hashes (blocks of its pool's engines), cut at its
+   * prompt's power-of-two blocks and its parts' ends.
+   */
   const withPrefixKeys = (req: RequestDescriptor): RequestDescriptor => {
     if (req.blockHashes === undefined || req.prefixKeys !== undefined) return req;
     const bs = blockSizeOf.get(req.model) ?? 16;
-    const prefix = promptPrefixOfBlocks(req.blockHashes, Math.floor(req.inputTokens / bs), bs);
+    const prefix = promptPrefixOfBlocks(
+      req.blockHashes,
+      Math.floor(req.inputTokens / bs),
+      bs,
+      partEnds(req, req.blockHashes, bs),
+    );
     return prefix.keys.length === 0 ? req : { ...req, prefixKeys: prefix.keys, prefixTokens: prefix.tokens };
   };
   const arrive = async (req: RequestDescriptor, g: number): Promise<void> => {

@@ -51,7 +51,7 @@ export interface StreamSpec {
 export interface PrefixSpec {
   /**
    * Tokens every prompt of the stream starts with (an agent's system prompt), before the sampled
-   * input. @default 0
+   * input; the requests' `systemTokens` unless the stream sets its own. @default 0
    */
   readonly sharedTokens?: number | undefined;
   /**
@@ -156,7 +156,7 @@ export function generateStream(
         model: stream.model ?? opts.model,
         sloClass: stream.sloClass ?? 'interactive',
         inputTokens,
-        systemTokens: stream.systemTokens,
+        systemTokens: stream.systemTokens ?? (p?.sharedTokens || undefined),
         maxTokens: maxTokensOf(outputTokens),
         outputTokens,
         arrivalMs: roundMs(t * 1000),

@@ -92,8 +92,11 @@ describe('prefix affinity in the simulator', () => {
     const bounded = await run('bounded');
     expect(bounded.affinity!.hit).toBeGreaterThan(0);
     const hot = bounded.records.filter((r) => r.req.tenant === 'hot' && r.replica !== undefined);
+    // Every replica takes a good share of the hot calls (an even one is a third): a replica reserves
+    // the hot prefix once for all its calls there, so the one that holds it takes more of them
+    // before it reaches the load bound, but not all.
     for (const replica of ['replica-0', 'replica-1', 'replica-2'])
-      expect(hot.filter((r) => r.replica === replica).length).toBeGreaterThan(hot.length / 4);
+      expect(hot.filter((r) => r.replica === replica).length).toBeGreaterThan(hot.length / 5);
     const victimOff = ttfts(off, 'victim');
     const victimBounded = ttfts(bounded, 'victim');
     expect(median(victimBounded)).toBeLessThanOrEqual(median(victimOff) * 1.1);

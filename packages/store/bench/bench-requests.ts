@@ -4,19 +4,22 @@ import type { QueuedRequest } from '../src/index.ts';
 export const FLOWS = 100;
 
 /**
- * With `BENCH_PREFIX_PARTS=1`, every bench request carries four prefix parts (64 tokens each) that
- * its flow's requests share: what a pool placing by prefix affinity sends (the store reserves each
- * part once per replica).
+ * With `BENCH_PREFIX_PARTS=n`, every bench request carries n prefix parts (256 tokens between them)
+ * that its flow's requests share: what a pool placing by prefix affinity sends (the store reserves
+ * each part once per replica; a prompt has at most `PREFIX_MAX_KEYS`, 8).
  */
-const PARTS = process.env.BENCH_PREFIX_PARTS === '1';
+const PARTS = Number(process.env.BENCH_PREFIX_PARTS ?? 0);
 
 /** The `i`-th request of a store bench: pool `pool`, flow `i mod FLOWS`, FIFO by `i`. */
 export function benchRequest(i: number, pool = 'p', id = `q${i}`): QueuedRequest {
   const flow = i % FLOWS;
   return {
-    ...(PARTS
+    ...(PARTS > 0
       ? {
-          prefixParts: [32, 16, 8, 4].map((b) => ({ key: `f${flow}-prompt-${b}`, tokens: 64 })),
+          prefixParts: Array.from({ length: PARTS }, (_, k) => ({
+            key: `f${flow}-prompt-${PARTS - k}`,
+            tokens: Math.floor(256 / PARTS),
+          })),
         }
       : {}),
     id,

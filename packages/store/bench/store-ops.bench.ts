@@ -11,7 +11,7 @@
  *   BENCH_ONLY=redis npm run bench:store   (skip the memory runs and the exact-limit demo)
  *   BENCH_VALIDATE=1 npm run bench:store   (Redis store with zod input validation; the dispatcher runs
  *                                          without, so the default is off)
- *   BENCH_PREFIX_PARTS=1 npm run bench:store   (requests carry four prefix parts their flow shares: the
+ *   BENCH_PREFIX_PARTS=8 npm run bench:store   (requests carry eight prefix parts their flow shares: the
  *                                          cost of reserving shared prompt parts once per replica)
  *   BENCH_USAGE=1 npm run bench:store      (admissions carry a usage account, priced, and a tenant and a
  *                                          key token budget: the cost of usage accounting and quotas)
