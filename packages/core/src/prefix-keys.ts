@@ -10,9 +10,9 @@ import { estimateTextTokens } from './tokens.ts';
  * the end, as an engine caches whole blocks; a key names everything before its boundary. A prompt
  * keeps at most {@link PREFIX_MAX_KEYS} keys, longest first: its longest boundaries', the shortest
  * of them the end of its first part that ends at or past the first boundary (a system prompt that
- * conversations share) when that is shorter. A follow-up turn that resends the history shares the keys of the earlier prompt's end and
- * boundaries, whatever it appends; prompts that start with one system prompt share the key of its
- * end. A prompt shorter than the first boundary has no keys.
+ * conversations share) when that is shorter. A follow-up turn that resends the history shares the
+ * keys of the earlier prompt's end and boundaries, whatever it appends; prompts that start with one
+ * system prompt share the key of its end. A prompt shorter than the first boundary has no keys.
  */
 
 /** Blocks before the first boundary. */
