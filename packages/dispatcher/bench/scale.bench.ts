@@ -21,7 +21,8 @@
  * `--abuse` adds a phase per N with one more tenant (`limits.rpm: 600`) flooding one dispatcher at
  * 10× its limit beside the closed-loop load, after a lead-in long enough to use up its 60 s window
  * (so it is refused throughout the measured phase), then the closed loop alone again, and compares
- * the others' served req/s with the flood against the mean of the closed loop before and after it.
+ * the others' served req/s with the flood against the mean of the closed loop before and after it;
+ * the flood alone after that gives what a refused request costs its dispatcher and Redis.
  *
  * Every process it starts is stopped at the end, on an error and on SIGINT/SIGTERM.
  *
@@ -92,6 +93,8 @@ const keyOf = (t: string): string => `sk-bench-${t}-key`;
 const FLOOD_RPM = 600;
 const FLOOD_FACTOR = 10;
 const FLOOD_RATE = (FLOOD_RPM / 60) * FLOOD_FACTOR;
+/** The flood's rate when it runs alone, its window full: enough refusals to weigh their CPU. */
+const FLOOD_ALONE_RATE = 1000;
 /** Long enough for the flood to use up its sliding 60 s window before the measured phase. */
 const FLOOD_LEAD_MS = (60_000 * FLOOD_RPM) / (FLOOD_RPM * FLOOD_FACTOR);
 /** One flooding tenant per N, so one run's window never carries over into the next. */
@@ -461,13 +464,18 @@ function openRequest(url: string, rate: number, durationMs: number): Omit<PhaseR
 }
 
 /** The flood: the flooding tenant at `FLOOD_RATE` req/s on the first pool. */
-function floodRequest(url: string, n: number, durationMs: number): Omit<PhaseRequest, 'kind'> {
+function floodRequest(
+  url: string,
+  n: number,
+  durationMs: number,
+  rate = FLOOD_RATE,
+): Omit<PhaseRequest, 'kind'> {
   return {
     url,
     path: '/v1/chat/completions',
     headers: headersOf(floodTenant(n)),
     bodies: bodies([0]),
-    rate: FLOOD_RATE,
+    rate,
     durationMs,
     stream: false,
     connections: 64,
@@ -591,6 +599,8 @@ const loadText = (l: readonly number[]): string => l.map((x) => x.toFixed(2)).jo
 
 /** Each dispatcher's CPU with no load, ms per s, by number of dispatchers. */
 const idleMsPerS = new Map<number, number>();
+/** With `--abuse`: what a refused request of the flood, sent alone, cost, by number of dispatchers. */
+const refusalCost = new Map<number, { refused: number; dispatcherMs: number; redisUs: number }>();
 
 function printPhaseTable(title: string, rows: readonly PhaseResult[], base: number | undefined): void {
   say(title);
@@ -643,17 +653,28 @@ function printAbuse(
     `${'N'.padStart(3)}${'others req/s: without'.padStart(23)}${'(before, after)'.padStart(17)}${'with'.padStart(8)}${'ratio'.padStart(7)}` +
       `${'p99 without'.padStart(13)}${'with'.padStart(8)}   flood: ${'sent'.padStart(6)}   statuses          disp ms/req with flood`,
   );
+  const before = (n: number): PhaseResult | undefined => closed.find((x) => x.dispatchers === n);
   for (const a of abuse) {
-    const before = closed.find((x) => x.dispatchers === a.dispatchers);
+    const before1 = before(a.dispatchers);
     const again = after.find((x) => x.dispatchers === a.dispatchers);
-    const runs = [before, again].filter((x) => x !== undefined);
+    const runs = [before1, again].filter((x) => x !== undefined);
     const without = runs.length > 0 ? runs.reduce((a, x) => a + x.reqPerS, 0) / runs.length : Number.NaN;
     const p99Without = runs.length > 0 ? Math.max(...runs.map((x) => x.p99Ms)) : Number.NaN;
-    const brackets = `(${f(before?.reqPerS ?? Number.NaN, 0)}, ${f(again?.reqPerS ?? Number.NaN, 0)})`;
+    const brackets = `(${f(before1?.reqPerS ?? Number.NaN, 0)}, ${f(again?.reqPerS ?? Number.NaN, 0)})`;
     say(
       `${String(a.dispatchers).padStart(3)}${f(without, 0).padStart(23)}${brackets.padStart(17)}${f(a.reqPerS, 0).padStart(8)}` +
         `${f(a.reqPerS / without).padStart(7)}${f(p99Without, 1).padStart(13)}${f(a.p99Ms, 1).padStart(8)}` +
         `          ${String(a.flood?.sent ?? 0).padStart(6)}   ${JSON.stringify(a.flood?.statuses ?? {}).padEnd(18)}${f(a.cpuMsPerRequest.dispatchers).padStart(6)}`,
+    );
+  }
+  for (const a of abuse) {
+    const cost = refusalCost.get(a.dispatchers);
+    const served = before(a.dispatchers);
+    if (cost === undefined || served === undefined) continue;
+    say(
+      `  N=${a.dispatchers}: a refused request (the flood alone: ${cost.refused} refused) cost its dispatcher ` +
+        `${f(cost.dispatcherMs, 3)} ms of CPU net of idle and Redis ${f(cost.redisUs, 1)} µs; a served one ` +
+        `${f(served.cpuMsPerRequest.dispatchers - (idleMsPerS.get(a.dispatchers) ?? 0) / Math.max(1, served.reqPerS / served.dispatchers), 3)} ms and ${f(served.cpuMsPerRequest.redis * 1000, 1)} µs`,
     );
   }
   say();
@@ -751,6 +772,20 @@ async function main(): Promise<void> {
         { gen: flooder, request: floodRequest(target, n, DURATION_MS), flood: true },
       ];
       abuse.push(await measure('abuse', fleet, loads, DURATION_MS));
+      // The flood alone, its window still full, at FLOOD_ALONE_RATE: what a refused request costs
+      // its dispatcher (net of the dispatcher's idle CPU) and Redis.
+      progress(`N=${n}: the flood alone at ${FLOOD_ALONE_RATE} req/s, ${DURATION_MS / 1000} s`);
+      const floodPid = (dispatchers[0] as FairwayProc).pid;
+      const alone = { disp: cpuMs(floodPid), redis: await redisCpuMs(redisNodes), at: performance.now() };
+      const flood = await flooder.run(floodRequest(target, n, DURATION_MS, FLOOD_ALONE_RATE));
+      const aloneS = (performance.now() - alone.at) / 1000;
+      const refused = flood.statuses['429'] ?? 0;
+      refusalCost.set(n, {
+        refused,
+        dispatcherMs:
+          (cpuMs(floodPid) - alone.disp - (idleMsPerS.get(n) ?? 0) * aloneS) / Math.max(1, refused),
+        redisUs: (((await redisCpuMs(redisNodes)) - alone.redis) * 1000) / Math.max(1, refused),
+      });
       // The same closed loop again once the flood has stopped: the run without it is taken on
       // both sides of the run with it, so a fleet still warming up (JIT, connection pools) does
       // not pass for the flood's effect.
@@ -802,6 +837,7 @@ async function main(): Promise<void> {
     open,
     abuse,
     closedAfterAbuse: after,
+    refusalCost: Object.fromEntries(refusalCost),
   };
   if (args.json) console.log(JSON.stringify(json, null, 2));
   if (args.out !== undefined)
