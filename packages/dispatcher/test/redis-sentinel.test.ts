@@ -27,6 +27,20 @@ function admitOf(id: string) {
   };
 }
 
+/** The dispatcher's store is Redis and admits a request; the dispatcher is closed after. */
+async function expectStoreServes(running: Awaited<ReturnType<typeof startDispatcher>>, id: string) {
+  try {
+    expect(running.infrastructure.storeKind).toBe('redis');
+    expect(await running.infrastructure.store.admit(admitOf(id))).toEqual({
+      ok: true,
+      queued: 1,
+      windows: [],
+    });
+  } finally {
+    await running.close();
+  }
+}
+
 /**
  * The store connected through Redis Sentinel (ioredis's own sentinel support): a real primary,
  * replica and sentinel on free ports; `SENTINEL FAILOVER` promotes the replica and the store
@@ -105,16 +119,7 @@ describe('store through Redis Sentinel', () => {
       config,
       logger: silentLogger,
     });
-    try {
-      expect(running.infrastructure.storeKind).toBe('redis');
-      expect(await running.infrastructure.store.admit(admitOf('c'))).toEqual({
-        ok: true,
-        queued: 1,
-        windows: [],
-      });
-    } finally {
-      await running.close();
-    }
+    await expectStoreServes(running, 'c');
   }, 30_000);
 });
 
@@ -146,15 +151,6 @@ describe('sentinels that require a password', () => {
       /cannot reach Redis at sentinel guarded@127\.0\.0\.1:\d+: .*NOAUTH/,
     );
     const running = await start({ REDIS_SENTINEL_PASSWORD: 'sentinel-pass-1' });
-    try {
-      expect(running.infrastructure.storeKind).toBe('redis');
-      expect(await running.infrastructure.store.admit(admitOf('d'))).toEqual({
-        ok: true,
-        queued: 1,
-        windows: [],
-      });
-    } finally {
-      await running.close();
-    }
+    await expectStoreServes(running, 'd');
   }, 30_000);
 });
