@@ -109,9 +109,10 @@ local function windowRetryAfter(wkey, w, amount, limit, windowMs, now)
   local below, from, n = 0, 0, 1
   local after = nil
   local q = w[5]
-  if q and q ~= '' then
-    local i = string.find(q, ':', 1, true)
-    local j = string.find(q, ':', i + 1, true)
+  local i = q and q ~= '' and string.find(q, ':', 1, true)
+  local j = i and string.find(q, ':', i + 1, true)
+  -- (An answer whose bucket has ended is not used: a build that keeps no answers may have purged it.)
+  if j and string.sub(q, i + 1, j - 1) + 0 > now then
     local upTo = string.sub(q, j + 1) + 0
     if need <= upTo then
       if string.sub(q, 1, i - 1) + 0 < need then return string.sub(q, i + 1, j - 1) - now end
