@@ -66,7 +66,12 @@ export class ApiError extends Error {
     message: string,
     options: { param?: string; retryAfterS?: number; cause?: unknown } = {},
   ) {
+    // An answer to the client needs no stack (a cause keeps its own), and capturing one is a
+    // good part of what refusing a request costs the dispatcher.
+    const depth = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     super(message, { cause: options.cause });
+    Error.stackTraceLimit = depth;
     this.kind = kind;
     this.status = ApiErrors[kind].status;
     this.param = options.param ?? null;
