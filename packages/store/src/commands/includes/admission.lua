@@ -31,21 +31,8 @@ local function admissionEnd(o)
   return e + 4
 end
 
--- The windows the limit checks read, by limit index (0-based), as purgeWindow returned them
--- (false: empty); a limit whose window was not read, or whose key an earlier limit of the same
--- request names (that limit's count changes it), has none. Adding to a window again needs no
--- second read.
-local function readWindows(o, nLimits, read)
-  local seen = {}
-  for i = 0, nLimits - 1 do
-    local b = o + 24 + i * 8
-    if seen[ARGV[b] .. ARGV[b + 7]] then read[i] = nil end
-    seen[ARGV[b] .. ARGV[b + 7]] = true
-  end
-  return read
-end
-
--- Counts amount in limit i's window (b its first argument), with the window read before if any.
+-- Counts amount in limit i's window (b its first argument), with the window its check read if
+-- any (`read`, by limit index from 0: what purgeWindow returned, false if empty).
 local function countInWindow(wkey, b, now, read, i)
   local w = read[i]
   if w == nil then return addToWindow(wkey, now, num(ARGV[b + 3]), num(ARGV[b + 2]), now) end
@@ -54,7 +41,6 @@ end
 
 -- Counts a rejected arrival in the request's throttle windows (see the header).
 local function countRejectedArrival(o, now, scope, nLimits, read)
-  if nLimits > 1 then readWindows(o, nLimits, read) end
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
     if ARGV[b + 4] == '1' then
@@ -96,6 +82,8 @@ local function admitRequest(o, place, poolQueued)
   -- A call made while its interaction is open continues it, whoever says so (FairServe).
   local cont = (ARGV[o + 12] == '1' or interactionOpen) and '1' or '0'
 
+  -- The windows the checks read, kept so that counting in them needs no second read (a request's
+  -- limits name distinct windows, as admitInputSchema requires).
   local read = {}
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
@@ -153,7 +141,6 @@ local function admitRequest(o, place, poolQueued)
   end
   -- What each window holds after this admission and when its oldest bucket ends (rate-limit headers).
   local held = {}
-  if nLimits > 1 then readWindows(o, nLimits, read) end
   for i = 0, nLimits - 1 do
     local b = o + 24 + i * 8
     local wkey = (ARGV[b + 7] == '1' and lp('') or scope) .. ARGV[b]

@@ -104,7 +104,6 @@ local function windowRetryAfter(wkey, w, amount, limit, windowMs, now)
   if amount > limit then return windowMs end
   if w[3] + amount > limit then return num(w[2]) - now end
   local need = tot + amount - limit
-  local sums = key_windowSums(wkey)
   local buckets = key_windowBuckets(wkey)
   local below, from, n = 0, 0, 1
   local after = nil
@@ -145,7 +144,7 @@ local function windowRetryAfter(wkey, w, amount, limit, windowMs, now)
       local upTo = sum + bucketSum(m)
       if upTo >= need then
         local e = bucketName(m)
-        redisCall('HSET', sums, 'q', fmt(sum) .. ':' .. e .. ':' .. fmt(upTo))
+        redisCall('HSET', key_windowSums(wkey), 'q', fmt(sum) .. ':' .. e .. ':' .. fmt(upTo))
         return num(e) - now
       end
       sum = upTo
