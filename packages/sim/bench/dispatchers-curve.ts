@@ -15,7 +15,9 @@
  *
  * With `--shards`, one pool spread over several stores (Redis primaries) as `ShardedReplicas`
  * does it: tenants hashed to shards, every replica's capacity shared among the shards by their
- * backlogged weight, rebalanced every second. Prints, for 1 (one store) and 2–4 shards with
+ * backlogged weight times a service gain that follows each shard's service rate
+ * (`--service-gain`, the exponent of each epoch's step; 0: backlogged weight alone), rebalanced
+ * every second. Prints, for 1 (one store) and 2–4 shards with
  * `--dispatchers` dispatchers, the accumulated service difference against the centralised run
  * (median and worst over the seeds), throughput against one store, and the busiest store's share
  * of the store calls (what bounds the pool: 1/S when the shards share the load evenly).
@@ -23,7 +25,8 @@
  * Usage: npm run bench:dispatchers [-- --scenario vtc-overload,vtc-poisson-short-long --duration 600]
  *        npm run bench:dispatchers -- --scale [--replicas 32 --pools 32 --seeds 3 --duration 60
  *          --redis-op-us 40 --rtt-us 250]
- *        npm run bench:dispatchers -- --shards [--replicas 32 --seeds 5 --duration 60 --dispatchers 8]
+ *        npm run bench:dispatchers -- --shards [--replicas 32 --seeds 5 --duration 60 --dispatchers 8
+ *          --service-gain 0.35]
  */
 import { parseArgs } from 'node:util';
 import { orderingPolicyByName, placementByName, weightedVtcPolicy } from '@fairway/policy';
@@ -108,6 +111,7 @@ const { values } = parseArgs({
     duration: { type: 'string' },
     scale: { type: 'boolean', default: false },
     shards: { type: 'boolean', default: false },
+    'service-gain': { type: 'string' },
     dispatchers: { type: 'string', default: '8' },
     replicas: { type: 'string', default: '32' },
     pools: { type: 'string', default: '32' },
@@ -334,11 +338,13 @@ async function shardsCurve(): Promise<void> {
   const durationS = values.duration === undefined ? 60 : Number(values.duration);
   const dispatchers = Number(values.dispatchers);
   const flushMs = 50;
+  const serviceGain = values['service-gain'] === undefined ? undefined : Number(values['service-gain']);
   const started = performance.now();
   console.log(
     `\nshards: one pool of ${replicas} A100-80GB replicas (Llama-2-7B), 8 tenants weighted ${SCALE_WEIGHTS.join('/')}, ` +
       `offered 2x capacity, ${durationS} s, seeds ${seeds.join(',')}; ${dispatchers} dispatchers, charges flushed every ${flushMs} ms; ` +
-      'shares follow the backlogged weight every 1 s (a rise one epoch after the falls that make room for it)',
+      `shares follow the backlogged weight times a service gain (exponent ${serviceGain ?? 'default'}) every 1 s ` +
+      '(a rise one epoch after the falls that make room for it)',
   );
   const central = await Promise.all(
     seeds.map((seed) => measureRun(scaleInput(replicas, seed, durationS), 1, flushMs, 1)),
@@ -359,7 +365,7 @@ async function shardsCurve(): Promise<void> {
           dispatchers,
           flushMs,
           undefined,
-          count === 1 ? undefined : { count },
+          count === 1 ? undefined : { count, ...(serviceGain !== undefined ? { serviceGain } : {}) },
         ),
       );
     if (count === 1) oneStore = runs;

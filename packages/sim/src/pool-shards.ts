@@ -13,7 +13,12 @@ import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
  *   than the whole, so no replica is ever over-reserved although no store sees all of it.
  * - Every `rebalanceMs` (an epoch) the shares move to the shards' backlogged weight (the weights
  *   of the flows with requests waiting, as VTC divides service among backlogged clients), each
- *   shard keeping at least `minShare`.
+ *   shard keeping at least `minShare`, and each weight scaled by the shard's service gain.
+ * - The service gain closes the loop: a share of KV does not buy every shard the same service
+ *   (its requests' shapes, how they pack, how often its flows come and go), so each epoch a
+ *   shard's gain moves by (mean rate / its rate)^`serviceGain`, where a shard's rate is how far its
+ *   least backlogged VTC counter advanced (service per unit of weight). Shards served more slowly
+ *   than the others get more of the replicas, until the rates meet.
  * - A share that falls falls at once; a share that rises takes only room that no shard held in
  *   the previous epoch. An epoch lasts at least as long as every dispatcher takes to adopt new
  *   shares, so at any time dispatchers use at most two consecutive epochs' shares, and for every
@@ -22,7 +27,9 @@ import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
  *
  * The cost is fairness across shards between rebalances: within a shard VTC holds as always;
  * across shards, service follows the shares, which follow the backlog up to two epochs late, and a
- * shard's running requests keep what they hold until they finish. `npm run bench:dispatchers -- --shards` measures that cost against one store.
+ * shard's running requests keep what they hold until they finish. The gain equalises rates, not
+ * what was already lost: service a shard missed while its share lagged is not paid back.
+ * `npm run bench:dispatchers -- --shards` measures that cost against one store.
  */
 export interface PoolShardsOptions {
   /** Shards (stores) per pool, ≥ 1. */
@@ -34,6 +41,13 @@ export interface PoolShardsOptions {
   readonly rebalanceMs?: number | undefined;
   /** The least share a shard keeps, so a tenant arriving to an idle shard is served at once. @default 0.02 */
   readonly minShare?: number | undefined;
+  /**
+   * How hard a shard's service gain follows its service rate each epoch: the exponent of
+   * (mean rate / its rate), each epoch's step kept within 0.8–1.25. 0: shares follow the
+   * backlogged weight alone. Larger gains overshoot: rates move only as running requests finish.
+   * @default 0.35
+   */
+  readonly serviceGain?: number | undefined;
 }
 
 const SEP = '~';
@@ -42,7 +56,14 @@ const SEP = '~';
 export interface ShardBacklog {
   /** Summed weights of its backlogged flows; 0 when none is backlogged. */
   readonly weight: number;
+  /** The least VTC counter among its backlogged flows; undefined when none is backlogged. */
+  readonly counter?: number | undefined;
 }
+
+/** A step of a shard's service gain is kept within these factors, and a gain within GAIN_RANGE. */
+const STEP_MIN = 0.8;
+const STEP_MAX = 1.25;
+const GAIN_RANGE = 4;
 
 /** The shard a tenant belongs to: FNV-1a of its id, modulo `count`. */
 export function shardOf(tenant: string, count: number): number {
@@ -62,6 +83,9 @@ export class ShardedReplicas implements ReplicaSource {
   readonly #minShare: number;
   /** Each base pool's shares in use, one per shard. */
   readonly #shares = new Map<string, number[]>();
+  readonly #serviceGain: number;
+  /** Each base pool's service gains and the counters the last epoch read, one per shard. */
+  readonly #loop = new Map<string, { gains: number[]; counters: (number | undefined)[] }>();
 
   constructor(inner: ReplicaSource, options: PoolShardsOptions) {
     if (!Number.isInteger(options.count) || options.count < 1)
@@ -70,6 +94,9 @@ export class ShardedReplicas implements ReplicaSource {
     this.#count = options.count;
     this.rebalanceMs = options.rebalanceMs ?? 1000;
     this.#minShare = Math.min(options.minShare ?? 0.02, 1 / options.count);
+    this.#serviceGain = options.serviceGain ?? 0.35;
+    if (!(this.#serviceGain >= 0))
+      throw new RangeError(`shards: serviceGain must be ≥ 0 (got ${options.serviceGain})`);
   }
 
   /** The shard pool a request is queued in. */
@@ -123,17 +150,19 @@ export class ShardedReplicas implements ReplicaSource {
   }
 
   /**
-   * A new epoch: moves `pool`'s shares to each shard's backlogged weight. Falls apply in full;
-   * rises share the room the previous epoch's shares left, so that the larger of each shard's old
-   * and new share, summed, never passes one.
+   * A new epoch: moves `pool`'s shares to each shard's backlogged weight times its service gain.
+   * Falls apply in full; rises share the room the previous epoch's shares left, so that the
+   * larger of each shard's old and new share, summed, never passes one.
    */
   rebalance(pool: string, backlog: readonly ShardBacklog[]): void {
-    const total = backlog.reduce((a, b) => a + b.weight, 0);
+    const gains = this.#followService(pool, backlog);
+    const weights = backlog.map((b, s) => b.weight * (gains[s] ?? 1));
+    const total = weights.reduce((a, w) => a + w, 0);
     const spread = 1 - this.#count * this.#minShare;
     const shares = this.shares(pool) as number[];
     let room = 1 - shares.reduce((a, x) => a + x, 0);
-    for (const [s, b] of backlog.entries()) {
-      const t = total > 0 ? this.#minShare + (spread * b.weight) / total : 1 / this.#count;
+    for (const [s, w] of weights.entries()) {
+      const t = total > 0 ? this.#minShare + (spread * w) / total : 1 / this.#count;
       const old = shares[s] ?? 0;
       if (t <= old) {
         shares[s] = t;
@@ -143,5 +172,47 @@ export class ShardedReplicas implements ReplicaSource {
       shares[s] = old + add;
       room -= add;
     }
+  }
+
+  /**
+   * Moves each shard's service gain by (mean rate / its rate)^serviceGain, the rates being how
+   * far each shard's least backlogged counter advanced since the last epoch (shards backlogged at
+   * both), the mean weighted by backlogged weight; then scales the gains so that their weighted
+   * mean is 1. Returns the gains.
+   */
+  #followService(pool: string, backlog: readonly ShardBacklog[]): readonly number[] {
+    let loop = this.#loop.get(pool);
+    if (loop === undefined) {
+      loop = { gains: backlog.map(() => 1), counters: backlog.map(() => undefined) };
+      this.#loop.set(pool, loop);
+    }
+    const { gains, counters } = loop;
+    const rates = backlog.map((b, s) => {
+      const before = counters[s];
+      return b.weight > 0 && b.counter !== undefined && before !== undefined ? b.counter - before : undefined;
+    });
+    loop.counters = backlog.map((b) => b.counter);
+    if (this.#serviceGain === 0) return gains;
+    let weight = 0;
+    let sum = 0;
+    for (const [s, r] of rates.entries()) {
+      if (r === undefined) continue;
+      weight += backlog[s]!.weight;
+      sum += backlog[s]!.weight * r;
+    }
+    const mean = weight > 0 ? sum / weight : 0;
+    if (mean <= 0) return gains;
+    let norm = 0;
+    let normWeight = 0;
+    for (const [s, r] of rates.entries()) {
+      if (r !== undefined && r > 0) {
+        const step = Math.min(STEP_MAX, Math.max(STEP_MIN, (mean / r) ** this.#serviceGain));
+        gains[s] = Math.min(GAIN_RANGE, Math.max(1 / GAIN_RANGE, gains[s]! * step));
+      }
+      norm += backlog[s]!.weight * gains[s]!;
+      normWeight += backlog[s]!.weight;
+    }
+    if (norm > 0) for (let s = 0; s < gains.length; s++) gains[s] = gains[s]! * (normWeight / norm);
+    return gains;
   }
 }

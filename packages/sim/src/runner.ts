@@ -544,17 +544,22 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
       case 'rebalance':
         if (sharded !== undefined) {
           // What a leader reads from each shard's store once an epoch: its backlogged flows'
-          // weights, over every band.
+          // weights, over every band, and the least of their counters (its service rate).
           const bands = (input.sloClasses ?? DEFAULT_SLO_CLASSES).length;
           for (const pool of cluster.pools()) {
             const backlog: ShardBacklog[] = [];
             for (let sh = 0; sh < sharded.shares(pool).length; sh++) {
               let weight = 0;
+              let counter: number | undefined;
               for (let band = 0; band < bands; band++) {
                 const snap = await store.snapshot(`${pool}~${sh}`, band);
-                for (const flow of snap.backlogged) weight += weightOf(flow);
+                for (const flow of snap.backlogged) {
+                  weight += weightOf(flow);
+                  const c = snap.counters[flow];
+                  if (c !== undefined && (counter === undefined || c < counter)) counter = c;
+                }
               }
-              backlog.push({ weight });
+              backlog.push({ weight, counter });
             }
             sharded.rebalance(pool, backlog);
           }
