@@ -2,7 +2,7 @@ import { DEFAULT_SLO_CLASSES, type RequestDescriptor } from '@fairway/core';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { sloClassMap } from '../src/edf.ts';
 import { loadHighsSolver, type MilpSolver } from '../src/qlm/milp-solver.ts';
-import type { ServingOp } from '../src/qlm/operations.ts';
+import { planOperations, type ServingOp } from '../src/qlm/operations.ts';
 import { OutputLengthStats } from '../src/qlm/output-stats.ts';
 import { planQueues, predictViolations, type QueuePlannerOptions } from '../src/qlm/qlm-planner.ts';
 import type { QlmFlags, QlmReplica, QlmRunningRequest, QlmState } from '../src/qlm/qlm-state.ts';
@@ -121,6 +121,38 @@ describe('planQueues', () => {
     expect(ofKind(noEvict.ops, 'evict')).toEqual([]);
     expect(ofKind(noEvict.ops, 'pull')).toEqual([]);
     expect(noEvict.evaluation.feasible && noEvict.evaluation.penalty).toBeGreaterThan(0);
+  });
+
+  it('evicts nothing for a group placed ahead when the running requests free its room in time', () => {
+    // The same full replica, but every running request is expected to end within 40 decode steps
+    // (2 s): the interactive group starts long before its 20-s TTFT without cutting any of them.
+    const running = batchRunning(32).map((r) => ({ ...r, expectedOutput: r.generated + 40 }));
+    const ending = replica('r0', { running, freeTokens: 0, freeSeqs: 0 });
+    const state = stateWith([ending], (t) => {
+      for (let i = 0; i < 4; i++) t.add(request(`i${i}`));
+    });
+    const ahead = { r0: ['g1', 'running@r0'] };
+    expect(ofKind(planOperations(state, ahead, options()), 'evict')).toEqual([]);
+    // With most of its slack gone (13 s waited of 20), the same wait is too long: it evicts.
+    const late = stateWith([ending], (t) => {
+      for (let i = 0; i < 4; i++) t.add(request(`i${i}`, { arrivalMs: NOW - 17_000 }));
+    });
+    expect(ofKind(planOperations(late, ahead, options()), 'evict')).toHaveLength(1);
+  });
+
+  it('never evicts a request more often than maxEvictions', () => {
+    // A full replica whose batch requests would all free the room only in ~45 s: the group evicts.
+    const running = batchRunning(32).map((r, i) => ({ ...r, evictions: i < 3 ? 1 : 0 }));
+    const busy = replica('r0', { running, freeTokens: 0, freeSeqs: 0 });
+    const state = stateWith([busy], (t) => {
+      for (let i = 0; i < 4; i++) t.add(request(`i${i}`));
+    });
+    const ahead = { r0: ['g1', 'running@r0'] };
+    const once = ofKind(planOperations(state, ahead, options({ maxEvictions: 1 })), 'evict');
+    // The three evicted before are passed over; the next six, least progress first, make the room.
+    expect(once[0]?.requestIds).toEqual(['run3', 'run4', 'run5', 'run6', 'run7', 'run8']);
+    const unbounded = ofKind(planOperations(state, ahead, options()), 'evict');
+    expect(unbounded[0]?.requestIds).toEqual(['run0', 'run1', 'run2', 'run3', 'run4', 'run5']);
   });
 
   it('moves a group to another replica when its own would make it late, unless load balancing is off', () => {

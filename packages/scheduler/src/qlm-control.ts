@@ -85,6 +85,13 @@ export interface QlmControlOptions {
   readonly swappable?: Readonly<Record<string, (gpu: string, tp: number) => SwapCost>> | undefined;
   /** See `OperationOptions.minSwapWorkFactor` (policy). @default 10 */
   readonly minSwapWorkFactor?: number | undefined;
+  /**
+   * See `OperationOptions.maxEvictions` (policy). An evicted request here recomputes its prompt
+   * and output so far when it resumes (QLM moves its KV to CPU memory instead), so each eviction
+   * costs the replica that work again; one per request keeps an eviction from ever cycling.
+   * @default 1
+   */
+  readonly maxEvictions?: number | undefined;
   /** Requests per group: QLM's δ × batch size. @default 4 × the estimator's batch size */
   readonly groupSize?: number | undefined;
   /** Output-length prior of a group with too little history (QLM fits it from history). */
@@ -130,6 +137,8 @@ export class QlmControl implements SloControl {
   #lastMilpMs = Number.NEGATIVE_INFINITY;
   #milpSolves = 0;
   #evictions = 0;
+  /** Times each queued or running request was evicted, until it finishes or is refused. */
+  readonly #evictedTimes = new Map<string, number>();
   #swaps = 0;
   #largestQueue = 0;
   #largestGroups = 0;
@@ -164,6 +173,7 @@ export class QlmControl implements SloControl {
   onRejected(id: string): void {
     this.#table.remove(id);
     this.#queued.delete(id);
+    this.#evictedTimes.delete(id);
   }
 
   onDispatched(id: string): void {
@@ -174,11 +184,13 @@ export class QlmControl implements SloControl {
     const q = this.#queued.get(id);
     if (q === undefined) return;
     this.#evictions++;
+    this.#evictedTimes.set(id, (this.#evictedTimes.get(id) ?? 0) + 1);
     this.#table.requeue({ ...q, generated });
   }
 
   onFinished(req: RequestDescriptor, generated: number): void {
     this.#queued.delete(req.id);
+    this.#evictedTimes.delete(req.id);
     this.#stats.observe(groupKeyString(this.#keyOf(req)), generated);
   }
 
@@ -238,6 +250,7 @@ export class QlmControl implements SloControl {
               inputTokens: req.inputTokens,
               generated,
               expectedOutput: Math.max(mean, generated + 1),
+              evictions: this.#evictedTimes.get(req.id) ?? 0,
             };
           });
       replicas.push({
@@ -263,6 +276,7 @@ export class QlmControl implements SloControl {
         solver: milpDue ? this.#opts.solver : undefined,
         budget: this.#opts.budget ?? { maxNodes: 50, timeLimitS: 30 },
         minSwapWorkFactor: this.#opts.minSwapWorkFactor ?? 10,
+        maxEvictions: this.#opts.maxEvictions ?? 1,
         headPositions: 'headPositions' in this.#opts ? this.#opts.headPositions : 3,
         outputStats: (key) => this.#stats.get(groupKeyString(key)),
       },

@@ -8,6 +8,9 @@
  *   with it, exceed what the two replicas serve, and a dump of long batch-2 documents in the first
  *   minute that fills the KV caches (head-of-line blocking); the order of the queue and eviction
  *   decide who meets its SLO.
+ * - `qlm-hetero`: `qlm-mixed`'s traffic for Llama-2-7B on a fleet of unequal replicas (one
+ *   A100-80GB, two A10G-24GB with a third of its KV cache each), for five minutes: where eviction
+ *   pays and where it only churns.
  * - `qlm-multi-model` (QLM W_B): batch-1 and batch-2 traffic for three models on four replicas of
  *   one GPU type, every replica able to load every model (vLLM sleep/wake), so serving means
  *   swapping and the swap count decides throughput.
@@ -30,6 +33,62 @@ export const QLM_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
     durationS: 600,
     seed: 7,
     cluster: { engines: [{ gpu: 'A100-80GB', model: 'llama-2-13b', tp: 1, count: 2 }] },
+    tenants: [{ id: 'chat-a' }, { id: 'chat-b' }, { id: 'jobs-a' }, { id: 'jobs-b' }, { id: 'docs' }],
+    streams: [
+      {
+        tenant: 'chat-a',
+        sloClass: 'interactive',
+        arrival: { process: 'gamma', rate: 1.8, cv: 3 },
+        input: chatIn,
+        output: chatOut,
+        maxTokens: 'output',
+      },
+      {
+        tenant: 'chat-b',
+        sloClass: 'interactive',
+        arrival: { process: 'gamma', rate: 1.2, cv: 3 },
+        input: chatIn,
+        output: chatOut,
+        maxTokens: 'output',
+      },
+      {
+        tenant: 'jobs-a',
+        sloClass: 'batch-1',
+        arrival: { process: 'poisson', rate: 5 },
+        input: chatIn,
+        output: chatOut,
+        maxTokens: 'output',
+      },
+      {
+        tenant: 'jobs-b',
+        sloClass: 'batch-1',
+        arrival: { process: 'poisson', rate: 5 },
+        input: chatIn,
+        output: chatOut,
+        maxTokens: 'output',
+      },
+      {
+        tenant: 'docs',
+        sloClass: 'batch-2',
+        arrival: { process: 'poisson', rate: 12 },
+        input: docIn,
+        output: docOut,
+        maxTokens: 'output',
+        endS: 60,
+      },
+    ],
+  },
+  'qlm-hetero': {
+    description:
+      "qlm-mixed's traffic (interactive 20 s, batch-1 1 min, batch-2 dump 1 h) on unequal replicas: 1x A100-80GB + 2x A10G-24GB llama-2-7b",
+    durationS: 300,
+    seed: 7,
+    cluster: {
+      engines: [
+        { gpu: 'A100-80GB', model: 'llama-2-7b', tp: 1, count: 1 },
+        { gpu: 'A10G-24GB', model: 'llama-2-7b', tp: 1, count: 2 },
+      ],
+    },
     tenants: [{ id: 'chat-a' }, { id: 'chat-b' }, { id: 'jobs-a' }, { id: 'jobs-b' }, { id: 'docs' }],
     streams: [
       {

@@ -67,13 +67,18 @@ export interface OperationOptions {
    * future arrivals. @default 0 (any head of another model swaps)
    */
   readonly minSwapWorkFactor?: number;
+  /**
+   * A running request evicted this many times already is not evicted again, so an eviction can
+   * never cycle: its recomputation is paid at most this many times per request. @default no bound
+   */
+  readonly maxEvictions?: number;
 }
 
 /**
  * Translates a virtual-queue plan into serving operations (QLM section 5): `assign` for every
  * group that changes queue, `evict` when the plan puts a group before the replica's evictable
- * running requests (only as many, lowest band and least progress first, as the head group needs
- * room for), `swap` when the head group needs another model, and `pull` of head requests
+ * running requests and waiting for them would make it late (`startsInTime`; only as many, lowest
+ * band and least progress first, as the head group needs room for), `swap` when the head group needs another model, and `pull` of head requests
  * (FCFS within groups, groups in queue order, same model only) while their input plus expected
  * output fits the replica's free tokens and sequence slots — or `push` of everything when pulling
  * is disabled.
@@ -107,25 +112,29 @@ export function planOperations(state: QlmState, plan: QueuePlan, options: Operat
 
     const head = queued[0];
     if (runningAt > 0 && head && flags.evict) {
-      // Evict only what the head group needs: lowest band first, then the least progress lost.
       const mean = options.outputStats(head.key).mean;
       let needTokens = 0;
       for (const m of head.members)
         needTokens += m.inputTokens + Math.max(mean - (m.generated ?? 0), 1) + (m.generated ?? 0);
       const needSeqs = head.members.length;
-      const candidates = replica.running
-        .filter((r) => r.sheddable && r.band > head.band)
-        .sort((a, b) => b.band - a.band || a.generated - b.generated || (a.id < b.id ? -1 : 1));
-      const victims: string[] = [];
-      for (const v of candidates) {
-        if (freeTokens >= needTokens && freeSeqs >= needSeqs) break;
-        victims.push(v.id);
-        freeTokens += v.inputTokens + v.generated;
-        freeSeqs++;
-        stillRunning--;
+      // Evict only for a predicted violation, and only what the head group needs: lowest band
+      // first, then the least progress lost, never a request evicted maxEvictions times already.
+      if (!startsInTime(state.nowMs, replica, head, needTokens, needSeqs)) {
+        const maxEvictions = options.maxEvictions ?? Number.POSITIVE_INFINITY;
+        const candidates = replica.running
+          .filter((r) => r.sheddable && r.band > head.band && (r.evictions ?? 0) < maxEvictions)
+          .sort((a, b) => b.band - a.band || a.generated - b.generated || (a.id < b.id ? -1 : 1));
+        const victims: string[] = [];
+        for (const v of candidates) {
+          if (freeTokens >= needTokens && freeSeqs >= needSeqs) break;
+          victims.push(v.id);
+          freeTokens += v.inputTokens + v.generated;
+          freeSeqs++;
+          stillRunning--;
+        }
+        if (victims.length > 0)
+          ops.push({ kind: 'evict', replica: replica.id, requestIds: victims, forGroup: head.id });
       }
-      if (victims.length > 0)
-        ops.push({ kind: 'evict', replica: replica.id, requestIds: victims, forGroup: head.id });
     }
     if (!head) continue;
 
@@ -181,4 +190,46 @@ export function planOperations(state: QlmState, plan: QueuePlan, options: Operat
       ops.push({ kind: flags.pull ? 'pull' : 'push', replica: replica.id, requestIds: ids });
   }
   return ops;
+}
+
+/**
+ * Whether `head` starts on `replica` in time without an eviction (QLM section 5: eviction is for a
+ * predicted SLO violation): the running requests, each finishing after its expected output at the
+ * replica's decode pace, free room for the group's `needTokens` and `needSeqs` within half the time
+ * left to its earliest member's deadline, its prefill included. The other half covers the
+ * estimate's error and the next planning round; a request that outruns its expected output counts
+ * as one iteration from its end, so the wait is re-judged, shorter slack each round, until either
+ * the room frees or the group evicts. Without a profile for the replica's model it never does.
+ */
+function startsInTime(
+  nowMs: number,
+  replica: QlmState['replicas'][number],
+  head: RequestGroup,
+  needTokens: number,
+  needSeqs: number,
+): boolean {
+  const profile = replica.model === undefined ? undefined : replica.profiles[replica.model];
+  if (profile === undefined) return false;
+  let deadlineMs = Number.POSITIVE_INFINITY;
+  for (const m of head.members) deadlineMs = Math.min(deadlineMs, m.deadlineMs);
+  const iterationMs = profile.decodeMsPerIteration * profile.inefficiency;
+  const finishing = replica.running
+    .map((r) => ({
+      atMs: Math.max(r.expectedOutput - r.generated, 1) * iterationMs,
+      tokens: r.inputTokens + Math.max(r.expectedOutput, r.generated),
+    }))
+    .sort((a, b) => a.atMs - b.atMs);
+  let tokens = replica.freeTokens;
+  let seqs = replica.freeSeqs;
+  let startMs = tokens >= needTokens && seqs >= needSeqs ? 0 : Number.POSITIVE_INFINITY;
+  for (const f of finishing) {
+    if (startMs === 0) break;
+    tokens += f.tokens;
+    seqs++;
+    if (tokens >= needTokens && seqs >= needSeqs) {
+      startMs = f.atMs;
+      break;
+    }
+  }
+  return startMs + profile.prefillMs <= (deadlineMs - nowMs) / 2;
 }

@@ -30,6 +30,8 @@ export interface QueuePlannerOptions extends EstimatorOptions {
   readonly maxPositions?: number | undefined;
   /** See `OperationOptions.minSwapWorkFactor`. @default 0 */
   readonly minSwapWorkFactor?: number | undefined;
+  /** See `OperationOptions.maxEvictions`. @default no bound */
+  readonly maxEvictions?: number | undefined;
   /** See `GlobalScheduleOptions.headPositions`. @default undefined (whole queues) */
   readonly headPositions?: number | undefined;
 }
@@ -128,6 +130,7 @@ export function planQueues(state: QlmState, options: QueuePlannerOptions): Queue
     flags: options.flags,
     outputStats: options.outputStats,
     ...(options.minSwapWorkFactor !== undefined ? { minSwapWorkFactor: options.minSwapWorkFactor } : {}),
+    ...(options.maxEvictions !== undefined ? { maxEvictions: options.maxEvictions } : {}),
   });
   const evaluation = evaluatePlan(withoutGroups(instance, new Set(unplaced)), queues);
   return { queues, ops, replanned, predicted, schedule, evaluation, unplaced };

@@ -21,6 +21,8 @@ export interface QlmRunningRequest {
   readonly generated: number;
   /** Expected total output tokens (prediction or its group's mean). */
   readonly expectedOutput: number;
+  /** Times it was evicted before (each time it resumed with its output so far). @default 0 */
+  readonly evictions?: number | undefined;
 }
 
 /** One LLM serving instance and its virtual queue's owner. */
