@@ -25,6 +25,58 @@ const chatOut = { kind: 'lognormal' as const, median: 180, p90: 500, min: 4, max
 const docIn = { kind: 'lognormal' as const, median: 2500, p90: 3000, min: 64, max: 3500 };
 const docOut = { kind: 'lognormal' as const, median: 900, p90: 1024, min: 16, max: 1024 };
 
+/** `qlm-mixed`'s tenants and traffic, shared by `qlm-hetero`. */
+const MIXED_TENANTS = [
+  { id: 'chat-a' },
+  { id: 'chat-b' },
+  { id: 'jobs-a' },
+  { id: 'jobs-b' },
+  { id: 'docs' },
+];
+const MIXED_STREAMS: ScenarioInput['streams'] = [
+  {
+    tenant: 'chat-a',
+    sloClass: 'interactive',
+    arrival: { process: 'gamma', rate: 1.8, cv: 3 },
+    input: chatIn,
+    output: chatOut,
+    maxTokens: 'output',
+  },
+  {
+    tenant: 'chat-b',
+    sloClass: 'interactive',
+    arrival: { process: 'gamma', rate: 1.2, cv: 3 },
+    input: chatIn,
+    output: chatOut,
+    maxTokens: 'output',
+  },
+  {
+    tenant: 'jobs-a',
+    sloClass: 'batch-1',
+    arrival: { process: 'poisson', rate: 5 },
+    input: chatIn,
+    output: chatOut,
+    maxTokens: 'output',
+  },
+  {
+    tenant: 'jobs-b',
+    sloClass: 'batch-1',
+    arrival: { process: 'poisson', rate: 5 },
+    input: chatIn,
+    output: chatOut,
+    maxTokens: 'output',
+  },
+  {
+    tenant: 'docs',
+    sloClass: 'batch-2',
+    arrival: { process: 'poisson', rate: 12 },
+    input: docIn,
+    output: docOut,
+    maxTokens: 'output',
+    endS: 60,
+  },
+];
+
 /** Built-in QLM scenarios by name. */
 export const QLM_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
   'qlm-mixed': {
@@ -33,50 +85,8 @@ export const QLM_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
     durationS: 600,
     seed: 7,
     cluster: { engines: [{ gpu: 'A100-80GB', model: 'llama-2-13b', tp: 1, count: 2 }] },
-    tenants: [{ id: 'chat-a' }, { id: 'chat-b' }, { id: 'jobs-a' }, { id: 'jobs-b' }, { id: 'docs' }],
-    streams: [
-      {
-        tenant: 'chat-a',
-        sloClass: 'interactive',
-        arrival: { process: 'gamma', rate: 1.8, cv: 3 },
-        input: chatIn,
-        output: chatOut,
-        maxTokens: 'output',
-      },
-      {
-        tenant: 'chat-b',
-        sloClass: 'interactive',
-        arrival: { process: 'gamma', rate: 1.2, cv: 3 },
-        input: chatIn,
-        output: chatOut,
-        maxTokens: 'output',
-      },
-      {
-        tenant: 'jobs-a',
-        sloClass: 'batch-1',
-        arrival: { process: 'poisson', rate: 5 },
-        input: chatIn,
-        output: chatOut,
-        maxTokens: 'output',
-      },
-      {
-        tenant: 'jobs-b',
-        sloClass: 'batch-1',
-        arrival: { process: 'poisson', rate: 5 },
-        input: chatIn,
-        output: chatOut,
-        maxTokens: 'output',
-      },
-      {
-        tenant: 'docs',
-        sloClass: 'batch-2',
-        arrival: { process: 'poisson', rate: 12 },
-        input: docIn,
-        output: docOut,
-        maxTokens: 'output',
-        endS: 60,
-      },
-    ],
+    tenants: MIXED_TENANTS,
+    streams: MIXED_STREAMS,
   },
   'qlm-hetero': {
     description:
@@ -89,50 +99,8 @@ export const QLM_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
         { gpu: 'A10G-24GB', model: 'llama-2-7b', tp: 1, count: 2 },
       ],
     },
-    tenants: [{ id: 'chat-a' }, { id: 'chat-b' }, { id: 'jobs-a' }, { id: 'jobs-b' }, { id: 'docs' }],
-    streams: [
-      {
-        tenant: 'chat-a',
-        sloClass: 'interactive',
-        arrival: { process: 'gamma', rate: 1.8, cv: 3 },
-        input: chatIn,
-        output: chatOut,
-        maxTokens: 'output',
-      },
-      {
-        tenant: 'chat-b',
-        sloClass: 'interactive',
-        arrival: { process: 'gamma', rate: 1.2, cv: 3 },
-        input: chatIn,
-        output: chatOut,
-        maxTokens: 'output',
-      },
-      {
-        tenant: 'jobs-a',
-        sloClass: 'batch-1',
-        arrival: { process: 'poisson', rate: 5 },
-        input: chatIn,
-        output: chatOut,
-        maxTokens: 'output',
-      },
-      {
-        tenant: 'jobs-b',
-        sloClass: 'batch-1',
-        arrival: { process: 'poisson', rate: 5 },
-        input: chatIn,
-        output: chatOut,
-        maxTokens: 'output',
-      },
-      {
-        tenant: 'docs',
-        sloClass: 'batch-2',
-        arrival: { process: 'poisson', rate: 12 },
-        input: docIn,
-        output: docOut,
-        maxTokens: 'output',
-        endS: 60,
-      },
-    ],
+    tenants: MIXED_TENANTS,
+    streams: MIXED_STREAMS,
   },
   'qlm-multi-model': {
     description:
