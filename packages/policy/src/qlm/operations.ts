@@ -78,10 +78,10 @@ export interface OperationOptions {
  * Translates a virtual-queue plan into serving operations (QLM section 5): `assign` for every
  * group that changes queue, `evict` when the plan puts a group before the replica's evictable
  * running requests and waiting for them would make it late (`startsInTime`; only as many, lowest
- * band and least progress first, as the head group needs room for), `swap` when the head group needs another model, and `pull` of head requests
- * (FCFS within groups, groups in queue order, same model only) while their input plus expected
- * output fits the replica's free tokens and sequence slots — or `push` of everything when pulling
- * is disabled.
+ * band and least progress first, as the head group needs room for), `swap` when the head group
+ * needs another model, and `pull` of head requests (FCFS within groups, groups in queue order,
+ * same model only) while their input plus expected output fits the replica's free tokens and
+ * sequence slots — or `push` of everything when pulling is disabled.
  */
 export function planOperations(state: QlmState, plan: QueuePlan, options: OperationOptions): ServingOp[] {
   const flags = resolveFlags(options.flags);
@@ -199,7 +199,8 @@ export function planOperations(state: QlmState, plan: QueuePlan, options: Operat
  * left to its earliest member's deadline, its prefill included. The other half covers the
  * estimate's error and the next planning round; a request that outruns its expected output counts
  * as one iteration from its end, so the wait is re-judged, shorter slack each round, until either
- * the room frees or the group evicts. Without a profile for the replica's model it never does.
+ * the room frees or the group evicts. Without a profile for the replica's model the answer is
+ * no, and the group evicts as the plan asks.
  */
 function startsInTime(
   nowMs: number,
@@ -221,15 +222,13 @@ function startsInTime(
     .sort((a, b) => a.atMs - b.atMs);
   let tokens = replica.freeTokens;
   let seqs = replica.freeSeqs;
-  let startMs = tokens >= needTokens && seqs >= needSeqs ? 0 : Number.POSITIVE_INFINITY;
+  let startMs = 0;
   for (const f of finishing) {
-    if (startMs === 0) break;
+    if (tokens >= needTokens && seqs >= needSeqs) break;
     tokens += f.tokens;
     seqs++;
-    if (tokens >= needTokens && seqs >= needSeqs) {
-      startMs = f.atMs;
-      break;
-    }
+    startMs = f.atMs;
   }
+  if (tokens < needTokens || seqs < needSeqs) return false;
   return startMs + profile.prefillMs <= (deadlineMs - nowMs) / 2;
 }
