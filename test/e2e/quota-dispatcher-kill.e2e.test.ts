@@ -145,7 +145,9 @@ describe('a token budget across three dispatcher processes, one SIGKILLed', () =
         `${refused.length} refused with insufficient_quota, ${outcomes.filter((o) => o.status === 0).length} connections lost; ` +
         `store: ${recorded} tokens recorded + ${reserved} still reserved by requests that never settled, budget ${BUDGET}`,
     );
-    expect(servedTokens).toBeLessThanOrEqual(recorded);
+    // Every token a client received is recorded or still reserved: a request the killed dispatcher
+    // answered in full but had not yet settled stays reserved (at its reservation, not its usage).
+    expect(servedTokens).toBeLessThanOrEqual(recorded + reserved);
     expect(recorded + reserved).toBeLessThanOrEqual(BUDGET);
     expect(Number(total.t)).toBe(recorded);
   }, 90_000);
