@@ -152,6 +152,9 @@ async function comparePart(
   return seeds;
 }
 
+/** Requests of a probe that missed a target, from its attainment over `requests`. */
+const missed = (attainment: number, requests: number) => Math.round((1 - attainment) * requests);
+
 const tableRows = (equalBaselines: readonly string[]): TableRow[] => [
   ...PAPER_BASELINES.map((p) => ({ label: `(i) ${p}, own room`, plan: 'own' as const, placement: p })),
   ...equalBaselines.map((p) => ({
@@ -229,7 +232,7 @@ function gpuTableLines(seeds: readonly SeedPlans[], rows: readonly TableRow[], m
         const last = pt?.probes.at(-1);
         if (pt === undefined || pt.replicas !== undefined || last === undefined) continue;
         never.push(
-          `${row.placement}${row.plan === 'own' ? ' (own)' : ''} seed ${s.seed} at ${rateLabel(r)}: ${Math.round((1 - last.ttftAttainment) * last.requests)} TTFT and ${Math.round((1 - last.atgtAttainment) * last.requests)} ATGT misses of ${last.requests} at ${last.replicas} replicas (P99 ATGT ${last.atgtP99S === undefined ? '–' : `${(last.atgtP99S * 1000).toFixed(1)} ms`})`,
+          `${row.placement}${row.plan === 'own' ? ' (own)' : ''} seed ${s.seed} at ${rateLabel(r)}: ${missed(last.ttftAttainment, last.requests)} TTFT and ${missed(last.atgtAttainment, last.requests)} ATGT misses of ${last.requests} at ${last.replicas} replicas (P99 ATGT ${last.atgtP99S === undefined ? '–' : `${(last.atgtP99S * 1000).toFixed(1)} ms`})`,
         );
       }
   if (never.length > 0)
@@ -383,7 +386,7 @@ export async function placementReport(): Promise<void> {
   for (const o of own)
     for (const q of o.probes)
       L.push(
-        `| ${o.placement} | ${q.replicas} | ${q.met ? 'yes' : 'no'} | ${q.requests} | ${(q.ttftAttainment * 100).toFixed(2)}% | ${(q.atgtAttainment * 100).toFixed(2)}% | ${Math.round((1 - q.atgtAttainment) * q.requests)} | ${q.atgtP99S === undefined ? '–' : `${(q.atgtP99S * 1000).toFixed(1)} ms`} |`,
+        `| ${o.placement} | ${q.replicas} | ${q.met ? 'yes' : 'no'} | ${q.requests} | ${(q.ttftAttainment * 100).toFixed(2)}% | ${(q.atgtAttainment * 100).toFixed(2)}% | ${missed(q.atgtAttainment, q.requests)} | ${q.atgtP99S === undefined ? '–' : `${(q.atgtP99S * 1000).toFixed(1)} ms`} |`,
       );
   const fixedMisses = own.flatMap((o) =>
     o.probes.filter((q) => !q.met).map((q) => `${o.placement} at ${q.replicas}`),
@@ -399,8 +402,8 @@ export async function placementReport(): Promise<void> {
         const last = pt.probes.at(-1);
         if (pt.replicas !== undefined || last === undefined) continue;
         neverPoints++;
-        neverTtft += Math.round((1 - last.ttftAttainment) * last.requests);
-        neverAtgt += Math.round((1 - last.atgtAttainment) * last.requests);
+        neverTtft += missed(last.ttftAttainment, last.requests);
+        neverAtgt += missed(last.atgtAttainment, last.requests);
       }
   L.push(
     '',
@@ -487,8 +490,8 @@ export async function placementReport(): Promise<void> {
           q.replicas < pw.replicas - 1
         )
           continue;
-        missW += Math.round((1 - twin.atgtAttainment) * twin.requests);
-        missX += Math.round((1 - q.atgtAttainment) * q.requests);
+        missW += missed(twin.atgtAttainment, twin.requests);
+        missX += missed(q.atgtAttainment, q.requests);
         preW += twin.preemptions;
         preX += q.preemptions;
       }

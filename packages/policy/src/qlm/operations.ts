@@ -2,6 +2,7 @@ import type { LengthStats } from './output-stats.ts';
 import type { QueuePlan } from './plan-instance.ts';
 import {
   type QlmFlags,
+  type QlmReplica,
   type QlmState,
   resolveFlags,
   runningGroupId,
@@ -204,7 +205,7 @@ export function planOperations(state: QlmState, plan: QueuePlan, options: Operat
  */
 function startsInTime(
   nowMs: number,
-  replica: QlmState['replicas'][number],
+  replica: QlmReplica,
   head: RequestGroup,
   needTokens: number,
   needSeqs: number,
