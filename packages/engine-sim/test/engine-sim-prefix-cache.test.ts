@@ -37,13 +37,10 @@ describe('engine-sim --enable-prefix-caching', () => {
   let client: VllmClient;
 
   beforeAll(async () => {
-    // A long lag allowance keeps every step on the model's schedule, so an event loop stalled on
-    // a busy machine does not show up as queue time in the TTFTs this file compares.
     sim = await startEngineSim({
       model: MODEL,
       gpu: GPU,
       speed: SPEED,
-      maxLagMs: 60_000,
       enablePrefixCaching: true,
       enablePromptTokensDetails: true,
     });
@@ -106,8 +103,6 @@ describe('engine-sim --enable-prefix-caching', () => {
     expect(secondPrefill.sum).toBeGreaterThan(expected * 0.98);
     expect(secondPrefill.sum).toBeLessThan(expected * 1.02);
     expect(secondPrefill.sum).toBeLessThan(firstPrefill.sum / 2);
-    const ttft = delta(after, middle, VLLM_METRIC.timeToFirstToken);
-    expect(ttft.sum).toBeLessThan(delta(middle, before, VLLM_METRIC.timeToFirstToken).sum);
   });
 
   it('reports cached tokens in a non-streamed answer that repeats a prompt', async () => {
