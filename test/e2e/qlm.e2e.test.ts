@@ -19,9 +19,10 @@ import { type FairwayProcess, startFairway, untilServed } from './support/proces
  */
 const MODEL = 'llama-2-7b';
 const KEY = 'sk-qlm-e2e-0001';
-const TTFT_S = 1.5;
+/** Evicting meets this with ~2 s to spare, so a crowded machine's delays do not decide the test. */
+const TTFT_S = 2.5;
 const LEASE_MS = 1500;
-const OUTPUT = 1500;
+const OUTPUT = 2000;
 const CONFIG = `
 tenants:
   - { id: t, keys: [{ key: ${KEY} }] }
