@@ -80,8 +80,10 @@ describe('engine-sim /metrics (vLLM request phases)', () => {
     const expected = (prefillStepMs(512) + prefillStepMs(2048)) / 1000;
     expect(prefill.sum).toBeGreaterThan(expected * 0.98);
     expect(prefill.sum).toBeLessThan(expected * 1.02);
-    // An idle engine schedules an arrival at once: TTFT is queue time plus prefill.
-    expect(queue.sum).toBeLessThan(0.002 * SPEED);
+    // An idle engine schedules an arrival at once: TTFT is queue time plus prefill. The queue time
+    // is the real time from the request's arrival to its step's start (× the speed): no wait for
+    // a step boundary, only the event loop's own delay, which a busy machine stretches to tens of ms.
+    expect(queue.sum).toBeLessThan(0.05 * SPEED);
     expect(ttft.sum).toBeCloseTo(queue.sum + prefill.sum, 6);
     const steps = delta(after, before, VLLM_METRIC.iterationTokens);
     expect(steps.count).toBe(2);
