@@ -289,6 +289,7 @@ export class ControlPlane {
           solver,
           budget: { maxNodes: c.milpMaxNodes, timeLimitS: c.milpTimeLimitS },
           milpIntervalMs: c.milpIntervalMs,
+          replanToleranceS: c.replanToleranceS,
           ...(c.swappable.length > 0
             ? {
                 swappable: Object.fromEntries(c.swappable.map((m) => [m, restartCost(m)])),
