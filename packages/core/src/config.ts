@@ -373,12 +373,6 @@ export const controlConfigSchema = z
     milpMaxNodes: z.number().int().positive().default(50),
     /** Time limit of one solve, seconds. @default 0.2 */
     milpTimeLimitS: positive.default(0.2),
-    /**
-     * QLM runs its global scheduler again only for a violation its last plan did not foresee: a
-     * new group, or one predicted later than that plan expected by more than this, seconds.
-     * @default 1
-     */
-    replanToleranceS: z.number().min(0).default(1),
     /** Models every replica may swap to (multi-model pools); none keeps each replica's model. @default [] */
     swappable: z.array(z.string().min(1)).default([]),
   })

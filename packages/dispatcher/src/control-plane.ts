@@ -289,7 +289,6 @@ export class ControlPlane {
           solver,
           budget: { maxNodes: c.milpMaxNodes, timeLimitS: c.milpTimeLimitS },
           milpIntervalMs: c.milpIntervalMs,
-          replanToleranceS: c.replanToleranceS,
           ...(c.swappable.length > 0
             ? {
                 swappable: Object.fromEntries(c.swappable.map((m) => [m, restartCost(m)])),
