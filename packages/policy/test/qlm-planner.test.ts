@@ -140,31 +140,6 @@ describe('planQueues', () => {
     expect(ofKind(planOperations(late, ahead, options()), 'evict')).toHaveLength(1);
   });
 
-  it('runs the global scheduler again only for a violation its last plan did not foresee', () => {
-    const busy = replica('r0', { running: batchRunning(32), freeTokens: 0, freeSeqs: 0 });
-    const state = stateWith([busy], (t) => {
-      for (let i = 0; i < 4; i++) t.add(request(`i${i}`));
-    });
-    const [late] = predictViolations(state, options());
-    expect(late?.groupId).toBe('g1');
-    const lateness = late?.latenessS as number;
-    expect(lateness).toBeGreaterThan(5);
-    // The last plan expected g1 about this late: the scheduler already weighed it.
-    const weighed = planQueues(state, options({ foreseen: new Map([['g1', lateness - 0.5]]) }));
-    expect(weighed.replanned).toBe(false);
-    expect(weighed.predicted.map((v) => v.groupId)).toEqual(['g1']);
-    expect(weighed.unforeseen).toEqual([]);
-    // Later than foreseen by more than the tolerance, or a group the last plan did not know: replan.
-    const worse = planQueues(state, options({ foreseen: new Map([['g1', lateness - 2]]) }));
-    expect(worse.replanned).toBe(true);
-    expect(worse.unforeseen.map((v) => v.groupId)).toEqual(['g1']);
-    expect(planQueues(state, options({ foreseen: new Map([['g0', 0]]) })).replanned).toBe(true);
-    expect(
-      planQueues(state, options({ foreseen: new Map([['g1', lateness - 2]]), replanToleranceS: 3 }))
-        .replanned,
-    ).toBe(false);
-  });
-
   it('never evicts a request more often than maxEvictions', () => {
     // A full replica whose batch requests would all free the room only in ~45 s: the group evicts.
     const running = batchRunning(32).map((r, i) => ({ ...r, evictions: i < 3 ? 1 : 0 }));

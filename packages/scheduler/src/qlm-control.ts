@@ -70,13 +70,6 @@ export interface QlmControlOptions {
    */
   readonly milpIntervalMs?: number | undefined;
   /**
-   * Lateness beyond what the last global-scheduler plan foresaw for a group that runs the global
-   * scheduler again, s (see the planner's `foreseen`): a violation it already weighed and could not
-   * avoid does not re-run it every round. A plan chosen without the MILP is refined by it once the
-   * MILP is due, foreseen or not. @default 1
-   */
-  readonly replanToleranceS?: number | undefined;
-  /**
    * Groups per virtual queue the MILP decides (rolling horizon; see the global scheduler's
    * `headPositions`); undefined decides whole queues. @default 3
    */
@@ -142,9 +135,6 @@ export class QlmControl implements SloControl {
   #ticks = 0;
   #replans = 0;
   #lastMilpMs = Number.NEGATIVE_INFINITY;
-  /** Each group's lateness under the last global-scheduler plan, s; and whether the MILP made it. */
-  #foreseen: ReadonlyMap<string, number> | undefined;
-  #foreseenByMilp = false;
   #milpSolves = 0;
   #evictions = 0;
   /** Times each queued or running request was evicted, until it finishes or is refused. */
@@ -278,7 +268,6 @@ export class QlmControl implements SloControl {
     for (const r of replicas) current[r.id] = (this.#queues[r.id] ?? []).filter((id) => live.has(id));
 
     const milpDue = nowMs - this.#lastMilpMs >= (this.#opts.milpIntervalMs ?? 10_000);
-    const refine = milpDue && this.#opts.solver !== undefined && !this.#foreseenByMilp;
     const decision = planQueues(
       { nowMs, replicas, groups, queues: current },
       {
@@ -290,22 +279,9 @@ export class QlmControl implements SloControl {
         maxEvictions: this.#opts.maxEvictions ?? 1,
         headPositions: 'headPositions' in this.#opts ? this.#opts.headPositions : 3,
         outputStats: (key) => this.#stats.get(groupKeyString(key)),
-        foreseen: refine ? undefined : this.#foreseen,
-        replanToleranceS: this.#opts.replanToleranceS ?? 1,
       },
     );
-    if (decision.replanned) {
-      this.#replans++;
-      // What the new plan expects, or what the queues as they were predicted when the plan is
-      // not carried out as evaluated (an eviction it assumed that the operations decline).
-      const e = decision.evaluation;
-      const foreseen = new Map(decision.predicted.map((v) => [v.groupId, v.latenessS]));
-      if (e.feasible)
-        for (const [id, o] of Object.entries(e.groups))
-          foreseen.set(id, Math.max(foreseen.get(id) ?? 0, o.latenessS));
-      this.#foreseen = foreseen;
-      this.#foreseenByMilp = decision.schedule?.milp !== undefined;
-    }
+    if (decision.replanned) this.#replans++;
     if (decision.schedule?.milp) {
       this.#lastMilpMs = nowMs;
       this.#milpSolves++;

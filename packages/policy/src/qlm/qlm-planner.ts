@@ -34,16 +34,6 @@ export interface QueuePlannerOptions extends EstimatorOptions {
   readonly maxEvictions?: number | undefined;
   /** See `GlobalScheduleOptions.headPositions`. @default undefined (whole queues) */
   readonly headPositions?: number | undefined;
-  /**
-   * Each group's lateness, seconds, under the plan the global scheduler last chose (its
-   * evaluation). A violation that plan foresaw is one the scheduler already weighed and could not
-   * avoid: QLM runs it again only for a violation it did not foresee — a group later than it
-   * expected by more than `replanToleranceS`, or a group new since. @default none (every predicted
-   * violation runs the global scheduler)
-   */
-  readonly foreseen?: ReadonlyMap<string, number> | undefined;
-  /** Lateness beyond what the last plan foresaw that runs the global scheduler again, s. @default 1 */
-  readonly replanToleranceS?: number | undefined;
 }
 
 /** A group the estimator expects to miss its SLO under the current virtual queues. */
@@ -61,8 +51,6 @@ export interface QueueDecision {
   readonly replanned: boolean;
   /** Violations the estimator predicted for the queues as they were. */
   readonly predicted: readonly PredictedViolation[];
-  /** Of those, the ones the last plan did not foresee (see `foreseen`): QLM replans for these. */
-  readonly unforeseen: readonly PredictedViolation[];
   /** The global scheduler's result, when it ran. */
   readonly schedule?: GlobalSchedule | undefined;
   readonly evaluation: PlanEvaluation;
@@ -101,24 +89,10 @@ export function predictViolations(state: QlmState, options: EstimatorOptions): P
   return lateGroups(evaluatePlan(withoutGroups(instance, new Set(current.unplaced)), current.plan));
 }
 
-/** The violations `foreseen` does not account for (see {@link QueuePlannerOptions.foreseen}). */
-function unforeseenOf(
-  predicted: readonly PredictedViolation[],
-  foreseen: ReadonlyMap<string, number> | undefined,
-  toleranceS: number,
-): PredictedViolation[] {
-  if (foreseen === undefined) return [...predicted];
-  return predicted.filter((v) => {
-    const expected = foreseen.get(v.groupId);
-    return expected === undefined || v.latenessS > expected + toleranceS;
-  });
-}
-
 /**
  * One planning round: QLM keeps the current virtual queues (new groups appended) unless the
- * estimator predicts a violation its last plan did not foresee, in which case the global scheduler
- * reorders them; the EDF and FCFS baselines re-plan every round. The chosen queues are then turned
- * into serving operations.
+ * estimator predicts a violation, in which case the global scheduler reorders them; the EDF and
+ * FCFS baselines re-plan every round. The chosen queues are then turned into serving operations.
  */
 export function planQueues(state: QlmState, options: QueuePlannerOptions): QueueDecision {
   const instance = buildPlanInstance(state, options);
@@ -128,13 +102,11 @@ export function planQueues(state: QlmState, options: QueuePlannerOptions): Queue
   let replanned = false;
   let schedule: GlobalSchedule | undefined;
   let predicted: PredictedViolation[] = [];
-  let unforeseen: PredictedViolation[] = [];
   if (planner === 'qlm') {
     const current = currentPlan(state, instance);
     const evaluation = evaluatePlan(withoutGroups(instance, new Set(current.unplaced)), current.plan);
     predicted = lateGroups(evaluation);
-    unforeseen = unforeseenOf(predicted, options.foreseen, options.replanToleranceS ?? 1);
-    if (evaluation.feasible && unforeseen.length === 0) {
+    if (evaluation.feasible && predicted.length === 0) {
       queues = current.plan;
       unplaced = current.unplaced;
     } else {
@@ -161,5 +133,5 @@ export function planQueues(state: QlmState, options: QueuePlannerOptions): Queue
     ...(options.maxEvictions !== undefined ? { maxEvictions: options.maxEvictions } : {}),
   });
   const evaluation = evaluatePlan(withoutGroups(instance, new Set(unplaced)), queues);
-  return { queues, ops, replanned, predicted, unforeseen, schedule, evaluation, unplaced };
+  return { queues, ops, replanned, predicted, schedule, evaluation, unplaced };
 }
