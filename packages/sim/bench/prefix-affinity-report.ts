@@ -8,8 +8,8 @@
  *
  * Run with `npm run report:prefix-affinity` (about three minutes on two cores). Options:
  * `--modes a,b` runs only those modes (see MODES), `--seeds n` the first n seeds (at least 5 for
- * the report's claims), `--duration s` overrides the scenarios' duration, `--out file` writes
- * elsewhere.
+ * the report's claims), `--duration s` overrides the scenarios' duration, `--scenarios a,b` runs other
+ * built-in or file scenarios instead of the report's, `--out file` writes elsewhere.
  */
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -108,7 +108,7 @@ const MODES: readonly Mode[] = [
   },
 ];
 
-const SCENARIOS = ['multi-turn-chat-fleet', 'tenants-shared-prompt'] as const;
+const REPORT_SCENARIOS = ['multi-turn-chat-fleet', 'tenants-shared-prompt'];
 /**
  * Arrival-rate multiple of the saturation runs: the scenarios' conversations arrive this much more
  * often, so least-KV and fair affinity both queue (what each fleet delivers at its limit).
@@ -123,8 +123,10 @@ const { values: args } = parseArgs({
     seeds: { type: 'string' },
     duration: { type: 'string' },
     out: { type: 'string' },
+    scenarios: { type: 'string' },
   },
 });
+const SCENARIOS = args.scenarios === undefined ? REPORT_SCENARIOS : args.scenarios.split(',');
 const modes = args.modes === undefined ? MODES : args.modes.split(',').map(modeByName);
 const seeds = EVIDENCE_SEEDS.slice(0, args.seeds === undefined ? EVIDENCE_SEEDS.length : Number(args.seeds));
 const durationS = args.duration === undefined ? undefined : Number(args.duration);
