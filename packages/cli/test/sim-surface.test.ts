@@ -25,7 +25,13 @@ async function simJson(...args: string[]) {
   return JSON.parse(r.stdout) as {
     policy: string;
     slo: SloRow[];
-    control?: { ticks: number; replans: number; evictions: number };
+    control?: {
+      ticks: number;
+      replans: number;
+      evictions: number;
+      milpSolves: number;
+      planSources: Record<string, number>;
+    };
     requests: { arrived: number; rejected: number };
     fairserve?: { rejections: Record<string, number>; wastedTokens: number; interactions: { total: number } };
     windowedService: { t: number[]; byTenant: Record<string, number[]> };
@@ -61,6 +67,14 @@ describe('fairway sim: one surface for every policy', () => {
     const vtc = await simJson('--scenario', 'qlm-mixed', '--policy', 'vtc', '--duration', '30');
     expect(qlm.control?.ticks).toBe(30);
     expect(qlm.control?.replans).toBeGreaterThan(0);
+    // Every replan is a MILP solve (its plan used, beaten by its warm start, or none found) or a
+    // replan between two solves, which uses the warm start.
+    const sources = qlm.control?.planSources ?? {};
+    const solved = (sources.milp ?? 0) + (sources['warm-start'] ?? 0) + (sources['edf-fallback'] ?? 0);
+    const between = sources['between-solves'] ?? 0;
+    expect(solved).toBe(qlm.control?.milpSolves);
+    expect(between).toBeGreaterThan(0);
+    expect(solved + between).toBe(qlm.control?.replans);
     // QLM evicts batch work to protect interactive TTFT; VTC has no control and cannot.
     expect(qlm.control?.evictions).toBeGreaterThan(0);
     expect(vtc.control).toBeUndefined();

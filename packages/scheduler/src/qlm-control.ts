@@ -107,7 +107,12 @@ export interface QlmControlStats {
   readonly ticks: number;
   /** Ticks on which the global scheduler ran (a violation was predicted, or a baseline re-plans). */
   readonly replans: number;
-  /** MILP solves whose plan was used, by where the plan came from. */
+  /**
+   * Global-scheduler runs by where the plan came from: `milp`, `warm-start` (the MILP ran and did
+   * not beat its warm start), `edf-fallback` (the MILP ran and returned no plan), and
+   * `between-solves` (a replan before the next MILP solve is due, which uses the warm start: EDF
+   * improved by local search).
+   */
   readonly planSources: Readonly<Record<string, number>>;
   /** Rounds on which the MILP was handed the problem. */
   readonly milpSolves: number;
@@ -287,7 +292,8 @@ export class QlmControl implements SloControl {
       this.#milpSolves++;
     }
     if (decision.schedule) {
-      const src = decision.schedule.source;
+      const src =
+        decision.schedule.milp === undefined && !milpDue ? 'between-solves' : decision.schedule.source;
       this.#sources[src] = (this.#sources[src] ?? 0) + 1;
     }
 
