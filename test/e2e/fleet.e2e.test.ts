@@ -286,7 +286,10 @@ describe('three fairway serve processes on shared Redis and NATS', () => {
     expect(p50(alone, (r) => r.queueMs)).toBe(0);
     expect(lightQueue).toBeLessThanOrEqual(heavyService);
     expect(heavyQueue).toBeGreaterThan(3 * lightQueue);
-    expect(p50(loaded, (r) => r.ttftMs)).toBeLessThan(p50(heavy.records, (r) => r.ttftMs));
+    // Its whole TTFT stays within one heavy request's service of its unloaded TTFT. (Compared with
+    // the heavy tenant's TTFT instead, the engine's share of both, which a busy machine stretches,
+    // can outweigh the difference in queueing.)
+    expect(p50(loaded, (r) => r.ttftMs)).toBeLessThanOrEqual(p50(alone, (r) => r.ttftMs) + heavyService);
 
     // Both backlogged for 3 s: heavy keeps 3x the slots in flight, light 2x. Service is counted
     // on requests that completed before the stop; VTC keeps the difference within
