@@ -50,7 +50,7 @@ export interface SloExperimentOptions {
   readonly durationS?: number | undefined;
   /**
    * Simulated seconds the run goes on after the workload's last arrival time, with no arrivals,
-   * so that late requests can still be served. @default 0
+   * so that late requests can still be served (throughput is over the whole run). @default 0
    */
   readonly drainS?: number | undefined;
   /** QLM's MILP solver (e.g. `loadHighsSolver()`); without one QLM plans with EDF + local search. */
