@@ -4,9 +4,10 @@
  * threshold on the baselines, `fairway plan` on the Azure conversation trace, and the fit error of
  * the performance models. Writes JSON, SVG plots and summary tables to reports/slo/.
  *
- * Run with `npm run report:slo` (about 15–20 minutes on two cores). Env:
- * SLO_REPORT_ONLY=qlm|fit|placement runs one part; the placement part (Aladdin vs the baselines,
- * worker configuration, held-out fit error, Algorithm 2) is `placement-report.ts`.
+ * Run with `npm run report:slo` (about an hour on two cores). Env:
+ * SLO_REPORT_ONLY=qlm|fit|placement|repredict|qlm-gpus runs one part; the placement part (Aladdin
+ * vs the baselines, worker configuration, held-out fit error, Algorithm 2) is `placement-report.ts`,
+ * the fewest GPUs for QLM's SLOs under QLM, EDF and FCFS `qlm-gpus-report.ts`.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -29,6 +30,7 @@ import {
   type SloPolicy,
 } from '../src/index.ts';
 import { placementReport } from './placement-report.ts';
+import { qlmGpusReport } from './qlm-gpus-report.ts';
 
 const OUT = resolve(import.meta.dirname, '..', '..', '..', 'reports', 'slo');
 mkdirSync(OUT, { recursive: true });
@@ -233,5 +235,6 @@ if (!only || only === 'fit') fitPart();
 if (!only || only === 'qlm') await qlmPart();
 if (!only || only === 'placement') await placementReport();
 if (!only || only === 'repredict') await repredictScenario();
+if (!only || only === 'qlm-gpus') summary.push(...(await qlmGpusReport()));
 writeFileSync(join(OUT, only ? `summary-${only}.md` : 'summary.md'), `${summary.join('\n')}\n`);
 console.log(`wrote ${OUT}`);

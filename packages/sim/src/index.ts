@@ -177,6 +177,7 @@ export type {
   SloControlContext,
 } from './slo-control.ts';
 export {
+  attainmentBounds,
   type ClassAttainment,
   runSloExperiment,
   SLO_POLICIES,

@@ -79,6 +79,13 @@ export interface SloAttainment {
   readonly met: number;
   /** met / requests, or undefined when there are none. */
   readonly attainment: number | undefined;
+  /** Requests with no first token at the end whose deadline lies beyond it (not in `requests`). */
+  readonly pending: number;
+  /**
+   * Requests the engine refused because prompt plus `max_tokens` exceed the model's context or the
+   * prompt never fits in its KV cache (in `requests`, as misses): no replica like it serves them.
+   */
+  readonly refused: number;
 }
 
 /** Time series for plots (the VTC paper's figures 3–10). */
@@ -455,6 +462,9 @@ function upperBound(xs: readonly { at: number }[], v: number): number {
   return lo;
 }
 
+/** Rejection codes of requests no replica of the same model and GPU can serve (runner.ts). */
+const CONTEXT_REFUSALS = new Set(['context_length_exceeded', 'context_too_long']);
+
 function sloAttainment(run: SimRun, classes: readonly SloClass[]): SloAttainment[] {
   const out: SloAttainment[] = [];
   const names = [...new Set(run.records.map((r) => r.req.sloClass))].sort();
@@ -463,16 +473,20 @@ function sloAttainment(run: SimRun, classes: readonly SloClass[]): SloAttainment
     if (!cls) continue;
     let requests = 0;
     let met = 0;
+    let pending = 0;
+    let refused = 0;
     for (const r of run.records) {
       if (r.req.sloClass !== name) continue;
       if (r.rejected) {
         requests++;
+        if (CONTEXT_REFUSALS.has(r.rejected.code)) refused++;
         continue;
       }
       const deadline = r.arrivalS + cls.ttftS;
       if (r.firstTokenS === undefined) {
         // Still waiting at the end: a miss only once its deadline has passed inside the run.
         if (deadline <= run.durationS) requests++;
+        else pending++;
         continue;
       }
       requests++;
@@ -487,6 +501,8 @@ function sloAttainment(run: SimRun, classes: readonly SloClass[]): SloAttainment
       requests,
       met,
       attainment: requests ? met / requests : undefined,
+      pending,
+      refused,
     });
   }
   return out;

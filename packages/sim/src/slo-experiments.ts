@@ -48,6 +48,11 @@ export interface SloExperimentOptions {
   readonly seed?: number | undefined;
   /** Simulated seconds (shortens or extends the workload). */
   readonly durationS?: number | undefined;
+  /**
+   * Simulated seconds the run goes on after the workload's last arrival time, with no arrivals,
+   * so that late requests can still be served (throughput is over the whole run). @default 0
+   */
+  readonly drainS?: number | undefined;
   /** QLM's MILP solver (e.g. `loadHighsSolver()`); without one QLM plans with EDF + local search. */
   readonly solver?: MilpSolver | undefined;
   /** Budget of each MILP solve. @default { maxNodes: 50, timeLimitS: 30 } */
@@ -76,6 +81,22 @@ export interface ClassAttainment {
   readonly attainment: number | undefined;
   /** 99th-percentile TTFT of the class's requests that got a first token, s. */
   readonly ttftP99S: number | undefined;
+  /** Requests with no first token at the end whose deadline lies beyond it (not in `requests`). */
+  readonly pending: number;
+  /** Requests no replica like the fleet's serves (context too long; in `requests`, as misses). */
+  readonly refused: number;
+}
+
+/**
+ * Bounds on a class's attainment over every request it was given that a replica could serve
+ * (`refused` left out): `low` counts the requests still pending at the end as misses, `high` as
+ * met. They are equal when nothing is pending; undefined when the class had no such request.
+ */
+export function attainmentBounds(
+  c: Pick<ClassAttainment, 'requests' | 'met' | 'pending' | 'refused'>,
+): { readonly low: number; readonly high: number } | undefined {
+  const n = c.requests - c.refused + c.pending;
+  return n > 0 ? { low: c.met / n, high: (c.met + c.pending) / n } : undefined;
 }
 
 /** What one policy achieved on one scenario. */
@@ -83,7 +104,10 @@ export interface SloExperimentResult {
   readonly scenario: string;
   readonly policy: SloPolicy;
   readonly seed: number;
+  /** Seconds of arrivals. */
   readonly durationS: number;
+  /** Seconds simulated after them. */
+  readonly drainS: number;
   readonly classes: readonly ClassAttainment[];
   readonly requests: { readonly arrived: number; readonly completed: number };
   readonly throughput: {
@@ -247,8 +271,10 @@ export async function runSloExperiment(options: SloExperimentOptions): Promise<S
   const input = buildRunInput(loaded, { seed: options.seed, durationS: options.durationS });
   const history = buildRunInput(loaded, { seed: input.seed + 1, durationS: options.durationS }).arrivals;
   const { ordering, gatewayClasses, sloClasses: classes, control } = sloPolicySetup(input, history, options);
+  const drainS = options.drainS ?? 0;
   const run = await runSimulation({
     ...input,
+    durationS: input.durationS + drainS,
     ordering,
     placement: leastKvPlacement(),
     sloClasses: gatewayClasses,
@@ -263,12 +289,15 @@ export async function runSloExperiment(options: SloExperimentOptions): Promise<S
     policy: options.policy,
     seed: input.seed,
     durationS: input.durationS,
+    drainS,
     classes: metrics.slo.map((s) => ({
       sloClass: s.sloClass,
       requests: s.requests,
       met: s.met,
       attainment: s.attainment,
       ttftP99S: classTtftP99(run, s.sloClass),
+      pending: s.pending,
+      refused: s.refused,
     })),
     requests: { arrived: metrics.requests.arrived, completed: metrics.requests.completed },
     throughput: {

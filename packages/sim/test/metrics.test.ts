@@ -181,7 +181,15 @@ describe('computeMetrics', () => {
     // interactive: 20 s. a1, a2 met; b1 (31 s) missed; qa (deadline 20) and qb (deadline 80) missed.
     const m = computeMetrics(fixture(), { warmupS: 0 });
     expect(m.slo).toEqual([
-      { sloClass: 'interactive', ttftTargetS: 20, requests: 5, met: 2, attainment: 0.4 },
+      {
+        sloClass: 'interactive',
+        ttftTargetS: 20,
+        requests: 5,
+        met: 2,
+        attainment: 0.4,
+        pending: 0,
+        refused: 0,
+      },
     ]);
   });
 
