@@ -12,7 +12,8 @@
  * whole hour after the arrivals. N is scanned upward (`fewestPassing`).
  *
  * Env: QLM_GPUS_SCALES (1,2,3), QLM_GPUS_SEEDS (5), QLM_GPUS_DURATION_S (300), QLM_GPUS_MAX (16),
- * QLM_GPUS_POLICIES (qlm,edf,fcfs), QLM_GPUS_MODEL (llama-2-7b).
+ * QLM_GPUS_POLICIES (qlm,edf,fcfs), QLM_GPUS_MODEL (llama-2-7b), QLM_GPUS_JSON (where the results go,
+ * reports/slo/qlm-gpus.json).
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -196,7 +197,7 @@ interface Results {
   sweepS: number;
 }
 
-const JSON_PATH = join(ROOT, 'reports', 'slo', 'qlm-gpus.json');
+const JSON_PATH = process.env.QLM_GPUS_JSON ?? join(ROOT, 'reports', 'slo', 'qlm-gpus.json');
 
 /** Runs the sweep, saving the results after every point (a stopped sweep keeps what it found). */
 async function sweep(base: LoadedScenario): Promise<Results> {
