@@ -26,6 +26,7 @@ import {
   loadScenario,
   runSloExperiment,
   type SloPolicy,
+  summarizeSeeds,
 } from '../src/index.ts';
 
 const ROOT = resolve(import.meta.dirname, '..', '..', '..');
@@ -47,11 +48,6 @@ const DRAINS_S = TARGETS_S.slice(-2);
 const BUDGET = { maxNodes: 50, timeLimitS: 30 };
 
 const log = (m: string) => console.log(`qlm-gpus: ${m}`);
-const median = (xs: readonly number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const k = s.length >> 1;
-  return s.length % 2 ? (s[k] as number) : ((s[k - 1] as number) + (s[k] as number)) / 2;
-};
 
 /** `qlm-mixed` with every stream's arrival rate multiplied by `scale`, on `replicas` A100s of {@link MODEL}. */
 function scaledScenario(base: LoadedScenario, scale: number, replicas: number): LoadedScenario {
@@ -120,16 +116,19 @@ async function probe(
       budget: BUDGET,
     });
     wallS += (performance.now() - t0) / 1000;
-    const classes = r.classes.map((c) => ({
-      sloClass: c.sloClass,
-      requests: c.requests,
-      met: c.met,
-      pending: c.pending,
-      refused: c.refused,
-      low: attainmentBounds(c)?.low,
-      high: attainmentBounds(c)?.high,
-      ttftP99S: c.ttftP99S,
-    }));
+    const classes = r.classes.map((c) => {
+      const bounds = attainmentBounds(c);
+      return {
+        sloClass: c.sloClass,
+        requests: c.requests,
+        met: c.met,
+        pending: c.pending,
+        refused: c.refused,
+        low: bounds?.low,
+        high: bounds?.high,
+        ttftP99S: c.ttftP99S,
+      };
+    });
     // Pending requests count as misses in the last drain; before it, only a verdict they cannot change stands.
     const last = drainS === DRAINS_S.at(-1);
     const fails = classes.some((c) => (c.high ?? 1) < TARGET);
@@ -155,7 +154,8 @@ const gpusCell = (xs: readonly (number | undefined)[], max: number) => {
   const v = xs.map((x) => x ?? Number.POSITIVE_INFINITY);
   const fmt = (x: number) =>
     Number.isFinite(x) ? (Number.isInteger(x) ? String(x) : x.toFixed(1)) : `>${max}`;
-  return `${fmt(median(v))} (${fmt(Math.max(...v))}) · ${xs.map((x) => x ?? `>${max}`).join('/')}`;
+  const { median, worst } = summarizeSeeds(v, 'higher');
+  return `${fmt(median)} (${fmt(worst)}) · ${xs.map((x) => x ?? `>${max}`).join('/')}`;
 };
 
 /** `1 − GPUs(QLM) / GPUs(baseline)` per seed; a baseline with no passing fleet counts as max + 1 (≥). */
@@ -169,14 +169,17 @@ function savingCell(qlm: readonly Point[], base: readonly Point[], max: number):
   if (known.length === 0) return '–';
   const pct = (x: number) => `${Math.round(x * 100)}%`;
   const ge = known.some((x) => x.bound) ? '≥' : '';
-  const vs = known.map((x) => x.v);
+  const { median, worst } = summarizeSeeds(
+    known.map((x) => x.v),
+    'lower',
+  );
   const ratio = (p: Point, b: Point | undefined) =>
     p.gpus === undefined
       ? '–'
       : b?.gpus === undefined
         ? `≥${((max + 1) / p.gpus).toFixed(2)}×`
         : `${(b.gpus / p.gpus).toFixed(2)}×`;
-  return `${ge}${pct(median(vs))}, worst ${ge}${pct(Math.min(...vs))} · ${per.map((x) => (x === undefined ? '–' : `${x.bound ? '≥' : ''}${pct(x.v)}`)).join('/')} (${qlm.map((q, i) => ratio(q, base[i])).join('/')} fewer)`;
+  return `${ge}${pct(median)}, worst ${ge}${pct(worst)} · ${per.map((x) => (x === undefined ? '–' : `${x.bound ? '≥' : ''}${pct(x.v)}`)).join('/')} (${qlm.map((q, i) => ratio(q, base[i])).join('/')} fewer)`;
 }
 
 /** What reports/slo/qlm-gpus.json holds: the setup, every point found so far and the sweep's wall time. */
