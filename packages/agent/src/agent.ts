@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Bus, CommandReply, NodeCommand, Registration, ReplicaState, Unsubscribe } from '@fairway/bus';
 import { type Clock, type Logger, parseWith, silentLogger } from '@fairway/core';
-import type { Engine, VllmMetrics } from '@fairway/engine';
+import { type Engine, type HistogramTotals, VLLM_METRIC, type VllmMetrics } from '@fairway/engine';
 import { z } from 'zod';
 import { isWildcardHost } from './advertise-url.ts';
 import { argsWithModel, type EngineProcess, type EngineProcessEvent } from './engine-process.ts';
@@ -78,6 +78,15 @@ export interface AgentStopOptions {
   readonly drainTimeoutMs?: number;
   /** Stop the engine process too (only when this agent runs it). @default true */
   readonly stopEngine?: boolean;
+}
+
+/** A histogram's totals from a scrape (the first of `names` exported), if usable on the wire. */
+function histogram(m: VllmMetrics | undefined, ...names: string[]): HistogramTotals | undefined {
+  for (const n of names) {
+    const h = m?.histograms.get(n);
+    if (h !== undefined) return Number.isFinite(h.sum) && h.sum >= 0 && h.count >= 0 ? h : undefined;
+  }
+  return undefined;
 }
 
 /**
@@ -313,6 +322,8 @@ export class NodeAgent {
     if (!reg) return;
     const m = this.#lastMetrics;
     const kvUsage = Math.min(1, Math.max(0, m?.kvCacheUsage ?? 0));
+    const itl = histogram(m, VLLM_METRIC.interTokenLatency, VLLM_METRIC.timePerOutputToken);
+    const prefill = histogram(m, VLLM_METRIC.prefillTime);
     this.#bus.publish('heartbeat', {
       replicaId: reg.replicaId,
       epoch: this.#epoch,
@@ -327,6 +338,10 @@ export class NodeAgent {
       generationTokensTotal: Math.round(m?.generationTokensTotal ?? 0),
       preemptionsTotal: Math.round(m?.preemptionsTotal ?? 0),
       requestsFinishedTotal: Math.round(m?.requestSuccessTotal ?? 0),
+      interTokenSecondsTotal: itl?.sum ?? 0,
+      interTokensTotal: Math.round(itl?.count ?? 0),
+      prefillSecondsTotal: prefill?.sum ?? 0,
+      prefillsTotal: Math.round(prefill?.count ?? 0),
       adapters: [...this.#adapters],
     });
   }

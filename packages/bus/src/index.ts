@@ -10,6 +10,13 @@ export type {
   Unsubscribe,
 } from './bus.ts';
 export {
+  type DecodeTiming,
+  type EngineTiming,
+  EngineTimingWindow,
+  type PrefillTiming,
+  TIMING_WINDOW_MS,
+} from './engine-timing.ts';
+export {
   BusError,
   BusErrorCode,
   BusMessageError,

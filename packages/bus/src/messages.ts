@@ -67,6 +67,15 @@ export const heartbeatSchema = z.object({
   preemptionsTotal: nonNegInt,
   /** `vllm:request_success_total` over every finish reason: how fast the replica drains. */
   requestsFinishedTotal: nonNegInt.default(0),
+  /**
+   * Sum (seconds) and count of `vllm:inter_token_latency_seconds` (`time_per_output_token_seconds`
+   * before vLLM 0.11): how long the engine's decode iterations take, measured (see `EngineTiming`).
+   */
+  interTokenSecondsTotal: z.number().min(0).default(0),
+  interTokensTotal: nonNegInt.default(0),
+  /** Sum (seconds) and count of `vllm:request_prefill_time_seconds`: how long prefills take. */
+  prefillSecondsTotal: z.number().min(0).default(0),
+  prefillsTotal: nonNegInt.default(0),
   /** LoRA adapters loaded now. */
   adapters: z.array(z.string().min(1)).default([]),
 });

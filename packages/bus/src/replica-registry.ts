@@ -1,5 +1,6 @@
 import { type Clock, type Logger, redactUrls, silentLogger } from '@fairway/core';
 import type { Bus, Unsubscribe } from './bus.ts';
+import { type EngineTiming, EngineTimingWindow } from './engine-timing.ts';
 import type { Heartbeat, Registration, ReplicaState } from './messages.ts';
 
 /** Options of {@link ReplicaRegistry}. */
@@ -88,6 +89,8 @@ interface Entry {
   finishedPerS: number;
   /** Where the window being measured started: the agent's clock and the engine's counter then. */
   finishedFrom: { readonly ts: number; readonly total: number } | undefined;
+  /** The engine's decode and prefill times, from its histograms in the heartbeats. */
+  readonly timing: EngineTimingWindow;
 }
 
 /** How long a replica's finish rate is measured over, ms of the agent's clock. */
@@ -232,6 +235,14 @@ export class ReplicaRegistry {
     return this.#entries.get(replicaId)?.finishedPerS ?? 0;
   }
 
+  /**
+   * How fast one replica's engine decodes and prefills, as its own histograms measured over the
+   * last windows of its heartbeats that saw enough work; undefined until one did.
+   */
+  timingOf(replicaId: string): EngineTiming | undefined {
+    return this.#entries.get(replicaId)?.timing.timing;
+  }
+
   /** One replica's view, or undefined if unknown (never registered, gone, or forgotten). */
   get(replicaId: string): ReplicaView | undefined {
     this.#sweep();
@@ -303,6 +314,7 @@ export class ReplicaRegistry {
         lastSeenMs: now,
         finishedPerS: 0,
         finishedFrom: undefined,
+        timing: new EngineTimingWindow(),
       });
       this.#logger.info(
         { replicaId: r.replicaId, url: r.url, pool: r.pool, model: r.model, epoch: r.epoch },
@@ -336,6 +348,7 @@ export class ReplicaRegistry {
       e.finishedPerS = ((h.requestsFinishedTotal - from.total) * 1000) / (h.ts - from.ts);
       e.finishedFrom = { ts: h.ts, total: h.requestsFinishedTotal };
     }
+    e.timing.observe(h);
     e.heartbeat = h;
     e.lastHeartbeatMs = now;
     e.lastSeenMs = now;

@@ -265,4 +265,83 @@ describe('ReplicaRegistry', () => {
     expect(JSON.stringify(refused)).not.toContain('secret');
     guarded.stop();
   });
+
+  describe("the engine's measured speed", () => {
+    /** Heartbeats every 250 ms of the agent's clock, counters growing as `at(ms)` says. */
+    async function beat(seq: number, ts: number, extra: Partial<Heartbeat>): Promise<void> {
+      await send(() => bus.publish('heartbeat', heartbeat('r1', seq, { ts, ...extra })));
+    }
+
+    it('reports mean inter-token and prefill times over a window, with the batch they ran at', async () => {
+      await send(() => bus.publish('registration', registration('r1')));
+      // 5 s in which 4 sequences holding 4,000 KV tokens decode 800 tokens at 25 ms and 10
+      // prefills of 500 prompt tokens each take 80 ms.
+      for (let i = 0; i <= 20; i++)
+        await beat(i + 1, i * 250, {
+          running: 4,
+          kvUsedTokens: 4000,
+          interTokenSecondsTotal: i * 40 * 0.025,
+          interTokensTotal: i * 40,
+          prefillSecondsTotal: Math.floor(i / 2) * 0.08,
+          prefillsTotal: Math.floor(i / 2),
+          promptTokensTotal: Math.floor(i / 2) * 500,
+        });
+      const t = registry.timingOf('r1');
+      expect(t?.decode?.interTokenMs).toBeCloseTo(25, 9);
+      expect(t?.decode).toMatchObject({ tokens: 800, meanRunning: 4, meanContext: 1000 });
+      expect(t?.prefill?.prefillMs).toBeCloseTo(80, 9);
+      expect(t?.prefill).toMatchObject({ prefills: 10, meanPromptTokens: 500 });
+    });
+
+    it('keeps the last figures through a quiet window and starts over when the engine restarts', async () => {
+      await send(() => bus.publish('registration', registration('r1')));
+      expect(registry.timingOf('r1')).toBeUndefined();
+      let seq = 1;
+      for (let i = 0; i <= 20; i++)
+        await beat(seq++, i * 250, {
+          interTokenSecondsTotal: i * 4 * 0.05,
+          interTokensTotal: i * 4,
+          prefillSecondsTotal: i * 0.1,
+          prefillsTotal: i,
+          promptTokensTotal: i * 100,
+        });
+      expect(registry.timingOf('r1')?.decode?.interTokenMs).toBeCloseTo(50, 9);
+      // Nothing ran for the next window: the figures stay.
+      for (let i = 21; i <= 41; i++)
+        await beat(seq++, i * 250, {
+          running: 0,
+          interTokenSecondsTotal: 20 * 4 * 0.05,
+          interTokensTotal: 80,
+          prefillSecondsTotal: 2,
+          prefillsTotal: 20,
+          promptTokensTotal: 2000,
+        });
+      expect(registry.timingOf('r1')?.decode?.interTokenMs).toBeCloseTo(50, 9);
+      expect(registry.timingOf('r1')?.prefill?.prefillMs).toBeCloseTo(100, 9);
+      // The engine restarted (its counters went back): the next window counts from the restart
+      // only, so the drop is never read as negative time.
+      for (let i = 0; i <= 20; i++)
+        await beat(seq++, 20_000 + i * 250, {
+          interTokenSecondsTotal: i * 4 * 0.01,
+          interTokensTotal: i * 4,
+          prefillSecondsTotal: i * 0.02,
+          prefillsTotal: i,
+          promptTokensTotal: i * 100,
+        });
+      expect(registry.timingOf('r1')?.decode?.interTokenMs).toBeCloseTo(10, 9);
+      expect(registry.timingOf('r1')?.prefill?.prefillMs).toBeCloseTo(20, 9);
+    });
+
+    it('needs enough work in a window: a few tokens say nothing of the speed', async () => {
+      await send(() => bus.publish('registration', registration('r1')));
+      for (let i = 0; i <= 20; i++)
+        await beat(i + 1, i * 250, {
+          interTokenSecondsTotal: i * 0.5,
+          interTokensTotal: i,
+          prefillsTotal: i > 10 ? 1 : 0,
+          prefillSecondsTotal: i > 10 ? 3 : 0,
+        });
+      expect(registry.timingOf('r1')).toBeUndefined();
+    });
+  });
 });

@@ -208,6 +208,11 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     lease: deps.lease,
     waitsForReplica: (model) => swapTargets.has(model),
     desiredReplicasGauge: (pool, desired) => metrics.desiredReplicas.set({ pool }, desired),
+    profileGauge: (model, gpu, tp, profile) => {
+      const labels = { model, gpu, tp: String(tp) };
+      metrics.qlmEstimatorMs.set({ ...labels, phase: 'decode' }, profile.decodeMsPerIteration);
+      metrics.qlmEstimatorMs.set({ ...labels, phase: 'prefill' }, profile.prefillMs);
+    },
     affinityCounter: (pool, outcome) => metrics.prefixAffinity.inc({ pool, outcome }),
   });
   const sloClasses = new Map(scheduling.sloClasses.map((c) => [c.name, c]));

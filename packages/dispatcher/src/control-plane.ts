@@ -1,7 +1,20 @@
-import type { Bus, ControlReport, ControlRoutes, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
+import type {
+  Bus,
+  ControlReport,
+  ControlRoutes,
+  EngineTiming,
+  ReplicaRegistry,
+  Unsubscribe,
+} from '@fairway/bus';
 import type { Clock, ControlConfig, Logger, ScalingConfig, SloClass } from '@fairway/core';
 import { RESTART_OVERHEAD_S, swapCostOf } from '@fairway/perf';
-import { loadHighsSolver, type MilpSolver, type QueuePlanner, VirtualQueueRouter } from '@fairway/policy';
+import {
+  loadHighsSolver,
+  type MilpSolver,
+  type QueuePlanner,
+  type RwtProfile,
+  VirtualQueueRouter,
+} from '@fairway/policy';
 import {
   type ControlOp,
   type ControlReplica,
@@ -48,6 +61,8 @@ export interface ControlPlaneOptions {
   readonly headroomFraction: number;
   /** Sets the `fairway_desired_replicas{pool}` gauge. */
   readonly gauge?: ((pool: string, desired: number) => void) | undefined;
+  /** Sets the `fairway_qlm_estimator_ms` gauges from a profile the planner used. */
+  readonly profileGauge?: ((model: string, gpu: string, tp: number, profile: RwtProfile) => void) | undefined;
 }
 
 /** What only the leader keeps; rebuilt whenever a dispatcher becomes the leader. */
@@ -269,7 +284,22 @@ export class ControlPlane {
     };
     let control: QlmControl | undefined;
     if (o.planner !== undefined) {
-      const profileOf = liveProfiles(c, shapeOf);
+      // Every replica of the shape that measured its engine's speed corrects the preset.
+      const timingsOf = (model: string, gpu: string, tp: number): EngineTiming[] => {
+        const out: EngineTiming[] = [];
+        for (const v of o.registry.list({ model })) {
+          if ((v.registration.gpu ?? c.profileGpu) !== gpu || v.registration.tp !== tp) continue;
+          const t = o.registry.timingOf(v.id);
+          if (t !== undefined) out.push(t);
+        }
+        return out;
+      };
+      const live = liveProfiles(c, shapeOf, timingsOf);
+      const profileOf = (model: string, gpu: string, tp: number): RwtProfile => {
+        const p = live(model, gpu, tp);
+        o.profileGauge?.(model, gpu, tp, p);
+        return p;
+      };
       const first = o.registry.list()[0]?.registration;
       const batch = first
         ? profileOf(first.model, first.gpu ?? c.profileGpu, first.tp).batchSize

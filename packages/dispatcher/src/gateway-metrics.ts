@@ -107,6 +107,7 @@ export class GatewayMetrics {
   readonly busConnected: Gauge;
   /** Aladdin's desired replicas per pool, set by the control leader (`policy.scaling`). */
   readonly desiredReplicas: Gauge<'pool'>;
+  readonly qlmEstimatorMs: Gauge<'model' | 'gpu' | 'tp' | 'phase'>;
   /** What prefix-cache affinity did for each request with prefix keys this dispatcher placed. */
   readonly prefixAffinity: Counter<'pool' | 'outcome'>;
 
@@ -154,6 +155,12 @@ export class GatewayMetrics {
       name: 'fairway_desired_replicas',
       help: "Replicas a pool needs for its arrival rate (Aladdin's n = ceil(k*r + c)), on the control leader",
       labelNames: ['pool'],
+      registers,
+    });
+    this.qlmEstimatorMs = new Gauge({
+      name: 'fairway_qlm_estimator_ms',
+      help: "QLM's waiting-time estimator, on the control leader, per replica shape: decode ms per iteration of a full batch and prefill ms of a mean request (phase), the preset corrected by the speed the engines measured",
+      labelNames: ['model', 'gpu', 'tp', 'phase'],
       registers,
     });
     this.queueDepth = new Gauge({

@@ -15,6 +15,7 @@ import {
   type RequestDescriptor,
   type Usage,
 } from '@fairway/core';
+import type { RwtProfile } from '@fairway/policy';
 import {
   type AffinityOutcome,
   type Dispatched,
@@ -68,6 +69,8 @@ export interface GatewayRuntimeOptions {
   readonly waitsForReplica?: ((model: string) => boolean) | undefined;
   /** Sets the `fairway_desired_replicas{pool}` gauge. @default none */
   readonly desiredReplicasGauge?: ((pool: string, desired: number) => void) | undefined;
+  /** Sets the `fairway_qlm_estimator_ms` gauges from a profile QLM's planner used. @default none */
+  readonly profileGauge?: ((model: string, gpu: string, tp: number, profile: RwtProfile) => void) | undefined;
   /** Counts what prefix affinity did for a request this dispatcher placed. @default none */
   readonly affinityCounter?: ((pool: string, outcome: AffinityOutcome) => void) | undefined;
 }
@@ -201,6 +204,7 @@ export class GatewayRuntime {
             },
             headroomFraction: opt.headroomFraction,
             gauge: o.desiredReplicasGauge,
+            profileGauge: o.profileGauge,
           });
     this.#suspects = new SuspectReplicas({
       inner: o.replicas,

@@ -3,6 +3,8 @@ import { type DesiredReplicas, NatsBus } from '@fairway/bus';
 import { parseConfig, silentLogger, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
 import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
+import { fitEnginePerformance } from '@fairway/perf';
+import { decodeIterationMs, prefillMs } from '@fairway/policy';
 import { StoreKeys } from '@fairway/store';
 import { natsUrl, redisUrl, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
@@ -37,13 +39,15 @@ async function startFleet(
   ordering: 'fcfs' | 'qlm' | 'edf',
   dispatchers: number,
   control: Record<string, unknown> = {},
+  /** The GPU engine-sim simulates; its agent registers an A100-80GB whatever this is. */
+  engineGpu = 'A100-80GB',
 ): Promise<Fleet> {
   const prefix = uniquePrefix('qlm');
   // Four sequences at most: four long batch requests fill the replica.
   const sim = await startEngineSim({
     servedModelName: MODEL,
     model: MODEL,
-    gpu: 'A100-80GB',
+    gpu: engineGpu,
     speed: SPEED,
     maxNumSeqs: 4,
     kvCapacityTokens: 40_000,
@@ -413,6 +417,51 @@ describe('QLM serving live traffic (Redis, NATS, engine-sim)', () => {
     expect(s.completed?.usage?.output_tokens).toBe(800);
     expect(runtime.stats().evicted).toBe(2);
   }, 30_000);
+
+  it("estimates waiting times from the engine's measured speed, not from the preset of the GPU it registered", async () => {
+    // The agent registers an A100-80GB; the engine runs as an A10G-24GB, about three times
+    // slower to decode Llama-2-7B. QLM's estimator starts from the A100 preset and follows the
+    // engine's own inter-token and prefill histograms once it has served for a few seconds.
+    fleet = await startFleet('qlm', 1, {}, 'A10G-24GB');
+    const d = fleet.dispatchers[0]!;
+    const estimator = async (phase: string): Promise<number | undefined> => {
+      const body = (await d.dispatcher.operator.inject({ method: 'GET', url: '/metrics' })).body;
+      const m = new RegExp(
+        `^fairway_qlm_estimator_ms\\{model="${MODEL}",gpu="A100-80GB",tp="1",phase="${phase}"\\} (\\S+)$`,
+        'm',
+      ).exec(body);
+      return m ? Number(m[1]) : undefined;
+    };
+    // The leader sets the gauge at its first planning round: the A100 preset, nothing measured yet.
+    let presetDecode: number | undefined;
+    for (let i = 0; i < 100 && presetDecode === undefined; i++) {
+      presetDecode = await estimator('decode');
+      if (presetDecode === undefined) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(presetDecode).toBeDefined();
+    const presetPrefill = (await estimator('prefill')) as number;
+    // Four clients keep the replica's four sequences busy for longer than a measuring window.
+    const until = performance.now() + 7000;
+    const client = async () => {
+      while (performance.now() < until) await chat(d.url, 'batch', 300, true, 'a long prompt '.repeat(100));
+    };
+    await Promise.all([client(), client(), client(), client()]);
+    const decode = (await estimator('decode')) as number;
+    const prefill = (await estimator('prefill')) as number;
+    // What the engine-sim presets themselves say of the two GPUs at this batch and context.
+    const a100 = fitEnginePerformance({ model: MODEL, gpu: 'A100-80GB', tp: 1 }).model;
+    const a10g = fitEnginePerformance({ model: MODEL, gpu: 'A10G-24GB', tp: 1 }).model;
+    const decodeRatio =
+      decodeIterationMs(a10g.decode, 4, 4 * 700) / decodeIterationMs(a100.decode, 4, 4 * 700);
+    const prefillRatio = prefillMs(a10g.prefill, 400) / prefillMs(a100.prefill, 400);
+    expect(decodeRatio).toBeGreaterThan(2);
+    expect(decode / (presetDecode as number)).toBeGreaterThan(0.7 * decodeRatio);
+    expect(decode / (presetDecode as number)).toBeLessThan(1.5 * decodeRatio);
+    // vLLM's prefill histogram times a request from its scheduling to its first token, with the
+    // decodes batched beside it, so the measured prefill runs longer than the prefill-only model.
+    expect(prefill / presetPrefill).toBeGreaterThan(0.7 * prefillRatio);
+    expect(prefill / presetPrefill).toBeLessThan(3 * prefillRatio);
+  }, 60_000);
 
   it('hands the control over to another dispatcher when the leader stops', async () => {
     fleet = await startFleet('qlm', 2);
