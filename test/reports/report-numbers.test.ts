@@ -93,21 +93,20 @@ const PARTS: readonly PartCheck[] = [
     plots: { dir: 'vtc', committed: 'reports/vtc' },
   },
   {
-    name: 'prefix affinity: fair affinity on tenants-shared-prompt, at load and saturated',
+    name: 'prefix affinity: least-KV and fair affinity on tenants-shared-prompt, at load and saturated',
     report: 'reports/prefix-affinity.md',
     argv: [
       'packages/sim/bench/prefix-affinity-report.ts',
       '--scenarios',
       'tenants-shared-prompt',
       '--modes',
-      'fair-affinity',
+      'least-kv,fair-affinity',
       '--out',
       'OUT/prefix-affinity.md',
     ],
     output: 'prefix-affinity.md',
-    // The mode's rows; the targets compare it with modes this part does not run.
-    lines: (l) =>
-      l.startsWith('| fair-affinity |') || l.startsWith('| tenants-shared-prompt | fair-affinity |'),
+    // The two modes' rows; the targets compare them with modes this part does not run.
+    lines: (l) => /^\| (tenants-shared-prompt \| )?(least-kv|fair-affinity) \|/.test(l),
   },
   {
     name: 'SLO: EDF and FCFS on the QLM scenarios',
