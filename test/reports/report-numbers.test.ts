@@ -109,6 +109,11 @@ const PARTS: readonly PartCheck[] = [
     lines: (l) => /^\| (tenants-shared-prompt \| )?(least-kv|fair-affinity) \|/.test(l),
   },
   {
+    name: "InferMax sections 4.4 and Sarathi's P (no MILP solves)",
+    report: 'reports/infermax-reproduction.md',
+    argv: ['packages/sim/bench/infermax-report.ts', '--only', 'section44,sectionP'],
+  },
+  {
     name: 'SLO: EDF and FCFS on the QLM scenarios',
     report: 'reports/slo/summary.md',
     argv: ['packages/sim/bench/slo-report.ts'],
