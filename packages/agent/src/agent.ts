@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { Bus, CommandReply, NodeCommand, Registration, ReplicaState, Unsubscribe } from '@fairway/bus';
 import { type Clock, type Logger, parseWith, silentLogger } from '@fairway/core';
-import { type Engine, type HistogramTotals, VLLM_METRIC, type VllmMetrics } from '@fairway/engine';
+import {
+  type Engine,
+  type HistogramTotals,
+  histogramOf,
+  VLLM_METRIC,
+  type VllmMetrics,
+} from '@fairway/engine';
 import { z } from 'zod';
 import { isWildcardHost } from './advertise-url.ts';
 import { argsWithModel, type EngineProcess, type EngineProcessEvent } from './engine-process.ts';
@@ -80,13 +86,10 @@ export interface AgentStopOptions {
   readonly stopEngine?: boolean;
 }
 
-/** A histogram's totals from a scrape (the first of `names` exported), if usable on the wire. */
+/** A histogram's totals from a scrape (see `histogramOf`), if usable on the wire. */
 function histogram(m: VllmMetrics | undefined, ...names: string[]): HistogramTotals | undefined {
-  for (const n of names) {
-    const h = m?.histograms.get(n);
-    if (h !== undefined) return Number.isFinite(h.sum) && h.sum >= 0 && h.count >= 0 ? h : undefined;
-  }
-  return undefined;
+  const h = m === undefined ? undefined : histogramOf(m, ...names);
+  return h !== undefined && Number.isFinite(h.sum) && h.sum >= 0 && h.count >= 0 ? h : undefined;
 }
 
 /**

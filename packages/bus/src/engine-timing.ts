@@ -1,7 +1,7 @@
 import type { Heartbeat } from './messages.ts';
 
 /** How long a replica's engine timing is measured over, ms of the agent's clock. */
-export const TIMING_WINDOW_MS = 5_000;
+const TIMING_WINDOW_MS = 5_000;
 /** Fewest decode tokens a window needs before its inter-token latency counts. */
 const MIN_TOKENS = 32;
 /** Fewest prefills a window needs before their mean time counts. */

@@ -9,13 +9,7 @@ export type {
   SubscribeOptions,
   Unsubscribe,
 } from './bus.ts';
-export {
-  type DecodeTiming,
-  type EngineTiming,
-  EngineTimingWindow,
-  type PrefillTiming,
-  TIMING_WINDOW_MS,
-} from './engine-timing.ts';
+export type { DecodeTiming, EngineTiming, PrefillTiming } from './engine-timing.ts';
 export {
   BusError,
   BusErrorCode,

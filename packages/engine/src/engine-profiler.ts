@@ -21,7 +21,7 @@ import {
   toPerformanceModelFile,
 } from '@fairway/policy';
 import { EngineProfileError } from './errors.ts';
-import { VLLM_METRIC, type VllmMetrics } from './metrics-parser.ts';
+import { histogramOf, VLLM_METRIC, type VllmMetrics } from './metrics-parser.ts';
 import { VllmClient } from './vllm-client.ts';
 
 /** Options of {@link profileEngineMetrics}. */
@@ -83,17 +83,9 @@ interface Planned {
   readonly run: () => Promise<void>;
 }
 
-function histogram(m: VllmMetrics, ...names: string[]): { sum: number; count: number } | undefined {
-  for (const n of names) {
-    const h = m.histograms.get(n);
-    if (h) return h;
-  }
-  return undefined;
-}
-
 function deltaOf(after: VllmMetrics, before: VllmMetrics, ...names: string[]) {
-  const a = histogram(after, ...names);
-  const b = histogram(before, ...names);
+  const a = histogramOf(after, ...names);
+  const b = histogramOf(before, ...names);
   if (!a || !b) return undefined;
   return { sum: a.sum - b.sum, count: a.count - b.count };
 }
@@ -140,13 +132,13 @@ async function profileWith(client: VllmClient, options: EngineProfileOptions): P
   if (capacity === undefined) {
     throw new EngineProfileError(url, `the engine does not export ${VLLM_METRIC.cacheConfig}`);
   }
-  if (!histogram(first, VLLM_METRIC.interTokenLatency, VLLM_METRIC.timePerOutputToken)) {
+  if (!histogramOf(first, VLLM_METRIC.interTokenLatency, VLLM_METRIC.timePerOutputToken)) {
     throw new EngineProfileError(
       url,
       `the engine exports neither ${VLLM_METRIC.interTokenLatency} nor ${VLLM_METRIC.timePerOutputToken}`,
     );
   }
-  if (!histogram(first, VLLM_METRIC.prefillTime, VLLM_METRIC.timeToFirstToken)) {
+  if (!histogramOf(first, VLLM_METRIC.prefillTime, VLLM_METRIC.timeToFirstToken)) {
     throw new EngineProfileError(
       url,
       `the engine exports neither ${VLLM_METRIC.prefillTime} nor ${VLLM_METRIC.timeToFirstToken}`,

@@ -34,6 +34,7 @@ export {
 } from './errors.ts';
 export {
   type HistogramTotals,
+  histogramOf,
   type ParseVllmMetricsOptions,
   parseVllmMetrics,
   VLLM_METRIC,

@@ -132,6 +132,15 @@ function toNumber(raw: string | undefined): number {
   return Number(raw);
 }
 
+/** Totals of the first of `names` (a histogram and its older name) the page exports. */
+export function histogramOf(m: VllmMetrics, ...names: string[]): HistogramTotals | undefined {
+  for (const n of names) {
+    const h = m.histograms.get(n);
+    if (h) return h;
+  }
+  return undefined;
+}
+
 /**
  * Parses a vLLM `/metrics` page. Series of one metric are summed (vLLM labels them by engine
  * index under data parallelism and by finish reason), after filtering by model name. Throws

@@ -21,6 +21,7 @@ import {
   scheduleLowerBound,
   solveOptimalSchedule,
 } from '../src/optimal-schedule.ts';
+import { runSections } from './report-sections.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..', '..');
 const OUT = join(ROOT, 'reports', 'infermax-reproduction.md');
@@ -406,12 +407,7 @@ const SECTIONS: Record<string, () => Promise<void> | void> = {
 async function main(): Promise<void> {
   const { values: args } = parseArgs({ options: { only: { type: 'string' } } });
   if (args.only !== undefined) {
-    for (const name of args.only.split(',')) {
-      const section = SECTIONS[name];
-      if (section === undefined)
-        throw new Error(`unknown section "${name}"; known: ${Object.keys(SECTIONS).join(', ')}`);
-      await section();
-    }
+    await runSections(args.only, SECTIONS);
     return;
   }
   const started = performance.now();

@@ -32,6 +32,7 @@ import {
 import { VTC_SCENARIOS } from '../src/scenarios/vtc.ts';
 import { VTC_APPENDIX_SCENARIOS } from '../src/scenarios/vtc-appendix.ts';
 import { EVIDENCE_SEEDS, type SeedSummary, summarizeSeeds } from '../src/seed-summary.ts';
+import { runSections } from './report-sections.ts';
 import { runSloraRouter } from './slora-router.ts';
 
 const { values: args } = parseArgs({ options: { out: { type: 'string' }, only: { type: 'string' } } });
@@ -1461,12 +1462,7 @@ const SECTIONS: Record<string, () => Promise<unknown>> = {
 };
 
 if (args.only !== undefined) {
-  for (const name of args.only.split(',')) {
-    const section = SECTIONS[name];
-    if (section === undefined)
-      throw new Error(`unknown section "${name}"; known: ${Object.keys(SECTIONS).join(', ')}`);
-    await section();
-  }
+  await runSections(args.only, SECTIONS);
   const rows = table(['paper', 'claim', 'fairway measured', 'holds'], summary, true).split('\n').slice(2);
   process.stdout.write(`${[...md, ...rows].join('\n')}\n`);
   process.exit(0);
