@@ -58,7 +58,9 @@ export {
 export {
   checkPlacement,
   type FeasibilityResult,
+  futureKvPeak,
   type InfeasibleReason,
+  type KvCourse,
   peakKvDemand,
   type ReplicaPrediction,
 } from './aladdin/slo-feasibility.ts';

@@ -104,7 +104,12 @@ describe('Aladdin placement capacity', () => {
     ]);
     expect(order.map((r) => r.id)).toEqual(['b', 'a', 'c']);
     expect(placementByName('aladdin').name).toBe('aladdin');
-    expect(placementByName('aladdin').capacity).toBeUndefined();
+    // Without a performance model or sequence reports, a replica offers its own capacity.
+    const plain = replica({ id: 'a', reservedTokens: 10_000, reservedSeqs: 5 });
+    expect(placementByName('aladdin').capacity?.(plain)).toEqual({
+      tokenCapacity: plain.tokenCapacity,
+      seqCapacity: plain.seqCapacity,
+    });
     expect(placementByName('aladdin', undefined, { aladdin: { perfOf: () => perf } }).capacity).toBeDefined();
   });
 });

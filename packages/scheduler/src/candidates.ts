@@ -95,9 +95,15 @@ export class Candidates {
       for (const p of place.call(this.#placement, offered, ctx)) {
         if (p.replica.stale) continue;
         const c = this.#candidate(p.replica, false, false);
+        // Room checked against the replica's future KV demand may pass its capacity; the repair
+        // guard still takes off what the engine reports beyond the store's reservations.
+        const tokenCapacity =
+          p.timeIndexedKv === true
+            ? p.tokenCapacity - (toCandidate(p.replica).tokenCapacity - c.tokenCapacity)
+            : Math.min(c.tokenCapacity, p.tokenCapacity);
         all.push({
           id: c.id,
-          tokenCapacity: Math.max(0, Math.min(c.tokenCapacity, p.tokenCapacity)),
+          tokenCapacity: Math.max(0, tokenCapacity),
           seqCapacity: Math.max(0, Math.min(c.seqCapacity, p.seqCapacity)),
         });
         of.push(p.replica);

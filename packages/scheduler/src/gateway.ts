@@ -169,6 +169,15 @@ export class Gateway {
     return this.#owned.get(id)?.admission;
   }
 
+  /**
+   * KV tokens the store holds reserved for request `id` on its replica (its reservation, grown as
+   * its output streamed past it), while this gateway owns it running; undefined otherwise.
+   */
+  reservedTokensOf(id: string): number | undefined {
+    const own = this.#owned.get(id);
+    return own?.state === 'running' ? own.reserveTokens + own.grown : undefined;
+  }
+
   /** {@inheritDoc Charging.recordTokens} */
   recordTokens(id: string, generated: number): boolean {
     return this.#charging.recordTokens(id, generated);

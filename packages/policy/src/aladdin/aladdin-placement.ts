@@ -9,6 +9,7 @@ import {
   type ReplicaState,
 } from '../placement/placement-policy.ts';
 import { type AladdinOptions, resolveAladdinOptions } from './replica-view.ts';
+import { futureKvPeak, type KvCourse } from './slo-feasibility.ts';
 import type { WorkloadProfile } from './worker-config.ts';
 
 /** Options of {@link aladdinPlacement}. */
@@ -57,6 +58,33 @@ interface ReplicaBounds {
   readonly seqCapacity: number;
   /** Largest next prompt whose prefill, with the replica's pending ones, ends within the TTFT left. */
   readonly ttftPrompt: number;
+  /** `tokenCapacity` comes from the replica's future KV demand (see {@link timeIndexedKvRoom}). */
+  readonly timeIndexedKv: boolean;
+}
+
+/**
+ * Constraint (e), time-indexed (Aladdin section 4.2): the reservation total the store may reach on
+ * `r` so that, whenever the next request's reservation is held in full from now on, the replica's
+ * KV demand stays within `kvCapacity` at every future iteration. Each sequence the replica reports
+ * grows one token per iteration from its context now up to its reservation, then frees its cache;
+ * reservations no report covers yet (dispatched since) are held in full. Where sequences finish
+ * before the others have grown, this exceeds the sum-of-reservations bound; where one has streamed
+ * past what the last report says, it is below it. Undefined when the replica does not report its
+ * sequences with their reservations.
+ */
+export function timeIndexedKvRoom(r: ReplicaState, kvCapacity: number): number | undefined {
+  const sequences = r.sequences;
+  if (sequences === undefined) return undefined;
+  const courses: KvCourse[] = [];
+  let reported = 0;
+  for (const s of sequences) {
+    if (s.reservedTokens === undefined) return undefined;
+    const context = s.inputTokens + s.generated;
+    reported += s.reservedTokens;
+    courses.push({ context, remaining: Math.max(1, s.reservedTokens - context) });
+  }
+  const unreported = Math.max(0, r.reservedTokens - reported);
+  return r.reservedTokens + kvCapacity - futureKvPeak(courses) - unreported;
 }
 
 /**
@@ -74,7 +102,9 @@ interface ReplicaBounds {
  *   new bin; a fixed fleet gives the request its earliest first token instead of holding it);
  * - (d) the new request's prefill, with every prefill still pending, must fit the least ATGT slack
  *   of the running sequences (when the replica reports them), which bounds its prompt too;
- * - (e) KV: reservations hold prompt + predicted output, so they never exceed the KV capacity;
+ * - (e) KV: where the replica reports its sequences with their reservations, the batch's future
+ *   KV demand stays within capacity at every iteration with the new reservation held in full
+ *   ({@link timeIndexedKvRoom}); otherwise the sum of reservations (prompt + reserved output) does;
  * - sequences: at most `max_num_seqs`, and no more than the ATGT allows at an empty context.
  * A prompt bound reaches the store through the reservation (prompt + predicted output): a
  * reservation of at most `bound + minPredictedOutput` tokens guarantees a prompt of at most `bound`.
@@ -95,21 +125,26 @@ export function aladdinBounds(
 
   return (r, waitedMs) => {
     const perf = options.perfOf?.(r.id);
+    const kvCapacity =
+      perf === undefined ? r.tokenCapacity : Math.min(r.tokenCapacity, perf.kvCapacityTokens);
+    const kvRoom = timeIndexedKvRoom(r, kvCapacity);
+    const timeIndexedKv = kvRoom !== undefined;
     if (perf === undefined)
       return {
-        tokenCapacity: r.tokenCapacity,
+        tokenCapacity: Math.max(0, Math.floor(kvRoom ?? r.tokenCapacity)),
         seqCapacity: r.seqCapacity,
         ttftPrompt: Number.POSITIVE_INFINITY,
+        timeIndexedKv,
       };
     let seqCapacity = Math.min(r.seqCapacity, perf.maxSeqs);
-    let tokenCapacity = Math.min(r.tokenCapacity, perf.kvCapacityTokens);
+    let tokenCapacity = kvRoom ?? kvCapacity;
 
     // Prompts on the replica not yet prefilled: they are prefilled with the next one.
     let pending = 0;
     if (r.sequences !== undefined) {
       let seen = 0;
       for (const s of r.sequences) {
-        seen += s.inputTokens + predict(s.inputTokens);
+        seen += s.reservedTokens ?? s.inputTokens + predict(s.inputTokens);
         if (!s.prefilled) pending += s.inputTokens;
       }
       // Requests reserved here that the replica does not report yet (dispatched this round): their
@@ -124,7 +159,13 @@ export function aladdinBounds(
         (options.ttftMs - waitedMs - (r.stepRemainingMs ?? 0) - perf.prefill.c1) / perf.prefill.k1 - pending;
 
     const atgt = options.atgtMs;
-    if (atgt === undefined) return { tokenCapacity, seqCapacity, ttftPrompt };
+    if (atgt === undefined)
+      return {
+        tokenCapacity: Math.max(0, Math.floor(tokenCapacity)),
+        seqCapacity,
+        ttftPrompt,
+        timeIndexedKv,
+      };
 
     const stall = options.workload ? prefillMs(perf.prefill, meanIn) / meanOut : 0;
     const decode = { ...perf.decode, c2: perf.decode.c2 + stall };
@@ -156,6 +197,7 @@ export function aladdinBounds(
       tokenCapacity: Math.max(0, Math.floor(tokenCapacity)),
       seqCapacity: Math.max(0, seqCapacity),
       ttftPrompt,
+      timeIndexedKv,
     };
   };
 }
@@ -187,7 +229,7 @@ function boundedCandidates(
       const room = b.ttftPrompt < 1 ? r.reservedTokens : r.reservedTokens + b.ttftPrompt + minPredictedOutput;
       tokenCapacity = Math.max(0, Math.min(tokenCapacity, Math.floor(room)));
     }
-    return { replica: r, tokenCapacity, seqCapacity: b.seqCapacity };
+    return { replica: r, tokenCapacity, seqCapacity: b.seqCapacity, timeIndexedKv: b.timeIndexedKv };
   });
 }
 
@@ -199,7 +241,9 @@ function boundedCandidates(
  * candidate whose room takes its reservation, in the same atomic step that picks it (one Redis
  * round trip), so the store's first-with-room pick is Algorithm 1's first feasible bin. Stale
  * replicas come last with no room. Without a performance model replicas are ordered by fullness
- * only and offered their own KV and sequence capacity.
+ * only and offered their own sequence capacity, and KV room by constraint (e) alone: time-indexed
+ * where the replica's sequences are reported with their reservations ({@link timeIndexedKvRoom}),
+ * else the sum of reservations.
  */
 export function aladdinPlacement(options: AladdinPlacementOptions = {}): PlacementPolicy {
   const bounds = aladdinBounds(options);
@@ -209,16 +253,12 @@ export function aladdinPlacement(options: AladdinPlacementOptions = {}): Placeme
     name: 'aladdin',
     order,
     forDispatcher: () => policy,
-    ...(options.perfOf !== undefined
-      ? {
-          capacity: (r: ReplicaState) => {
-            const b = bounds(r, 0);
-            return { tokenCapacity: b.tokenCapacity, seqCapacity: b.seqCapacity };
-          },
-          place: (replicas: readonly ReplicaState[], ctx: PlacementContext) =>
-            boundedCandidates(order(replicas), bounds, minPred, ctx),
-        }
-      : {}),
+    capacity: (r: ReplicaState) => {
+      const b = bounds(r, 0);
+      return { tokenCapacity: b.tokenCapacity, seqCapacity: b.seqCapacity };
+    },
+    place: (replicas: readonly ReplicaState[], ctx: PlacementContext) =>
+      boundedCandidates(order(replicas), bounds, minPred, ctx),
   };
   return policy;
 }

@@ -45,31 +45,47 @@ export type FeasibilityResult =
       readonly limit: number;
     } & ReplicaPrediction);
 
+/** A sequence's KV context now, and the decode iterations it still has to run. */
+export interface KvCourse {
+  readonly context: number;
+  readonly remaining: number;
+}
+
 /**
- * Highest KV-cache demand over the future iterations of a batch (Aladdin constraint e): every
- * request grows by one token per iteration and frees its cache when it finishes, so the peak falls
- * just before some request's last iteration. O(n log n).
+ * Highest sum of KV context over the future iterations of a batch, tokens plus `perSequence` for
+ * each running sequence (Aladdin constraint e): every sequence grows by one token per iteration
+ * and frees its cache when it finishes, so the peak falls just before some sequence's last
+ * iteration. O(n log n).
  */
-export function peakKvDemand(replica: ReplicaView, requests: readonly PlacedRequest[]): number {
-  const kv = replica.perf.kv;
-  const items = requests
-    .map((r) => ({ remaining: expectedLength(r) - r.generated, context: r.inputTokens + r.generated }))
-    .sort((a, b) => b.remaining - a.remaining);
+export function futureKvPeak(courses: readonly KvCourse[], perToken = 1, perSequence = 0): number {
+  const items = [...courses].sort((a, b) => b.remaining - a.remaining);
   // Walking by decreasing remaining length, the active set at s = remaining_k − 1 is the prefix.
   let peak = 0;
   let count = 0;
   let contextSum = 0;
   for (let i = 0; i < items.length; i++) {
-    const it = items[i] as { remaining: number; context: number };
+    const it = items[i] as KvCourse;
     count++;
     contextSum += it.context;
     const next = items[i + 1];
     if (next && next.remaining === it.remaining) continue;
     const s = it.remaining - 1;
-    const demand = kv.h * (contextSum + count * s) + count * kv.j;
-    peak = Math.max(peak, demand);
+    peak = Math.max(peak, perToken * (contextSum + count * s) + count * perSequence);
   }
   return peak;
+}
+
+/** Highest KV-cache demand over the future iterations of the requests on a replica ({@link futureKvPeak}). */
+export function peakKvDemand(replica: ReplicaView, requests: readonly PlacedRequest[]): number {
+  const kv = replica.perf.kv;
+  return futureKvPeak(
+    requests.map((r) => ({
+      remaining: expectedLength(r) - r.generated,
+      context: r.inputTokens + r.generated,
+    })),
+    kv.h,
+    kv.j,
+  );
 }
 
 /**

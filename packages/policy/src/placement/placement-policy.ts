@@ -19,6 +19,12 @@ export interface SequenceProgress {
   readonly decodeMs: number;
   /** Whether its prompt has been prefilled (a waiting sequence will be prefilled with the next). */
   readonly prefilled: boolean;
+  /**
+   * KV tokens the store holds reserved for it (prompt and reserved output, grown as its output
+   * streams past it): the most context it will reach, so Aladdin can check a replica's future KV
+   * demand (time-indexed constraint e) instead of the sum of its reservations. @default unknown
+   */
+  readonly reservedTokens?: number | undefined;
 }
 
 /** What placement knows about one replica: capacity, what the gateway reserved on it, engine load. */
@@ -69,6 +75,13 @@ export interface PlacementCandidate {
   readonly tokenCapacity: number;
   /** Sequences the store may have reserved on it after the placement. */
   readonly seqCapacity: number;
+  /**
+   * The token room was checked against the replica's future KV demand — its sequences' progress
+   * toward their reservations (Aladdin's time-indexed constraint e) — rather than the sum of its
+   * reservations, so it may exceed the replica's capacity: sequences that finish before the others
+   * grow free their room first. @default false
+   */
+  readonly timeIndexedKv?: boolean | undefined;
 }
 
 /** A placement policy: orders replicas, best first. */
