@@ -64,7 +64,9 @@ export {
   replicaStateSchema,
   replicaUnavailableSchema,
   requestSchemas,
+  type SequenceReport,
   type SignedAdminEnvelope,
+  sequenceReportSchema,
   signedAdminEnvelopeSchema,
 } from './messages.ts';
 export {

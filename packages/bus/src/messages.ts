@@ -434,6 +434,38 @@ export const prefixRouteSchema = z.object({
 /** A prefix route. */
 export type PrefixRoute = z.infer<typeof prefixRouteSchema>;
 
+/**
+ * The requests one dispatcher runs, by replica, with their progress (Aladdin's per-sequence
+ * reports): every dispatcher sends its own a few times a second, and placement sees each replica's
+ * sequences from all of them (time-indexed KV, decode and TTFT slack). Each sequence is
+ * `[prompt tokens, output tokens so far, ms since its first output token, prefilled 0/1, KV tokens
+ * reserved for it]`.
+ */
+export const sequenceReportSchema = z.object({
+  dispatcherId: id,
+  replicas: z
+    .array(
+      z.object({
+        replicaId: id,
+        sequences: z
+          .array(
+            z.tuple([
+              nonNegInt.max(100_000_000),
+              nonNegInt.max(100_000_000),
+              z.number().finite().min(0).max(1e9),
+              z.union([z.literal(0), z.literal(1)]),
+              nonNegInt.max(1_000_000_000),
+            ]),
+          )
+          .max(4096),
+      }),
+    )
+    .max(4096),
+  at: timestampMs,
+});
+/** A dispatcher's sequence report. */
+export type SequenceReport = z.infer<typeof sequenceReportSchema>;
+
 /** Schemas of the publish/subscribe message kinds. */
 export const messageSchemas = {
   registration: registrationSchema,
@@ -448,6 +480,7 @@ export const messageSchemas = {
   quotaAlert: quotaAlertSchema,
   appSamples: appSamplesSchema,
   prefixRoute: prefixRouteSchema,
+  sequenceReport: sequenceReportSchema,
 } as const;
 /** A publish/subscribe message kind. */
 export type MessageKind = keyof typeof messageSchemas;

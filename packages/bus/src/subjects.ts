@@ -73,6 +73,8 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
       return (msg as MessageOf<'appSamples'>).dispatcherId;
     case 'prefixRoute':
       return (msg as MessageOf<'prefixRoute'>).dispatcherId;
+    case 'sequenceReport':
+      return (msg as MessageOf<'sequenceReport'>).dispatcherId;
     case 'discover':
     case 'controlRoutes':
     case 'quotaAlert':
@@ -131,6 +133,8 @@ export class Subjects {
         return `${p}.quota.alert`;
       case 'prefixRoute':
         return `${p}.dispatcher.${k}.prefix`;
+      case 'sequenceReport':
+        return `${p}.dispatcher.${k}.sequences`;
       case 'command':
         return `${p}.node.${k}.command`;
       default:

@@ -416,8 +416,10 @@ export const policyConfigSchema = z
     /**
      * Which replica a request runs on: `round-robin`; `jsq` (fewest requests on the replica);
      * `least-kv` (smallest fraction of its KV cache reserved or in use); `power-of-two` (of two
-     * sampled replicas, the one with the shorter queue); `aladdin` (best fit under performance
-     * models and SLO targets, see `performanceModels`). @default 'least-kv'
+     * sampled replicas, the one with the shorter queue); `aladdin` (fullest replica first where
+     * the request fits: by the future KV demand of the requests every dispatcher reports running
+     * there, and under performance models by the SLO targets, see `performanceModels`).
+     * @default 'least-kv'
      */
     placement: z.enum(['round-robin', 'jsq', 'least-kv', 'power-of-two', 'aladdin']).default('least-kv'),
     /** The cost of serving a request, which fairness counters grow by. */

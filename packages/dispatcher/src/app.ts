@@ -36,6 +36,7 @@ import { openAiRoutes } from './routes/openai.ts';
 import { healthRoutes, metricsRoute, observeGauges } from './routes/ops.ts';
 import { usageApiRoutes } from './routes/usage-api.ts';
 import { schedulingFromConfig } from './scheduling-config.ts';
+import { SequenceReports } from './sequence-reports.ts';
 import { TenantDirectory } from './tenant-directory.ts';
 import { TimedStore } from './timed-store.ts';
 import { extractTraceContext, RequestTrace } from './tracing.ts';
@@ -242,6 +243,20 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
           clock: deps.clock,
           logger,
         });
+  // Aladdin places by every replica's running sequences, which each dispatcher reports.
+  const sequences =
+    deps.config.policy.placement !== 'aladdin'
+      ? undefined
+      : new SequenceReports({
+          bus: deps.bus,
+          dispatcherId: deps.id,
+          timer: deps.timer,
+          clock: deps.clock,
+          local: (firstSeen) => runtime.runningSequences(firstSeen),
+          intervalMs: options.sequenceReportMs,
+          logger,
+        });
+  if (sequences !== undefined) replicas.reportSequences(sequences);
   const stopBusWatch = deps.bus.onConnectionChange?.((up) => {
     metrics.busConnected.set(up ? 1 : 0);
     if (up) logger.info('dispatcher: bus reconnected; replica states come from heartbeats again');
@@ -378,6 +393,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     stopAdmin = await followAdminEvents(deps.bus, admin);
     stopEvictions = deps.bus.subscribe('evict', (e) => activity.evicted(e));
     profiles?.start();
+    sequences?.start();
     await runtime.start();
   });
   app.addHook('preClose', async () => {
@@ -385,6 +401,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     stopEvictions?.();
     stopBusWatch?.();
     profiles?.stop();
+    sequences?.stop();
     await runtime.stop();
     const deadline = deps.timer.now() + options.drainTimeoutMs;
     while (inflight.size > 0 && deps.timer.now() < deadline) await new Promise((r) => setTimeout(r, 10));

@@ -84,6 +84,12 @@ export interface DispatcherOptions {
    * failing) before they are answered 503 `no_replica`, ms. @default 10000
    */
   readonly noReplicaWaitMs?: number;
+  /**
+   * Under `placement: aladdin`, how often this dispatcher sends the requests it runs, with their
+   * progress, to the others (Aladdin's per-sequence reports: time-indexed KV, decode and TTFT
+   * slack), ms. @default 200
+   */
+  readonly sequenceReportMs?: number;
 }
 
 /** {@link DispatcherOptions} with every default applied. */
@@ -113,6 +119,7 @@ const optionsSchema = z
     probeEveryMs: ms.optional(),
     probeTimeoutMs: ms.optional(),
     noReplicaWaitMs: ms.optional(),
+    sequenceReportMs: ms.min(10, 'must be at least 10 ms').optional(),
   })
   .strict()
   .refine((o) => o.renewEveryMs === undefined || o.leaseMs === undefined || o.renewEveryMs < o.leaseMs, {
@@ -149,5 +156,6 @@ export function resolveDispatcherOptions(
     probeEveryMs: o.probeEveryMs ?? 500,
     probeTimeoutMs: o.probeTimeoutMs ?? 1000,
     noReplicaWaitMs: o.noReplicaWaitMs ?? 10_000,
+    sequenceReportMs: o.sequenceReportMs ?? 200,
   };
 }

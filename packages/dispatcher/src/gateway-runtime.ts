@@ -15,7 +15,7 @@ import {
   type RequestDescriptor,
   type Usage,
 } from '@fairway/core';
-import type { RwtProfile } from '@fairway/policy';
+import type { RwtProfile, SequenceProgress } from '@fairway/policy';
 import {
   type AffinityOutcome,
   type Dispatched,
@@ -299,6 +299,41 @@ export class GatewayRuntime {
     const finished = this.#finished;
     this.#finished = [];
     return { queued, running, finished };
+  }
+
+  /**
+   * The requests this dispatcher runs, by replica, with their progress (Aladdin's sequence
+   * reports): prompt, output so far, time since the first output token was seen here (`firstSeen`
+   * keeps that time per request, monotonic ms; entries of requests that ended are dropped), and
+   * the reservation the store holds for each. Runs on the report timer, never per request.
+   */
+  runningSequences(firstSeen: Map<string, number>): Map<string, SequenceProgress[]> {
+    const now = this.#o.timer.now();
+    const byReplica = new Map<string, SequenceProgress[]>();
+    const seen = new Set<string>();
+    for (const t of this.#tickets.values()) {
+      const replica = t.replica;
+      const reservedTokens = this.gateway.reservedTokensOf(t.id);
+      if (replica === undefined || replica === 'unknown' || reservedTokens === undefined) continue;
+      const generated = this.#meters.get(t.id)?.generated() ?? this.#resumeFrom.get(t.id) ?? 0;
+      let first = firstSeen.get(t.id);
+      if (first === undefined && generated > 0) {
+        first = now;
+        firstSeen.set(t.id, now);
+      }
+      seen.add(t.id);
+      const list = byReplica.get(replica) ?? [];
+      byReplica.set(replica, list);
+      list.push({
+        inputTokens: t.req.inputTokens,
+        generated,
+        decodeMs: first === undefined ? 0 : now - first,
+        prefilled: generated > 0,
+        reservedTokens,
+      });
+    }
+    for (const id of firstSeen.keys()) if (!seen.has(id)) firstSeen.delete(id);
+    return byReplica;
   }
 
   /**

@@ -1,7 +1,15 @@
 import type { ReplicaRegistry, ReplicaView } from '@fairway/bus';
+import type { SequenceProgress } from '@fairway/policy';
 import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
 
-function toInfo(v: ReplicaView, pool: string): ReplicaInfo {
+/** Where each replica's running sequences are read from (`SequenceReports`). */
+export interface SequenceSource {
+  /** Changes whenever `sequencesOf` may answer differently. */
+  version(): number;
+  sequencesOf(replica: string): readonly SequenceProgress[];
+}
+
+function toInfo(v: ReplicaView, pool: string, sequences: SequenceSource | undefined): ReplicaInfo {
   return {
     id: v.id,
     pool,
@@ -12,6 +20,7 @@ function toInfo(v: ReplicaView, pool: string): ReplicaInfo {
     kvUsage: v.heartbeat?.kvUsage ?? 0,
     // Late heartbeats, draining and sleeping replicas all mean: place nothing new here.
     stale: !v.acceptsWork,
+    ...(sequences === undefined ? {} : { sequences: sequences.sequencesOf(v.id) }),
   };
 }
 
@@ -28,8 +37,14 @@ export class RegistryReplicaSource implements ReplicaSource {
   /** Each pool's replicas, derived from the registry list they were read from (see `replicas`). */
   readonly #byPool = new Map<
     string,
-    { readonly from: readonly ReplicaView[]; readonly infos: readonly ReplicaInfo[] }
+    {
+      readonly from: readonly ReplicaView[];
+      readonly version: number;
+      readonly infos: readonly ReplicaInfo[];
+    }
   >();
+  /** Running sequences of each replica, when placement uses them (Aladdin). */
+  #sequences: SequenceSource | undefined;
 
   readonly #rates = new Map<string, { readonly untilMs: number; readonly perS: number }>();
 
@@ -39,6 +54,11 @@ export class RegistryReplicaSource implements ReplicaSource {
     this.#configuredPool = configuredPool;
   }
 
+  /** Reports each replica's running sequences with it from now on. */
+  reportSequences(source: SequenceSource): void {
+    this.#sequences = source;
+  }
+
   /** The pool a registered replica belongs to. */
   poolOf(v: ReplicaView): string {
     return this.#configuredPool(v.registration.model) ?? v.registration.pool;
@@ -46,15 +66,18 @@ export class RegistryReplicaSource implements ReplicaSource {
 
   /**
    * A pool's replicas. Read for every request, so derived once per registry list: the registry
-   * returns the same array until a replica changes or goes stale, and so does this.
+   * returns the same array until a replica changes or goes stale, and so does this (and, with
+   * sequence reports, until they change).
    */
   replicas(pool: string): readonly ReplicaInfo[] {
     const all = this.#registry.list();
+    const sequences = this.#sequences;
+    const version = sequences?.version() ?? 0;
     const known = this.#byPool.get(pool);
-    if (known?.from === all) return known.infos;
+    if (known?.from === all && known.version === version) return known.infos;
     const infos: ReplicaInfo[] = [];
-    for (const v of all) if (this.poolOf(v) === pool) infos.push(toInfo(v, pool));
-    this.#byPool.set(pool, { from: all, infos });
+    for (const v of all) if (this.poolOf(v) === pool) infos.push(toInfo(v, pool, sequences));
+    this.#byPool.set(pool, { from: all, version, infos });
     return infos;
   }
 

@@ -1,0 +1,156 @@
+import type { Bus, SequenceReport, Unsubscribe } from '@fairway/bus';
+import type { Clock, Logger } from '@fairway/core';
+import type { SequenceProgress } from '@fairway/policy';
+
+/** Options of {@link SequenceReports}. */
+export interface SequenceReportsOptions {
+  readonly bus: Bus;
+  readonly dispatcherId: string;
+  /** Monotonic clock: report ages and how long a merged view is kept. */
+  readonly timer: Clock;
+  /** Wall clock for the messages' timestamps. */
+  readonly clock: Clock;
+  /**
+   * The requests this dispatcher runs, by replica (`GatewayRuntime.runningSequences`), given the
+   * map in which it keeps when each one's first output token was seen.
+   */
+  readonly local: (firstSeen: Map<string, number>) => Map<string, SequenceProgress[]>;
+  /** How often this dispatcher sends its sequences, ms. @default 200 */
+  readonly intervalMs?: number;
+  /** How long a merged view is served before it is built again, ms. @default 50 */
+  readonly refreshMs?: number;
+  readonly logger: Logger;
+}
+
+/** Another dispatcher's last report, by replica, and when it arrived (monotonic ms). */
+interface Received {
+  readonly atMs: number;
+  readonly byReplica: ReadonlyMap<string, readonly SequenceProgress[]>;
+}
+
+/** Reports older than this many intervals are dropped: their reservations then count in full. */
+const EXPIRY_INTERVALS = 3;
+
+/**
+ * Each replica's sequences as every dispatcher runs them (Aladdin's per-sequence progress, section
+ * 4.2): a dispatcher knows the requests it proxies — prompt, output streamed so far, time since the
+ * first token, what the store reserved for each — and sends them over the bus (`sequenceReport`)
+ * a few times a second; placement reads the union of its own, fresh, and the others' last reports.
+ * A report is at most one interval old when it arrives; one from a dispatcher that went quiet is
+ * dropped after three, and its requests' reservations then count in full (the placement's
+ * unreported reservations), never as free room.
+ */
+export class SequenceReports {
+  readonly #o: SequenceReportsOptions;
+  readonly #intervalMs: number;
+  readonly #refreshMs: number;
+  readonly #received = new Map<string, Received>();
+  readonly #firstSeen = new Map<string, number>();
+  #merged = new Map<string, SequenceProgress[]>();
+  #mergedAt = Number.NEGATIVE_INFINITY;
+  /** Increases every time the merged view is built again. */
+  #version = 0;
+  /** Whether the last report sent named any sequence (an empty one is sent once after). */
+  #sentAny = false;
+  #stop: Unsubscribe | undefined;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(options: SequenceReportsOptions) {
+    this.#o = options;
+    this.#intervalMs = options.intervalMs ?? 200;
+    this.#refreshMs = options.refreshMs ?? 50;
+  }
+
+  start(): void {
+    const o = this.#o;
+    this.#stop = o.bus.subscribe('sequenceReport', (m) => {
+      if (m.dispatcherId !== o.dispatcherId) this.#receive(m);
+    });
+    this.#timer = setInterval(() => this.send(), this.#intervalMs);
+    this.#timer.unref();
+  }
+
+  /** Sends this dispatcher's sequences (an empty report once, after the last ended). */
+  send(): void {
+    const o = this.#o;
+    const local = o.local(this.#firstSeen);
+    if (local.size === 0 && !this.#sentAny) return;
+    this.#sentAny = local.size > 0;
+    const replicas = [...local].map(([replicaId, list]) => ({
+      replicaId,
+      sequences: list.map(
+        (s) =>
+          [
+            s.inputTokens,
+            s.generated,
+            Math.round(s.decodeMs),
+            s.prefilled ? 1 : 0,
+            s.reservedTokens ?? 0,
+          ] as [number, number, number, 0 | 1, number],
+      ),
+    }));
+    try {
+      o.bus.publish('sequenceReport', { dispatcherId: o.dispatcherId, replicas, at: o.clock.now() });
+    } catch (err) {
+      o.logger.warn({ err: (err as Error).message }, 'dispatcher: sequence report not sent');
+    }
+  }
+
+  #receive(m: SequenceReport): void {
+    const byReplica = new Map<string, SequenceProgress[]>();
+    for (const r of m.replicas)
+      byReplica.set(
+        r.replicaId,
+        r.sequences.map(([inputTokens, generated, decodeMs, prefilled, reservedTokens]) => ({
+          inputTokens,
+          generated,
+          decodeMs,
+          prefilled: prefilled === 1,
+          reservedTokens,
+        })),
+      );
+    if (byReplica.size === 0) this.#received.delete(m.dispatcherId);
+    else this.#received.set(m.dispatcherId, { atMs: this.#o.timer.now(), byReplica });
+  }
+
+  /**
+   * A number that changes whenever {@link sequencesOf} may answer differently; builds the merged
+   * view again when it is older than `refreshMs`.
+   */
+  version(): number {
+    const now = this.#o.timer.now();
+    if (now - this.#mergedAt >= this.#refreshMs) this.#merge(now);
+    return this.#version;
+  }
+
+  /** The sequences on `replica` as this dispatcher and the others last reported them. */
+  sequencesOf(replica: string): readonly SequenceProgress[] {
+    return this.#merged.get(replica) ?? [];
+  }
+
+  #merge(now: number): void {
+    const merged = this.#o.local(this.#firstSeen);
+    const expiry = EXPIRY_INTERVALS * this.#intervalMs;
+    for (const [dispatcher, r] of this.#received) {
+      if (now - r.atMs > expiry) {
+        this.#received.delete(dispatcher);
+        continue;
+      }
+      // Time decoded grows while the report waits; output so far is left as reported.
+      const age = now - r.atMs;
+      for (const [replica, list] of r.byReplica) {
+        const into = merged.get(replica) ?? [];
+        merged.set(replica, into);
+        for (const s of list) into.push(s.prefilled ? { ...s, decodeMs: s.decodeMs + age } : s);
+      }
+    }
+    this.#merged = merged;
+    this.#mergedAt = now;
+    this.#version++;
+  }
+
+  stop(): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#stop?.();
+  }
+}
