@@ -7,6 +7,7 @@ import {
   type PlacementContext,
   type PlacementPolicy,
   type ReplicaState,
+  type SequenceProgress,
 } from '../placement/placement-policy.ts';
 import { type AladdinOptions, resolveAladdinOptions } from './replica-view.ts';
 import { futureKvPeak, type KvCourse } from './slo-feasibility.ts';
@@ -75,16 +76,34 @@ interface ReplicaBounds {
 export function timeIndexedKvRoom(r: ReplicaState, kvCapacity: number): number | undefined {
   const sequences = r.sequences;
   if (sequences === undefined) return undefined;
+  const demand = demandOf(sequences);
+  if (demand === undefined) return undefined;
+  const unreported = Math.max(0, r.reservedTokens - demand.reported);
+  return r.reservedTokens + kvCapacity - demand.peak - unreported;
+}
+
+/**
+ * The future KV peak of a replica's reported sequences and the reservations they account for,
+ * computed once per report list (placement asks for every request; the list changes a few times a
+ * second). Undefined when a sequence is reported without its reservation.
+ */
+const demands = new WeakMap<readonly SequenceProgress[], { peak: number; reported: number } | undefined>();
+function demandOf(sequences: readonly SequenceProgress[]): { peak: number; reported: number } | undefined {
+  if (demands.has(sequences)) return demands.get(sequences);
   const courses: KvCourse[] = [];
   let reported = 0;
   for (const s of sequences) {
-    if (s.reservedTokens === undefined) return undefined;
+    if (s.reservedTokens === undefined) {
+      demands.set(sequences, undefined);
+      return undefined;
+    }
     const context = s.inputTokens + s.generated;
     reported += s.reservedTokens;
     courses.push({ context, remaining: Math.max(1, s.reservedTokens - context) });
   }
-  const unreported = Math.max(0, r.reservedTokens - reported);
-  return r.reservedTokens + kvCapacity - futureKvPeak(courses) - unreported;
+  const demand = { peak: futureKvPeak(courses), reported };
+  demands.set(sequences, demand);
+  return demand;
 }
 
 /**
