@@ -146,6 +146,16 @@ function stepJitter(noise: EngineModelApi['config']['stepNoise'], rng: Rng): (ms
 
 const byPriorityThenOrder = (a: Seq, b: Seq): number => a.priority - b.priority || a.order - b.order;
 
+/** One sequence's progress in an engine ({@link EngineModel.sequences}). */
+export interface SequenceState {
+  readonly inputTokens: number;
+  readonly generated: number;
+  readonly decodeMs: number;
+  readonly prefilled: boolean;
+  /** KV tokens reserved for its request, when the caller knows them. */
+  readonly reservedTokens?: number | undefined;
+}
+
 /**
  * One simulated vLLM replica, following InferMax's unified scheduler (InferMax section 3.1,
  * Algorithm 1) with vLLM's choices: continuous batching over a paged KV cache; `prefill-priority`
@@ -288,16 +298,18 @@ export class EngineModel implements EngineModelApi {
 
   /**
    * Progress of every sequence in the engine, running then waiting: prompt, output so far, engine
-   * time since its first token and whether it has been prefilled (for SLO-aware placement).
+   * time since its first token and whether it has been prefilled (for SLO-aware placement), and,
+   * when `reservedOf` knows it, the KV tokens reserved for the sequence's request.
    */
-  sequences(): { inputTokens: number; generated: number; decodeMs: number; prefilled: boolean }[] {
-    const out: { inputTokens: number; generated: number; decodeMs: number; prefilled: boolean }[] = [];
+  sequences(reservedOf?: (requestId: string) => number | undefined): SequenceState[] {
+    const out: SequenceState[] = [];
     for (const s of this.#seqs.values())
       out.push({
         inputTokens: s.prompt,
         generated: s.generated,
         decodeMs: s.decodeMs,
         prefilled: s.state === 'running' && s.computed >= s.prompt,
+        reservedTokens: reservedOf?.(s.id),
       });
     return out;
   }

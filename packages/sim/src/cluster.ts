@@ -1,5 +1,6 @@
 import type { Rng } from '@fairway/core';
 import { type EngineConfig, EngineModel } from '@fairway/perf';
+import type { SequenceProgress } from '@fairway/policy';
 import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
 import { SimError, SimErrorCode } from './errors.ts';
 
@@ -28,6 +29,11 @@ export class Cluster implements ReplicaSource {
   readonly #rngs = new Map<string, Rng | undefined>();
 
   readonly #reportSequences: boolean;
+  readonly #reservationOf: ((requestId: string) => number | undefined) | undefined;
+  /** Steps each member's engine has started (a new step changes its sequences' progress). */
+  readonly #steps = new Map<string, number>();
+  /** Each member's last sequence list and what it was built from. */
+  readonly #sequenceLists = new Map<string, { readonly key: string; readonly list: readonly SequenceProgress[] }>();
   /** Clock ms at which each member's step in flight ends (reported with its sequences). */
   readonly #stepEnds = new Map<string, number>();
   readonly #now: () => number;
@@ -38,14 +44,18 @@ export class Cluster implements ReplicaSource {
    *   (SLO-aware placement reads them). @default false
    * @param now the simulation clock, ms (for the step time left). @default always 0
    * @param rng step-noise source; each engine gets `rng.fork(id)`. @default each engine's own default
+   * @param reservationOf KV tokens the gateways hold reserved for a request, reported with its
+   *   sequence (Aladdin's time-indexed KV check reads them). @default not reported
    */
   constructor(
     engines: readonly { readonly id: string; readonly config: EngineConfig }[],
     reportSequences = false,
     now: () => number = () => 0,
     rng?: Rng,
+    reservationOf?: (requestId: string) => number | undefined,
   ) {
     this.#reportSequences = reportSequences;
+    this.#reservationOf = reservationOf;
     this.#now = now;
     const members: ClusterMember[] = [];
     engines.forEach((e, index) => {
@@ -95,7 +105,7 @@ export class Cluster implements ReplicaSource {
         stale: false,
         ...(this.#reportSequences
           ? {
-              sequences: m.engine.sequences(),
+              sequences: this.#sequencesOf(m),
               stepRemainingMs: Math.max(0, (this.#stepEnds.get(m.id) ?? 0) - this.#now()),
             }
           : {}),
@@ -103,8 +113,24 @@ export class Cluster implements ReplicaSource {
     });
   }
 
+  /**
+   * A member's sequences as placement sees them, with their reservations when those are known:
+   * the same list until the member's engine steps or takes or drops a sequence (placement asks for
+   * every dispatch, and its KV check is computed once per list).
+   */
+  #sequencesOf(m: ClusterMember): readonly SequenceProgress[] {
+    const s = m.engine.stats();
+    const key = `${this.#now()}|${this.#steps.get(m.id) ?? 0}|${s.running}|${s.waiting}`;
+    const known = this.#sequenceLists.get(m.id);
+    if (known?.key === key) return known.list;
+    const list = m.engine.sequences(this.#reservationOf);
+    this.#sequenceLists.set(m.id, { key, list });
+    return list;
+  }
+
   /** A member's engine started a step that ends at `endsAtMs` (clock ms); `undefined`: it is idle. */
   stepInFlight(id: string, endsAtMs: number | undefined): void {
+    this.#steps.set(id, (this.#steps.get(id) ?? 0) + 1);
     if (endsAtMs === undefined) this.#stepEnds.delete(id);
     else this.#stepEnds.set(id, endsAtMs);
   }

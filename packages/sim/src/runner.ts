@@ -79,6 +79,12 @@ export interface RunInput {
   readonly control?: SloControl | undefined;
   /** Replicas report their sequences' progress to placement (Aladdin's decode-SLO check). @default false */
   readonly reportSequences?: boolean | undefined;
+  /**
+   * With `reportSequences`, each sequence is reported with the KV tokens its gateway reserved for
+   * it, as live dispatchers report theirs, so Aladdin's KV check (e) is time-indexed; false keeps
+   * the sum of reservations. @default true
+   */
+  readonly timeIndexedKv?: boolean | undefined;
   /** Output predictor for `reserve: 'predicted'` (see the gateway's `outputPredictor`). @default none */
   readonly outputPredictor?: ((req: RequestDescriptor) => number | undefined) | undefined;
   /**
@@ -199,6 +205,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     input.reportSequences ?? false,
     () => clock.now(),
     createRng(input.seed).fork('engine-step-noise'),
+    input.timeIndexedKv === false ? undefined : (id) => reservedTokensOf(id),
   );
   const store = input.store ?? new MemoryStore({ validate: false });
   const queue = new EventQueue<SimEvent>();
@@ -228,6 +235,14 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     });
   const sharded = input.shards === undefined ? undefined : new ShardedReplicas(cluster, input.shards);
   const gateways: Gateway[] = [];
+  /** The reservation the gateway running request `id` holds for it. */
+  const reservedTokensOf = (id: string): number | undefined => {
+    for (const g of gateways) {
+      const reserved = g.reservedTokensOf(id);
+      if (reserved !== undefined) return reserved;
+    }
+    return undefined;
+  };
   const gatewayIndex = new Map<string, number>();
   const affinityMode = input.prefixAffinity ?? 'off';
   const prefixIndex = new PrefixIndex();
