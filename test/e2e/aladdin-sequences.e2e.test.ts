@@ -111,6 +111,33 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
   let configPath: string;
   const engines: FairwayProcess[] = [];
   let dispatchers: FairwayProcess[] = [];
+  let operators: string[] = [];
+
+  /** What dispatcher `d` sees on `replica`: the requests reported running and the tokens they hold. */
+  async function seen(d: number, replica: string): Promise<{ sequences: number; tokens: number }> {
+    const text = await (await fetch(`${operators[d]}/metrics`)).text();
+    const value = (name: string) => {
+      const line = text.split('\n').find((l) => l.startsWith(`${name}{replica="${replica}"}`));
+      return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+    };
+    return {
+      sequences: value('fairway_placement_sequences'),
+      tokens: value('fairway_placement_context_tokens'),
+    };
+  }
+
+  async function untilSeen(
+    d: number,
+    replica: string,
+    check: (s: { sequences: number; tokens: number }) => boolean,
+    what: string,
+  ): Promise<void> {
+    const deadline = Date.now() + 30_000;
+    while (!check(await seen(d, replica))) {
+      if (Date.now() > deadline) throw new Error(`dispatcher ${'ab'[d]} never saw ${what} on ${replica}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
 
   beforeAll(async () => {
     nats = await startNatsServer();
@@ -139,16 +166,18 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
   /** Starts dispatchers `a` and `b` (the access log on, as `fairway serve` runs by default). */
   async function startDispatchers(env: Readonly<Record<string, string>> = {}): Promise<void> {
     for (const id of ['a', 'b']) {
+      const operatorPort = await freePort();
       const proc = await startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
         FAIRWAY_CONFIG: configPath,
         REDIS_URL: redisUrl(),
         NATS_URL: nats.url,
         FAIRWAY_PREFIX: prefix,
         PORT: '0',
-        FAIRWAY_OPERATOR_PORT: String(await freePort()),
+        FAIRWAY_OPERATOR_PORT: String(operatorPort),
         ...env,
       });
       dispatchers.push(proc);
+      operators.push(`http://127.0.0.1:${operatorPort}`);
     }
     for (const d of dispatchers)
       await untilServed(d, async () => {
@@ -163,6 +192,7 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
   afterEach(async () => {
     await Promise.all(dispatchers.map((d) => d.stop()));
     dispatchers = [];
+    operators = [];
   }, 30_000);
 
   afterAll(async () => {
@@ -185,11 +215,11 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
     await until(() => first.tokens >= 1000, 60_000, 'the first request to stream 1,000 tokens');
     const second = stream(b.url, prompt('second', 100), 2700, 2700);
     await until(() => second.tokens >= 20, 30_000, 'the second request to start');
-    // Dispatcher b reports the second request within one interval (200 ms).
-    await new Promise((r) => setTimeout(r, 400));
     const placedOn = await Promise.all(['sim-1', 'sim-2'].map((id) => store.reserved(id)));
     const full = placedOn.findIndex((r) => r.seqs === 2);
     expect(full).toBeGreaterThanOrEqual(0);
+    // Dispatcher a has b's report of the second request (sent every 200 ms).
+    await untilSeen(0, `sim-${full + 1}`, (x) => x.sequences === 2, 'both requests');
     const third = stream(a.url, prompt('third', 100), 1000, 999);
     await until(() => third.tokens >= 1, 30_000, 'the third request to start');
     const reserved = await store.reserved(`sim-${full + 1}`);
@@ -218,6 +248,8 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
     const on = (await Promise.all(['sim-1', 'sim-2'].map((id) => store.reserved(id)))).map((r) => r.tokens);
     const busy = on.findIndex((t) => t > 0);
     expect(busy).toBeGreaterThanOrEqual(0);
+    // Dispatcher b has a's report of the long request well past its reservation.
+    await untilSeen(1, `sim-${busy + 1}`, (x) => x.tokens >= 2300, 'the long request grown');
     // A 2,900-token prompt through the other dispatcher reserves 2,920: beside the 120 reserved,
     // within the replica's capacity by the sum — but not beside the 2,400 its cache holds (nor
     // would the engine start it there before the long one ends).

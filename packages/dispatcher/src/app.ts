@@ -254,6 +254,16 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
           clock: deps.clock,
           local: (firstSeen) => runtime.runningSequences(firstSeen),
           intervalMs: options.sequenceReportMs,
+          onMerged: (byReplica) => {
+            metrics.placementSequences.reset();
+            metrics.placementContextTokens.reset();
+            for (const [replica, list] of byReplica) {
+              let context = 0;
+              for (const q of list) context += q.inputTokens + q.generated;
+              metrics.placementSequences.set({ replica }, list.length);
+              metrics.placementContextTokens.set({ replica }, context);
+            }
+          },
           logger,
         });
   if (sequences !== undefined) replicas.reportSequences(sequences);

@@ -108,6 +108,8 @@ export class GatewayMetrics {
   /** Aladdin's desired replicas per pool, set by the control leader (`policy.scaling`). */
   readonly desiredReplicas: Gauge<'pool'>;
   readonly qlmEstimatorMs: Gauge<'model' | 'gpu' | 'tp' | 'phase'>;
+  readonly placementSequences: Gauge<'replica'>;
+  readonly placementContextTokens: Gauge<'replica'>;
   /** What prefix-cache affinity did for each request with prefix keys this dispatcher placed. */
   readonly prefixAffinity: Counter<'pool' | 'outcome'>;
 
@@ -161,6 +163,18 @@ export class GatewayMetrics {
       name: 'fairway_qlm_estimator_ms',
       help: "QLM's waiting-time estimator, on the control leader, per replica shape: decode ms per iteration of a full batch and prefill ms of a mean request (phase), the preset corrected by the speed the engines measured",
       labelNames: ['model', 'gpu', 'tp', 'phase'],
+      registers,
+    });
+    this.placementSequences = new Gauge({
+      name: 'fairway_placement_sequences',
+      help: 'Under placement aladdin: requests running on each replica as this dispatcher and the others report them',
+      labelNames: ['replica'],
+      registers,
+    });
+    this.placementContextTokens = new Gauge({
+      name: 'fairway_placement_context_tokens',
+      help: 'Under placement aladdin: KV tokens the reported requests on each replica hold now (prompt and output so far)',
+      labelNames: ['replica'],
       registers,
     });
     this.queueDepth = new Gauge({

@@ -19,6 +19,8 @@ export interface SequenceReportsOptions {
   readonly intervalMs?: number;
   /** How long a merged view is served before it is built again, ms. @default 50 */
   readonly refreshMs?: number;
+  /** Told each merged view as it is built (the placement gauges). */
+  readonly onMerged?: (byReplica: ReadonlyMap<string, readonly SequenceProgress[]>) => void;
   readonly logger: Logger;
 }
 
@@ -66,7 +68,11 @@ export class SequenceReports {
     this.#stop = o.bus.subscribe('sequenceReport', (m) => {
       if (m.dispatcherId !== o.dispatcherId) this.#receive(m);
     });
-    this.#timer = setInterval(() => this.send(), this.#intervalMs);
+    this.#timer = setInterval(() => {
+      this.send();
+      // Also built when no request asks, so a dispatcher's gauges follow the others' reports.
+      this.version();
+    }, this.#intervalMs);
     this.#timer.unref();
   }
 
@@ -147,6 +153,7 @@ export class SequenceReports {
     this.#merged = merged;
     this.#mergedAt = now;
     this.#version++;
+    this.#o.onMerged?.(merged);
   }
 
   stop(): void {
