@@ -18,6 +18,8 @@
  * machine's CPU are printed beside them: on a small machine every process shares the same cores.
  *
  * `--rate R` adds an open-loop phase: every dispatcher offered R req/s at once.
+ * `--placement <name>` sets the config's `policy.placement` (default: the config's default,
+ * least-kv); under `aladdin` the dispatchers also send each other their running requests.
  * `--abuse` adds a phase per N with one more tenant (`limits.rpm: 600`) flooding one dispatcher at
  * 10× its limit beside the closed-loop load, after a lead-in long enough to use up its 60 s window
  * (so it is refused throughout the measured phase), then the closed loop alone again, and compares
@@ -27,7 +29,7 @@
  * Every process it starts is stopped at the end, on an error and on SIGINT/SIGTERM.
  *
  * Usage: npm run bench:scale [-- --dispatchers 1,2,4 --replicas 6 --duration 5 --connections 32
- *        --rate 300 --abuse --cluster --warmup 1 --json --out scale.json]
+ *        --rate 300 --abuse --cluster --warmup 1 --placement aladdin --json --out scale.json]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -58,6 +60,7 @@ const { values: args } = parseArgs({
     abuse: { type: 'boolean', default: false },
     cluster: { type: 'boolean', default: false },
     warmup: { type: 'string', default: '1' },
+    placement: { type: 'string' },
     json: { type: 'boolean', default: false },
     out: { type: 'string' },
   },
@@ -583,6 +586,7 @@ function writeConfig(path: string): void {
       ],
       pools: pools.map((i) => ({ id: poolId(i), model: modelOf(i), maxQueued: 100_000 })),
       defaultLimits: { maxQueued: 100_000 },
+      ...(args.placement === undefined ? {} : { policy: { placement: args.placement } }),
       // On a cluster, each pool's state in a hash slot of its own (store.slotGroups).
       ...(POOLS > 1
         ? { store: { slotGroups: Object.fromEntries(pools.map((i) => [`g${i}`, [poolId(i)]])) } }
