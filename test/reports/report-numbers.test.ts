@@ -121,6 +121,13 @@ const PARTS: readonly PartCheck[] = [
     output: 'summary-qlm.md',
   },
   {
+    name: "SLO: Aladdin's re-prediction on the azure-conv scenario",
+    report: 'reports/slo/summary-repredict.md',
+    argv: ['packages/sim/bench/slo-report.ts'],
+    env: { SLO_REPORT_ONLY: 'repredict', SLO_REPORT_OUT: 'OUT' },
+    output: 'summary-repredict.md',
+  },
+  {
     name: 'SLO: performance-model fit',
     report: 'reports/slo/summary.md',
     argv: ['packages/sim/bench/slo-report.ts'],
