@@ -171,4 +171,50 @@ describe('fairway plan (in process)', () => {
     expect(plan.policies.map((p: { placement: string }) => p.placement)).toEqual(['jsq', 'aladdin']);
     for (const p of plan.policies) expect(p.points[0].gpus).toBeGreaterThan(0);
   });
+
+  it('runs Aladdin on an elastic fleet with --elastic and prints the GPUs its bins held', async () => {
+    const bad = await fairway(
+      'plan',
+      '--trace',
+      'azure-conv',
+      '--model',
+      'llama-2-7b',
+      '--gpu',
+      'A100-80GB',
+      '--slo',
+      'ttft=1s,atgt=25ms',
+      '--elastic',
+      'soon',
+    );
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('error: --elastic: "soon" is not a number of seconds ≥ 0');
+    const r = await fairway(
+      'plan',
+      '--trace',
+      'azure-conv',
+      '--model',
+      'llama-2-7b',
+      '--gpu',
+      'A100-80GB',
+      '--slo',
+      'ttft=1s,atgt=25ms',
+      '--rates',
+      '2',
+      '--window',
+      '30',
+      '--placements',
+      'aladdin',
+      '--tp',
+      '1',
+      '--elastic',
+      '10',
+    );
+    expect(r.code).toBe(0);
+    const line = r.stdout.split('\n').find((l) => l.startsWith('Aladdin, elastic'));
+    const m = line?.match(/peak (\d+), mean ([\d.]+) GPUs, (meets|misses) P100/);
+    expect(m).not.toBeNull();
+    // Bins open only as requests need them: never more on average than at peak.
+    expect(Number(m?.[2])).toBeLessThanOrEqual(Number(m?.[1]));
+    expect(Number(m?.[1])).toBeGreaterThan(0);
+  });
 });

@@ -30,10 +30,15 @@ export class Cluster implements ReplicaSource {
 
   readonly #reportSequences: boolean;
   readonly #reservationOf: ((requestId: string) => number | undefined) | undefined;
+  /** Members closed as bins of an elastic fleet: placement sees them stale (no room). */
+  readonly #closed = new Set<string>();
   /** Steps each member's engine has started (a new step changes its sequences' progress). */
   readonly #steps = new Map<string, number>();
   /** Each member's last sequence list and what it was built from. */
-  readonly #sequenceLists = new Map<string, { readonly key: string; readonly list: readonly SequenceProgress[] }>();
+  readonly #sequenceLists = new Map<
+    string,
+    { readonly key: string; readonly list: readonly SequenceProgress[] }
+  >();
   /** Clock ms at which each member's step in flight ends (reported with its sequences). */
   readonly #stepEnds = new Map<string, number>();
   readonly #now: () => number;
@@ -102,7 +107,7 @@ export class Cluster implements ReplicaSource {
         running: s.running,
         waiting: s.waiting,
         kvUsage: s.kvUsage,
-        stale: false,
+        stale: this.#closed.has(m.id),
         ...(this.#reportSequences
           ? {
               sequences: this.#sequencesOf(m),
@@ -126,6 +131,21 @@ export class Cluster implements ReplicaSource {
     const list = m.engine.sequences(this.#reservationOf);
     this.#sequenceLists.set(m.id, { key, list });
     return list;
+  }
+
+  /** Closes a member (an elastic fleet's bin): placement offers it nothing until it opens. */
+  close(id: string): void {
+    this.#closed.add(id);
+  }
+
+  /** Opens a closed member. */
+  open(id: string): void {
+    this.#closed.delete(id);
+  }
+
+  /** Whether a member is closed. */
+  isClosed(id: string): boolean {
+    return this.#closed.has(id);
   }
 
   /** A member's engine started a step that ends at `endsAtMs` (clock ms); `undefined`: it is idle. */

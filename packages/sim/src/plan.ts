@@ -33,6 +33,7 @@ import {
   type WorkerCountModel,
   type WorkloadProfile,
 } from '@fairway/policy';
+import type { SimRun } from './records.ts';
 import { runSimulation } from './runner.ts';
 import { loadTrace, traceWorkload } from './trace.ts';
 
@@ -106,6 +107,19 @@ export interface FleetPlanOptions {
    */
   readonly repredict?: boolean | undefined;
   /**
+   * Also run Aladdin on an elastic fleet of up to `maxReplicas` bins (Algorithm 1 opening a bin
+   * when no open one can take a request, at once, and closing one idle for `closeAfterS`), and
+   * report the bins it held open at peak and on average over the window (`PlanPoint.elastic`).
+   * @default none
+   */
+  readonly elastic?:
+    | {
+        readonly closeAfterS: number;
+        /** Most bins it may open. @default maxReplicas */
+        readonly bins?: number | undefined;
+      }
+    | undefined;
+  /**
    * Fleet sizes to simulate for each rate after the search (given the size it found), besides the
    * searched ones, so two plans can be compared at equal fleets (their runs are in
    * `PlanPoint.probes`). @default none
@@ -132,6 +146,16 @@ export interface PlanPoint {
   readonly runs: number;
   /** Every simulation of this point (search and `probeReplicas`), by fleet size. */
   readonly probes: readonly PlanProbe[];
+  /** Aladdin on an elastic fleet (`FleetPlanOptions.elastic`): the GPUs its open bins held. */
+  readonly elastic?:
+    | {
+        readonly peakGpus: number;
+        readonly meanGpus: number;
+        /** Whether every feasible request met both SLOs (P100) on it. */
+        readonly met: boolean;
+        readonly opened: number;
+      }
+    | undefined;
 }
 
 /** One simulation of a plan: a fleet size and how the window's requests fared on it. */
@@ -420,7 +444,8 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
     placement: string,
     arrivals: readonly RequestDescriptor[],
     replicas: number,
-  ): Promise<PlanProbe> => {
+    elastic?: { readonly closeAfterS: number; readonly meanUntilS?: number },
+  ): Promise<PlanProbe & { readonly elastic?: SimRun['elastic'] }> => {
     const run = await runSimulation({
       scenario: `plan-${placement}`,
       seed,
@@ -440,6 +465,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
         : {}),
       reportSequences: placement === 'aladdin' || sloAware,
       sloClasses: [slo],
+      ...(elastic === undefined ? {} : { elastic }),
     });
     let requests = 0;
     let ttftMet = 0;
@@ -474,6 +500,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
       atgtP99S: p99(atgts),
       preemptions: run.preemptions,
       repredictions: run.prediction?.repredictions ?? 0,
+      ...(run.elastic === undefined ? {} : { elastic: run.elastic }),
     };
   };
 
@@ -501,7 +528,27 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
           probes.push(await meets(placement, arrivals, n));
         }
       probes.sort((a, b) => a.replicas - b.replicas);
+      let elastic: PlanPoint['elastic'];
+      if (options.elastic !== undefined && placement === 'aladdin') {
+        runs++;
+        const probe = await meets(placement, arrivals, options.elastic.bins ?? maxReplicas, {
+          closeAfterS: options.elastic.closeAfterS,
+          meanUntilS: windowS,
+        });
+        const used = probe.elastic;
+        if (used !== undefined)
+          elastic = {
+            peakGpus: used.peakOpen * chosenTp,
+            meanGpus: used.meanOpen * chosenTp,
+            met: probe.met,
+            opened: used.opened,
+          };
+        log(
+          `aladdin elastic × ${scale}: peak ${used?.peakOpen} bins, mean ${used?.meanOpen.toFixed(1)}, ${probe.met ? 'meet' : 'miss'} P100`,
+        );
+      }
       points.push({
+        ...(elastic === undefined ? {} : { elastic }),
         rateScale: scale,
         rate: traceRate * scale,
         replicas,

@@ -1,5 +1,6 @@
 import type { RequestDescriptor } from '@fairway/core';
 import type { ReplicaPredictionErrors } from '@fairway/scheduler';
+import type { ElasticFleetUsage } from './elastic-fleet.ts';
 
 /**
  * What the simulator records about every request: the boundary between the runner (which drives
@@ -74,6 +75,8 @@ export interface SimRun {
         readonly errors: Readonly<Record<string, ReplicaPredictionErrors>>;
       }
     | undefined;
+  /** How many engines an elastic fleet held open (`RunInput.elastic`); absent otherwise. */
+  readonly elastic?: ElasticFleetUsage | undefined;
   /** Tenant id → weight, for weighted fairness metrics. */
   readonly tenantWeights: Readonly<Record<string, number>>;
 }

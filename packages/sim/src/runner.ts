@@ -24,6 +24,7 @@ import {
 import { MemoryStore, type SchedulingStore } from '@fairway/store';
 import { z } from 'zod';
 import { Cluster, type ClusterMember } from './cluster.ts';
+import { ElasticFleet, type ElasticFleetOptions } from './elastic-fleet.ts';
 import { SimError, SimErrorCode } from './errors.ts';
 import { EventQueue } from './event-queue.ts';
 import { type PoolShardsOptions, type ShardBacklog, ShardedReplicas } from './pool-shards.ts';
@@ -85,6 +86,12 @@ export interface RunInput {
    * the sum of reservations. @default true
    */
   readonly timeIndexedKv?: boolean | undefined;
+  /**
+   * The engines as bins that open and close (Aladdin's Algorithm 1, {@link ElasticFleet}): only
+   * open ones are placed on, the next opens when requests wait with no open one able to take
+   * them, and an idle one closes. `SimRun.elastic` says how many were open. @default every engine open
+   */
+  readonly elastic?: ElasticFleetOptions | undefined;
   /** Output predictor for `reserve: 'predicted'` (see the gateway's `outputPredictor`). @default none */
   readonly outputPredictor?: ((req: RequestDescriptor) => number | undefined) | undefined;
   /**
@@ -127,6 +134,13 @@ const runInputSchema = z
     flushMs: z.number().positive().optional(),
     flushTokens: z.number().int().positive().optional(),
     sampleMs: z.number().positive().optional(),
+    elastic: z
+      .object({
+        openAtStart: z.number().int().positive().optional(),
+        closeAfterS: z.number().min(0).finite(),
+        meanUntilS: z.number().positive().optional(),
+      })
+      .optional(),
     arrivals: z.array(
       z
         .object({
@@ -235,6 +249,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     });
   const sharded = input.shards === undefined ? undefined : new ShardedReplicas(cluster, input.shards);
   const gateways: Gateway[] = [];
+  const elastic = input.elastic === undefined ? undefined : new ElasticFleet(cluster, input.elastic);
   /** The reservation the gateway running request `id` holds for it. */
   const reservedTokensOf = (id: string): number | undefined => {
     for (const g of gateways) {
@@ -590,6 +605,13 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         await pumpAll();
         break;
     }
+    if (elastic !== undefined)
+      await elastic.after(
+        clock.now(),
+        () => gateways.reduce((n, gw) => n + gw.stats().queued, 0),
+        pumpAll,
+        (m) => onMember[m.index]!.size > 0 || m.engine.hasWork(),
+      );
     for (const m of toKick) kick(m);
     toKick.clear();
     if (input.onProgress && ev.timeMs >= nextProgressS * 1000) {
@@ -626,6 +648,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     ...(affinityMode !== 'off' ? { affinity: affinityOf(gateways) } : {}),
     ...(control ? { swaps: swapsDone } : {}),
     ...(input.reserve === 'predicted' ? { prediction: predictionOf(gateways) } : {}),
+    ...(elastic !== undefined ? { elastic: elastic.usage(Math.min(clock.now(), durationMs)) } : {}),
     tenantWeights:
       input.tenantWeights ?? Object.fromEntries((input.tenants ?? []).map((t) => [t.id, t.weight])),
   };

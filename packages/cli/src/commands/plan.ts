@@ -39,6 +39,25 @@ export interface PlanOptions {
   readonly interconnect?: string | undefined;
   /** `slo-aware` (default: Aladdin's room for every baseline) or `own` (KV and sequence slots only). */
   readonly baselines?: string | undefined;
+  /** Seconds an idle bin stays open: also run Aladdin on an elastic fleet. */
+  readonly elastic?: string | undefined;
+}
+
+/** What Aladdin's elastic fleet held open per rate (`--elastic`). */
+function elasticLines(plan: FleetPlan, closeAfterS: number | undefined): string[] {
+  const points = plan.policies.find((p) => p.placement === 'aladdin')?.points ?? [];
+  const rows = points.flatMap((p) =>
+    p.elastic === undefined
+      ? []
+      : [
+          `${(plan.traceRate * p.rateScale).toFixed(1)} req/s: peak ${p.elastic.peakGpus}, mean ${p.elastic.meanGpus.toFixed(1)} GPUs, ${p.elastic.met ? 'meets' : 'misses'} P100`,
+        ],
+  );
+  return rows.length === 0
+    ? []
+    : [
+        `Aladdin, elastic (bins open when none can take a request, close after ${closeAfterS} s idle): ${rows.join('; ')}`,
+      ];
 }
 
 /** Reads a performance-model file; problems (unreadable, not JSON, invalid fields) are appended. */
@@ -134,6 +153,10 @@ export function registerPlanCommand(program: Command, io: CliIo, setCode: (code:
       '--baselines <info>',
       'slo-aware (default: baselines get Aladdin’s SLO-aware room and sequence reports) or own (KV and sequence slots only)',
     )
+    .option(
+      '--elastic <s>',
+      'also run Aladdin on an elastic fleet of up to --max-replicas bins: one opens when no open bin can take a request, one idle this many seconds closes; prints the GPUs open at peak and on average',
+    )
     .option('--seed <n>', 'seed (default 1)')
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--out <dir>', 'also write plan.json and gpus-vs-rate.svg to this directory')
@@ -182,6 +205,9 @@ export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number>
   const tps = numberList('--tp', opts.tp, true, problems);
   const maxReplicas = numberList('--max-replicas', opts.maxReplicas, true, problems)?.[0];
   const seed = numberList('--seed', opts.seed, true, problems)?.[0];
+  const closeAfterS = opts.elastic === undefined ? undefined : Number(opts.elastic);
+  if (closeAfterS !== undefined && !(Number.isFinite(closeAfterS) && closeAfterS >= 0))
+    problems.push(`--elastic: "${opts.elastic}" is not a number of seconds ≥ 0`);
   const placements = opts.placements?.split(',').map((p) => p.trim());
   const interconnect = opts.interconnect;
   if (interconnect !== undefined && interconnect !== 'nvlink' && interconnect !== 'pcie')
@@ -210,6 +236,7 @@ export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number>
     seed,
     interconnect: interconnect as 'nvlink' | 'pcie' | undefined,
     baselineCapacity: baselines as 'slo-aware' | 'own' | undefined,
+    ...(closeAfterS === undefined ? {} : { elastic: { closeAfterS } }),
     onProgress: opts.json ? undefined : (m) => io.err(`${m}\n`),
   });
   if (opts.json) io.out(`${JSON.stringify(plan)}\n`);
@@ -232,6 +259,7 @@ export async function planCommand(opts: PlanOptions, io: CliIo): Promise<number>
         `GPUs needed (window ${plan.windowS} s of ${plan.trace}; ${plan.infeasible} requests excluded as infeasible on any fleet):`,
         table(plan),
         ...(savings ? [`Aladdin vs the best baseline: ${savings} fewer GPUs`] : []),
+        ...elasticLines(plan, closeAfterS),
         '',
       ].join('\n'),
     );
