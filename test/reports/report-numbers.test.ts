@@ -128,6 +128,15 @@ const PARTS: readonly PartCheck[] = [
     output: 'summary-repredict.md',
   },
   {
+    name: 'Aladdin on an elastic fleet',
+    report: 'reports/slo-placement.md',
+    argv: ['packages/sim/bench/slo-report.ts'],
+    env: { SLO_REPORT_ONLY: 'elastic', SLO_REPORT_OUT: 'OUT' },
+    output: 'summary-elastic.md',
+    // The section; the summary file's own title is not in the report.
+    lines: (l) => !l.startsWith('# '),
+  },
+  {
     name: 'SLO: performance-model fit',
     report: 'reports/slo/summary.md',
     argv: ['packages/sim/bench/slo-report.ts'],

@@ -516,3 +516,71 @@ export async function placementReport(): Promise<void> {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) await placementReport();
+
+/** Seconds an idle bin of the elastic fleet stays open. */
+const CLOSE_AFTER_S = 10;
+
+/**
+ * Aladdin on an elastic fleet (Algorithm 1 opening a bin when no open one can take a request,
+ * closing one idle for {@link CLOSE_AFTER_S}) for the windows, rates and SLOs of the GPU tables,
+ * against the fixed fleets those tables found (read from `reports/slo/placement.json`): the bins
+ * open at peak, on average over the window, and whether every request met its SLOs.
+ */
+export async function elasticReport(): Promise<string[]> {
+  const saved = JSON.parse(readFileSync(join(ROOT, 'reports', 'slo', 'placement.json'), 'utf8')) as {
+    paperSlo: { seeds: { seed: number; policies: FleetPlan['policies'] }[] };
+    compare: { seed: number; policies: FleetPlan['policies'] }[];
+  };
+  const L: string[] = [
+    '### Aladdin with bins that open and close (`fairway plan --elastic`)',
+    '',
+    `The windows, rates and seeds of the GPU tables; up to 40 bins, a bin opening when no open one can take a request (at once: no cold start), closing after ${CLOSE_AFTER_S} s idle. Cells: per seed, bins open at peak / on average over the window, against the fixed fleet the search found (\`fixed\`); \`✓\` every request met both SLOs on the elastic fleet, \`✗\` not.`,
+    '',
+  ];
+  for (const [slo, fixedSeeds] of [
+    [PAPER_SLO, saved.paperSlo.seeds],
+    [SLO, saved.compare],
+  ] as const) {
+    const rows = new Map<number, string[]>();
+    let rates: number[] = [];
+    for (let seed = 1; seed <= SEEDS; seed++) {
+      const t0 = performance.now();
+      const plan = await planFleet({
+        ...SETUP,
+        slo,
+        rateScales: RATES,
+        windowS: WINDOW_S,
+        startS: (seed - 1) * STRIDE_S,
+        seed,
+        tps: [1],
+        maxReplicas: 0,
+        placements: ['aladdin'],
+        elastic: { closeAfterS: CLOSE_AFTER_S, bins: MAX_PAPER },
+      });
+      const fixed = fixedSeeds.find((s) => s.seed === seed)?.policies.find((p) => p.placement === 'aladdin');
+      const points = plan.policies[0]?.points ?? [];
+      rates = points.map((p) => p.rate);
+      for (const [i, p] of points.entries()) {
+        const e = p.elastic;
+        const f = fixed?.points[i]?.replicas;
+        const cell =
+          e === undefined
+            ? '–'
+            : `${e.peakGpus} / ${e.meanGpus.toFixed(1)} (fixed ${f ?? '>'}) ${e.met ? '✓' : '✗'}`;
+        rows.set(i, [...(rows.get(i) ?? []), cell]);
+      }
+      log(
+        `elastic ${slo.ttftS * 1000}/${slo.atgtS * 1000} ms seed ${seed} done in ${((performance.now() - t0) / 1000).toFixed(0)} s`,
+      );
+    }
+    L.push(
+      `**TTFT ≤ ${slo.ttftS < 1 ? `${slo.ttftS * 1000} ms` : `${slo.ttftS} s`}, ATGT ≤ ${slo.atgtS * 1000} ms**`,
+      '',
+      `| rate | ${Array.from({ length: SEEDS }, (_, i) => `seed ${i + 1}`).join(' | ')} |`,
+      `|---|${'---|'.repeat(SEEDS)}`,
+      ...[...rows].map(([i, cells]) => `| ${(rates[i] ?? 0).toFixed(1)} req/s | ${cells.join(' | ')} |`),
+      '',
+    );
+  }
+  return L;
+}

@@ -5,7 +5,7 @@
  * the performance models. Writes JSON, SVG plots and summary tables to reports/slo/.
  *
  * Run with `npm run report:slo` (about an hour on two cores). Env:
- * SLO_REPORT_ONLY=qlm|fit|placement|repredict|qlm-gpus runs one part; the placement part (Aladdin
+ * SLO_REPORT_ONLY=qlm|fit|placement|repredict|qlm-gpus|elastic runs one part; the placement part (Aladdin
  * vs the baselines, worker configuration, held-out fit error, Algorithm 2) is `placement-report.ts`,
  * the fewest GPUs for QLM's SLOs under QLM, EDF and FCFS `qlm-gpus-report.ts`.
  * SLO_REPORT_POLICIES=edf,fcfs runs only those policies' rows of the qlm part (a spot check:
@@ -32,7 +32,7 @@ import {
   type SloExperimentResult,
   type SloPolicy,
 } from '../src/index.ts';
-import { placementReport } from './placement-report.ts';
+import { elasticReport, placementReport } from './placement-report.ts';
 import { qlmGpusReport } from './qlm-gpus-report.ts';
 
 const OUT = resolve(
@@ -244,5 +244,6 @@ if (!only || only === 'qlm') await qlmPart();
 if (!only || only === 'placement') await placementReport();
 if (!only || only === 'repredict') await repredictScenario();
 if (!only || only === 'qlm-gpus') summary.push(...(await qlmGpusReport()));
+if (!only || only === 'elastic') summary.push(...(await elasticReport()));
 writeFileSync(join(OUT, only ? `summary-${only}.md` : 'summary.md'), `${summary.join('\n')}\n`);
 console.log(`wrote ${OUT}`);
