@@ -2,12 +2,12 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { purgeStore, RedisStore } from '@fairway/store';
-import { freePort, redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
+import { redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric } from './support/chat.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
-import { type FairwayProcess, startEngineSims, startFairway, untilServed } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startServe, untilServed } from './support/processes.ts';
 
 /**
  * Aladdin's KV constraint (e) on a real fleet, time-indexed: two `fairway serve` dispatchers
@@ -166,18 +166,9 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
   /** Starts dispatchers `a` and `b` (the access log on, as `fairway serve` runs by default). */
   async function startDispatchers(env: Readonly<Record<string, string>> = {}): Promise<void> {
     for (const id of ['a', 'b']) {
-      const operatorPort = await freePort();
-      const proc = await startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
-        FAIRWAY_CONFIG: configPath,
-        REDIS_URL: redisUrl(),
-        NATS_URL: nats.url,
-        FAIRWAY_PREFIX: prefix,
-        PORT: '0',
-        FAIRWAY_OPERATOR_PORT: String(operatorPort),
-        ...env,
-      });
-      dispatchers.push(proc);
-      operators.push(`http://127.0.0.1:${operatorPort}`);
+      const d = await startServe(id, { configPath, redisUrl: redisUrl(), natsUrl: nats.url, prefix }, env);
+      dispatchers.push(d.proc);
+      operators.push(d.operatorUrl);
     }
     for (const d of dispatchers)
       await untilServed(d, async () => {

@@ -1,18 +1,17 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { purgeStore } from '@fairway/store';
-import { freePort, redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
+import { startNatsServer, startRedisServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric } from './support/chat.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
-import { type FairwayProcess, startEngineSims, startFairway, untilServed } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startServe, untilServed } from './support/processes.ts';
 
 /**
  * Prefix-cache affinity across dispatchers, against a real fleet: three `fairway engine-sim`
  * processes caching prefixes (`--enable-prefix-caching --enable-prompt-tokens-details`) with
- * agents, two `fairway serve` dispatchers sharing the machine's Redis (random prefix) and a NATS
+ * agents, two `fairway serve` dispatchers sharing a Redis server and a NATS
  * server of this test's own. Placement is round-robin, so without affinity consecutive requests go
  * to different replicas: a conversation's next turn, sent through the other dispatcher, reaching
  * the replica that served the turn before is affinity's doing — learned by one dispatcher, told to
@@ -71,6 +70,9 @@ async function counter(operatorUrl: string, name: string, labels: string): Promi
 describe('prefix-cache affinity across two dispatchers', () => {
   const prefix = uniquePrefix('affinity');
   let nats: TestServer;
+  // A redis-server of this suite's own: one test watches it with MONITOR, which on a shared server
+  // would see every other test's traffic.
+  let redisServer: TestServer;
   let redis: Redis;
   const engines: FairwayProcess[] = [];
   const dispatchers: { proc: FairwayProcess; operatorUrl: string }[] = [];
@@ -93,7 +95,7 @@ describe('prefix-cache affinity across two dispatchers', () => {
   }
 
   beforeAll(async () => {
-    nats = await startNatsServer();
+    [nats, redisServer] = await Promise.all([startNatsServer(), startRedisServer()]);
     const dir = mkdtempSync(join(tmpdir(), 'fairway-affinity-'));
     const configPath = join(dir, 'fairway.yaml');
     writeFileSync(configPath, CONFIG);
@@ -108,20 +110,16 @@ describe('prefix-cache affinity across two dispatchers', () => {
       ])),
     );
     for (const id of ['a', 'b']) {
-      const operatorPort = await freePort();
-      const proc = await startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
-        FAIRWAY_CONFIG: configPath,
-        REDIS_URL: redisUrl(),
-        NATS_URL: nats.url,
-        FAIRWAY_PREFIX: prefix,
-        PORT: '0',
-        FAIRWAY_OPERATOR_PORT: String(operatorPort),
-        // The access log (info) says what affinity did for each request.
-        FAIRWAY_LOG_LEVEL: 'info',
-      });
-      dispatchers.push({ proc, operatorUrl: `http://127.0.0.1:${operatorPort}` });
+      dispatchers.push(
+        await startServe(
+          id,
+          { configPath, redisUrl: redisServer.url, natsUrl: nats.url, prefix },
+          // The access log (info) says what affinity did for each request.
+          { FAIRWAY_LOG_LEVEL: 'info' },
+        ),
+      );
     }
-    redis = new Redis(redisUrl());
+    redis = new Redis(redisServer.url);
     // Every dispatcher has heard all three replicas register (short prompts: no prefix keys).
     for (const d of dispatchers)
       for (let k = 0; k < 3; k++)
@@ -142,11 +140,8 @@ describe('prefix-cache affinity across two dispatchers', () => {
 
   afterAll(async () => {
     await Promise.all([...dispatchers.map((d) => d.proc), ...engines].map((p) => p.stop()));
-    await nats?.stop();
-    if (redis) {
-      await purgeStore(redis, prefix);
-      redis.disconnect();
-    }
+    redis?.disconnect();
+    await Promise.all([nats?.stop(), redisServer?.stop()]);
   }, 60_000);
 
   for (const [first, second] of [

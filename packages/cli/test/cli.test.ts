@@ -130,6 +130,23 @@ describe('fairway sim (as a process)', () => {
   });
 });
 
+/** A plan small enough for a test: one rate, a 30-s window. */
+const SMALL_PLAN = [
+  'plan',
+  '--trace',
+  'azure-conv',
+  '--model',
+  'llama-2-7b',
+  '--gpu',
+  'A100-80GB',
+  '--slo',
+  'ttft=1s,atgt=25ms',
+  '--rates',
+  '2',
+  '--window',
+  '30',
+];
+
 describe('fairway plan (in process)', () => {
   it('explains every missing or bad option on its own line with exit code 2', async () => {
     const r = await fairway('plan', '--trace', 'azure-conv', '--model', 'gpt-9', '--slo', 'ttft=fast,foo=1');
@@ -144,26 +161,7 @@ describe('fairway plan (in process)', () => {
   });
 
   it('prints one JSON plan: GPUs per placement, the TP degree and the fit error', async () => {
-    const r = await fairway(
-      'plan',
-      '--trace',
-      'azure-conv',
-      '--model',
-      'llama-2-7b',
-      '--gpu',
-      'A100-80GB',
-      '--slo',
-      'ttft=1s,atgt=25ms',
-      '--rates',
-      '2',
-      '--window',
-      '30',
-      '--placements',
-      'jsq,aladdin',
-      '--tp',
-      '1',
-      '--json',
-    );
+    const r = await fairway(...SMALL_PLAN, '--placements', 'jsq,aladdin', '--tp', '1', '--json');
     expect(r.code).toBe(0);
     const plan = JSON.parse(r.stdout);
     expect(plan.tp.chosen).toBe(1);
@@ -173,42 +171,10 @@ describe('fairway plan (in process)', () => {
   });
 
   it('runs Aladdin on an elastic fleet with --elastic and prints the GPUs its bins held', async () => {
-    const bad = await fairway(
-      'plan',
-      '--trace',
-      'azure-conv',
-      '--model',
-      'llama-2-7b',
-      '--gpu',
-      'A100-80GB',
-      '--slo',
-      'ttft=1s,atgt=25ms',
-      '--elastic',
-      'soon',
-    );
+    const bad = await fairway(...SMALL_PLAN, '--elastic', 'soon');
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('error: --elastic: "soon" is not a number of seconds ≥ 0');
-    const r = await fairway(
-      'plan',
-      '--trace',
-      'azure-conv',
-      '--model',
-      'llama-2-7b',
-      '--gpu',
-      'A100-80GB',
-      '--slo',
-      'ttft=1s,atgt=25ms',
-      '--rates',
-      '2',
-      '--window',
-      '30',
-      '--placements',
-      'aladdin',
-      '--tp',
-      '1',
-      '--elastic',
-      '10',
-    );
+    const r = await fairway(...SMALL_PLAN, '--placements', 'aladdin', '--tp', '1', '--elastic', '10');
     expect(r.code).toBe(0);
     const line = r.stdout.split('\n').find((l) => l.startsWith('Aladdin, elastic'));
     const m = line?.match(/peak (\d+), mean ([\d.]+) GPUs, (meets|misses) P100/);

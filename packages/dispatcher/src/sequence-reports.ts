@@ -30,8 +30,13 @@ interface Received {
   readonly byReplica: ReadonlyMap<string, readonly SequenceProgress[]>;
 }
 
-/** Reports older than this many intervals are dropped: their reservations then count in full. */
+/**
+ * A report older than this many intervals, and at least {@link EXPIRY_MIN_MS}, is dropped: its
+ * requests' reservations then count in full. The floor keeps a dispatcher whose event loop stalls
+ * for a moment (a collection, a loaded machine) from making its replicas look full to the others.
+ */
 const EXPIRY_INTERVALS = 3;
+const EXPIRY_MIN_MS = 2000;
 
 /**
  * Each replica's sequences as every dispatcher runs them (Aladdin's per-sequence progress, section
@@ -39,8 +44,8 @@ const EXPIRY_INTERVALS = 3;
  * first token, what the store reserved for each — and sends them over the bus (`sequenceReport`)
  * a few times a second; placement reads the union of its own, fresh, and the others' last reports.
  * A report is at most one interval old when it arrives; one from a dispatcher that went quiet is
- * dropped after three, and its requests' reservations then count in full (the placement's
- * unreported reservations), never as free room.
+ * dropped after three intervals (2 s at least), and its requests' reservations then count in full
+ * (the placement's unreported reservations), never as free room.
  */
 export class SequenceReports {
   readonly #o: SequenceReportsOptions;
@@ -136,7 +141,7 @@ export class SequenceReports {
 
   #merge(now: number): void {
     const merged = this.#o.local(this.#firstSeen);
-    const expiry = EXPIRY_INTERVALS * this.#intervalMs;
+    const expiry = Math.max(EXPIRY_INTERVALS * this.#intervalMs, EXPIRY_MIN_MS);
     for (const [dispatcher, r] of this.#received) {
       if (now - r.atMs > expiry) {
         this.#received.delete(dispatcher);

@@ -54,7 +54,7 @@ describe('sequence reports shared by every dispatcher', () => {
     b.stop();
   });
 
-  it('drops a report three intervals old, so a silent dispatcher’s reservations count in full', async () => {
+  it('drops a report three intervals (2 s at least) old, so a silent dispatcher’s reservations count in full', async () => {
     const bus = new MemoryBus();
     const clock = new ManualClock(0);
     const a = dispatcher(bus, 'a', clock, new Map());
@@ -64,7 +64,11 @@ describe('sequence reports shared by every dispatcher', () => {
     clock.advance(100);
     const v = a.version();
     expect(a.sequencesOf('sim-1')).toHaveLength(1);
+    // Three 200-ms intervals are not enough: a dispatcher may stall that long.
     clock.advance(600);
+    a.version();
+    expect(a.sequencesOf('sim-1')).toHaveLength(1);
+    clock.advance(1400);
     expect(a.version()).toBeGreaterThan(v);
     expect(a.sequencesOf('sim-1')).toEqual([]);
     a.stop();

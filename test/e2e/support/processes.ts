@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { freePort } from '@fairway/testkit';
 
 /** The `fairway` executable as a user runs it (`npx fairway` resolves to this script). */
 export const FAIRWAY_BIN = resolve(
@@ -160,4 +161,31 @@ export function onPath(...names: string[]): string | undefined {
       if (dir !== '' && existsSync(p)) return p;
     }
   return undefined;
+}
+
+/**
+ * Starts `fairway serve --id <id>` on free ports with a config file, Redis, NATS and a subject
+ * prefix (plus `env`), as an operator runs it; resolves with the process and its operator URL.
+ */
+export async function startServe(
+  id: string,
+  o: {
+    readonly configPath: string;
+    readonly redisUrl: string;
+    readonly natsUrl: string;
+    readonly prefix: string;
+  },
+  env: Readonly<Record<string, string>> = {},
+): Promise<{ readonly proc: FairwayProcess; readonly operatorUrl: string }> {
+  const operatorPort = await freePort();
+  const proc = await startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
+    FAIRWAY_CONFIG: o.configPath,
+    REDIS_URL: o.redisUrl,
+    NATS_URL: o.natsUrl,
+    FAIRWAY_PREFIX: o.prefix,
+    PORT: '0',
+    FAIRWAY_OPERATOR_PORT: String(operatorPort),
+    ...env,
+  });
+  return { proc, operatorUrl: `http://127.0.0.1:${operatorPort}` };
 }
