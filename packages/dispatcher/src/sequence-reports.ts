@@ -59,6 +59,8 @@ export class SequenceReports {
   #version = 0;
   /** Whether the last report sent named any sequence (an empty one is sent once after). */
   #sentAny = false;
+  /** Whether the last report could not be sent (logged once until one is). */
+  #failing = false;
   #stop: Unsubscribe | undefined;
   #timer: NodeJS.Timeout | undefined;
 
@@ -102,8 +104,12 @@ export class SequenceReports {
     }));
     try {
       o.bus.publish('sequenceReport', { dispatcherId: o.dispatcherId, replicas, at: o.clock.now() });
+      this.#failing = false;
     } catch (err) {
-      o.logger.warn({ err: (err as Error).message }, 'dispatcher: sequence report not sent');
+      // Every 200 ms while the bus is down: said once, until a report goes out again.
+      if (!this.#failing)
+        o.logger.warn({ err: (err as Error).message }, 'dispatcher: sequence reports not sent; retrying');
+      this.#failing = true;
     }
   }
 
