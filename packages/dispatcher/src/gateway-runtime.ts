@@ -293,12 +293,17 @@ export class GatewayRuntime {
         running.push({
           ...base,
           replicaId: t.replica,
-          generated: this.#meters.get(r.id)?.generated() ?? this.#resumeFrom.get(r.id) ?? 0,
+          generated: this.#generatedOf(r.id),
         });
     }
     const finished = this.#finished;
     this.#finished = [];
     return { queued, running, finished };
+  }
+
+  /** Output tokens a running request has so far: streamed, or had when evicted. */
+  #generatedOf(id: string): number {
+    return this.#meters.get(id)?.generated() ?? this.#resumeFrom.get(id) ?? 0;
   }
 
   /**
@@ -315,7 +320,7 @@ export class GatewayRuntime {
       const replica = t.replica;
       const reservedTokens = this.gateway.reservedTokensOf(t.id);
       if (replica === undefined || replica === 'unknown' || reservedTokens === undefined) continue;
-      const generated = this.#meters.get(t.id)?.generated() ?? this.#resumeFrom.get(t.id) ?? 0;
+      const generated = this.#generatedOf(t.id);
       let first = firstSeen.get(t.id);
       if (first === undefined && generated > 0) {
         first = now;

@@ -110,7 +110,7 @@ export class Cluster implements ReplicaSource {
         stale: this.#closed.has(m.id),
         ...(this.#reportSequences
           ? {
-              sequences: this.#sequencesOf(m),
+              sequences: this.#sequencesOf(m, s),
               stepRemainingMs: Math.max(0, (this.#stepEnds.get(m.id) ?? 0) - this.#now()),
             }
           : {}),
@@ -123,8 +123,10 @@ export class Cluster implements ReplicaSource {
    * the same list until the member's engine steps or takes or drops a sequence (placement asks for
    * every dispatch, and its KV check is computed once per list).
    */
-  #sequencesOf(m: ClusterMember): readonly SequenceProgress[] {
-    const s = m.engine.stats();
+  #sequencesOf(
+    m: ClusterMember,
+    s: { readonly running: number; readonly waiting: number },
+  ): readonly SequenceProgress[] {
     const key = `${this.#now()}|${this.#steps.get(m.id) ?? 0}|${s.running}|${s.waiting}`;
     const known = this.#sequenceLists.get(m.id);
     if (known?.key === key) return known.list;
