@@ -66,19 +66,29 @@ describe('fairway agent --advertise-url', () => {
   });
   afterAll(() => engine.close());
 
-  it('registers the advertised URL, not the local --engine-url', async () => {
+  it('registers the advertised URL, not the local --engine-url, with its GPU and tensor-parallel size', async () => {
     const { registration, output } = await firstRegistration(
       ['agent', '--engine-url', engine.url, '--advertise-url', 'http://gpu-node-7.example:8000'].concat([
         '--replica-id',
         'gpu-node-7',
         '--model',
         engine.servedModelName,
+        '--gpu',
+        'H100-80GB',
+        '--tp',
+        '2',
         '--log-level',
         'warn',
       ]),
       uniquePrefix('advertise'),
     );
-    expect(registration).toMatchObject({ replicaId: 'gpu-node-7', url: 'http://gpu-node-7.example:8000' });
+    // GPU and TP are what a dispatcher matches its performance models on.
+    expect(registration).toMatchObject({
+      replicaId: 'gpu-node-7',
+      url: 'http://gpu-node-7.example:8000',
+      gpu: 'H100-80GB',
+      tp: 2,
+    });
     expect(output).toContain(`at ${engine.url}, registered as http://gpu-node-7.example:8000`);
     expect(output).not.toMatch(/loopback/);
   });
@@ -89,6 +99,7 @@ describe('fairway agent --advertise-url', () => {
       uniquePrefix('advertise'),
     );
     expect(registration.url).toBe(engine.url);
+    expect(registration.tp).toBe(1);
     expect(output).toMatch(/a loopback address: only dispatchers on this host can reach it/);
   });
 
@@ -114,13 +125,20 @@ describe('fairway agent --advertise-url', () => {
 });
 
 describe('fairway engine-sim with an agent', () => {
-  it('takes the advertised URL from FAIRWAY_ADVERTISE_URL', async () => {
+  it('takes the advertised URL from FAIRWAY_ADVERTISE_URL, and registers the GPU and TP it simulates', async () => {
     const { registration } = await firstRegistration(
-      ['engine-sim', '--port', '0', '--speed', '10', '--replica-id', 'sim-env', '--log-level', 'warn'],
+      ['engine-sim', '--port', '0', '--speed', '10', '--replica-id', 'sim-env', '--log-level', 'warn'].concat(
+        ['--model', 'llama-2-13b', '--gpu', 'A10G-24GB', '--tp', '2'],
+      ),
       uniquePrefix('advertise'),
       { FAIRWAY_ADVERTISE_URL: 'http://10.213.9.9:8000' },
     );
-    expect(registration).toMatchObject({ replicaId: 'sim-env', url: 'http://10.213.9.9:8000' });
+    expect(registration).toMatchObject({
+      replicaId: 'sim-env',
+      url: 'http://10.213.9.9:8000',
+      gpu: 'A10G-24GB',
+      tp: 2,
+    });
   });
 
   it("bound to 0.0.0.0, advertises the host's first non-internal IPv4 address, never 0.0.0.0", async () => {

@@ -95,6 +95,17 @@ describe('a port the command cannot listen on', () => {
   });
 });
 
+describe('fairway engine-sim on hardware its model does not fit', () => {
+  it('refuses to start, as vLLM does when the weights leave no room for the KV cache, naming --tp', async () => {
+    // Llama-2-13B's 26 GB of weights on one 24-GB A10G.
+    const r = await fairway('engine-sim', '--model', 'llama-2-13b', '--gpu', 'A10G-24GB', '--port', '0');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe(
+      'error: engine-sim options: tp: llama-2-13b on 1 × A10G-24GB leaves no memory for the KV cache: use more GPUs (--tp) or a larger GPU\n',
+    );
+  });
+});
+
 describe('fairway sim', () => {
   it('says how many requests were still queued or running when the run ended', async () => {
     const r = await fairway('sim', '--scenario', 'vtc-overload', '--duration', '120');

@@ -31,7 +31,8 @@ interface EngineSimFlags {
   model?: string;
   servedModelName?: string;
   gpu?: string;
-  tensorParallelSize?: number;
+  /** `--tensor-parallel-size` / `--tp` (commander names it after the last long flag). */
+  tp?: number;
   kvCapacityTokens?: number;
   blockSize?: number;
   maxNumSeqs?: number;
@@ -141,7 +142,7 @@ export function engineSimOptionsFromFlags(f: EngineSimFlags): EngineSimOptionsIn
     model: f.model,
     servedModelName: f.servedModelName,
     gpu: f.gpu,
-    tp: f.tensorParallelSize,
+    tp: f.tp,
     kvCapacityTokens: f.kvCapacityTokens,
     blockSize: f.blockSize,
     maxNumSeqs: f.maxNumSeqs,

@@ -2,7 +2,9 @@ import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import {
   type Clock,
+  ConfigError,
   createRng,
+  ErrorCode,
   type LengthSampler,
   type Logger,
   lengthSampler,
@@ -76,6 +78,9 @@ export interface EngineSimHandle {
   readonly port: number;
   /** The model name clients use. */
   readonly servedModelName: string;
+  /** GPU preset it simulates, and its tensor-parallel degree: what its agent registers. */
+  readonly gpu: string;
+  readonly tp: number;
   /** See {@link EngineSimApp.traceparents}. */
   readonly traceparents: readonly string[];
   close(): Promise<void>;
@@ -513,6 +518,14 @@ export async function startEngineSim(input: StartEngineSimOptions = {}): Promise
     enablePrefixCaching: options.enablePrefixCaching,
   };
   const model = new EngineModel(config);
+  // vLLM refuses to start when the weights leave no memory for the KV cache; so does the simulation.
+  if (model.config.kvCapacityTokens <= 0)
+    throw new ConfigError(ErrorCode.CONFIG_INVALID, 'engine-sim options', [
+      {
+        path: 'tp',
+        message: `${options.model} on ${options.tp} × ${options.gpu} leaves no memory for the KV cache: use more GPUs (--tp) or a larger GPU`,
+      },
+    ]);
   const sim = buildEngineSimApp({
     options,
     model,
@@ -530,6 +543,8 @@ export async function startEngineSim(input: StartEngineSimOptions = {}): Promise
     url,
     port: address.port,
     servedModelName: options.servedModelName ?? options.model,
+    gpu: options.gpu,
+    tp: options.tp,
     traceparents: sim.traceparents,
     close: () => sim.close(),
   };

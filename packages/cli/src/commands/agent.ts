@@ -25,6 +25,8 @@ export interface StartAgentOptions {
   /** `--max-num-seqs` of the engine. @default 256 */
   readonly maxNumSeqs?: number;
   readonly gpu?: string;
+  /** Tensor-parallel degree of the engine. @default 1 */
+  readonly tp?: number;
   /** @default 200 */
   readonly heartbeatIntervalMs?: number;
   /** The engine process, when the agent runs it. */
@@ -53,6 +55,7 @@ export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
     ...(o.advertiseUrl !== undefined ? { url: o.advertiseUrl } : {}),
     ...(o.maxNumSeqs !== undefined ? { maxNumSeqs: o.maxNumSeqs } : {}),
     ...(o.gpu !== undefined ? { gpu: o.gpu } : {}),
+    ...(o.tp !== undefined ? { tp: o.tp } : {}),
     ...(o.process !== undefined ? { process: o.process } : {}),
   });
   await agent.start();
@@ -96,6 +99,7 @@ interface AgentFlags extends NatsFlags {
   prefix: string;
   maxNumSeqs?: number;
   gpu?: string;
+  tp?: number;
   heartbeatMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
 }
@@ -121,6 +125,11 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
     .option('--prefix <prefix>', 'NATS subject prefix', process.env.FAIRWAY_PREFIX ?? 'fairway')
     .option('--max-num-seqs <n>', "the engine's --max-num-seqs", positiveWholeNumber)
     .option('--gpu <name>', 'GPU type, e.g. A100-80GB')
+    .option(
+      '--tp <n>',
+      "the engine's tensor-parallel size (vLLM --tensor-parallel-size; default 1): with --gpu, what a performance model is matched on",
+      positiveWholeNumber,
+    )
     .option('--heartbeat-ms <ms>', 'heartbeat spacing', positiveWholeNumber, 200)
     .addOption(
       new Option('--log-level <level>', 'log level')
@@ -157,6 +166,7 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       heartbeatIntervalMs: flags.heartbeatMs,
       ...(flags.maxNumSeqs !== undefined ? { maxNumSeqs: flags.maxNumSeqs } : {}),
       ...(flags.gpu !== undefined ? { gpu: flags.gpu } : {}),
+      ...(flags.tp !== undefined ? { tp: flags.tp } : {}),
       ...(proc !== undefined ? { process: proc } : {}),
     });
     io.out(

@@ -67,6 +67,8 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
           replicaId,
           pool: flags.pool ?? handle.servedModelName,
           model: handle.servedModelName,
+          gpu: handle.gpu,
+          tp: handle.tp,
           logger,
           maxNumSeqs: flags.maxNumSeqs ?? 256,
           ...(flags.heartbeatMs !== undefined ? { heartbeatIntervalMs: Number(flags.heartbeatMs) } : {}),

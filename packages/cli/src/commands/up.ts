@@ -183,6 +183,7 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
             model: enginePool.model,
             logger,
             ...(configured?.gpu !== undefined ? { gpu: configured.gpu } : {}),
+            ...(configured !== undefined ? { tp: configured.tp } : {}),
           }),
         );
       }
@@ -206,6 +207,8 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
             replicaId: `sim-${i + 1}`,
             pool: pool.id,
             model: sim.servedModelName,
+            gpu: sim.gpu,
+            tp: sim.tp,
             logger,
             maxNumSeqs: o.maxNumSeqs ?? 256,
           }),
