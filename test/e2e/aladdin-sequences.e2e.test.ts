@@ -1,6 +1,8 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fitEnginePerformance } from '@fairway/perf';
+import { decodeIterationMs, prefillMs, toPerformanceModelFile } from '@fairway/policy';
 import { purgeStore, RedisStore } from '@fairway/store';
 import { redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
@@ -29,6 +31,14 @@ policy:
   ordering: fcfs
   placement: aladdin
   queueTimeoutS: 60
+`;
+
+/** The fleet's config with SLO-aware placement: a performance model of its engines and an ATGT target. */
+const CONFIG_D = (
+  performanceModel: string,
+  atgtS: number,
+) => `${CONFIG}  performanceModels: [${JSON.stringify(performanceModel)}]
+  slo: { atgtS: ${atgtS} }
 `;
 
 /** A prompt of about `n` tokens to the gateway's estimate and the engine's count alike. */
@@ -103,6 +113,42 @@ async function replicaOf(d: FairwayProcess, completionTokens: number): Promise<s
   return undefined;
 }
 
+/** What a dispatcher (its operator URL) places `replica` by: the requests reported running there and their context. */
+async function seen(operator: string, replica: string): Promise<{ sequences: number; tokens: number }> {
+  const text = await (await fetch(`${operator}/metrics`)).text();
+  const value = (name: string) => {
+    const line = text.split('\n').find((l) => l.startsWith(`${name}{replica="${replica}"}`));
+    return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+  };
+  return {
+    sequences: value('fairway_placement_sequences'),
+    tokens: value('fairway_placement_context_tokens'),
+  };
+}
+
+async function untilOperatorSees(
+  operator: string,
+  replica: string,
+  check: (s: { sequences: number; tokens: number }) => boolean,
+  what: string,
+): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (!check(await seen(operator, replica))) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} on ${replica}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** The replica a dispatcher (its operator URL) places by as running a request. */
+async function runningOn(operator: string): Promise<string> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    for (const id of ['sim-1', 'sim-2']) if ((await seen(operator, id)).sequences > 0) return id;
+    if (Date.now() > deadline) throw new Error('no replica runs a request');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
   const prefix = uniquePrefix('aladdin');
   let nats: TestServer;
@@ -113,31 +159,12 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
   let dispatchers: FairwayProcess[] = [];
   let operators: string[] = [];
 
-  /** What dispatcher `d` sees on `replica`: the requests reported running and the tokens they hold. */
-  async function seen(d: number, replica: string): Promise<{ sequences: number; tokens: number }> {
-    const text = await (await fetch(`${operators[d]}/metrics`)).text();
-    const value = (name: string) => {
-      const line = text.split('\n').find((l) => l.startsWith(`${name}{replica="${replica}"}`));
-      return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
-    };
-    return {
-      sequences: value('fairway_placement_sequences'),
-      tokens: value('fairway_placement_context_tokens'),
-    };
-  }
-
-  async function untilSeen(
+  const untilSeen = (
     d: number,
     replica: string,
     check: (s: { sequences: number; tokens: number }) => boolean,
     what: string,
-  ): Promise<void> {
-    const deadline = Date.now() + 30_000;
-    while (!check(await seen(d, replica))) {
-      if (Date.now() > deadline) throw new Error(`dispatcher ${'ab'[d]} never saw ${what} on ${replica}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  }
+  ) => untilOperatorSees(operators[d] as string, replica, check, `dispatcher ${'ab'[d]} to see ${what}`);
 
   beforeAll(async () => {
     nats = await startNatsServer();
@@ -255,4 +282,121 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
     expect(long.tokens).toBe(3000);
     expect(await engineMetric(engines[busy]!.url, 'vllm:num_preemptions_total')).toBe(0);
   }, 150_000);
+});
+
+/**
+ * Aladdin's constraint (d) on a real fleet: a new request's prefill stalls every sequence decoding
+ * on its replica, so it goes there only while each running sequence's ATGT slack — its target
+ * times the tokens it has produced, less the time it has taken — covers the stall. Slack is known
+ * only from a running request's progress, which the dispatcher running it reports to the others.
+ * Two `fairway serve` dispatchers, two engine-sims at a quarter of an A100's speed (so a report
+ * every 200 ms covers a few tokens), and a performance model of that engine: the preset's fit with
+ * every time ×4. ATGT target 2× a decode step.
+ */
+describe("Aladdin's decode-slack constraint (d) across two dispatchers", () => {
+  const SPEED = 0.25;
+  const prefix = uniquePrefix('aladdin-d');
+  let nats: TestServer;
+  let dir: string;
+  const engines: FairwayProcess[] = [];
+  const dispatchers: FairwayProcess[] = [];
+  const operators: string[] = [];
+  const fitted = fitEnginePerformance({ model: E2E_MODEL, gpu: 'A100-80GB', tp: 1 });
+  const slow = (x: number) => x / SPEED;
+  const model = {
+    ...fitted.model,
+    prefill: { k1: slow(fitted.model.prefill.k1), c1: slow(fitted.model.prefill.c1) },
+    decode: {
+      k2: slow(fitted.model.decode.k2),
+      c2: slow(fitted.model.decode.c2),
+      c3: slow(fitted.model.decode.c3),
+    },
+  };
+  const stepMs = decodeIterationMs(model.decode, 2, 200);
+  const atgtS = (2 * stepMs) / 1000;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    dir = mkdtempSync(join(tmpdir(), 'fairway-aladdin-d-'));
+    const perfPath = join(dir, 'perf.json');
+    writeFileSync(
+      perfPath,
+      JSON.stringify(
+        toPerformanceModelFile(model, fitted.report, {
+          source: 'simulator',
+          at: new Date().toISOString(),
+          samples: fitted.samples,
+        }),
+      ),
+    );
+    const configPath = join(dir, 'fairway.yaml');
+    writeFileSync(configPath, CONFIG_D(perfPath, atgtS));
+    engines.push(
+      ...(await startEngineSims(2, [
+        '--speed',
+        String(SPEED),
+        '--nats-url',
+        nats.url,
+        '--prefix',
+        prefix,
+        '--pool',
+        E2E_POOL,
+        '--log-level',
+        'warn',
+      ])),
+    );
+    for (const id of ['a', 'b']) {
+      const d = await startServe(id, { configPath, redisUrl: redisUrl(), natsUrl: nats.url, prefix });
+      dispatchers.push(d.proc);
+      operators.push(d.operatorUrl);
+    }
+    for (const d of dispatchers)
+      await untilServed(d, () =>
+        stream(d.url, prompt('warm', 8), 1, 1).done.then(
+          () => 200,
+          () => 503,
+        ),
+      );
+  }, 90_000);
+
+  afterAll(async () => {
+    await Promise.all([...dispatchers, ...engines].map((p) => p.stop()));
+    await nats?.stop();
+    const redis = new Redis(redisUrl());
+    await purgeStore(redis, prefix);
+    redis.disconnect();
+  }, 60_000);
+
+  it("sends a long prompt away from a replica whose running request's slack it would exceed, and a short one to it", async () => {
+    const [a, b] = dispatchers as [FairwayProcess, FairwayProcess];
+    // The running request reserves 50 + 4,000 tokens, more than any probe, so its replica stays
+    // the fullest: Aladdin tries it first for each probe.
+    const running = stream(a.url, prompt('running', 50), 4000, 200);
+    await until(() => running.tokens >= 1, 60_000, 'the running request to start');
+    const busy = await runningOn(operators[0] as string);
+
+    // Dispatcher b knows the request only from a's reports: it sees it a report or two in (its
+    // context, 51 tokens and more, tells it from b's own warm-up request of 8).
+    await untilOperatorSees(
+      operators[1] as string,
+      busy,
+      (x) => x.sequences === 1 && x.tokens > 50,
+      'dispatcher b to see it',
+    );
+    // A few tokens in, its slack is about (0.9 × 2 − 1) steps per token: far less than a 3,900-token
+    // prefill (about 29 steps) until some 36 tokens, and never more than 0.9 × 2 steps per token.
+    expect(running.tokens).toBeLessThan(16);
+    expect(prefillMs(model.prefill, 3900)).toBeGreaterThan(0.9 * 2 * stepMs * 16);
+    const long = stream(b.url, prompt('long', 3900), 16, 16);
+    await long.done;
+    // An 8-token prompt's prefill fits the same slack: it joins the running request.
+    const short = stream(b.url, prompt('short', 8), 8, 7);
+    await short.done;
+    expect(running.endedAt).toBeUndefined();
+    expect(await replicaOf(b, 16)).not.toBe(busy);
+    expect(await replicaOf(b, 7)).toBe(busy);
+    await running.done;
+    expect(running.tokens).toBe(200);
+    expect(await replicaOf(a, 200)).toBe(busy);
+  }, 120_000);
 });

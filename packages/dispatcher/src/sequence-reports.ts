@@ -153,12 +153,14 @@ export class SequenceReports {
         this.#received.delete(dispatcher);
         continue;
       }
-      // Time decoded grows while the report waits; output so far is left as reported.
-      const age = now - r.atMs;
+      // A sequence is placed by as it was reported: its time decoded and output so far belong
+      // together. Its ATGT slack then is what it had at the report, which grows while it keeps
+      // pace; growing the time alone would make every sequence look stalled, and Aladdin gives up
+      // on one past its target (no slack held for it).
       for (const [replica, list] of r.byReplica) {
         const into = merged.get(replica) ?? [];
         merged.set(replica, into);
-        for (const s of list) into.push(s.prefilled ? { ...s, decodeMs: s.decodeMs + age } : s);
+        into.push(...list);
       }
     }
     this.#merged = merged;

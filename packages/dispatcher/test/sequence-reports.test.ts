@@ -46,10 +46,26 @@ describe('sequence reports shared by every dispatcher', () => {
     clock.advance(60);
     a.version();
     expect(a.sequencesOf('sim-1').map((s) => s.reservedTokens)).toEqual([1500, 2000]);
-    expect(a.sequencesOf('sim-2')).toEqual([{ ...running(3000, 5, 3020), decodeMs: 60 }]);
+    expect(a.sequencesOf('sim-2')).toEqual([running(3000, 5, 3020)]);
     expect(b.sequencesOf('sim-2')).toEqual([]);
     b.version();
     expect(b.sequencesOf('sim-1').map((s) => s.generated)).toEqual([20, 700]);
+    a.stop();
+    b.stop();
+  });
+
+  it('places by a reported sequence as it was reported while the report ages: time decoded and output together', async () => {
+    const bus = new MemoryBus();
+    const clock = new ManualClock(0);
+    // 11 tokens in 200 ms since the first; one just started.
+    const paced = { ...running(100, 11, 600), decodeMs: 200 };
+    const a = dispatcher(bus, 'a', clock, new Map());
+    const b = dispatcher(bus, 'b', clock, new Map([['sim-1', [paced, running(40, 1, 300)]]]));
+    b.send();
+    await bus.flush();
+    clock.advance(70);
+    a.version();
+    expect(a.sequencesOf('sim-1')).toEqual([paced, running(40, 1, 300)]);
     a.stop();
     b.stop();
   });
