@@ -81,6 +81,8 @@ interface PartCheck {
   readonly output?: string;
   /** The lines checked (default: every non-empty one). */
   readonly lines?: (line: string) => boolean;
+  /** What of a line is compared, printed and committed alike (default: all of it). */
+  readonly mask?: (line: string) => string;
   /** Plots the part writes under `OUT/<dir>`, each equal to the report's file of that name. */
   readonly plots?: { readonly dir: string; readonly committed: string };
 }
@@ -114,6 +116,22 @@ const PARTS: readonly PartCheck[] = [
     argv: ['packages/sim/bench/infermax-report.ts', '--only', 'section44,sectionP'],
   },
   {
+    name: 'InferMax: the rows of section 4.5 and of the seeded gaps whose MILP solves are proven optimal',
+    report: 'reports/infermax-reproduction.md',
+    argv: [
+      'packages/sim/bench/infermax-report.ts',
+      '--only',
+      'section45,seededGaps',
+      '--rows',
+      '2:1,2:16,2:64,2:128,3:1,3:16',
+      '--seeds',
+      '2,3,4,5',
+    ],
+    // A proven optimum is the same on any machine; the time it took is not.
+    lines: (l) => l.startsWith('| ') && l.includes('(optimal'),
+    mask: (l) => l.replace(/\| [\d.]+ \|$/, '| (solve time) |'),
+  },
+  {
     name: 'SLO: EDF and FCFS on the QLM scenarios',
     report: 'reports/slo/summary.md',
     argv: ['packages/sim/bench/slo-report.ts'],
@@ -135,6 +153,13 @@ const PARTS: readonly PartCheck[] = [
     output: 'summary-elastic.md',
     // The section; the summary file's own title is not in the report.
     lines: (l) => !l.startsWith('# '),
+  },
+  {
+    name: 'Aladdin placement, rendered from its saved results (reports/slo/placement.json)',
+    report: 'reports/slo-placement.md',
+    argv: ['packages/sim/bench/placement-report.ts'],
+    env: { PLACEMENT_RENDER_FROM: 'reports/slo/placement.json', PLACEMENT_OUT: 'OUT' },
+    output: 'placement-section.md',
   },
   {
     name: 'SLO: performance-model fit',
@@ -164,8 +189,12 @@ describe('slow reports hold the numbers their scripts print for a part', () => {
         maxBuffer: 16 * 1024 * 1024,
       });
       const text = p.output === undefined ? stdout : readFileSync(join(dir, p.output), 'utf8');
-      const held = new Set(readFileSync(join(ROOT, p.report), 'utf8').split('\n'));
-      const checked = text.split('\n').filter((l) => l.trim() !== '' && (p.lines?.(l) ?? true));
+      const mask = p.mask ?? ((l: string) => l);
+      const held = new Set(readFileSync(join(ROOT, p.report), 'utf8').split('\n').map(mask));
+      const checked = text
+        .split('\n')
+        .filter((l) => l.trim() !== '' && (p.lines?.(l) ?? true))
+        .map(mask);
       expect(checked.filter((l) => l.startsWith('|')).length).toBeGreaterThan(0);
       expect(checked.filter((l) => !held.has(l))).toEqual([]);
       if (p.plots !== undefined) {
@@ -177,4 +206,49 @@ describe('slow reports hold the numbers their scripts print for a part', () => {
           );
       }
     }, 300_000);
+});
+
+/** A point of a plan as reports/slo/placement.json saves it. */
+interface SavedPoint {
+  readonly rateScale: number;
+}
+interface SavedPolicy {
+  readonly placement: string;
+  readonly points: readonly SavedPoint[];
+}
+
+describe("the Aladdin placement report's saved results are what its script computes", () => {
+  it("reports/slo/placement.json: the paper-SLO table's first rate, every seed, as the simulator plans it now", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'fairway-report-'));
+    try {
+      // The equal-information plans (JSQ, power of two and Aladdin) at 5.5 req/s, each seed's own
+      // trace window: the first column of the GPU table at the paper's SLOs, every fleet size tried.
+      await run(process.execPath, ['--import', 'tsx', 'packages/sim/bench/placement-report.ts'], {
+        cwd: ROOT,
+        env: { ...process.env, PLACEMENT_SPOT: '1:1,2:1,3:1,4:1,5:1', PLACEMENT_OUT: dir },
+        maxBuffer: 16 * 1024 * 1024,
+      });
+      const computed = JSON.parse(readFileSync(join(dir, 'spot.json'), 'utf8')) as {
+        seed: number;
+        rateScale: number;
+        policies: SavedPolicy[];
+      }[];
+      const saved = JSON.parse(readFileSync(join(ROOT, 'reports/slo/placement.json'), 'utf8')) as {
+        paperSlo: { seeds: { seed: number; policies: SavedPolicy[] }[] };
+      };
+      expect(computed.map((c) => c.seed)).toEqual([1, 2, 3, 4, 5]);
+      for (const c of computed) {
+        const seed = saved.paperSlo.seeds.find((s) => s.seed === c.seed);
+        expect(c.policies.map((p) => p.placement)).toEqual(['jsq', 'power-of-two', 'aladdin']);
+        for (const p of c.policies) {
+          const point = seed?.policies
+            .find((q) => q.placement === p.placement)
+            ?.points.find((q) => q.rateScale === c.rateScale);
+          expect(p.points, `${p.placement}, seed ${c.seed}`).toEqual([point]);
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
 });

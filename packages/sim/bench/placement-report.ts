@@ -5,13 +5,19 @@
  * Llama-2-7B on A100, and a looser one) under Aladdin, the baselines as they were (their own
  * capacity only) and the baselines given the same information, over several seeds (disjoint trace
  * windows), the own-capacity baselines at fixed fleets, and Aladdin with and without Algorithm 2's
- * error tracking. Writes reports/slo/placement.json and replaces the text between the section's
- * markers.
+ * error tracking. Writes what it computed to reports/slo/placement.json and renders the section
+ * from that file alone, replacing the text between the report's markers.
  *
  * Env: PLACEMENT_SEEDS (5), PLACEMENT_WINDOW_S (120), PLACEMENT_RATES (1,2,4), PLACEMENT_MAX (30,
- * largest fleet searched at the looser SLOs), PLACEMENT_MAX_PAPER (40, at the paper's SLOs).
+ * largest fleet searched at the looser SLOs), PLACEMENT_MAX_PAPER (40, at the paper's SLOs);
+ * PLACEMENT_OUT=<dir> writes placement.json and the section (placement-section.md) there instead;
+ * PLACEMENT_RENDER_FROM=<json> renders the section from a saved placement.json without computing;
+ * PLACEMENT_SPOT=<seed>:<rate scale>[,…] computes points of the paper-SLO table (the
+ * equal-information plan of that seed at that rate, as the whole run computes it) into
+ * <out>/spot.json. The last two
+ * are how test/reports checks the committed report without its quarter hour of simulation.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createRng } from '@fairway/core';
 import { decodeIterationMs, prefillMs } from '@fairway/policy';
@@ -106,12 +112,41 @@ function fitPart() {
   return { sigma, maxBatch, rows };
 }
 
-/** One seed's plans at one SLO setting: the baselines with equal information and Aladdin, and the baselines with their own room. */
-interface SeedPlans {
+/**
+ * One seed's plans at one SLO setting, as saved: the policies of the plan with equal information
+ * (the baselines and Aladdin) and of the plan with the baselines' own room.
+ */
+interface SavedSeed {
   readonly seed: number;
   readonly startS: number;
-  readonly equal: FleetPlan;
-  readonly own: FleetPlan;
+  readonly policies: FleetPlan['policies'];
+  readonly ownPolicies: FleetPlan['policies'];
+  readonly savingsVsBest: FleetPlan['aladdinSavingsVsBest'];
+  readonly traceRate: number;
+  readonly infeasible: number;
+}
+
+/** The seeds of one SLO setting and what seed 1's plan says of the modelled engine. */
+interface SettingPlans {
+  readonly seeds: SavedSeed[];
+  readonly performance: FleetPlan['performance']['model'] | undefined;
+  readonly tpCandidates: FleetPlan['tp']['candidates'];
+}
+
+/** What the part computed (reports/slo/placement.json); the section is rendered from this alone. */
+interface PlacementResults {
+  readonly seconds: number;
+  readonly tp: Record<string, FleetPlan['tp']>;
+  readonly fit: ReturnType<typeof fitPart>;
+  readonly own: Awaited<ReturnType<typeof ownPart>>;
+  readonly paperSlo: SettingPlans & { readonly slo: typeof PAPER_SLO };
+  readonly compare: SavedSeed[];
+  readonly compareTpCandidates: FleetPlan['tp']['candidates'];
+  readonly ablation: {
+    readonly seed: number;
+    readonly without: FleetPlan['policies'];
+    readonly with: FleetPlan['policies'];
+  }[];
 }
 
 /** A row of a GPU table: a placement and what its plan gave the baselines. */
@@ -121,35 +156,49 @@ interface TableRow {
   readonly placement: string;
 }
 
+/** What the plans of one seed at one SLO setting share. */
+function seedSetup(slo: { readonly ttftS: number; readonly atgtS: number }, max: number, seed: number) {
+  return {
+    ...SETUP,
+    slo,
+    rateScales: RATES,
+    windowS: WINDOW_S,
+    startS: (seed - 1) * STRIDE_S,
+    seed,
+    tps: [1],
+    maxReplicas: max,
+    probeReplicas: (_: number, found: number | undefined) =>
+      found === undefined ? [] : [found + 1, found + 2],
+  };
+}
+
 async function comparePart(
   slo: { readonly ttftS: number; readonly atgtS: number },
   max: number,
   equalBaselines: readonly string[],
-): Promise<SeedPlans[]> {
-  const seeds: SeedPlans[] = [];
+): Promise<SettingPlans> {
+  const seeds: SavedSeed[] = [];
+  let first: FleetPlan | undefined;
   for (let seed = 1; seed <= SEEDS; seed++) {
-    const startS = (seed - 1) * STRIDE_S;
     const t0 = performance.now();
-    const common = {
-      ...SETUP,
-      slo,
-      rateScales: RATES,
-      windowS: WINDOW_S,
-      startS,
-      seed,
-      tps: [1],
-      maxReplicas: max,
-      probeReplicas: (_: number, found: number | undefined) =>
-        found === undefined ? [] : [found + 1, found + 2],
-    };
+    const common = seedSetup(slo, max, seed);
     const equal = await planFleet({ ...common, placements: [...equalBaselines, 'aladdin'] });
     const own = await planFleet({ ...common, placements: [...PAPER_BASELINES], baselineCapacity: 'own' });
     log(
-      `${slo.ttftS * 1000}/${slo.atgtS * 1000} ms seed ${seed} (window at ${startS} s) done in ${((performance.now() - t0) / 1000).toFixed(0)} s`,
+      `${slo.ttftS * 1000}/${slo.atgtS * 1000} ms seed ${seed} (window at ${common.startS} s) done in ${((performance.now() - t0) / 1000).toFixed(0)} s`,
     );
-    seeds.push({ seed, startS, equal, own });
+    first ??= equal;
+    seeds.push({
+      seed,
+      startS: common.startS,
+      policies: equal.policies,
+      ownPolicies: own.policies,
+      savingsVsBest: equal.aladdinSavingsVsBest,
+      traceRate: equal.traceRate,
+      infeasible: equal.infeasible,
+    });
   }
-  return seeds;
+  return { seeds, performance: first?.performance.model, tpCandidates: first?.tp.candidates ?? [] };
 }
 
 /** Requests of a probe that missed a target, from its attainment over `requests`. */
@@ -165,13 +214,15 @@ const tableRows = (equalBaselines: readonly string[]): TableRow[] => [
   { label: '(iii) **Aladdin (Algorithm 1)**', plan: 'equal', placement: 'aladdin' },
 ];
 
-const pointOf = (s: SeedPlans, row: TableRow, scale: number) =>
-  s[row.plan].policies.find((p) => p.placement === row.placement)?.points.find((p) => p.rateScale === scale);
+const pointOf = (s: SavedSeed, row: TableRow, scale: number) =>
+  (row.plan === 'equal' ? s.policies : s.ownPolicies)
+    .find((p) => p.placement === row.placement)
+    ?.points.find((p) => p.rateScale === scale);
 
 /** The GPU table of one SLO setting, Aladdin's saving against each other row, and the points no fleet up to `max` passed. */
-function gpuTableLines(seeds: readonly SeedPlans[], rows: readonly TableRow[], max: number): string[] {
+function gpuTableLines(seeds: readonly SavedSeed[], rows: readonly TableRow[], max: number): string[] {
   const L: string[] = [];
-  const traceRate = seeds[0]?.equal.traceRate ?? 0;
+  const traceRate = seeds[0]?.traceRate ?? 0;
   const rateLabel = (r: number) => `${(traceRate * r).toFixed(1)} req/s`;
   L.push(`| placement | ${RATES.map(rateLabel).join(' | ')} |`);
   L.push(`|---|${RATES.map(() => '---').join('|')}|`);
@@ -242,11 +293,11 @@ function gpuTableLines(seeds: readonly SeedPlans[], rows: readonly TableRow[], m
   let pointsAll = 0;
   const examples: string[] = [];
   for (const s of seeds)
-    for (const [kind, plan] of [
-      ['', s.equal],
-      [' (own)', s.own],
+    for (const [kind, policies] of [
+      ['', s.policies],
+      [' (own)', s.ownPolicies],
     ] as const)
-      for (const p of plan.policies)
+      for (const p of policies)
         for (const pt of p.points) {
           pointsAll++;
           if (pt.missesAbove.length > 0) {
@@ -279,8 +330,8 @@ async function ownPart() {
   return plan.policies.map((p) => ({ placement: p.placement, probes: p.points[0]?.probes ?? [] }));
 }
 
-async function ablationPart() {
-  const out: { seed: number; without: FleetPlan; with: FleetPlan }[] = [];
+async function ablationPart(): Promise<PlacementResults['ablation']> {
+  const out: PlacementResults['ablation'] = [];
   for (let seed = 1; seed <= SEEDS; seed++) {
     const base = {
       ...SETUP,
@@ -299,12 +350,13 @@ async function ablationPart() {
     };
     const withRe = await planFleet({ ...base, repredict: true, probeReplicas: at });
     log(`ablation seed ${seed} done`);
-    out.push({ seed, without, with: withRe });
+    out.push({ seed, without: without.policies, with: withRe.policies });
   }
   return out;
 }
 
-export async function placementReport(): Promise<void> {
+/** Runs every part of the section (about a quarter of an hour on two cores). */
+async function computePlacement(): Promise<PlacementResults> {
   const t0 = performance.now();
   const tp = await tpPart();
   log('tp done');
@@ -315,38 +367,56 @@ export async function placementReport(): Promise<void> {
   const paper = await comparePart(PAPER_SLO, MAX_PAPER, PAPER_BASELINES);
   const compare = await comparePart(SLO, MAX, BASELINES);
   const ablation = await ablationPart();
-  const seconds = (performance.now() - t0) / 1000;
-  const plansJson = (seeds: readonly SeedPlans[]) =>
-    seeds.map((s) => ({
-      seed: s.seed,
-      startS: s.startS,
-      policies: s.equal.policies,
-      ownPolicies: s.own.policies,
-      savingsVsBest: s.equal.aladdinSavingsVsBest,
-      traceRate: s.equal.traceRate,
-      infeasible: s.equal.infeasible,
-    }));
-  writeFileSync(
-    join(ROOT, 'reports', 'slo', 'placement.json'),
-    `${JSON.stringify({ tp, fit, own, paperSlo: { slo: PAPER_SLO, seeds: plansJson(paper) }, compare: plansJson(compare), ablation: ablation.map((a) => ({ seed: a.seed, without: a.without.policies, with: a.with.policies })) }, null, 2)}\n`,
-  );
+  return {
+    seconds: (performance.now() - t0) / 1000,
+    tp,
+    fit,
+    own,
+    paperSlo: { slo: PAPER_SLO, ...paper },
+    compare: compare.seeds,
+    compareTpCandidates: compare.tpCandidates,
+    ablation,
+  };
+}
 
+/**
+ * One point of the paper-SLO GPU table as the whole run computes it: the equal-information plan
+ * of `seed` (the baselines and Aladdin), searched at `scale` only.
+ */
+async function spotPoint(seed: number, scale: number) {
+  const plan = await planFleet({
+    ...seedSetup(PAPER_SLO, MAX_PAPER, seed),
+    placements: [...PAPER_BASELINES, 'aladdin'],
+    searchScales: [scale],
+  });
+  return {
+    seed,
+    rateScale: scale,
+    policies: plan.policies.map((p) => ({ placement: p.placement, points: p.points })),
+  };
+}
+
+/** The section's markdown, from the saved results alone. */
+function renderPlacement(results: PlacementResults): string[] {
+  const { seconds, tp, fit, own, ablation } = results;
+  const paper = results.paperSlo.seeds;
+  const compare = results.compare;
   const L: string[] = [BEGIN, '', '## Aladdin placement: fewest GPUs for P100 SLOs (`fairway plan`)', ''];
-  const first = compare[0]?.equal;
+  const first = compare[0];
   const traceRate = first?.traceRate ?? 0;
   L.push(
     `Setup: the Azure LLM inference 2023 conversation trace scaled to ${RATES.map((r) => `${(traceRate * r).toFixed(1)}`).join(' / ')} req/s, Llama-2-7B on A100-80GB, every request of a ${WINDOW_S}-s window within its TTFT and ATGT targets (P100); ${SEEDS} seeds, each a disjoint window of the trace (starting ${STRIDE_S} s apart) with its own RNG seed. Two SLO settings: the paper's (Table 2, Llama2-chat 7b on A100: TTFT ≤ ${PAPER_SLO.ttftS * 1000} ms, ATGT ≤ ${PAPER_SLO.atgtS * 1000} ms) and a looser one (TTFT ≤ ${SLO.ttftS} s, ATGT ≤ ${SLO.atgtS * 1000} ms), which the fixed-fleet and ablation parts below also use. Regenerated by \`SLO_REPORT_ONLY=placement npm run report:slo\` in ${(seconds / 60).toFixed(0)} min on 2 CPU cores; raw results in \`reports/slo/placement.json\`.`,
     '',
     '**Attainment.** A fleet passes when every request of the window meets both TTFT and ATGT (P100), as in the paper\'s section 6.4 ("the GPU number required for P100 SLO-guaranteed inference serving"). Requests no fleet can serve are left out of the count: those whose prompt plus output exceed the model\'s 4,096-token context (the engine refuses them), or whose prefill or decode alone is slower than the targets; ' +
-      `${paper[0]?.equal.infeasible ?? '–'} (paper SLOs) and ${first?.infeasible ?? '–'} (looser SLOs) of seed 1's ${RATES.length} windows.`,
+      `${paper[0]?.infeasible ?? '–'} (paper SLOs) and ${first?.infeasible ?? '–'} (looser SLOs) of seed 1's ${RATES.length} windows.`,
     '',
     "**Rows.** (i) *Own room*: JSQ and power of two as the paper's baselines run — each request goes to the replica the rule picks, bounded only by that replica's own KV cache and sequence slots (`baselineCapacity: 'own'`; no sequence reports). (ii) *Equal information*: the same rules given what Aladdin gets — the room Aladdin's SLO constraints (b)–(e) leave on each replica (from the fitted performance model) and the replicas' sequence reports (`sloAwarePlacement`), so only the order in which replicas are tried differs. (iii) Aladdin: Algorithm 1's best fit by capacity norm within that room. **Search:** fleet sizes are scanned upward from 1 and the first that passes is taken (`fewestPassing`); no monotonicity is assumed, and the two sizes above each answer are simulated too.",
     '',
   );
 
   // Whether the paper's decode target is reachable in the modelled engine at all.
-  const perf = paper[0]?.equal.performance.model;
-  const cand = paper[0]?.equal.tp.candidates.find((c) => c.tp === 1);
+  const perf = results.paperSlo.performance;
+  const cand = results.paperSlo.tpCandidates.find((c) => c.tp === 1);
   const ms = (x: number) => `${x.toFixed(2)} ms`;
   L.push(
     `### At the paper's SLOs (TTFT ≤ ${PAPER_SLO.ttftS * 1000} ms, ATGT ≤ ${PAPER_SLO.atgtS * 1000} ms)`,
@@ -354,7 +424,7 @@ export async function placementReport(): Promise<void> {
   );
   if (perf !== undefined)
     L.push(
-      `Feasibility: the fitted decode model (\`t_d = k2·context + c2·b + c3\`, k2 = ${perf.decode.k2.toExponential(2)} ms/token, c2 = ${Math.abs(perf.decode.c2) < 5e-4 ? '0' : perf.decode.c2.toFixed(3)} ms/sequence, c3 = ${perf.decode.c3.toFixed(2)} ms) gives a batch-1 step of ${ms(decodeIterationMs(perf.decode, 1, 1000))} at 1,000 context tokens and ${ms(decodeIterationMs(perf.decode, 1, 4096))} at the full 4,096, so ${PAPER_SLO.atgtS * 1000} ms is reachable for every request alone and is the target used. At the trace's mean context the largest batch within it is ${cand?.batch ?? '–'} (step ${cand?.feasible ? ms(cand.iterationMs) : '–'}; ${SLO.atgtS * 1000} ms allows ${first?.tp.candidates.find((c) => c.tp === 1)?.batch ?? '–'}). A 4,096-token prefill takes ${ms(prefillMs(perf.prefill, 4096))} by the fitted prefill model, within ${PAPER_SLO.ttftS * 1000} ms.`,
+      `Feasibility: the fitted decode model (\`t_d = k2·context + c2·b + c3\`, k2 = ${perf.decode.k2.toExponential(2)} ms/token, c2 = ${Math.abs(perf.decode.c2) < 5e-4 ? '0' : perf.decode.c2.toFixed(3)} ms/sequence, c3 = ${perf.decode.c3.toFixed(2)} ms) gives a batch-1 step of ${ms(decodeIterationMs(perf.decode, 1, 1000))} at 1,000 context tokens and ${ms(decodeIterationMs(perf.decode, 1, 4096))} at the full 4,096, so ${PAPER_SLO.atgtS * 1000} ms is reachable for every request alone and is the target used. At the trace's mean context the largest batch within it is ${cand?.batch ?? '–'} (step ${cand?.feasible ? ms(cand.iterationMs) : '–'}; ${SLO.atgtS * 1000} ms allows ${results.compareTpCandidates.find((c) => c.tp === 1)?.batch ?? '–'}). A 4,096-token prefill takes ${ms(prefillMs(perf.prefill, 4096))} by the fitted prefill model, within ${PAPER_SLO.ttftS * 1000} ms.`,
       '',
     );
   L.push(...gpuTableLines(paper, tableRows(PAPER_BASELINES), MAX_PAPER));
@@ -363,7 +433,7 @@ export async function placementReport(): Promise<void> {
   L.push(...gpuTableLines(compare, tableRows(BASELINES), MAX));
   const savings = RATES.map((r) => {
     const xs = compare
-      .map((s) => s.equal.aladdinSavingsVsBest.find((x) => x.rateScale === r))
+      .map((s) => s.savingsVsBest.find((x) => x.rateScale === r))
       .filter((x) => x?.saving !== undefined);
     const vals = xs.map((x) => x?.saving as number);
     const bests = [...new Set(xs.map((x) => x?.best))].join(', ');
@@ -397,7 +467,7 @@ export async function placementReport(): Promise<void> {
   let neverAtgt = 0;
   let neverPoints = 0;
   for (const s of paper)
-    for (const p of s.own.policies)
+    for (const p of s.ownPolicies)
       for (const pt of p.points) {
         const last = pt.probes.at(-1);
         if (pt.replicas !== undefined || last === undefined) continue;
@@ -470,8 +540,8 @@ export async function placementReport(): Promise<void> {
   );
   for (const r of RATES) {
     const g = ablation.map((a) => {
-      const w = a.without.policies[0]?.points.find((p) => p.rateScale === r)?.gpus;
-      const x = a.with.policies[0]?.points.find((p) => p.rateScale === r)?.gpus;
+      const w = a.without[0]?.points.find((p) => p.rateScale === r)?.gpus;
+      const x = a.with[0]?.points.find((p) => p.rateScale === r)?.gpus;
       return `${w ?? '>'}→${x ?? '>'}`;
     });
     let missW = 0;
@@ -479,8 +549,8 @@ export async function placementReport(): Promise<void> {
     let preW = 0;
     let preX = 0;
     for (const a of ablation) {
-      const pw = a.without.policies[0]?.points.find((p) => p.rateScale === r);
-      const px = a.with.policies[0]?.points.find((p) => p.rateScale === r);
+      const pw = a.without[0]?.points.find((p) => p.rateScale === r);
+      const px = a.with[0]?.points.find((p) => p.rateScale === r);
       for (const q of px?.probes ?? []) {
         const twin = pw?.probes.find((z: PlanProbe) => z.replicas === q.replicas);
         if (
@@ -506,13 +576,47 @@ export async function placementReport(): Promise<void> {
     '',
   );
   L.push(END);
+  return L;
+}
 
+/**
+ * The section of reports/slo-placement.md: computed (or, with PLACEMENT_RENDER_FROM, read from a
+ * saved placement.json), saved and rendered — into the report, or under PLACEMENT_OUT.
+ */
+export async function placementReport(): Promise<void> {
+  const out = process.env.PLACEMENT_OUT;
+  if (out !== undefined) mkdirSync(out, { recursive: true });
+  const spot = process.env.PLACEMENT_SPOT;
+  if (spot !== undefined) {
+    const points = [];
+    for (const one of spot.split(',')) {
+      const [seed, scale] = one.split(':').map(Number);
+      if (!Number.isInteger(seed) || !Number.isFinite(scale))
+        throw new Error(`PLACEMENT_SPOT must be <seed>:<rate scale>[,…], not ${spot}`);
+      points.push(await spotPoint(seed as number, scale as number));
+    }
+    writeFileSync(join(out ?? '.', 'spot.json'), `${JSON.stringify(points, null, 2)}\n`);
+    return;
+  }
+  const from = process.env.PLACEMENT_RENDER_FROM;
+  const results: PlacementResults =
+    from === undefined ? await computePlacement() : JSON.parse(readFileSync(from, 'utf8'));
+  if (from === undefined)
+    writeFileSync(
+      out === undefined ? join(ROOT, 'reports', 'slo', 'placement.json') : join(out, 'placement.json'),
+      `${JSON.stringify(results, null, 2)}\n`,
+    );
+  const section = renderPlacement(results).join('\n');
+  if (out !== undefined) {
+    writeFileSync(join(out, 'placement-section.md'), `${section}\n`);
+    return;
+  }
   const text = readFileSync(REPORT, 'utf8');
   const a = text.indexOf(BEGIN);
   const b = text.indexOf(END);
   if (a < 0 || b < 0) throw new Error(`${REPORT} lacks the section markers`);
-  writeFileSync(REPORT, `${text.slice(0, a)}${L.join('\n')}${text.slice(b + END.length)}`);
-  log(`done in ${seconds.toFixed(0)} s`);
+  writeFileSync(REPORT, `${text.slice(0, a)}${section}${text.slice(b + END.length)}`);
+  log(`done in ${results.seconds.toFixed(0)} s`);
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) await placementReport();

@@ -63,6 +63,12 @@ export interface FleetPlanOptions {
   readonly slo: PlanSlo;
   /** Arrival rates as multiples of the trace's mean rate. @default [1, 2, 4] */
   readonly rateScales?: readonly number[] | undefined;
+  /**
+   * The rates of `rateScales` to search fleets for; the others still shape what the plan learns
+   * from the trace (the output predictor's history lies outside every rate's window), so a point
+   * comes out as it does in the whole plan. @default all of `rateScales`
+   */
+  readonly searchScales?: readonly number[] | undefined;
   /** Simulated seconds of the trace replayed for each check (at the scaled rate). @default 300 */
   readonly windowS?: number | undefined;
   /** Where the window starts in the trace, trace seconds. @default 0 */
@@ -509,6 +515,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
   for (const placement of options.placements ?? PLACEMENT_NAMES) {
     const points: PlanPoint[] = [];
     for (const [scale, arrivals] of windows) {
+      if (options.searchScales !== undefined && !options.searchScales.includes(scale)) continue;
       let runs = 0;
       const probes: PlanProbe[] = [];
       const check = async (n: number) => {
