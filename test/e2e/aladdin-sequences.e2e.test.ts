@@ -289,12 +289,12 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
  * on its replica, so it goes there only while each running sequence's ATGT slack — its target
  * times the tokens it has produced, less the time it has taken — covers the stall. Slack is known
  * only from a running request's progress, which the dispatcher running it reports to the others.
- * Two `fairway serve` dispatchers, two engine-sims at a quarter of an A100's speed (so a report
+ * Two `fairway serve` dispatchers, two engine-sims at a tenth of an A100's speed (so a report
  * every 200 ms covers a few tokens), and a performance model of that engine: the preset's fit with
- * every time ×4. ATGT target 2× a decode step.
+ * every time ×10. ATGT target 2× a decode step.
  */
 describe("Aladdin's decode-slack constraint (d) across two dispatchers", () => {
-  const SPEED = 0.25;
+  const SPEED = 0.1;
   const prefix = uniquePrefix('aladdin-d');
   let nats: TestServer;
   let dir: string;
@@ -375,13 +375,13 @@ describe("Aladdin's decode-slack constraint (d) across two dispatchers", () => {
     await until(() => running.tokens >= 1, 60_000, 'the running request to start');
     const busy = await runningOn(operators[0] as string);
 
-    // Dispatcher b knows the request only from a's reports: it sees it a report or two in (its
-    // context, 51 tokens and more, tells it from b's own warm-up request of 8).
+    // Dispatcher b knows the request only from a's reports: it sees it decoding (context above its
+    // 51-token prompt; b's own warm-up request held 9) a report or two after its first token.
     await untilOperatorSees(
       operators[1] as string,
       busy,
-      (x) => x.sequences === 1 && x.tokens > 50,
-      'dispatcher b to see it',
+      (x) => x.sequences === 1 && x.tokens > 51,
+      'dispatcher b to see it decoding',
     );
     // A few tokens in, its slack is about (0.9 × 2 − 1) steps per token: far less than a 3,900-token
     // prefill (about 29 steps) until some 36 tokens, and never more than 0.9 × 2 steps per token.
