@@ -113,6 +113,22 @@ async function replicaOf(d: FairwayProcess, completionTokens: number): Promise<s
   return undefined;
 }
 
+/** Two engine-sims, `sim-1` and `sim-2`, at `speed`, registered in the pool over NATS under `prefix`. */
+const startPoolEngines = (natsUrl: string, prefix: string, speed: number, more: readonly string[] = []) =>
+  startEngineSims(2, [
+    '--speed',
+    String(speed),
+    ...more,
+    '--nats-url',
+    natsUrl,
+    '--prefix',
+    prefix,
+    '--pool',
+    E2E_POOL,
+    '--log-level',
+    'warn',
+  ]);
+
 /** What a dispatcher (its operator URL) places `replica` by: the requests reported running there and their context. */
 async function seen(operator: string, replica: string): Promise<{ sequences: number; tokens: number }> {
   const text = await (await fetch(`${operator}/metrics`)).text();
@@ -171,20 +187,7 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
     configPath = join(mkdtempSync(join(tmpdir(), 'fairway-aladdin-')), 'fairway.yaml');
     writeFileSync(configPath, CONFIG);
     engines.push(
-      ...(await startEngineSims(2, [
-        '--speed',
-        '5',
-        '--kv-capacity-tokens',
-        String(KV_TOKENS),
-        '--nats-url',
-        nats.url,
-        '--prefix',
-        prefix,
-        '--pool',
-        E2E_POOL,
-        '--log-level',
-        'warn',
-      ])),
+      ...(await startPoolEngines(nats.url, prefix, 5, ['--kv-capacity-tokens', String(KV_TOKENS)])),
     );
     redis = new Redis(redisUrl());
     store = new RedisStore({ redis, prefix });
@@ -331,20 +334,7 @@ describe("Aladdin's decode-slack constraint (d) across two dispatchers", () => {
     );
     const configPath = join(dir, 'fairway.yaml');
     writeFileSync(configPath, CONFIG_D(perfPath, atgtS));
-    engines.push(
-      ...(await startEngineSims(2, [
-        '--speed',
-        String(SPEED),
-        '--nats-url',
-        nats.url,
-        '--prefix',
-        prefix,
-        '--pool',
-        E2E_POOL,
-        '--log-level',
-        'warn',
-      ])),
-    );
+    engines.push(...(await startPoolEngines(nats.url, prefix, SPEED)));
     for (const id of ['a', 'b']) {
       const d = await startServe(id, { configPath, redisUrl: redisUrl(), natsUrl: nats.url, prefix });
       dispatchers.push(d.proc);

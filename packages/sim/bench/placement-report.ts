@@ -650,14 +650,7 @@ export async function elasticReport(): Promise<string[]> {
     for (let seed = 1; seed <= SEEDS; seed++) {
       const t0 = performance.now();
       const plan = await planFleet({
-        ...SETUP,
-        slo,
-        rateScales: RATES,
-        windowS: WINDOW_S,
-        startS: (seed - 1) * STRIDE_S,
-        seed,
-        tps: [1],
-        maxReplicas: 0,
+        ...seedSetup(slo, 0, seed),
         placements: ['aladdin'],
         elastic: { closeAfterS: CLOSE_AFTER_S, bins: MAX_PAPER },
       });
