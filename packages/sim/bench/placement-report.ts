@@ -14,8 +14,8 @@
  * PLACEMENT_RENDER_FROM=<json> renders the section from a saved placement.json without computing;
  * PLACEMENT_SPOT=<seed>:<rate scale>[,…] computes points of the paper-SLO table (the
  * equal-information plan of that seed at that rate, as the whole run computes it) into
- * <out>/spot.json. The last two
- * are how test/reports checks the committed report without its quarter hour of simulation.
+ * <out>/spot.json. The last two are how test/reports checks the committed report without its
+ * quarter hour of simulation.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
