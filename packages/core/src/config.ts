@@ -507,6 +507,8 @@ export const policyConfigSchema = z
      * Performance-model files written by `fairway profile` (paths relative to the working
      * directory), one per (model, GPU, TP). `placement: aladdin` bounds each replica whose model,
      * GPU and TP match one by its SLO constraints; other replicas keep KV and sequence capacity.
+     * A replica's GPU and TP are what its agent registers (`fairway agent --gpu A100-80GB --tp 2`;
+     * `fairway engine-sim` registers those it simulates), else its `engines` entry's.
      * @default none
      */
     performanceModels: z.array(z.string().min(1)).default([]),
