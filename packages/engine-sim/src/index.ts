@@ -29,5 +29,6 @@ export {
   type EngineSimDeps,
   type EngineSimHandle,
   type StartEngineSimOptions,
+  smallestFittingTp,
   startEngineSim,
 } from './server.ts';

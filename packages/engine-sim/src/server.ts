@@ -15,7 +15,7 @@ import {
   systemClock,
 } from '@fairway/core';
 import { loadTokenizer } from '@fairway/engine';
-import { type EngineConfig, EngineModel, type EngineModelApi } from '@fairway/perf';
+import { type EngineConfig, EngineModel, type EngineModelApi, resolveEngineConfig } from '@fairway/perf';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { base64Vector, embeddingInputs, embeddingRequestSchema, embeddingVector } from './embeddings.ts';
@@ -492,6 +492,14 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
 }
 
 /** Options of {@link startEngineSim}: the engine-sim options plus a logger. */
+/**
+ * The smallest tensor-parallel degree (1, 2, 4 or 8) at which `model`'s weights leave room for a
+ * KV cache on `gpu`, as a deployment of that model would choose; undefined when none does.
+ */
+export function smallestFittingTp(model: string, gpu = 'A100-80GB'): number | undefined {
+  return [1, 2, 4, 8].find((tp) => resolveEngineConfig({ model, gpu, tp }).kvCapacityTokens > 0);
+}
+
 export type StartEngineSimOptions = EngineSimOptionsInput & { readonly logger?: Logger };
 
 /**

@@ -12,7 +12,7 @@ import {
   startDispatcher,
   storeConnection,
 } from '@fairway/dispatcher';
-import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
+import { type EngineSimHandle, smallestFittingTp, startEngineSim } from '@fairway/engine-sim';
 import { type Command, Option } from 'commander';
 import { positiveNumber, wholeNumber } from '../cli-args.ts';
 import { ExitCode, UsageError } from '../cli-error.ts';
@@ -189,9 +189,12 @@ export async function startUp(o: UpOptions = {}): Promise<UpHandle> {
       }
     } else {
       const count = o.engines ?? 2;
+      const preset = SIM_PRESETS.has(pool.model) ? pool.model : 'llama-2-7b';
       for (let i = 0; i < count; i++) {
         const sim = await startEngineSim({
-          model: SIM_PRESETS.has(pool.model) ? pool.model : 'llama-2-7b',
+          model: preset,
+          // A model too large for one GPU runs split over as many as it needs, as it would be served.
+          tp: smallestFittingTp(preset) ?? 1,
           servedModelName: pool.model,
           speed: o.speed ?? 1,
           seed: i,
