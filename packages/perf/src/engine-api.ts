@@ -160,7 +160,12 @@ export interface EngineSeqInput {
 /** Something that happened to a sequence during a step; applied at the end of the step. */
 export type EngineEvent =
   | { readonly kind: 'scheduled'; readonly id: string }
-  | { readonly kind: 'first-token'; readonly id: string }
+  | {
+      readonly kind: 'first-token';
+      readonly id: string;
+      /** As `finished`'s: what the prefix cache served its prompt, known once it is prefilled. */
+      readonly cachedTokens?: number;
+    }
   | { readonly kind: 'token'; readonly id: string; readonly generated: number }
   | {
       readonly kind: 'finished';

@@ -746,7 +746,12 @@ export class EngineModel implements EngineModelApi {
       if (s.computed < s.prompt) continue;
       s.generated++;
       this.#generationTokens++;
-      if (s.generated === 1) events.push({ kind: 'first-token', id: s.id });
+      if (s.generated === 1)
+        events.push(
+          this.#cache
+            ? { kind: 'first-token', id: s.id, cachedTokens: s.cachedTokens ?? 0 }
+            : { kind: 'first-token', id: s.id },
+        );
       events.push({ kind: 'token', id: s.id, generated: s.generated });
       if (s.generated >= s.target) {
         this.#free(s);

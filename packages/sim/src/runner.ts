@@ -115,6 +115,13 @@ export interface RunInput {
    * @default 'off'
    */
   readonly prefixAffinity?: PrefixAffinityMode | undefined;
+  /**
+   * What-if: each request's prompt charge is corrected when its engine prefills it, to the cost of
+   * what the prefix cache served then, instead of at settlement — as a gateway could if the engine
+   * reported `cached_tokens` with its first chunk (vLLM reports them only in the final usage). For
+   * an ordering whose dispatch charge is the prompt alone (no predicted output). @default false
+   */
+  readonly chargeCachedAtPrefill?: boolean | undefined;
   /** Load bound of `bounded` affinity, × the pool's mean reserved KV tokens. @default 1.25 */
   readonly affinityLoadFactor?: number | undefined;
   /**
@@ -182,13 +189,15 @@ interface Rec {
   finishS: number | undefined;
   generated: number;
   preemptions: number;
-  /** Prompt tokens its engine's prefix cache served (its finished event's `cachedTokens`). */
+  /** Prompt tokens its engine's prefix cache served (its first run's, from its first token on). */
   cachedTokens: number | undefined;
   /** Output tokens it had when its current run on an engine started (after an eviction). */
   resumeFrom: number;
   evictions: number;
   /** Virtual ms of its latest dispatch, to tell its current run's events from an evicted run's. */
   dispatchMs: number;
+  /** What its flow was charged when it was dispatched (the queue's price). */
+  dispatchCost: number;
 }
 
 type SimEvent =
@@ -266,6 +275,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     const replica = sharded === undefined ? d.replica : sharded.baseReplica(d.replica);
     rec.dispatchS = nowS();
     rec.dispatchMs = clock.now();
+    rec.dispatchCost = d.queued.dispatchCost;
     rec.replica = replica;
     if (d.owner !== d.picker) gateways[gatewayIndex.get(d.owner)!]!.started(d);
     const member = cluster.member(replica);
@@ -359,6 +369,19 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         case 'first-token': {
           const rec = recs.get(e.id)!;
           if (rec.firstTokenS === undefined) rec.firstTokenS = t;
+          // Its prompt is served: what the cache served counts from now, not from its end.
+          if (rec.resumeFrom === 0 && e.cachedTokens !== undefined) {
+            rec.cachedTokens = e.cachedTokens;
+            if (input.chargeCachedAtPrefill) {
+              const usage = {
+                inputTokens: rec.req.inputTokens,
+                outputTokens: 0,
+                cachedTokens: e.cachedTokens,
+              };
+              const delta = input.ordering.finalCost(rec.req, usage) - rec.dispatchCost;
+              if (delta !== 0) await store.charge([{ id: e.id, amount: delta }]);
+            }
+          }
           break;
         }
         case 'preempted':
@@ -387,7 +410,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           await gateways[rec.gateway]!.complete(e.id, {
             inputTokens: rec.req.inputTokens,
             outputTokens: rec.generated,
-            cachedTokens: rec.cachedTokens,
+            cachedTokens: rec.resumeFrom === 0 ? rec.cachedTokens : undefined,
           });
           break;
         }
@@ -521,6 +544,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
       resumeFrom: 0,
       evictions: 0,
       dispatchMs: 0,
+      dispatchCost: 0,
     };
     recs.set(req.id, rec);
     records.push(rec);

@@ -3,8 +3,8 @@
  * workloads, where the engines' prefix caches serve most of each prompt and counters charge those
  * tokens at the fleet's cached-token weight (corrected at settlement from the engine's count), two
  * backlogged tenants still never differ by more than 2·max(w_in·L_in, w_out·M) in service measured
- * the same way, over five seeds (seeds 1–5 on the A10G: VTC's worst 5,157 against a bound of 40,000;
- * FCFS's best 96,363).
+ * the same way, over five seeds (seeds 1–5 on the A10G: VTC's worst 4,999 against a bound of 40,000;
+ * FCFS's best 93,588).
  */
 import { orderingPolicyByName, placementByName } from '@fairway/policy';
 import type { PrefixAffinityMode } from '@fairway/scheduler';
