@@ -207,10 +207,13 @@ export {
   type SwapMechanism,
 } from './qlm/qlm-state.ts';
 export {
+  DEFAULT_PROFILE_BOUNDARIES,
   type GroupKey,
   GroupTable,
   type GroupTableOptions,
+  groupBand,
   groupKeyString,
+  profileBucket,
   type QlmRequest,
   type RequestGroup,
   toQlmRequest,

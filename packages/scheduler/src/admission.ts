@@ -1,5 +1,5 @@
 import { queueDeadlineMs, type RequestDescriptor } from '@fairway/core';
-import { kvOverloaded, type ReplicaState } from '@fairway/policy';
+import { groupBand, kvOverloaded, profileBucket, type ReplicaState } from '@fairway/policy';
 import {
   type AdmitAndDispatchResult,
   type AdmitInput,
@@ -108,9 +108,12 @@ export class Admission {
   async submit(request: RequestDescriptor): Promise<SubmitResult> {
     const o = this.#o;
     const req = parseRequest(request, this.#id);
-    const band = this.#bandOf.get(req.sloClass);
-    if (band === undefined)
+    const classBand = this.#bandOf.get(req.sloClass);
+    if (classBand === undefined)
       throw new UnknownSloClassError(this.#id, req.id, req.sloClass, [...this.#bandOf.keys()]);
+    const bounds = o.promptBands;
+    const band =
+      bounds === undefined ? classBand : groupBand(classBand, profileBucket(req.inputTokens, bounds), bounds);
     const pool = o.poolOf(req);
     const flow = o.ordering.flowOf(req);
     const nowMs = o.clock.now();

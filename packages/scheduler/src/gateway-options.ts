@@ -63,6 +63,14 @@ export interface GatewayOptions {
   readonly onDispatch: (d: Dispatched) => void;
   /** SLO classes; a request's class gives its priority band. @default QLM's three classes */
   readonly sloClasses?: readonly SloClass[];
+  /**
+   * Splits every class's band by prompt length, as QLM's request groups are keyed: a request of
+   * class band `b` whose prompt falls in bucket `i` of these ascending bounds queues in band
+   * `groupBand(b, i)` (`b × (bounds + 1) + i`), so a router can order a class's groups of short and
+   * long prompts and send them to different replicas. Each sub-band is its own queue and fairness
+   * domain. @default none (one band per class)
+   */
+  readonly promptBands?: readonly number[] | undefined;
   /** Pool a request is scheduled in. @default the request's model */
   readonly poolOf?: (req: RequestDescriptor) => string;
   /** @default 'max-tokens' */
@@ -163,9 +171,11 @@ export interface ResolvedGatewayOptions
       | 'outputRepredictor'
       | 'router'
       | 'prefixAffinity'
+      | 'promptBands'
     >
   > {
   readonly headroom: Headroom;
+  readonly promptBands: readonly number[] | undefined;
   readonly admission: AdmissionFunction;
   readonly overloaded: ((pool: string, replicas: readonly ReplicaState[]) => boolean) | undefined;
   readonly outputPredictor: ((req: RequestDescriptor) => number | undefined) | undefined;
@@ -198,6 +208,11 @@ const optionsSchema = z
     sloClasses: z
       .array(z.object({ name: z.string().min(1), band: z.number().int().min(0) }).loose())
       .min(1)
+      .optional(),
+    promptBands: z
+      .array(z.number().int().positive())
+      .min(1)
+      .refine((b) => b.every((x, i) => i === 0 || x > (b[i - 1] as number)), { message: 'must ascend' })
       .optional(),
     poolOf: fn.optional(),
     reserve: z.enum(['max-tokens', 'predicted', 'oracle']).optional(),
@@ -259,6 +274,7 @@ export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayO
     replicas: options.replicas,
     onDispatch: options.onDispatch,
     sloClasses: options.sloClasses ?? DEFAULT_SLO_CLASSES,
+    promptBands: options.promptBands,
     poolOf: options.poolOf ?? ((req) => req.model),
     reserve: options.reserve ?? 'max-tokens',
     outputPredictor: options.outputPredictor,

@@ -1,4 +1,5 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
+import { groupBand } from '@fairway/policy';
 import { Admission, type SubmitResult } from './admission.ts';
 import { Candidates } from './candidates.ts';
 import { Charging } from './charging.ts';
@@ -86,7 +87,14 @@ export class Gateway {
     const o = this.options;
     const owned = this.#owned;
     const bandOf = new Map(o.sloClasses.map((c) => [c.name, c.band]));
-    const bands = [...new Set(bandOf.values())].sort((a, b) => a - b);
+    const bounds = o.promptBands;
+    const bands = [...new Set(bandOf.values())]
+      .flatMap((b) =>
+        bounds === undefined
+          ? [b]
+          : Array.from({ length: bounds.length + 1 }, (_, i) => groupBand(b, i, bounds)),
+      )
+      .sort((a, b) => a - b);
     /** Window entries this gateway admitted that may still count (rebuilt after a lost state). */
     const log = new AdmissionLog();
     const view = new ReservationView(o);

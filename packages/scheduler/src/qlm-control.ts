@@ -10,8 +10,10 @@
  */
 import type { RequestDescriptor, SloClass } from '@fairway/core';
 import {
+  DEFAULT_PROFILE_BOUNDARIES,
   type GroupKey,
   GroupTable,
+  groupBand,
   groupKeyString,
   type MilpBudget,
   type MilpSolver,
@@ -52,6 +54,13 @@ export interface QlmControlOptions {
    * these bands. @default the class's own band
    */
   readonly gatewayBandOf?: ((sloClass: string) => number) | undefined;
+  /**
+   * Whether the gateways split each class's band by the request groups' prompt buckets
+   * (`GatewayOptions.promptBands` set to {@link promptBands}): the routes then name each group's
+   * own band, so the plan's order of a class's groups and their assignment to replicas are carried
+   * out, not only its order of classes. @default false
+   */
+  readonly groupBands?: boolean | undefined;
   /** @default 'qlm' */
   readonly planner?: QueuePlanner | undefined;
   /** Serving operations allowed (the ablation turns one off). @default all */
@@ -163,6 +172,11 @@ export class QlmControl implements SloControl {
       ...(options.profileBoundaries ? { profileBoundaries: options.profileBoundaries } : {}),
     });
     this.#stats = new OutputLengthStats(options.outputPrior);
+  }
+
+  /** The prompt-length bounds the gateways split bands by under `groupBands` (else undefined). */
+  get promptBands(): readonly number[] | undefined {
+    return this.#opts.groupBands ? (this.#opts.profileBoundaries ?? DEFAULT_PROFILE_BOUNDARIES) : undefined;
   }
 
   start(ctx: SloControlContext): void {
@@ -299,13 +313,18 @@ export class QlmControl implements SloControl {
 
     // Virtual queues in group terms (for the next round) and in gateway bands (for the routes).
     const byId = new Map(groups.map((g) => [g.id, g]));
-    const bandOf = this.#opts.gatewayBandOf ?? ((c: string) => sloClassOf(c, this.#classes).band);
+    const classBand = this.#opts.gatewayBandOf ?? ((c: string) => sloClassOf(c, this.#classes).band);
+    const bounds = this.promptBands;
+    const bandOf = (key: GroupKey): number =>
+      bounds === undefined
+        ? classBand(key.sloClass)
+        : groupBand(classBand(key.sloClass), key.profile, bounds);
     const bands: Record<string, number[]> = {};
     this.#queues = {};
     for (const [replica, ids] of Object.entries(decision.queues)) {
       const real = ids.filter((id) => byId.has(id));
       this.#queues[replica] = real;
-      bands[replica] = real.map((id) => bandOf((byId.get(id) as (typeof groups)[number]).key.sloClass));
+      bands[replica] = real.map((id) => bandOf((byId.get(id) as (typeof groups)[number]).key));
     }
     this.router.setQueues(bands);
 

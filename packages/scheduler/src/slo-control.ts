@@ -57,6 +57,8 @@ export interface SloControl {
   readonly name: string;
   /** Router the gateways dispatch through, if the control routes. */
   readonly router?: DispatchRouter | undefined;
+  /** Prompt-length bounds the gateways split each class's band by (`GatewayOptions.promptBands`). */
+  readonly promptBands?: readonly number[] | undefined;
   /** Interval of the control's planning event, ms of the host's clock (virtual in the simulator). */
   readonly intervalMs: number;
   /** Called once before the first event. */

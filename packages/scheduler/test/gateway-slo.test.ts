@@ -109,6 +109,30 @@ describe('Gateway routing (QLM virtual queues)', () => {
     expect(placed).toEqual({ b1: 'r1', i1: 'r2', i2: 'r2' });
   });
 
+  it("with prompt bands, queues each request in its group's band and lets a replica take a class's long prompts first", async () => {
+    const router = new VirtualQueueRouter();
+    const fleet = new Fleet(['r1', 6000], ['r2', 6000]);
+    const { gw, dispatched, store } = setup(fleet, { router, promptBands: [256, 1024, 4096] });
+    router.hold('r1', true);
+    router.hold('r2', true);
+    await gw.submit(req({ id: 'short', sloClass: 'batch-1', inputTokens: 100 }));
+    await gw.submit(req({ id: 'long', sloClass: 'batch-1', inputTokens: 2000 }));
+    await gw.submit(req({ id: 'chat', sloClass: 'interactive', inputTokens: 300 }));
+    // batch-1 is band 1: its buckets are bands 4–7; interactive (band 0) 0–3.
+    expect((await store.snapshot('m', 4)).queued).toEqual({ t1: 1 });
+    expect((await store.snapshot('m', 6)).queued).toEqual({ t1: 1 });
+    expect((await store.snapshot('m', 1)).queued).toEqual({ t1: 1 });
+    // The plan gives r1 the long-prompt group first, r2 the interactive and short ones.
+    router.setQueues({ r1: [6], r2: [1, 4] });
+    router.hold('r1', false);
+    await gw.pump();
+    expect(dispatched.map((d) => [d.id, d.replica])).toEqual([
+      ['long', 'r1'],
+      ['chat', 'r1'],
+      ['short', 'r1'],
+    ]);
+  });
+
   it('pushes everything routed to a replica when pulling is off', async () => {
     const router = new VirtualQueueRouter({ pull: false });
     const { gw, dispatched } = setup(new Fleet(['r1', 300, 1]), { router });

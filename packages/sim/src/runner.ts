@@ -314,6 +314,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         ...(input.headroom !== undefined ? { headroom: input.headroom } : {}),
         ...(input.sloClasses !== undefined ? { sloClasses: input.sloClasses } : {}),
         ...(control?.router !== undefined ? { router: control.router } : {}),
+        ...(control?.promptBands !== undefined ? { promptBands: control.promptBands } : {}),
         ...(input.outputPredictor !== undefined ? { outputPredictor: input.outputPredictor } : {}),
         ...(input.repredict !== undefined ? { repredict: input.repredict } : {}),
         ...(input.outputRepredictor !== undefined ? { outputRepredictor: input.outputRepredictor } : {}),

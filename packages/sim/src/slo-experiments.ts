@@ -53,6 +53,12 @@ export interface SloExperimentOptions {
    * so that late requests can still be served (throughput is over the whole run). @default 0
    */
   readonly drainS?: number | undefined;
+  /**
+   * Under QLM: each class's band split by the request groups' prompt buckets at the gateways, so
+   * the plan's order of a class's groups and their assignment to replicas are carried out
+   * (`QlmControlOptions.groupBands`). @default false
+   */
+  readonly groupBands?: boolean | undefined;
   /** QLM's MILP solver (e.g. `loadHighsSolver()`); without one QLM plans with EDF + local search. */
   readonly solver?: MilpSolver | undefined;
   /** Budget of each MILP solve. @default { maxNodes: 50, timeLimitS: 30 } */
@@ -170,7 +176,14 @@ function lengthsOf(arrivals: readonly RequestDescriptor[], model: string) {
 /** Options of {@link sloPolicySetup}: the policy and QLM's knobs (see {@link SloExperimentOptions}). */
 export type SloSetupOptions = Pick<
   SloExperimentOptions,
-  'policy' | 'solver' | 'budget' | 'intervalMs' | 'sloClasses' | 'minSwapWorkFactor' | 'swapMechanism'
+  | 'policy'
+  | 'groupBands'
+  | 'solver'
+  | 'budget'
+  | 'intervalMs'
+  | 'sloClasses'
+  | 'minSwapWorkFactor'
+  | 'swapMechanism'
 >;
 
 /** What the runner needs to run one SLO policy: its ordering, the gateway's bands and the control. */
@@ -242,6 +255,7 @@ export function sloPolicySetup(
       {
         sloClasses: classes,
         gatewayBandOf: (c) => gatewayClasses.find((x) => x.name === c)?.band ?? 0,
+        groupBands: setup.bands === 'classes' && options.groupBands === true,
         planner: setup.planner,
         flags: setup.flags,
         solver: options.solver,

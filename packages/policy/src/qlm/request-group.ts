@@ -66,6 +66,24 @@ export function toQlmRequest(req: RequestDescriptor, classes: ReadonlyMap<string
   };
 }
 
+/** Prompt-length bounds of the request groups' buckets (QLM's token profile). */
+export const DEFAULT_PROFILE_BOUNDARIES: readonly number[] = [256, 1024, 4096];
+
+/** The bucket of a prompt of `inputTokens`: the first bound it does not exceed, else one past the last. */
+export function profileBucket(inputTokens: number, boundaries: readonly number[]): number {
+  const i = boundaries.findIndex((b) => inputTokens <= b);
+  return i === -1 ? boundaries.length : i;
+}
+
+/**
+ * The gateway band of a request group's key when each SLO class's band is split by prompt bucket:
+ * `classBand × (buckets) + bucket`, so every class's buckets stay between its band and the next
+ * class's, shortest prompts first.
+ */
+export function groupBand(classBand: number, bucket: number, boundaries: readonly number[]): number {
+  return classBand * (boundaries.length + 1) + bucket;
+}
+
 interface MutableGroup {
   id: string;
   key: GroupKey;
@@ -90,7 +108,7 @@ export class GroupTable {
 
   constructor(options: GroupTableOptions) {
     this.#maxSize = Math.max(1, Math.round((options.delta ?? 4) * options.avgBatchSize));
-    this.#boundaries = options.profileBoundaries ?? [256, 1024, 4096];
+    this.#boundaries = options.profileBoundaries ?? DEFAULT_PROFILE_BOUNDARIES;
   }
 
   /** Most queued members a group may hold. */
@@ -100,8 +118,7 @@ export class GroupTable {
 
   /** Token-profile bucket of a request. */
   profileOf(req: Pick<QlmRequest, 'inputTokens'>): number {
-    const i = this.#boundaries.findIndex((b) => req.inputTokens <= b);
-    return i === -1 ? this.#boundaries.length : i;
+    return profileBucket(req.inputTokens, this.#boundaries);
   }
 
   /** Adds a queued request to its group; returns the group id. */
