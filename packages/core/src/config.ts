@@ -345,6 +345,13 @@ export const controlConfigSchema = z
     loadBalance: z.boolean().default(true),
     /** QLM's model swap (see `swappable`). @default true */
     swap: z.boolean().default(true),
+    /**
+     * Under `ordering: qlm`: each SLO class's queue is split by prompt length (the request groups'
+     * buckets: up to 256, 1,024 and 4,096 tokens, and longer), so the plan's order of a class's
+     * groups and their assignment to replicas are carried out, not only its order of classes. Each
+     * bucket is then its own fair queue: tenants share a class fairly within a bucket. @default false
+     */
+    groupBands: z.boolean().default(false),
     /** Output-length prior (tokens) of a request group with too little history. @default 256 ± 256 */
     outputMean: positive.default(256),
     /** Standard deviation of that prior, tokens. @default 256 */

@@ -309,6 +309,7 @@ export class ControlPlane {
         {
           sloClasses: o.sloClasses,
           gatewayBandOf: o.gatewayBandOf,
+          groupBands: !single && c.groupBands,
           planner: o.planner,
           // The baselines order single requests and never evict, as in the simulator.
           flags: single

@@ -15,7 +15,7 @@ import {
   type RequestDescriptor,
   type Usage,
 } from '@fairway/core';
-import type { RwtProfile, SequenceProgress } from '@fairway/policy';
+import { DEFAULT_PROFILE_BOUNDARIES, type RwtProfile, type SequenceProgress } from '@fairway/policy';
 import {
   type AffinityOutcome,
   type Dispatched,
@@ -242,6 +242,10 @@ export class GatewayRuntime {
       reservationsMaxAgeMs: opt.reservationsMaxAgeMs,
       maxQueueWaitMs: opt.queueTimeoutMs,
       ...(this.control?.router !== undefined ? { router: this.control.router } : {}),
+      // Every dispatcher queues a request in its group's band; the leader's routes name them.
+      ...(o.scheduling.planner === 'qlm' && policy.control.groupBands
+        ? { promptBands: DEFAULT_PROFILE_BOUNDARIES }
+        : {}),
       prefixAffinity: {
         // A pool the config does not name (its replicas registered themselves) has the default.
         mode: (pool) => modes.get(pool) ?? 'bounded',

@@ -305,6 +305,26 @@ describe('QLM serving live traffic (Redis, NATS, engine-sim)', () => {
     expect(metrics).toMatch(/^fairway_desired_replicas\{pool="p"\} [1-9]/m);
   }, 60_000);
 
+  it("carries out the plan by request group under groupBands: each group's band in the leader's routes, TTFT still met", async () => {
+    fleet = await startFleet('qlm', 2, { groupBands: true });
+    const planned = new Set<number>();
+    fleet.observer.subscribe('controlRoutes', (r) => {
+      for (const bands of Object.values(r.queues)) for (const b of bands) planned.add(b);
+    });
+    await fleet.observer.flush();
+    const { interactive, batch } = await burst(fleet);
+    for (const a of interactive) {
+      expect(a.status).toBe(200);
+      expect(a.ttftS).toBeLessThan(INTERACTIVE_TTFT_S);
+    }
+    const whole = await reference(fleet.sim, BATCH_OUTPUT);
+    for (const a of batch) expect(a.text).toBe(whole);
+    // Short prompts (the first of four prompt buckets): interactive (band 0) queues in band 0,
+    // batch (band 2) in band 2 × 4 = 8 — never in the class's own band 2.
+    await waitFor(() => planned.has(8), 3000, "the batch group's band in a route");
+    expect([...planned].every((b) => b === 0 || b === 8)).toBe(true);
+  }, 60_000);
+
   it('meets interactive TTFT with the MILP global scheduler (HiGHS) planning too', async () => {
     fleet = await startFleet('qlm', 1, { milp: true, milpTimeLimitS: 0.1 });
     const { interactive, batch } = await burst(fleet);
