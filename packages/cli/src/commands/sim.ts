@@ -48,6 +48,7 @@ export interface SimOptions {
   readonly prefixAffinity?: 'off' | 'bounded' | 'unbounded' | undefined;
   /** Load bound of bounded affinity, × the pool's mean reserved KV tokens. */
   readonly affinityLoadFactor?: number | undefined;
+  readonly groupBands?: boolean | undefined;
 }
 
 function integer(value: string): number {
@@ -125,6 +126,10 @@ export function registerSimCommand(program: Command, io: CliIo, setCode: (code: 
       "bounded affinity's load bound, × the pool's mean reserved KV tokens (default 1.25)",
       nonNegative,
     )
+    .option(
+      '--group-bands',
+      "under --policy qlm*: split each SLO class's queue by the request groups' prompt buckets, so the plan's group order and assignment are carried out (policy.control.groupBands)",
+    )
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--out <dir>', 'also write report.json and SVG plots to this directory')
     .option('--list', 'list the built-in scenarios')
@@ -159,6 +164,8 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     problems.push('--dispatchers must be at least 1');
   if (opts.affinityLoadFactor !== undefined && opts.affinityLoadFactor < 1)
     problems.push('--affinity-load-factor must be at least 1');
+  if (opts.groupBands === true && !sloPolicy?.startsWith('qlm'))
+    problems.push('--group-bands needs --policy qlm (or one of its ablations)');
   if (opts.stepNoiseCv !== undefined && opts.stepNoise === undefined)
     problems.push('--step-noise-cv needs --step-noise <lognormal|normal>');
   if (problems.length > 0 || (!policyEntry && !sloPolicy) || !placementEntry || !opts.scenario)
@@ -181,6 +188,7 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
   const slo = sloPolicy
     ? sloPolicySetup(input, history, {
         policy: sloPolicy,
+        groupBands: opts.groupBands === true,
         // QLM plans with HiGHS under a node limit, so a seed replays exactly.
         solver: sloPolicy.startsWith('qlm') ? await loadHighsSolver() : undefined,
       })
