@@ -15,7 +15,9 @@ import { type FairwayProcess, startFairway, untilServed } from './support/proces
  * whose agent registers it: interactive requests that arrive while batch requests fill the replica
  * meet their TTFT through evictions, the evicted batch clients still get their whole answer, the
  * leader's desired-replicas signal is on the bus, and killing the leader (SIGKILL: it cannot give
- * its lease up) hands the control to the other dispatcher within the lease.
+ * its lease up) hands the control to the other dispatcher within the lease. The fleet runs twice:
+ * the plan carried out by SLO class, and by request group (`policy.control.groupBands`), where the
+ * leader's routes name each group's own queue.
  */
 const MODEL = 'llama-2-7b';
 const KEY = 'sk-qlm-e2e-0001';
@@ -23,7 +25,8 @@ const KEY = 'sk-qlm-e2e-0001';
 const TTFT_S = 2.5;
 const LEASE_MS = 1500;
 const OUTPUT = 2000;
-const CONFIG = `
+/** The fleet's config; `groupBands` splits each class's queue by the request groups' prompt buckets. */
+const config = (groupBands: boolean) => `
 tenants:
   - { id: t, keys: [{ key: ${KEY} }] }
 pools:
@@ -34,7 +37,7 @@ sloClasses:
 policy:
   ordering: qlm
   queueTimeoutS: 60
-  control: { intervalMs: 150, leaseMs: ${LEASE_MS}, outputMean: ${OUTPUT}, outputStd: 200, speedup: 4 }
+  control: { intervalMs: 150, leaseMs: ${LEASE_MS}, outputMean: ${OUTPUT}, outputStd: 200, speedup: 4, groupBands: ${groupBands} }
   scaling:
     - { pool: p, k: 0.5, c: 1, windowS: 10 }
 `;
@@ -102,7 +105,10 @@ async function chat(url: string, sloClass: string, tokens: number, stream: boole
   return { status: res.status, text, completionTokens, ttftS };
 }
 
-describe('qlm across fairway serve processes', () => {
+describe.each([
+  { groupBands: false, what: 'by SLO class' },
+  { groupBands: true, what: 'by request group (groupBands)' },
+])('qlm across fairway serve processes, the plan carried out $what', ({ groupBands }) => {
   const prefix = uniquePrefix('qlme2e');
   let engine: FairwayProcess;
   const dispatchers: FairwayProcess[] = [];
@@ -114,7 +120,7 @@ describe('qlm across fairway serve processes', () => {
   beforeAll(async () => {
     const dir = mkdtempSync(join(tmpdir(), 'fairway-qlm-'));
     const configPath = join(dir, 'fairway.yaml');
-    writeFileSync(configPath, CONFIG);
+    writeFileSync(configPath, config(groupBands));
     bus = await NatsBus.connect({ servers: natsUrl(), prefix, logger: silentLogger, name: 'qlm-e2e' });
     bus.subscribe('evict', (e) => {
       evictions.push(e);
@@ -185,7 +191,8 @@ describe('qlm across fairway serve processes', () => {
 
   it('meets interactive TTFT by evicting batch requests, which resume and answer in full', async () => {
     const urls = dispatchers.map((d) => d.url);
-    const batch = [0, 1, 2, 3].map((i) => chat(urls[i % 2] as string, 'batch', OUTPUT, i % 2 === 0));
+    // Five batch requests for four sequence slots: one waits in the queue from the start.
+    const batch = [0, 1, 2, 3, 4].map((i) => chat(urls[i % 2] as string, 'batch', OUTPUT, i % 2 === 0));
     await new Promise((r) => setTimeout(r, 400));
     const interactive: Promise<Answer>[] = [];
     for (let i = 0; i < 3; i++) {
@@ -206,24 +213,31 @@ describe('qlm across fairway serve processes', () => {
     }
     expect(evictions.length).toBeGreaterThanOrEqual(1);
     expect(desired.some((d) => d.pool === 'p' && d.desired >= 1)).toBe(true);
+    // The leader's routes name the queues the replica pulls: the classes' bands (interactive 0,
+    // batch 2), or under groupBands each group's (short prompts, the first of four buckets:
+    // interactive 0, batch 2 × 4 = 8).
+    const planned = new Set(routes.flatMap((r) => Object.values(r.queues).flat()));
+    expect([...planned].sort((a, b) => a - b)).toEqual(groupBands ? [0, 8] : [0, 2]);
   }, 60_000);
 
-  it('hands the control over when the leader dies without giving its lease up', async () => {
-    const leaderId = routes.at(-1)?.leaderId;
-    // Dispatcher ids are the --id given plus a random suffix.
-    expect(leaderId).toMatch(/^d[12]-/);
-    const first = leaderId?.startsWith('d1-') === true;
-    const leader = dispatchers[first ? 0 : 1] as FairwayProcess;
-    leader.kill9();
-    const killedAt = Date.now();
-    const deadline = killedAt + LEASE_MS + 3000;
-    while (!routes.some((r) => r.leaderId !== leaderId && r.at >= killedAt - 50)) {
-      if (Date.now() > deadline) throw new Error('no other dispatcher took the control over');
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    // The survivor serves on its own.
-    const survivor = dispatchers[first ? 1 : 0] as FairwayProcess;
-    const a = await chat(survivor.url, 'interactive', 5, true);
-    expect(a.completionTokens).toBe(5);
-  }, 30_000);
+  // The hand-over does not depend on how the plan is carried out: run once.
+  if (!groupBands)
+    it('hands the control over when the leader dies without giving its lease up', async () => {
+      const leaderId = routes.at(-1)?.leaderId;
+      // Dispatcher ids are the --id given plus a random suffix.
+      expect(leaderId).toMatch(/^d[12]-/);
+      const first = leaderId?.startsWith('d1-') === true;
+      const leader = dispatchers[first ? 0 : 1] as FairwayProcess;
+      leader.kill9();
+      const killedAt = Date.now();
+      const deadline = killedAt + LEASE_MS + 3000;
+      while (!routes.some((r) => r.leaderId !== leaderId && r.at >= killedAt - 50)) {
+        if (Date.now() > deadline) throw new Error('no other dispatcher took the control over');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      // The survivor serves on its own.
+      const survivor = dispatchers[first ? 1 : 0] as FairwayProcess;
+      const a = await chat(survivor.url, 'interactive', 5, true);
+      expect(a.completionTokens).toBe(5);
+    }, 30_000);
 });
