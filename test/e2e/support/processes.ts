@@ -177,15 +177,23 @@ export async function startServe(
   },
   env: Readonly<Record<string, string>> = {},
 ): Promise<{ readonly proc: FairwayProcess; readonly operatorUrl: string }> {
-  const operatorPort = await freePort();
-  const proc = await startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
-    FAIRWAY_CONFIG: o.configPath,
-    REDIS_URL: o.redisUrl,
-    NATS_URL: o.natsUrl,
-    FAIRWAY_PREFIX: o.prefix,
-    PORT: '0',
-    FAIRWAY_OPERATOR_PORT: String(operatorPort),
-    ...env,
-  });
-  return { proc, operatorUrl: `http://127.0.0.1:${operatorPort}` };
+  // Another process can take the operator port between the kernel naming it and the dispatcher
+  // binding it (the dispatcher then exits, naming EADDRINUSE): start again on a new port, 3 times.
+  for (let attempt = 1; ; attempt++) {
+    const operatorPort = await freePort();
+    try {
+      const proc = await startFairway(['serve', '--id', id], /listening on (http:\/\/\S+)/, {
+        FAIRWAY_CONFIG: o.configPath,
+        REDIS_URL: o.redisUrl,
+        NATS_URL: o.natsUrl,
+        FAIRWAY_PREFIX: o.prefix,
+        PORT: '0',
+        FAIRWAY_OPERATOR_PORT: String(operatorPort),
+        ...env,
+      });
+      return { proc, operatorUrl: `http://127.0.0.1:${operatorPort}` };
+    } catch (err) {
+      if (attempt >= 3 || !String((err as Error).message).includes('EADDRINUSE')) throw err;
+    }
+  }
 }
