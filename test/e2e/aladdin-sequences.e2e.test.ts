@@ -9,7 +9,13 @@ import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric } from './support/chat.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
-import { type FairwayProcess, startEngineSims, startServe, untilServed } from './support/processes.ts';
+import {
+  type FairwayProcess,
+  startEngineSims,
+  startServe,
+  stopFleet,
+  untilServed,
+} from './support/processes.ts';
 
 /**
  * Aladdin's KV constraint (e) on a real fleet, time-indexed: two `fairway serve` dispatchers
@@ -354,13 +360,7 @@ describe("Aladdin's decode-slack constraint (d) across two dispatchers", () => {
       );
   }, 90_000);
 
-  afterAll(async () => {
-    await Promise.all([...dispatchers, ...engines].map((p) => p.stop()));
-    await nats?.stop();
-    const redis = new Redis(redisUrl());
-    await purgeStore(redis, prefix);
-    redis.disconnect();
-  }, 60_000);
+  afterAll(() => stopFleet([...dispatchers, ...engines], nats, prefix), 60_000);
 
   it("sends a long prompt away from a replica whose running request's slack it would exceed, and a short one to it", async () => {
     const [a, b] = dispatchers as [FairwayProcess, FairwayProcess];

@@ -3,7 +3,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type AdminEventInput, generateOperatorKeyPair, NatsBus, OperatorSigner } from '@fairway/bus';
 import { hashApiKey } from '@fairway/dispatcher';
-import { purgeStore } from '@fairway/store';
 import {
   freePort,
   type RestartableServer,
@@ -11,11 +10,10 @@ import {
   startRestartableNatsServer,
   uniquePrefix,
 } from '@fairway/testkit';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ChatOutcome, gatewayMetric as metric, sendChat } from './support/chat.ts';
 import { E2E_MODEL, E2E_POOL, singleTenantConfig } from './support/fleet-config.ts';
-import { type FairwayProcess, startEngineSims, startFairway } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startFairway, stopFleet } from './support/processes.ts';
 
 /**
  * A NATS outage against a real fleet: two `fairway engine-sim` processes with their agents and two
@@ -108,11 +106,7 @@ describe('a NATS outage under load', () => {
 
   afterAll(async () => {
     await admin?.close().catch(() => undefined);
-    await Promise.all([...dispatchers, ...engines].map((p) => p.stop()));
-    await nats?.stop();
-    const redis = new Redis(redisUrl());
-    await purgeStore(redis, prefix);
-    redis.disconnect();
+    await stopFleet([...dispatchers, ...engines], nats, prefix);
   }, 60_000);
 
   it('keeps serving for the 10 s NATS is down and applies admin events published once it is back', async () => {

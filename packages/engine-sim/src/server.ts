@@ -491,7 +491,6 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   };
 }
 
-/** Options of {@link startEngineSim}: the engine-sim options plus a logger. */
 /**
  * The smallest tensor-parallel degree (1, 2, 4 or 8) at which `model`'s weights leave room for a
  * KV cache on `gpu`, as a deployment of that model would choose; undefined when none does.
@@ -500,6 +499,7 @@ export function smallestFittingTp(model: string, gpu = 'A100-80GB'): number | un
   return [1, 2, 4, 8].find((tp) => resolveEngineConfig({ model, gpu, tp }).kvCapacityTokens > 0);
 }
 
+/** Options of {@link startEngineSim}: the engine-sim options plus a logger. */
 export type StartEngineSimOptions = EngineSimOptionsInput & { readonly logger?: Logger };
 
 /**

@@ -2,7 +2,9 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
-import { freePort } from '@fairway/testkit';
+import { purgeStore } from '@fairway/store';
+import { freePort, redisUrl, type TestServer } from '@fairway/testkit';
+import { Redis } from 'ioredis';
 
 /** The `fairway` executable as a user runs it (`npx fairway` resolves to this script). */
 export const FAIRWAY_BIN = resolve(
@@ -196,4 +198,20 @@ export async function startServe(
       if (attempt >= 3 || !String((err as Error).message).includes('EADDRINUSE')) throw err;
     }
   }
+}
+
+/**
+ * Ends a fleet a test started: stops its processes and its NATS server, and deletes its store keys
+ * (everything under `prefix`) from the machine's Redis.
+ */
+export async function stopFleet(
+  processes: readonly FairwayProcess[],
+  nats: TestServer | undefined,
+  prefix: string,
+): Promise<void> {
+  await Promise.all(processes.map((p) => p.stop()));
+  await nats?.stop();
+  const redis = new Redis(redisUrl());
+  await purgeStore(redis, prefix);
+  redis.disconnect();
 }
