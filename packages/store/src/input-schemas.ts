@@ -158,6 +158,7 @@ export const requeueInputSchema = z.object({
   servedCost: finite,
   dispatchCost: finite.optional(),
   undispatch: z.boolean().optional(),
+  moveTo: z.object({ id, tokenCapacity: nonNegative, seqCapacity: nonNegative }).optional(),
 });
 
 /** Arguments of `cancel`. */

@@ -80,7 +80,10 @@ interface RequestState {
   grown: number;
   /** Cost charged at the next dispatch: the admitted dispatch cost, or what `requeue` set. */
   cost: number;
-  /** The replica its prompt likely is cached on (`QueuedRequest.affinity`); `requeue` drops it. */
+  /**
+   * The replica its prompt likely is cached on (`QueuedRequest.affinity`); `requeue` drops it, or
+   * sets the replica it moves the request to.
+   */
   affinity: ReplicaCandidate | undefined;
   /**
    * Windows this request consumed, for true-up at settle or cancel: a true-up window's bucket
@@ -517,7 +520,7 @@ export class MemoryStore implements SchedulingStore {
       charged: served,
       grown: 0,
       cost: input.undispatch === true ? old.cost : (input.dispatchCost ?? 0),
-      affinity: undefined,
+      affinity: input.moveTo,
     };
     this.#requests.set(input.id, rs);
     const flow = rs.req.flow;

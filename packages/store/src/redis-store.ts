@@ -589,6 +589,9 @@ export class RedisStore implements SchedulingStore {
       str(input.servedCost),
       str(input.dispatchCost ?? 0),
       input.undispatch === true ? '1' : '0',
+      ...(input.moveTo === undefined
+        ? []
+        : [input.moveTo.id, str(input.moveTo.tokenCapacity), str(input.moveTo.seqCapacity)]),
     );
     return reply === 1;
   }

@@ -345,6 +345,13 @@ export interface RequeueInput {
    * charges it again; `servedCost` and `dispatchCost` are ignored. @default false
    */
   readonly undispatch?: boolean;
+  /**
+   * The replica the request is moved to (a request taken out of an engine's queue): it becomes
+   * the request's affinity, so a dispatch given {@link DispatchInput.affinityTokens} places it
+   * there when that replica has room, else on its candidates as usual. @default none — a
+   * re-queued request loses its affinity
+   */
+  readonly moveTo?: ReplicaCandidate;
 }
 
 /** One entry a dispatcher recorded in a sliding window, put back by {@link SchedulingStore.restore}. */

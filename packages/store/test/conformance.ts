@@ -1357,6 +1357,25 @@ export function describeStoreConformance(backend: string, create: () => Promise<
         expect(await placed({ affinityTokens: 1e9 })).toBe('r1');
         expect((await s.snapshot('p', 0)).counters.a).toBe(30);
       });
+
+      it('places a request moved out of an engine queue on the replica it moved to, when that has room', async () => {
+        if (!s.requeue) throw new Error('backend has no requeue');
+        await s.admit(admitOf(makeReq('x', { dispatchCost: 30 })));
+        expect(await placed({ affinityTokens: 1e9 })).toBe('r1');
+        expect(await s.requeue({ id: 'x', nowMs: 1, servedCost: 0, undispatch: true, moveTo: r2 })).toBe(
+          true,
+        );
+        expect(await s.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+        // First-fit would choose r1 again; the move's replica has room.
+        expect(await placed({ affinityTokens: 1e9 })).toBe('r2');
+        expect((await s.snapshot('p', 0)).counters.a).toBe(30);
+        // Moved again, to a replica without room: placed as usual.
+        expect(await s.requeue({ id: 'x', nowMs: 2, servedCost: 0, undispatch: true, moveTo: r2 })).toBe(
+          true,
+        );
+        await load(r2, 995);
+        expect(await placed({ affinityTokens: 1e9 })).toBe('r1');
+      });
     });
 
     describe('prefix parts held once per replica', () => {

@@ -3,13 +3,15 @@
   reservation (grown included), corrects its flow's counter so the request was charged exactly `servedCost`, keeps
   that as its charge and sets the cost its next dispatch adds. A flow that was not backlogged
   rejoins without a lift; a continuation also goes back to the head of its continuation FIFO. The
-  request loses its affinity. With `undispatch` the request's last dispatch is undone instead: the
+  request loses its affinity, unless it is moved: then the replica it moves to is its affinity. With `undispatch` the request's last dispatch is undone instead: the
   counter gives back what it charged (charged - cost) and the next dispatch charges `cost` again.
 
   Input:
     KEYS[1] request record key_req(id)
     ARGV[1] key base  ARGV[2] id  ARGV[3] nowMs  ARGV[4] servedCost  ARGV[5] dispatchCost
     ARGV[6] undispatch ('1' | '0')
+    ARGV[7 .. 9] optional: the replica it moves to, its tokenCapacity and seqCapacity (as the
+                 admission's affinity)
 
   Output: 1 re-queued, 0 the request was not running
 ]]
@@ -57,5 +59,9 @@ redisCall('INCR', key_poolQueued(pool))
 redisCall('HSET', KEYS[1], 'state', 'q', 'replica', '', 'charged', fmt(served), 'cost', fmt(nextCost))
 -- The growth belonged to that run; the next dispatch reserves what the request was queued with.
 if r.grown then redisCall('HDEL', KEYS[1], 'grown') end
-redisCall('HDEL', KEYS[1], 'aff', 'afft', 'affs')
+if ARGV[7] ~= nil then
+  redisCall('HSET', KEYS[1], 'aff', ARGV[7], 'afft', ARGV[8], 'affs', ARGV[9])
+else
+  redisCall('HDEL', KEYS[1], 'aff', 'afft', 'affs')
+end
 return 1
