@@ -136,6 +136,24 @@ export class Candidates {
   }
 
   /**
+   * The first replica in placement order (of `offer.allowed`) that `eligible` accepts and the view
+   * shows with room for `offer.reserveTokens`, as the store's candidate; undefined if none.
+   */
+  firstWithRoom(
+    states: readonly ReplicaState[],
+    offer: Offer,
+    eligible: (s: ReplicaState) => boolean,
+  ): ReplicaCandidate | undefined {
+    const byId = new Map(states.map((s) => [s.id, s]));
+    const reserve = offer.reserveTokens ?? 1;
+    for (const c of this.list(states, offer).replicas) {
+      const s = byId.get(c.id);
+      if (s !== undefined && eligible(s) && roomFor(c, s, reserve)) return c;
+    }
+    return undefined;
+  }
+
+  /**
    * The first `maxCandidates` of `all` (states in `of`): those with room for the offer's request
    * first, then those without, then those it skips.
    */

@@ -12,6 +12,12 @@ import { QueueDeadlines } from './queue-deadline.ts';
 import { decodeRequest } from './request-payload.ts';
 import type { ReservationView } from './reservation-view.ts';
 
+/**
+ * The affinity bound of a dispatch that honours moved requests' replicas where the pool has no
+ * prefix affinity: no load bound (the move chose the replica for its room).
+ */
+const MOVED_ANYWHERE = 1e15;
+
 /** A dispatch the store made. */
 export type StoreDispatch = Extract<DispatchResult, { kind: 'dispatched' }>;
 
@@ -74,6 +80,27 @@ export class DispatchRounds {
   }
 
   /**
+   * Where a request of `pool` reserving `reserveTokens`, waiting in the queue of `from`'s engine,
+   * can run now: the first replica in placement order, other than `from`, whose engine queues
+   * nothing and which the view shows with room for it (by the placement's own bounds), outside
+   * `skip`; undefined if none.
+   */
+  moveTarget(
+    pool: string,
+    reserveTokens: number,
+    from: string,
+    skip?: ReadonlySet<string>,
+  ): ReplicaCandidate | undefined {
+    const states = this.#view.states(pool);
+    this.#candidates.dropStale(states);
+    return this.#candidates.firstWithRoom(
+      states,
+      { pool, reserveTokens },
+      (s) => s.id !== from && !s.stale && s.waiting === 0 && skip?.has(s.id) !== true,
+    );
+  }
+
+  /**
    * Dispatches queued requests of `pool` (every pool when omitted) while a replica has room.
    * Returns how many it dispatched. Concurrent calls for one pool coalesce into one loop.
    */
@@ -112,7 +139,8 @@ export class DispatchRounds {
     states: readonly ReplicaState[],
   ): DispatchInput {
     const o = this.#o;
-    const affinityTokens = o.router === undefined ? this.#affinity.bound(pool, states) : undefined;
+    let affinityTokens = o.router === undefined ? this.#affinity.bound(pool, states) : undefined;
+    if (affinityTokens === undefined && o.moves && o.router === undefined) affinityTokens = MOVED_ANYWHERE;
     return {
       pool,
       bands,

@@ -1,3 +1,4 @@
+import type { ReplicaCandidate } from '@fairway/store';
 import type { Charging } from './charging.ts';
 import type { ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OwnedRequests } from './owned-requests.ts';
@@ -60,9 +61,11 @@ export class Eviction {
    * anything (connection refused or reset, engine 5xx) back at the head of its flow's queue, as
    * if it had never been dispatched: its reservation is released, its charge undone, and its next
    * dispatch charges (and prices its prediction) as the first did. The caller dispatches it again
-   * with `pump`. Returns false if the request is not running here or the store cannot re-queue.
+   * with `pump`. With `moveTo` (a request taken out of its engine's queue) it is placed on that
+   * replica when it has room (`RequeueInput.moveTo`). Returns false if the request is not running
+   * here or the store cannot re-queue.
    */
-  async requeueUnserved(id: string): Promise<boolean> {
+  async requeueUnserved(id: string, moveTo?: ReplicaCandidate): Promise<boolean> {
     const own = this.#owned.get(id);
     const store = this.#o.store;
     if (own === undefined || own.state !== 'running' || store.requeue === undefined) return false;
@@ -80,6 +83,7 @@ export class Eviction {
         nowMs: this.#o.clock.now(),
         servedCost: 0,
         dispatchCost: own.queuedCost,
+        ...(moveTo === undefined ? {} : { moveTo }),
       });
     } finally {
       if (!ok && own.state === 'queued') {

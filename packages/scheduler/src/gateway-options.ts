@@ -157,6 +157,13 @@ export interface GatewayOptions {
    * start, bounded by load (see {@link PrefixAffinityOptions}). @default off
    */
   readonly prefixAffinity?: PrefixAffinityOptions;
+  /**
+   * Requests moved out of an engine's queue (`requeueUnserved` with the replica they move to) are
+   * placed there when it has room: dispatches honour a request's affinity replica, without a load
+   * bound where the pool has no prefix affinity of its own. Ignored under a router, whose routes
+   * decide where each band's requests run. @default false
+   */
+  readonly moves?: boolean;
 }
 
 /** {@link GatewayOptions} with every default applied. */
@@ -248,6 +255,7 @@ const optionsSchema = z
       })
       .strict()
       .optional(),
+    moves: z.boolean().optional(),
   })
   .strict();
 
@@ -299,5 +307,6 @@ export function resolveGatewayOptions(options: GatewayOptions): ResolvedGatewayO
     reservationsMaxAgeMs: options.reservationsMaxAgeMs ?? 0,
     maxQueueWaitMs: options.maxQueueWaitMs ?? Number.POSITIVE_INFINITY,
     prefixAffinity: options.prefixAffinity,
+    moves: options.moves ?? false,
   };
 }

@@ -1,5 +1,6 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
 import { groupBand } from '@fairway/policy';
+import type { ReplicaCandidate } from '@fairway/store';
 import { Admission, type SubmitResult } from './admission.ts';
 import { Candidates } from './candidates.ts';
 import { Charging } from './charging.ts';
@@ -165,8 +166,18 @@ export class Gateway {
   }
 
   /** {@inheritDoc Eviction.requeueUnserved} */
-  requeueUnserved(id: string): Promise<boolean> {
-    return this.#eviction.requeueUnserved(id);
+  requeueUnserved(id: string, moveTo?: ReplicaCandidate): Promise<boolean> {
+    return this.#eviction.requeueUnserved(id, moveTo);
+  }
+
+  /** {@inheritDoc DispatchRounds.moveTarget} */
+  moveTarget(
+    pool: string,
+    reserveTokens: number,
+    from: string,
+    skip?: ReadonlySet<string>,
+  ): ReplicaCandidate | undefined {
+    return this.#dispatch.moveTarget(pool, reserveTokens, from, skip);
   }
 
   /**
