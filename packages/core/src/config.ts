@@ -502,6 +502,26 @@ export const policyConfigSchema = z
       })
       .strict()
       .default({ loadFactor: 1.25, floor: 0.05, ttlS: 300, entriesPerTenant: 2048, maxTenants: 128 }),
+    /**
+     * Requests taken out of an engine's queue (Aladdin's re-balancing, section 4.3, where an engine
+     * queue allows it): a request the dispatcher streams from its engine that has had no output
+     * token `afterS` after its dispatch, while its engine reports requests waiting, is moved —
+     * nothing has reached its client yet — to the first replica in placement order whose engine
+     * queues nothing and that has room for it: its engine call is aborted and it is placed again
+     * there, ahead of its flow's other requests. A request moves at most twice.
+     */
+    moves: z
+      .object({
+        /** Move queued requests. @default true under `placement: aladdin`, else false */
+        enabled: z.boolean().optional(),
+        /**
+         * Seconds a request may go without its first output token, after its dispatch, before it
+         * counts as waiting in its engine's queue (longer than a prefill takes). @default 1
+         */
+        afterS: positive.default(1),
+      })
+      .strict()
+      .default({ afterS: 1 }),
     /** How often streamed output tokens are charged to the store, ms. @default 50 */
     chargeFlushMs: positive.default(50),
     /** Gateway queue timeout, seconds. @default 300 */

@@ -47,8 +47,8 @@ export interface ProxyEvents {
   ): Promise<'cancelled' | ApiError | Engine>;
 }
 
-/** What the proxy reads of the request's ticket. */
-export type TicketView = Pick<Ticket, 'id' | 'req' | 'replica' | 'queueMs'>;
+/** What the proxy reads of the request's ticket (and `answered`, which it sets). */
+export type TicketView = Pick<Ticket, 'id' | 'req' | 'replica' | 'queueMs' | 'moveTo' | 'answered'>;
 
 /** What the proxy needs for one dispatched request. */
 export interface ProxyCall {
@@ -186,7 +186,7 @@ async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
       outputTokens: stream.completionTokens,
       cachedTokens: stream.usage?.cachedTokens,
     };
-    if (res === undefined && !signal.aborted && !call.gone.aborted)
+    if (res === undefined && (!signal.aborted || movedAway(call)) && !call.gone.aborted)
       return failedBeforeAnswer(call, signal, err);
     const api = events.cutShort(err, signal, used);
     if (api === 'cancelled') {
@@ -297,6 +297,7 @@ const SSE_TYPE = 'text/event-stream; charset=utf-8';
 
 /** Takes the client's response over from fastify and writes its status and headers. */
 function openResponse(call: ProxyCall, headers: OutgoingHttpHeaders): ServerResponse {
+  call.ticket.answered = true;
   call.reply.hijack();
   const res = call.reply.raw;
   if (headers['content-type'] === SSE_TYPE) headers['cache-control'] = 'no-cache';
@@ -391,6 +392,11 @@ async function failedBeforeAnswer(call: ProxyCall, signal: StopSignal, err: unkn
   dropClient(call);
   const usage = { inputTokens: call.ticket.req.inputTokens, outputTokens: 0 };
   return { usage, overheadMs: 0, firstByteMs: undefined, outcome: 'cancelled' };
+}
+
+/** The engine call was stopped to move the request to another replica (`Ticket.move`). */
+function movedAway(call: ProxyCall): boolean {
+  return call.ticket.moveTo !== undefined && !call.gone.aborted;
 }
 
 /** Waits until `res` can take more bytes, is closed, or `signal` aborts (client gone, eviction). */
@@ -525,7 +531,8 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
           ticket.req.inputTokens,
         outputTokens: generated,
       };
-      if (res === undefined && run === 0 && !signal.aborted) return failedBeforeAnswer(call, signal, err);
+      if (res === undefined && run === 0 && (!signal.aborted || movedAway(call)))
+        return failedBeforeAnswer(call, signal, err);
       // Stopped with the client still there: evicted. Under a control plane the request resumes
       // on the engine it is dispatched to next, its answer read back and continued.
       const next =

@@ -98,6 +98,7 @@ export class GatewayMetrics {
   readonly queueWait: Histogram<'slo_class'>;
   readonly inflight: Gauge<'state'>;
   readonly engineRetries: Counter;
+  readonly moves: Counter;
   /** Requests a pool passed on to the next pool of their model's fallbacks (`models.fallbacks`). */
   readonly fallbacks: Counter<'from_pool' | 'to_pool' | 'reason'>;
   /**
@@ -133,6 +134,11 @@ export class GatewayMetrics {
     this.engineRetries = new Counter({
       name: 'fairway_engine_retries_total',
       help: 'Engine calls that failed before anything reached the client and were sent to another replica',
+      registers,
+    });
+    this.moves = new Counter({
+      name: 'fairway_moves_total',
+      help: "Requests taken out of an engine's queue, with nothing sent to the client yet, and placed again on a replica with room (policy.moves)",
       registers,
     });
     this.fallbacks = new Counter({

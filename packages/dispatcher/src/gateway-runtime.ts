@@ -25,7 +25,7 @@ import {
   type PrefixLearned,
   type SubmitResult,
 } from '@fairway/scheduler';
-import type { QuotaAlert, SchedulingStore } from '@fairway/store';
+import type { QuotaAlert, ReplicaCandidate, SchedulingStore } from '@fairway/store';
 import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EngineProbe } from './engine-probe.ts';
@@ -128,6 +128,12 @@ function errText(err: unknown): string {
  */
 const BUS_CATCH_UP_MS = 5_000;
 
+/** How often a dispatcher looks for requests waiting in an engine's queue to move (`policy.moves`), ms. */
+const MOVE_EVERY_MS = 200;
+
+/** Most times one request is moved out of an engine's queue. */
+const MAX_MOVES = 2;
+
 /**
  * The live side of the gateway scheduler (DESIGN.md request path, steps 2–6): one {@link Gateway}
  * — the same code the simulator runs — driven in real time. It holds a {@link Ticket} per client
@@ -173,6 +179,10 @@ export class GatewayRuntime {
   #renewedAt = Number.NEGATIVE_INFINITY;
   /** Where prefixes were sent, learned here and from the other dispatchers (prefix affinity). */
   readonly prefixIndex: PrefixIndex;
+  /** `policy.moves.afterS` in ms where queued requests move (undefined: they do not). */
+  readonly #movesAfterMs: number | undefined;
+  /** Each replica's heartbeat time (registry clock) when requests were last moved off it here. */
+  readonly #movedOff = new Map<string, number>();
 
   constructor(o: GatewayRuntimeOptions) {
     this.#o = o;
@@ -220,6 +230,8 @@ export class GatewayRuntime {
       maxTenants: affinity.maxTenants,
     });
     const modes = new Map(o.config.pools.map((p) => [p.id, p.prefixAffinity]));
+    const moves = policy.moves.enabled ?? policy.placement === 'aladdin';
+    this.#movesAfterMs = moves ? policy.moves.afterS * 1000 : undefined;
     this.gateway = new Gateway({
       id: o.id,
       store: o.store,
@@ -254,6 +266,7 @@ export class GatewayRuntime {
         index: this.prefixIndex,
         onLearn: (l) => this.#publishPrefix(l),
       },
+      moves,
     });
   }
 
@@ -273,6 +286,64 @@ export class GatewayRuntime {
       });
     } catch (err) {
       this.#o.logger.debug({ err: errText(err) }, 'dispatcher: prefix route not sent');
+    }
+  }
+
+  /**
+   * Moves a request out of its engine's queue to `to`, once its lifecycle has aborted the engine
+   * call: back at the head of its flow as if never dispatched, placed on `to` when that has room
+   * (else where its next dispatch finds room). False if the store cannot re-queue it.
+   */
+  async move(ticket: Ticket, to: ReplicaCandidate): Promise<boolean> {
+    this.#meters.delete(ticket.id);
+    return this.#putBack(ticket, 'move', () => this.gateway.requeueUnserved(ticket.id, to));
+  }
+
+  /**
+   * Aladdin's re-balancing where an engine queue allows it (`policy.moves`): a request placed on a
+   * replica but not started there is one in its engine's waiting queue. Each replica whose last
+   * heartbeat reports `waiting` requests, newer than the last this dispatcher moved requests off
+   * it on, gives up to that many of this dispatcher's requests that are streamed from it, have had
+   * no output token for `afterS` since their dispatch and have sent nothing to their client —
+   * the latest dispatched first, as an engine admits its waiting requests in arrival order — each
+   * to the first replica in placement order whose engine queues nothing and that has room for it
+   * (one move per target a round: the view shows room for one request at a time).
+   */
+  #moveQueued(): void {
+    const after = this.#movesAfterMs;
+    if (after === undefined) return;
+    const now = this.#o.timer.now();
+    let byReplica: Map<string, Ticket[]> | undefined;
+    for (const t of this.#tickets.values()) {
+      const replica = t.replica;
+      if (replica === undefined || replica === 'unknown' || t.dispatchedAt === undefined) continue;
+      if (now - t.dispatchedAt < after || t.answered || t.moves >= MAX_MOVES) continue;
+      const meter = this.#meters.get(t.id);
+      if (meter === undefined || meter.generated() > 0) continue;
+      byReplica ??= new Map();
+      const list = byReplica.get(replica);
+      if (list === undefined) byReplica.set(replica, [t]);
+      else list.push(t);
+    }
+    if (byReplica === undefined) return;
+    const targets = new Set<string>();
+    for (const [replica, list] of byReplica) {
+      const view = this.#o.registry.get(replica);
+      const waiting = view?.heartbeat?.waiting ?? 0;
+      const beat = view?.lastHeartbeatMs;
+      if (waiting === 0 || beat === undefined || this.#movedOff.get(replica) === beat) continue;
+      list.sort((a, b) => (b.dispatchedAt ?? 0) - (a.dispatchedAt ?? 0));
+      let moved = 0;
+      for (const t of list) {
+        if (moved === waiting) break;
+        const reserve = this.gateway.reservedTokensOf(t.id);
+        if (reserve === undefined) continue;
+        const to = this.gateway.moveTarget(t.pool, reserve, replica, targets);
+        if (to === undefined || !t.move(to)) continue;
+        targets.add(to.id);
+        moved++;
+        this.#movedOff.set(replica, beat);
+      }
     }
   }
 
@@ -416,6 +487,7 @@ export class GatewayRuntime {
     every(o.options.flushMs, () => this.#chargeTick(), 'flush');
     every(o.options.pumpEveryMs, () => this.gateway.pump(), 'pump');
     every(o.options.probeEveryMs, () => this.#probeTick(), 'replica probe');
+    if (this.#movesAfterMs !== undefined) every(MOVE_EVERY_MS, async () => this.#moveQueued(), 'move');
     await this.control?.start();
   }
 

@@ -157,6 +157,8 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
   #failedOn: Set<string> | undefined;
   /** Set when a failed request found no other replica of its pool taking work. */
   #noneLeft = false;
+  /** Set when the engine call ended because the request moved out of its engine's queue. */
+  #moved = false;
   /** The replica its current dispatch placed it on. */
   #replica = '';
   /** The stream being metered, and the output tokens of the runs before it. */
@@ -323,6 +325,14 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
           : err;
       }
       if (r.outcome !== 'retried') return r;
+      if (this.#moved) {
+        // Taken out of its engine's queue for a replica with room: not a failed attempt.
+        this.#moved = false;
+        attempt--;
+        ctx.metrics.moves.inc();
+        ctx.logger.info({ requestId: req.id, from: replica }, 'dispatcher: moved out of an engine queue');
+        continue;
+      }
       ctx.metrics.engineRetries.inc();
       ctx.logger.warn(
         { requestId: req.id, replica, err: this.#failure?.message },
@@ -379,6 +389,16 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
    * with the input it was sent, and the client is dropped (it left) or told why.
    */
   async failedBeforeAnswer(err: unknown, signal: StopSignal): Promise<'retried' | 'cancelled' | ApiError> {
+    const { ticket, gone } = this.#a;
+    const moveTo = ticket.moveTo;
+    if (moveTo !== undefined) {
+      ticket.moveTo = undefined;
+      if (!gone.aborted && (await this.#ctx.runtime.move(ticket, moveTo))) {
+        this.#to('requeued');
+        this.#moved = true;
+        return 'retried';
+      }
+    }
     if (!signal.aborted && isReplicaFailure(err)) {
       this.#replicaFailed(err);
       this.#failure = engineApiError(err);

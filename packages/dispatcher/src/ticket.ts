@@ -1,5 +1,6 @@
 import type { RequestDescriptor } from '@fairway/core';
 import type { AffinityOutcome } from '@fairway/scheduler';
+import type { ReplicaCandidate } from '@fairway/store';
 import { StopSignal } from './stop-signal.ts';
 
 /** How waiting for a dispatch ends, as the ticket reports it to the one waiter it has. */
@@ -22,6 +23,15 @@ export class Ticket {
   evicted = false;
   /** Set when no replica of its pool has taken work for `noReplicaWaitMs` while it waited. */
   unservable = false;
+  /** Set once the client's response has opened: from then on the request cannot move. */
+  answered = false;
+  /**
+   * The replica the request is moving to, from an engine queue it waited in (see
+   * {@link Ticket.move}), until its lifecycle re-queues it; then cleared.
+   */
+  moveTo: ReplicaCandidate | undefined;
+  /** How many times it was moved. */
+  moves = 0;
   /**
    * Told when the request is dispatched or found unservable, while someone waits for that
    * (`GatewayRuntime.submit` until its admission is answered, then `waitForDispatch`): a plain callback, not an event listener, so a dispatcher
@@ -101,6 +111,20 @@ export class Ticket {
   evict(reason: string): void {
     this.evicted = true;
     this.#call?.abort(reason);
+  }
+
+  /**
+   * Moves the request, which waits in its engine's queue with nothing sent to the client, to the
+   * replica `to`: its engine call is aborted and its lifecycle re-queues it there. False (nothing
+   * done) once the client's response has opened or while a move is under way.
+   */
+  move(to: ReplicaCandidate): boolean {
+    if (this.answered || this.moveTo !== undefined || this.#call === undefined || this.#call.aborted)
+      return false;
+    this.moveTo = to;
+    this.moves++;
+    this.#call.abort('moved');
+    return true;
   }
 
   /**
