@@ -113,6 +113,11 @@ export interface FleetPlanOptions {
    */
   readonly repredict?: boolean | undefined;
   /**
+   * Requests taken out of an engine's queue onto a replica with room, as the live dispatchers'
+   * `policy.moves` does (`RunInput.moves`). @default none
+   */
+  readonly moves?: { readonly afterMs: number } | undefined;
+  /**
    * Also run Aladdin on an elastic fleet of up to `maxReplicas` bins (Algorithm 1 opening a bin
    * when no open one can take a request, at once, and closing one idle for `closeAfterS`), and
    * report the bins it held open at peak and on average over the window (`PlanPoint.elastic`).
@@ -182,6 +187,8 @@ export interface PlanProbe {
   readonly preemptions: number;
   /** Re-predictions the gateway made (`repredict`). */
   readonly repredictions: number;
+  /** Requests moved out of an engine's queue (`moves`); absent without moves. */
+  readonly moves?: number | undefined;
 }
 
 /** One placement policy's plan. */
@@ -470,6 +477,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
           }
         : {}),
       reportSequences: placement === 'aladdin' || sloAware,
+      ...(options.moves === undefined ? {} : { moves: options.moves }),
       sloClasses: [slo],
       ...(elastic === undefined ? {} : { elastic }),
     });
@@ -506,6 +514,7 @@ export async function planFleet(options: FleetPlanOptions): Promise<FleetPlan> {
       atgtP99S: p99(atgts),
       preemptions: run.preemptions,
       repredictions: run.prediction?.repredictions ?? 0,
+      ...(options.moves === undefined ? {} : { moves: run.records.reduce((n, r) => n + (r.moves ?? 0), 0) }),
       ...(run.elastic === undefined ? {} : { elastic: run.elastic }),
     };
   };

@@ -30,6 +30,8 @@ export interface RequestRecord {
   readonly cachedTokens?: number | undefined;
   /** Times an SLO control evicted it and re-queued it at the gateway (QLM); absent when never. */
   readonly evictions?: number | undefined;
+  /** Times it was moved out of an engine's queue (`RunInput.moves`); absent when never. */
+  readonly moves?: number | undefined;
 }
 
 /** A sample of one engine's state, taken after each step (thinned by the runner). */

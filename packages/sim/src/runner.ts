@@ -122,6 +122,14 @@ export interface RunInput {
    * an ordering whose dispatch charge is the prompt alone (no predicted output). @default false
    */
   readonly chargeCachedAtPrefill?: boolean | undefined;
+  /**
+   * Requests taken out of an engine's queue, as the live dispatchers do (`policy.moves`): every
+   * 200 ms of virtual time, on each engine with requests waiting, up to that many of its requests
+   * without an output token `afterMs` after their dispatch — the latest dispatched first — are
+   * aborted there and re-queued onto the first replica in placement order whose engine queues
+   * nothing and that has room for them (at most twice per request). @default none: no moves
+   */
+  readonly moves?: { readonly afterMs: number } | undefined;
   /** Load bound of `bounded` affinity, × the pool's mean reserved KV tokens. @default 1.25 */
   readonly affinityLoadFactor?: number | undefined;
   /**
@@ -178,6 +186,12 @@ const runInputSchema = z
     });
   });
 
+/** How often a run with `moves` looks for requests waiting in engine queues, virtual ms. */
+const MOVE_EVERY_MS = 200;
+
+/** Most times one request is moved out of an engine's queue. */
+const MAX_MOVES = 2;
+
 /** What the runner tracks about a request while it is in flight. */
 interface Rec {
   readonly req: RequestDescriptor;
@@ -194,6 +208,8 @@ interface Rec {
   /** Output tokens it had when its current run on an engine started (after an eviction). */
   resumeFrom: number;
   evictions: number;
+  /** Times it was moved out of an engine's queue (`moves`). */
+  moves: number;
   /** Virtual ms of its latest dispatch, to tell its current run's events from an evicted run's. */
   dispatchMs: number;
   /** What its flow was charged when it was dispatched (the queue's price). */
@@ -208,7 +224,8 @@ type SimEvent =
   | { readonly kind: 'flush'; readonly gateway: number }
   | { readonly kind: 'control' }
   | { readonly kind: 'swap-done'; readonly member: ClusterMember; readonly model: string }
-  | { readonly kind: 'rebalance' };
+  | { readonly kind: 'rebalance' }
+  | { readonly kind: 'moves' };
 
 /**
  * Runs a discrete-event simulation in virtual time (DESIGN.md principle 1): the production
@@ -318,6 +335,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         ...(input.outputPredictor !== undefined ? { outputPredictor: input.outputPredictor } : {}),
         ...(input.repredict !== undefined ? { repredict: input.repredict } : {}),
         ...(input.outputRepredictor !== undefined ? { outputRepredictor: input.outputRepredictor } : {}),
+        ...(input.moves !== undefined ? { moves: true } : {}),
         ...(affinityMode !== 'off'
           ? {
               prefixAffinity: {
@@ -358,7 +376,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     for (const e of result.events) {
       // A request evicted while this step ran has left the engine (and may already run again,
       // dispatched after the step began): the step's events for it are void.
-      if (control && (!here.has(e.id) || recs.get(e.id)!.dispatchMs > stepStartMs[m.index]!)) continue;
+      if ((control || input.moves) && (!here.has(e.id) || recs.get(e.id)!.dispatchMs > stepStartMs[m.index]!))
+        continue;
       switch (e.kind) {
         case 'token': {
           const rec = recs.get(e.id)!;
@@ -456,6 +475,43 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     }
   };
 
+  /** Moves requests waiting in engine queues to replicas with room (see `RunInput.moves`). */
+  const moveQueued = async (afterMs: number): Promise<void> => {
+    const targets = new Set<string>();
+    for (const m of cluster.members) {
+      const waiting = m.engine.stats().waiting;
+      if (waiting === 0) continue;
+      const queued = [...onMember[m.index]!]
+        .map((id) => recs.get(id)!)
+        .filter(
+          (r) =>
+            r.generated === r.resumeFrom &&
+            r.firstTokenS === undefined &&
+            r.moves < MAX_MOVES &&
+            clock.now() - r.dispatchMs >= afterMs,
+        )
+        .sort((a, b) => b.dispatchMs - a.dispatchMs);
+      let moved = 0;
+      for (const rec of queued) {
+        if (moved === waiting) break;
+        const gw = gateways[rec.gateway]!;
+        const id = rec.req.id;
+        const reserve = gw.reservedTokensOf(id);
+        if (reserve === undefined) continue;
+        const to = gw.moveTarget(m.pool, reserve, m.id, targets);
+        if (to === undefined || !m.engine.abort(id)) continue;
+        onMember[m.index]!.delete(id);
+        if (!(await gw.requeueUnserved(id, to))) continue;
+        rec.moves++;
+        targets.add(to.id);
+        moved++;
+        toKick.add(m);
+      }
+    }
+    if (targets.size > 0) await pumpAll();
+  };
+  if (input.moves !== undefined) queue.push(MOVE_EVERY_MS, { kind: 'moves' });
+
   if (control) {
     control.start({
       store,
@@ -544,6 +600,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
       cachedTokens: undefined,
       resumeFrom: 0,
       evictions: 0,
+      moves: 0,
       dispatchMs: 0,
       dispatchCost: 0,
     };
@@ -620,6 +677,12 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           }
           await pumpAll();
           queue.push(ev.timeMs + sharded.rebalanceMs, item);
+        }
+        break;
+      case 'moves':
+        if (input.moves !== undefined) {
+          await moveQueued(input.moves.afterMs);
+          queue.push(ev.timeMs + MOVE_EVERY_MS, item);
         }
         break;
       case 'swap-done':
@@ -727,5 +790,6 @@ function toRecord(r: Rec): RequestRecord {
     preemptions: r.preemptions,
     ...(r.cachedTokens === undefined ? {} : { cachedTokens: r.cachedTokens }),
     ...(r.evictions > 0 ? { evictions: r.evictions } : {}),
+    ...(r.moves > 0 ? { moves: r.moves } : {}),
   };
 }
