@@ -572,7 +572,7 @@ function renderPlacement(results: PlacementResults): string[] {
   }
   L.push(
     '',
-    "`rebalance.ts` itself (moving requests already placed on a worker but not started) is not wired: in a hold-don't-forward gateway such requests exist only between a dispatch and the engine's next step (the engine's waiting queue), where moving one means aborting and re-sending it; see the limits below.",
+    "`rebalance.ts` itself (moving requests already placed on a worker but not started, by error-line distance) is not wired: in a hold-don't-forward gateway such requests exist only in an engine's waiting queue. The live dispatchers move those (`policy.moves`, on under `placement: aladdin`): a request with no output token a second after its dispatch, on an engine that reports requests waiting, is taken out and placed on a replica whose engine queues nothing and has room; see the limits below.",
     '',
   );
   L.push(END);

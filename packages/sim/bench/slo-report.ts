@@ -175,7 +175,7 @@ async function repredictFleet(gpu: string, count: number): Promise<void> {
   const predictor = bucketedOutputPredictor(loadTrace('azure-conv'));
   const rows: string[] = [];
   const out: unknown[] = [];
-  for (const repredict of [false, true]) {
+  for (const [repredict, moves] of VARIANTS) {
     const t0 = performance.now();
     const run = await runSimulation({
       ...input,
@@ -190,24 +190,143 @@ async function repredictFleet(gpu: string, count: number): Promise<void> {
             outputRepredictor: (r, g) => predictor.conditionalMean(r.inputTokens, g),
           }
         : {}),
+      ...(moves ? { moves: { afterMs: MOVE_AFTER_MS } } : {}),
     });
     const m = computeMetrics(run);
+    const moved = movedIn(run);
     const slo = sloOf(run);
     const errors = Object.entries(run.prediction?.errors ?? {}).sort(([a], [b]) => (a < b ? -1 : 1));
-    out.push({ repredict, preemptions: run.preemptions, slo, prediction: run.prediction });
+    out.push({ repredict, moves, moved, preemptions: run.preemptions, slo, prediction: run.prediction });
     console.log(
-      `azure-conv ${durationS} s ${count}× ${gpu} repredict ${repredict}: ${run.preemptions} preemptions, TTFT P99 ${slo.ttftP99S?.toFixed(2)} s (${((performance.now() - t0) / 1000).toFixed(0)} s wall)`,
+      `azure-conv ${durationS} s ${count}× ${gpu} repredict ${repredict} moves ${moves}: ${run.preemptions} preemptions, ${moved} moved, TTFT P99 ${slo.ttftP99S?.toFixed(2)} s (${((performance.now() - t0) / 1000).toFixed(0)} s wall)`,
     );
     rows.push(
-      `| ${repredict ? 'with' : 'without'} | ${run.preemptions} | ${m.requests.completed} | ${pct(slo.ttftAttainment)} | ${pct(slo.atgtAttainment)} | ${slo.ttftP99S?.toFixed(2)} / ${slo.ttftMaxS?.toFixed(2)} | ${((slo.atgtP99S ?? 0) * 1000).toFixed(1)} / ${((slo.atgtMaxS ?? 0) * 1000).toFixed(1)} | ${run.prediction?.repredictions ?? 0} | ${errors.map(([id, e]) => `${id.replace('replica-', 'r')}: ${Math.round(e.lengthError)} / ${e.batchError}`).join(', ')} |`,
+      `| ${repredict ? 'with' : 'without'} | ${moves ? `on (${moved} moved)` : 'off'} | ${run.preemptions} | ${m.requests.completed} | ${pct(slo.ttftAttainment)} | ${pct(slo.atgtAttainment)} | ${slo.ttftP99S?.toFixed(2)} / ${slo.ttftMaxS?.toFixed(2)} | ${((slo.atgtP99S ?? 0) * 1000).toFixed(1)} / ${((slo.atgtMaxS ?? 0) * 1000).toFixed(1)} | ${run.prediction?.repredictions ?? 0} | ${errors.map(([id, e]) => `${id.replace('replica-', 'r')}: ${Math.round(e.lengthError)} / ${e.batchError}`).join(', ')} |`,
     );
   }
   writeFileSync(join(OUT, `repredict-azure-conv-sim-${gpu}.json`), `${JSON.stringify(out, null, 2)}\n`);
   summary.push(
     `### azure-conv scenario, first ${durationS} s: ${count}× ${gpu}, FCFS, placement aladdin, reserve predicted`,
     '',
-    '| re-prediction | preemptions | completed | TTFT ≤ 1 s | ATGT ≤ 25 ms | TTFT P99 / P100 s | ATGT P99 / P100 ms | re-predictions | l^e / b^e per replica |',
-    '|---|---|---|---|---|---|---|---|---|',
+    '| re-prediction | moves | preemptions | completed | TTFT ≤ 1 s | ATGT ≤ 25 ms | TTFT P99 / P100 s | ATGT P99 / P100 ms | re-predictions | l^e / b^e per replica |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+    ...rows,
+    '',
+  );
+}
+
+/** Re-prediction and moves out of engine queues, each off and on. */
+const VARIANTS = [
+  [false, false],
+  [false, true],
+  [true, false],
+  [true, true],
+] as const;
+
+/** How long a request goes without a first token before it counts as queued in its engine (the live default). */
+const MOVE_AFTER_MS = 1000;
+
+const movedIn = (run: SimRun) => run.records.reduce((n, r) => n + (r.moves ?? 0), 0);
+
+/**
+ * Requests moved out of engine queues where the predictions are far too short: on three
+ * replicas of 6,000 KV tokens, Poisson arrivals of 200-token prompts whose outputs (600–1,800
+ * tokens, uniform) are all predicted at 100, so a replica's engine runs out of KV cache while
+ * the store counts it nearly empty and queues what it is sent next. Five seeds (arrivals and
+ * lengths), each variant of re-prediction and moves.
+ */
+async function movesScenario(): Promise<void> {
+  const seeds = [1, 2, 3, 4, 5];
+  const ratePerS = 1.5;
+  const durationS = 60;
+  const byVariant = new Map<
+    string,
+    { ttftMean: number; ttftP90: number; ttftP99: number; preemptions: number; moved: number }[]
+  >();
+  for (const seed of seeds) {
+    const rng = createRng(seed).fork('moves-arrivals');
+    const arrivals = [];
+    for (let t = rng.exponential(ratePerS), i = 0; t < durationS; t += rng.exponential(ratePerS), i++)
+      arrivals.push({
+        id: `r${i}`,
+        tenant: 't',
+        model: 'llama-2-7b',
+        sloClass: 'interactive',
+        inputTokens: 200,
+        maxTokens: 2000,
+        outputTokens: rng.int(600, 1800),
+        arrivalMs: Math.round(t * 1000),
+      });
+    for (const [repredict, moves] of VARIANTS) {
+      const run = await runSimulation({
+        scenario: 'moves-under-predicted',
+        seed,
+        durationS: 900,
+        engines: ['e0', 'e1', 'e2'].map((id) => ({
+          id,
+          config: { gpu: 'A100-80GB', model: 'llama-2-7b', kvCapacityTokens: 6000 },
+        })),
+        arrivals,
+        ordering: fcfsPolicy(),
+        placement: placementByName('aladdin', createRng(seed)),
+        reserve: 'predicted',
+        outputPredictor: () => 100,
+        ...(repredict ? { repredict: true } : {}),
+        ...(moves ? { moves: { afterMs: MOVE_AFTER_MS } } : {}),
+      });
+      const ttfts = run.records
+        .filter((r) => r.firstTokenS !== undefined)
+        .map((r) => (r.firstTokenS as number) - r.arrivalS)
+        .sort((a, b) => a - b);
+      if (ttfts.length !== arrivals.length)
+        throw new Error(`moves scenario seed ${seed}: not every request started`);
+      const q = (p: number) => ttfts[Math.max(0, Math.ceil(p * ttfts.length) - 1)] as number;
+      const key = `${repredict}/${moves}`;
+      const list = byVariant.get(key) ?? [];
+      byVariant.set(key, list);
+      list.push({
+        ttftMean: ttfts.reduce((a, b) => a + b, 0) / ttfts.length,
+        ttftP90: q(0.9),
+        ttftP99: q(0.99),
+        preemptions: run.preemptions,
+        moved: movedIn(run),
+      });
+    }
+  }
+  const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)] as number;
+  const cell = (xs: number[], digits: number) =>
+    `${med(xs).toFixed(digits)} (${Math.max(...xs).toFixed(digits)})`;
+  const rows: string[] = [];
+  for (const [repredict, moves] of VARIANTS) {
+    const list = byVariant.get(`${repredict}/${moves}`) ?? [];
+    rows.push(
+      `| ${repredict ? 'with' : 'without'} | ${moves ? 'on' : 'off'} | ${cell(
+        list.map((x) => x.ttftMean),
+        2,
+      )} | ${cell(
+        list.map((x) => x.ttftP90),
+        2,
+      )} | ${cell(
+        list.map((x) => x.ttftP99),
+        2,
+      )} | ${cell(
+        list.map((x) => x.preemptions),
+        0,
+      )} | ${cell(
+        list.map((x) => x.moved),
+        0,
+      )} |`,
+    );
+  }
+  writeFileSync(
+    join(OUT, 'moves-under-predicted.json'),
+    `${JSON.stringify(Object.fromEntries(byVariant), null, 2)}\n`,
+  );
+  summary.push(
+    `### Moves out of engine queues: outputs 6–18× their prediction, 3× A100-80GB of 6,000 KV tokens, ${ratePerS} req/s for ${durationS} s, seeds ${seeds.join(', ')}: median (worst)`,
+    '',
+    '| re-prediction | moves | TTFT mean s | TTFT P90 s | TTFT P99 s | preemptions | moved |',
+    '|---|---|---|---|---|---|---|',
     ...rows,
     '',
   );
@@ -242,7 +361,10 @@ function fitPart(): void {
 if (!only || only === 'fit') fitPart();
 if (!only || only === 'qlm') await qlmPart();
 if (!only || only === 'placement') await placementReport();
-if (!only || only === 'repredict') await repredictScenario();
+if (!only || only === 'repredict') {
+  await repredictScenario();
+  await movesScenario();
+}
 if (!only || only === 'qlm-gpus') summary.push(...(await qlmGpusReport()));
 if (!only || only === 'elastic') summary.push(...(await elasticReport()));
 writeFileSync(join(OUT, only ? `summary-${only}.md` : 'summary.md'), `${summary.join('\n')}\n`);
