@@ -331,7 +331,14 @@ export class GatewayRuntime {
       const view = this.#o.registry.get(replica);
       const waiting = view?.heartbeat?.waiting ?? 0;
       const beat = view?.lastHeartbeatMs;
-      if (waiting === 0 || beat === undefined || this.#movedOff.get(replica) === beat) continue;
+      // A stale heartbeat's queue is long gone (or the replica with it): nothing to act on.
+      if (
+        waiting === 0 ||
+        beat === undefined ||
+        view?.stale !== false ||
+        this.#movedOff.get(replica) === beat
+      )
+        continue;
       list.sort((a, b) => (b.dispatchedAt ?? 0) - (a.dispatchedAt ?? 0));
       let moved = 0;
       for (const t of list) {
