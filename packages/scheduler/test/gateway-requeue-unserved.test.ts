@@ -109,3 +109,48 @@ describe('Gateway.requeueUnserved (retry after an engine failure)', () => {
     expect(gw.stats()).toMatchObject({ queued: 1, running: 1 });
   });
 });
+
+describe('Gateway.moveTarget and a moved request (out of an engine queue)', () => {
+  function movesSetup(fleet: Fleet) {
+    const store = new MemoryStore();
+    const dispatched: Dispatched[] = [];
+    const gw = new Gateway({
+      id: 'gw',
+      store,
+      clock: new ManualClock(0),
+      ordering: vtcPolicy(),
+      placement: joinShortestQueuePlacement(),
+      replicas: fleet,
+      onDispatch: (d) => dispatched.push(d),
+      headroom: { tokenFraction: 0 },
+      moves: true,
+    });
+    return { store, dispatched, gw };
+  }
+
+  it('names a replica with room whose engine queues nothing, never the one the request waits on', async () => {
+    const fleet = new Fleet(['r1', 1000, 8], ['r2', 1000, 8], ['r3', 1000, 8]);
+    const { gw } = movesSetup(fleet);
+    await gw.submit(req('x'));
+    fleet.set('r2', { waiting: 2 });
+    expect(gw.moveTarget('m', 200, 'r1')?.id).toBe('r3');
+    expect(gw.moveTarget('m', 200, 'r1', new Set(['r3']))).toBeUndefined();
+    // No replica with room for the reservation.
+    expect(gw.moveTarget('m', 1001, 'r1')).toBeUndefined();
+  });
+
+  it('places the moved request on its target, though the placement would choose another', async () => {
+    const fleet = new Fleet(['r1', 1000, 8], ['r2', 1000, 8], ['r3', 1000, 8]);
+    const { gw, store, dispatched } = movesSetup(fleet);
+    await gw.submit(req('x'));
+    const from = dispatched[0]?.replica as string;
+    const to = gw.moveTarget('m', 200, from);
+    expect(to).toBeDefined();
+    expect(await gw.requeueUnserved('x', to)).toBe(true);
+    await gw.pump();
+    // Shortest queue would take the replica it left (now empty, first in order) again.
+    expect(dispatched[1]?.replica).toBe(to?.id);
+    expect(await store.reserved(from)).toEqual({ tokens: 0, seqs: 0 });
+    expect((await store.reserved(to?.id as string)).seqs).toBe(1);
+  });
+});
