@@ -94,13 +94,16 @@ async function until(
   }
 }
 
-/** The replica a dispatcher's access log names for the request that had `completionTokens` tokens. */
-async function replicaOf(d: FairwayProcess, completionTokens: number): Promise<string | undefined> {
+/** What a dispatcher's access log says of the request that had `completionTokens` tokens. */
+async function accessOf(
+  d: FairwayProcess,
+  completionTokens: number,
+): Promise<{ replica?: string; movedFrom?: string[] } | undefined> {
   for (const deadline = Date.now() + 5000; Date.now() < deadline; ) {
     for (const line of d.output) {
       if (!line.includes('"msg":"request"') || !line.includes(`"completionTokens":${completionTokens},`))
         continue;
-      return (JSON.parse(line) as { replica?: string }).replica;
+      return JSON.parse(line) as { replica?: string; movedFrom?: string[] };
     }
     await new Promise((r) => setTimeout(r, 20));
   }
@@ -183,7 +186,7 @@ describe('a request waiting in a full engine queue moves to a replica with room,
     await short.done;
     expect(short.tokens).toBe(7);
     expect(long.ended).toBe(false);
-    expect(await replicaOf(b, 7)).toBe(`sim-${y + 1}`);
+    expect(await accessOf(b, 7)).toMatchObject({ replica: `sim-${y + 1}`, movedFrom: [`sim-${x + 1}`] });
     expect(await gatewayMetric(operators[1] as string, 'fairway_moves_total')).toBe(1);
     // The full engine ran every one of its requests to this point; the moved one left its queue.
     expect(await engineMetric(engines[x]!.url, 'vllm:num_requests_running')).toBe(3);

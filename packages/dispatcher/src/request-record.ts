@@ -38,6 +38,8 @@ export class RequestRecord {
   fallbacks: string[] | undefined;
   /** What prefix-cache affinity did for its placement (`hit`, `bounded`, `miss`), when it had prefix keys. */
   affinity: string | undefined;
+  /** Replicas whose engine queues the request was moved out of (`policy.moves`), in order. */
+  movedFrom: string[] | undefined;
   /**
    * Called when the connection closes before the response was written in full (the client left):
    * the request path's one listener on it, through the record's own (no second listener per request).
@@ -87,6 +89,7 @@ export function logAccess(
       replica: record.replica,
       ...(record.affinity !== undefined ? { affinity: record.affinity } : {}),
       ...(record.fallbacks !== undefined ? { fallbacks: record.fallbacks } : {}),
+      ...(record.movedFrom !== undefined ? { movedFrom: record.movedFrom } : {}),
     },
     'request',
   );
