@@ -8,6 +8,7 @@ import { redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairw
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric } from './support/chat.ts';
+import { accessLineOf, streamCompletion, until } from './support/completions.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
 import {
   type FairwayProcess,
@@ -50,74 +51,13 @@ const CONFIG_D = (
 /** A prompt of about `n` tokens to the gateway's estimate and the engine's count alike. */
 const prompt = (tag: string, n: number) => `${tag}${' abc'.repeat(n - 1)}`;
 
-/** A streamed completion under way: output tokens so far, and when it started and ended. */
-interface Stream {
-  tokens: number;
-  firstTokenAt: number | undefined;
-  endedAt: number | undefined;
-  readonly done: Promise<void>;
-}
+/** Streams one completion of exactly `output` tokens through a gateway. */
+const stream = (url: string, text: string, maxTokens: number, output: number) =>
+  streamCompletion(url, { model: E2E_MODEL, prompt: text, maxTokens, output, key: KEY });
 
-/** Streams one completion of exactly `output` tokens (engine-sim's `fairway_output_tokens`). */
-function stream(url: string, text: string, maxTokens: number, output: number): Stream {
-  const s: Stream = { tokens: 0, firstTokenAt: undefined, endedAt: undefined, done: Promise.resolve() };
-  const run = async () => {
-    const res = await fetch(`${url}/v1/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: E2E_MODEL,
-        prompt: text,
-        max_tokens: maxTokens,
-        fairway_output_tokens: output,
-        stream: true,
-      }),
-    });
-    if (res.status !== 200 || res.body === null)
-      throw new Error(`answered ${res.status}: ${await res.text()}`);
-    const decoder = new TextDecoder();
-    let buffered = '';
-    for await (const bytes of res.body) {
-      buffered += decoder.decode(bytes as Uint8Array, { stream: true });
-      const events = buffered.split('\n\n');
-      buffered = events.pop() ?? '';
-      for (const e of events) {
-        if (!e.startsWith('data: {')) continue;
-        const chunk = JSON.parse(e.slice(6)) as { choices?: { text?: string }[] };
-        if (chunk.choices?.[0]?.text) {
-          s.tokens++;
-          s.firstTokenAt ??= Date.now();
-        }
-      }
-    }
-    s.endedAt = Date.now();
-  };
-  return Object.assign(s, { done: run() });
-}
-
-async function until(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-/**
- * The replica a dispatcher's access log names for the request that had `completionTokens` tokens
- * (the line is written as the response ends: it may follow the last byte by a moment).
- */
-async function replicaOf(d: FairwayProcess, completionTokens: number): Promise<string | undefined> {
-  for (const deadline = Date.now() + 5000; Date.now() < deadline; ) {
-    for (const line of d.output) {
-      if (!line.includes('"msg":"request"') || !line.includes(`"completionTokens":${completionTokens},`))
-        continue;
-      return (JSON.parse(line) as { replica?: string }).replica;
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return undefined;
-}
+/** The replica a dispatcher's access log names for the request that had `completionTokens` tokens. */
+const replicaOf = async (d: FairwayProcess, completionTokens: number) =>
+  (await accessLineOf(d, completionTokens))?.replica;
 
 /** Two engine-sims, `sim-1` and `sim-2`, at `speed`, registered in the pool over NATS under `prefix`. */
 const startPoolEngines = (natsUrl: string, prefix: string, speed: number, more: readonly string[] = []) =>

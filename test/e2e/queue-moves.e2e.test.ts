@@ -6,6 +6,7 @@ import { redisUrl, startNatsServer, type TestServer, uniquePrefix } from '@fairw
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric, gatewayMetric } from './support/chat.ts';
+import { accessLineOf, type CompletionStream, streamCompletion, until } from './support/completions.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
 import {
   type FairwayProcess,
@@ -35,80 +36,9 @@ policy:
   queueTimeoutS: 60
 `;
 
-/** A streamed completion under way: its output tokens so far and whether it ended. */
-interface Stream {
-  tokens: number;
-  ended: boolean;
-  readonly done: Promise<void>;
-  stop(): void;
-}
-
 /** Streams a completion of exactly `output` tokens, through a gateway (with the key) or to an engine. */
-function stream(url: string, tag: string, output: number, key?: string): Stream {
-  const ctl = new AbortController();
-  const s = { tokens: 0, ended: false, stop: () => ctl.abort() };
-  const run = async () => {
-    const res = await fetch(`${url}/v1/completions`, {
-      method: 'POST',
-      signal: ctl.signal,
-      headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-      body: JSON.stringify({
-        model: E2E_MODEL,
-        prompt: `${tag} abc abc`,
-        max_tokens: output,
-        fairway_output_tokens: output,
-        stream: true,
-      }),
-    });
-    if (res.status !== 200 || res.body === null)
-      throw new Error(`answered ${res.status}: ${await res.text()}`);
-    const decoder = new TextDecoder();
-    let buffered = '';
-    for await (const bytes of res.body) {
-      buffered += decoder.decode(bytes as Uint8Array, { stream: true });
-      const events = buffered.split('\n\n');
-      buffered = events.pop() ?? '';
-      for (const e of events) {
-        if (!e.startsWith('data: {')) continue;
-        const chunk = JSON.parse(e.slice(6)) as { choices?: { text?: string }[] };
-        if (chunk.choices?.[0]?.text) s.tokens++;
-      }
-    }
-    s.ended = true;
-  };
-  const done = run().catch((err: unknown) => {
-    if (!ctl.signal.aborted) throw err;
-  });
-  return Object.assign(s, { done });
-}
-
-async function until(
-  check: () => boolean | Promise<boolean>,
-  timeoutMs: number,
-  what: string,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** What a dispatcher's access log says of the request that had `completionTokens` tokens. */
-async function accessOf(
-  d: FairwayProcess,
-  completionTokens: number,
-): Promise<{ replica?: string; movedFrom?: string[] } | undefined> {
-  for (const deadline = Date.now() + 5000; Date.now() < deadline; ) {
-    for (const line of d.output) {
-      if (!line.includes('"msg":"request"') || !line.includes(`"completionTokens":${completionTokens},`))
-        continue;
-      return JSON.parse(line) as { replica?: string; movedFrom?: string[] };
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return undefined;
-}
+const stream = (url: string, tag: string, output: number, key?: string) =>
+  streamCompletion(url, { model: E2E_MODEL, prompt: `${tag} abc abc`, maxTokens: output, output, key });
 
 describe('a request waiting in a full engine queue moves to a replica with room, across two dispatchers', () => {
   const prefix = uniquePrefix('moves');
@@ -118,7 +48,7 @@ describe('a request waiting in a full engine queue moves to a replica with room,
   const engines: FairwayProcess[] = [];
   const dispatchers: FairwayProcess[] = [];
   const operators: string[] = [];
-  const streams: Stream[] = [];
+  const streams: CompletionStream[] = [];
 
   beforeAll(async () => {
     nats = await startNatsServer();
@@ -185,8 +115,8 @@ describe('a request waiting in a full engine queue moves to a replica with room,
     streams.push(short);
     await short.done;
     expect(short.tokens).toBe(7);
-    expect(long.ended).toBe(false);
-    expect(await accessOf(b, 7)).toMatchObject({ replica: `sim-${y + 1}`, movedFrom: [`sim-${x + 1}`] });
+    expect(long.endedAt).toBeUndefined();
+    expect(await accessLineOf(b, 7)).toMatchObject({ replica: `sim-${y + 1}`, movedFrom: [`sim-${x + 1}`] });
     expect(await gatewayMetric(operators[1] as string, 'fairway_moves_total')).toBe(1);
     // The full engine ran every one of its requests to this point; the moved one left its queue.
     expect(await engineMetric(engines[x]!.url, 'vllm:num_requests_running')).toBe(3);

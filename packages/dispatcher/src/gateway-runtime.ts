@@ -303,8 +303,9 @@ export class GatewayRuntime {
    * Aladdin's re-balancing where an engine queue allows it (`policy.moves`): a request placed on a
    * replica but not started there is one in its engine's waiting queue. Each replica whose last
    * heartbeat reports `waiting` requests, newer than the last this dispatcher moved requests off
-   * it on, gives up to that many of this dispatcher's requests that are streamed from it, have had
-   * no output token for `afterS` since their dispatch and have sent nothing to their client —
+   * it on, gives up to that many of this dispatcher's requests that are streamed from it, had had
+   * no output token for `afterS` since their dispatch when that heartbeat came, and have sent
+   * nothing to their client —
    * the latest dispatched first, as an engine admits its waiting requests in arrival order — each
    * to the first replica in placement order whose engine queues nothing and that has room for it
    * (one move per target a round: the view shows room for one request at a time).
@@ -339,10 +340,14 @@ export class GatewayRuntime {
         this.#movedOff.get(replica) === beat
       )
         continue;
+      // Only a queue the engine still reported once the request had waited `afterS` counts: one
+      // seen as it arrived says nothing of a first token late for another reason (a stalled loop).
+      const beatAgeMs = Math.max(0, this.#o.clock.now() - beat);
       list.sort((a, b) => (b.dispatchedAt ?? 0) - (a.dispatchedAt ?? 0));
       let moved = 0;
       for (const t of list) {
         if (moved === waiting) break;
+        if (now - (t.dispatchedAt ?? now) - beatAgeMs < after) continue;
         const reserve = this.gateway.reservedTokensOf(t.id);
         if (reserve === undefined) continue;
         const to = this.gateway.moveTarget(t.pool, reserve, replica, targets);

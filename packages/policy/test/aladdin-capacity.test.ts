@@ -276,6 +276,26 @@ describe("Aladdin's time-indexed KV constraint (e)", () => {
     expect(timeIndexedKvRoom(r, 4000)).toBe(1500 + 4000 - 499 - 1000);
   });
 
+  it("gives the room the reports show when this dispatcher's view of the reservations lags them", () => {
+    // Two sequences reported (1,500 + 2,000 reserved), while this dispatcher's view still counts
+    // only its own 1,500: the store holds 3,500, and the room is the same as with a fresh view.
+    const reported = [reservedSeq(100, 700, 1500), reservedSeq(100, 0, 2000)];
+    const fresh = replica({
+      tokenCapacity: 4000,
+      reservedTokens: 3500,
+      reservedSeqs: 2,
+      sequences: reported,
+    });
+    const lagging = replica({
+      tokenCapacity: 4000,
+      reservedTokens: 1500,
+      reservedSeqs: 1,
+      sequences: reported,
+    });
+    expect(timeIndexedKvRoom(lagging, 4000)).toBe(timeIndexedKvRoom(fresh, 4000));
+    expect(timeIndexedKvRoom(lagging, 4000)).toBe(3500 + 4000 - 2298);
+  });
+
   it('keeps the sum of reservations where sequences are not reported with their reservations', () => {
     const bare = replica({ tokenCapacity: 4000, reservedTokens: 1000, reservedSeqs: 1 });
     expect(timeIndexedKvRoom(bare, 4000)).toBeUndefined();

@@ -17,7 +17,7 @@ function req(id: string, tenant = 'a'): RequestDescriptor {
   };
 }
 
-function setup(fleet: Fleet) {
+function setup(fleet: Fleet, moves = false) {
   const store = new MemoryStore();
   const dispatched: Dispatched[] = [];
   const gw = new Gateway({
@@ -29,6 +29,7 @@ function setup(fleet: Fleet) {
     replicas: fleet,
     onDispatch: (d) => dispatched.push(d),
     headroom: { tokenFraction: 0 },
+    moves,
   });
   return { store, dispatched, gw };
 }
@@ -111,26 +112,9 @@ describe('Gateway.requeueUnserved (retry after an engine failure)', () => {
 });
 
 describe('Gateway.moveTarget and a moved request (out of an engine queue)', () => {
-  function movesSetup(fleet: Fleet) {
-    const store = new MemoryStore();
-    const dispatched: Dispatched[] = [];
-    const gw = new Gateway({
-      id: 'gw',
-      store,
-      clock: new ManualClock(0),
-      ordering: vtcPolicy(),
-      placement: joinShortestQueuePlacement(),
-      replicas: fleet,
-      onDispatch: (d) => dispatched.push(d),
-      headroom: { tokenFraction: 0 },
-      moves: true,
-    });
-    return { store, dispatched, gw };
-  }
-
   it('names a replica with room whose engine queues nothing, never the one the request waits on', async () => {
     const fleet = new Fleet(['r1', 1000, 8], ['r2', 1000, 8], ['r3', 1000, 8]);
-    const { gw } = movesSetup(fleet);
+    const { gw } = setup(fleet, true);
     await gw.submit(req('x'));
     fleet.set('r2', { waiting: 2 });
     expect(gw.moveTarget('m', 200, 'r1')?.id).toBe('r3');
@@ -141,7 +125,7 @@ describe('Gateway.moveTarget and a moved request (out of an engine queue)', () =
 
   it('places the moved request on its target, though the placement would choose another', async () => {
     const fleet = new Fleet(['r1', 1000, 8], ['r2', 1000, 8], ['r3', 1000, 8]);
-    const { gw, store, dispatched } = movesSetup(fleet);
+    const { gw, store, dispatched } = setup(fleet, true);
     await gw.submit(req('x'));
     const from = dispatched[0]?.replica as string;
     const to = gw.moveTarget('m', 200, from);

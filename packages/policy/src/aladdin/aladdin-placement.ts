@@ -68,7 +68,8 @@ interface ReplicaBounds {
  * `r` so that, whenever the next request's reservation is held in full from now on, the replica's
  * KV demand stays within `kvCapacity` at every future iteration. Each sequence the replica reports
  * grows one token per iteration from its context now up to its reservation, then frees its cache;
- * reservations no report covers yet (dispatched since) are held in full. Where sequences finish
+ * reservations no report covers yet (dispatched since) are held in full, by the store, which
+ * compares what it holds with this total. Where sequences finish
  * before the others have grown, this exceeds the sum-of-reservations bound; where one has streamed
  * past what the last report says, it is below it. Undefined when the replica does not report its
  * sequences with their reservations.
@@ -78,8 +79,11 @@ export function timeIndexedKvRoom(r: ReplicaState, kvCapacity: number): number |
   if (sequences === undefined) return undefined;
   const demand = demandOf(sequences);
   if (demand === undefined) return undefined;
-  const unreported = Math.max(0, r.reservedTokens - demand.reported);
-  return r.reservedTokens + kvCapacity - demand.peak - unreported;
+  // The store compares its own total with this: whatever it holds beyond the reported
+  // reservations (dispatched since the reports) counts in full on top of the peak. This does not
+  // read the view's reservations, which may lag the reports (another dispatcher's dispatch this
+  // one has not heard of yet) and would then hide room the reports show.
+  return demand.reported + kvCapacity - demand.peak;
 }
 
 /**

@@ -1,0 +1,106 @@
+import type { FairwayProcess } from './processes.ts';
+
+/** A streamed completion under way: output tokens so far, when its first token came and when it ended. */
+export interface CompletionStream {
+  tokens: number;
+  firstTokenAt: number | undefined;
+  endedAt: number | undefined;
+  readonly done: Promise<void>;
+  /** Closes the connection (the request is cancelled); `done` then resolves. */
+  stop(): void;
+}
+
+/**
+ * Streams one completion of `model` from `url` (a gateway, with `key`, or an engine) that ends after
+ * exactly `output` tokens (engine-sim's `fairway_output_tokens`). `done` rejects if it is not
+ * answered 200, unless it was stopped.
+ */
+export function streamCompletion(
+  url: string,
+  o: {
+    readonly model: string;
+    readonly prompt: string;
+    readonly maxTokens: number;
+    readonly output: number;
+    readonly key?: string | undefined;
+  },
+): CompletionStream {
+  const ctl = new AbortController();
+  const s = {
+    tokens: 0,
+    firstTokenAt: undefined as number | undefined,
+    endedAt: undefined as number | undefined,
+    stop: () => ctl.abort(),
+  };
+  const run = async () => {
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      signal: ctl.signal,
+      headers: {
+        'content-type': 'application/json',
+        ...(o.key === undefined ? {} : { authorization: `Bearer ${o.key}` }),
+      },
+      body: JSON.stringify({
+        model: o.model,
+        prompt: o.prompt,
+        max_tokens: o.maxTokens,
+        fairway_output_tokens: o.output,
+        stream: true,
+      }),
+    });
+    if (res.status !== 200 || res.body === null)
+      throw new Error(`answered ${res.status}: ${await res.text()}`);
+    const decoder = new TextDecoder();
+    let buffered = '';
+    for await (const bytes of res.body) {
+      buffered += decoder.decode(bytes as Uint8Array, { stream: true });
+      const events = buffered.split('\n\n');
+      buffered = events.pop() ?? '';
+      for (const e of events) {
+        if (!e.startsWith('data: {')) continue;
+        const chunk = JSON.parse(e.slice(6)) as { choices?: { text?: string }[] };
+        if (chunk.choices?.[0]?.text) {
+          s.tokens++;
+          s.firstTokenAt ??= Date.now();
+        }
+      }
+    }
+    s.endedAt = Date.now();
+  };
+  const done = run().catch((err: unknown) => {
+    if (!ctl.signal.aborted) throw err;
+  });
+  return Object.assign(s, { done });
+}
+
+/** Waits until `check` holds, polling every 10 ms; fails naming `what` after `timeoutMs`. */
+export async function until(
+  check: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/**
+ * The access log line a dispatcher wrote for the request that had `completionTokens` tokens (the
+ * line is written as the response ends: it may follow the last byte by a moment).
+ */
+export async function accessLineOf(
+  d: FairwayProcess,
+  completionTokens: number,
+): Promise<{ readonly replica?: string; readonly movedFrom?: readonly string[] } | undefined> {
+  for (const deadline = Date.now() + 5000; Date.now() < deadline; ) {
+    for (const line of d.output) {
+      if (!line.includes('"msg":"request"') || !line.includes(`"completionTokens":${completionTokens},`))
+        continue;
+      return JSON.parse(line) as { replica?: string; movedFrom?: string[] };
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return undefined;
+}
