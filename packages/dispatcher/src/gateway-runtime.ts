@@ -305,10 +305,10 @@ export class GatewayRuntime {
    * heartbeat reports `waiting` requests, newer than the last this dispatcher moved requests off
    * it on, gives up to that many of this dispatcher's requests that are streamed from it, had had
    * no output token for `afterS` since their dispatch when that heartbeat came, and have sent
-   * nothing to their client —
-   * the latest dispatched first, as an engine admits its waiting requests in arrival order — each
-   * to the first replica in placement order whose engine queues nothing and that has room for it
-   * (one move per target a round: the view shows room for one request at a time).
+   * nothing to their client — the latest dispatched first, as an engine admits its waiting
+   * requests in arrival order — each to the first replica in placement order whose engine queues
+   * nothing and that has room for it (one move per target a round: the view shows room for one
+   * request at a time).
    */
   #moveQueued(): void {
     const after = this.#movesAfterMs;
