@@ -330,7 +330,8 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
         this.#moved = false;
         attempt--;
         ctx.metrics.moves.inc();
-        (record.movedFrom ??= []).push(replica);
+        record.movedFrom ??= [];
+        record.movedFrom.push(replica);
         ctx.logger.info({ requestId: req.id, from: replica }, 'dispatcher: moved out of an engine queue');
         continue;
       }
