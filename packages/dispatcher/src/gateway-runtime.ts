@@ -21,6 +21,8 @@ import {
   type Dispatched,
   Gateway,
   type GatewayStats,
+  MAX_MOVES,
+  MOVE_EVERY_MS,
   PrefixIndex,
   type PrefixLearned,
   type SubmitResult,
@@ -127,12 +129,6 @@ function errText(err: unknown): string {
  * the store (ms): assignments published while the bus was down are lost, not delivered late.
  */
 const BUS_CATCH_UP_MS = 5_000;
-
-/** How often a dispatcher looks for requests waiting in an engine's queue to move (`policy.moves`), ms. */
-const MOVE_EVERY_MS = 200;
-
-/** Most times one request is moved out of an engine's queue. */
-const MAX_MOVES = 2;
 
 /**
  * The live side of the gateway scheduler (DESIGN.md request path, steps 2–6): one {@link Gateway}
@@ -305,10 +301,7 @@ export class GatewayRuntime {
    * heartbeat reports `waiting` requests, newer than the last this dispatcher moved requests off
    * it on, gives up to that many of this dispatcher's requests that are streamed from it, had had
    * no output token for `afterS` since their dispatch when that heartbeat came, and have sent
-   * nothing to their client — the latest dispatched first, as an engine admits its waiting
-   * requests in arrival order — each to the first replica in placement order whose engine queues
-   * nothing and that has room for it (one move per target a round: the view shows room for one
-   * request at a time).
+   * nothing to their client, each to the replica the gateway's `planMoves` names for it.
    */
   #moveQueued(): void {
     const after = this.#movesAfterMs;
@@ -343,19 +336,13 @@ export class GatewayRuntime {
       // Only a queue the engine still reported once the request had waited `afterS` counts: one
       // seen as it arrived says nothing of a first token late for another reason (a stalled loop).
       const beatAgeMs = Math.max(0, this.#o.clock.now() - beat);
-      list.sort((a, b) => (b.dispatchedAt ?? 0) - (a.dispatchedAt ?? 0));
-      let moved = 0;
-      for (const t of list) {
-        if (moved === waiting) break;
-        if (now - (t.dispatchedAt ?? now) - beatAgeMs < after) continue;
-        const reserve = this.gateway.reservedTokensOf(t.id);
-        if (reserve === undefined) continue;
-        const to = this.gateway.moveTarget(t.pool, reserve, replica, targets);
-        if (to === undefined || !t.move(to)) continue;
-        targets.add(to.id);
-        moved++;
-        this.#movedOff.set(replica, beat);
-      }
+      const queued = [];
+      for (const t of list)
+        if (t.dispatchedAt !== undefined && now - t.dispatchedAt - beatAgeMs >= after)
+          queued.push({ id: t.id, dispatchedAtMs: t.dispatchedAt });
+      const pool = list[0]?.pool ?? '';
+      for (const m of this.gateway.planMoves(pool, replica, waiting, queued, targets))
+        if (this.#tickets.get(m.id)?.move(m.to) === true) this.#movedOff.set(replica, beat);
     }
   }
 

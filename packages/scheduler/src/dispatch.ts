@@ -7,16 +7,10 @@ import { DrainRate } from './drain-rate.ts';
 import type { Dispatched, ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OutputPredictions } from './output-prediction.ts';
 import type { OwnedRequests } from './owned-requests.ts';
-import type { PrefixAffinity } from './prefix-affinity.ts';
+import { type PrefixAffinity, UNBOUNDED } from './prefix-affinity.ts';
 import { QueueDeadlines } from './queue-deadline.ts';
 import { decodeRequest } from './request-payload.ts';
 import type { ReservationView } from './reservation-view.ts';
-
-/**
- * The affinity bound of a dispatch that honours moved requests' replicas where the pool has no
- * prefix affinity: no load bound (the move chose the replica for its room).
- */
-const MOVED_ANYWHERE = 1e15;
 
 /** A dispatch the store made. */
 export type StoreDispatch = Extract<DispatchResult, { kind: 'dispatched' }>;
@@ -139,8 +133,12 @@ export class DispatchRounds {
     states: readonly ReplicaState[],
   ): DispatchInput {
     const o = this.#o;
-    let affinityTokens = o.router === undefined ? this.#affinity.bound(pool, states) : undefined;
-    if (affinityTokens === undefined && o.moves && o.router === undefined) affinityTokens = MOVED_ANYWHERE;
+    // Where the pool has no prefix affinity, moved requests' replicas are honoured without a load
+    // bound: the move chose the replica for its room.
+    const affinityTokens =
+      o.router === undefined
+        ? (this.#affinity.bound(pool, states) ?? (o.moves ? UNBOUNDED : undefined))
+        : undefined;
     return {
       pool,
       bands,

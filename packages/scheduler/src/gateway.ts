@@ -51,6 +51,12 @@ export interface GatewayStats {
   readonly affinity: Readonly<Record<AffinityOutcome, number>>;
 }
 
+/** How often the dispatchers and the simulator look for requests to move out of engine queues, ms. */
+export const MOVE_EVERY_MS = 200;
+
+/** Most times one request is moved out of an engine's queue. */
+export const MAX_MOVES = 2;
+
 /**
  * The gateway scheduler, one per dispatcher (DESIGN.md principles 1, 3 and 4; request path 2–6).
  * It admits a request into the shared store, holds it there until a replica of its pool has room
@@ -168,6 +174,34 @@ export class Gateway {
   /** {@inheritDoc Eviction.requeueUnserved} */
   requeueUnserved(id: string, moveTo?: ReplicaCandidate): Promise<boolean> {
     return this.#eviction.requeueUnserved(id, moveTo);
+  }
+
+  /**
+   * Aladdin's re-balancing where an engine queue allows it: of the requests this gateway runs on
+   * `from` that wait in its engine's queue (`queued`, each with when it was dispatched), up to
+   * `waiting` — the latest dispatched first, as an engine admits its queue in arrival order — each
+   * with the replica it moves to ({@link moveTarget}), one request per target (`targets` collects
+   * the targets over a round's calls). The caller stops their engine calls and re-queues them with
+   * {@link requeueUnserved}.
+   */
+  planMoves(
+    pool: string,
+    from: string,
+    waiting: number,
+    queued: readonly { readonly id: string; readonly dispatchedAtMs: number }[],
+    targets: Set<string>,
+  ): { readonly id: string; readonly to: ReplicaCandidate }[] {
+    const moves: { id: string; to: ReplicaCandidate }[] = [];
+    for (const q of [...queued].sort((a, b) => b.dispatchedAtMs - a.dispatchedAtMs)) {
+      if (moves.length >= waiting) break;
+      const reserve = this.reservedTokensOf(q.id);
+      if (reserve === undefined) continue;
+      const to = this.#dispatch.moveTarget(pool, reserve, from, targets);
+      if (to === undefined) continue;
+      targets.add(to.id);
+      moves.push({ id: q.id, to });
+    }
+    return moves;
   }
 
   /** {@inheritDoc DispatchRounds.moveTarget} */

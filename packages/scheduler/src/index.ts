@@ -11,7 +11,7 @@ export {
 export { ChargeCoalescer } from './charge-coalescer.ts';
 export { DrainRate } from './drain-rate.ts';
 export { GatewayError, GatewayErrorCode, UnknownSloClassError } from './errors.ts';
-export { Gateway, type GatewayStats } from './gateway.ts';
+export { Gateway, type GatewayStats, MAX_MOVES, MOVE_EVERY_MS } from './gateway.ts';
 export {
   type Dispatched,
   type GatewayOptions,

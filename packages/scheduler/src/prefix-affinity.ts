@@ -53,7 +53,7 @@ export interface PrefixAffinityOptions {
 }
 
 /** The bound `unbounded` passes the store: more than any replica holds. */
-const UNBOUNDED = 1e15;
+export const UNBOUNDED = 1e15;
 
 /**
  * Prefix-cache affinity for one gateway. At admission the request's prefix keys are looked up

@@ -16,6 +16,8 @@ import {
   type Dispatched,
   Gateway,
   type Headroom,
+  MAX_MOVES,
+  MOVE_EVERY_MS,
   type PrefixAffinityMode,
   PrefixIndex,
   type ReplicaPredictionErrors,
@@ -185,12 +187,6 @@ const runInputSchema = z
       ids.add(a.id);
     });
   });
-
-/** How often a run with `moves` looks for requests waiting in engine queues, virtual ms. */
-const MOVE_EVERY_MS = 200;
-
-/** Most times one request is moved out of an engine's queue. */
-const MAX_MOVES = 2;
 
 /** What the runner tracks about a request while it is in flight. */
 interface Rec {
@@ -481,32 +477,24 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     for (const m of cluster.members) {
       const waiting = m.engine.stats().waiting;
       if (waiting === 0) continue;
-      const queued = [...onMember[m.index]!]
-        .map((id) => recs.get(id)!)
-        .filter(
-          (r) =>
-            r.generated === r.resumeFrom &&
-            r.firstTokenS === undefined &&
-            r.moves < MAX_MOVES &&
-            clock.now() - r.dispatchMs >= afterMs,
-        )
-        .sort((a, b) => b.dispatchMs - a.dispatchMs);
-      let moved = 0;
-      for (const rec of queued) {
-        if (moved === waiting) break;
-        const gw = gateways[rec.gateway]!;
-        const id = rec.req.id;
-        const reserve = gw.reservedTokensOf(id);
-        if (reserve === undefined) continue;
-        const to = gw.moveTarget(m.pool, reserve, m.id, targets);
-        if (to === undefined || !m.engine.abort(id)) continue;
-        onMember[m.index]!.delete(id);
-        if (!(await gw.requeueUnserved(id, to))) continue;
-        rec.moves++;
-        targets.add(to.id);
-        moved++;
-        toKick.add(m);
+      // Each gateway moves the requests it runs there (the engine's queue is exact here).
+      const byGateway = new Map<number, { id: string; dispatchedAtMs: number }[]>();
+      for (const id of onMember[m.index]!) {
+        const r = recs.get(id)!;
+        if (r.firstTokenS !== undefined || r.moves >= MAX_MOVES || clock.now() - r.dispatchMs < afterMs)
+          continue;
+        const list = byGateway.get(r.gateway) ?? [];
+        byGateway.set(r.gateway, list);
+        list.push({ id, dispatchedAtMs: r.dispatchMs });
       }
+      for (const [g, queued] of byGateway)
+        for (const { id, to } of gateways[g]!.planMoves(m.pool, m.id, waiting, queued, targets)) {
+          if (!m.engine.abort(id)) continue;
+          onMember[m.index]!.delete(id);
+          if (!(await gateways[g]!.requeueUnserved(id, to))) continue;
+          recs.get(id)!.moves++;
+          toKick.add(m);
+        }
     }
     if (targets.size > 0) await pumpAll();
   };
