@@ -446,6 +446,18 @@ const ENVIRONMENT: readonly EnvVar[] = [
     meaning: 'the URL the agent registers for dispatchers to reach the engine at (`--advertise-url`)',
   },
   {
+    name: 'PYTHONHASHSEED',
+    readBy: 'engine-sim',
+    meaning:
+      'seed of `--prefix-caching-hash-algo sha256_cbor` block hashes, as vLLM’s; unset, random per process (nobody else can compute them)',
+  },
+  {
+    name: 'VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES',
+    readBy: 'engine-sim',
+    meaning:
+      '`0`: KV cache events carry block hashes as their 32 bytes; `1` (default, as vLLM): as the integer of their low 64 bits',
+  },
+  {
     name: 'FAIRWAY_ADMIN_URL',
     readBy: 'admin usage',
     meaning: 'a dispatcher’s operator port (`--url`), default `http://127.0.0.1:9464`',

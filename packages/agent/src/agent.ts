@@ -12,22 +12,39 @@ import { z } from 'zod';
 import { isWildcardHost } from './advertise-url.ts';
 import { argsWithModel, type EngineProcess, type EngineProcessEvent } from './engine-process.ts';
 import { AgentError, AgentErrorCode } from './errors.ts';
+import { isWildcardKvEventsEndpoint, KV_EVENTS_ENDPOINT, KvEventRelay } from './kv-event-relay.ts';
 
-const optionsSchema = z.object({
-  replicaId: z.string().min(1, 'must not be empty'),
-  pool: z.string().min(1, 'must not be empty'),
-  model: z.string().min(1, 'must not be empty'),
-  url: z.url({ message: 'must be an http(s) URL' }).optional(),
-  gpu: z.string().min(1).optional(),
-  tp: z.number().int().positive().default(1),
-  maxNumSeqs: z.number().int().positive().default(256),
-  kvCapacityTokens: z.number().int().positive().optional(),
-  heartbeatIntervalMs: z.number().min(10, 'must be at least 10 ms').max(60_000).default(200),
-  failuresBeforeGone: z.number().int().positive().default(2),
-  evictTimeoutMs: z.number().positive().default(5000),
-  evictPollMs: z.number().positive().default(25),
-  epoch: z.string().min(1).optional(),
-});
+const optionsSchema = z
+  .object({
+    replicaId: z.string().min(1, 'must not be empty'),
+    pool: z.string().min(1, 'must not be empty'),
+    model: z.string().min(1, 'must not be empty'),
+    url: z.url({ message: 'must be an http(s) URL' }).optional(),
+    gpu: z.string().min(1).optional(),
+    tp: z.number().int().positive().default(1),
+    maxNumSeqs: z.number().int().positive().default(256),
+    kvCapacityTokens: z.number().int().positive().optional(),
+    heartbeatIntervalMs: z.number().min(10, 'must be at least 10 ms').max(60_000).default(200),
+    failuresBeforeGone: z.number().int().positive().default(2),
+    evictTimeoutMs: z.number().positive().default(5000),
+    evictPollMs: z.number().positive().default(25),
+    epoch: z.string().min(1).optional(),
+    kvEventsEndpoint: z
+      .string()
+      .regex(KV_EVENTS_ENDPOINT, 'must be a ZMQ endpoint such as tcp://127.0.0.1:5557 or ipc:///path')
+      .optional(),
+    kvEventsTopic: z.string().default(''),
+    kvEventsBind: z.boolean().default(false),
+  })
+  .superRefine((o, ctx) => {
+    if (o.kvEventsEndpoint !== undefined && !o.kvEventsBind && isWildcardKvEventsEndpoint(o.kvEventsEndpoint))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['kvEventsEndpoint'],
+        message:
+          "names a wildcard address the agent cannot connect to: give the engine host's address, e.g. tcp://127.0.0.1:5557 (or bind it: kvEventsBind)",
+      });
+  });
 
 /** Options of {@link NodeAgent}. */
 export interface NodeAgentOptions {
@@ -71,6 +88,19 @@ export interface NodeAgentOptions {
   readonly epoch?: string;
   /** The engine process, when this agent runs it: enables crash handling and full model swaps. */
   readonly process?: EngineProcess;
+  /**
+   * The engine's KV cache events endpoint (vLLM's `--kv-events-config` `endpoint`, as this host
+   * reaches it, e.g. `tcp://127.0.0.1:5557`): the agent relays the events onto the bus as
+   * `kvEvents` messages (see {@link KvEventRelay}). @default not relayed
+   */
+  readonly kvEventsEndpoint?: string;
+  /** The engine's KV events `topic`. @default '' */
+  readonly kvEventsTopic?: string;
+  /**
+   * Bind `kvEventsEndpoint` instead of connecting to it: for an engine whose endpoint has no
+   * wildcard, which vLLM connects its publisher to. @default false
+   */
+  readonly kvEventsBind?: boolean;
   /** Arguments that make the engine serve `model` (full swap). @default {@link argsWithModel} on the process's arguments */
   readonly swapArgs?: (model: string, extra: readonly string[], current: readonly string[]) => string[];
 }
@@ -113,6 +143,7 @@ export class NodeAgent {
   readonly #swapArgs: (model: string, extra: readonly string[], current: readonly string[]) => string[];
   readonly #epoch: string;
   readonly #unsubs: Unsubscribe[] = [];
+  readonly #relay: KvEventRelay | undefined;
   #model: string;
   #pool: string;
   #registration: Registration | undefined;
@@ -149,6 +180,20 @@ export class NodeAgent {
     this.#epoch = this.#opts.epoch ?? randomUUID();
     this.#model = this.#opts.model;
     this.#pool = this.#opts.pool;
+    const endpoint = this.#opts.kvEventsEndpoint;
+    this.#relay =
+      endpoint === undefined
+        ? undefined
+        : new KvEventRelay({
+            bus: this.#bus,
+            clock: this.#clock,
+            logger: this.#logger,
+            replicaId: this.#opts.replicaId,
+            epoch: this.#epoch,
+            endpoint,
+            topic: this.#opts.kvEventsTopic,
+            bind: this.#opts.kvEventsBind,
+          });
   }
 
   /** The replica's id. */
@@ -178,6 +223,8 @@ export class NodeAgent {
    */
   async start(): Promise<void> {
     if (this.#running) return;
+    // First, so that an endpoint it cannot bind leaves nothing started.
+    await this.#relay?.start();
     this.#running = true;
     if (this.#process) {
       this.#unsubs.push(this.#process.on((e) => this.#onProcessEvent(e)));
@@ -218,6 +265,7 @@ export class NodeAgent {
     await this.#tick;
     for (const u of this.#unsubs.splice(0)) u();
     if (this.#registration) this.#publishGone('agent stopping');
+    await this.#relay?.stop();
     await this.#bus.flush();
     if (this.#process && (options.stopEngine ?? true)) await this.#process.stop();
   }
@@ -351,6 +399,8 @@ export class NodeAgent {
 
   #publishGone(reason: string): void {
     this.#publishHeartbeat('gone');
+    // Whatever the engine cached is gone with it (or no longer reachable through this replica).
+    this.#relay?.clear();
     this.#logger.info({ reason }, 'agent: announced gone');
   }
 

@@ -15,3 +15,10 @@ export {
   type EngineProcessOptions,
 } from './engine-process.ts';
 export { AgentError, AgentErrorCode, EngineStartError } from './errors.ts';
+export {
+  isWildcardKvEventsEndpoint,
+  KV_EVENTS_ENDPOINT,
+  KvEventRelay,
+  type KvEventRelayOptions,
+  localKvEventsEndpoint,
+} from './kv-event-relay.ts';

@@ -41,6 +41,8 @@ export {
   evictSchema,
   type Heartbeat,
   heartbeatSchema,
+  type KvEvents,
+  kvEventsSchema,
   type MessageInput,
   type MessageKind,
   type MessageOf,

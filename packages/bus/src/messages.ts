@@ -466,6 +466,38 @@ export const sequenceReportSchema = z.object({
 /** A dispatcher's sequence report. */
 export type SequenceReport = z.infer<typeof sequenceReportSchema>;
 
+/** A KV block key: the low 64 bits of a vLLM block hash, 16 hex digits (`kvBlockKey` in core). */
+const blockKey = z.string().regex(/^[0-9a-f]{16}$/u, 'must be 16 lower-case hex digits');
+
+/**
+ * What an engine's prefix cache stored and evicted, relayed by its agent from vLLM's KV cache
+ * events (`--kv-events-config`): every dispatcher keeps which blocks each replica holds and places
+ * a request on the replica holding the longest run of its prompt's blocks. Events apply in order:
+ * `stored` and `removed` name blocks, `cleared` empties the replica's cache. Sequenced per agent
+ * run: a message out of sequence, or from a new run, means events were lost, so a receiver forgets
+ * the replica's blocks and starts again from the events that follow. Bounded, so a hostile
+ * publisher cannot make one message costly.
+ */
+export const kvEventsSchema = z.object({
+  replicaId: id,
+  /** The agent run (`Registration.epoch`). */
+  epoch: id,
+  /** Increases by one per message within an epoch. */
+  seq: nonNegInt,
+  events: z
+    .array(
+      z.union([
+        z.tuple([z.literal('stored'), z.array(blockKey).max(4096)]),
+        z.tuple([z.literal('removed'), z.array(blockKey).max(4096)]),
+        z.tuple([z.literal('cleared')]),
+      ]),
+    )
+    .max(256),
+  at: timestampMs,
+});
+/** KV cache events of one replica. */
+export type KvEvents = z.infer<typeof kvEventsSchema>;
+
 /** Schemas of the publish/subscribe message kinds. */
 export const messageSchemas = {
   registration: registrationSchema,
@@ -481,6 +513,7 @@ export const messageSchemas = {
   appSamples: appSamplesSchema,
   prefixRoute: prefixRouteSchema,
   sequenceReport: sequenceReportSchema,
+  kvEvents: kvEventsSchema,
 } as const;
 /** A publish/subscribe message kind. */
 export type MessageKind = keyof typeof messageSchemas;

@@ -10,6 +10,7 @@
  * | heartbeat | `<p>.replica.<replicaId>.heartbeat` | replica |
  * | discover | `<p>.replica.discover` | — |
  * | replicaUnavailable | `<p>.replica.<replicaId>.unavailable` | replica |
+ * | kvEvents | `<p>.replica.<replicaId>.kv` | replica |
  * | assignment | `<p>.dispatcher.<dispatcherId>.assign` | dispatcher that holds the connection |
  * | evict | `<p>.replica.<replicaId>.evict` | replica whose requests go (every dispatcher listens) |
  * | desiredReplicas | `<p>.pool.<pool>.desired` | pool |
@@ -62,7 +63,9 @@ export function routeKeyOf<K extends MessageKind>(kind: K, msg: MessageOf<K>): s
     case 'heartbeat':
     case 'evict':
     case 'replicaUnavailable':
-      return (msg as MessageOf<'registration' | 'heartbeat' | 'evict' | 'replicaUnavailable'>).replicaId;
+    case 'kvEvents':
+      return (msg as MessageOf<'registration' | 'heartbeat' | 'evict' | 'replicaUnavailable' | 'kvEvents'>)
+        .replicaId;
     case 'assignment':
       return (msg as MessageOf<'assignment'>).dispatcherId;
     case 'desiredReplicas':
@@ -117,6 +120,8 @@ export class Subjects {
         return `${p}.replica.discover`;
       case 'replicaUnavailable':
         return `${p}.replica.${k}.unavailable`;
+      case 'kvEvents':
+        return `${p}.replica.${k}.kv`;
       case 'assignment':
         return `${p}.dispatcher.${k}.assign`;
       case 'evict':

@@ -12,6 +12,14 @@ function num(value: string): number {
   return n;
 }
 
+function json(value: string): unknown {
+  try {
+    return JSON.parse(value) as unknown;
+  } catch {
+    throw new InvalidArgumentError('must be JSON, e.g. {"enable_kv_cache_events":true}');
+  }
+}
+
 function lengthSpec(value: string): unknown {
   const n = Number(value);
   if (Number.isFinite(n)) return n;
@@ -46,6 +54,8 @@ interface EngineSimFlags {
   matryoshka?: boolean;
   maxModelLen?: number;
   enablePrefixCaching?: boolean;
+  prefixCachingHashAlgo?: 'sha256' | 'sha256_cbor';
+  kvEventsConfig?: unknown;
   enablePromptTokensDetails?: boolean;
   speed?: number;
   seed?: number;
@@ -95,6 +105,17 @@ export function addEngineSimFlags(cmd: Command): Command {
     .option('--matryoshka', 'the embedding model may return shorter vectors (`dimensions`)')
     .option('--max-model-len <n>', 'longest prompt + output', num)
     .option('--enable-prefix-caching', 'keep computed KV blocks for prompts that share a prefix')
+    .addOption(
+      new Option(
+        '--prefix-caching-hash-algo <algo>',
+        "block hashes: sha256 (of the tokens' JSON) or sha256_cbor (vLLM's, of the token ids, seeded by PYTHONHASHSEED)",
+      ).choices(['sha256', 'sha256_cbor']),
+    )
+    .option(
+      '--kv-events-config <json>',
+      'publish KV cache events over ZMQ, as vLLM, e.g. {"enable_kv_cache_events":true,"endpoint":"tcp://*:5557"}',
+      json,
+    )
     .option('--enable-prompt-tokens-details', 'report usage.prompt_tokens_details.cached_tokens')
     .option('--speed <factor>', 'model ms per real ms (10 = ten times faster than the GPU)', num)
     .option('--seed <n>', 'seed of output lengths, faults and ids', num)
@@ -156,6 +177,8 @@ export function engineSimOptionsFromFlags(f: EngineSimFlags): EngineSimOptionsIn
     matryoshka: f.matryoshka,
     maxModelLen: f.maxModelLen,
     enablePrefixCaching: f.enablePrefixCaching,
+    prefixCachingHashAlgo: f.prefixCachingHashAlgo,
+    kvEventsConfig: f.kvEventsConfig,
     enablePromptTokensDetails: f.enablePromptTokensDetails,
     speed: f.speed,
     seed: f.seed,
@@ -173,6 +196,8 @@ export function engineSimOptionsFromFlags(f: EngineSimFlags): EngineSimOptionsIn
 export interface RunEngineSimHooks {
   /** Logger; by default a pino logger on stderr at `--log-level`. */
   readonly logger?: Logger;
+  /** Environment variables read as vLLM reads them (`PYTHONHASHSEED`, …). @default process.env */
+  readonly env?: Readonly<Record<string, string | undefined>>;
   /** Close the engine on SIGINT / SIGTERM. @default true */
   readonly handleSignals?: boolean;
 }
@@ -194,7 +219,11 @@ export async function runEngineSimCommand(
   cmd.parse([...argv], { from: 'user' });
   const flags = cmd.opts<EngineSimFlags>();
   const logger = hooks.logger ?? createLogger({ level: flags.logLevel ?? 'info', name: 'engine-sim' });
-  const handle = await startEngineSim({ ...engineSimOptionsFromFlags(flags), logger });
+  const handle = await startEngineSim({
+    ...engineSimOptionsFromFlags(flags),
+    logger,
+    ...(hooks.env === undefined ? {} : { env: hooks.env }),
+  });
   if (hooks.handleSignals ?? true) {
     const stop = (signal: string): void => {
       logger.info({ signal }, 'engine-sim shutting down');

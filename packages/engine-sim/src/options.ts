@@ -1,6 +1,7 @@
 import { type LengthSpec, lengthSampler } from '@fairway/core';
 import { z } from 'zod';
 import { faultConfigSchema } from './faults.ts';
+import { kvEventsConfigSchema } from './kv-events-config.ts';
 
 const posInt = z.number().int().positive();
 
@@ -95,6 +96,18 @@ export const engineSimOptionsSchema = z
      * @default false
      */
     enablePrefixCaching: z.boolean().default(false),
+    /**
+     * vLLM's `--prefix-caching-hash-algo`: `sha256` hashes a JSON encoding of the prompt's tokens;
+     * `sha256_cbor` hashes their token ids as vLLM does (CBOR, seeded by `PYTHONHASHSEED`), so
+     * that a gateway that tokenizes a prompt through `/tokenize` computes the engine's block hashes.
+     * @default 'sha256'
+     */
+    prefixCachingHashAlgo: z.enum(['sha256', 'sha256_cbor']).default('sha256'),
+    /**
+     * vLLM's `--kv-events-config` (field names as vLLM's `KVEventsConfig`): publish the prefix
+     * cache's `BlockStored` / `BlockRemoved` events over ZMQ. @default off
+     */
+    kvEventsConfig: kvEventsConfigSchema.optional(),
     /**
      * vLLM's `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens` is
      * reported when some of the prompt was found in the prefix cache. @default false

@@ -21,6 +21,8 @@ export const SIM_MEDIA_TOKENS: ReadonlyMap<string, number> = new Map([
 
 /** Special tokens (`<s>`, `</s>`) the template adds, not tokenized from text. */
 const BOS_EOS = 2;
+/** The `<s>` the tokenizer adds to a prompt with `add_special_tokens`. */
+const BOS = 1;
 
 const TOOL_PREAMBLE =
   'You have access to the functions below. To call one, answer with JSON of the form ' +
@@ -168,18 +170,25 @@ function sysBlock(system: string, turn: number): string {
   return turn === 0 && system !== '' ? `<<SYS>>\n${system}\n<</SYS>>\n\n` : '';
 }
 
-/** Prompt tokens of a chat request, counted as the simulated model's tokenizer and template would. */
+/**
+ * Prompt tokens of a chat request, counted as the simulated model's tokenizer and template would
+ * (`add_special_tokens` adds the tokenizer's `<s>` to the template's).
+ */
 export function chatPromptTokens(req: ChatRequest, counter: TokenCounter): number {
   const { text, extraTokens } = renderSimChat(req);
-  return Math.max(1, counter.count(text) + extraTokens);
+  return Math.max(1, counter.count(text) + extraTokens + (req.add_special_tokens === true ? BOS : 0));
 }
 
-/** Prompt tokens of a completion request: the token ids given, or the text's tokens plus `<s>`. */
+/**
+ * Prompt tokens of a completion request: the token ids given, or the text's tokens plus `<s>`
+ * (unless `add_special_tokens` is false).
+ */
 export function completionPromptTokens(req: CompletionRequest, counter: TokenCounter): number {
   const p = req.prompt;
-  if (typeof p === 'string') return counter.count(p) + 1;
+  const bos = req.add_special_tokens === false ? 0 : BOS;
+  if (typeof p === 'string') return counter.count(p) + bos;
   const first = p[0];
-  if (typeof first === 'string') return counter.count(first) + 1;
+  if (typeof first === 'string') return counter.count(first) + bos;
   if (Array.isArray(first)) return first.length;
   return p.length;
 }

@@ -17,6 +17,11 @@ const common = {
   priority: z.number().int().nullish(),
   /** Choices: each generates its own output (the KV model runs them as one sequence of n × the length). */
   n: z.number().int().min(1).max(128).nullish(),
+  /**
+   * vLLM: the tokenizer adds its special tokens (`<s>`) to the prompt. @default true for
+   * completions, false for chat (the chat template has them)
+   */
+  add_special_tokens: z.boolean().nullish(),
   /** Test hook: the request's natural output length, tokens. */
   fairway_output_tokens: z.number().int().nonnegative().nullish(),
 };

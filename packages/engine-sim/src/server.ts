@@ -21,13 +21,16 @@ import { z } from 'zod';
 import { base64Vector, embeddingInputs, embeddingRequestSchema, embeddingVector } from './embeddings.ts';
 import { FaultInjector, faultPatchSchema } from './faults.ts';
 import { Generation } from './generation.ts';
+import { KvEventPublisher } from './kv-event-publisher.ts';
+import { type EngineSimEnv, intBlockHashes } from './kv-events-config.ts';
 import { EngineSimMetrics } from './metrics.ts';
 import { type EngineSimOptions, type EngineSimOptionsInput, engineSimOptionsSchema } from './options.ts';
 import { planOutput } from './output-plan.ts';
 import {
-  chainBlockHashes,
   chatPromptTokenList,
   completionPromptTokenList,
+  promptBlockHashes,
+  promptTokenIds,
   type Tokenize,
 } from './prompt-blocks.ts';
 import { chatPromptTokens, completionPromptTokens, wordPieceCounter, wordPieces } from './prompt-tokens.ts';
@@ -42,6 +45,7 @@ import {
 import { errorBody, type ResponseKind, syntheticPrefixTokens } from './response-format.ts';
 import { responsesRoute } from './responses.ts';
 import { StreamFlusher } from './stream-flusher.ts';
+import { tokenizeRoute } from './tokenize-route.ts';
 
 /** What {@link buildEngineSimApp} needs: validated options and the engine model it serves. */
 export interface EngineSimDeps {
@@ -55,6 +59,17 @@ export interface EngineSimDeps {
   /** Wall clock for `created` timestamps and the slow-start window. @default systemClock */
   readonly clock?: Clock;
   readonly logger?: Logger;
+  /**
+   * Environment variables read as vLLM reads them: `PYTHONHASHSEED`, the hash seed of
+   * `sha256_cbor` block hashes (random per process when unset). @default process.env
+   */
+  readonly env?: EngineSimEnv;
+  /**
+   * Publisher of the KV cache events, already told by the engine model's prefix cache what it
+   * stores and evicts: the app gives it the requests' token ids, sends one batch per engine step
+   * and closes it with the server.
+   */
+  readonly kvEvents?: KvEventPublisher;
 }
 
 /** A built (not yet listening) simulated engine. */
@@ -83,6 +98,11 @@ export interface EngineSimHandle {
   readonly tp: number;
   /** See {@link EngineSimApp.traceparents}. */
   readonly traceparents: readonly string[];
+  /**
+   * Where the KV cache events are published (`--kv-events-config`), when they are: the ZMQ
+   * endpoint as bound (with the port it got; `bound`) or connected to, and the topic.
+   */
+  readonly kvEvents?: { readonly endpoint: string; readonly topic: string; readonly bound: boolean };
   close(): Promise<void>;
 }
 
@@ -128,6 +148,8 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   const loaded = options.tokenizer === undefined ? undefined : loadTokenizer(options.tokenizer);
   const tokens = loaded ?? wordPieceCounter;
   const tokenize: Tokenize = loaded === undefined ? wordPieces : (text) => loaded.encode(text);
+  const kvEvents = deps.kvEvents;
+  const hashSeed = prefixHashSeed(options, deps.env ?? process.env, logger);
   const faults = new FaultInjector(options.faults, deps.rng.fork('faults'));
   const readyAtMs = clock.now() + options.faults.slowStartMs;
   const metrics = new EngineSimMetrics(servedModelName, () => model.stats());
@@ -138,6 +160,7 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       let generated = 0;
       for (const e of step.events) if (e.kind === 'token') generated++;
       metrics.observeIteration(step.shape.prefillTokens + generated);
+      kvEvents?.flush();
     },
     onListenerError: (error, event) => logger.error({ err: error, event }, 'engine-sim listener failed'),
   });
@@ -203,14 +226,15 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     }
     const maxTokens = requestedMax ?? maxModelLen - promptTokens;
     // The prompt's identity for the prefix cache: its tokens' chained block hashes.
-    const blockHashes = options.enablePrefixCaching
-      ? chainBlockHashes(
-          kind === 'chat'
-            ? chatPromptTokenList(body as ChatRequest, tokenize)
-            : completionPromptTokenList(body as CompletionRequest, tokenize),
-          model.config.blockSize,
-        )
+    const promptTokenList = options.enablePrefixCaching
+      ? kind === 'chat'
+        ? chatPromptTokenList(body as ChatRequest, tokenize)
+        : completionPromptTokenList(body as CompletionRequest, tokenize)
       : undefined;
+    const blockHashes =
+      promptTokenList === undefined
+        ? undefined
+        : promptBlockHashes(promptTokenList, model.config.blockSize, options.prefixCachingHashAlgo, hashSeed);
     // A continuation goes on where the partial answer it carries stopped, as the model would: the
     // tokens it already has count toward the request's natural length and the text continues.
     let firstToken = headerInt(req, 'x-fairway-resumed-tokens') ?? 0;
@@ -291,13 +315,19 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       driver,
       metrics,
       ...(flusher ? { flusher } : {}),
-      onSettled: (g) => inflight.delete(g),
+      onSettled: (g) => {
+        inflight.delete(g);
+        kvEvents?.untrack(id);
+      },
     });
     inflight.add(generation);
+    if (kvEvents && promptTokenList && blockHashes)
+      kvEvents.track(id, blockHashes, promptTokenIds(promptTokenList));
     try {
       generation.start();
     } catch (err) {
       inflight.delete(generation);
+      kvEvents?.untrack(id);
       logger.error({ err, id }, 'engine-sim could not start a request');
       if (!reply.raw.headersSent) {
         reply.raw.writeHead(500, { 'content-type': 'application/json' });
@@ -328,6 +358,12 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
   });
 
   responsesRoute(app, servedModelName);
+
+  tokenizeRoute(app, {
+    tokenize,
+    maxModelLen,
+    serves: (name) => name === servedModelName || adapters.has(name),
+  });
 
   // An embedding model (`task: embed`) answers at once: a pooling pass is one prefill, far
   // shorter than the generation the engine model times; its vectors are deterministic.
@@ -487,8 +523,23 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
       flusher?.close();
       for (const g of [...inflight]) g.abort();
       await app.close();
+      await kvEvents?.close();
     },
   };
+}
+
+/**
+ * The seed of `sha256_cbor` block hashes, as vLLM's `NONE_HASH`: `PYTHONHASHSEED`, else random per
+ * process (with vLLM's warning), so that nobody else can compute the engine's hashes.
+ */
+function prefixHashSeed(options: EngineSimOptions, env: EngineSimEnv, logger: Logger): string {
+  const seed = env.PYTHONHASHSEED;
+  if (seed !== undefined) return seed;
+  if (options.enablePrefixCaching && options.prefixCachingHashAlgo === 'sha256_cbor')
+    logger.warn(
+      'PYTHONHASHSEED is not set: sha256_cbor block hashes are random per process and nobody else can reproduce them; set PYTHONHASHSEED to a fixed value to make them reproducible',
+    );
+  return randomBytes(32).toString('hex');
 }
 
 /**
@@ -499,15 +550,19 @@ export function smallestFittingTp(model: string, gpu = 'A100-80GB'): number | un
   return [1, 2, 4, 8].find((tp) => resolveEngineConfig({ model, gpu, tp }).kvCapacityTokens > 0);
 }
 
-/** Options of {@link startEngineSim}: the engine-sim options plus a logger. */
-export type StartEngineSimOptions = EngineSimOptionsInput & { readonly logger?: Logger };
+/** Options of {@link startEngineSim}: the engine-sim options plus a logger and the environment. */
+export type StartEngineSimOptions = EngineSimOptionsInput & {
+  readonly logger?: Logger;
+  /** Environment variables read as vLLM reads them (see {@link EngineSimDeps.env}). @default process.env */
+  readonly env?: EngineSimEnv;
+};
 
 /**
  * Starts a simulated vLLM engine on `host:port` (port 0 picks a free one) running the simulator's
  * `EngineModel` in real time. Throws a `ConfigError` naming the field when an option is invalid.
  */
 export async function startEngineSim(input: StartEngineSimOptions = {}): Promise<EngineSimHandle> {
-  const { logger, ...rest } = input;
+  const { logger, env = process.env, ...rest } = input;
   const options = parseWith(engineSimOptionsSchema, rest, 'engine-sim options');
   const config: EngineConfig = {
     gpu: options.gpu,
@@ -534,15 +589,29 @@ export async function startEngineSim(input: StartEngineSimOptions = {}): Promise
         message: `${options.model} on ${options.tp} × ${options.gpu} leaves no memory for the KV cache: use more GPUs (--tp) or a larger GPU`,
       },
     ]);
-  const sim = buildEngineSimApp({
-    options,
-    model,
-    outputLength: lengthSampler(options.outputTokens),
-    rng: createRng(options.seed),
-    ...(logger === undefined ? {} : { logger }),
-  });
-  // uvicorn's default backlog: thousands of clients connecting at once must queue, not be dropped.
-  await sim.app.listen({ host: options.host, port: options.port, backlog: 2048 });
+  const kvEvents = await openKvEvents(options, model, env, logger);
+  let sim: EngineSimApp;
+  try {
+    sim = buildEngineSimApp({
+      options,
+      model,
+      outputLength: lengthSampler(options.outputTokens),
+      rng: createRng(options.seed),
+      env,
+      ...(kvEvents === undefined ? {} : { kvEvents }),
+      ...(logger === undefined ? {} : { logger }),
+    });
+  } catch (err) {
+    await kvEvents?.close();
+    throw err;
+  }
+  try {
+    // uvicorn's default backlog: thousands of clients connecting at once must queue, not be dropped.
+    await sim.app.listen({ host: options.host, port: options.port, backlog: 2048 });
+  } catch (err) {
+    await sim.close();
+    throw err;
+  }
   const address = sim.app.server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
@@ -554,6 +623,53 @@ export async function startEngineSim(input: StartEngineSimOptions = {}): Promise
     gpu: options.gpu,
     tp: options.tp,
     traceparents: sim.traceparents,
+    ...(kvEvents === undefined
+      ? {}
+      : {
+          kvEvents: {
+            endpoint: kvEvents.endpoint,
+            topic: kvEvents.topic,
+            bound: kvEvents.bound,
+          },
+        }),
     close: () => sim.close(),
   };
+}
+
+/**
+ * The KV cache event publisher `--kv-events-config` asks for (enabled, `zmq` publisher), watching
+ * the engine model's prefix cache; undefined when events are off.
+ */
+async function openKvEvents(
+  options: EngineSimOptions,
+  model: EngineModel,
+  env: EngineSimEnv,
+  logger: Logger | undefined,
+): Promise<KvEventPublisher | undefined> {
+  const config = options.kvEventsConfig;
+  if (config === undefined || !config.enable_kv_cache_events || config.publisher !== 'zmq') return undefined;
+  const intHashes = intBlockHashes(env);
+  if (!options.enablePrefixCaching)
+    logger?.warn(
+      'KV cache events are enabled without --enable-prefix-caching: no block is cached, so none is reported',
+    );
+  if (config.replay_endpoint != null)
+    logger?.warn(
+      { replayEndpoint: config.replay_endpoint },
+      'engine-sim does not serve the KV events replay endpoint: a subscriber that misses a batch sees a gap in seq',
+    );
+  const blocks = Math.floor(model.config.kvCapacityTokens / model.config.blockSize);
+  const publisher = await KvEventPublisher.open({
+    config,
+    blockSize: model.config.blockSize,
+    intHashes,
+    maxTrackedBlocks: Math.max(4096, 8 * blocks),
+    ...(logger === undefined ? {} : { logger }),
+  });
+  model.watchCache(publisher.listener);
+  logger?.info(
+    { endpoint: publisher.endpoint, topic: config.topic },
+    'engine-sim publishing KV cache events',
+  );
+  return publisher;
 }

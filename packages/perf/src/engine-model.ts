@@ -11,7 +11,7 @@ import type {
 } from './engine-api.ts';
 import { type ResolvedEngineConfig, resolveEngineConfig } from './engine-config.ts';
 import { PerfError, PerfErrorCode } from './errors.ts';
-import { type CachedBlock, PrefixCache } from './prefix-cache.ts';
+import { type CachedBlock, PrefixCache, type PrefixCacheListener } from './prefix-cache.ts';
 
 /** A sequence's mutable state inside the engine. */
 class Seq {
@@ -436,6 +436,14 @@ export class EngineModel implements EngineModelApi {
     return this.#run(batch, events);
   }
 
+  /**
+   * Tells `listener` every block the prefix cache stores and evicts from now on (vLLM's KV cache
+   * events); undefined stops telling. No-op without prefix caching.
+   */
+  watchCache(listener: PrefixCacheListener | undefined): void {
+    if (this.#cache) this.#cache.listener = listener;
+  }
+
   /** The last step's batch as a plan: its preemptions, then each request's tokens. */
   lastBatch(): PlannedBatch {
     return this.#lastBatch;
@@ -537,7 +545,7 @@ export class EngineModel implements EngineModelApi {
     const cache = this.#cache!;
     const full = Math.min(Math.floor(s.computed / this.#blockSize), s.hashes.length);
     for (; s.offered < full; s.offered++) {
-      const b = cache.insert(s.hashes[s.offered]!);
+      const b = cache.insert(s.hashes[s.offered]!, s.hashes[s.offered - 1]);
       if (b) s.refs.push(b);
     }
   }

@@ -13,7 +13,19 @@ export interface CachedBlock {
  * and {@link evictOldest} say when a block enters or leaves the free pool, and the engine keeps
  * its free count from that.
  */
+/**
+ * Told what a prefix cache stores and evicts, as vLLM's KV cache events tell it (`BlockStored`,
+ * `BlockRemoved`): a block by its hash, a stored one with the hash of the block before it in its
+ * sequence (undefined for a first block).
+ */
+export interface PrefixCacheListener {
+  stored(hash: string, parent: string | undefined): void;
+  removed(hash: string): void;
+}
+
 export class PrefixCache {
+  /** Told every block stored and evicted. */
+  listener: PrefixCacheListener | undefined;
   readonly #blocks = new Map<string, CachedBlock>();
   /** Cached blocks no sequence holds, the least recently freed first (a Map keeps insertion order). */
   readonly #evictable = new Map<string, CachedBlock>();
@@ -66,14 +78,15 @@ export class PrefixCache {
   }
 
   /**
-   * Registers a block a sequence just filled under `hash`, held by that sequence. Undefined when
+   * Registers a block a sequence just filled under `hash` (after the block hashed `parent`), held by that sequence. Undefined when
    * the hash is already cached: the sequence keeps its own copy uncached (vLLM does not
    * de-duplicate blocks either, so block tables stay append-only).
    */
-  insert(hash: string): CachedBlock | undefined {
+  insert(hash: string, parent?: string): CachedBlock | undefined {
     if (this.#blocks.has(hash)) return undefined;
     const b: CachedBlock = { hash, refs: 1 };
     this.#blocks.set(hash, b);
+    this.listener?.stored(hash, parent);
     return b;
   }
 
@@ -83,6 +96,7 @@ export class PrefixCache {
       this.#evictable.delete(b.hash);
       this.#blocks.delete(b.hash);
       this.#evictions++;
+      this.listener?.removed(b.hash);
       return true;
     }
     return false;

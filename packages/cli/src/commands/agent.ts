@@ -1,5 +1,12 @@
 import { networkInterfaces } from 'node:os';
-import { type AdvertisedUrl, chooseAdvertiseUrl, EngineProcess, NodeAgent } from '@fairway/agent';
+import {
+  type AdvertisedUrl,
+  chooseAdvertiseUrl,
+  EngineProcess,
+  isWildcardKvEventsEndpoint,
+  KV_EVENTS_ENDPOINT,
+  NodeAgent,
+} from '@fairway/agent';
 import { type Bus, NatsBus } from '@fairway/bus';
 import { createLogger, type Logger, redactUrls, systemClock } from '@fairway/core';
 import { VllmClient } from '@fairway/engine';
@@ -31,6 +38,12 @@ export interface StartAgentOptions {
   readonly heartbeatIntervalMs?: number;
   /** The engine process, when the agent runs it. */
   readonly process?: EngineProcess;
+  /** The engine's KV cache events endpoint, relayed onto the bus when given (e.g. `tcp://127.0.0.1:5557`). */
+  readonly kvEventsEndpoint?: string;
+  /** The engine's KV events topic. @default '' */
+  readonly kvEventsTopic?: string;
+  /** Bind the KV events endpoint for an engine that connects to it. @default false */
+  readonly kvEventsBind?: boolean;
 }
 
 /** A running node agent and the engine client it owns. */
@@ -57,6 +70,9 @@ export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
     ...(o.gpu !== undefined ? { gpu: o.gpu } : {}),
     ...(o.tp !== undefined ? { tp: o.tp } : {}),
     ...(o.process !== undefined ? { process: o.process } : {}),
+    ...(o.kvEventsEndpoint !== undefined ? { kvEventsEndpoint: o.kvEventsEndpoint } : {}),
+    ...(o.kvEventsTopic !== undefined ? { kvEventsTopic: o.kvEventsTopic } : {}),
+    ...(o.kvEventsBind !== undefined ? { kvEventsBind: o.kvEventsBind } : {}),
   });
   await agent.start();
   return {
@@ -101,6 +117,9 @@ interface AgentFlags extends NatsFlags {
   gpu?: string;
   tp?: number;
   heartbeatMs: number;
+  kvEventsEndpoint?: string;
+  kvEventsTopic?: string;
+  kvEventsBind?: boolean;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
 }
 
@@ -131,6 +150,15 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       positiveWholeNumber,
     )
     .option('--heartbeat-ms <ms>', 'heartbeat spacing', positiveWholeNumber, 200)
+    .option(
+      '--kv-events-endpoint <url>',
+      "the engine's KV cache events (vLLM --kv-events-config endpoint) as this host reaches it, e.g. tcp://127.0.0.1:5557: relayed onto the bus for prefix-cache routing",
+    )
+    .option('--kv-events-topic <topic>', "the engine's KV events topic (default: none)")
+    .option(
+      '--kv-events-bind',
+      'bind --kv-events-endpoint (e.g. tcp://*:5557) for an engine that connects its publisher to it (a vLLM endpoint without a wildcard)',
+    )
     .addOption(
       new Option('--log-level <level>', 'log level')
         .choices(['debug', 'info', 'warn', 'error', 'silent'])
@@ -141,6 +169,13 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
     const timeoutMs = shutdownTimeoutMs(process.env);
     const engineUrl = flags.engineUrl ?? 'http://127.0.0.1:8000';
     if (!/^https?:\/\/\S+$/.test(engineUrl)) throw new UsageError(['--engine-url: must be an http(s) URL']);
+    const kvEndpoint = flags.kvEventsEndpoint;
+    if (kvEndpoint !== undefined && !KV_EVENTS_ENDPOINT.test(kvEndpoint))
+      throw new UsageError(['--kv-events-endpoint: must be a ZMQ endpoint such as tcp://127.0.0.1:5557']);
+    if (kvEndpoint !== undefined && !flags.kvEventsBind && isWildcardKvEventsEndpoint(kvEndpoint))
+      throw new UsageError([
+        `--kv-events-endpoint: ${kvEndpoint} is a wildcard address the agent cannot connect to: give the engine host's address, e.g. tcp://127.0.0.1:5557 (or --kv-events-bind)`,
+      ]);
     const advertised = advertisedEngineUrl(flags.advertiseUrl, engineUrl, '--engine-url', logger);
     const bus = await NatsBus.connect({
       servers: flags.natsUrl,
@@ -168,6 +203,9 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       ...(flags.gpu !== undefined ? { gpu: flags.gpu } : {}),
       ...(flags.tp !== undefined ? { tp: flags.tp } : {}),
       ...(proc !== undefined ? { process: proc } : {}),
+      ...(flags.kvEventsEndpoint !== undefined ? { kvEventsEndpoint: flags.kvEventsEndpoint } : {}),
+      ...(flags.kvEventsTopic !== undefined ? { kvEventsTopic: flags.kvEventsTopic } : {}),
+      ...(flags.kvEventsBind === true ? { kvEventsBind: true } : {}),
     });
     io.out(
       `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl}, registered as ${advertised.url}, on ${redactUrls(flags.natsUrl)}\n`,

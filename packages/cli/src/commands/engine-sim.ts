@@ -1,3 +1,4 @@
+import { localKvEventsEndpoint } from '@fairway/agent';
 import { NatsBus } from '@fairway/bus';
 import { createLogger } from '@fairway/core';
 import { addEngineSimFlags, engineSimOptionsFromFlags, startEngineSim } from '@fairway/engine-sim';
@@ -53,6 +54,9 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
       try {
         registeredAs = advertisedEngineUrl(flags.advertiseUrl, handle.url, '--host', logger).url;
         const replicaId = flags.replicaId ?? `engine-sim-${handle.port}`;
+        // The agent relays the engine's KV cache events: it connects to an endpoint the engine
+        // binds (a wildcard host as this host's loopback), and binds one the engine connects to.
+        const kvEvents = handle.kvEvents;
         bus = await NatsBus.connect({
           servers: natsUrl,
           prefix: flags.prefix,
@@ -71,6 +75,11 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
           tp: handle.tp,
           logger,
           maxNumSeqs: flags.maxNumSeqs ?? 256,
+          ...(kvEvents === undefined
+            ? {}
+            : kvEvents.bound
+              ? { kvEventsEndpoint: localKvEventsEndpoint(kvEvents.endpoint), kvEventsTopic: kvEvents.topic }
+              : { kvEventsEndpoint: kvEvents.endpoint, kvEventsTopic: kvEvents.topic, kvEventsBind: true }),
           ...(flags.heartbeatMs !== undefined ? { heartbeatIntervalMs: Number(flags.heartbeatMs) } : {}),
         });
       } catch (err) {
