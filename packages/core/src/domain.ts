@@ -103,9 +103,23 @@ export interface RequestDescriptor {
   readonly priority?: number | undefined;
   /**
    * Chained hashes of the request's full KV blocks, prompt then answer (simulation): engines with
-   * prefix caching skip the prefill of the leading blocks they hold (`EngineSeqInput.blockHashes`).
+   * prefix caching skip the prefill of the leading blocks they hold (`EngineSeqInput.blockHashes`);
+   * with a KV block index, admission looks the prompt's up as {@link promptBlockKeys}.
    */
   readonly blockHashes?: readonly string[] | undefined;
+  /**
+   * The prompt's block keys (`kvBlockKeys`), for a pool whose engines publish KV cache events: with
+   * a KV block index, admission places the request on the replica holding the longest run of them.
+   * Read at admission only and not kept in the queued request (a long prompt has thousands).
+   * @default `blockHashes`
+   */
+  readonly promptBlockKeys?: readonly string[] | undefined;
+  /**
+   * Prompt tokens the prefix cache of the replica the request is steered to holds, known at
+   * admission from its engine's KV cache events: the dispatch charge counts them at the
+   * cached-token weight instead of predicting them. @default unknown
+   */
+  readonly cachedPromptTokens?: number | undefined;
   /**
    * Prefix keys of the prompt, longest first (`promptPrefixOfText` live, `promptPrefixOfBlocks` in
    * simulation): with prefix affinity, admission looks them up to find the replica that likely

@@ -133,10 +133,11 @@ export function vtcPolicy(options: VtcOptions = {}): OrderingPolicy {
     }
   };
   const cachedHistory = (options.predictCached ?? true) ? new CachedShareHistory() : undefined;
-  /** The prompt as charged at dispatch: the flow's predicted cached share at the weight. */
+  /** The prompt as charged at dispatch: its cached tokens, known or the flow's predicted share, at the weight. */
   const promptAtDispatch = (req: RequestDescriptor): number => {
-    if (cachedHistory === undefined) return req.inputTokens;
-    const cached = cachedHistory.predict(req.tenant, req.inputTokens);
+    const known = req.cachedPromptTokens;
+    if (known === undefined && cachedHistory === undefined) return req.inputTokens;
+    const cached = known ?? (cachedHistory as CachedShareHistory).predict(req.tenant, req.inputTokens);
     if (cached === 0) return req.inputTokens;
     return req.inputTokens - (1 - cachedWeightOf(options.cachedTokenWeight, req)) * cached;
   };

@@ -126,15 +126,13 @@ export function wscPolicy(options: WscOptions): OrderingPolicy {
   const learner = options.learner;
   const cachedHistory = (options.predictCached ?? true) ? new CachedShareHistory() : undefined;
   const flowOf = (req: RequestDescriptor): string => wscFlowOf(req, counter);
-  /** The prompt's cost at dispatch, its flow's predicted cached share at the weight. */
-  const promptAtDispatch = (req: RequestDescriptor): number =>
-    cachedHistory === undefined
+  /** The prompt's cost at dispatch, its cached tokens (known, or its flow's predicted share) at the weight. */
+  const promptAtDispatch = (req: RequestDescriptor): number => {
+    const cached = req.cachedPromptTokens ?? cachedHistory?.predict(flowOf(req), req.inputTokens);
+    return cached === undefined
       ? promptCost(req)
-      : promptCost(req, {
-          inputTokens: req.inputTokens,
-          outputTokens: 0,
-          cachedTokens: cachedHistory.predict(flowOf(req), req.inputTokens),
-        });
+      : promptCost(req, { inputTokens: req.inputTokens, outputTokens: 0, cachedTokens: cached });
+  };
   const settled = (req: RequestDescriptor, usage: Usage): void => {
     learner?.observe(req, usage);
     cachedHistory?.observe(flowOf(req), usage);

@@ -197,19 +197,23 @@ export class Admission {
     const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)
       ? this.#isOverloaded(pool, states)
       : false;
-    const affinity = this.#affinity.affinityOf(req, pool, states);
+    // A replica whose engine's KV cache events show the prompt's start steers it over the prefix
+    // index's guess, and the tokens it holds are charged as cached.
+    const kv = this.#affinity.kvAffinityOf(req, pool, states);
+    const affinity = kv?.candidate ?? this.#affinity.affinityOf(req, pool, states);
+    const charged = chargedRequest(req, kv?.cachedTokens);
     const prefixParts = this.#affinity.prefixParts(req, pool);
     const queued: QueuedRequest = {
       id: req.id,
       pool,
       band,
       flow,
-      score: o.ordering.score(req),
+      score: o.ordering.score(charged),
       arrivalMs: req.arrivalMs,
       reserveTokens,
-      dispatchCost: o.ordering.dispatchCost(req, predicted),
+      dispatchCost: o.ordering.dispatchCost(charged, predicted),
       owner: this.#id,
-      payload: encodeRequest(req),
+      payload: encodeRequest(charged),
       ...(rules.continuation ? { continuation: true } : {}),
       ...(affinity !== undefined ? { affinity } : {}),
       ...(prefixParts !== undefined ? { prefixParts } : {}),
@@ -228,7 +232,7 @@ export class Admission {
       ...(rules.quotas !== undefined && rules.quotas.length > 0 ? { quotas: rules.quotas } : {}),
     };
     const own: Owned = {
-      req,
+      req: charged,
       pool,
       predicted,
       state: 'queued',
@@ -241,6 +245,9 @@ export class Admission {
       underEstimated: false,
       record: queued,
       admitted: false,
+      ...(req.promptBlockKeys !== undefined && this.#affinity.kvBlocks !== undefined
+        ? { promptBlockKeys: req.promptBlockKeys }
+        : {}),
     };
 
     if (this.#owned.has(req.id)) {
@@ -351,4 +358,14 @@ export class Admission {
     }
     return kvOverloaded(used, capacity, this.#o.overloadKv);
   }
+}
+
+/**
+ * The request as admission keeps it: with the prompt tokens known to be cached where it is
+ * steered, and without its prompt's block keys (a long prompt has thousands).
+ */
+function chargedRequest(req: RequestDescriptor, cachedPromptTokens: number | undefined): RequestDescriptor {
+  if (req.promptBlockKeys === undefined && cachedPromptTokens === undefined) return req;
+  const { promptBlockKeys: _dropped, ...kept } = req;
+  return cachedPromptTokens === undefined ? kept : { ...kept, cachedPromptTokens };
 }

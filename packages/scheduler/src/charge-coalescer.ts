@@ -13,6 +13,8 @@ interface Stream {
   charged: number;
   /** Tokens to grow its reservation by, not yet sent to the store. */
   grow: number;
+  /** Cost to charge beyond its output's, not yet sent to the store (its prompt re-priced). */
+  extra: number;
 }
 
 /**
@@ -36,7 +38,7 @@ export class ChargeCoalescer {
    * from the `generated` tokens it already had, which were settled by the re-queue.
    */
   open(id: string, req: RequestDescriptor, predicted: number | undefined, generated = 0): void {
-    this.#streams.set(id, { id, req, predicted, generated, charged: generated, grow: 0 });
+    this.#streams.set(id, { id, req, predicted, generated, charged: generated, grow: 0, extra: 0 });
   }
 
   /** Stops charging (the request settles with its true usage). */
@@ -72,9 +74,25 @@ export class ChargeCoalescer {
     this.#dirty.add(s);
   }
 
+  /**
+   * Charges request `id` `amount` more (or less) with the next flush, beside its output: its
+   * prompt was re-priced. Unknown ids are ignored.
+   */
+  adjust(id: string, amount: number): void {
+    const s = this.#streams.get(id);
+    if (s === undefined || amount === 0) return;
+    s.extra += amount;
+    this.#dirty.add(s);
+  }
+
   /** Tokens recorded but not yet charged. */
   get pendingTokens(): number {
     return this.#pending;
+  }
+
+  /** Whether the next flush has something to send (tokens, growth or an adjustment). */
+  get pending(): boolean {
+    return this.#dirty.size > 0;
   }
 
   /** Streams being charged. */
@@ -90,8 +108,10 @@ export class ChargeCoalescer {
     const items: ChargeItem[] = [];
     for (const s of this.#dirty) {
       const amount =
-        s.generated > s.charged ? ordering.outputCost(s.req, s.charged, s.generated, s.predicted) : 0;
+        (s.generated > s.charged ? ordering.outputCost(s.req, s.charged, s.generated, s.predicted) : 0) +
+        s.extra;
       s.charged = s.generated;
+      s.extra = 0;
       if (s.grow > 0) {
         items.push({ id: s.id, amount, reserveTokens: s.grow });
         s.grow = 0;

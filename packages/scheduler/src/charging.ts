@@ -3,6 +3,7 @@ import { GatewayError, GatewayErrorCode } from './errors.ts';
 import type { Dispatched, ResolvedGatewayOptions } from './gateway-options.ts';
 import type { OutputPredictions } from './output-prediction.ts';
 import type { Owned, OwnedRequests } from './owned-requests.ts';
+import type { PrefixAffinity } from './prefix-affinity.ts';
 import type { ReservationView } from './reservation-view.ts';
 
 /**
@@ -16,6 +17,7 @@ export class Charging {
   readonly #owned: OwnedRequests;
   readonly #view: ReservationView;
   readonly #predictions: OutputPredictions;
+  readonly #affinity: PrefixAffinity | undefined;
   readonly #charges: ChargeCoalescer;
   #lastFlushMs: number;
   /** Flushes that sent something. */
@@ -26,12 +28,14 @@ export class Charging {
     owned: OwnedRequests;
     view: ReservationView;
     predictions: OutputPredictions;
+    affinity?: PrefixAffinity;
   }) {
     this.#o = deps.options;
     this.#id = deps.options.id;
     this.#owned = deps.owned;
     this.#view = deps.view;
     this.#predictions = deps.predictions;
+    this.#affinity = deps.affinity;
     this.#charges = new ChargeCoalescer(this.#o.flushTokens);
     this.#lastFlushMs = this.#o.clock.now();
   }
@@ -59,12 +63,31 @@ export class Charging {
       );
     own.state = 'running';
     own.replica = d.replica;
+    const repriced = this.#repricePrompt(own, d.replica);
     if (d.predicted !== undefined) own.predicted = d.predicted;
     own.outputBound = own.reserveTokens - own.req.inputTokens;
     own.grown = 0;
     own.underEstimated = false;
     this.#owned.running++;
     this.open(own);
+    if (repriced !== 0) this.#charges.adjust(own.req.id, repriced);
+  }
+
+  /**
+   * What a request's first dispatch charges beyond its queued cost once its prompt is priced by
+   * what `replica`'s prefix cache holds now (by its engine's KV cache events), rather than by what
+   * was known or predicted when it was admitted — a request can wait long enough for caches to
+   * change. 0 without a KV block index, block keys, or after the first dispatch.
+   */
+  #repricePrompt(own: Owned, replica: string): number {
+    const keys = own.promptBlockKeys;
+    own.promptBlockKeys = undefined;
+    if (own.promptRepriced === true || own.resumeFrom > 0 || this.#affinity === undefined) return 0;
+    own.promptRepriced = true;
+    const cached = this.#affinity.kvCachedOn(own.req, keys, own.pool, replica);
+    if (cached === undefined || cached === own.req.cachedPromptTokens) return 0;
+    const now = this.#o.ordering.dispatchCost({ ...own.req, cachedPromptTokens: cached }, own.predicted);
+    return now - own.queuedCost;
   }
 
   /** Starts (or restarts) charging `own`'s output from where it resumes. */
@@ -103,15 +126,18 @@ export class Charging {
     return due;
   }
 
-  /** True when `flushMs` has passed since the last flush and tokens wait to be charged. */
+  /** True when `flushMs` has passed since the last flush and charges wait to be sent. */
   flushDue(): boolean {
-    return this.#charges.pendingTokens > 0 && this.#o.clock.now() - this.#lastFlushMs >= this.#o.flushMs;
+    return this.#charges.pending && this.#o.clock.now() - this.#lastFlushMs >= this.#o.flushMs;
   }
 
-  /** Charges every output token recorded since the last flush in one store call; returns the items sent. */
+  /**
+   * Charges every output token recorded since the last flush, and every prompt re-priced, in one
+   * store call; returns the items sent.
+   */
   async flush(): Promise<number> {
     this.#lastFlushMs = this.#o.clock.now();
-    if (this.#charges.pendingTokens === 0) return 0;
+    if (!this.#charges.pending) return 0;
     const items = this.#charges.drain(this.#o.ordering);
     if (items.length === 0) return 0;
     this.flushes++;

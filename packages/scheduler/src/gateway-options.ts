@@ -251,6 +251,7 @@ const optionsSchema = z
         loadFactor: z.number().min(1).finite().optional(),
         floor: z.number().min(0).max(1).optional(),
         index: obj(['learn', 'lookup']).optional(),
+        kvBlocks: obj(['longest', 'apply']).optional(),
         onLearn: fn.optional(),
       })
       .strict()

@@ -109,7 +109,7 @@ export class Gateway {
     const predictions = new OutputPredictions(o);
     const affinity = new PrefixAffinity(o.prefixAffinity, o.clock);
     this.#affinity = affinity;
-    const charging = new Charging({ options: o, owned, view, predictions });
+    const charging = new Charging({ options: o, owned, view, predictions, affinity });
     const dispatch = new DispatchRounds({
       options: o,
       bands,

@@ -19,9 +19,16 @@ export {
   type ResolvedGatewayOptions,
   resolveGatewayOptions,
 } from './gateway-options.ts';
+export {
+  type KvBlockEvents,
+  KvBlockIndex,
+  type KvBlockIndexOptions,
+  type KvBlockMatch,
+} from './kv-block-index.ts';
 export type { ReplicaPredictionErrors } from './output-prediction.ts';
 export type {
   AffinityOutcome,
+  KvAffinity,
   PrefixAffinityMode,
   PrefixAffinityOptions,
   PrefixLearned,

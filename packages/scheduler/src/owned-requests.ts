@@ -33,6 +33,13 @@ export interface Owned {
   readonly record: QueuedRequest;
   /** Whether the store admitted it (a repair puts back only what the store had). */
   admitted: boolean;
+  /**
+   * Its prompt's block keys (`RequestDescriptor.promptBlockKeys`), kept while it waits so its
+   * first dispatch can price the prompt by what its replica's cache holds then; dropped once it runs.
+   */
+  promptBlockKeys?: readonly string[] | undefined;
+  /** Whether its first dispatch re-priced its prompt by its replica's cache (done once). */
+  promptRepriced?: boolean;
   /** The answer to its admission, once admitted (quota share, alerts, rate-limit state). */
   admission?: Extract<SubmitResult, { ok: true }>;
 }

@@ -1,6 +1,7 @@
 import type { Clock, RequestDescriptor } from '@fairway/core';
 import type { ReplicaState } from '@fairway/policy';
 import type { PrefixPart, QueuedRequest, ReplicaCandidate } from '@fairway/store';
+import type { KvBlockIndex } from './kv-block-index.ts';
 import { PrefixIndex } from './prefix-index.ts';
 
 /**
@@ -50,6 +51,19 @@ export interface PrefixAffinityOptions {
   readonly index?: PrefixIndex;
   /** Called for every placement the index learns from this gateway's dispatches (publish it). */
   readonly onLearn?: (learned: PrefixLearned) => void;
+  /**
+   * Which blocks each replica's prefix cache holds, from its engine's KV cache events: a request
+   * with block keys (`RequestDescriptor.promptBlockKeys`) goes to the replica holding the longest run
+   * of them, and is charged for the tokens it holds at the cached-token weight. @default none
+   */
+  readonly kvBlocks?: KvBlockIndex;
+}
+
+/** A replica that holds the start of a request's prompt, by its engine's KV cache events. */
+export interface KvAffinity {
+  readonly candidate: ReplicaCandidate;
+  /** The prompt tokens its cache holds (at most all but the prompt's last token, which is always computed). */
+  readonly cachedTokens: number;
 }
 
 /** The bound `unbounded` passes the store: more than any replica holds. */
@@ -69,6 +83,7 @@ export class PrefixAffinity {
   readonly #clock: Clock;
   readonly #onLearn: ((learned: PrefixLearned) => void) | undefined;
   readonly index: PrefixIndex;
+  readonly kvBlocks: KvBlockIndex | undefined;
   /** Dispatched requests with prefix keys, by outcome. */
   readonly outcomes: Record<AffinityOutcome, number> = { hit: 0, bounded: 0, miss: 0 };
 
@@ -80,6 +95,7 @@ export class PrefixAffinity {
     this.#clock = clock;
     this.#onLearn = options?.onLearn;
     this.index = options?.index ?? new PrefixIndex();
+    this.kvBlocks = options?.kvBlocks;
   }
 
   /** The pool's mode. */
@@ -103,6 +119,55 @@ export class PrefixAffinity {
     const s = states.find((x) => x.id === id);
     if (s === undefined || s.stale) return undefined;
     return { id, tokenCapacity: s.tokenCapacity, seqCapacity: s.seqCapacity };
+  }
+
+  /**
+   * The fresh replica of `pool` whose prefix cache holds the longest run of a request's prompt
+   * blocks (`promptBlockKeys`, else `blockHashes`), by the KV block index, the least reserved of those that hold it; with
+   * the prompt tokens it holds. Undefined without an index, block keys or affinity, or when no
+   * fresh replica holds the prompt's first block.
+   */
+  kvAffinityOf(
+    req: RequestDescriptor,
+    pool: string,
+    states: readonly ReplicaState[],
+  ): KvAffinity | undefined {
+    const keys = req.promptBlockKeys ?? req.blockHashes;
+    const index = this.kvBlocks;
+    if (index === undefined || keys === undefined || keys.length === 0 || this.#mode(pool) === 'off')
+      return undefined;
+    const fresh = new Map<string, ReplicaState>();
+    for (const s of states) if (!s.stale) fresh.set(s.id, s);
+    const match = index.longest(keys, new Set(fresh.keys()));
+    if (match === undefined) return undefined;
+    let best: ReplicaState | undefined;
+    for (const id of match.replicas) {
+      const s = fresh.get(id) as ReplicaState;
+      if (best === undefined || s.reservedTokens < best.reservedTokens) best = s;
+    }
+    if (best === undefined) return undefined;
+    return {
+      candidate: { id: best.id, tokenCapacity: best.tokenCapacity, seqCapacity: best.seqCapacity },
+      cachedTokens: Math.max(0, Math.min(match.tokens, req.inputTokens - 1)),
+    };
+  }
+
+  /**
+   * The prompt tokens of a request that `replica`'s prefix cache holds now, by the KV block index
+   * (at most all but the prompt's last token); undefined without an index, block keys (`keys`,
+   * else the request's `blockHashes`) or affinity in the pool.
+   */
+  kvCachedOn(
+    req: RequestDescriptor,
+    keys: readonly string[] | undefined,
+    pool: string,
+    replica: string,
+  ): number | undefined {
+    const blocks = keys ?? req.blockHashes;
+    const index = this.kvBlocks;
+    if (index === undefined || blocks === undefined || blocks.length === 0 || this.#mode(pool) === 'off')
+      return undefined;
+    return Math.max(0, Math.min(index.tokensOn(blocks, replica), req.inputTokens - 1));
   }
 
   /**

@@ -4,6 +4,9 @@ import { GatewayError, GatewayErrorCode } from './errors.ts';
 
 const count = z.number().int().nonnegative();
 
+/** Most prompt block keys a request carries to admission (`RequestDescriptor.promptBlockKeys`). */
+export const MAX_PROMPT_BLOCK_KEYS = 4096;
+
 /** zod schema of a {@link RequestDescriptor}: what a gateway accepts and what a payload carries. */
 export const requestDescriptorSchema = z
   .object({
@@ -26,6 +29,8 @@ export const requestDescriptorSchema = z
     interactionSize: z.number().int().positive().optional(),
     priority: z.number().finite().optional(),
     blockHashes: z.array(z.string()).optional(),
+    promptBlockKeys: z.array(z.string()).max(MAX_PROMPT_BLOCK_KEYS).optional(),
+    cachedPromptTokens: count.optional(),
     prefixKeys: z.array(z.string().min(1).max(256)).max(16).optional(),
     prefixTokens: z.array(count).max(16).optional(),
     thinkMs: z.number().finite().nonnegative().optional(),
@@ -73,6 +78,11 @@ function plainDescriptor(data: unknown): data is RequestDescriptor {
     optional(r.interactionSize, (v) => isCount(v) && (v as number) > 0) &&
     optional(r.priority, isNumber) &&
     optional(r.blockHashes, (v) => Array.isArray(v) && v.every(isString)) &&
+    optional(
+      r.promptBlockKeys,
+      (v) => Array.isArray(v) && v.length <= MAX_PROMPT_BLOCK_KEYS && v.every(isString),
+    ) &&
+    optional(r.cachedPromptTokens, isCount) &&
     optional(
       r.prefixKeys,
       (v) =>

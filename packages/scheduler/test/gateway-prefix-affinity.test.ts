@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import {
   type Dispatched,
   Gateway,
+  KvBlockIndex,
   type PrefixAffinityMode,
   PrefixIndex,
   type PrefixLearned,
@@ -252,5 +253,103 @@ describe('Gateway prefix affinity', () => {
     expect(order.filter((t) => t === 'hot').length).toBe(6);
     for (let i = 2; i < order.length; i++)
       expect(order.slice(0, i).filter((t) => t === 'hot').length).toBeLessThanOrEqual(Math.ceil(i / 2) + 1);
+  });
+});
+
+describe('Gateway placement by KV cache events', () => {
+  /** A request whose prompt (100 tokens) has the block keys `blocks`. */
+  const withBlocks = (tenant: string, blocks: string[], keys?: string[]): RequestDescriptor => ({
+    ...req(tenant, keys),
+    promptBlockKeys: blocks,
+  });
+  const blocks = (n: number): string[] => Array.from({ length: n }, (_, i) => `b${i}`);
+
+  function kvGateway(kvBlocks: KvBlockIndex, mode: PrefixAffinityMode = 'bounded') {
+    const dispatched: Dispatched[] = [];
+    const gw = new Gateway({
+      id: 'g1',
+      store: new MemoryStore(),
+      clock: new ManualClock(0),
+      ordering: vtcPolicy({ cachedTokenWeight: 0.1 }),
+      placement: leastKvPlacement(),
+      replicas: new Fleet(['r1', 10_000], ['r2', 10_000], ['r3', 10_000]),
+      onDispatch: (d) => dispatched.push(d),
+      headroom: { tokenFraction: 0 },
+      prefixAffinity: { mode, kvBlocks },
+    });
+    return { gw, dispatched };
+  }
+
+  it('places a prompt on the replica whose engine holds the longest run of its blocks, over the prefix index', async () => {
+    const kv = new KvBlockIndex();
+    kv.store('r1', blocks(2));
+    kv.store('r3', blocks(5));
+    const index = new PrefixIndex();
+    index.learn('chat', 'm', ['c/4'], 'r2', 0);
+    const { gw, dispatched } = kvGateway(kv);
+    // Without events the prefix index's replica (r2) would take it; with them, r3 holds most.
+    await gw.submit(withBlocks('chat', blocks(6), ['c/4']));
+    expect(dispatched.map((d) => [d.replica, d.affinity])).toEqual([['r3', 'hit']]);
+    // Another tenant's prompt with the same start goes there too: the cache is the engine's.
+    await gw.submit(withBlocks('other', blocks(6)));
+    expect(dispatched[1]?.replica).toBe('r3');
+    // A prompt no engine holds is placed by load.
+    await gw.submit(withBlocks('other', ['z0', 'z1']));
+    expect(dispatched[2]?.replica).toBe('r1');
+  });
+
+  it('charges the tokens the chosen engine holds at the cached-token weight, not a guess', async () => {
+    const kv = new KvBlockIndex();
+    kv.setReplica('r2', 16, 1000);
+    kv.store('r2', blocks(4));
+    const { gw, dispatched } = kvGateway(kv);
+    await gw.submit(withBlocks('chat', blocks(6)));
+    await gw.submit(withBlocks('chat', ['z0']));
+    const [hit, miss] = dispatched;
+    expect(hit?.replica).toBe('r2');
+    expect(hit?.req.cachedPromptTokens).toBe(64);
+    // 100 prompt tokens, 64 of them cached at weight 0.1: 36 + 6.4 charged for the prompt.
+    expect((miss?.queued.dispatchCost ?? 0) - (hit?.queued.dispatchCost ?? 0)).toBeCloseTo(64 * 0.9, 6);
+    // The block keys stay out of the queued request and what the owner keeps.
+    expect(hit?.queued.payload).not.toContain('b0');
+    expect(hit?.req.promptBlockKeys).toBeUndefined();
+  });
+
+  it('prices a waiting prompt by what its replica holds when it is dispatched, not when it was admitted', async () => {
+    const counterAfter = async (warmBeforeDispatch: boolean): Promise<number> => {
+      const kv = new KvBlockIndex();
+      const store = new MemoryStore();
+      const gw = new Gateway({
+        id: 'g1',
+        store,
+        clock: new ManualClock(0),
+        ordering: vtcPolicy({ cachedTokenWeight: 0.1, predictCached: false }),
+        placement: leastKvPlacement(),
+        // Room for one request (300 KV tokens) at a time.
+        replicas: new Fleet(['r1', 300]),
+        onDispatch: () => {},
+        headroom: { tokenFraction: 0 },
+        prefixAffinity: { mode: 'bounded', kvBlocks: kv },
+      });
+      const first = req('other');
+      await gw.submit(first);
+      // Admitted while no engine holds its blocks: charged its whole prompt, and it waits.
+      await gw.submit(withBlocks('chat', blocks(6)));
+      if (warmBeforeDispatch) kv.store('r1', blocks(4));
+      await gw.complete(first.id, { inputTokens: 100, outputTokens: 200 });
+      await gw.flush();
+      return (await store.snapshot('m', 0)).counters.chat ?? Number.NaN;
+    };
+    // 64 of its 100 prompt tokens were cached by then: charged at weight 0.1, 57.6 less.
+    expect((await counterAfter(false)) - (await counterAfter(true))).toBeCloseTo(64 * 0.9, 6);
+  });
+
+  it('does not steer a pool without affinity', async () => {
+    const kv = new KvBlockIndex();
+    kv.store('r3', blocks(5));
+    const { gw, dispatched } = kvGateway(kv, 'off');
+    await gw.submit(withBlocks('chat', blocks(6)));
+    expect(dispatched[0]?.replica).toBe('r1');
+    expect(dispatched[0]?.req.cachedPromptTokens).toBeUndefined();
   });
 });

@@ -16,6 +16,7 @@ import {
   type Dispatched,
   Gateway,
   type Headroom,
+  KvBlockIndex,
   MAX_MOVES,
   MOVE_EVERY_MS,
   type PrefixAffinityMode,
@@ -117,6 +118,15 @@ export interface RunInput {
    * @default 'off'
    */
   readonly prefixAffinity?: PrefixAffinityMode | undefined;
+  /**
+   * Placement by the engines' KV cache events (`prefixAffinity.kvBlocks`): the gateways share one
+   * KV block index that every engine's prefix cache tells what it stores and evicts as it happens
+   * (live, the events reach the dispatchers a few ms later, through the agents and the bus), and
+   * admission looks each request's block hashes up in it, steering the request to the replica
+   * holding the longest run of them and charging the tokens held there as cached. With
+   * `prefixAffinity` other than 'off', and not with `shards`. @default false
+   */
+  readonly kvEvents?: boolean | undefined;
   /**
    * What-if: each request's prompt charge is corrected when its engine prefills it, to the cost of
    * what the prefix cache served then, instead of at settlement — as a gateway could if the engine
@@ -283,6 +293,16 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   const gatewayIndex = new Map<string, number>();
   const affinityMode = input.prefixAffinity ?? 'off';
   const prefixIndex = new PrefixIndex();
+  const kvBlocks = input.kvEvents === true && sharded === undefined ? new KvBlockIndex() : undefined;
+  if (kvBlocks !== undefined)
+    for (const m of cluster.members) {
+      const { blockSize, kvCapacityTokens } = m.engine.config;
+      kvBlocks.setReplica(m.id, blockSize, kvCapacityTokens / blockSize);
+      m.engine.watchCache({
+        stored: (hash) => kvBlocks.store(m.id, [hash]),
+        removed: (hash) => kvBlocks.remove(m.id, [hash]),
+      });
+    }
   const onDispatch = (d: Dispatched): void => {
     const rec = recs.get(d.id)!;
     const replica = sharded === undefined ? d.replica : sharded.baseReplica(d.replica);
@@ -337,6 +357,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
               prefixAffinity: {
                 mode: affinityMode,
                 index: prefixIndex,
+                ...(kvBlocks !== undefined ? { kvBlocks } : {}),
                 ...(input.affinityLoadFactor !== undefined ? { loadFactor: input.affinityLoadFactor } : {}),
                 ...(input.affinityFloor !== undefined ? { floor: input.affinityFloor } : {}),
               },

@@ -247,6 +247,12 @@ export const scenarioSchema = z
     affinityLoadFactor: z.number().min(1).optional(),
     /** Least bound of `bounded` affinity, × the pool's mean KV capacity. @default 0.05 */
     affinityFloor: z.number().min(0).max(1).optional(),
+    /**
+     * Affinity by the engines' KV cache events (`runSimulation`'s `kvEvents`): a request goes to
+     * the replica holding the longest run of its prompt's blocks and is charged for them as cached.
+     * With `prefixAffinity` other than `off`. @default false
+     */
+    kvEvents: z.boolean().optional(),
   })
   .strict()
   .superRefine((s, ctx) => {

@@ -115,6 +115,8 @@ export interface ScenarioRunInput {
   readonly affinityLoadFactor?: number | undefined;
   /** Least bound of `bounded` affinity, × the pool's mean KV capacity. @default 0.05 */
   readonly affinityFloor?: number | undefined;
+  /** Affinity by the engines' KV cache events (scenario or override). @default false */
+  readonly kvEvents?: boolean | undefined;
 }
 
 /**
@@ -145,6 +147,8 @@ export interface ScenarioOverrides {
   readonly prefixAffinity?: PrefixAffinityMode | undefined;
   /** Load bound of `bounded` affinity, replacing the scenario's. */
   readonly affinityLoadFactor?: number | undefined;
+  /** Affinity by the engines' KV cache events, replacing the scenario's. */
+  readonly kvEvents?: boolean | undefined;
 }
 
 type ScenarioLength = NonNullable<Scenario['streams']>[number]['input'];
@@ -274,5 +278,6 @@ export function buildRunInput(loaded: LoadedScenario, overrides: ScenarioOverrid
       ? { affinityLoadFactor: overrides.affinityLoadFactor ?? s.affinityLoadFactor }
       : {}),
     ...(s.affinityFloor !== undefined ? { affinityFloor: s.affinityFloor } : {}),
+    ...((overrides.kvEvents ?? s.kvEvents) === true ? { kvEvents: true } : {}),
   };
 }

@@ -46,6 +46,7 @@ export interface SimOptions {
   readonly stepNoiseCv?: number | undefined;
   /** Prefix-cache affinity of the gateways (off, bounded, unbounded). */
   readonly prefixAffinity?: 'off' | 'bounded' | 'unbounded' | undefined;
+  readonly kvEvents?: boolean | undefined;
   /** Load bound of bounded affinity, × the pool's mean reserved KV tokens. */
   readonly affinityLoadFactor?: number | undefined;
   readonly groupBands?: boolean | undefined;
@@ -127,6 +128,10 @@ export function registerSimCommand(program: Command, io: CliIo, setCode: (code: 
       nonNegative,
     )
     .option(
+      '--kv-events',
+      "with --prefix-affinity: steer each request to the replica whose prefix cache holds the longest run of its prompt's blocks, as dispatchers fed vLLM's KV cache events do, and charge those tokens as cached (default: the scenario's, else off)",
+    )
+    .option(
       '--group-bands',
       "under --policy qlm*: split each SLO class's queue by the request groups' prompt buckets, so the plan's group order and assignment are carried out (policy.control.groupBands)",
     )
@@ -182,6 +187,7 @@ export async function simCommand(opts: SimOptions, io: CliIo): Promise<number> {
     stepNoise,
     prefixAffinity: opts.prefixAffinity,
     affinityLoadFactor: opts.affinityLoadFactor,
+    kvEvents: opts.kvEvents,
   });
   // FairServe policies learn from past traffic: the same scenario under the next seed.
   const history = buildRunInput(loaded, { seed: input.seed + 1, durationS: opts.duration }).arrivals;
