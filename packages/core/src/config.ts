@@ -316,6 +316,31 @@ export const poolSchema = z
       })
       .strict()
       .optional(),
+    /**
+     * Placement by the engines' KV cache events: the pool's engines run vLLM with
+     * `--kv-events-config` (publisher `zmq`), `--prefix-caching-hash-algo sha256_cbor` and
+     * `PYTHONHASHSEED` set to `hashSeed`, and each agent relays its engine's events
+     * (`fairway agent --kv-events-endpoint`). Every dispatcher then knows which KV blocks each
+     * replica holds; a request's prompt is tokenized by one of the pool's engines (vLLM's
+     * `/tokenize`, one extra call before admission), hashed as vLLM hashes it, and placed on the
+     * replica holding the longest run of its blocks (within `prefixAffinity`'s load bound), its
+     * prompt charged for the tokens held there as cached. Needs `prefixAffinity` other than `off`.
+     * @default none: placement by the prefix index alone
+     */
+    kvEvents: z
+      .object({
+        /** The engines' `PYTHONHASHSEED`, which seeds vLLM's block hashes. */
+        hashSeed: z.string().min(1),
+        /**
+         * How long the engine's `/tokenize` may take, ms; a request not tokenized in time is
+         * placed by the prefix index alone. @default 250
+         */
+        tokenizeTimeoutMs: z.number().int().positive().max(10_000).default(250),
+        /** Most leading blocks of a prompt hashed and looked up (hashing costs about 3 µs per block). @default 2048 */
+        maxBlocks: z.number().int().positive().max(4096).default(2048),
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 

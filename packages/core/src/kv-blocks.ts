@@ -10,8 +10,8 @@ import { Encoder } from 'cbor-x';
  * are not modelled: such requests hash differently in vLLM and simply find no match.
  *
  * A block is named here by its **block key**: the low 64 bits of its hash as 16 hex digits, which
- * is what vLLM sends in its events when `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES` is set and the tail
- * of the bytes it sends otherwise, so both forms name a block alike.
+ * is what vLLM sends in its events by default (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`) and the
+ * tail of the 32 bytes it sends with `=0`, so both forms name a block alike.
  */
 
 // Canonical CBOR for the values hashed (arrays, byte strings, small integers, null, one string):
@@ -57,8 +57,8 @@ export function kvBlockKeys(
 }
 
 /**
- * The block key of a block hash as a KV cache event carries it: bytes (vLLM's default) or an
- * integer (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`); undefined for anything else.
+ * The block key of a block hash as a KV cache event carries it: an integer (vLLM's default) or
+ * bytes (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`); undefined for anything else.
  */
 export function kvBlockKey(hash: unknown): string | undefined {
   if (hash instanceof Uint8Array) {

@@ -25,6 +25,7 @@ import { useStrictJsonBodies } from './json-body.ts';
 import type { LeaseBackend } from './leader-lease.ts';
 import { ModelAliases } from './model-aliases.ts';
 import { loadPoolTokenizers } from './pool-tokenizers.ts';
+import { PromptBlockKeys } from './prompt-block-keys.ts';
 import { RegistryReplicaSource } from './replica-source.ts';
 import { withApiKeyHeader } from './request-headers.ts';
 import { logAccess, RECORD, type RecordedRequest, RequestRecord, requestIdOf } from './request-record.ts';
@@ -216,6 +217,8 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     },
     affinityCounter: (pool, outcome) => metrics.prefixAffinity.inc({ pool, outcome }),
   });
+  const kvBlocks = runtime.kvBlocks;
+  if (kvBlocks !== undefined) metrics.kvCachedBlocks = () => kvBlocks.replicaBlocks();
   const sloClasses = new Map(scheduling.sloClasses.map((c) => [c.name, c]));
   const defaultSloClass = sloClasses.has('interactive')
     ? 'interactive'
@@ -277,6 +280,14 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   const priorityPools = new Set(deps.config.pools.filter((p) => p.enginePriority).map((p) => p.id));
   const poolTimeouts = new Map(deps.config.pools.map((p) => [p.id, p.engineTimeouts]));
   const poolConfigs = new Map(deps.config.pools.map((p) => [p.id, p]));
+  const blockKeys = new PromptBlockKeys(
+    (pool) =>
+      deps.registry
+        .list({ pool })
+        .filter((v) => v.acceptsWork)
+        .map((v) => ({ engine: engines.get(v.registration.url), blockSize: v.registration.blockSize })),
+    logger,
+  );
   const newId = deps.newId ?? (() => `fw-${randomUUID()}`);
   const tracer = deps.tracer;
   // One line per request, on its own logger so operators can route or silence it.
@@ -298,6 +309,11 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     aliasOf,
     fallbacksOf: (model) => fallbacks.get(model) ?? [],
     tokenizerFor: (pool) => tokenizers.get(pool),
+    blockKeysFor: (pool, endpoint, body) => {
+      const c = poolConfigs.get(pool);
+      if (c?.kvEvents === undefined || c.prefixAffinity === 'off') return Promise.resolve(undefined);
+      return blockKeys.of(pool, c.kvEvents, endpoint, body);
+    },
     enginePriorityFor: (pool) => priorityPools.has(pool),
     poolConfigFor: (pool) => poolConfigs.get(pool),
     timeoutsFor: (pool) => poolTimeouts.get(pool) ?? DEFAULT_ENGINE_TIMEOUTS,

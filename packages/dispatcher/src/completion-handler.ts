@@ -54,6 +54,15 @@ export interface CompletionContext extends LifecycleContext {
   readonly fallbacksOf: (model: string) => readonly string[];
   /** The real tokenizer configured for a pool (`pools[].tokenizer`), if any. */
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
+  /**
+   * The KV block keys of a request's prompt for a pool placing by its engines' KV cache events
+   * (`pools[].kvEvents`); resolves undefined for other pools or when they cannot be had in time.
+   */
+  readonly blockKeysFor?: (
+    pool: string,
+    endpoint: Endpoint,
+    body: RequestBody,
+  ) => Promise<string[] | undefined>;
   /** Whether a pool's engines schedule by vLLM `priority` (`pools[].enginePriority`). */
   readonly enginePriorityFor: (pool: string) => boolean;
   /** A pool's configuration (`maxChoices`, `reserveOutputTokens`), when the pool is configured. */
@@ -286,7 +295,9 @@ async function tryPool(
     // A pool the config does not name (its replicas registered themselves) has the default mode.
     prefixKeys: pool !== undefined && (poolConfig?.prefixAffinity ?? 'bounded') !== 'off',
   });
-  const req = described.descriptor;
+  let req = described.descriptor;
+  const blockKeys = pool === undefined ? undefined : await ctx.blockKeysFor?.(pool, a.endpoint, body);
+  if (blockKeys !== undefined) req = { ...req, promptBlockKeys: blockKeys };
   if (req.id !== a.requestId) record.schedulerId = req.id;
   record.inputTokens = req.inputTokens;
   if (tr?.recording === true) {

@@ -110,6 +110,8 @@ export class GatewayMetrics {
   readonly desiredReplicas: Gauge<'pool'>;
   readonly qlmEstimatorMs: Gauge<'model' | 'gpu' | 'tp' | 'phase'>;
   readonly placementSequences: Gauge<'replica'>;
+  /** Blocks each replica's prefix cache holds, by its KV cache events, read on each scrape. */
+  kvCachedBlocks: (() => Iterable<readonly [string, number]>) | undefined;
   readonly placementContextTokens: Gauge<'replica'>;
   /** What prefix-cache affinity did for each request with prefix keys this dispatcher placed. */
   readonly prefixAffinity: Counter<'pool' | 'outcome'>;
@@ -170,6 +172,16 @@ export class GatewayMetrics {
       help: "QLM's waiting-time estimator, on the control leader, per replica shape: decode ms per iteration of a full batch and prefill ms of a mean request (phase), the preset corrected by the speed the engines measured",
       labelNames: ['model', 'gpu', 'tp', 'phase'],
       registers,
+    });
+    const kvBlocks = new Gauge({
+      name: 'fairway_kv_cached_blocks',
+      help: "Where a pool places by the engines' KV cache events: the KV blocks this dispatcher knows each replica's prefix cache holds",
+      labelNames: ['replica'],
+      registers,
+      collect: () => {
+        kvBlocks.reset();
+        for (const [replica, n] of this.kvCachedBlocks?.() ?? []) kvBlocks.set({ replica }, n);
+      },
     });
     this.placementSequences = new Gauge({
       name: 'fairway_placement_sequences',

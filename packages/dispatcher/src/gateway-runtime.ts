@@ -21,6 +21,7 @@ import {
   type Dispatched,
   Gateway,
   type GatewayStats,
+  KvBlockIndex,
   MAX_MOVES,
   MOVE_EVERY_MS,
   PrefixIndex,
@@ -175,6 +176,11 @@ export class GatewayRuntime {
   #renewedAt = Number.NEGATIVE_INFINITY;
   /** Where prefixes were sent, learned here and from the other dispatchers (prefix affinity). */
   readonly prefixIndex: PrefixIndex;
+  /**
+   * Which KV blocks each replica's prefix cache holds, from its engine's KV cache events, where a
+   * pool places by them (`pools[].kvEvents`).
+   */
+  readonly kvBlocks: KvBlockIndex | undefined;
   /** `policy.moves.afterS` in ms where queued requests move (undefined: they do not). */
   readonly #movesAfterMs: number | undefined;
   /** Each replica's heartbeat time (registry clock) when requests were last moved off it here. */
@@ -225,6 +231,7 @@ export class GatewayRuntime {
       entriesPerTenant: affinity.entriesPerTenant,
       maxTenants: affinity.maxTenants,
     });
+    this.kvBlocks = o.config.pools.some((p) => p.kvEvents !== undefined) ? new KvBlockIndex() : undefined;
     const modes = new Map(o.config.pools.map((p) => [p.id, p.prefixAffinity]));
     const moves = policy.moves.enabled ?? policy.placement === 'aladdin';
     this.#movesAfterMs = moves ? policy.moves.afterS * 1000 : undefined;
@@ -260,6 +267,7 @@ export class GatewayRuntime {
         loadFactor: affinity.loadFactor,
         floor: affinity.floor,
         index: this.prefixIndex,
+        ...(this.kvBlocks !== undefined ? { kvBlocks: this.kvBlocks } : {}),
         onLearn: (l) => this.#publishPrefix(l),
       },
       moves,
@@ -469,6 +477,16 @@ export class GatewayRuntime {
       }),
       o.registry.onChange((c) => this.#onReplicaChange(c.type, c.replicaId)),
     );
+    const kv = this.kvBlocks;
+    if (kv !== undefined) {
+      for (const v of o.registry.list()) this.#trackKvBlocks('registered', v.registration.replicaId);
+      // A registered replica's events only: an unknown id has no cache bounds to hold them to.
+      this.#unsubs.push(
+        o.bus.subscribe('kvEvents', (m) => {
+          if (o.registry.get(m.replicaId) !== undefined) kv.apply(m);
+        }),
+      );
+    }
     await o.bus.flush();
     // A loop that fails while the store is away fails on every turn: one line per interval and loop.
     const failures = new LogThrottle();
@@ -896,7 +914,17 @@ export class GatewayRuntime {
     }
   }
 
+  /** Bounds a replica's known KV blocks by its cache when it registers; forgets them when it leaves. */
+  #trackKvBlocks(type: 'registered' | 'heartbeat' | 'removed', replicaId: string): void {
+    const kv = this.kvBlocks;
+    if (kv === undefined || type === 'heartbeat') return;
+    const reg = this.#o.registry.get(replicaId)?.registration;
+    if (type === 'removed' || reg === undefined) kv.forget(replicaId);
+    else kv.setReplica(replicaId, reg.blockSize, reg.kvCapacityTokens / reg.blockSize);
+  }
+
   #onReplicaChange(type: 'registered' | 'heartbeat' | 'removed', replicaId: string): void {
+    this.#trackKvBlocks(type, replicaId);
     const view = this.#o.registry.get(replicaId);
     const accepting = view?.acceptsWork ?? false;
     const was = this.#accepting.get(replicaId);

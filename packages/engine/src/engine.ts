@@ -126,6 +126,11 @@ export interface Engine {
   streamResponse(body: Readonly<Record<string, unknown>>, options?: GenerateOptions): Promise<EngineStream>;
   /** `POST /v1/embeddings` (an embedding model's pooling pass). */
   embed(body: Readonly<Record<string, unknown>>, options?: GenerateOptions): Promise<EmbeddingResult>;
+  /**
+   * `POST /tokenize`: the token ids the engine would prefill for a chat body (`messages`, rendered
+   * with its chat template) or a completion body (`prompt`).
+   */
+  tokenize(body: Readonly<Record<string, unknown>>, options?: GenerateOptions): Promise<readonly number[]>;
   /** `GET /v1/models`. */
   models(): Promise<readonly EngineModelCard[]>;
   /** `GET /health`: resolves when healthy, throws an `EngineError` otherwise. */

@@ -377,6 +377,17 @@ export class VllmClient implements Engine {
     return { status: res.statusCode, bytes, body: parsed as Record<string, unknown>, promptTokens: prompt };
   }
 
+  async tokenize(
+    body: Readonly<Record<string, unknown>>,
+    options: GenerateOptions = {},
+  ): Promise<readonly number[]> {
+    const { ctx, parsed } = await this.#postJson('/tokenize', JSON.stringify(body), options);
+    const tokens = (parsed as { tokens?: unknown }).tokens;
+    if (!Array.isArray(tokens) || !tokens.every((t) => Number.isSafeInteger(t) && t >= 0))
+      throw new EngineBadResponseError(this.url, ctx.operation, 'body lacks tokens');
+    return tokens as number[];
+  }
+
   async stream(
     endpoint: CompletionEndpoint,
     body: CompletionBody,
