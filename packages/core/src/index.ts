@@ -77,7 +77,7 @@ export {
 } from './domain.ts';
 export { GATEWAY_OWNED_FIELDS, RESTRICTED_ENGINE_FIELDS } from './engine-fields.ts';
 export { ConfigError, ErrorCode, FairwayError } from './errors.ts';
-export { kvBlockHashes, kvBlockKey, kvBlockKeys, kvSeedHash } from './kv-blocks.ts';
+export { kvBlockHashes, kvBlockKey, kvBlockKeys, kvBlockKeysSliced, kvSeedHash } from './kv-blocks.ts';
 export { createLogger, type Logger, type LoggerOptions, LogThrottle, silentLogger } from './logger.ts';
 export {
   PREFIX_BLOCK_CHARS,

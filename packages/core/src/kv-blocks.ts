@@ -57,6 +57,31 @@ export function kvBlockKeys(
 }
 
 /**
+ * {@link kvBlockKeys} in slices of `sliceBlocks` blocks, yielding to the event loop between them,
+ * so a long prompt (about 3–5 µs per block) never holds other requests up for more than one slice.
+ */
+export async function kvBlockKeysSliced(
+  tokenIds: readonly number[],
+  blockSize: number,
+  seed: string,
+  maxBlocks = Number.POSITIVE_INFINITY,
+  sliceBlocks = 128,
+): Promise<string[]> {
+  const keys: string[] = [];
+  let parent = kvSeedHash(seed);
+  let inSlice = 0;
+  for (let end = blockSize; end <= tokenIds.length && keys.length < maxBlocks; end += blockSize) {
+    if (inSlice++ === sliceBlocks) {
+      inSlice = 1;
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    parent = sha256Cbor([parent, tokenIds.slice(end - blockSize, end), null]);
+    keys.push(parent.subarray(24).toString('hex'));
+  }
+  return keys;
+}
+
+/**
  * The block key of a block hash as a KV cache event carries it: an integer (vLLM's default) or
  * bytes (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`); undefined for anything else.
  */

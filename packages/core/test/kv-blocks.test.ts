@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { kvBlockKey, kvBlockKeys, kvSeedHash } from '../src/index.ts';
+import { kvBlockKey, kvBlockKeys, kvBlockKeysSliced, kvSeedHash } from '../src/index.ts';
 
 // Known answers computed with Python's cbor2 (`hashlib.sha256(cbor2.dumps(x, canonical=True))`),
 // as vLLM's `sha256_cbor` does: the seed "0" (PYTHONHASHSEED=0), then blocks 1..16 and 17..32.
@@ -12,6 +12,19 @@ describe('vLLM sha256_cbor block keys', () => {
   it('hashes the seed and each full block as vLLM does', () => {
     expect(kvSeedHash('0').toString('hex')).toBe(NONE_HASH_0);
     expect(kvBlockKeys(tokens, 16, '0')).toEqual([BLOCK_1.slice(-16), BLOCK_2.slice(-16)]);
+  });
+
+  it('gives the same keys hashed in slices that yield to the event loop', async () => {
+    const long = Array.from({ length: 16 * 300 + 5 }, (_, i) => (i * 31) % 32000);
+    expect(await kvBlockKeysSliced(long, 16, '0', 290, 64)).toEqual(kvBlockKeys(long, 16, '0', 290));
+    let ran = false;
+    setImmediate(() => {
+      ran = true;
+    });
+    const sliced = kvBlockKeysSliced(long, 16, '0', Number.POSITIVE_INFINITY, 64);
+    expect(ran).toBe(false);
+    await sliced;
+    expect(ran).toBe(true);
   });
 
   it('stops at the last full block and at maxBlocks', () => {

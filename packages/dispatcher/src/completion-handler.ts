@@ -295,9 +295,13 @@ async function tryPool(
     // A pool the config does not name (its replicas registered themselves) has the default mode.
     prefixKeys: pool !== undefined && (poolConfig?.prefixAffinity ?? 'bounded') !== 'off',
   });
-  let req = described.descriptor;
-  const blockKeys = pool === undefined ? undefined : await ctx.blockKeysFor?.(pool, a.endpoint, body);
-  if (blockKeys !== undefined) req = { ...req, promptBlockKeys: blockKeys };
+  const req = described.descriptor;
+  // Asked for by admission only once no refusal it can make alone applies (it costs an engine call).
+  const blockKeysFor = ctx.blockKeysFor;
+  const options =
+    pool === undefined || blockKeysFor === undefined
+      ? undefined
+      : { promptBlockKeys: () => blockKeysFor(pool, a.endpoint, body) };
   if (req.id !== a.requestId) record.schedulerId = req.id;
   record.inputTokens = req.inputTokens;
   if (tr?.recording === true) {
@@ -324,8 +328,8 @@ async function tryPool(
   try {
     // Under the admission span: an instrumented store client traces its calls there.
     sub = await (tr === undefined
-      ? ctx.runtime.submit(req, pool)
-      : tr.within(a.admission, () => ctx.runtime.submit(req, pool)));
+      ? ctx.runtime.submit(req, pool, options)
+      : tr.within(a.admission, () => ctx.runtime.submit(req, pool, options)));
   } catch (err) {
     ctx.logger.error({ err: (err as Error).message }, 'dispatcher: admission failed');
     throw new ApiError('NOT_READY', 'the scheduling store is unavailable; retry', {

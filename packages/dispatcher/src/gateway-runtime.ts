@@ -26,6 +26,7 @@ import {
   MOVE_EVERY_MS,
   PrefixIndex,
   type PrefixLearned,
+  type SubmitOptions,
   type SubmitResult,
 } from '@fairway/scheduler';
 import type { QuotaAlert, ReplicaCandidate, SchedulingStore } from '@fairway/store';
@@ -565,7 +566,7 @@ export class GatewayRuntime {
    * Resolves as soon as the request is dispatched — the rest of that dispatch round (offering
    * other queued work to the replicas) goes on without holding this request back.
    */
-  async submit(req: RequestDescriptor, pool: string): Promise<RuntimeSubmit> {
+  async submit(req: RequestDescriptor, pool: string, options?: SubmitOptions): Promise<RuntimeSubmit> {
     const ticket = new Ticket(req, pool);
     this.#tickets.set(req.id, ticket);
     // Resolves with the admission's answer, or undefined as soon as the request is dispatched
@@ -582,7 +583,7 @@ export class GatewayRuntime {
           answered = true;
           resolve(undefined);
         };
-        stored = this.gateway.submit(req);
+        stored = this.gateway.submit(req, options);
         stored.then(
           (r) => {
             if (r.ok && r.alerts !== undefined) this.#quotaAlerts(req, r.alerts);

@@ -1,4 +1,4 @@
-import { kvBlockKeys, type Logger, LogThrottle } from '@fairway/core';
+import { kvBlockKeysSliced, type Logger, LogThrottle } from '@fairway/core';
 import type { Engine } from '@fairway/engine';
 import type { ChatCompletionBody, CompletionBody } from './openai-schemas.ts';
 import type { Endpoint, RequestBody } from './request-descriptor.ts';
@@ -66,7 +66,8 @@ function promptIds(endpoint: Endpoint, body: RequestBody): readonly number[] | u
  * The KV block keys of a request's prompt (`RequestDescriptor.promptBlockKeys`) for a pool whose
  * engines publish KV cache events: its token ids from one of the pool's engines (vLLM's
  * `/tokenize`, taking turns over the replicas that accept work), hashed as vLLM hashes its blocks
- * (`sha256_cbor`, the pool's hash seed). Undefined when the request has nothing to tokenize, no
+ * (`sha256_cbor`, the pool's hash seed, in slices that let other requests run between them).
+ * Undefined when the request has nothing to tokenize, no
  * replica accepts work, or the engine does not answer within the pool's timeout: the request is
  * then placed without them.
  */
@@ -90,8 +91,8 @@ export class PromptBlockKeys {
     const replicas = this.#replicasOf(pool);
     if (replicas.length === 0) return undefined;
     const replica = replicas[this.#turn++ % replicas.length] as TokenizingReplica;
-    const hash = (ids: readonly number[]): string[] | undefined => {
-      const keys = kvBlockKeys(ids, replica.blockSize, config.hashSeed, config.maxBlocks);
+    const hash = async (ids: readonly number[]): Promise<string[] | undefined> => {
+      const keys = await kvBlockKeysSliced(ids, replica.blockSize, config.hashSeed, config.maxBlocks);
       return keys.length === 0 ? undefined : keys;
     };
     const given = promptIds(endpoint, body);
@@ -100,8 +101,9 @@ export class PromptBlockKeys {
     if (ask === undefined) return undefined;
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), config.tokenizeTimeoutMs);
+    let ids: readonly number[];
     try {
-      return hash(await replica.engine.tokenize(ask, { signal: controller.signal }));
+      ids = await replica.engine.tokenize(ask, { signal: controller.signal });
     } catch (err) {
       this.#failures.warn(
         this.#logger,
@@ -113,5 +115,6 @@ export class PromptBlockKeys {
     } finally {
       clearTimeout(timer);
     }
+    return hash(ids);
   }
 }

@@ -48,6 +48,16 @@ export type SubmitResult =
       readonly rateLimits?: RateLimits;
     };
 
+/** Options of a request's admission. */
+export interface SubmitOptions {
+  /**
+   * Its prompt's block keys (`RequestDescriptor.promptBlockKeys`), asked for only when the gateway
+   * places by KV cache events and has not refused the request by itself: getting them may cost an
+   * engine call.
+   */
+  readonly promptBlockKeys?: () => Promise<readonly string[] | undefined>;
+}
+
 /**
  * Admission for one gateway (DESIGN.md request path, steps 2 and 3): a request's reservation is
  * sized, its admission rules composed (the ordering policy's and the configured ones), and it is
@@ -105,9 +115,9 @@ export class Admission {
    * replica has room is on its way to the engine after it, with replicas ordered and overload
    * judged from this gateway's view of the reservations. A rejection changes nothing and says why.
    */
-  async submit(request: RequestDescriptor): Promise<SubmitResult> {
+  async submit(request: RequestDescriptor, options?: SubmitOptions): Promise<SubmitResult> {
     const o = this.#o;
-    const req = parseRequest(request, this.#id);
+    let req = parseRequest(request, this.#id);
     const classBand = this.#bandOf.get(req.sloClass);
     if (classBand === undefined)
       throw new UnknownSloClassError(this.#id, req.id, req.sloClass, [...this.#bandOf.keys()]);
@@ -192,6 +202,16 @@ export class Admission {
           retryAfterMs: remembered.retryAfterMs,
         }),
       };
+    }
+    // The prompt's block keys cost an engine call: asked for only once every refusal this gateway
+    // can make by itself has passed, so a tenant flooding past its limits costs the engines nothing.
+    if (
+      req.promptBlockKeys === undefined &&
+      options?.promptBlockKeys !== undefined &&
+      this.#affinity.kvBlocks
+    ) {
+      const keys = await options.promptBlockKeys();
+      if (keys !== undefined) req = { ...req, promptBlockKeys: keys };
     }
     const states = this.#view.states(pool);
     const overloaded = rules.limits.some((l) => l.onlyWhenOverloaded)

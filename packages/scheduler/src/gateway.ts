@@ -1,7 +1,7 @@
 import type { RequestDescriptor, Usage } from '@fairway/core';
 import { groupBand } from '@fairway/policy';
 import type { ReplicaCandidate } from '@fairway/store';
-import { Admission, type SubmitResult } from './admission.ts';
+import { Admission, type SubmitOptions, type SubmitResult } from './admission.ts';
 import { Candidates } from './candidates.ts';
 import { Charging } from './charging.ts';
 import { DispatchRounds } from './dispatch.ts';
@@ -152,8 +152,8 @@ export class Gateway {
   }
 
   /** {@inheritDoc Admission.submit} */
-  submit(request: RequestDescriptor): Promise<SubmitResult> {
-    return this.#admission.submit(request);
+  submit(request: RequestDescriptor, options?: SubmitOptions): Promise<SubmitResult> {
+    return this.#admission.submit(request, options);
   }
 
   /** {@inheritDoc DispatchRounds.pump} */

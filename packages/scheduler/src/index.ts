@@ -1,4 +1,4 @@
-export type { SubmitResult } from './admission.ts';
+export type { SubmitOptions, SubmitResult } from './admission.ts';
 export {
   type AdmissionContext,
   type AdmissionFunction,

@@ -1,5 +1,5 @@
 import { ManualClock, type RequestDescriptor } from '@fairway/core';
-import { fcfsPolicy, leastKvPlacement, vtcPolicy } from '@fairway/policy';
+import { fcfsPolicy, leastKvPlacement, rpmWindow, vtcPolicy } from '@fairway/policy';
 import { MemoryStore } from '@fairway/store';
 import { describe, expect, it } from 'vitest';
 import {
@@ -342,6 +342,38 @@ describe('Gateway placement by KV cache events', () => {
     };
     // 64 of its 100 prompt tokens were cached by then: charged at weight 0.1, 57.6 less.
     expect((await counterAfter(false)) - (await counterAfter(true))).toBeCloseTo(64 * 0.9, 6);
+  });
+
+  it('asks for a prompt’s block keys only once its own refusals pass: a tenant flooding past its RPM costs no engine call', async () => {
+    const clock = new ManualClock(0);
+    const kv = new KvBlockIndex();
+    kv.store('r2', blocks(4));
+    const dispatched: Dispatched[] = [];
+    const gw = new Gateway({
+      id: 'g1',
+      store: new MemoryStore(),
+      clock,
+      ordering: vtcPolicy(),
+      placement: leastKvPlacement(),
+      replicas: new Fleet(['r1', 10_000], ['r2', 10_000]),
+      onDispatch: (d) => dispatched.push(d),
+      headroom: { tokenFraction: 0 },
+      prefixAffinity: { mode: 'bounded', kvBlocks: kv },
+      admission: (r) => ({ limits: [rpmWindow(r.tenant, 2, 10_000)] }),
+    });
+    let asked = 0;
+    const options = {
+      promptBlockKeys: async () => {
+        asked++;
+        return blocks(6);
+      },
+    };
+    const results = [];
+    for (let i = 0; i < 50; i++) results.push(await gw.submit(req('flood'), options));
+    expect(results.filter((r) => r.ok)).toHaveLength(2);
+    // The two admitted and the one the store refused first; the other 47 were refused here.
+    expect(asked).toBe(3);
+    expect(dispatched.map((d) => d.replica)).toEqual(['r2', 'r2']);
   });
 
   it('does not steer a pool without affinity', async () => {
