@@ -95,20 +95,21 @@ const PARTS: readonly PartCheck[] = [
     plots: { dir: 'vtc', committed: 'reports/vtc' },
   },
   {
-    name: 'prefix affinity: least-KV and fair affinity on tenants-shared-prompt, at load and saturated',
+    name: 'prefix affinity: least-KV, fair affinity and placement by KV cache events on tenants-shared-prompt, at load and saturated',
     report: 'reports/prefix-affinity.md',
     argv: [
       'packages/sim/bench/prefix-affinity-report.ts',
       '--scenarios',
       'tenants-shared-prompt',
       '--modes',
-      'least-kv,fair-affinity',
+      'least-kv,fair-affinity,fair-affinity-kv-events',
       '--out',
       'OUT/prefix-affinity.md',
     ],
     output: 'prefix-affinity.md',
-    // The two modes' rows; the targets compare them with modes this part does not run.
-    lines: (l) => /^\| (tenants-shared-prompt \| )?(least-kv|fair-affinity) \|/.test(l),
+    // The three modes' rows; the targets compare them with modes this part does not run.
+    lines: (l) =>
+      /^\| (tenants-shared-prompt \| )?(least-kv|fair-affinity|fair-affinity-kv-events) \|/.test(l),
   },
   {
     name: "InferMax sections 4.4 and Sarathi's P (no MILP solves)",

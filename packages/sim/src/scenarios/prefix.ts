@@ -2,9 +2,10 @@
  * Shared-prefix workloads for vLLM's automatic prefix caching (docs/researchers/prefix-caching.md):
  * multi-turn conversations that resend their history every turn, each turn sent when the answer
  * to the previous one is complete; agents whose calls share a long system prompt; many tenants
- * whose apps send one system prompt. `multi-turn-chat` runs on one A100-80GB replica of
- * Llama-2-7B; the fleet scenarios on four, overloaded, where placement decides which replica's
- * cache a turn finds (`reports/prefix-affinity.md`).
+ * whose apps send one system prompt; coding assistants whose long conversations are mostly pasted
+ * files, where prefill dominates. `multi-turn-chat` runs on one A100-80GB replica of Llama-2-7B;
+ * the fleet scenarios on four, overloaded, where placement decides which replica's cache a turn
+ * finds (`reports/prefix-affinity.md`).
  */
 import type { ScenarioInput } from '../scenario-schema.ts';
 
@@ -26,6 +27,25 @@ function chatStream(tenant: string, rate: number): NonNullable<ScenarioInput['st
       followUp: { mode: 'after-completion', thinkS: { kind: 'exponential', mean: 3 } },
     },
     prefix: { sharedTokens: 600, conversation: true },
+  };
+}
+
+/**
+ * A coding-assistant tenant: conversations of 3–6 turns into which files and tool output are pasted
+ * (600–1,500 new tokens a turn, short answers) and that resend their history, up to 7,500 tokens.
+ */
+function codingStream(tenant: string, rate: number): NonNullable<ScenarioInput['streams']>[number] {
+  return {
+    tenant,
+    arrival: { process: 'poisson', rate },
+    input: { kind: 'uniform', min: 600, max: 1500 },
+    output: { kind: 'uniform', min: 30, max: 120 },
+    maxTokens: 'output',
+    interaction: {
+      size: { kind: 'uniform', min: 3, max: 6 },
+      followUp: { mode: 'after-completion', thinkS: { kind: 'exponential', mean: 2 } },
+    },
+    prefix: { sharedTokens: 300, conversation: true, maxContextTokens: 7500 },
   };
 }
 
@@ -99,6 +119,22 @@ export const PREFIX_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
       },
       prefix: { sharedTokens: 3000, conversation: true, maxContextTokens: 4096 },
     })),
+  },
+  'coding-assistant-fleet': {
+    description:
+      'four coding-assistant tenants (one sending three times the conversations of each other) pasting files and tool output (600-1,500 tokens a turn) into 3-6-turn conversations that resend their history, short answers, closed loop; 4x A100-80GB llama-3-8b with prefix caching, overloaded',
+    durationS: 120,
+    seed: 19,
+    cluster: {
+      engines: [{ gpu: 'A100-80GB', model: 'llama-3-8b', count: 4, options: { enablePrefixCaching: true } }],
+    },
+    tenants: [{ id: 'heavy' }, { id: 'code-a' }, { id: 'code-b' }, { id: 'code-c' }],
+    streams: [
+      codingStream('heavy', 4.8),
+      codingStream('code-a', 1.6),
+      codingStream('code-b', 1.6),
+      codingStream('code-c', 1.6),
+    ],
   },
   'tenants-shared-prompt': {
     description:
