@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, startNatsServer, startRedisServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { engineMetric } from './support/chat.ts';
+import { type ChatAnswer, type ChatMessage, chatAnswer } from './support/completions.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
 import { type FairwayProcess, startFairway, startServe, untilServed } from './support/processes.ts';
 
@@ -28,45 +30,14 @@ policy:
   queueTimeoutS: 60
 `;
 
-interface Message {
-  readonly role: string;
-  readonly content: string;
-}
-
-interface Answer {
-  readonly content: string;
-  readonly cachedTokens: number;
-  readonly promptTokens: number;
-}
-
 /** One non-streamed chat completion at `url` (a dispatcher, or an engine directly). */
-async function ask(url: string, messages: readonly Message[], key = KEY): Promise<Answer> {
-  const res = await fetch(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: E2E_MODEL, messages, max_tokens: 16, fairway_output_tokens: 16 }),
-  });
-  const text = await res.text();
-  if (res.status !== 200) throw new Error(`chat answered ${res.status}: ${text}`);
-  const body = JSON.parse(text) as {
-    choices: { message: { content: string } }[];
-    usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } | null };
-  };
-  return {
-    content: body.choices[0]?.message.content ?? '',
-    cachedTokens: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
-    promptTokens: body.usage.prompt_tokens,
-  };
+function ask(url: string, messages: readonly ChatMessage[]): Promise<ChatAnswer> {
+  return chatAnswer(url, { model: E2E_MODEL, messages, output: 16, key: KEY });
 }
 
 /** Requests an engine has finished (`vllm:request_success_total`, every finish reason). */
-async function finished(engineUrl: string): Promise<number> {
-  const text = await (await fetch(`${engineUrl}/metrics`)).text();
-  let n = 0;
-  for (const l of text.split('\n'))
-    if (l.startsWith('vllm:request_success_total{')) n += Number(l.slice(l.lastIndexOf(' ') + 1));
-  return n;
-}
+const finished = (engineUrl: string): Promise<number> =>
+  engineMetric(engineUrl, 'vllm:request_success_total');
 
 describe('placement by the engines’ KV cache events across two dispatchers', () => {
   const prefix = uniquePrefix('kvevents');
@@ -76,7 +47,10 @@ describe('placement by the engines’ KV cache events across two dispatchers', (
   const dispatchers: { proc: FairwayProcess; operatorUrl: string }[] = [];
 
   /** Sends `messages` through dispatcher `via`; returns the answer and the engine that served it. */
-  async function through(via: number, messages: readonly Message[]): Promise<Answer & { engine: number }> {
+  async function through(
+    via: number,
+    messages: readonly ChatMessage[],
+  ): Promise<ChatAnswer & { engine: number }> {
     const before = await Promise.all(engines.map((e) => finished(e.url)));
     const answer = await ask(dispatchers[via]!.proc.url, messages);
     for (let deadline = Date.now() + 5000; ; ) {
@@ -167,8 +141,11 @@ describe('placement by the engines’ KV cache events across two dispatchers', (
     const hitsBefore = hits();
     // One conversation per engine, each started on its engine directly.
     for (let k = 0; k < engines.length; k++) {
-      const history: Message[] = [
-        { role: 'system', content: `You are assistant ${k}. ${'Answer briefly and precisely. '.repeat(20)}` },
+      const history: ChatMessage[] = [
+        {
+          role: 'system',
+          content: `You are assistant ${k}. ${'Answer briefly and precisely. '.repeat(20)}`,
+        },
         {
           role: 'user',
           content: `Conversation ${k}: ${'tell me about prefix caching in vLLM. '.repeat(15)}`,

@@ -5,6 +5,7 @@ import { startNatsServer, startRedisServer, type TestServer, uniquePrefix } from
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric } from './support/chat.ts';
+import { type ChatAnswer, type ChatMessage, chatAnswer } from './support/completions.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
 import { type FairwayProcess, startEngineSims, startServe, untilServed } from './support/processes.ts';
 
@@ -29,35 +30,9 @@ policy:
   queueTimeoutS: 60
 `;
 
-interface Message {
-  readonly role: string;
-  readonly content: string;
-}
-
-interface Answer {
-  readonly content: string;
-  readonly cachedTokens: number;
-  readonly promptTokens: number;
-}
-
 /** One non-streamed chat completion through a dispatcher. */
-async function ask(url: string, messages: readonly Message[]): Promise<Answer> {
-  const res = await fetch(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: E2E_MODEL, messages, max_tokens: 24, fairway_output_tokens: 24 }),
-  });
-  const text = await res.text();
-  if (res.status !== 200) throw new Error(`chat answered ${res.status}: ${text}`);
-  const body = JSON.parse(text) as {
-    choices: { message: { content: string } }[];
-    usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } | null };
-  };
-  return {
-    content: body.choices[0]?.message.content ?? '',
-    cachedTokens: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
-    promptTokens: body.usage.prompt_tokens,
-  };
+function ask(url: string, messages: readonly ChatMessage[]): Promise<ChatAnswer> {
+  return chatAnswer(url, { model: E2E_MODEL, messages, output: 24, key: KEY });
 }
 
 /** A fairway counter's series with these labels, from a dispatcher's operator port (0 when absent). */
@@ -81,7 +56,10 @@ describe('prefix-cache affinity across two dispatchers', () => {
   const served = () => Promise.all(engines.map((e) => engineMetric(e.url, 'vllm:request_success_total')));
 
   /** Sends a turn and returns its answer and the engine that served it. */
-  async function turn(via: number, messages: readonly Message[]): Promise<Answer & { engine: number }> {
+  async function turn(
+    via: number,
+    messages: readonly ChatMessage[],
+  ): Promise<ChatAnswer & { engine: number }> {
     const before = await served();
     const answer = await ask(dispatchers[via]!.proc.url, messages);
     // The engine counts the request when it finishes it, as the answer leaves.
@@ -160,7 +138,7 @@ describe('prefix-cache affinity across two dispatchers', () => {
       // Three conversations in turn: with round-robin placement and no affinity, their second
       // turns would not all find their first turn's replica.
       for (let c = 0; c < 3; c++) {
-        const history: Message[] = [
+        const history: ChatMessage[] = [
           {
             role: 'system',
             content: `You are assistant ${first}${c}. ${'Answer briefly and precisely. '.repeat(20)}`,

@@ -104,3 +104,57 @@ export async function accessLineOf(
   }
   return undefined;
 }
+
+/** A chat message. */
+export interface ChatMessage {
+  readonly role: string;
+  readonly content: string;
+}
+
+/** What a non-streamed chat completion answered: its text and its usage's prompt tokens. */
+export interface ChatAnswer {
+  readonly content: string;
+  readonly promptTokens: number;
+  /** `usage.prompt_tokens_details.cached_tokens` (0 when absent). */
+  readonly cachedTokens: number;
+}
+
+/**
+ * One non-streamed chat completion of `model` from `url` (a gateway, with `key`, or an engine)
+ * that ends after exactly `output` tokens (engine-sim's `fairway_output_tokens`); throws unless it
+ * is answered 200.
+ */
+export async function chatAnswer(
+  url: string,
+  o: {
+    readonly model: string;
+    readonly messages: readonly ChatMessage[];
+    readonly output: number;
+    readonly key?: string | undefined;
+  },
+): Promise<ChatAnswer> {
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      ...(o.key === undefined ? {} : { authorization: `Bearer ${o.key}` }),
+    },
+    body: JSON.stringify({
+      model: o.model,
+      messages: o.messages,
+      max_tokens: o.output,
+      fairway_output_tokens: o.output,
+    }),
+  });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`chat answered ${res.status}: ${text}`);
+  const body = JSON.parse(text) as {
+    choices: { message: { content: string } }[];
+    usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } | null };
+  };
+  return {
+    content: body.choices[0]?.message.content ?? '',
+    cachedTokens: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
+    promptTokens: body.usage.prompt_tokens,
+  };
+}
