@@ -52,6 +52,7 @@ async function gapOverSeeds(
   policy: 'vtc' | 'fcfs',
   durationS?: number,
   prefixAffinity: PrefixAffinityMode = 'off',
+  kvEvents = false,
 ) {
   let bound = 0;
   let cachedShare = 0;
@@ -62,6 +63,7 @@ async function gapOverSeeds(
       ordering: orderingPolicyByName(policy, { cachedTokenWeight: input.cachedTokenWeight }),
       placement: placementByName('least-kv'),
       prefixAffinity,
+      kvEvents,
     });
     bound = vtcFairnessBound(input.engines, input.arrivals).bound;
     const pc = run.prefixCache!;
@@ -98,6 +100,22 @@ describe('VTC fairness bound with cached-token charging (Theorem 4.4), five seed
             `${name}, affinity ${affinity}: ${showSeeds(gap, 0)} vs bound ${bound}`,
           ).toBeLessThanOrEqual(bound);
         }
+    },
+    SEEDED_TIMEOUT_MS,
+  );
+
+  it(
+    'holds with placement and dispatch charges by the engines’ KV cache events on every fleet workload',
+    async () => {
+      for (const name of [
+        'multi-turn-chat-fleet',
+        'tenants-shared-prompt',
+        'agents-shared-prompt',
+        'coding-assistant-fleet',
+      ]) {
+        const { gap, bound } = await gapOverSeeds(loadScenario(name), 'vtc', 120, 'bounded', true);
+        expect(gap.worst, `${name}: ${showSeeds(gap, 0)} vs bound ${bound}`).toBeLessThanOrEqual(bound);
+      }
     },
     SEEDED_TIMEOUT_MS,
   );
