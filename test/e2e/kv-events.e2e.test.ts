@@ -3,8 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, startNatsServer, startRedisServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { engineMetric } from './support/chat.ts';
-import { type ChatAnswer, type ChatMessage, chatAnswer } from './support/completions.ts';
+import { type ChatAnswer, type ChatMessage, chatAnswer, servedBy } from './support/completions.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
 import { type FairwayProcess, startFairway, startServe, untilServed } from './support/processes.ts';
 
@@ -35,10 +34,6 @@ function ask(url: string, messages: readonly ChatMessage[]): Promise<ChatAnswer>
   return chatAnswer(url, { model: E2E_MODEL, messages, output: 16, key: KEY });
 }
 
-/** Requests an engine has finished (`vllm:request_success_total`, every finish reason). */
-const finished = (engineUrl: string): Promise<number> =>
-  engineMetric(engineUrl, 'vllm:request_success_total');
-
 describe('placement by the engines’ KV cache events across two dispatchers', () => {
   const prefix = uniquePrefix('kvevents');
   let nats: TestServer;
@@ -47,19 +42,11 @@ describe('placement by the engines’ KV cache events across two dispatchers', (
   const dispatchers: { proc: FairwayProcess; operatorUrl: string }[] = [];
 
   /** Sends `messages` through dispatcher `via`; returns the answer and the engine that served it. */
-  async function through(
-    via: number,
-    messages: readonly ChatMessage[],
-  ): Promise<ChatAnswer & { engine: number }> {
-    const before = await Promise.all(engines.map((e) => finished(e.url)));
-    const answer = await ask(dispatchers[via]!.proc.url, messages);
-    for (let deadline = Date.now() + 5000; ; ) {
-      const after = await Promise.all(engines.map((e) => finished(e.url)));
-      const engine = after.findIndex((n, i) => n > (before[i] ?? 0));
-      if (engine >= 0) return { ...answer, engine };
-      if (Date.now() > deadline) throw new Error('no engine counted the request');
-      await new Promise((r) => setTimeout(r, 20));
-    }
+  function through(via: number, messages: readonly ChatMessage[]): Promise<ChatAnswer & { engine: number }> {
+    return servedBy(
+      engines.map((e) => e.url),
+      () => ask(dispatchers[via]!.proc.url, messages),
+    );
   }
 
   beforeAll(async () => {

@@ -5,7 +5,7 @@ import { startNatsServer, startRedisServer, type TestServer, uniquePrefix } from
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric } from './support/chat.ts';
-import { type ChatAnswer, type ChatMessage, chatAnswer } from './support/completions.ts';
+import { type ChatAnswer, type ChatMessage, chatAnswer, servedBy } from './support/completions.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
 import { type FairwayProcess, startEngineSims, startServe, untilServed } from './support/processes.ts';
 
@@ -56,20 +56,11 @@ describe('prefix-cache affinity across two dispatchers', () => {
   const served = () => Promise.all(engines.map((e) => engineMetric(e.url, 'vllm:request_success_total')));
 
   /** Sends a turn and returns its answer and the engine that served it. */
-  async function turn(
-    via: number,
-    messages: readonly ChatMessage[],
-  ): Promise<ChatAnswer & { engine: number }> {
-    const before = await served();
-    const answer = await ask(dispatchers[via]!.proc.url, messages);
-    // The engine counts the request when it finishes it, as the answer leaves.
-    for (let deadline = Date.now() + 5000; ; ) {
-      const after = await served();
-      const engine = after.findIndex((n, i) => n > (before[i] ?? 0));
-      if (engine >= 0) return { ...answer, engine };
-      if (Date.now() > deadline) throw new Error('no engine counted the request');
-      await new Promise((r) => setTimeout(r, 20));
-    }
+  function turn(via: number, messages: readonly ChatMessage[]): Promise<ChatAnswer & { engine: number }> {
+    return servedBy(
+      engines.map((e) => e.url),
+      () => ask(dispatchers[via]!.proc.url, messages),
+    );
   }
 
   beforeAll(async () => {

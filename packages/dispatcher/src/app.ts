@@ -309,11 +309,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     aliasOf,
     fallbacksOf: (model) => fallbacks.get(model) ?? [],
     tokenizerFor: (pool) => tokenizers.get(pool),
-    blockKeysFor: (pool, endpoint, body) => {
-      const c = poolConfigs.get(pool);
-      if (c?.kvEvents === undefined || c.prefixAffinity === 'off') return Promise.resolve(undefined);
-      return blockKeys.of(pool, c.kvEvents, endpoint, body);
-    },
+    blockKeysFor: (pool, kvEvents, endpoint, body) => blockKeys.of(pool, kvEvents, endpoint, body),
     enginePriorityFor: (pool) => priorityPools.has(pool),
     poolConfigFor: (pool) => poolConfigs.get(pool),
     timeoutsFor: (pool) => poolTimeouts.get(pool) ?? DEFAULT_ENGINE_TIMEOUTS,

@@ -22,6 +22,7 @@ import {
   plainValidBody,
   refuseUnknownFields,
 } from './openai-schemas.ts';
+import type { PoolKvEvents } from './prompt-block-keys.ts';
 import { grantedOutput } from './quotas.ts';
 import { setRateLimitHeaders } from './rate-limit-headers.ts';
 import {
@@ -56,10 +57,11 @@ export interface CompletionContext extends LifecycleContext {
   readonly tokenizerFor: (pool: string) => PoolTokenizer | undefined;
   /**
    * The KV block keys of a request's prompt for a pool placing by its engines' KV cache events
-   * (`pools[].kvEvents`); resolves undefined for other pools or when they cannot be had in time.
+   * (`pools[].kvEvents`, given as `config`); resolves undefined when they cannot be had in time.
    */
   readonly blockKeysFor?: (
     pool: string,
+    config: PoolKvEvents,
     endpoint: Endpoint,
     body: RequestBody,
   ) => Promise<string[] | undefined>;
@@ -298,10 +300,11 @@ async function tryPool(
   const req = described.descriptor;
   // Asked for by admission only once no refusal it can make alone applies (it costs an engine call).
   const blockKeysFor = ctx.blockKeysFor;
+  const kvEvents = poolConfig?.prefixAffinity === 'off' ? undefined : poolConfig?.kvEvents;
   const options =
-    pool === undefined || blockKeysFor === undefined
+    pool === undefined || blockKeysFor === undefined || kvEvents === undefined
       ? undefined
-      : { promptBlockKeys: () => blockKeysFor(pool, a.endpoint, body) };
+      : { promptBlockKeys: () => blockKeysFor(pool, kvEvents, a.endpoint, body) };
   if (req.id !== a.requestId) record.schedulerId = req.id;
   record.inputTokens = req.inputTokens;
   if (tr?.recording === true) {

@@ -124,7 +124,7 @@ export class KvBlockIndex {
    * The longest run of `keys` (a prompt's block keys, first block first) that one of `candidates`
    * holds, with every candidate holding that run; undefined when none holds the first block.
    */
-  longest(keys: readonly string[], candidates: ReadonlySet<string>): KvBlockMatch | undefined {
+  longest(keys: readonly string[], candidates: { has(replica: string): boolean }): KvBlockMatch | undefined {
     const heldBy = (i: number): string[] => {
       const h = this.#holders.get(keys[i] as string);
       if (h === undefined) return [];

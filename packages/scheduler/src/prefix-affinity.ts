@@ -138,7 +138,7 @@ export class PrefixAffinity {
       return undefined;
     const fresh = new Map<string, ReplicaState>();
     for (const s of states) if (!s.stale) fresh.set(s.id, s);
-    const match = index.longest(keys, new Set(fresh.keys()));
+    const match = index.longest(keys, fresh);
     if (match === undefined) return undefined;
     let best: ReplicaState | undefined;
     for (const id of match.replicas) {

@@ -1,47 +1,12 @@
-import { createRng, type RequestDescriptor } from '@fairway/core';
-import { fcfsPolicy, placementByName } from '@fairway/policy';
-import { MemoryStore } from '@fairway/store';
 import { describe, expect, it } from 'vitest';
-import { runSimulation } from '../src/runner.ts';
+import { runUnderPredicted } from './support/under-predicted.ts';
 
-/** Requests predicted at 100 output tokens that generate 1,200: every prediction is far too short. */
-function underPredicted(n: number): RequestDescriptor[] {
-  return Array.from({ length: n }, (_, i) => ({
-    id: `r${i}`,
-    tenant: 't',
-    model: 'llama-2-7b',
-    sloClass: 'interactive',
-    inputTokens: 200,
-    maxTokens: 2000,
-    outputTokens: 1200,
-    arrivalMs: i * 250,
-  }));
-}
-
-async function run(repredict: boolean, sequences?: { timeIndexedKv: boolean }) {
-  const store = new MemoryStore();
-  const engines = ['e0', 'e1'].map((id) => ({
-    id,
-    config: { gpu: 'A100-80GB', model: 'llama-2-7b', kvCapacityTokens: 6000 },
-  }));
-  const result = await runSimulation({
-    scenario: 'repredict',
-    seed: 1,
-    durationS: 600,
-    engines,
-    arrivals: underPredicted(24),
-    ordering: fcfsPolicy(),
-    // Aladdin's best fit packs the fullest replica first.
-    placement: placementByName('aladdin', createRng(1)),
-    store,
-    reserve: 'predicted',
-    outputPredictor: () => 100,
+/** Two replicas; re-prediction on or off, with sequence reports (and their KV check) when given. */
+const run = (repredict: boolean, sequences?: { timeIndexedKv: boolean }) =>
+  runUnderPredicted('repredict', 2, {
     repredict,
     ...(sequences === undefined ? {} : { reportSequences: true, timeIndexedKv: sequences.timeIndexedKv }),
   });
-  for (const e of engines) expect(await store.reserved(e.id)).toEqual({ tokens: 0, seqs: 0 });
-  return result;
-}
 
 describe('simulation with Aladdin re-prediction (section 4.3)', () => {
   it('grows the reservations of outputs that outrun their prediction, so the engines preempt less', async () => {

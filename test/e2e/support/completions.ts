@@ -1,3 +1,4 @@
+import { engineMetric } from './chat.ts';
 import type { FairwayProcess } from './processes.ts';
 
 /** A streamed completion under way: output tokens so far, when its first token came and when it ended. */
@@ -157,4 +158,25 @@ export async function chatAnswer(
     cachedTokens: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
     promptTokens: body.usage.prompt_tokens,
   };
+}
+
+/**
+ * Runs `send` (one request to a fleet of `engineUrls`) and returns its result with the index of
+ * the engine that served it: the one whose finished-request count (`vllm:request_success_total`)
+ * rose, which an engine counts as the answer leaves (waited for up to 5 s).
+ */
+export async function servedBy<T>(
+  engineUrls: readonly string[],
+  send: () => Promise<T>,
+): Promise<T & { engine: number }> {
+  const finished = () => Promise.all(engineUrls.map((u) => engineMetric(u, 'vllm:request_success_total')));
+  const before = await finished();
+  const result = await send();
+  for (let deadline = Date.now() + 5000; ; ) {
+    const after = await finished();
+    const engine = after.findIndex((n, i) => n > (before[i] ?? 0));
+    if (engine >= 0) return { ...result, engine };
+    if (Date.now() > deadline) throw new Error('no engine counted the request');
+    await new Promise((r) => setTimeout(r, 20));
+  }
 }
