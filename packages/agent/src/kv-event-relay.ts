@@ -1,7 +1,7 @@
 import type { Bus, KvEvents } from '@fairway/bus';
 import { type Clock, kvBlockKey, type Logger, LogThrottle, silentLogger } from '@fairway/core';
 import { decode } from '@msgpack/msgpack';
-import type { Subscriber } from 'zeromq';
+import type { Dealer, Subscriber } from 'zeromq';
 
 /** One event of a `kvEvents` bus message. */
 type BusEvent = KvEvents['events'][number];
@@ -10,6 +10,10 @@ type BusEvent = KvEvents['events'][number];
 const MAX_KEYS = 4096;
 /** Most events in one bus message (the `kvEvents` schema's bound). */
 const MAX_EVENTS = 256;
+/** Longest wait for a replay, from the request to its end marker, ms. */
+export const KV_REPLAY_TIMEOUT_MS = 1000;
+/** Most batches asked of one replay (vLLM keeps 10,000 by default). */
+const MAX_REPLAYED = 10_000n;
 
 /** A ZMQ endpoint of KV cache events: `tcp://host:port` or `ipc://path`. */
 export const KV_EVENTS_ENDPOINT = /^(tcp:\/\/(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}|ipc:\/\/\S+)$/u;
@@ -48,6 +52,11 @@ export interface KvEventRelayOptions {
   readonly bind?: boolean;
   /** The engine's `topic` (`--kv-events-config`). @default '' */
   readonly topic?: string;
+  /**
+   * The engine's replay endpoint (vLLM's `replay_endpoint`, a ROUTER it binds), to ask for the
+   * batches missed at start and in a gap. @default none: what was missed is cleared
+   */
+  readonly replayEndpoint?: string;
 }
 
 /**
@@ -60,6 +69,13 @@ export interface KvEventRelayOptions {
  * (ZMQ dropped messages, or the engine restarted) or when a batch cannot be read — the next
  * message begins with `cleared`, so receivers never keep blocks the engine may have evicted.
  *
+ * With the engine's replay endpoint, the relay asks it for the batches it missed (from seq 0 at
+ * start and after an engine restart, from the first one missed in a gap) before it relays the
+ * batch that showed the gap. A gap replayed whole is relayed without `cleared`; otherwise the
+ * message begins with `cleared` and carries the replayed batches after the last one still
+ * missing: at start, whatever the engine still keeps of its history. A replay that does not end
+ * within {@link KV_REPLAY_TIMEOUT_MS} counts as missing.
+ *
  * Both of vLLM's encodings are read: events as tagged arrays (`["BlockStored", hashes, …]`) and as
  * maps with a `type` field; fields past the ones used are ignored. Events of another medium than
  * the GPU (offloading tiers) or another KV cache group than the first are skipped, and so are
@@ -71,6 +87,8 @@ export class KvEventRelay {
   readonly #logger: Logger;
   readonly #throttle = new LogThrottle();
   #socket: Subscriber | undefined;
+  /** Asks the engine's replay endpoint; made at the first replay, dropped after one that failed. */
+  #replay: Dealer | undefined;
   #loop: Promise<void> | undefined;
   /** The seq of the engine's last message, to see one skipped. */
   #engineSeq: bigint | undefined;
@@ -118,6 +136,8 @@ export class KvEventRelay {
     const socket = this.#socket;
     if (!socket) return;
     this.#socket = undefined;
+    this.#replay?.close();
+    this.#replay = undefined;
     // Closing alone releases a bound address later, in ZMQ's I/O thread; unbinding releases it now.
     if (this.#opts.bind)
       await socket.unbind(socket.lastEndpoint ?? this.#opts.endpoint).catch(() => undefined);
@@ -133,14 +153,15 @@ export class KvEventRelay {
 
   async #receive(socket: Subscriber): Promise<void> {
     try {
-      for await (const frames of socket) this.#relay(frames);
+      // One batch at a time: a replay is relayed before the batch that asked for it.
+      for await (const frames of socket) await this.#relay(frames);
     } catch (err) {
       if (!socket.closed)
         this.#warn('receive', { err: (err as Error).message }, 'agent: KV events socket failed');
     }
   }
 
-  #relay(frames: readonly Buffer[]): void {
+  async #relay(frames: readonly Buffer[]): Promise<void> {
     const [topic, seqFrame, payload] = frames;
     // SUB sockets match topics by prefix; another topic that starts with this one is not ours.
     if (topic === undefined || topic.toString('utf8') !== this.#topic) return;
@@ -150,12 +171,21 @@ export class KvEventRelay {
       return;
     }
     const seq = seqFrame.readBigInt64BE();
-    if (this.#engineSeq !== undefined && seq !== this.#engineSeq + 1n) {
-      this.#lost = true;
-      this.#logger.info(
-        { expected: String(this.#engineSeq + 1n), got: String(seq) },
-        'agent: KV events skipped',
-      );
+    const last = this.#engineSeq;
+    let replayed: BusEvent[] = [];
+    if (last === undefined || seq !== last + 1n) {
+      // At start or after an engine restart (its seq went back) the whole history was missed.
+      const from = last === undefined || seq <= last ? 0n : last + 1n;
+      if (last !== undefined) {
+        this.#lost = true;
+        this.#logger.info({ expected: String(last + 1n), got: String(seq) }, 'agent: KV events skipped');
+      }
+      if (this.#opts.replayEndpoint !== undefined && seq > from) {
+        const got = await this.#replayed(from, seq);
+        replayed = got.events;
+        // A gap replayed whole leaves nothing missing; the first batch of a relay always clears.
+        if (got.from === from && last !== undefined && seq > last) this.#lost = false;
+      }
     }
     this.#engineSeq = seq;
     const read = readBatch(payload);
@@ -164,9 +194,66 @@ export class KvEventRelay {
       this.#warn('undecodable', { seq: String(seq) }, 'agent: KV events batch unreadable');
       return;
     }
-    const events = this.#lost && read[0]?.[0] !== 'cleared' ? [['cleared'] as BusEvent, ...read] : read;
+    const all = replayed.length === 0 ? read : [...replayed, ...read];
+    const events = this.#lost && all[0]?.[0] !== 'cleared' ? [['cleared'] as BusEvent, ...all] : all;
     this.#lost = false;
     for (let i = 0; i < events.length; i += MAX_EVENTS) this.#publish(events.slice(i, i + MAX_EVENTS));
+  }
+
+  /**
+   * The events of the batches `from` … `until − 1` the engine still keeps, asked of its replay
+   * endpoint: those after the last batch missing or unreadable, and the seq they start at
+   * (`until` when none is left).
+   */
+  async #replayed(from: bigint, until: bigint): Promise<{ from: bigint; events: BusEvent[] }> {
+    const ask = until - from > MAX_REPLAYED ? until - MAX_REPLAYED : from;
+    const batches = new Map<bigint, Uint8Array>();
+    let dealer = this.#replay;
+    try {
+      if (dealer === undefined) {
+        const { Dealer } = await import('zeromq');
+        const endpoint = this.#opts.replayEndpoint as string;
+        dealer = new Dealer({
+          linger: 0,
+          sendTimeout: KV_REPLAY_TIMEOUT_MS,
+          ipv6: endpoint.includes('['),
+        });
+        dealer.connect(endpoint);
+        this.#replay = dealer;
+      }
+      const start = Buffer.alloc(8);
+      start.writeBigUInt64BE(ask);
+      const deadline = this.#opts.clock.now() + KV_REPLAY_TIMEOUT_MS;
+      dealer.sendTimeout = KV_REPLAY_TIMEOUT_MS;
+      await dealer.send(['', start]);
+      for (;;) {
+        dealer.receiveTimeout = Math.max(1, Math.ceil(deadline - this.#opts.clock.now()));
+        const [, seqFrame, payload] = await dealer.receive();
+        if (seqFrame?.length !== 8 || payload === undefined) throw new Error('malformed replay message');
+        const seq = seqFrame.readBigInt64BE();
+        if (seq === -1n) break;
+        if (seq >= ask && seq < until) batches.set(seq, payload);
+      }
+    } catch (err) {
+      // Late answers to this request must not be read as answers to the next one.
+      if (dealer !== undefined && this.#replay === dealer) {
+        dealer.close();
+        this.#replay = undefined;
+      }
+      if (this.#socket !== undefined)
+        this.#warn('replay', { err: (err as Error).message }, 'agent: KV events replay failed');
+    }
+    // Back from the batch before `until` to the first missing or unreadable one.
+    const runs: BusEvent[][] = [];
+    let first = until;
+    for (let s = until - 1n; s >= ask; s--) {
+      const payload = batches.get(s);
+      const read = payload === undefined ? undefined : readBatch(payload);
+      if (read === undefined) break;
+      runs.push(read);
+      first = s;
+    }
+    return { from: first, events: runs.reverse().flat() };
   }
 
   #publish(events: BusEvent[]): void {

@@ -63,8 +63,8 @@ describe('KV cache events relayed by the node agent', () => {
   }
 
   /** Sends one completion and resolves with the block keys of its prompt's full blocks. */
-  async function complete(url: string): Promise<string[]> {
-    const body = { prompt: Array.from({ length: 40 }, (_, i) => `relay ${i}`).join(' ') };
+  async function complete(url: string, word = 'relay'): Promise<string[]> {
+    const body = { prompt: Array.from({ length: 40 }, (_, i) => `${word} ${i}`).join(' ') };
     const tokens = (await post(`${url}/tokenize`, body)).tokens as number[];
     await post(`${url}/v1/completions`, { ...body, max_tokens: 1 });
     return kvBlockKeys(tokens, 16, SEED);
@@ -97,15 +97,21 @@ describe('KV cache events relayed by the node agent', () => {
     expect(messages[0]!.events).toEqual([['cleared'], ['stored', keys]]);
   });
 
-  it('fairway agent --kv-events-endpoint relays the events of the engine at that endpoint', async () => {
+  it('fairway agent --kv-events-endpoint relays the events of the engine at that endpoint, and --kv-events-replay-endpoint those from before it started', async () => {
     const sim = await startEngineSim({
       speed: 50,
       enablePrefixCaching: true,
       prefixCachingHashAlgo: 'sha256_cbor',
       env: { PYTHONHASHSEED: SEED },
-      kvEventsConfig: { enable_kv_cache_events: true, endpoint: 'tcp://127.0.0.1:*', topic: 'kv' },
+      kvEventsConfig: {
+        enable_kv_cache_events: true,
+        endpoint: 'tcp://127.0.0.1:*',
+        topic: 'kv',
+        replay_endpoint: 'tcp://127.0.0.1:*',
+      },
     });
     cleanup.push(() => sim.close());
+    const before = await complete(sim.url, 'earlier');
     const { registration, messages } = await run([
       'agent',
       '--engine-url',
@@ -118,12 +124,14 @@ describe('KV cache events relayed by the node agent', () => {
       sim.kvEvents!.endpoint,
       '--kv-events-topic',
       'kv',
+      '--kv-events-replay-endpoint',
+      sim.kvEvents!.replayEndpoint!,
     ]);
     await new Promise((r) => setTimeout(r, 500));
     const keys = await complete(sim.url);
     await waitFor(() => messages.length > 0, 10_000, 'kvEvents on the bus');
     expect(messages[0]).toMatchObject({ replicaId: 'agent-kv', epoch: registration.epoch, seq: 0 });
-    expect(messages[0]!.events).toEqual([['cleared'], ['stored', keys]]);
+    expect(messages[0]!.events).toEqual([['cleared'], ['stored', before], ['stored', keys]]);
   });
 
   it('fairway agent refuses a wildcard --kv-events-endpoint with exit code 2, before connecting to anything', async () => {
@@ -144,5 +152,31 @@ describe('KV cache events relayed by the node agent', () => {
     expect(r.stderr).toMatch(
       /^error: --kv-events-endpoint: tcp:\/\/\*:5557 is a wildcard address the agent cannot connect to/,
     );
+  });
+
+  it.each([
+    ['without --kv-events-endpoint', [], /needs --kv-events-endpoint/],
+    [
+      'on a wildcard address',
+      ['--kv-events-endpoint', 'tcp://127.0.0.1:5557'],
+      /must be a ZMQ endpoint the agent can connect to/,
+    ],
+  ])('fairway agent refuses --kv-events-replay-endpoint %s with exit code 2', async (_, extra, message) => {
+    const r = await fairway(
+      'agent',
+      '--engine-url',
+      'http://127.0.0.1:8000',
+      '--replica-id',
+      'x',
+      '--model',
+      'm',
+      ...extra,
+      '--kv-events-replay-endpoint',
+      'tcp://*:5558',
+      '--nats-url',
+      'nats://127.0.0.1:1',
+    );
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(message);
   });
 });
