@@ -14,6 +14,8 @@ const MAX_EVENTS = 256;
 export const KV_REPLAY_TIMEOUT_MS = 1000;
 /** Most batches asked of one replay (vLLM keeps 10,000 by default). */
 const MAX_REPLAYED = 10_000n;
+/** Most bytes of batches one replay holds; past it the oldest give way. */
+const MAX_REPLAYED_BYTES = 64 * 1024 * 1024;
 
 /** A ZMQ endpoint of KV cache events: `tcp://host:port` or `ipc://path`. */
 export const KV_EVENTS_ENDPOINT = /^(tcp:\/\/(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}|ipc:\/\/\S+)$/u;
@@ -207,7 +209,9 @@ export class KvEventRelay {
    */
   async #replayed(from: bigint, until: bigint): Promise<{ from: bigint; events: BusEvent[] }> {
     const ask = until - from > MAX_REPLAYED ? until - MAX_REPLAYED : from;
+    // In seq order, as the engine answers.
     const batches = new Map<bigint, Uint8Array>();
+    let bytes = 0;
     let dealer = this.#replay;
     try {
       if (dealer === undefined) {
@@ -232,7 +236,14 @@ export class KvEventRelay {
         if (seqFrame?.length !== 8 || payload === undefined) throw new Error('malformed replay message');
         const seq = seqFrame.readBigInt64BE();
         if (seq === -1n) break;
-        if (seq >= ask && seq < until) batches.set(seq, payload);
+        if (seq < ask || seq >= until || batches.has(seq)) continue;
+        batches.set(seq, payload);
+        bytes += payload.length;
+        for (const [oldest, kept] of batches) {
+          if (bytes <= MAX_REPLAYED_BYTES) break;
+          batches.delete(oldest);
+          bytes -= kept.length;
+        }
       }
     } catch (err) {
       // Late answers to this request must not be read as answers to the next one.
