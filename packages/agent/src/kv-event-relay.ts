@@ -96,6 +96,8 @@ export class KvEventRelay {
   #engineSeq: bigint | undefined;
   /** Events may have been missed: the next message begins with `cleared`. */
   #lost = true;
+  /** The last seq of the history replayed at start, while live messages up to it may still come. */
+  #historyEnd: bigint | undefined;
   #seq = 0;
 
   constructor(options: KvEventRelayOptions) {
@@ -130,6 +132,7 @@ export class KvEventRelay {
     this.#socket = socket;
     this.#engineSeq = undefined;
     this.#lost = true;
+    this.#historyEnd = undefined;
     this.#loop = this.#receive(socket);
   }
 
@@ -155,6 +158,7 @@ export class KvEventRelay {
 
   async #receive(socket: Subscriber): Promise<void> {
     try {
+      if (this.#opts.replayEndpoint !== undefined) await this.#relayHistory(socket);
       // One batch at a time: a replay is relayed before the batch that asked for it.
       for await (const frames of socket) await this.#relay(frames);
     } catch (err) {
@@ -173,6 +177,11 @@ export class KvEventRelay {
       return;
     }
     const seq = seqFrame.readBigInt64BE();
+    if (this.#historyEnd !== undefined) {
+      // Published while the history was replayed, and in it.
+      if (seq <= this.#historyEnd) return;
+      this.#historyEnd = undefined;
+    }
     const last = this.#engineSeq;
     let replayed: BusEvent[] = [];
     if (last === undefined || seq !== last + 1n) {
@@ -203,15 +212,34 @@ export class KvEventRelay {
   }
 
   /**
-   * The events of the batches `from` … `until − 1` the engine still keeps, asked of its replay
-   * endpoint: those after the last batch missing or unreadable, and the seq they start at
-   * (`until` when none is left).
+   * At start, before the first live batch: the engine's history as its replay endpoint still
+   * keeps it, relayed after `cleared`, so that the blocks an idle engine holds are known at once.
    */
-  async #replayed(from: bigint, until: bigint): Promise<{ from: bigint; events: BusEvent[] }> {
-    const ask = until - from > MAX_REPLAYED ? until - MAX_REPLAYED : from;
+  async #relayHistory(socket: Subscriber): Promise<void> {
+    const got = await this.#replayed(0n);
+    if (this.#socket !== socket || got.until === undefined) return;
+    this.#engineSeq = got.until - 1n;
+    this.#historyEnd = this.#engineSeq;
+    const events: BusEvent[] = [['cleared'], ...got.events];
+    this.#lost = false;
+    for (let i = 0; i < events.length; i += MAX_EVENTS) this.#publish(events.slice(i, i + MAX_EVENTS));
+  }
+
+  /**
+   * The events of the batches `from` … `until − 1` (without `until`: all from `from` on) the engine
+   * still keeps, asked of its replay endpoint: those after the last batch missing or unreadable,
+   * the seq they start at (`until` when none is left), and `until` (without it: one past the last
+   * batch answered; undefined when none was).
+   */
+  async #replayed(
+    from: bigint,
+    until?: bigint,
+  ): Promise<{ from: bigint; until: bigint | undefined; events: BusEvent[] }> {
+    const ask = until !== undefined && until - from > MAX_REPLAYED ? until - MAX_REPLAYED : from;
     // In seq order, as the engine answers.
     const batches = new Map<bigint, Uint8Array>();
     let bytes = 0;
+    let end = until ?? -1n;
     let dealer = this.#replay;
     try {
       if (dealer === undefined) {
@@ -236,11 +264,12 @@ export class KvEventRelay {
         if (seqFrame?.length !== 8 || payload === undefined) throw new Error('malformed replay message');
         const seq = seqFrame.readBigInt64BE();
         if (seq === -1n) break;
-        if (seq < ask || seq >= until || batches.has(seq)) continue;
+        if (seq < ask || (until !== undefined && seq >= until) || batches.has(seq)) continue;
         batches.set(seq, payload);
         bytes += payload.length;
+        if (seq >= end) end = seq + 1n;
         for (const [oldest, kept] of batches) {
-          if (bytes <= MAX_REPLAYED_BYTES) break;
+          if (bytes <= MAX_REPLAYED_BYTES && BigInt(batches.size) <= MAX_REPLAYED) break;
           batches.delete(oldest);
           bytes -= kept.length;
         }
@@ -254,17 +283,18 @@ export class KvEventRelay {
       if (this.#socket !== undefined)
         this.#warn('replay', { err: (err as Error).message }, 'agent: KV events replay failed');
     }
-    // Back from the batch before `until` to the first missing or unreadable one.
+    if (end < 0n) return { from, until: undefined, events: [] };
+    // Back from the batch before `end` to the first missing or unreadable one.
     const runs: BusEvent[][] = [];
-    let first = until;
-    for (let s = until - 1n; s >= ask; s--) {
+    let first = end;
+    for (let s = end - 1n; s >= ask; s--) {
       const payload = batches.get(s);
       const read = payload === undefined ? undefined : readBatch(payload);
       if (read === undefined) break;
       runs.push(read);
       first = s;
     }
-    return { from: first, events: runs.reverse().flat() };
+    return { from: first, until: end, events: runs.reverse().flat() };
   }
 
   #publish(events: BusEvent[]): void {
