@@ -102,19 +102,11 @@ describe('KvEventRelay', () => {
     for (const c of cleanup.splice(0).reverse()) await c();
   });
 
-  /**
-   * A relay from a fake engine to a memory bus, once the first (empty) batch came through; with
-   * `replays`, the relay asks the engine's replay endpoint (`silent`: one nobody answers on).
-   */
-  async function relayed(
+  /** A started relay from `engine` (and its replay endpoint, if any) to a memory bus, and what it published. */
+  async function relayOf(
+    engine: FakeEngine,
     bind = false,
-    replays: 'no' | 'served' | 'silent' = 'no',
-  ): Promise<{ engine: FakeEngine; relay: KvEventRelay; messages: KvEvents[] }> {
-    const engine = new FakeEngine();
-    await engine.open(bind);
-    if (replays === 'served') await engine.serveReplays();
-    if (replays === 'silent') engine.replayEndpoint = `tcp://127.0.0.1:${await freePort()}`;
-    cleanup.push(() => engine.close());
+  ): Promise<{ bus: MemoryBus; relay: KvEventRelay; messages: KvEvents[] }> {
     const bus = new MemoryBus();
     cleanup.push(() => bus.close());
     const messages: KvEvents[] = [];
@@ -133,6 +125,23 @@ describe('KvEventRelay', () => {
     });
     await relay.start();
     cleanup.push(() => relay.stop());
+    return { bus, relay, messages };
+  }
+
+  /**
+   * A relay from a fake engine to a memory bus, once the first (empty) batch came through; with
+   * `replays`, the relay asks the engine's replay endpoint (`silent`: one nobody answers on).
+   */
+  async function relayed(
+    bind = false,
+    replays: 'no' | 'served' | 'silent' = 'no',
+  ): Promise<{ engine: FakeEngine; relay: KvEventRelay; messages: KvEvents[] }> {
+    const engine = new FakeEngine();
+    await engine.open(bind);
+    if (replays === 'served') await engine.serveReplays();
+    if (replays === 'silent') engine.replayEndpoint = `tcp://127.0.0.1:${await freePort()}`;
+    cleanup.push(() => engine.close());
+    const { bus, relay, messages } = await relayOf(engine, bind);
     // Empty batches until the subscription has reached the engine: the first relayed one says
     // only that the replica's cache is to be forgotten.
     await waitFor(
@@ -243,39 +252,16 @@ describe('KvEventRelay', () => {
     expect(messages[2]!.events).toEqual([['cleared'], ['stored', [key(2)]], ['stored', [key(3)]]]);
   });
 
-  it("relays at start what the engine's history still holds, after clearing", async () => {
+  it("relays at start, from an idle engine, what the engine's history still holds, after clearing", async () => {
     const engine = new FakeEngine();
     await engine.open();
     await engine.serveReplays();
     cleanup.push(() => engine.close());
-    // Published before any relay listened.
+    // Published before any relay listened; the engine then sends nothing.
     await engine.send([0, [stored([hash(1), hash(2)])]]);
     await engine.send([0, [removed([hash(1)])]]);
-    const bus = new MemoryBus();
-    cleanup.push(() => bus.close());
-    const messages: KvEvents[] = [];
-    bus.subscribe('kvEvents', (m) => {
-      messages.push(m);
-    });
-    const relay = new KvEventRelay({
-      bus,
-      clock: systemClock,
-      replicaId: 'gpu-1',
-      epoch: 'run-2',
-      endpoint: engine.endpoint,
-      topic: 'kv',
-      replayEndpoint: engine.replayEndpoint!,
-    });
-    await relay.start();
-    cleanup.push(() => relay.stop());
-    await waitFor(
-      async () => {
-        await engine.send([0, []]);
-        return messages.length > 0;
-      },
-      5000,
-      'the relay to subscribe',
-    );
+    const { messages } = await relayOf(engine);
+    await waitFor(() => messages.length > 0, 5000, 'the history relayed');
     expect(messages[0]!.events).toEqual([['cleared'], ['stored', [key(1), key(2)]], ['removed', [key(1)]]]);
   });
 

@@ -136,49 +136,39 @@ describe('KV cache events relayed by the node agent', () => {
     expect(messages[1]!.events).toEqual([['stored', keys]]);
   });
 
-  it('fairway agent refuses a wildcard --kv-events-endpoint with exit code 2, before connecting to anything', async () => {
-    const r = await fairway(
-      'agent',
-      '--engine-url',
-      'http://127.0.0.1:8000',
-      '--replica-id',
-      'x',
-      '--model',
-      'm',
-      '--kv-events-endpoint',
-      'tcp://*:5557',
-      '--nats-url',
-      'nats://127.0.0.1:1',
-    );
-    expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(
-      /^error: --kv-events-endpoint: tcp:\/\/\*:5557 is a wildcard address the agent cannot connect to/,
-    );
-  });
-
   it.each([
-    ['without --kv-events-endpoint', [], /needs --kv-events-endpoint/],
     [
-      'on a wildcard address',
-      ['--kv-events-endpoint', 'tcp://127.0.0.1:5557'],
-      /must be a ZMQ endpoint the agent can connect to/,
+      'a wildcard --kv-events-endpoint',
+      ['--kv-events-endpoint', 'tcp://*:5557'],
+      /^error: --kv-events-endpoint: tcp:\/\/\*:5557 is a wildcard address the agent cannot connect to/,
     ],
-  ])('fairway agent refuses --kv-events-replay-endpoint %s with exit code 2', async (_, extra, message) => {
-    const r = await fairway(
-      'agent',
-      '--engine-url',
-      'http://127.0.0.1:8000',
-      '--replica-id',
-      'x',
-      '--model',
-      'm',
-      ...extra,
-      '--kv-events-replay-endpoint',
-      'tcp://*:5558',
-      '--nats-url',
-      'nats://127.0.0.1:1',
-    );
-    expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(message);
-  });
+    [
+      '--kv-events-replay-endpoint without --kv-events-endpoint',
+      ['--kv-events-replay-endpoint', 'tcp://127.0.0.1:5558'],
+      /^error: --kv-events-replay-endpoint: needs --kv-events-endpoint/,
+    ],
+    [
+      'a wildcard --kv-events-replay-endpoint',
+      ['--kv-events-endpoint', 'tcp://127.0.0.1:5557', '--kv-events-replay-endpoint', 'tcp://*:5558'],
+      /^error: --kv-events-replay-endpoint: must be a ZMQ endpoint the agent can connect to/,
+    ],
+  ])(
+    'fairway agent refuses %s with exit code 2, before connecting to anything',
+    async (_, flags, message) => {
+      const r = await fairway(
+        'agent',
+        '--engine-url',
+        'http://127.0.0.1:8000',
+        '--replica-id',
+        'x',
+        '--model',
+        'm',
+        ...flags,
+        '--nats-url',
+        'nats://127.0.0.1:1',
+      );
+      expect(r.code).toBe(2);
+      expect(r.stderr).toMatch(message);
+    },
+  );
 });
