@@ -71,12 +71,13 @@ export interface KvEventRelayOptions {
  * (ZMQ dropped messages, or the engine restarted) or when a batch cannot be read — the next
  * message begins with `cleared`, so receivers never keep blocks the engine may have evicted.
  *
- * With the engine's replay endpoint, the relay asks it for the batches it missed (from seq 0 at
- * start and after an engine restart, from the first one missed in a gap) before it relays the
- * batch that showed the gap. A gap replayed whole is relayed without `cleared`; otherwise the
- * message begins with `cleared` and carries the replayed batches after the last one still
- * missing: at start, whatever the engine still keeps of its history. A replay that does not end
- * within {@link KV_REPLAY_TIMEOUT_MS} counts as missing.
+ * With the engine's replay endpoint, the relay asks it for what it missed: at start, before any
+ * live batch, the whole history the engine still keeps (relayed after `cleared`, so the blocks
+ * even an idle engine holds are known at once; live batches it already carried are skipped); in
+ * a gap or after an engine restart (its seq went back), the batches missed, before the batch
+ * that showed it. A gap replayed whole is relayed without `cleared`; otherwise the message begins
+ * with `cleared` and carries the replayed batches after the last one still missing. A replay that
+ * does not end within {@link KV_REPLAY_TIMEOUT_MS} counts as missing.
  *
  * Both of vLLM's encodings are read: events as tagged arrays (`["BlockStored", hashes, …]`) and as
  * maps with a `type` field; fields past the ones used are ignored. Events of another medium than
