@@ -66,6 +66,8 @@ const STREAM_NOT_FOUND = 10059;
 const STREAM_NAME_IN_USE = 10058;
 /** JetStream's API error code for "insufficient resources" (e.g. more replicas than servers). */
 const INSUFFICIENT_RESOURCES = 10023;
+/** Most admin events read by direct gets in one catch-up (see `subscribeAdminEvents`). */
+const MAX_DIRECT_GETS = 1000;
 
 /** Limits of the admin-event stream. */
 export interface AdminStreamOptions {
@@ -395,6 +397,34 @@ export class NatsBus implements Bus {
     // elect a leader, and a request sent before then waits out its whole timeout: short waits
     // first resume within a second or two of the election, not in steps of the default 5 s.
     let failedStarts = 0;
+    /** Applies the stream's message `seq` once, in order; `next` moves past it either way. */
+    const apply = async (seq: number, subject: string, data: Uint8Array): Promise<void> => {
+      if (seq < next) return;
+      next = seq + 1;
+      const rec = this.#decodeAdmin(subject, seq, data);
+      if (!rec) return;
+      // Awaited on purpose: admin events must be applied one at a time, in order.
+      try {
+        await handler(rec, { subject });
+      } catch (err) {
+        this.#logger.error({ kind: 'admin', subject, err: errorText(err) }, 'bus: handler failed');
+      }
+    };
+    // While no consumer can be started — JetStream's meta leader is being elected after a server
+    // died, and a consumer needs it — the events from `next` on are read one at a time with direct
+    // gets, which any current replica of the stream answers (the stream allows them), so admin
+    // changes published meanwhile still apply within a retry.
+    const catchUp = async (): Promise<void> => {
+      const jsm = await jetstreamManager(this.#nc, { timeout: 1000, checkAPI: false });
+      for (let n = 0; n < MAX_DIRECT_GETS && !stopped && !this.#closed; n++) {
+        const m = await jsm.direct.getMessage(this.#subjects.adminStream, {
+          seq: next,
+          next_by_subj: this.#subjects.adminPattern,
+        });
+        if (m === null || m.seq < next) return;
+        await apply(m.seq, m.subject, m.data);
+      }
+    };
     const follow = async (): Promise<void> => {
       const js = jetstream(this.#nc, { timeout: Math.min(5000, 1000 * 2 ** failedStarts) });
       failedStarts++;
@@ -412,21 +442,7 @@ export class NatsBus implements Bus {
             break;
           }
       })().catch(() => undefined);
-      for await (const m of messages) {
-        if (m.seq < next) continue;
-        next = m.seq + 1;
-        const rec = this.#decodeAdmin(m.subject, m.seq, m.data);
-        if (!rec) continue;
-        // Awaited on purpose: admin events must be applied one at a time, in order.
-        try {
-          await handler(rec, { subject: m.subject });
-        } catch (err) {
-          this.#logger.error(
-            { kind: 'admin', subject: m.subject, err: errorText(err) },
-            'bus: handler failed',
-          );
-        }
-      }
+      for await (const m of messages) await apply(m.seq, m.subject, m.data);
     };
     // Follows until unsubscribed or closed: a consumer that ends or fails is started again from
     // `next` after a short pause; a reconnect restarts it at once (its old server may be gone).
@@ -436,8 +452,10 @@ export class NatsBus implements Bus {
         try {
           await follow();
         } catch (err) {
-          if (!stopped && !this.#closed)
+          if (!stopped && !this.#closed) {
             this.#logger.warn({ err: errorText(err), next }, 'bus: admin subscription interrupted; resuming');
+            await catchUp().catch(() => undefined);
+          }
         }
         if (stopped || this.#closed) break;
         await new Promise<void>((resolve) => {
@@ -553,6 +571,8 @@ export class NatsBus implements Bus {
             max_age: (this.#adminOptions.maxAgeMs ?? 0) * 1_000_000,
             max_msgs: this.#adminOptions.maxMsgs ?? -1,
             num_replicas: replicas,
+            // Any replica answers reads by sequence, without the stream's or JetStream's leader.
+            allow_direct: true,
           });
         try {
           await add(wanted).catch(async (err: unknown) => {
@@ -575,6 +595,11 @@ export class NatsBus implements Bus {
         );
       } else {
         this.#warnIfForgetful(existing);
+        if (existing.allow_direct !== true)
+          this.#logger.info(
+            { stream: name },
+            'bus: the admin stream does not allow direct gets, so dispatchers wait for a consumer to read it after a NATS server dies; allow them with `nats stream edit --allow-direct`',
+          );
         if (this.#nc.info?.cluster !== undefined && (existing.num_replicas ?? 1) < 3)
           this.#logger.warn(
             { stream: name, replicas: existing.num_replicas },
