@@ -157,9 +157,10 @@ describe('fairway on a three-server NATS cluster', () => {
         20_000,
         'an admin event accepted by the two servers left',
       );
-      // A dispatcher follows the stream again once the survivors have elected JetStream's meta
-      // leader too (a new consumer needs it): NATS's Raft elections take 4-9 s a round, and a
-      // split vote or a starved host adds rounds.
+      // A dispatcher whose consumer died reads the new event by direct gets after its next
+      // failed attempt to start one (JetStream waits of up to 5 s), and follows the stream again
+      // once the survivors have elected JetStream's meta leader too: NATS's Raft elections take
+      // 4-9 s a round, and a split vote or a starved host adds rounds.
       for (const d of dispatchers)
         await waitFor(async () => (await call(d, after)) === 200, 30_000, 'the new key');
       await new Promise((r) => setTimeout(r, 1000));
