@@ -1,5 +1,6 @@
 import { type Logger, redactUrls, silentLogger } from '@fairway/core';
 import {
+  type Consumer,
   DeliverPolicy,
   JetStreamApiError,
   type JetStreamClient,
@@ -66,7 +67,7 @@ const STREAM_NOT_FOUND = 10059;
 const STREAM_NAME_IN_USE = 10058;
 /** JetStream's API error code for "insufficient resources" (e.g. more replicas than servers). */
 const INSUFFICIENT_RESOURCES = 10023;
-/** Most admin events read by direct gets in one catch-up (see `subscribeAdminEvents`). */
+/** Most admin events one catch-up by direct gets reads (see `#directAdmin`). */
 const MAX_DIRECT_GETS = 1000;
 
 /** Limits of the admin-event stream. */
@@ -359,7 +360,21 @@ export class NatsBus implements Bus {
     const start = Math.max(1, fromSeq);
     if (info.state.messages === 0 || last < start) return [];
     const out: AdminEventRecord[] = [];
-    const consumer = await this.#jetstream().consumers.get(stream, startAt(start));
+    let consumer: Consumer;
+    try {
+      consumer = await this.#jetstream().consumers.get(stream, startAt(start));
+    } catch (err) {
+      // No consumer now (JetStream's meta leader being elected): the same events by direct gets.
+      this.#logger.warn(
+        { err: errorText(err) },
+        'bus: no consumer for the admin history; reading it by direct gets',
+      );
+      for await (const m of this.#directAdmin(start, last)) {
+        const rec = this.#decodeAdmin(m.subject, m.seq, m.data);
+        if (rec) out.push(rec);
+      }
+      return out;
+    }
     const messages = await consumer.consume();
     try {
       for await (const m of messages) {
@@ -371,6 +386,29 @@ export class NatsBus implements Bus {
       messages.stop();
     }
     return out;
+  }
+
+  /**
+   * The admin stream's messages from `from` through `last` (without it: up to
+   * {@link MAX_DIRECT_GETS} of them, those there are now), read one at a time by direct gets,
+   * which any current replica of the stream answers without the stream's or JetStream's leader
+   * (the stream allows them).
+   */
+  async *#directAdmin(
+    from: number,
+    last?: number,
+  ): AsyncGenerator<{ seq: number; subject: string; data: Uint8Array }> {
+    const jsm = await jetstreamManager(this.#nc, { timeout: 1000, checkAPI: false });
+    const end = last ?? from + MAX_DIRECT_GETS - 1;
+    for (let seq = from; seq <= end && !this.#closed; ) {
+      const m = await jsm.direct.getMessage(this.#subjects.adminStream, {
+        seq,
+        next_by_subj: this.#subjects.adminPattern,
+      });
+      if (m === null || m.seq < seq || m.seq > end) return;
+      yield { seq: m.seq, subject: m.subject, data: m.data };
+      seq = m.seq + 1;
+    }
   }
 
   async subscribeAdminEvents(
@@ -411,17 +449,11 @@ export class NatsBus implements Bus {
       }
     };
     // While no consumer can be started — JetStream's meta leader is being elected after a server
-    // died, and a consumer needs it — the events from `next` on are read one at a time with direct
-    // gets, which any current replica of the stream answers (the stream allows them), so admin
+    // died, and a consumer needs it — the events from `next` on are read by direct gets, so admin
     // changes published meanwhile still apply within a retry.
     const catchUp = async (): Promise<void> => {
-      const jsm = await jetstreamManager(this.#nc, { timeout: 1000, checkAPI: false });
-      for (let n = 0; n < MAX_DIRECT_GETS && !stopped && !this.#closed; n++) {
-        const m = await jsm.direct.getMessage(this.#subjects.adminStream, {
-          seq: next,
-          next_by_subj: this.#subjects.adminPattern,
-        });
-        if (m === null || m.seq < next) return;
+      for await (const m of this.#directAdmin(next)) {
+        if (stopped) return;
         await apply(m.seq, m.subject, m.data);
       }
     };

@@ -8,9 +8,10 @@ import { waitFor } from './helpers.ts';
 
 /**
  * A subscriber that cannot start a JetStream consumer — as while a NATS cluster elects its meta
- * leader after a server died — still applies the admin events, in order and once each, read from
- * the stream by direct gets. Here the consumer is refused by a real nats-server's permissions: the
- * `reader` user may look the stream up and get its messages by sequence, nothing more.
+ * leader after a server died — still replays and applies the admin events, in order and once
+ * each, read from the stream by direct gets. Here the consumer is refused by a real
+ * nats-server's permissions: the `reader` user may look the stream up and get its messages by
+ * sequence, nothing more.
  */
 describe('NatsBus admin events without a consumer', () => {
   let nats: TestServer;
@@ -79,4 +80,16 @@ authorization {
     ]);
     expect(seen[2]?.subject).toBe(`${prefix}.admin.tenantDelete`);
   }, 60_000);
+
+  it("replays the stream's history by direct gets, as a starting dispatcher reads it", async () => {
+    const writer = await connect('writer');
+    const first = await writer.publishAdminEvent({ type: 'tenantUpsert', at: 4, tenant: { id: 'c' } });
+    await writer.publishAdminEvent({ type: 'tenantDelete', at: 5, tenantId: 'c' });
+    const reader = await connect('reader');
+    const replayed = await reader.replayAdminEvents(first);
+    expect(replayed.map((r) => [r.seq, r.event.type])).toEqual([
+      [first, 'tenantUpsert'],
+      [first + 1, 'tenantDelete'],
+    ]);
+  }, 30_000);
 });
