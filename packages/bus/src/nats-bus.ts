@@ -369,10 +369,20 @@ export class NatsBus implements Bus {
         { err: errorText(err) },
         'bus: no consumer for the admin history; reading it by direct gets',
       );
+      let read = start - 1;
       for await (const m of this.#directAdmin(start, last)) {
+        read = m.seq;
         const rec = this.#decodeAdmin(m.subject, m.seq, m.data);
         if (rec) out.push(rec);
       }
+      // A replica that answered without the end is behind: starting on part of the history would
+      // authenticate and limit unlike the other dispatchers.
+      if (read < last)
+        throw new BusError(
+          BusErrorCode.SETUP_FAILED,
+          `admin history read up to ${read} of ${last} by direct gets, and no consumer can be started: ${errorText(err)}`,
+          { cause: err },
+        );
       return out;
     }
     const messages = await consumer.consume();
