@@ -35,10 +35,6 @@ const optionsSchema = z
       .optional(),
     kvEventsTopic: z.string().default(''),
     kvEventsBind: z.boolean().default(false),
-    kvEventsReplayEndpoint: z
-      .string()
-      .regex(KV_EVENTS_ENDPOINT, 'must be a ZMQ endpoint such as tcp://127.0.0.1:5558 or ipc:///path')
-      .optional(),
   })
   .superRefine((o, ctx) => {
     if (o.kvEventsEndpoint !== undefined && !o.kvEventsBind && isWildcardKvEventsEndpoint(o.kvEventsEndpoint))
@@ -105,11 +101,6 @@ export interface NodeAgentOptions {
    * wildcard, which vLLM connects its publisher to. @default false
    */
   readonly kvEventsBind?: boolean;
-  /**
-   * The engine's KV events replay endpoint (vLLM's `replay_endpoint`, as this host reaches it):
-   * batches the relay missed are asked of it. @default none: what was missed is cleared
-   */
-  readonly kvEventsReplayEndpoint?: string;
   /** Arguments that make the engine serve `model` (full swap). @default {@link argsWithModel} on the process's arguments */
   readonly swapArgs?: (model: string, extra: readonly string[], current: readonly string[]) => string[];
 }
@@ -202,9 +193,6 @@ export class NodeAgent {
             endpoint,
             topic: this.#opts.kvEventsTopic,
             bind: this.#opts.kvEventsBind,
-            ...(this.#opts.kvEventsReplayEndpoint === undefined
-              ? {}
-              : { replayEndpoint: this.#opts.kvEventsReplayEndpoint }),
           });
   }
 

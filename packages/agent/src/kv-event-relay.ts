@@ -1,7 +1,7 @@
 import type { Bus, KvEvents } from '@fairway/bus';
 import { type Clock, kvBlockKey, type Logger, LogThrottle, silentLogger } from '@fairway/core';
 import { decode } from '@msgpack/msgpack';
-import type { Dealer, Subscriber } from 'zeromq';
+import type { Subscriber } from 'zeromq';
 
 /** One event of a `kvEvents` bus message. */
 type BusEvent = KvEvents['events'][number];
@@ -10,12 +10,6 @@ type BusEvent = KvEvents['events'][number];
 const MAX_KEYS = 4096;
 /** Most events in one bus message (the `kvEvents` schema's bound). */
 const MAX_EVENTS = 256;
-/** Longest wait for a replay, from the request to its end marker, ms. */
-export const KV_REPLAY_TIMEOUT_MS = 1000;
-/** Most batches asked of one replay (vLLM keeps 10,000 by default). */
-const MAX_REPLAYED = 10_000n;
-/** Most bytes of batches one replay holds; past it the oldest give way. */
-const MAX_REPLAYED_BYTES = 64 * 1024 * 1024;
 
 /** A ZMQ endpoint of KV cache events: `tcp://host:port` or `ipc://path`. */
 export const KV_EVENTS_ENDPOINT = /^(tcp:\/\/(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}|ipc:\/\/\S+)$/u;
@@ -54,11 +48,6 @@ export interface KvEventRelayOptions {
   readonly bind?: boolean;
   /** The engine's `topic` (`--kv-events-config`). @default '' */
   readonly topic?: string;
-  /**
-   * The engine's replay endpoint (vLLM's `replay_endpoint`, a ROUTER it binds), to ask for the
-   * batches missed at start and in a gap. @default none: what was missed is cleared
-   */
-  readonly replayEndpoint?: string;
 }
 
 /**
@@ -71,14 +60,6 @@ export interface KvEventRelayOptions {
  * (ZMQ dropped messages, or the engine restarted) or when a batch cannot be read — the next
  * message begins with `cleared`, so receivers never keep blocks the engine may have evicted.
  *
- * With the engine's replay endpoint, the relay asks it for what it missed: at start, before any
- * live batch, the whole history the engine still keeps (relayed after `cleared`, so the blocks
- * even an idle engine holds are known at once; live batches it already carried are skipped); in
- * a gap or after an engine restart (its seq went back), the batches missed, before the batch
- * that showed it. A gap replayed whole is relayed without `cleared`; otherwise the message begins
- * with `cleared` and carries the replayed batches after the last one still missing. A replay that
- * does not end within {@link KV_REPLAY_TIMEOUT_MS} counts as missing.
- *
  * Both of vLLM's encodings are read: events as tagged arrays (`["BlockStored", hashes, …]`) and as
  * maps with a `type` field; fields past the ones used are ignored. Events of another medium than
  * the GPU (offloading tiers) or another KV cache group than the first are skipped, and so are
@@ -90,15 +71,11 @@ export class KvEventRelay {
   readonly #logger: Logger;
   readonly #throttle = new LogThrottle();
   #socket: Subscriber | undefined;
-  /** Asks the engine's replay endpoint; made at the first replay, dropped after one that failed. */
-  #replay: Dealer | undefined;
   #loop: Promise<void> | undefined;
   /** The seq of the engine's last message, to see one skipped. */
   #engineSeq: bigint | undefined;
   /** Events may have been missed: the next message begins with `cleared`. */
   #lost = true;
-  /** The last seq of the history replayed at start, while live messages up to it may still come. */
-  #historyEnd: bigint | undefined;
   #seq = 0;
 
   constructor(options: KvEventRelayOptions) {
@@ -133,7 +110,6 @@ export class KvEventRelay {
     this.#socket = socket;
     this.#engineSeq = undefined;
     this.#lost = true;
-    this.#historyEnd = undefined;
     this.#loop = this.#receive(socket);
   }
 
@@ -142,8 +118,6 @@ export class KvEventRelay {
     const socket = this.#socket;
     if (!socket) return;
     this.#socket = undefined;
-    this.#replay?.close();
-    this.#replay = undefined;
     // Closing alone releases a bound address later, in ZMQ's I/O thread; unbinding releases it now.
     if (this.#opts.bind)
       await socket.unbind(socket.lastEndpoint ?? this.#opts.endpoint).catch(() => undefined);
@@ -159,16 +133,14 @@ export class KvEventRelay {
 
   async #receive(socket: Subscriber): Promise<void> {
     try {
-      if (this.#opts.replayEndpoint !== undefined) await this.#relayHistory(socket);
-      // One batch at a time: a replay is relayed before the batch that asked for it.
-      for await (const frames of socket) await this.#relay(frames);
+      for await (const frames of socket) this.#relay(frames);
     } catch (err) {
       if (!socket.closed)
         this.#warn('receive', { err: (err as Error).message }, 'agent: KV events socket failed');
     }
   }
 
-  async #relay(frames: readonly Buffer[]): Promise<void> {
+  #relay(frames: readonly Buffer[]): void {
     const [topic, seqFrame, payload] = frames;
     // SUB sockets match topics by prefix; another topic that starts with this one is not ours.
     if (topic === undefined || topic.toString('utf8') !== this.#topic) return;
@@ -178,26 +150,12 @@ export class KvEventRelay {
       return;
     }
     const seq = seqFrame.readBigInt64BE();
-    if (this.#historyEnd !== undefined) {
-      // Published while the history was replayed, and in it.
-      if (seq <= this.#historyEnd) return;
-      this.#historyEnd = undefined;
-    }
-    const last = this.#engineSeq;
-    let replayed: BusEvent[] = [];
-    if (last === undefined || seq !== last + 1n) {
-      // At start or after an engine restart (its seq went back) the whole history was missed.
-      const from = last === undefined || seq <= last ? 0n : last + 1n;
-      if (last !== undefined) {
-        this.#lost = true;
-        this.#logger.info({ expected: String(last + 1n), got: String(seq) }, 'agent: KV events skipped');
-      }
-      if (this.#opts.replayEndpoint !== undefined && seq > from) {
-        const got = await this.#replayed(from, seq);
-        replayed = got.events;
-        // A gap replayed whole leaves nothing missing; the first batch of a relay always clears.
-        if (got.from === from && last !== undefined && seq > last) this.#lost = false;
-      }
+    if (this.#engineSeq !== undefined && seq !== this.#engineSeq + 1n) {
+      this.#lost = true;
+      this.#logger.info(
+        { expected: String(this.#engineSeq + 1n), got: String(seq) },
+        'agent: KV events skipped',
+      );
     }
     this.#engineSeq = seq;
     const read = readBatch(payload);
@@ -206,96 +164,9 @@ export class KvEventRelay {
       this.#warn('undecodable', { seq: String(seq) }, 'agent: KV events batch unreadable');
       return;
     }
-    const all = replayed.length === 0 ? read : [...replayed, ...read];
-    const events = this.#lost && all[0]?.[0] !== 'cleared' ? [['cleared'] as BusEvent, ...all] : all;
+    const events = this.#lost && read[0]?.[0] !== 'cleared' ? [['cleared'] as BusEvent, ...read] : read;
     this.#lost = false;
     for (let i = 0; i < events.length; i += MAX_EVENTS) this.#publish(events.slice(i, i + MAX_EVENTS));
-  }
-
-  /**
-   * At start, before the first live batch: the engine's history as its replay endpoint still
-   * keeps it, relayed after `cleared`, so that the blocks an idle engine holds are known at once.
-   */
-  async #relayHistory(socket: Subscriber): Promise<void> {
-    const got = await this.#replayed(0n);
-    if (this.#socket !== socket || got.until === undefined) return;
-    this.#engineSeq = got.until - 1n;
-    this.#historyEnd = this.#engineSeq;
-    const events: BusEvent[] = [['cleared'], ...got.events];
-    this.#lost = false;
-    for (let i = 0; i < events.length; i += MAX_EVENTS) this.#publish(events.slice(i, i + MAX_EVENTS));
-  }
-
-  /**
-   * The events of the batches `from` … `until − 1` (without `until`: all from `from` on) the engine
-   * still keeps, asked of its replay endpoint: those after the last batch missing or unreadable,
-   * the seq they start at (`until` when none is left), and `until` (without it: one past the last
-   * batch answered; undefined when none was).
-   */
-  async #replayed(
-    from: bigint,
-    until?: bigint,
-  ): Promise<{ from: bigint; until: bigint | undefined; events: BusEvent[] }> {
-    const ask = until !== undefined && until - from > MAX_REPLAYED ? until - MAX_REPLAYED : from;
-    // In seq order, as the engine answers.
-    const batches = new Map<bigint, Uint8Array>();
-    let bytes = 0;
-    let end = until ?? -1n;
-    let dealer = this.#replay;
-    try {
-      if (dealer === undefined) {
-        const { Dealer } = await import('zeromq');
-        const endpoint = this.#opts.replayEndpoint as string;
-        dealer = new Dealer({
-          linger: 0,
-          sendTimeout: KV_REPLAY_TIMEOUT_MS,
-          ipv6: endpoint.includes('['),
-        });
-        dealer.connect(endpoint);
-        this.#replay = dealer;
-      }
-      const start = Buffer.alloc(8);
-      start.writeBigUInt64BE(ask);
-      const deadline = this.#opts.clock.now() + KV_REPLAY_TIMEOUT_MS;
-      dealer.sendTimeout = KV_REPLAY_TIMEOUT_MS;
-      await dealer.send(['', start]);
-      for (;;) {
-        dealer.receiveTimeout = Math.max(1, Math.ceil(deadline - this.#opts.clock.now()));
-        const [, seqFrame, payload] = await dealer.receive();
-        if (seqFrame?.length !== 8 || payload === undefined) throw new Error('malformed replay message');
-        const seq = seqFrame.readBigInt64BE();
-        if (seq === -1n) break;
-        if (seq < ask || (until !== undefined && seq >= until) || batches.has(seq)) continue;
-        batches.set(seq, payload);
-        bytes += payload.length;
-        if (seq >= end) end = seq + 1n;
-        for (const [oldest, kept] of batches) {
-          if (bytes <= MAX_REPLAYED_BYTES && BigInt(batches.size) <= MAX_REPLAYED) break;
-          batches.delete(oldest);
-          bytes -= kept.length;
-        }
-      }
-    } catch (err) {
-      // Late answers to this request must not be read as answers to the next one.
-      if (dealer !== undefined && this.#replay === dealer) {
-        dealer.close();
-        this.#replay = undefined;
-      }
-      if (this.#socket !== undefined)
-        this.#warn('replay', { err: (err as Error).message }, 'agent: KV events replay failed');
-    }
-    if (end < 0n) return { from, until: undefined, events: [] };
-    // Back from the batch before `end` to the first missing or unreadable one.
-    const runs: BusEvent[][] = [];
-    let first = end;
-    for (let s = end - 1n; s >= ask; s--) {
-      const payload = batches.get(s);
-      const read = payload === undefined ? undefined : readBatch(payload);
-      if (read === undefined) break;
-      runs.push(read);
-      first = s;
-    }
-    return { from: first, until: end, events: runs.reverse().flat() };
   }
 
   #publish(events: BusEvent[]): void {

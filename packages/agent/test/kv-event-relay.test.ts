@@ -5,7 +5,7 @@ import { startEngineSim } from '@fairway/engine-sim';
 import { freePort, waitFor } from '@fairway/testkit';
 import { encode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Publisher, Router } from 'zeromq';
+import { Publisher } from 'zeromq';
 import { KvEventRelay, localKvEventsEndpoint, NodeAgent } from '../src/index.ts';
 
 /** A 32-byte block hash whose last byte is `n` (its block key ends in `n`'s hex). */
@@ -38,41 +38,6 @@ class FakeEngine {
   readonly socket = new Publisher({ linger: 0 });
   endpoint = '';
   seq = 0n;
-  /** The replay endpoint, once {@link serveReplays} bound it. */
-  replayEndpoint: string | undefined;
-  /** Batches a replay answers with, by seq: every one sent or lost, until forgotten. */
-  readonly kept = new Map<bigint, Uint8Array>();
-  #router: Router | undefined;
-
-  /** Binds a ROUTER that answers replay requests as vLLM does, from {@link kept}. */
-  async serveReplays(): Promise<void> {
-    const router = new Router({ linger: 0 });
-    this.#router = router;
-    this.replayEndpoint = `tcp://127.0.0.1:${await freePort()}`;
-    await router.bind(this.replayEndpoint);
-    void (async () => {
-      for await (const [client, , start] of router) {
-        const from = start!.readBigUInt64BE();
-        for (const [seq, payload] of [...this.kept].sort(([a], [b]) => (a < b ? -1 : 1))) {
-          if (seq < from) continue;
-          const seqBytes = Buffer.alloc(8);
-          seqBytes.writeBigInt64BE(seq);
-          await router.send([client!, '', seqBytes, payload]);
-        }
-        await router.send([client!, '', Buffer.alloc(8, 0xff), '']);
-      }
-    })().catch(() => undefined);
-  }
-
-  /** A batch the engine made under the next seq whose message never reached the relay. */
-  lose(payload: unknown): void {
-    this.kept.set(this.seq++, encode(payload, { useBigInt64: true }));
-  }
-
-  close(): void {
-    this.socket.close();
-    this.#router?.close();
-  }
 
   /** Binds a free port (`connect` false), or picks one to connect to once the relay binds it. */
   async open(connect = false): Promise<void> {
@@ -91,7 +56,6 @@ class FakeEngine {
     const seqBytes = Buffer.alloc(8);
     seqBytes.writeBigInt64BE(seq);
     const body = options.raw ?? encode(payload, { useBigInt64: true });
-    this.kept.set(seq, body);
     await this.socket.send([options.topic ?? 'kv', seqBytes, body]);
   }
 }
@@ -102,11 +66,13 @@ describe('KvEventRelay', () => {
     for (const c of cleanup.splice(0).reverse()) await c();
   });
 
-  /** A started relay from `engine` (and its replay endpoint, if any) to a memory bus, and what it published. */
-  async function relayOf(
-    engine: FakeEngine,
+  /** A relay from a fake engine to a memory bus, once the first (empty) batch came through. */
+  async function relayed(
     bind = false,
-  ): Promise<{ bus: MemoryBus; relay: KvEventRelay; messages: KvEvents[] }> {
+  ): Promise<{ engine: FakeEngine; relay: KvEventRelay; messages: KvEvents[] }> {
+    const engine = new FakeEngine();
+    await engine.open(bind);
+    cleanup.push(() => engine.socket.close());
     const bus = new MemoryBus();
     cleanup.push(() => bus.close());
     const messages: KvEvents[] = [];
@@ -121,27 +87,9 @@ describe('KvEventRelay', () => {
       endpoint: engine.endpoint,
       topic: 'kv',
       bind,
-      ...(engine.replayEndpoint === undefined ? {} : { replayEndpoint: engine.replayEndpoint }),
     });
     await relay.start();
     cleanup.push(() => relay.stop());
-    return { bus, relay, messages };
-  }
-
-  /**
-   * A relay from a fake engine to a memory bus, once the first (empty) batch came through; with
-   * `replays`, the relay asks the engine's replay endpoint (`silent`: one nobody answers on).
-   */
-  async function relayed(
-    bind = false,
-    replays: 'no' | 'served' | 'silent' = 'no',
-  ): Promise<{ engine: FakeEngine; relay: KvEventRelay; messages: KvEvents[] }> {
-    const engine = new FakeEngine();
-    await engine.open(bind);
-    if (replays === 'served') await engine.serveReplays();
-    if (replays === 'silent') engine.replayEndpoint = `tcp://127.0.0.1:${await freePort()}`;
-    cleanup.push(() => engine.close());
-    const { bus, relay, messages } = await relayOf(engine, bind);
     // Empty batches until the subscription has reached the engine: the first relayed one says
     // only that the replica's cache is to be forgotten.
     await waitFor(
@@ -219,63 +167,6 @@ describe('KvEventRelay', () => {
       [3, [['cleared'], ['stored', [key(3)]]]],
       [4, [['cleared'], ['stored', [key(5)]]]],
       [5, [['removed', [key(5)]]]],
-    ]);
-  });
-
-  it("asks the engine's replay endpoint for a gap and relays it whole, without clearing", async () => {
-    const { engine, messages } = await relayed(false, 'served');
-    await engine.send([0, [stored([hash(1)])]]);
-    engine.lose([0, [stored([hash(2)], hash(1))]]);
-    engine.lose([0, [removed([hash(1)])]]);
-    await engine.send([0, [stored([hash(3)])]]);
-    await waitFor(() => messages.length >= 3, 5000, 'the batches relayed');
-    expect(messages.slice(1).map((m) => m.events)).toEqual([
-      [['stored', [key(1)]]],
-      [
-        ['stored', [key(2)]],
-        ['removed', [key(1)]],
-        ['stored', [key(3)]],
-      ],
-    ]);
-  });
-
-  it('clears a gap the engine no longer keeps whole, then relays the part it kept', async () => {
-    const { engine, messages } = await relayed(false, 'served');
-    await engine.send([0, [stored([hash(1)])]]);
-    const forgotten = engine.seq;
-    engine.lose([0, [removed([hash(1)])]]);
-    engine.lose([0, [stored([hash(2)])]]);
-    // The engine's replay buffer has moved past the first batch missed.
-    engine.kept.delete(forgotten);
-    await engine.send([0, [stored([hash(3)])]]);
-    await waitFor(() => messages.length >= 3, 5000, 'the batches relayed');
-    expect(messages[2]!.events).toEqual([['cleared'], ['stored', [key(2)]], ['stored', [key(3)]]]);
-  });
-
-  it("relays at start, from an idle engine, what the engine's history still holds, after clearing", async () => {
-    const engine = new FakeEngine();
-    await engine.open();
-    await engine.serveReplays();
-    cleanup.push(() => engine.close());
-    // Published before any relay listened; the engine then sends nothing.
-    await engine.send([0, [stored([hash(1), hash(2)])]]);
-    await engine.send([0, [removed([hash(1)])]]);
-    const { messages } = await relayOf(engine);
-    await waitFor(() => messages.length > 0, 5000, 'the history relayed');
-    expect(messages[0]!.events).toEqual([['cleared'], ['stored', [key(1), key(2)]], ['removed', [key(1)]]]);
-  });
-
-  it('clears when the replay endpoint does not answer, and goes on relaying', async () => {
-    const { engine, messages } = await relayed(false, 'silent');
-    await engine.send([0, [stored([hash(1)])]]);
-    engine.lose([0, [stored([hash(2)])]]);
-    await engine.send([0, [stored([hash(3)])]]);
-    await engine.send([0, [stored([hash(4)])]]);
-    await waitFor(() => messages.length >= 4, 5000, 'the batches relayed');
-    expect(messages.slice(1).map((m) => m.events)).toEqual([
-      [['stored', [key(1)]]],
-      [['cleared'], ['stored', [key(3)]]],
-      [['stored', [key(4)]]],
     ]);
   });
 
@@ -370,67 +261,6 @@ describe('NodeAgent with kvEventsEndpoint', () => {
       await agent.stop();
       await engine.close();
       if (simOpen) await sim.close();
-      await bus.close();
-    }
-  });
-
-  it("knows, from the engine's replay endpoint, the blocks the engine cached before the agent started", async () => {
-    const seed = '7';
-    const sim = await startEngineSim({
-      speed: 50,
-      enablePrefixCaching: true,
-      prefixCachingHashAlgo: 'sha256_cbor',
-      env: { PYTHONHASHSEED: seed },
-      kvEventsConfig: {
-        enable_kv_cache_events: true,
-        endpoint: 'tcp://127.0.0.1:*',
-        replay_endpoint: 'tcp://127.0.0.1:*',
-      },
-    });
-    const engine = new VllmClient({ url: sim.url });
-    const bus = new MemoryBus();
-    const messages: KvEvents[] = [];
-    bus.subscribe('kvEvents', (m) => {
-      messages.push(m);
-    });
-    /** Runs a prompt through the engine; its full blocks' keys. */
-    const cache = async (word: string): Promise<string[]> => {
-      const body = { prompt: Array.from({ length: 50 }, (_, i) => `${word} ${i}`).join(' ') };
-      const post = (path: string, b: unknown) =>
-        fetch(`${sim.url}${path}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(b),
-        });
-      const { tokens } = (await (await post('/tokenize', body)).json()) as { tokens: number[] };
-      await (await post('/v1/completions', { ...body, max_tokens: 1 })).arrayBuffer();
-      return kvBlockKeys(tokens, 16, seed);
-    };
-    const agent = new NodeAgent({
-      bus,
-      engine,
-      clock: systemClock,
-      replicaId: 'gpu-node-2',
-      pool: 'llama',
-      model: sim.servedModelName,
-      heartbeatIntervalMs: 50,
-      kvEventsEndpoint: sim.kvEvents!.endpoint,
-      kvEventsReplayEndpoint: sim.kvEvents!.replayEndpoint!,
-    });
-    try {
-      const before = await cache('cedar');
-      await agent.start();
-      // The engine is idle: its history comes from the replay, at once.
-      await waitFor(() => messages.length > 0, 5000, 'the history relayed');
-      expect(messages[0]!.events).toEqual([['cleared'], ['stored', before]]);
-      await new Promise((r) => setTimeout(r, 500));
-      const after = await cache('maple');
-      await waitFor(() => messages.length > 1, 5000, 'the new blocks relayed');
-      expect(messages.slice(1).map((m) => m.events)).toEqual([[['stored', after]]]);
-    } finally {
-      await agent.stop();
-      await engine.close();
-      await sim.close();
       await bus.close();
     }
   });

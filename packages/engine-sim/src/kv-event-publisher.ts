@@ -1,7 +1,7 @@
 import { type Clock, type Logger, LogThrottle, silentLogger, systemClock } from '@fairway/core';
 import type { PrefixCacheListener } from '@fairway/perf';
 import { Encoder } from '@msgpack/msgpack';
-import type { Publisher, Router } from 'zeromq';
+import type { Publisher } from 'zeromq';
 import { bindsEndpoint, type KvEventsConfig } from './kv-events-config.ts';
 
 /** A block hash on the wire: 32 bytes, or the integer of its low 64 bits. */
@@ -39,19 +39,12 @@ export interface KvEventPublisherOptions {
   readonly logger?: Logger;
 }
 
-/** The seq that ends a replay: -1 as 8 bytes, big-endian (vLLM's `END_SEQ`). */
-const END_SEQ = Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
-
 /**
  * Publishes the engine's KV cache events as vLLM's `ZmqEventPublisher` does: a ZMQ PUB socket
  * whose messages are `[topic, seq (8 bytes, big-endian, from 0), msgpack KVEventBatch]`, one batch
  * per engine step that stored or evicted blocks. The prefix cache reports blocks by hash
  * ({@link listener}); the token ids a `BlockStored` carries come from the prompts of the requests
  * in the engine ({@link track}). A failed send is logged and the engine carries on.
- *
- * With `replay_endpoint`, a ZMQ ROUTER bound there replays the last `buffer_steps` batches sent:
- * a request `['', start seq (8 bytes, big-endian)]` is answered with `['', seq, batch]` for every
- * kept batch from `start` on, then `['', -1, '']`.
  */
 export class KvEventPublisher {
   /** Where the socket is bound (with the port it got) or connected. */
@@ -63,11 +56,6 @@ export class KvEventPublisher {
   /** Whether the socket is bound at {@link endpoint}, else connected to it. */
   readonly bound: boolean;
   readonly #socket: Publisher;
-  readonly #replay: Router | undefined;
-  /** The batches sent last, for replay: a ring of at most `buffer_steps`, oldest at {@link #head}. */
-  readonly #buffer: { readonly seq: Buffer; readonly payload: Uint8Array }[] = [];
-  #head = 0;
-  #replaying: Promise<void> = Promise.resolve();
   readonly #opts: KvEventPublisherOptions;
   readonly #clock: Clock;
   readonly #logger: Logger;
@@ -85,20 +73,8 @@ export class KvEventPublisher {
   #sending: Promise<void> = Promise.resolve();
   #closed = false;
 
-  /** Where the replay socket is bound (with the port it got); undefined without `replay_endpoint`. */
-  readonly replayEndpoint: string | undefined;
-
-  private constructor(
-    socket: Publisher,
-    endpoint: string,
-    bound: boolean,
-    replay: Router | undefined,
-    opts: KvEventPublisherOptions,
-  ) {
+  private constructor(socket: Publisher, endpoint: string, bound: boolean, opts: KvEventPublisherOptions) {
     this.#socket = socket;
-    this.#replay = replay;
-    this.replayEndpoint = replay === undefined ? undefined : (replay.lastEndpoint ?? undefined);
-    if (replay !== undefined) this.#replaying = this.#serveReplays(replay);
     this.endpoint = endpoint;
     this.bound = bound;
     this.topic = opts.config.topic;
@@ -113,44 +89,24 @@ export class KvEventPublisher {
 
   /**
    * Opens the PUB socket at `config.endpoint`: bound when the endpoint has a wildcard or is
-   * `ipc://`, connected to otherwise (vLLM's rule); and the ROUTER bound at `replay_endpoint`, when
-   * given. Rejects when an endpoint cannot be bound.
+   * `ipc://`, connected to otherwise (vLLM's rule). Rejects when the endpoint cannot be bound.
    */
   static async open(opts: KvEventPublisherOptions): Promise<KvEventPublisher> {
-    const { endpoint, hwm, replay_endpoint: replayAt } = opts.config;
+    const { endpoint, hwm } = opts.config;
     // Loaded here, so that an engine without KV events never loads the native ZeroMQ addon.
-    const { Publisher, Router } = await import('zeromq');
-    let replay: Router | undefined;
-    if (replayAt != null) {
-      replay = new Router({ linger: 0, ipv6: replayAt.includes('[') });
-      try {
-        await replay.bind(replayAt);
-      } catch (err) {
-        replay.close();
-        throw new Error(`cannot bind the KV events replay endpoint ${replayAt}: ${(err as Error).message}`, {
-          cause: err,
-        });
-      }
-    }
+    const { Publisher } = await import('zeromq');
     const socket = new Publisher({ sendHighWaterMark: hwm, linger: 0, ipv6: endpoint.includes('[') });
     try {
       if (bindsEndpoint(endpoint)) await socket.bind(endpoint);
       else socket.connect(endpoint);
     } catch (err) {
       socket.close();
-      replay?.close();
       throw new Error(`cannot open the KV events endpoint ${endpoint}: ${(err as Error).message}`, {
         cause: err,
       });
     }
     const bound = bindsEndpoint(endpoint);
-    return new KvEventPublisher(
-      socket,
-      bound ? (socket.lastEndpoint ?? endpoint) : endpoint,
-      bound,
-      replay,
-      opts,
-    );
+    return new KvEventPublisher(socket, bound ? (socket.lastEndpoint ?? endpoint) : endpoint, bound, opts);
   }
 
   /**
@@ -203,9 +159,7 @@ export class KvEventPublisher {
     // One send at a time: a ZMQ socket refuses a send while another is pending.
     this.#sending = this.#sending.then(async () => {
       try {
-        if (this.#closed) return;
-        await this.#socket.send([this.topic, seqBytes, payload]);
-        this.#keep(seqBytes, payload);
+        if (!this.#closed) await this.#socket.send([this.topic, seqBytes, payload]);
       } catch (err) {
         this.#warn('KV events batch not sent', { seq: Number(seq), err: (err as Error).message });
       } finally {
@@ -223,45 +177,6 @@ export class KvEventPublisher {
     // Closing alone releases a bound address later, in ZMQ's I/O thread; unbinding releases it now.
     if (this.bound) await this.#socket.unbind(this.endpoint).catch(() => undefined);
     this.#socket.close();
-    if (this.#replay !== undefined) {
-      if (this.replayEndpoint !== undefined)
-        await this.#replay.unbind(this.replayEndpoint).catch(() => undefined);
-      this.#replay.close();
-      await this.#replaying;
-    }
-  }
-
-  /** Keeps a sent batch for replay, the oldest making way past `buffer_steps`. */
-  #keep(seq: Buffer, payload: Uint8Array): void {
-    if (this.#replay === undefined) return;
-    const max = this.#opts.config.buffer_steps;
-    if (max === 0) return;
-    if (this.#buffer.length < max) this.#buffer.push({ seq, payload });
-    else {
-      this.#buffer[this.#head] = { seq, payload };
-      this.#head = (this.#head + 1) % max;
-    }
-  }
-
-  /** Answers replay requests one at a time until the socket closes. */
-  async #serveReplays(router: Router): Promise<void> {
-    try {
-      for await (const frames of router) {
-        const [client, delimiter, start] = frames;
-        if (frames.length !== 3 || client === undefined || delimiter?.length !== 0 || start?.length !== 8) {
-          this.#warn('KV events replay request malformed', { frames: frames.length });
-          continue;
-        }
-        const from = start.readBigUInt64BE();
-        // A copy: batches sent while this replay is under way do not shift it.
-        const kept = [...this.#buffer.slice(this.#head), ...this.#buffer.slice(0, this.#head)];
-        for (const b of kept)
-          if (b.seq.readBigUInt64BE() >= from) await router.send([client, '', b.seq, b.payload]);
-        await router.send([client, '', END_SEQ, '']);
-      }
-    } catch (err) {
-      if (!router.closed) this.#warn('KV events replay failed', { err: (err as Error).message });
-    }
   }
 
   #stored(hash: string, parent: string | undefined): void {

@@ -25,14 +25,8 @@ export const kvEventsConfigSchema = z
       .string()
       .regex(ENDPOINT, 'must be a ZMQ endpoint such as tcp://*:5557, tcp://127.0.0.1:5557 or ipc:///path')
       .default('tcp://*:5557'),
-    /**
-     * ZMQ endpoint of a ROUTER socket, always bound, that replays the last `buffer_steps` batches
-     * to a subscriber that missed some. @default none
-     */
-    replay_endpoint: z
-      .string()
-      .regex(ENDPOINT, 'must be a ZMQ endpoint such as tcp://*:5558 or ipc:///path')
-      .nullish(),
+    /** ROUTER endpoint that replays missed batches in vLLM; accepted, not served by engine-sim. */
+    replay_endpoint: z.string().min(1).nullish(),
     /** Batches kept for replay. @default 10000 */
     buffer_steps: count.default(10_000),
     /** ZMQ send high-water mark of the PUB socket, messages. @default 100000 */

@@ -100,15 +100,9 @@ export interface EngineSimHandle {
   readonly traceparents: readonly string[];
   /**
    * Where the KV cache events are published (`--kv-events-config`), when they are: the ZMQ
-   * endpoint as bound (with the port it got; `bound`) or connected to, the topic, and the replay
-   * endpoint as bound when there is one.
+   * endpoint as bound (with the port it got; `bound`) or connected to, and the topic.
    */
-  readonly kvEvents?: {
-    readonly endpoint: string;
-    readonly topic: string;
-    readonly bound: boolean;
-    readonly replayEndpoint?: string;
-  };
+  readonly kvEvents?: { readonly endpoint: string; readonly topic: string; readonly bound: boolean };
   close(): Promise<void>;
 }
 
@@ -636,7 +630,6 @@ export async function startEngineSim(input: StartEngineSimOptions = {}): Promise
             endpoint: kvEvents.endpoint,
             topic: kvEvents.topic,
             bound: kvEvents.bound,
-            ...(kvEvents.replayEndpoint === undefined ? {} : { replayEndpoint: kvEvents.replayEndpoint }),
           },
         }),
     close: () => sim.close(),
@@ -660,6 +653,11 @@ async function openKvEvents(
     logger?.warn(
       'KV cache events are enabled without --enable-prefix-caching: no block is cached, so none is reported',
     );
+  if (config.replay_endpoint != null)
+    logger?.warn(
+      { replayEndpoint: config.replay_endpoint },
+      'engine-sim does not serve the KV events replay endpoint: a subscriber that misses a batch sees a gap in seq',
+    );
   const blocks = Math.floor(model.config.kvCapacityTokens / model.config.blockSize);
   const publisher = await KvEventPublisher.open({
     config,
@@ -670,7 +668,7 @@ async function openKvEvents(
   });
   model.watchCache(publisher.listener);
   logger?.info(
-    { endpoint: publisher.endpoint, replayEndpoint: publisher.replayEndpoint, topic: config.topic },
+    { endpoint: publisher.endpoint, topic: config.topic },
     'engine-sim publishing KV cache events',
   );
   return publisher;

@@ -2,7 +2,7 @@ import { ConfigError, kvBlockHashes } from '@fairway/core';
 import { freePort, waitFor } from '@fairway/testkit';
 import { decode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Dealer, Subscriber } from 'zeromq';
+import { Subscriber } from 'zeromq';
 import { runEngineSimCommand } from '../src/cli.ts';
 import { type EngineSimHandle, type StartEngineSimOptions, startEngineSim } from '../src/server.ts';
 
@@ -110,30 +110,6 @@ function chat(topic: string): Record<string, unknown> {
 /** The hashes of the `BlockStored` events, in order, as the bytes or integers on the wire. */
 function storedHashes(tap: EventTap): unknown[] {
   return tap.tagged('BlockStored').flatMap((e) => e[1] as unknown[]);
-}
-
-/** Asks a replay endpoint for the batches from `from` on, as a vLLM subscriber does; the seqs answered, -1 last. */
-async function replay(endpoint: string, from: bigint | Buffer): Promise<{ seq: bigint; batch: unknown }[]> {
-  const dealer = new Dealer({ linger: 0, receiveTimeout: 5000 });
-  dealer.connect(endpoint);
-  try {
-    const start = Buffer.alloc(8);
-    if (typeof from === 'bigint') start.writeBigUInt64BE(from);
-    await dealer.send(['', typeof from === 'bigint' ? start : from]);
-    const out: { seq: bigint; batch: unknown }[] = [];
-    for (;;) {
-      const [delimiter, seq, payload] = await dealer.receive();
-      expect(delimiter!.length).toBe(0);
-      const n = seq!.readBigInt64BE();
-      out.push({
-        seq: n,
-        batch: payload!.length === 0 ? undefined : decode(payload!, { useBigInt64: true }),
-      });
-      if (n === -1n) return out;
-    }
-  } finally {
-    dealer.close();
-  }
 }
 
 describe('engine-sim KV cache events', () => {
@@ -283,38 +259,6 @@ describe('engine-sim KV cache events', () => {
     const firstIds = (await post(`${sim.url}/tokenize`, prompts[0])).json.tokens as number[];
     const firstHex = kvBlockHashes(firstIds, BLOCK, SEED).map((h) => h.toString('hex'));
     expect(removedHex.some((h) => firstHex.includes(h))).toBe(true);
-  });
-
-  it('replays the batches it keeps (buffer_steps) from the seq asked for, then -1, on its replay endpoint', async () => {
-    const sim = await engine({
-      env: { PYTHONHASHSEED: SEED },
-      kvEventsConfig: {
-        enable_kv_cache_events: true,
-        endpoint: 'tcp://127.0.0.1:*',
-        replay_endpoint: 'tcp://127.0.0.1:*',
-        buffer_steps: 3,
-      },
-    });
-    const replayAt = sim.kvEvents!.replayEndpoint!;
-    expect(replayAt).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
-    const events = await tap(sim.kvEvents!.endpoint);
-    for (const topic of ['oak', 'elm', 'ash', 'yew', 'fir']) {
-      const r = await post(`${sim.url}/v1/chat/completions`, { ...chat(topic), max_tokens: 1 });
-      expect(r.status).toBe(200);
-    }
-    await waitFor(() => events.received.length >= 5, 5000, 'five batches published');
-    const published = events.received.map((m) => ({ seq: m.seq, batch: m.batch }));
-    const last = published[published.length - 1]!.seq;
-    // Only the last three batches are kept: asked from 0, those three come back as published.
-    expect(await replay(replayAt, 0n)).toEqual([...published.slice(-3), { seq: -1n, batch: undefined }]);
-    expect((await replay(replayAt, last)).map((m) => m.seq)).toEqual([last, -1n]);
-    expect((await replay(replayAt, last + 1n)).map((m) => m.seq)).toEqual([-1n]);
-    // A request that is no 8-byte seq is ignored, and the endpoint still answers the next one.
-    const dealer = new Dealer({ linger: 0 });
-    dealer.connect(replayAt);
-    await dealer.send(['', 'x']);
-    dealer.close();
-    expect((await replay(replayAt, last)).map((m) => m.seq)).toEqual([last, -1n]);
   });
 
   it('hashes with a random seed per process when PYTHONHASHSEED is unset', async () => {

@@ -44,8 +44,6 @@ export interface StartAgentOptions {
   readonly kvEventsTopic?: string;
   /** Bind the KV events endpoint for an engine that connects to it. @default false */
   readonly kvEventsBind?: boolean;
-  /** The engine's KV events replay endpoint, asked for missed batches when given. */
-  readonly kvEventsReplayEndpoint?: string;
 }
 
 /** A running node agent and the engine client it owns. */
@@ -75,7 +73,6 @@ export async function startAgent(o: StartAgentOptions): Promise<AgentHandle> {
     ...(o.kvEventsEndpoint !== undefined ? { kvEventsEndpoint: o.kvEventsEndpoint } : {}),
     ...(o.kvEventsTopic !== undefined ? { kvEventsTopic: o.kvEventsTopic } : {}),
     ...(o.kvEventsBind !== undefined ? { kvEventsBind: o.kvEventsBind } : {}),
-    ...(o.kvEventsReplayEndpoint !== undefined ? { kvEventsReplayEndpoint: o.kvEventsReplayEndpoint } : {}),
   });
   await agent.start();
   return {
@@ -123,7 +120,6 @@ interface AgentFlags extends NatsFlags {
   kvEventsEndpoint?: string;
   kvEventsTopic?: string;
   kvEventsBind?: boolean;
-  kvEventsReplayEndpoint?: string;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
 }
 
@@ -163,10 +159,6 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       '--kv-events-bind',
       'bind --kv-events-endpoint (e.g. tcp://*:5557) for an engine that connects its publisher to it (a vLLM endpoint without a wildcard)',
     )
-    .option(
-      '--kv-events-replay-endpoint <url>',
-      "the engine's KV events replay endpoint (vLLM --kv-events-config replay_endpoint) as this host reaches it, e.g. tcp://127.0.0.1:5558: batches missed at start or in a gap are asked of it instead of forgotten",
-    )
     .addOption(
       new Option('--log-level <level>', 'log level')
         .choices(['debug', 'info', 'warn', 'error', 'silent'])
@@ -183,16 +175,6 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
     if (kvEndpoint !== undefined && !flags.kvEventsBind && isWildcardKvEventsEndpoint(kvEndpoint))
       throw new UsageError([
         `--kv-events-endpoint: ${kvEndpoint} is a wildcard address the agent cannot connect to: give the engine host's address, e.g. tcp://127.0.0.1:5557 (or --kv-events-bind)`,
-      ]);
-    const replayAt = flags.kvEventsReplayEndpoint;
-    if (replayAt !== undefined && kvEndpoint === undefined)
-      throw new UsageError(['--kv-events-replay-endpoint: needs --kv-events-endpoint']);
-    if (
-      replayAt !== undefined &&
-      (!KV_EVENTS_ENDPOINT.test(replayAt) || isWildcardKvEventsEndpoint(replayAt))
-    )
-      throw new UsageError([
-        "--kv-events-replay-endpoint: must be a ZMQ endpoint the agent can connect to, e.g. tcp://127.0.0.1:5558 (the engine always binds it: give the engine host's address)",
       ]);
     const advertised = advertisedEngineUrl(flags.advertiseUrl, engineUrl, '--engine-url', logger);
     const bus = await NatsBus.connect({
@@ -224,7 +206,6 @@ export function registerAgentCommand(program: Command, io: CliIo, setCode: (code
       ...(flags.kvEventsEndpoint !== undefined ? { kvEventsEndpoint: flags.kvEventsEndpoint } : {}),
       ...(flags.kvEventsTopic !== undefined ? { kvEventsTopic: flags.kvEventsTopic } : {}),
       ...(flags.kvEventsBind === true ? { kvEventsBind: true } : {}),
-      ...(replayAt !== undefined ? { kvEventsReplayEndpoint: replayAt } : {}),
     });
     io.out(
       `fairway agent: replica ${flags.replicaId} (${flags.model}) at ${engineUrl}, registered as ${advertised.url}, on ${redactUrls(flags.natsUrl)}\n`,

@@ -80,9 +80,6 @@ export function registerEngineSimCommand(program: Command, io: CliIo, setCode: (
             : kvEvents.bound
               ? { kvEventsEndpoint: localKvEventsEndpoint(kvEvents.endpoint), kvEventsTopic: kvEvents.topic }
               : { kvEventsEndpoint: kvEvents.endpoint, kvEventsTopic: kvEvents.topic, kvEventsBind: true }),
-          ...(kvEvents?.replayEndpoint === undefined
-            ? {}
-            : { kvEventsReplayEndpoint: localKvEventsEndpoint(kvEvents.replayEndpoint) }),
           ...(flags.heartbeatMs !== undefined ? { heartbeatIntervalMs: Number(flags.heartbeatMs) } : {}),
         });
       } catch (err) {
