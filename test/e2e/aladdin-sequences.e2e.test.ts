@@ -15,7 +15,7 @@ import {
   startEngineSims,
   startServe,
   stopFleet,
-  untilServed,
+  untilEachServed,
 } from './support/processes.ts';
 
 /**
@@ -151,14 +151,7 @@ describe("Aladdin's time-indexed KV constraint across two dispatchers", () => {
       dispatchers.push(d.proc);
       operators.push(d.operatorUrl);
     }
-    for (const d of dispatchers)
-      await untilServed(d, async () => {
-        const s = stream(d.url, prompt('warm', 8), 1, 1);
-        return s.done.then(
-          () => 200,
-          () => 503,
-        );
-      });
+    await untilEachServed(dispatchers, 1, (d) => stream(d.url, prompt('warm', 8), 1, 1).done);
   }
 
   afterEach(async () => {
@@ -291,13 +284,7 @@ describe("Aladdin's decode-slack constraint (d) across two dispatchers", () => {
       dispatchers.push(d.proc);
       operators.push(d.operatorUrl);
     }
-    for (const d of dispatchers)
-      await untilServed(d, () =>
-        stream(d.url, prompt('warm', 8), 1, 1).done.then(
-          () => 200,
-          () => 503,
-        ),
-      );
+    await untilEachServed(dispatchers, 1, (d) => stream(d.url, prompt('warm', 8), 1, 1).done);
   }, 90_000);
 
   afterAll(() => stopFleet([...dispatchers, ...engines], nats, prefix), 60_000);

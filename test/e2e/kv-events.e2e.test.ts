@@ -5,7 +5,7 @@ import { freePort, startNatsServer, startRedisServer, type TestServer, uniquePre
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ChatAnswer, type ChatMessage, chatAnswer, servedBy } from './support/completions.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
-import { type FairwayProcess, startFairway, startServe, untilServed } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startServe, untilEachServed } from './support/processes.ts';
 
 /**
  * Placement by the engines' KV cache events, against a real fleet: three `fairway engine-sim`
@@ -56,43 +56,32 @@ describe('placement by the engines’ KV cache events across two dispatchers', (
     writeFileSync(configPath, CONFIG);
     const ports = await Promise.all([freePort(), freePort(), freePort()]);
     engines.push(
-      ...(await Promise.all(
-        ports.map((port, k) =>
-          startFairway(
-            [
-              'engine-sim',
-              '--port',
-              '0',
-              '--seed',
-              String(k + 1),
-              '--replica-id',
-              `sim-${k + 1}`,
-              '--speed',
-              '20',
-              '--enable-prefix-caching',
-              '--enable-prompt-tokens-details',
-              '--prefix-caching-hash-algo',
-              'sha256_cbor',
-              '--kv-events-config',
-              JSON.stringify({
-                enable_kv_cache_events: true,
-                publisher: 'zmq',
-                endpoint: `tcp://127.0.0.1:${port}`,
-                topic: 'kv-events',
-              }),
-              '--nats-url',
-              nats.url,
-              '--prefix',
-              prefix,
-              '--pool',
-              E2E_POOL,
-              '--log-level',
-              'warn',
-            ],
-            /listening on (http:\/\/\S+)/,
-            { PYTHONHASHSEED: SEED },
-          ),
-        ),
+      ...(await startEngineSims(
+        ports.length,
+        (k) => [
+          '--speed',
+          '20',
+          '--enable-prefix-caching',
+          '--enable-prompt-tokens-details',
+          '--prefix-caching-hash-algo',
+          'sha256_cbor',
+          '--kv-events-config',
+          JSON.stringify({
+            enable_kv_cache_events: true,
+            publisher: 'zmq',
+            endpoint: `tcp://127.0.0.1:${ports[k]}`,
+            topic: 'kv-events',
+          }),
+          '--nats-url',
+          nats.url,
+          '--prefix',
+          prefix,
+          '--pool',
+          E2E_POOL,
+          '--log-level',
+          'warn',
+        ],
+        { PYTHONHASHSEED: SEED },
       )),
     );
     for (const id of ['a', 'b'])
@@ -105,16 +94,11 @@ describe('placement by the engines’ KV cache events across two dispatchers', (
         ),
       );
     // Every dispatcher has heard all three replicas register.
-    for (const d of dispatchers)
-      for (let k = 0; k < 3; k++)
-        await untilServed(d.proc, async () => {
-          try {
-            await ask(d.proc.url, [{ role: 'user', content: `warm up ${k}` }]);
-            return 200;
-          } catch {
-            return 503;
-          }
-        });
+    await untilEachServed(
+      dispatchers.map((d) => d.proc),
+      3,
+      (d, k) => ask(d.url, [{ role: 'user', content: `warm up ${k}` }]),
+    );
   }, 90_000);
 
   afterAll(async () => {

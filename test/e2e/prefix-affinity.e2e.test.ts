@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric } from './support/chat.ts';
 import { type ChatAnswer, type ChatMessage, chatAnswer, servedBy } from './support/completions.ts';
 import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
-import { type FairwayProcess, startEngineSims, startServe, untilServed } from './support/processes.ts';
+import { type FairwayProcess, startEngineSims, startServe, untilEachServed } from './support/processes.ts';
 
 /**
  * Prefix-cache affinity across dispatchers, against a real fleet: three `fairway engine-sim`
@@ -90,16 +90,11 @@ describe('prefix-cache affinity across two dispatchers', () => {
     }
     redis = new Redis(redisServer.url);
     // Every dispatcher has heard all three replicas register (short prompts: no prefix keys).
-    for (const d of dispatchers)
-      for (let k = 0; k < 3; k++)
-        await untilServed(d.proc, async () => {
-          try {
-            await ask(d.proc.url, [{ role: 'user', content: `warm up ${k}` }]);
-            return 200;
-          } catch {
-            return 503;
-          }
-        });
+    await untilEachServed(
+      dispatchers.map((d) => d.proc),
+      3,
+      (d, k) => ask(d.url, [{ role: 'user', content: `warm up ${k}` }]),
+    );
     const deadline = Date.now() + 15_000;
     while ((await served()).some((n) => n === 0)) {
       if (Date.now() > deadline) throw new Error('not every replica served a warm-up request');

@@ -13,7 +13,7 @@ import {
   startEngineSims,
   startServe,
   stopFleet,
-  untilServed,
+  untilEachServed,
 } from './support/processes.ts';
 
 /**
@@ -77,14 +77,7 @@ describe('a request waiting in a full engine queue moves to a replica with room,
       dispatchers.push(d.proc);
       operators.push(d.operatorUrl);
     }
-    for (const d of dispatchers)
-      await untilServed(d, async () => {
-        const s = stream(d.url, 'warm', 1, KEY);
-        return s.done.then(
-          () => 200,
-          () => 503,
-        );
-      });
+    await untilEachServed(dispatchers, 1, (d) => stream(d.url, 'warm', 1, KEY).done);
   }, 90_000);
 
   afterAll(async () => {

@@ -1,13 +1,11 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { networkInterfaces } from 'node:os';
-import { resolve } from 'node:path';
 import { NatsBus, type Registration } from '@fairway/bus';
 import { type EngineSimHandle, startEngineSim } from '@fairway/engine-sim';
 import { natsUrl, uniquePrefix } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawnRegistered } from './support/registered.ts';
 import { fairway } from './support/run-cli.ts';
-
-const BIN = resolve(import.meta.dirname, '..', 'bin', 'fairway.js');
 
 /**
  * Starts `fairway <args>` and resolves with the first registration its agent publishes on the
@@ -21,31 +19,13 @@ async function firstRegistration(
   const bus = await NatsBus.connect({ servers: natsUrl(), prefix });
   let proc: ChildProcess | undefined;
   try {
-    const registered = new Promise<Registration>((r) => bus.subscribe('registration', (m) => r(m)));
-    await bus.flush();
-    proc = spawn(process.execPath, [BIN, ...args, '--nats-url', natsUrl(), '--prefix', prefix], {
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    proc.stdout?.on('data', (b) => {
-      output += String(b);
-    });
-    proc.stderr?.on('data', (b) => {
-      output += String(b);
-    });
-    const exited = new Promise<never>((_, reject) =>
-      proc?.once('exit', (code) => reject(new Error(`fairway exited with ${code}:\n${output}`))),
-    );
-    const timeout = new Promise<never>((_, reject) =>
-      setTimeout(() => reject(new Error(`no registration in 40 s:\n${output}`)), 40_000).unref(),
-    );
-    const registration = await Promise.race([registered, exited, timeout]);
+    const started = await spawnRegistered(bus, prefix, args, env);
+    proc = started.proc;
     // The ready line follows the first registration.
     const deadline = Date.now() + 5000;
-    while (!/registered as/.test(output) && Date.now() < deadline)
+    while (!/registered as/.test(started.output()) && Date.now() < deadline)
       await new Promise((r) => setTimeout(r, 20));
-    return { registration, output };
+    return { registration: started.registration, output: started.output() };
   } finally {
     proc?.kill('SIGKILL');
     await bus.close();

@@ -1,13 +1,11 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { resolve } from 'node:path';
 import { type KvEvents, NatsBus, type Registration } from '@fairway/bus';
 import { kvBlockKeys } from '@fairway/core';
 import { startEngineSim } from '@fairway/engine-sim';
 import { freePort, natsUrl, uniquePrefix, waitFor } from '@fairway/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
+import { spawnRegistered } from './support/registered.ts';
 import { fairway } from './support/run-cli.ts';
 
-const BIN = resolve(import.meta.dirname, '..', 'bin', 'fairway.js');
 const SEED = '11';
 
 async function post(url: string, body: unknown): Promise<Record<string, unknown>> {
@@ -37,28 +35,10 @@ describe('KV cache events relayed by the node agent', () => {
     bus.subscribe('kvEvents', (m) => {
       messages.push(m);
     });
-    const registered = new Promise<Registration>((r) => bus.subscribe('registration', (m) => r(m)));
-    await bus.flush();
-    const proc: ChildProcess = spawn(
-      process.execPath,
-      [BIN, ...args, '--nats-url', natsUrl(), '--prefix', prefix, '--log-level', 'warn'],
-      { env: { ...process.env, PYTHONHASHSEED: SEED }, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+    const { proc, registration } = await spawnRegistered(bus, prefix, [...args, '--log-level', 'warn'], {
+      PYTHONHASHSEED: SEED,
+    });
     cleanup.push(() => proc.kill('SIGKILL'));
-    let output = '';
-    proc.stdout?.on('data', (b) => {
-      output += String(b);
-    });
-    proc.stderr?.on('data', (b) => {
-      output += String(b);
-    });
-    const exited = new Promise<never>((_, reject) =>
-      proc.once('exit', (code) => reject(new Error(`fairway exited with ${code}:\n${output}`))),
-    );
-    const timeout = new Promise<never>((_, reject) =>
-      setTimeout(() => reject(new Error(`no registration in 40 s:\n${output}`)), 40_000).unref(),
-    );
-    const registration = await Promise.race([registered, exited, timeout]);
     return { registration, messages };
   }
 

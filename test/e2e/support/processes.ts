@@ -125,14 +125,29 @@ export function startFairway(
 
 /**
  * Starts `count` `fairway engine-sim` processes on free ports as replicas `sim-1` … `sim-<count>`
- * (seed = replica number), each with `args` (NATS URL, prefix, pool, speed, slots …).
+ * (seed = replica number), each with `args` (NATS URL, prefix, pool, speed, slots …; a function
+ * gives engine `k`, from 0, its own) and `env`.
  */
-export function startEngineSims(count: number, args: readonly string[]): Promise<FairwayProcess[]> {
+export function startEngineSims(
+  count: number,
+  args: readonly string[] | ((k: number) => readonly string[]),
+  env: Readonly<Record<string, string>> = {},
+): Promise<FairwayProcess[]> {
   return Promise.all(
     Array.from({ length: count }, (_, k) =>
       startFairway(
-        ['engine-sim', '--port', '0', '--seed', String(k + 1), '--replica-id', `sim-${k + 1}`, ...args],
+        [
+          'engine-sim',
+          '--port',
+          '0',
+          '--seed',
+          String(k + 1),
+          '--replica-id',
+          `sim-${k + 1}`,
+          ...(typeof args === 'function' ? args(k) : args),
+        ],
         /listening on (http:\/\/\S+)/,
+        env,
       ),
     ),
   );
@@ -153,6 +168,25 @@ export async function untilServed(
     if (Date.now() > deadline) throw new Error(`dispatcher ${d.url} never served:\n${d.output.join('\n')}`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/**
+ * Waits until each of `dispatchers` has served `times` requests: `attempt(d, k)` sends one through
+ * `d` (the `k`-th, from 0) and settles with it, a rejection counting as not served.
+ */
+export async function untilEachServed(
+  dispatchers: readonly FairwayProcess[],
+  times: number,
+  attempt: (d: FairwayProcess, k: number) => Promise<unknown>,
+): Promise<void> {
+  for (const d of dispatchers)
+    for (let k = 0; k < times; k++)
+      await untilServed(d, () =>
+        attempt(d, k).then(
+          () => 200,
+          () => 503,
+        ),
+      );
 }
 
 /** The first of `names` found on PATH (a program a test needs from the system), if any. */

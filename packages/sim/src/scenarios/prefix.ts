@@ -14,40 +14,67 @@ const FLEET: ScenarioInput['cluster'] = {
   engines: [{ gpu: 'A100-80GB', model: 'llama-2-7b', count: 4, options: { enablePrefixCaching: true } }],
 };
 
-/** A closed-loop chat tenant: conversations of 4–12 turns that resend their history. */
-function chatStream(tenant: string, rate: number): NonNullable<ScenarioInput['streams']>[number] {
+type Stream = NonNullable<ScenarioInput['streams']>[number];
+
+/** How a tenant's conversations look: token ranges per turn, turns, think time, shared prompt. */
+interface Conversations {
+  /** New prompt tokens per turn, [min, max]. */
+  readonly input: readonly [number, number];
+  /** Answer tokens, [min, max]. */
+  readonly output: readonly [number, number];
+  /** Turns per conversation, [min, max]. */
+  readonly turns: readonly [number, number];
+  /** Mean think time between an answer and the next turn, s. */
+  readonly thinkS: number;
+  /** The system prompt every conversation of the tenant starts with, tokens. */
+  readonly sharedTokens: number;
+  /** Longest history a turn resends. @default unbounded */
+  readonly maxContextTokens?: number;
+}
+
+/** A closed-loop tenant whose conversations resend their history, each turn after the last answer. */
+function conversationStream(tenant: string, rate: number, c: Conversations): Stream {
   return {
     tenant,
     arrival: { process: 'poisson', rate },
-    input: { kind: 'uniform', min: 50, max: 400 },
-    output: { kind: 'uniform', min: 50, max: 300 },
+    input: { kind: 'uniform', min: c.input[0], max: c.input[1] },
+    output: { kind: 'uniform', min: c.output[0], max: c.output[1] },
     maxTokens: 'output',
     interaction: {
-      size: { kind: 'uniform', min: 4, max: 12 },
-      followUp: { mode: 'after-completion', thinkS: { kind: 'exponential', mean: 3 } },
+      size: { kind: 'uniform', min: c.turns[0], max: c.turns[1] },
+      followUp: { mode: 'after-completion', thinkS: { kind: 'exponential', mean: c.thinkS } },
     },
-    prefix: { sharedTokens: 600, conversation: true },
+    prefix: {
+      sharedTokens: c.sharedTokens,
+      conversation: true,
+      ...(c.maxContextTokens === undefined ? {} : { maxContextTokens: c.maxContextTokens }),
+    },
   };
 }
+
+/** A chat tenant: conversations of 4–12 turns. */
+const chatStream = (tenant: string, rate: number): Stream =>
+  conversationStream(tenant, rate, {
+    input: [50, 400],
+    output: [50, 300],
+    turns: [4, 12],
+    thinkS: 3,
+    sharedTokens: 600,
+  });
 
 /**
  * A coding-assistant tenant: conversations of 3–6 turns into which files and tool output are pasted
  * (600–1,500 new tokens a turn, short answers) and that resend their history, up to 7,500 tokens.
  */
-function codingStream(tenant: string, rate: number): NonNullable<ScenarioInput['streams']>[number] {
-  return {
-    tenant,
-    arrival: { process: 'poisson', rate },
-    input: { kind: 'uniform', min: 600, max: 1500 },
-    output: { kind: 'uniform', min: 30, max: 120 },
-    maxTokens: 'output',
-    interaction: {
-      size: { kind: 'uniform', min: 3, max: 6 },
-      followUp: { mode: 'after-completion', thinkS: { kind: 'exponential', mean: 2 } },
-    },
-    prefix: { sharedTokens: 300, conversation: true, maxContextTokens: 7500 },
-  };
-}
+const codingStream = (tenant: string, rate: number): Stream =>
+  conversationStream(tenant, rate, {
+    input: [600, 1500],
+    output: [30, 120],
+    turns: [3, 6],
+    thinkS: 2,
+    sharedTokens: 300,
+    maxContextTokens: 7500,
+  });
 
 /** Built-in prefix-caching scenarios by name. */
 export const PREFIX_SCENARIOS: Readonly<Record<string, ScenarioInput>> = {
