@@ -11,7 +11,12 @@ import type {
 } from './engine-api.ts';
 import { type ResolvedEngineConfig, resolveEngineConfig } from './engine-config.ts';
 import { PerfError, PerfErrorCode } from './errors.ts';
-import { type CachedBlock, PrefixCache, type PrefixCacheListener } from './prefix-cache.ts';
+import {
+  type CachedBlock,
+  type IdealPrefixCache,
+  PrefixCache,
+  type PrefixCacheListener,
+} from './prefix-cache.ts';
 
 /** A sequence's mutable state inside the engine. */
 class Seq {
@@ -40,6 +45,8 @@ class Seq {
   readonly hashes: readonly string[];
   /** Cached blocks it holds, in block order: its prefix-cache hits, then the blocks it filled. */
   refs: CachedBlock[] = [];
+  /** Of its {@link blocks}, those an ideal cache served: they hold no KV (`idealCache`). */
+  idealBlocks = 0;
   /** Leading blocks already hit or offered to the cache. */
   offered = 0;
   /** Prompt tokens found in the prefix cache when it was first scheduled. */
@@ -147,6 +154,20 @@ function stepJitter(noise: EngineModelApi['config']['stepNoise'], rng: Rng): (ms
 const byPriorityThenOrder = (a: Seq, b: Seq): number => a.priority - b.priority || a.order - b.order;
 
 /** One sequence's progress in an engine ({@link EngineModel.sequences}). */
+/** What an engine model is built with besides its configuration. */
+export interface EngineModelOptions {
+  /**
+   * Source of step-time noise (`config.stepNoise`); the simulator forks it from the run's seed.
+   * @default a stream of seed 0 (only drawn from when noise is on)
+   */
+  readonly rng?: Rng | undefined;
+  /**
+   * A what-if in place of the engine's own prefix cache ({@link IdealPrefixCache}): prompts hit
+   * every leading block any engine sharing it ever computed, at no KV cost. @default none
+   */
+  readonly idealCache?: IdealPrefixCache | undefined;
+}
+
 export interface SequenceState {
   readonly inputTokens: number;
   readonly generated: number;
@@ -227,6 +248,7 @@ export class EngineModel implements EngineModelApi {
   #steps = 0;
   /** vLLM's automatic prefix caching; undefined when off. */
   readonly #cache: PrefixCache | undefined;
+  readonly #ideal: IdealPrefixCache | undefined;
   #prefixQueries = 0;
   #prefixHits = 0;
   /** Multiplies a step's modelled time by a draw of the configured noise (identity when off). */
@@ -234,12 +256,10 @@ export class EngineModel implements EngineModelApi {
 
   /**
    * Validates `config` (throws a `ConfigError` naming the field) and builds an idle engine.
-   * @param rng source of step-time noise (`config.stepNoise`); the simulator forks it from the run's
-   * seed. @default a stream of seed 0 (only drawn from when noise is on)
    */
-  constructor(config: EngineConfig, source?: string, rng?: Rng) {
+  constructor(config: EngineConfig, source?: string, options: EngineModelOptions = {}) {
     this.config = resolveEngineConfig(config, source);
-    this.#jitter = stepJitter(this.config.stepNoise, rng ?? createRng(0).fork('step-noise'));
+    this.#jitter = stepJitter(this.config.stepNoise, options.rng ?? createRng(0).fork('step-noise'));
     this.#blockSize = this.config.blockSize;
     this.#numBlocks = Math.floor(this.config.kvCapacityTokens / this.#blockSize);
     this.#watermarkBlocks = this.config.watermark * this.#numBlocks;
@@ -252,7 +272,13 @@ export class EngineModel implements EngineModelApi {
     this.#evictionFree = this.config.preemption === 'eviction-free';
     this.#priority = this.config.priorityScheduling;
     this.#admitEvery = this.config.admitEverySteps;
-    this.#cache = this.config.enablePrefixCaching ? new PrefixCache() : undefined;
+    this.#ideal = options.idealCache;
+    this.#cache = this.config.enablePrefixCaching && !this.#ideal ? new PrefixCache() : undefined;
+  }
+
+  /** Whether prompts are looked up in a prefix cache, the engine's own or an ideal one. */
+  get #caching(): boolean {
+    return this.#cache !== undefined || this.#ideal !== undefined;
   }
 
   add(seq: EngineSeqInput): void {
@@ -467,7 +493,7 @@ export class EngineModel implements EngineModelApi {
       stepsTotal: this.#steps,
       prefixCacheQueriesTotal: this.#prefixQueries,
       prefixCacheHitsTotal: this.#prefixHits,
-      prefixCaching: this.#cache !== undefined,
+      prefixCaching: this.#caching,
     };
   }
 
@@ -481,7 +507,7 @@ export class EngineModel implements EngineModelApi {
     let inUse = 0;
     const holders = new Map<CachedBlock, number>();
     for (const s of this.#running) {
-      inUse += s.blocks - s.refs.length;
+      inUse += s.blocks - s.refs.length - s.idealBlocks;
       for (const b of s.refs) holders.set(b, (holders.get(b) ?? 0) + 1);
     }
     let refErrors = 0;
@@ -510,13 +536,18 @@ export class EngineModel implements EngineModelApi {
    * them, taken off the free pool when free); its prefill starts after the hit. `looked` says
    * whether the cache was looked up (counted in the prefix-cache stats).
    */
-  #take(s: Seq, hit: readonly CachedBlock[], need: number, looked = true): void {
+  #take(s: Seq, hit: readonly CachedBlock[] | number, need: number, looked = true): void {
     const cache = this.#cache;
-    if (cache) {
+    const hits = typeof hit === 'number' ? hit : hit.length;
+    if (cache && typeof hit !== 'number') {
       for (const b of hit) if (cache.acquire(b)) this.#freeBlocks--;
       s.refs = [...hit];
-      s.offered = hit.length;
-      s.computed = hit.length * this.#blockSize;
+    } else {
+      s.idealBlocks = hits;
+    }
+    if (this.#caching) {
+      s.offered = hits;
+      s.computed = hits * this.#blockSize;
       const first = s.cachedTokens === undefined;
       if (first) s.cachedTokens = s.computed;
       // vLLM counts the lookups of requests scheduled for the first time; a preempted request's
@@ -526,7 +557,7 @@ export class EngineModel implements EngineModelApi {
         this.#prefixHits += s.computed;
       }
     }
-    this.#allocate(need - hit.length);
+    this.#allocate(need - hits);
     s.blocks = need;
   }
 
@@ -540,10 +571,21 @@ export class EngineModel implements EngineModelApi {
     return this.#cache.match(s.hashes, Math.floor((s.prompt - 1) / this.#blockSize));
   }
 
+  /** The ideal cache's run of `s`'s leading blocks, by the same rule as {@link lookup}; 0 without one. */
+  #idealLookup(s: Seq): number {
+    if (!this.#ideal || s.hashes.length === 0) return 0;
+    return this.#ideal.match(s.hashes, Math.floor((s.prompt - 1) / this.#blockSize));
+  }
+
   /** Registers the blocks `s` has filled since the last call under their hashes. */
   #offer(s: Seq): void {
-    const cache = this.#cache!;
     const full = Math.min(Math.floor(s.computed / this.#blockSize), s.hashes.length);
+    const ideal = this.#ideal;
+    if (ideal) {
+      for (; s.offered < full; s.offered++) ideal.insert(s.hashes[s.offered]!);
+      return;
+    }
+    const cache = this.#cache!;
     for (; s.offered < full; s.offered++) {
       const b = cache.insert(s.hashes[s.offered]!, s.hashes[s.offered - 1]);
       if (b) s.refs.push(b);
@@ -552,12 +594,13 @@ export class EngineModel implements EngineModelApi {
 
   /** Returns `s`'s blocks: its uncached ones to the free pool, its cached ones last block first. */
   #free(s: Seq): void {
-    this.#freeBlocks += s.blocks - s.refs.length;
+    this.#freeBlocks += s.blocks - s.refs.length - s.idealBlocks;
     const cache = this.#cache;
     // Tail blocks are freed first so that they are evicted first and shared prefixes outlive them.
     if (cache) for (let i = s.refs.length - 1; i >= 0; i--) if (cache.release(s.refs[i]!)) this.#freeBlocks++;
     s.blocks = 0;
     s.refs = [];
+    s.idealBlocks = 0;
     s.offered = 0;
   }
 
@@ -566,7 +609,7 @@ export class EngineModel implements EngineModelApi {
     let freed = 0;
     const drops = new Map<CachedBlock, number>();
     for (const s of seqs) {
-      freed += s.blocks - s.refs.length;
+      freed += s.blocks - s.refs.length - s.idealBlocks;
       for (const b of s.refs) drops.set(b, (drops.get(b) ?? 0) + 1);
     }
     for (const [b, n] of drops) if (b.refs === n) freed++;
@@ -647,9 +690,9 @@ export class EngineModel implements EngineModelApi {
         this.#ignore(s, events);
         continue;
       }
-      const hit = this.#lookup(s);
-      let taken = need - hit.length;
-      for (const b of hit) if (b.refs === 0) taken++;
+      const hit = this.#ideal ? this.#idealLookup(s) : this.#lookup(s);
+      let taken = need - (typeof hit === 'number' ? hit : hit.length);
+      if (typeof hit !== 'number') for (const b of hit) if (b.refs === 0) taken++;
       if (this.#freeBlocks - taken < this.#watermarkBlocks) break;
       if (this.#admitEvery > 0 && !this.#peakFits(s)) {
         // Alone it would outgrow the pool: S-LoRA would wait forever; finish it as a prompt that never fits.
@@ -658,7 +701,7 @@ export class EngineModel implements EngineModelApi {
         this.#ignore(s, events);
         continue;
       }
-      const left = s.prompt - hit.length * this.#blockSize;
+      const left = s.prompt - (typeof hit === 'number' ? hit : hit.length) * this.#blockSize;
       let chunk = left;
       const room = Math.min(budget, this.#prefillLeft);
       if (chunk > room) {
@@ -750,13 +793,13 @@ export class EngineModel implements EngineModelApi {
       }
       s.computed += t;
       s.stepTokens = 0;
-      if (this.#cache && s.offered < s.hashes.length) this.#offer(s);
+      if (this.#caching && s.offered < s.hashes.length) this.#offer(s);
       if (s.computed < s.prompt) continue;
       s.generated++;
       this.#generationTokens++;
       if (s.generated === 1)
         events.push(
-          this.#cache
+          this.#caching
             ? { kind: 'first-token', id: s.id, cachedTokens: s.cachedTokens ?? 0 }
             : { kind: 'first-token', id: s.id },
         );
@@ -768,7 +811,7 @@ export class EngineModel implements EngineModelApi {
         this.#finished++;
         finishedAny = true;
         events.push(
-          this.#cache
+          this.#caching
             ? { kind: 'finished', id: s.id, generated: s.generated, cachedTokens: s.cachedTokens ?? 0 }
             : { kind: 'finished', id: s.id, generated: s.generated },
         );

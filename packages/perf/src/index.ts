@@ -58,7 +58,7 @@ export {
   swapCostOf,
   WAKE_OVERHEAD_S,
 } from './model-swap.ts';
-export type { PrefixCacheListener } from './prefix-cache.ts';
+export { IdealPrefixCache, type PrefixCacheListener } from './prefix-cache.ts';
 export {
   fitEnginePerformance,
   type ProfiledModel,

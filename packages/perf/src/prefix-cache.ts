@@ -102,3 +102,33 @@ export class PrefixCache {
     return false;
   }
 }
+
+/**
+ * A what-if for the simulator, not a model of any engine: one prefix cache shared by a whole
+ * fleet that holds every block any of its engines ever computed, never evicts, and costs no KV. An
+ * engine given it ({@link EngineModelOptions.idealCache}) finds a prompt's longest previously
+ * computed run of leading blocks there, skips their prefill and holds no KV for them; its
+ * attention still reads them. No placement can find more of a prompt cached, nor hold its hits in
+ * less KV, so what a fleet serves with it bounds what better placement could make it serve.
+ */
+export class IdealPrefixCache {
+  readonly #seen = new Set<string>();
+
+  /** Blocks ever registered. */
+  get size(): number {
+    return this.#seen.size;
+  }
+
+  /** The longest run of `hashes`, from the first, ever registered, at most `maxBlocks` long. */
+  match(hashes: readonly string[], maxBlocks: number): number {
+    const n = Math.min(maxBlocks, hashes.length);
+    let i = 0;
+    while (i < n && this.#seen.has(hashes[i]!)) i++;
+    return i;
+  }
+
+  /** Registers a block some engine just filled. */
+  insert(hash: string): void {
+    this.#seen.add(hash);
+  }
+}

@@ -2,6 +2,7 @@ import { createRng } from '@fairway/core';
 import { describe, expect, it } from 'vitest';
 import type { EngineConfig, EngineEvent, EngineSeqInput } from '../src/engine-api.ts';
 import { EngineModel } from '../src/engine-model.ts';
+import { IdealPrefixCache } from '../src/prefix-cache.ts';
 
 const A100 = { gpu: 'A100-80GB', model: 'llama-2-7b' } as const;
 const BS = 16;
@@ -283,5 +284,48 @@ describe('EngineModel prefix caching (vLLM automatic prefix caching)', () => {
     }
     // The workloads are tight enough that sequences holding shared blocks get preempted.
     expect(preemptions).toBeGreaterThan(0);
+  });
+});
+
+describe('EngineModel with an ideal prefix cache (a what-if shared by a fleet)', () => {
+  it('finds on one engine what another computed, prefills only the rest and holds no KV for the hit', () => {
+    const ideal = new IdealPrefixCache();
+    const a = new EngineModel({ ...A100, kvCapacityTokens: 4096 }, 'a', { idealCache: ideal });
+    const b = new EngineModel({ ...A100, kvCapacityTokens: 4096 }, 'b', { idealCache: ideal });
+    a.add(seq('first', 160, 4, chain('conv', 160)));
+    const first = run(a);
+    expect(first.prefilled).toBe(160);
+    expect(first.finished.get('first')?.cachedTokens).toBe(0);
+
+    // The second turn resends the first's 160 tokens and 4 of answer, plus 36 new ones: 200 tokens,
+    // of which the 10 full blocks of the first turn hit although engine b never computed them.
+    b.add(seq('second', 200, 8, chain('conv', 200)));
+    let peakBlocks = 0;
+    const second = run(b, () => {
+      const audit = b.auditKvBlocks();
+      expect(audit.inUse + audit.free + audit.cachedFree).toBe(audit.total);
+      peakBlocks = Math.max(peakBlocks, audit.inUse);
+    });
+    expect(second.finished.get('second')?.cachedTokens).toBe(160);
+    expect(second.prefilled).toBe(40);
+    // 200 prompt + 7 fed-back output tokens need 13 blocks; the 10 hit blocks hold none of b's KV.
+    expect(peakBlocks).toBe(3);
+    expect(b.auditKvBlocks()).toMatchObject({ inUse: 0, refErrors: 0 });
+    expect(b.stats()).toMatchObject({
+      prefixCaching: true,
+      prefixCacheQueriesTotal: 200,
+      prefixCacheHitsTotal: 160,
+    });
+  });
+
+  it('never evicts: a prompt computed long ago still hits after the KV was filled many times over', () => {
+    const ideal = new IdealPrefixCache();
+    const engine = new EngineModel({ ...A100, kvCapacityTokens: 512 }, 'e', { idealCache: ideal });
+    engine.add(seq('old', 160, 1, chain('old', 160)));
+    for (let i = 0; i < 20; i++) engine.add(seq(`filler${i}`, 400, 1, chain(`filler${i}`, 400)));
+    run(engine);
+    engine.add(seq('again', 170, 1, chain('old', 170)));
+    expect(run(engine).finished.get('again')?.cachedTokens).toBe(160);
+    expect(ideal.size).toBe(10 + 20 * 25);
   });
 });

@@ -30,7 +30,9 @@ interface Live {
 /** Runs one engine under S-LoRA's router with VTC and admission every `k` decode steps (k ≥ 1). */
 export function runSloraRouter(input: ScenarioRunInput, k: number): SimRun {
   const config = { ...input.engines[0]!.config, admitEverySteps: k };
-  const engine = new EngineModel(config, 'slora-router', createRng(input.seed).fork('slora-step-noise'));
+  const engine = new EngineModel(config, 'slora-router', {
+    rng: createRng(input.seed).fork('slora-step-noise'),
+  });
   const endMs = input.durationS * 1000;
   const live = new Map<string, Live>();
   const queues = new Map<string, Live[]>();

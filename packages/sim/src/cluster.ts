@@ -1,5 +1,5 @@
 import type { Rng } from '@fairway/core';
-import { type EngineConfig, EngineModel } from '@fairway/perf';
+import { type EngineConfig, EngineModel, type IdealPrefixCache } from '@fairway/perf';
 import type { SequenceProgress } from '@fairway/policy';
 import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
 import { SimError, SimErrorCode } from './errors.ts';
@@ -42,6 +42,7 @@ export class Cluster implements ReplicaSource {
   /** Clock ms at which each member's step in flight ends (reported with its sequences). */
   readonly #stepEnds = new Map<string, number>();
   readonly #now: () => number;
+  readonly #idealCache: IdealPrefixCache | undefined;
 
   /**
    * Builds one {@link EngineModel} per entry; engine configs are validated and named `engines[i].config`.
@@ -51,6 +52,8 @@ export class Cluster implements ReplicaSource {
    * @param rng step-noise source; each engine gets `rng.fork(id)`. @default each engine's own default
    * @param reservationOf KV tokens the gateways hold reserved for a request, reported with its
    *   sequence (Aladdin's time-indexed KV check reads them). @default not reported
+   * @param idealCache one ideal prefix cache every engine looks prompts up in instead of its own
+   *   (a what-if, see {@link IdealPrefixCache}). @default each engine's own cache, if configured
    */
   constructor(
     engines: readonly { readonly id: string; readonly config: EngineConfig }[],
@@ -58,7 +61,9 @@ export class Cluster implements ReplicaSource {
     now: () => number = () => 0,
     rng?: Rng,
     reservationOf?: (requestId: string) => number | undefined,
+    idealCache?: IdealPrefixCache,
   ) {
+    this.#idealCache = idealCache;
     this.#reportSequences = reportSequences;
     this.#reservationOf = reservationOf;
     this.#now = now;
@@ -74,7 +79,7 @@ export class Cluster implements ReplicaSource {
         );
       const engineRng = rng?.fork(e.id);
       this.#rngs.set(e.id, engineRng);
-      const engine = new EngineModel(e.config, `engines[${index}].config`, engineRng);
+      const engine = new EngineModel(e.config, `engines[${index}].config`, { rng: engineRng, idealCache });
       const m: ClusterMember = { id: e.id, pool: engine.config.model, engine, index };
       members.push(m);
       this.#byId.set(e.id, m);
@@ -174,7 +179,10 @@ export class Cluster implements ReplicaSource {
         subject: id,
       });
     const { costModel: _cost, kvCapacityTokens: _kv, ...rest } = this.#configs.get(id) as EngineConfig;
-    m.engine = new EngineModel({ ...rest, model }, `swap of ${id} to ${model}`, this.#rngs.get(id));
+    m.engine = new EngineModel({ ...rest, model }, `swap of ${id} to ${model}`, {
+      rng: this.#rngs.get(id),
+      idealCache: this.#idealCache,
+    });
     const old = this.#byPool.get(m.pool) ?? [];
     old.splice(old.indexOf(m), 1);
     if (old.length === 0) this.#byPool.delete(m.pool);

@@ -9,7 +9,7 @@ import {
   type SloClass,
   type Tenant,
 } from '@fairway/core';
-import type { EngineConfig, StepResult } from '@fairway/perf';
+import { type EngineConfig, IdealPrefixCache, type StepResult } from '@fairway/perf';
 import type { AdmissionPolicy, OrderingPolicy, PlacementPolicy } from '@fairway/policy';
 import {
   type AdmissionFunction,
@@ -135,6 +135,12 @@ export interface RunInput {
    */
   readonly chargeCachedAtPrefill?: boolean | undefined;
   /**
+   * What-if: the engines look prompts up in one {@link IdealPrefixCache} instead of their own prefix
+   * caches — every block any engine of the run ever computed, never evicted, at no KV cost — so no
+   * placement could find more cached: a ceiling for what better placement can bring. @default false
+   */
+  readonly idealPrefixCache?: boolean | undefined;
+  /**
    * Requests taken out of an engine's queue, as the live dispatchers do (`policy.moves`): every
    * 200 ms of virtual time, on each engine with requests waiting, up to that many of its requests
    * without an output token `afterMs` after their dispatch — the latest dispatched first — are
@@ -252,6 +258,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     () => clock.now(),
     createRng(input.seed).fork('engine-step-noise'),
     input.timeIndexedKv === false ? undefined : (id) => reservedTokensOf(id),
+    input.idealPrefixCache === true ? new IdealPrefixCache() : undefined,
   );
   const store = input.store ?? new MemoryStore({ validate: false });
   const queue = new EventQueue<SimEvent>();

@@ -20,7 +20,7 @@ function factors(config: Partial<EngineConfig>, seed: number): number[] {
   const engine = new EngineModel(
     { gpu: 'A100-80GB', model: 'llama-2-7b', costModel: FLAT, ...config },
     'test',
-    createRng(seed),
+    { rng: createRng(seed) },
   );
   for (let i = 0; i < 200; i++) engine.add({ id: `r${i}`, inputTokens: 1, outputTokens: 50, maxTokens: 50 });
   const out: number[] = [];

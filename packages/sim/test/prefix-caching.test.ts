@@ -131,4 +131,31 @@ describe('shared-prefix workloads', () => {
     expect(off.length).toBeGreaterThan(50);
     expect(median(on)).toBeLessThan(median(off) * 0.8);
   });
+
+  it('finds, with the fleet sharing an ideal cache, every turn cached on whichever replica it lands, in no KV', async () => {
+    const input = buildRunInput(loadScenario('multi-turn-chat-fleet'), { durationS: 40, seed: 2 });
+    const serve = async (idealPrefixCache: boolean) => {
+      const run = await runSimulation({
+        ...input,
+        ordering: fcfsPolicy(),
+        placement: leastKvPlacement(),
+        idealPrefixCache,
+      });
+      return { run, metrics: computeMetrics(run) };
+    };
+    const own = await serve(false);
+    const ideal = await serve(true);
+    const hitRate = (r: typeof own) => r.run.prefixCache!.hits / r.run.prefixCache!.queries;
+    // Least-KV spreads a conversation's turns over four replicas: their own caches miss the turns
+    // that land elsewhere; the ideal cache finds every turn's history wherever it lands.
+    expect(hitRate(ideal)).toBeGreaterThan(hitRate(own) + 0.15);
+    // Hits hold no KV there: the engines use far less of it for the same workload.
+    expect(ideal.metrics.kv.meanUsage!).toBeLessThan(own.metrics.kv.meanUsage! / 2);
+    // Every later turn's history was computed before it was sent (closed loop), so every later turn hits.
+    const laterTurns = ideal.run.records.filter(
+      (r) => (r.req.interactionStage ?? 0) > 0 && r.firstTokenS !== undefined && r.req.inputTokens > 64,
+    );
+    expect(laterTurns.length).toBeGreaterThan(50);
+    for (const r of laterTurns) expect(r.cachedTokens, r.req.id).toBeGreaterThan(0);
+  });
 });
