@@ -153,7 +153,6 @@ function stepJitter(noise: EngineModelApi['config']['stepNoise'], rng: Rng): (ms
 
 const byPriorityThenOrder = (a: Seq, b: Seq): number => a.priority - b.priority || a.order - b.order;
 
-/** One sequence's progress in an engine ({@link EngineModel.sequences}). */
 /** What an engine model is built with besides its configuration. */
 export interface EngineModelOptions {
   /**
@@ -168,6 +167,7 @@ export interface EngineModelOptions {
   readonly idealCache?: IdealPrefixCache | undefined;
 }
 
+/** One sequence's progress in an engine ({@link EngineModel.sequences}). */
 export interface SequenceState {
   readonly inputTokens: number;
   readonly generated: number;
@@ -571,7 +571,7 @@ export class EngineModel implements EngineModelApi {
     return this.#cache.match(s.hashes, Math.floor((s.prompt - 1) / this.#blockSize));
   }
 
-  /** The ideal cache's run of `s`'s leading blocks, by the same rule as {@link lookup}; 0 without one. */
+  /** The ideal cache's run of `s`'s leading blocks, by the rule of the engine's own lookup; 0 without one. */
   #idealLookup(s: Seq): number {
     if (!this.#ideal || s.hashes.length === 0) return 0;
     return this.#ideal.match(s.hashes, Math.floor((s.prompt - 1) / this.#blockSize));

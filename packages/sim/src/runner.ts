@@ -137,7 +137,7 @@ export interface RunInput {
   /**
    * What-if: the engines look prompts up in one {@link IdealPrefixCache} instead of their own prefix
    * caches — every block any engine of the run ever computed, never evicted, at no KV cost — so no
-   * placement could find more cached: a ceiling for what better placement can bring. @default false
+   * placement could find more cached: a ceiling for what more cache hits can bring. @default false
    */
   readonly idealPrefixCache?: boolean | undefined;
   /**
