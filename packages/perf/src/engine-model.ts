@@ -249,6 +249,8 @@ export class EngineModel implements EngineModelApi {
   /** vLLM's automatic prefix caching; undefined when off. */
   readonly #cache: PrefixCache | undefined;
   readonly #ideal: IdealPrefixCache | undefined;
+  /** Whether prompts are looked up in a prefix cache, the engine's own or an ideal one. */
+  readonly #caching: boolean;
   #prefixQueries = 0;
   #prefixHits = 0;
   /** Multiplies a step's modelled time by a draw of the configured noise (identity when off). */
@@ -274,11 +276,7 @@ export class EngineModel implements EngineModelApi {
     this.#admitEvery = this.config.admitEverySteps;
     this.#ideal = options.idealCache;
     this.#cache = this.config.enablePrefixCaching && !this.#ideal ? new PrefixCache() : undefined;
-  }
-
-  /** Whether prompts are looked up in a prefix cache, the engine's own or an ideal one. */
-  get #caching(): boolean {
-    return this.#cache !== undefined || this.#ideal !== undefined;
+    this.#caching = this.#cache !== undefined || this.#ideal !== undefined;
   }
 
   add(seq: EngineSeqInput): void {

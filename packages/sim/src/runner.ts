@@ -157,6 +157,9 @@ export interface RunInput {
   readonly affinityFloor?: number | undefined;
 }
 
+/** Events a run processes between two turns of the event loop (see runSimulation's loop). */
+const YIELD_EVERY = 2_000;
+
 const runInputSchema = z
   .object({
     scenario: z.string().min(1),
@@ -634,9 +637,17 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     queue.push(Math.max(0, arrivals[0]!.arrivalMs), { kind: 'arrival', index: 0 });
   let nextProgressS = 1;
 
+  // The run is one chain of promises that never leaves the microtask queue, so a long run would
+  // hold its process's event loop for its whole length (timers, I/O and signals wait). Every
+  // YIELD_EVERY events it lets the loop turn; nothing it simulates depends on when.
+  let untilYield = YIELD_EVERY;
   for (;;) {
     const at = queue.peekTime();
     if (at === undefined || at > durationMs) break;
+    if (--untilYield === 0) {
+      untilYield = YIELD_EVERY;
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
     const ev = queue.pop()!;
     clock.set(ev.timeMs);
     const item = ev.item;
