@@ -109,7 +109,7 @@ export class PrefixCache {
  * engine given it ({@link EngineModelOptions.idealCache}) finds a prompt's longest previously
  * computed run of leading blocks there, skips their prefill and holds no KV for them; its
  * attention still reads them. No placement can find more of a prompt cached, nor hold its hits in
- * less KV, so what a fleet serves with it bounds what better placement could make it serve.
+ * less KV, so what a fleet serves with it bounds what more cache hits could make it serve.
  */
 export class IdealPrefixCache {
   readonly #seen = new Set<string>();
