@@ -9,7 +9,7 @@ import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric } from './support/chat.ts';
 import { accessLineOf, streamCompletion, until } from './support/completions.ts';
-import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
+import { E2E_MODEL, E2E_POOL, poolEngineArgs } from './support/fleet-config.ts';
 import {
   type FairwayProcess,
   startEngineSims,
@@ -61,19 +61,7 @@ const replicaOf = async (d: FairwayProcess, completionTokens: number) =>
 
 /** Two engine-sims, `sim-1` and `sim-2`, at `speed`, registered in the pool over NATS under `prefix`. */
 const startPoolEngines = (natsUrl: string, prefix: string, speed: number, more: readonly string[] = []) =>
-  startEngineSims(2, [
-    '--speed',
-    String(speed),
-    ...more,
-    '--nats-url',
-    natsUrl,
-    '--prefix',
-    prefix,
-    '--pool',
-    E2E_POOL,
-    '--log-level',
-    'warn',
-  ]);
+  startEngineSims(2, ['--speed', String(speed), ...more, ...poolEngineArgs(natsUrl, prefix)]);
 
 /** What a dispatcher (its operator URL) places `replica` by: the requests reported running there and their context. */
 async function seen(operator: string, replica: string): Promise<{ sequences: number; tokens: number }> {

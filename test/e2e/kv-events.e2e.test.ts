@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { freePort, startNatsServer, startRedisServer, type TestServer, uniquePrefix } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ChatAnswer, type ChatMessage, chatAnswer, servedBy } from './support/completions.ts';
-import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
+import { E2E_MODEL, E2E_POOL, poolEngineArgs } from './support/fleet-config.ts';
 import { type FairwayProcess, startEngineSims, startServe, untilEachServed } from './support/processes.ts';
 
 /**
@@ -72,14 +72,7 @@ describe('placement by the engines’ KV cache events across two dispatchers', (
             endpoint: `tcp://127.0.0.1:${ports[k]}`,
             topic: 'kv-events',
           }),
-          '--nats-url',
-          nats.url,
-          '--prefix',
-          prefix,
-          '--pool',
-          E2E_POOL,
-          '--log-level',
-          'warn',
+          ...poolEngineArgs(nats.url, prefix),
         ],
         { PYTHONHASHSEED: SEED },
       )),

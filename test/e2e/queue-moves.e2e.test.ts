@@ -7,7 +7,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { engineMetric, gatewayMetric } from './support/chat.ts';
 import { accessLineOf, type CompletionStream, streamCompletion, until } from './support/completions.ts';
-import { E2E_MODEL, E2E_POOL } from './support/fleet-config.ts';
+import { E2E_MODEL, E2E_POOL, poolEngineArgs } from './support/fleet-config.ts';
 import {
   type FairwayProcess,
   startEngineSims,
@@ -60,14 +60,7 @@ describe('a request waiting in a full engine queue moves to a replica with room,
         '2',
         '--max-num-seqs',
         '3',
-        '--nats-url',
-        nats.url,
-        '--prefix',
-        prefix,
-        '--pool',
-        E2E_POOL,
-        '--log-level',
-        'warn',
+        ...poolEngineArgs(nats.url, prefix),
       ])),
     );
     redis = new Redis(redisUrl());

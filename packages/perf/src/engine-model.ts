@@ -689,7 +689,8 @@ export class EngineModel implements EngineModelApi {
         continue;
       }
       const hit = this.#ideal ? this.#idealLookup(s) : this.#lookup(s);
-      let taken = need - (typeof hit === 'number' ? hit : hit.length);
+      const hits = typeof hit === 'number' ? hit : hit.length;
+      let taken = need - hits;
       if (typeof hit !== 'number') for (const b of hit) if (b.refs === 0) taken++;
       if (this.#freeBlocks - taken < this.#watermarkBlocks) break;
       if (this.#admitEvery > 0 && !this.#peakFits(s)) {
@@ -699,7 +700,7 @@ export class EngineModel implements EngineModelApi {
         this.#ignore(s, events);
         continue;
       }
-      const left = s.prompt - (typeof hit === 'number' ? hit : hit.length) * this.#blockSize;
+      const left = s.prompt - hits * this.#blockSize;
       let chunk = left;
       const room = Math.min(budget, this.#prefillLeft);
       if (chunk > room) {
