@@ -14,19 +14,21 @@
  * network, and the fairness of the largest fleet re-run with that latency added to every flush.
  *
  * With `--shards`, one pool spread over several stores (Redis primaries) as `ShardedReplicas`
- * does it: tenants hashed to shards, every replica's capacity shared among the shards by their
- * backlogged weight times a service gain that follows each shard's service rate
+ * does it: tenants hashed to shards, every replica's capacity shared among the shards by hand-off
+ * (a finishing request's room goes to the shard with the least counter, on a view of the shards
+ * `--view-ms` old) or, with `--controller epoch`, by their backlogged weight times a service gain
  * (`--service-gain`, the exponent of each epoch's step; 0: backlogged weight alone), rebalanced
  * every second. Prints, for 1 (one store) and 2–4 shards with
  * `--dispatchers` dispatchers, the accumulated service difference against the centralised run
- * (median and worst over the seeds), throughput against one store, and the busiest store's share
- * of the store calls (what bounds the pool: 1/S when the shards share the load evenly).
+ * (median and worst over the seeds), throughput against one store, the busiest store's share
+ * of the store calls (what bounds the pool: 1/S when the shards share the load evenly), store
+ * calls per finished request, and the part of finished requests whose room was handed on.
  *
  * Usage: npm run bench:dispatchers [-- --scenario vtc-overload,vtc-poisson-short-long --duration 600]
  *        npm run bench:dispatchers -- --scale [--replicas 32 --pools 32 --seeds 3 --duration 60
  *          --redis-op-us 40 --rtt-us 250]
  *        npm run bench:dispatchers -- --shards [--replicas 32 --seeds 5 --duration 60 --dispatchers 8
- *          --service-gain 0.35]
+ *          --view-ms 25 | --controller epoch --service-gain 0.35]
  */
 import { parseArgs } from 'node:util';
 import { orderingPolicyByName, placementByName, weightedVtcPolicy } from '@fairway/policy';
@@ -112,6 +114,8 @@ const { values } = parseArgs({
     scale: { type: 'boolean', default: false },
     shards: { type: 'boolean', default: false },
     'service-gain': { type: 'string' },
+    controller: { type: 'string', default: 'handoff' },
+    'view-ms': { type: 'string' },
     dispatchers: { type: 'string', default: '8' },
     replicas: { type: 'string', default: '32' },
     pools: { type: 'string', default: '32' },
@@ -133,6 +137,10 @@ interface Measured {
   readonly tokensPerS: number;
   /** The busiest pool's (shard's) share of the calls that name a pool. */
   readonly busiestPoolShare: number;
+  /** Store calls per finished request. */
+  readonly callsPerRequest: number;
+  /** The part of finished requests whose room was handed to another shard; undefined without hand-off. */
+  readonly handedOff: number | undefined;
 }
 
 async function measureRun(
@@ -170,6 +178,11 @@ async function measureRun(
         1,
         pooled.reduce((a, x) => a + x, 0),
       ),
+    callsPerRequest: store.calls / Math.max(1, m.requests.completed),
+    handedOff:
+      run.shardHandoffs === undefined
+        ? undefined
+        : run.shardHandoffs.handedOff / Math.max(1, run.shardHandoffs.completions),
   };
 }
 
@@ -338,13 +351,18 @@ async function shardsCurve(): Promise<void> {
   const durationS = values.duration === undefined ? 60 : Number(values.duration);
   const dispatchers = Number(values.dispatchers);
   const flushMs = 50;
+  const controller = values.controller;
+  if (controller !== 'handoff' && controller !== 'epoch') throw new Error('--controller: handoff or epoch');
   const serviceGain = values['service-gain'] === undefined ? undefined : Number(values['service-gain']);
+  const viewMs = values['view-ms'] === undefined ? undefined : Number(values['view-ms']);
   const started = performance.now();
   console.log(
     `\nshards: one pool of ${replicas} A100-80GB replicas (Llama-2-7B), 8 tenants weighted ${SCALE_WEIGHTS.join('/')}, ` +
       `offered 2x capacity, ${durationS} s, seeds ${seeds.join(',')}; ${dispatchers} dispatchers, charges flushed every ${flushMs} ms; ` +
-      `shares follow the backlogged weight times a service gain (exponent ${serviceGain ?? 'default'}) every 1 s ` +
-      '(a rise one epoch after the falls that make room for it)',
+      (controller === 'handoff'
+        ? `a finishing request's room handed to the backlogged shard with the least counter (view ${viewMs ?? 'default'} ms old)`
+        : `shares follow the backlogged weight times a service gain (exponent ${serviceGain ?? 'default'}) every 1 s ` +
+          '(a rise one epoch after the falls that make room for it)'),
   );
   const central = await Promise.all(
     seeds.map((seed) => measureRun(scaleInput(replicas, seed, durationS), 1, flushMs, 1)),
@@ -353,7 +371,8 @@ async function shardsCurve(): Promise<void> {
     `centralised (1 dispatcher, one store, every token charged): accumulated service difference median ${median(central.map((r) => r.diff)).toFixed(0)}`,
   );
   console.log(
-    `${pad('stores', 8)}${pad('diff ×central (median)', 24)}${pad('worst', 8)}${pad('tokens/s ×one store', 21)}${pad('busiest store share of calls', 30)}`,
+    `${pad('stores', 8)}${pad('diff ×central (median)', 24)}${pad('worst', 8)}${pad('tokens/s ×one store', 21)}` +
+      `${pad('busiest store share of calls', 30)}${pad('calls/request', 15)}${pad('handed on', 10)}`,
   );
   let oneStore: Measured[] = [];
   for (const count of [1, 2, 3, 4]) {
@@ -365,15 +384,24 @@ async function shardsCurve(): Promise<void> {
           dispatchers,
           flushMs,
           undefined,
-          count === 1 ? undefined : { count, ...(serviceGain !== undefined ? { serviceGain } : {}) },
+          count === 1
+            ? undefined
+            : {
+                count,
+                controller,
+                ...(serviceGain !== undefined ? { serviceGain } : {}),
+                ...(viewMs !== undefined ? { viewMs } : {}),
+              },
         ),
       );
     if (count === 1) oneStore = runs;
     const ratios = runs.map((r, i) => r.diff / Math.max(1, central[i]!.diff));
     const tput = runs.map((r, i) => r.tokensPerS / Math.max(1, oneStore[i]!.tokensPerS));
+    const handed = runs.flatMap((r) => (r.handedOff === undefined ? [] : [r.handedOff]));
     console.log(
       `${pad(String(count), 8)}${pad(`${median(ratios).toFixed(2)}x`, 24)}${pad(`${Math.max(...ratios).toFixed(2)}x`, 8)}` +
-        `${pad(`${median(tput).toFixed(3)} (worst ${Math.min(...tput).toFixed(3)})`, 21)}${pad(`${(median(runs.map((r) => r.busiestPoolShare)) * 100).toFixed(0)}%`, 30)}`,
+        `${pad(`${median(tput).toFixed(3)} (worst ${Math.min(...tput).toFixed(3)})`, 21)}${pad(`${(median(runs.map((r) => r.busiestPoolShare)) * 100).toFixed(0)}%`, 30)}` +
+        `${pad(median(runs.map((r) => r.callsPerRequest)).toFixed(2), 15)}${pad(handed.length > 0 ? `${(median(handed) * 100).toFixed(0)}%` : '', 10)}`,
     );
   }
   console.log(`(${((performance.now() - started) / 1000).toFixed(1)} s wall)`);

@@ -8,41 +8,49 @@ import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
  * - Each tenant belongs to one shard (a stable hash of its id); a shard is a pool of its own in the
  *   store (`<pool>~<shard>`), with its own queues, VTC counters and reservations, so every store
  *   call of a request touches one shard only and stays exact there.
- * - Every replica of the pool serves every shard: each shard sees it with `share` of its KV and
- *   sequence capacity (replica id `<id>~<shard>`), and the shares of a replica never add up to more
- *   than the whole, so no replica is ever over-reserved although no store sees all of it.
- * - Every `rebalanceMs` (an epoch) the shares move to the shards' backlogged weight (the weights
- *   of the flows with requests waiting, as VTC divides service among backlogged clients), each
- *   shard keeping at least `minShare`, and each weight scaled by the shard's service gain.
- * - The service gain closes the loop: a share of KV does not buy every shard the same service
- *   (its requests' shapes, how they pack, how often its flows come and go), so each epoch a
- *   shard's gain moves by (mean rate / its rate)^`serviceGain`, where a shard's rate is how far its
- *   least backlogged VTC counter advanced (service per unit of weight). Shards served more slowly
- *   than the others get more of the replicas, until the rates meet.
- * - A share that falls falls at once; a share that rises takes only room that no shard held in
- *   the previous epoch. An epoch lasts at least as long as every dispatcher takes to adopt new
- *   shares, so at any time dispatchers use at most two consecutive epochs' shares, and for every
- *   replica the larger of the two, summed over the shards, is at most its capacity. A rise
- *   therefore lands one epoch after the falls that make room for it.
+ * - Every replica of the pool serves every shard: each shard sees it with an allotment of its KV
+ *   tokens and sequence slots (replica id `<id>~<shard>`), and a replica's allotments never add up
+ *   to more than the whole, so no replica is ever over-reserved although no store sees all of it.
  *
- * The cost is fairness across shards between rebalances: within a shard VTC holds as always;
- * across shards, service follows the shares, which follow the backlog up to two epochs late, and a
- * shard's running requests keep what they hold until they finish. The gain equalises rates, not
- * what was already lost: service a shard missed while its share lagged is not paid back.
- * `npm run bench:dispatchers -- --shards` measures that cost against one store.
+ * How the allotments move is the controller's business.
+ *
+ * - **Hand-off** (the default) gives the room a finishing request frees to the shard VTC would
+ *   serve next, as one store would give it to the flow with the least counter: when another shard
+ *   is backlogged and its least counter is below the finishing shard's (or the finishing shard has
+ *   nothing queued), the room leaves the finishing shard's allotment of that replica for the other
+ *   shard's, and the dispatcher that settled the request dispatches into it in the other shard's
+ *   store (one more round trip, to the other shard only). Dispatchers decide on a view of every
+ *   shard's backlog and least counter at most `viewMs` old. A shard that rejoins the backlog has
+ *   its counters read from the least of the others' on (an offset kept until it next rejoins), as
+ *   VTC lifts a returning flow, so an idle shard never comes back with credit; at every view, an
+ *   idle shard hands on the room its running requests do not hold, above its minimum.
+ * - **Epoch** moves every replica's allotments to the shards' backlogged weight each `rebalanceMs`,
+ *   each weight scaled by a service gain that follows how far each shard's least counter advanced
+ *   (service per unit of weight); a fall applies at once and a rise takes only room no shard held
+ *   in the previous epoch. Service a shard loses while its share lags is never paid back, so
+ *   fairness across shards follows the epoch: kept for comparison.
+ *
+ * `npm run bench:dispatchers -- --shards` measures the fairness cost of each against one store.
  */
 export interface PoolShardsOptions {
   /** Shards (stores) per pool, ≥ 1. */
   readonly count: number;
+  /** How the shards share the replicas (see {@link ShardedReplicas}). @default 'handoff' */
+  readonly controller?: 'handoff' | 'epoch' | undefined;
   /**
-   * How often the shares follow the backlog (an epoch), ms: at least the time every dispatcher
-   * takes to adopt new shares. @default 1000
+   * Hand-off: the age of the dispatchers' view of every shard's backlog and least counter, ms
+   * (every store call returns its shard's; dispatchers pass theirs on over the bus). @default 25
+   */
+  readonly viewMs?: number | undefined;
+  /**
+   * Epoch: how often the shares follow the backlog, ms: at least the time every dispatcher takes
+   * to adopt new shares. @default 1000
    */
   readonly rebalanceMs?: number | undefined;
-  /** The least share a shard keeps, so a tenant arriving to an idle shard is served at once. @default 0.02 */
+  /** The least share of every replica a shard keeps, so a tenant arriving to an idle shard is served at once. @default 0.02 */
   readonly minShare?: number | undefined;
   /**
-   * How hard a shard's service gain follows its service rate each epoch: the exponent of
+   * Epoch: how hard a shard's service gain follows its service rate each epoch: the exponent of
    * (mean rate / its rate), each epoch's step kept within 0.8–1.25. 0: shares follow the
    * backlogged weight alone. Larger gains overshoot: rates move only as running requests finish.
    * @default 0.35
@@ -75,24 +83,50 @@ export function shardOf(tenant: string, count: number): number {
   return (h >>> 0) % count;
 }
 
+/** A replica's KV tokens and sequence slots, one allotment per shard (hand-off). */
+interface Allotment {
+  readonly tokens: number[];
+  readonly seqs: number[];
+  /** What each shard keeps whatever it hands on (`minShare` of the replica). */
+  readonly minTokens: number;
+  readonly minSeqs: number;
+}
+
 /** The replicas of a sharded fleet as each shard's gateway pool sees them (see {@link PoolShardsOptions}). */
 export class ShardedReplicas implements ReplicaSource {
   readonly #inner: ReplicaSource;
   readonly #count: number;
-  readonly rebalanceMs: number;
+  readonly controller: 'handoff' | 'epoch';
+  /** How often the runner shows the controller every shard's backlog ({@link observe}), ms. */
+  readonly intervalMs: number;
   readonly #minShare: number;
-  /** Each base pool's shares in use, one per shard. */
+  /** Epoch: each base pool's shares in use, one per shard. */
   readonly #shares = new Map<string, number[]>();
   readonly #serviceGain: number;
-  /** Each base pool's service gains and the counters the last epoch read, one per shard. */
+  /** Epoch: each base pool's service gains and the counters the last epoch read, one per shard. */
   readonly #loop = new Map<string, { gains: number[]; counters: (number | undefined)[] }>();
+  /** Hand-off: each base replica's allotments. */
+  readonly #allot = new Map<string, Allotment>();
+  /**
+   * Hand-off: each base pool's view, per shard: backlogged or not, and its least counter plus
+   * the offset it was given when it last rejoined the backlog.
+   */
+  readonly #view = new Map<
+    string,
+    { backlogged: boolean[]; counters: (number | undefined)[]; offsets: number[] }
+  >();
+  /** Hand-off: finished requests seen, and rooms handed to another shard. */
+  readonly handoffs = { completions: 0, handedOff: 0 };
 
   constructor(inner: ReplicaSource, options: PoolShardsOptions) {
     if (!Number.isInteger(options.count) || options.count < 1)
       throw new RangeError(`shards: count must be a whole number ≥ 1 (got ${options.count})`);
     this.#inner = inner;
     this.#count = options.count;
-    this.rebalanceMs = options.rebalanceMs ?? 1000;
+    this.controller = options.controller ?? 'handoff';
+    this.intervalMs = this.controller === 'handoff' ? (options.viewMs ?? 25) : (options.rebalanceMs ?? 1000);
+    if (!(this.intervalMs > 0))
+      throw new RangeError(`shards: viewMs and rebalanceMs must be > 0 (got ${this.intervalMs})`);
     this.#minShare = Math.min(options.minShare ?? 0.02, 1 / options.count);
     this.#serviceGain = options.serviceGain ?? 0.35;
     if (!(this.#serviceGain >= 0))
@@ -115,7 +149,7 @@ export class ShardedReplicas implements ReplicaSource {
     return i < 0 ? id : id.slice(0, i);
   }
 
-  /** The shares in use for `pool` (a base pool), one per shard. */
+  /** Epoch: the shares in use for `pool` (a base pool), one per shard. */
   shares(pool: string): readonly number[] {
     let s = this.#shares.get(pool);
     if (s === undefined) {
@@ -125,18 +159,37 @@ export class ShardedReplicas implements ReplicaSource {
     return s;
   }
 
+  /** Hand-off: a replica's allotments, KV tokens and sequence slots per shard, evenly split when first seen. */
+  allotment(r: ReplicaInfo): Allotment {
+    let a = this.#allot.get(r.id);
+    if (a === undefined) {
+      a = {
+        tokens: Array.from({ length: this.#count }, () => r.kvCapacityTokens / this.#count),
+        seqs: Array.from({ length: this.#count }, () => r.maxNumSeqs / this.#count),
+        minTokens: r.kvCapacityTokens * this.#minShare,
+        minSeqs: r.maxNumSeqs * this.#minShare,
+      };
+      this.#allot.set(r.id, a);
+    }
+    return a;
+  }
+
   replicas(pool: string): readonly ReplicaInfo[] {
     const i = pool.lastIndexOf(SEP);
     if (i < 0) return [];
     const base = pool.slice(0, i);
-    const share = this.shares(base)[Number(pool.slice(i + 1))] ?? 0;
-    return this.#inner.replicas(base).map((r) => ({
-      ...r,
-      id: `${r.id}${SEP}${pool.slice(i + 1)}`,
-      pool,
-      kvCapacityTokens: Math.floor(r.kvCapacityTokens * share),
-      maxNumSeqs: Math.floor(r.maxNumSeqs * share),
-    }));
+    const shard = Number(pool.slice(i + 1));
+    const share = this.controller === 'epoch' ? (this.shares(base)[shard] ?? 0) : 0;
+    return this.#inner.replicas(base).map((r) => {
+      const a = this.controller === 'handoff' ? this.allotment(r) : undefined;
+      return {
+        ...r,
+        id: `${r.id}${SEP}${shard}`,
+        pool,
+        kvCapacityTokens: Math.floor(a !== undefined ? a.tokens[shard]! : r.kvCapacityTokens * share),
+        maxNumSeqs: Math.floor(a !== undefined ? a.seqs[shard]! : r.maxNumSeqs * share),
+      };
+    });
   }
 
   pools(): readonly string[] {
@@ -147,6 +200,107 @@ export class ShardedReplicas implements ReplicaSource {
 
   isAvailable(replicaId: string): boolean {
     return this.#inner.isAvailable?.(this.baseReplica(replicaId)) ?? true;
+  }
+
+  /**
+   * What the shards' stores say now, every {@link intervalMs}: with hand-off, the dispatchers'
+   * view; with epochs, a new epoch ({@link rebalance}).
+   */
+  observe(pool: string, backlog: readonly ShardBacklog[]): void {
+    if (this.controller === 'epoch') {
+      this.rebalance(pool, backlog);
+      return;
+    }
+    let v = this.#view.get(pool);
+    if (v === undefined) {
+      v = {
+        backlogged: backlog.map(() => false),
+        counters: backlog.map(() => undefined),
+        offsets: backlog.map(() => 0),
+      };
+      this.#view.set(pool, v);
+    }
+    const now = backlog.map((b) => b.weight > 0 && b.counter !== undefined);
+    for (const [s, b] of backlog.entries()) {
+      // A shard rejoining the backlog starts from the least counter of the shards that stayed in it.
+      if (now[s] && !v.backlogged[s]) {
+        let least: number | undefined;
+        for (const [o, c] of backlog.entries()) {
+          if (o === s || !now[o] || !v.backlogged[o]) continue;
+          const eff = c.counter! + v.offsets[o]!;
+          if (least === undefined || eff < least) least = eff;
+        }
+        if (least !== undefined) v.offsets[s] = Math.max(v.offsets[s]!, least - b.counter!);
+      }
+      v.counters[s] = now[s] ? b.counter! + v.offsets[s]! : undefined;
+    }
+    v.backlogged = now;
+  }
+
+  /** Hand-off: the backlogged shard with the least counter, other than `but`, or undefined. */
+  #least(v: { counters: (number | undefined)[] }, but: number): number | undefined {
+    let to: number | undefined;
+    for (const [s, c] of v.counters.entries()) {
+      if (s === but || c === undefined) continue;
+      if (to === undefined || c < v.counters[to]!) to = s;
+    }
+    return to;
+  }
+
+  /** Hand-off: moves up to `tokens` and `seqs` of `replica` from shard `from` to shard `to`, keeping `from`'s minimum. */
+  #move(a: Allotment, from: number, to: number, tokens: number, seqs: number): boolean {
+    const t = Math.max(0, Math.min(tokens, a.tokens[from]! - a.minTokens));
+    const q = Math.max(0, Math.min(seqs, a.seqs[from]! - a.minSeqs));
+    if (t === 0 && q === 0) return false;
+    a.tokens[from] = a.tokens[from]! - t;
+    a.tokens[to] = a.tokens[to]! + t;
+    a.seqs[from] = a.seqs[from]! - q;
+    a.seqs[to] = a.seqs[to]! + q;
+    return true;
+  }
+
+  /**
+   * Hand-off: shard `shard` of `pool`, holding `heldTokens` and `heldSeqs` of base replica
+   * `replica` for its running requests, has nothing queued: the room it does not use, above its
+   * minimum, goes to the backlogged shard with the least counter (an idle shard's room would
+   * otherwise wait for requests it does not have to finish). Returns that shard, or undefined.
+   */
+  releaseIdle(
+    pool: string,
+    replica: string,
+    shard: number,
+    heldTokens: number,
+    heldSeqs: number,
+  ): number | undefined {
+    const v = this.#view.get(pool);
+    const a = this.#allot.get(replica);
+    if (v === undefined || a === undefined || v.counters[shard] !== undefined) return undefined;
+    const to = this.#least(v, shard);
+    if (to === undefined) return undefined;
+    return this.#move(a, shard, to, a.tokens[shard]! - heldTokens, a.seqs[shard]! - heldSeqs)
+      ? to
+      : undefined;
+  }
+
+  /**
+   * Hand-off: a request of `shard` that held `tokens` and one sequence slot on base replica
+   * `replica` of `pool` has finished. When another shard is backlogged with a least counter below
+   * this shard's, or this shard has nothing queued, the room goes to the backlogged shard with the
+   * least counter, as far as this shard's allotment stays above its minimum. Returns the shard
+   * that received it (whose store the caller dispatches in next), or undefined.
+   */
+  release(pool: string, replica: string, shard: number, tokens: number): number | undefined {
+    this.handoffs.completions++;
+    const v = this.#view.get(pool);
+    const a = this.#allot.get(replica);
+    if (v === undefined || a === undefined) return undefined;
+    const to = this.#least(v, shard);
+    if (to === undefined) return undefined;
+    const mine = v.counters[shard];
+    if (mine !== undefined && mine <= v.counters[to]!) return undefined;
+    if (!this.#move(a, shard, to, tokens, 1)) return undefined;
+    this.handoffs.handedOff++;
+    return to;
   }
 
   /**

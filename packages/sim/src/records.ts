@@ -65,6 +65,11 @@ export interface SimRun {
    * on their affinity replica, found one but placed elsewhere, found none); absent with affinity off.
    */
   readonly affinity?: { readonly hit: number; readonly bounded: number; readonly miss: number } | undefined;
+  /**
+   * Requests that finished in a sharded pool with hand-off, and how many of them handed the room
+   * they freed to another shard (each one more store call, in that shard); absent otherwise.
+   */
+  readonly shardHandoffs?: { readonly completions: number; readonly handedOff: number } | undefined;
   /** Model swaps an SLO control completed (multi-model pools); absent without a control. */
   readonly swaps?: number | undefined;
   /**

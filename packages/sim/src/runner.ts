@@ -107,8 +107,9 @@ export interface RunInput {
     | ((req: RequestDescriptor, generated: number) => number | undefined)
     | undefined;
   /**
-   * Each pool spread over this many stores, tenants hashed to them, replica capacity shared by
-   * backlogged weight ({@link ShardedReplicas}); not with `control`. @default one store per pool
+   * Each pool spread over several stores, tenants hashed to them, every replica's capacity shared
+   * among them by hand-off as requests finish, or by epochs ({@link ShardedReplicas}); not with
+   * `control`. @default one store per pool
    */
   readonly shards?: PoolShardsOptions | undefined;
   /**
@@ -400,6 +401,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     cluster.stepInFlight(m.id, undefined);
     const t = nowS();
     const here = onMember[m.index]!;
+    /** Rooms handed to another shard in this step, by the gateway that settled each request. */
+    const handedOff: { gateway: number; pool: string }[] = [];
     for (const e of result.events) {
       // A request evicted while this step ran has left the engine (and may already run again,
       // dispatched after the step began): the step's events for it are void.
@@ -453,6 +456,14 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           // cache served is not the original prompt's, so it settles without a cache hit.
           if (rec.resumeFrom === 0) rec.cachedTokens = e.cachedTokens;
           here.delete(e.id);
+          if (sharded?.controller === 'handoff') {
+            const held = reservedTokensOf(e.id);
+            const to =
+              held === undefined
+                ? undefined
+                : sharded.release(m.pool, m.id, sharded.shardOf(rec.req.tenant), held);
+            if (to !== undefined) handedOff.push({ gateway: rec.gateway, pool: `${m.pool}~${to}` });
+          }
           control?.onFinished(rec.req, rec.generated);
           await gateways[rec.gateway]!.complete(e.id, {
             inputTokens: rec.req.inputTokens,
@@ -465,6 +476,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           break;
       }
     }
+    // The dispatcher that handed a room on dispatches into it, in the receiving shard's store.
+    for (const h of handedOff) await gateways[h.gateway]!.pump(h.pool);
     if (clock.now() - lastSample[m.index]! >= sampleMs) {
       lastSample[m.index] = clock.now();
       const s = m.engine.stats();
@@ -554,7 +567,9 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
 
   const weightOf = (tenant: string): number =>
     input.tenantWeights?.[tenant] ?? input.tenants?.find((t) => t.id === tenant)?.weight ?? 1;
-  if (sharded !== undefined) queue.push(sharded.rebalanceMs, { kind: 'rebalance' });
+  if (sharded !== undefined) queue.push(sharded.intervalMs, { kind: 'rebalance' });
+  /** Hand-off: shard pools that received room from an idle shard at a view. */
+  const reclaimed = new Set<string>();
 
   const arrivals = input.arrivals;
   const abandon = input.abandonRejectedInteractions ?? true;
@@ -682,8 +697,9 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
         break;
       case 'rebalance':
         if (sharded !== undefined) {
-          // What a leader reads from each shard's store once an epoch: its backlogged flows'
-          // weights, over every band, and the least of their counters (its service rate).
+          // What each shard's store says: its backlogged flows' weights, over every band, and the
+          // least of their counters (the dispatchers' view with hand-off; a leader's read once an
+          // epoch).
           const bands = (input.sloClasses ?? DEFAULT_SLO_CLASSES).length;
           for (const pool of cluster.pools()) {
             const backlog: ShardBacklog[] = [];
@@ -700,10 +716,32 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
               }
               backlog.push({ weight, counter });
             }
-            sharded.rebalance(pool, backlog);
+            sharded.observe(pool, backlog);
+            if (sharded.controller === 'handoff') {
+              // Shards with nothing queued hand on the room their running requests do not hold.
+              const idle = backlog.flatMap((b, sh) => (b.weight > 0 ? [] : [sh]));
+              for (const m of idle.length > 0 ? cluster.members : []) {
+                if (m.pool !== pool) continue;
+                const tokens = backlog.map(() => 0);
+                const seqs = backlog.map(() => 0);
+                for (const id of onMember[m.index]!) {
+                  const sh = sharded.shardOf(recs.get(id)!.req.tenant);
+                  tokens[sh] = tokens[sh]! + (reservedTokensOf(id) ?? 0);
+                  seqs[sh] = seqs[sh]! + 1;
+                }
+                for (const sh of idle) {
+                  const to = sharded.releaseIdle(pool, m.id, sh, tokens[sh]!, seqs[sh]!);
+                  if (to !== undefined) reclaimed.add(`${pool}~${to}`);
+                }
+              }
+            }
           }
-          await pumpAll();
-          queue.push(ev.timeMs + sharded.rebalanceMs, item);
+          // The rooms idle shards handed on are dispatched into, in the receiving shards' stores.
+          for (const p of reclaimed) await gateways[0]!.pump(p);
+          reclaimed.clear();
+          // New epoch shares make room for some shards (hand-off moves room as requests finish).
+          if (sharded.controller === 'epoch') await pumpAll();
+          queue.push(ev.timeMs + sharded.intervalMs, item);
         }
         break;
       case 'moves':
@@ -760,6 +798,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
     engineSteps,
     preemptions,
     ...(prefixCache ? { prefixCache } : {}),
+    ...(sharded?.controller === 'handoff' ? { shardHandoffs: { ...sharded.handoffs } } : {}),
     ...(affinityMode !== 'off' ? { affinity: affinityOf(gateways) } : {}),
     ...(control ? { swaps: swapsDone } : {}),
     ...(input.reserve === 'predicted' ? { prediction: predictionOf(gateways) } : {}),

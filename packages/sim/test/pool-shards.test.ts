@@ -2,7 +2,7 @@ import { orderingPolicyByName, placementByName } from '@fairway/policy';
 import type { ReplicaInfo, ReplicaSource } from '@fairway/scheduler';
 import { describe, expect, it } from 'vitest';
 import { computeMetrics } from '../src/metrics.ts';
-import { ShardedReplicas, shardOf } from '../src/pool-shards.ts';
+import { type PoolShardsOptions, ShardedReplicas, shardOf } from '../src/pool-shards.ts';
 import { runSimulation } from '../src/runner.ts';
 import { buildRunInput, parseScenario } from '../src/scenario.ts';
 
@@ -39,8 +39,56 @@ describe('one pool over several stores', () => {
     expect(s.poolOf({ model: 'm', tenant: 'acme' } as never)).toBe(`m~${shardOf('acme', 4)}`);
   });
 
-  it('moves the shares to the backlogged weight, a rise taking only room the last epoch left', () => {
+  it('hands the room a finishing request frees to the backlogged shard with the least counter', () => {
     const s = new ShardedReplicas(fleet, { count: 3, minShare: 0.05 });
+    s.replicas('m~0'); // the gateways' first look: every replica split evenly
+    const allot = (id: string) => {
+      const r = s.replicas('m~0').find((x) => x.id === `${id}~0`)!;
+      const a = s.allotment({ ...r, id });
+      return { tokens: a.tokens.map((x) => +x.toFixed(2)), seqs: a.seqs.map((x) => +x.toFixed(2)) };
+    };
+    // Before any view of the shards, a room stays where it was.
+    expect(s.release('m', 'r1', 0, 300)).toBeUndefined();
+    s.observe('m', [{ weight: 1, counter: 100 }, { weight: 1, counter: 50 }, { weight: 0 }]);
+    // Shard 0 is ahead of shard 1: its room goes there, and shard 1 keeps its own.
+    expect(s.release('m', 'r1', 0, 300)).toBe(1);
+    expect(s.release('m', 'r1', 1, 100)).toBeUndefined();
+    // A shard keeps its minimum (5 %: 50 tokens, half a slot) whatever it finishes.
+    expect(allot('r1')).toEqual({ tokens: [50, 616.67, 333.33], seqs: [2.33, 4.33, 3.33] });
+    expect(s.release('m', 'r1', 0, 300)).toBe(1);
+    expect(s.release('m', 'r1', 0, 300)).toBe(1);
+    expect(s.release('m', 'r1', 0, 300)).toBeUndefined();
+    expect(allot('r1')).toEqual({ tokens: [50, 616.67, 333.33], seqs: [0.5, 6.17, 3.33] });
+    // An idle shard hands on what its running requests do not hold, above its minimum.
+    expect(s.releaseIdle('m', 'r2', 2, 100, 1)).toBe(1);
+    expect(allot('r2')).toEqual({ tokens: [333.33, 566.67, 100], seqs: [3.33, 5.67, 1] });
+    expect(s.releaseIdle('m', 'r2', 0, 0, 0)).toBeUndefined(); // shard 0 has work queued
+    // Shard 2 rejoins with counter 10 (its flows were idle): it starts from the least of the
+    // others' (50), so shard 1 keeps its room rather than paying shard 2 for its idle time...
+    s.observe('m', [
+      { weight: 1, counter: 100 },
+      { weight: 1, counter: 50 },
+      { weight: 2, counter: 10 },
+    ]);
+    expect(s.release('m', 'r2', 1, 100)).toBeUndefined();
+    // ...and from then on its counter moves as its own: 10 more served, 10 more counted.
+    s.observe('m', [
+      { weight: 1, counter: 100 },
+      { weight: 1, counter: 70 },
+      { weight: 2, counter: 20 },
+    ]);
+    expect(s.release('m', 'r2', 1, 100)).toBe(2);
+    // No replica ever holds more or less than its capacity, over the shards.
+    for (const id of ['r1', 'r2']) {
+      const { tokens, seqs } = allot(id);
+      expect(tokens.reduce((x, y) => x + y, 0)).toBeCloseTo(1000, 6);
+      expect(seqs.reduce((x, y) => x + y, 0)).toBeCloseTo(10, 6);
+    }
+    expect(s.handoffs).toEqual({ completions: 8, handedOff: 4 });
+  });
+
+  it('moves the shares to the backlogged weight, a rise taking only room the last epoch left', () => {
+    const s = new ShardedReplicas(fleet, { count: 3, minShare: 0.05, controller: 'epoch' });
     const epochs: number[][] = [[...s.shares('m')]];
     const epoch = (weights: number[]) => {
       s.rebalance(
@@ -69,7 +117,7 @@ describe('one pool over several stores', () => {
 
   it('gives a shard served more slowly per unit of weight more of the replicas, until the rates meet', () => {
     const run = (serviceGain: number) => {
-      const s = new ShardedReplicas(fleet, { count: 2, serviceGain });
+      const s = new ShardedReplicas(fleet, { count: 2, serviceGain, controller: 'epoch' });
       const epochs: number[][] = [[...s.shares('m')]];
       // Equal backlogged weights; a share of the replicas serves shard 0 at half shard 1's rate
       // (its counter advances 100 per epoch at half the replicas where shard 1's advances 200).
@@ -122,7 +170,7 @@ describe('one pool over several stores', () => {
       'shards',
     );
     const input = buildRunInput({ name: 'shards', scenario, baseDir: process.cwd() });
-    const run = (shards?: { count: number }) =>
+    const run = (shards?: PoolShardsOptions) =>
       runSimulation({
         ...input,
         ordering: orderingPolicyByName('vtc'),
@@ -131,15 +179,65 @@ describe('one pool over several stores', () => {
         ...(shards !== undefined ? { shards } : {}),
       });
     const one = computeMetrics(await run());
-    const sharded = await run({ count: 3 });
-    const m = computeMetrics(sharded);
-    // Reservations cover each request's whole prompt and output cap on its replica, and the
-    // shards' shares of a replica never add up to more than it: no engine ever runs out of KV.
-    expect(sharded.preemptions).toBe(0);
-    expect(new Set(sharded.records.map((r) => r.replica).filter((x) => x !== undefined))).toEqual(
-      new Set(input.engines.map((e) => e.id)),
+    for (const controller of ['handoff', 'epoch'] as const) {
+      const sharded = await run({ count: 3, controller });
+      const m = computeMetrics(sharded);
+      // Reservations cover each request's whole prompt and output cap on its replica, and the
+      // shards' parts of a replica never add up to more than it: no engine ever runs out of KV.
+      expect(sharded.preemptions).toBe(0);
+      expect(new Set(sharded.records.map((r) => r.replica).filter((x) => x !== undefined))).toEqual(
+        new Set(input.engines.map((e) => e.id)),
+      );
+      expect(m.requests.completed).toBeGreaterThan(0.95 * one.requests.completed);
+      expect(m.throughput.tokensPerS).toBeGreaterThan(0.95 * one.throughput.tokensPerS);
+    }
+  });
+
+  it('serves a tenant that arrives at an idle shard its fair share, not the service the others had meanwhile', async () => {
+    // Two shards: tenant a alone in shard 0, arriving after 30 s; b, d and f in shard 1 from the
+    // start. Every tenant offers twice its fair share.
+    expect(['a', 'b', 'd', 'f'].map((t) => shardOf(t, 2))).toEqual([0, 1, 1, 1]);
+    const rate = (2 * 8 * 11.5) / 4;
+    const scenario = parseScenario(
+      {
+        durationS: 90,
+        seed: 1,
+        cluster: { engines: [{ gpu: 'A100-80GB', model: 'llama-2-7b', tp: 1, count: 8 }] },
+        tenants: ['a', 'b', 'd', 'f'].map((id) => ({ id, weight: 1 })),
+        streams: ['a', 'b', 'd', 'f'].map((tenant) => ({
+          tenant,
+          arrival:
+            tenant === 'a'
+              ? {
+                  process: 'poisson',
+                  phases: [
+                    { durationS: 30, rate: 0 },
+                    { durationS: 60, rate },
+                  ],
+                }
+              : { process: 'poisson', rate },
+          input: { kind: 'lognormal', median: 256, p90: 700, min: 8, max: 2048 },
+          output: { kind: 'lognormal', median: 256, p90: 700, min: 8, max: 2048 },
+        })),
+      },
+      'late-shard',
     );
-    expect(m.requests.completed).toBeGreaterThan(0.95 * one.requests.completed);
-    expect(m.throughput.tokensPerS).toBeGreaterThan(0.95 * one.throughput.tokensPerS);
+    const input = buildRunInput({ name: 'late-shard', scenario, baseDir: process.cwd() });
+    const run = (dispatchers: number, shards?: { count: number }) =>
+      runSimulation({
+        ...input,
+        ordering: orderingPolicyByName('vtc'),
+        placement: placementByName('least-kv'),
+        dispatchers,
+        ...(dispatchers === 1 ? { flushTokens: 1 } : {}),
+        ...(shards !== undefined ? { shards } : {}),
+      });
+    const central = computeMetrics(await run(1));
+    const sharded = computeMetrics(await run(4, { count: 2 }));
+    // Shard 0's counters start from shard 1's when a arrives (else a would take every replica
+    // until its counter caught up: 25x the centralised difference), and shard 0's idle room
+    // serves shard 1 meanwhile (else half the fleet would wait for a).
+    expect(sharded.fairness.accumulatedMaxDiff).toBeLessThan(1.5 * central.fairness.accumulatedMaxDiff);
+    expect(sharded.throughput.tokensPerS).toBeGreaterThan(0.98 * central.throughput.tokensPerS);
   });
 });
