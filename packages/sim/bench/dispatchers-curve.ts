@@ -7,7 +7,7 @@
  * per simulated second (the load coalescing saves).
  *
  * With `--scale`, the same question at fleet scale: one pool of R replicas (A100-80GB, Llama-2-7B)
- * overloaded by eight weighted tenants, run with 1 (every token charged), 32, 64 and 128
+ * overloaded by eight weighted tenants (`--tenants`), run with 1 (every token charged), 32, 64 and 128
  * dispatchers over several seeds (median and worst ratio to centralised), then the store's load
  * for P such pools on 1–8 Redis shards (a pool lives on one shard: its keys share a hash slot),
  * with Redis modelled as an M/D/1 server of `--redis-op-us` per script call plus `--rtt-us` of
@@ -25,9 +25,9 @@
  * calls per finished request, and the part of finished requests whose room was handed on.
  *
  * Usage: npm run bench:dispatchers [-- --scenario vtc-overload,vtc-poisson-short-long --duration 600]
- *        npm run bench:dispatchers -- --scale [--replicas 32 --pools 32 --seeds 3 --duration 60
+ *        npm run bench:dispatchers -- --scale [--replicas 32 --pools 32 --seeds 3 --duration 60 --tenants 8
  *          --redis-op-us 40 --rtt-us 250]
- *        npm run bench:dispatchers -- --shards [--replicas 32 --seeds 5 --duration 60 --dispatchers 8
+ *        npm run bench:dispatchers -- --shards [--replicas 32 --seeds 5 --duration 60 --dispatchers 8 --tenants 8
  *          --view-ms 25 | --controller epoch --service-gain 0.35]
  */
 import { parseArgs } from 'node:util';
@@ -120,6 +120,7 @@ const { values } = parseArgs({
     replicas: { type: 'string', default: '32' },
     pools: { type: 'string', default: '32' },
     seeds: { type: 'string', default: '3' },
+    tenants: { type: 'string', default: '8' },
     'redis-op-us': { type: 'string', default: '40' },
     'rtt-us': { type: 'string', default: '250' },
   },
@@ -228,21 +229,32 @@ async function curves(): Promise<void> {
   }
 }
 
-/** Weights of the scale run's eight tenants. */
+/** Weights of the scale and shards runs' tenants (eight unless `--tenants`, which cycles through them). */
 const SCALE_WEIGHTS = [1, 1, 1, 1, 2, 2, 4, 4];
 /** Requests/s one A100-80GB replica completes on 256/256-token Llama-2-7B requests (measured in the simulator: 11.5 at saturation). */
 const REPLICA_RATE = 11.5;
 
-/** One pool of `replicas` replicas, overloaded 2× by eight weighted tenants sending equal rates. */
+/** The tenants, as the runs' headers say. */
+const describeTenants = (): string =>
+  values.tenants === '8'
+    ? `8 tenants weighted ${SCALE_WEIGHTS.join('/')}`
+    : `${values.tenants} tenants weighted ${SCALE_WEIGHTS.join('/')} in turn`;
+
+/** The tenants' weights: `--tenants` of them, cycling through {@link SCALE_WEIGHTS}. */
+const tenantWeights = (): number[] =>
+  Array.from({ length: Number(values.tenants) }, (_, i) => SCALE_WEIGHTS[i % SCALE_WEIGHTS.length]!);
+
+/** One pool of `replicas` replicas, overloaded 2× by the weighted tenants sending equal rates. */
 function scaleInput(replicas: number, seed: number, durationS: number): ReturnType<typeof buildRunInput> {
-  const rate = (2 * REPLICA_RATE * replicas) / SCALE_WEIGHTS.length;
+  const weights = tenantWeights();
+  const rate = (2 * REPLICA_RATE * replicas) / weights.length;
   const scenario = parseScenario(
     {
       durationS,
       seed,
       cluster: { engines: [{ gpu: 'A100-80GB', model: 'llama-2-7b', tp: 1, count: replicas }] },
-      tenants: SCALE_WEIGHTS.map((weight, i) => ({ id: `tenant${i + 1}`, weight })),
-      streams: SCALE_WEIGHTS.map((_, i) => ({
+      tenants: weights.map((weight, i) => ({ id: `tenant${i + 1}`, weight })),
+      streams: weights.map((_, i) => ({
         tenant: `tenant${i + 1}`,
         arrival: { process: 'poisson', rate },
         input: { kind: 'lognormal', median: 256, p90: 700, min: 8, max: 2048 },
@@ -279,7 +291,7 @@ async function scale(): Promise<void> {
   const flushMs = 50;
   const started = performance.now();
   console.log(
-    `\nscale: one pool of ${replicas} A100-80GB replicas (Llama-2-7B), 8 tenants weighted ${SCALE_WEIGHTS.join('/')}, ` +
+    `\nscale: one pool of ${replicas} A100-80GB replicas (Llama-2-7B), ${describeTenants()}, ` +
       `offered 2x capacity, ${durationS} s, seeds ${seeds.join(',')}; charges flushed every ${flushMs} ms`,
   );
   const central = await Promise.all(
@@ -357,7 +369,7 @@ async function shardsCurve(): Promise<void> {
   const viewMs = values['view-ms'] === undefined ? undefined : Number(values['view-ms']);
   const started = performance.now();
   console.log(
-    `\nshards: one pool of ${replicas} A100-80GB replicas (Llama-2-7B), 8 tenants weighted ${SCALE_WEIGHTS.join('/')}, ` +
+    `\nshards: one pool of ${replicas} A100-80GB replicas (Llama-2-7B), ${describeTenants()}, ` +
       `offered 2x capacity, ${durationS} s, seeds ${seeds.join(',')}; ${dispatchers} dispatchers, charges flushed every ${flushMs} ms; ` +
       (controller === 'handoff'
         ? `a finishing request's room handed to the backlogged shard with the least counter (view ${viewMs ?? 'default'} ms old)`
