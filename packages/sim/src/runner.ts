@@ -568,8 +568,6 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
   const weightOf = (tenant: string): number =>
     input.tenantWeights?.[tenant] ?? input.tenants?.find((t) => t.id === tenant)?.weight ?? 1;
   if (sharded !== undefined) queue.push(sharded.intervalMs, { kind: 'rebalance' });
-  /** Hand-off: shard pools that received room from an idle shard at a view. */
-  const reclaimed = new Set<string>();
 
   const arrivals = input.arrivals;
   const abandon = input.abandonRejectedInteractions ?? true;
@@ -701,6 +699,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           // least of their counters (the dispatchers' view with hand-off; a leader's read once an
           // epoch).
           const bands = (input.sloClasses ?? DEFAULT_SLO_CLASSES).length;
+          /** Hand-off: shard pools that received room from an idle shard. */
+          const reclaimed = new Set<string>();
           for (const pool of cluster.pools()) {
             const backlog: ShardBacklog[] = [];
             for (let sh = 0; sh < sharded.shares(pool).length; sh++) {
@@ -738,7 +738,6 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           }
           // The rooms idle shards handed on are dispatched into, in the receiving shards' stores.
           for (const p of reclaimed) await gateways[0]!.pump(p);
-          reclaimed.clear();
           // New epoch shares make room for some shards (hand-off moves room as requests finish).
           if (sharded.controller === 'epoch') await pumpAll();
           queue.push(ev.timeMs + sharded.intervalMs, item);
