@@ -95,7 +95,8 @@ interface Allotment {
 /** The replicas of a sharded fleet as each shard's gateway pool sees them (see {@link PoolShardsOptions}). */
 export class ShardedReplicas implements ReplicaSource {
   readonly #inner: ReplicaSource;
-  readonly #count: number;
+  /** Shards per pool. */
+  readonly count: number;
   readonly controller: 'handoff' | 'epoch';
   /** How often the runner shows the controller every shard's backlog ({@link observe}), ms. */
   readonly intervalMs: number;
@@ -122,7 +123,7 @@ export class ShardedReplicas implements ReplicaSource {
     if (!Number.isInteger(options.count) || options.count < 1)
       throw new RangeError(`shards: count must be a whole number ≥ 1 (got ${options.count})`);
     this.#inner = inner;
-    this.#count = options.count;
+    this.count = options.count;
     this.controller = options.controller ?? 'handoff';
     this.intervalMs = this.controller === 'handoff' ? (options.viewMs ?? 25) : (options.rebalanceMs ?? 1000);
     if (!(this.intervalMs > 0))
@@ -135,12 +136,17 @@ export class ShardedReplicas implements ReplicaSource {
 
   /** The shard pool a request is queued in. */
   poolOf(req: RequestDescriptor): string {
-    return `${req.model}${SEP}${shardOf(req.tenant, this.#count)}`;
+    return this.shardPool(req.model, shardOf(req.tenant, this.count));
+  }
+
+  /** The store pool of shard `shard` of base pool `pool`. */
+  shardPool(pool: string, shard: number): string {
+    return `${pool}${SEP}${shard}`;
   }
 
   /** The shard of a tenant. */
   shardOf(tenant: string): number {
-    return shardOf(tenant, this.#count);
+    return shardOf(tenant, this.count);
   }
 
   /** The engine replica behind a shard's replica id. */
@@ -153,7 +159,7 @@ export class ShardedReplicas implements ReplicaSource {
   shares(pool: string): readonly number[] {
     let s = this.#shares.get(pool);
     if (s === undefined) {
-      s = Array.from({ length: this.#count }, () => 1 / this.#count);
+      s = Array.from({ length: this.count }, () => 1 / this.count);
       this.#shares.set(pool, s);
     }
     return s;
@@ -164,8 +170,8 @@ export class ShardedReplicas implements ReplicaSource {
     let a = this.#allot.get(r.id);
     if (a === undefined) {
       a = {
-        tokens: Array.from({ length: this.#count }, () => r.kvCapacityTokens / this.#count),
-        seqs: Array.from({ length: this.#count }, () => r.maxNumSeqs / this.#count),
+        tokens: Array.from({ length: this.count }, () => r.kvCapacityTokens / this.count),
+        seqs: Array.from({ length: this.count }, () => r.maxNumSeqs / this.count),
         minTokens: r.kvCapacityTokens * this.#minShare,
         minSeqs: r.maxNumSeqs * this.#minShare,
       };
@@ -179,15 +185,15 @@ export class ShardedReplicas implements ReplicaSource {
     if (i < 0) return [];
     const base = pool.slice(0, i);
     const shard = Number(pool.slice(i + 1));
-    const share = this.controller === 'epoch' ? (this.shares(base)[shard] ?? 0) : 0;
+    const share = this.controller === 'epoch' ? (this.shares(base)[shard] ?? 0) : undefined;
     return this.#inner.replicas(base).map((r) => {
-      const a = this.controller === 'handoff' ? this.allotment(r) : undefined;
+      const a = share === undefined ? this.allotment(r) : undefined;
       return {
         ...r,
         id: `${r.id}${SEP}${shard}`,
         pool,
-        kvCapacityTokens: Math.floor(a !== undefined ? a.tokens[shard]! : r.kvCapacityTokens * share),
-        maxNumSeqs: Math.floor(a !== undefined ? a.seqs[shard]! : r.maxNumSeqs * share),
+        kvCapacityTokens: Math.floor(a ? a.tokens[shard]! : r.kvCapacityTokens * share!),
+        maxNumSeqs: Math.floor(a ? a.seqs[shard]! : r.maxNumSeqs * share!),
       };
     });
   }
@@ -195,7 +201,7 @@ export class ShardedReplicas implements ReplicaSource {
   pools(): readonly string[] {
     return this.#inner
       .pools()
-      .flatMap((p) => Array.from({ length: this.#count }, (_, s) => `${p}${SEP}${s}`));
+      .flatMap((p) => Array.from({ length: this.count }, (_, s) => this.shardPool(p, s)));
   }
 
   isAvailable(replicaId: string): boolean {
@@ -312,11 +318,11 @@ export class ShardedReplicas implements ReplicaSource {
     const gains = this.#followService(pool, backlog);
     const weights = backlog.map((b, s) => b.weight * (gains[s] ?? 1));
     const total = weights.reduce((a, w) => a + w, 0);
-    const spread = 1 - this.#count * this.#minShare;
+    const spread = 1 - this.count * this.#minShare;
     const shares = this.shares(pool) as number[];
     let room = 1 - shares.reduce((a, x) => a + x, 0);
     for (const [s, w] of weights.entries()) {
-      const t = total > 0 ? this.#minShare + (spread * w) / total : 1 / this.#count;
+      const t = total > 0 ? this.#minShare + (spread * w) / total : 1 / this.count;
       const old = shares[s] ?? 0;
       if (t <= old) {
         shares[s] = t;

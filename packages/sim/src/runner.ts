@@ -462,7 +462,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
               held === undefined
                 ? undefined
                 : sharded.release(m.pool, m.id, sharded.shardOf(rec.req.tenant), held);
-            if (to !== undefined) handedOff.push({ gateway: rec.gateway, pool: `${m.pool}~${to}` });
+            if (to !== undefined)
+              handedOff.push({ gateway: rec.gateway, pool: sharded.shardPool(m.pool, to) });
           }
           control?.onFinished(rec.req, rec.generated);
           await gateways[rec.gateway]!.complete(e.id, {
@@ -703,11 +704,11 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
           const reclaimed = new Set<string>();
           for (const pool of cluster.pools()) {
             const backlog: ShardBacklog[] = [];
-            for (let sh = 0; sh < sharded.shares(pool).length; sh++) {
+            for (let sh = 0; sh < sharded.count; sh++) {
               let weight = 0;
               let counter: number | undefined;
               for (let band = 0; band < bands; band++) {
-                const snap = await store.snapshot(`${pool}~${sh}`, band);
+                const snap = await store.snapshot(sharded.shardPool(pool, sh), band);
                 for (const flow of snap.backlogged) {
                   weight += weightOf(flow);
                   const c = snap.counters[flow];
@@ -720,8 +721,8 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
             if (sharded.controller === 'handoff') {
               // Shards with nothing queued hand on the room their running requests do not hold.
               const idle = backlog.flatMap((b, sh) => (b.weight > 0 ? [] : [sh]));
-              for (const m of idle.length > 0 ? cluster.members : []) {
-                if (m.pool !== pool) continue;
+              for (const m of cluster.members) {
+                if (idle.length === 0 || m.pool !== pool) continue;
                 const tokens = backlog.map(() => 0);
                 const seqs = backlog.map(() => 0);
                 for (const id of onMember[m.index]!) {
@@ -731,7 +732,7 @@ export async function runSimulation(input: RunInput): Promise<SimRun> {
                 }
                 for (const sh of idle) {
                   const to = sharded.releaseIdle(pool, m.id, sh, tokens[sh]!, seqs[sh]!);
-                  if (to !== undefined) reclaimed.add(`${pool}~${to}`);
+                  if (to !== undefined) reclaimed.add(sharded.shardPool(pool, to));
                 }
               }
             }
