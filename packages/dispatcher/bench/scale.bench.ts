@@ -233,15 +233,23 @@ function benchRedis(url: string): Redis {
   return r;
 }
 
-/** Redis's CPU (used_cpu_sys + used_cpu_user), ms, summed over `nodes`. */
-async function redisCpuMs(nodes: readonly Redis[]): Promise<number> {
-  let ms = 0;
+/** Redis's CPU in the kernel (used_cpu_sys) and in Redis itself (used_cpu_user), ms, summed over `nodes`. */
+async function redisCpu(nodes: readonly Redis[]): Promise<{ sys: number; user: number }> {
+  let sys = 0;
+  let user = 0;
   for (const r of nodes) {
     const info = await r.info('cpu');
     const field = (k: string): number => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(info)?.[1] ?? 0);
-    ms += (field('used_cpu_sys') + field('used_cpu_user')) * 1000;
+    sys += field('used_cpu_sys') * 1000;
+    user += field('used_cpu_user') * 1000;
   }
-  return ms;
+  return { sys, user };
+}
+
+/** Redis's CPU (used_cpu_sys + used_cpu_user), ms, summed over `nodes`. */
+async function redisCpuMs(nodes: readonly Redis[]): Promise<number> {
+  const { sys, user } = await redisCpu(nodes);
+  return sys + user;
 }
 
 /** One command's total over a phase, summed over the nodes. */
@@ -310,6 +318,8 @@ interface PhaseResult {
     /** The rest of the machine: NATS, the kernel, this process, other people's work. */
     readonly other: number;
   };
+  /** Share of Redis's CPU spent in the kernel (sockets), the rest in Redis's own code. */
+  readonly redisSysShare: number;
   /** Bytes the dispatchers wrote to stdout/stderr (the access log) per served request. */
   readonly logBytesPerRequest: number;
   /** Share of the machine's cores busy over the phase. */
@@ -356,7 +366,7 @@ async function measure(
     dispatchers: cpuOf(groups.dispatchers),
     engines: cpuOf(groups.engines),
     generators: cpuOf(groups.generators),
-    redis: await redisCpuMs(fleet.redisNodes),
+    redis: await redisCpu(fleet.redisNodes),
     machine: machineBusyMs(),
   };
   const started = performance.now();
@@ -366,7 +376,10 @@ async function measure(
     dispatchers: cpuOf(groups.dispatchers) - before.dispatchers,
     engines: cpuOf(groups.engines) - before.engines,
     generators: cpuOf(groups.generators) - before.generators,
-    redis: (await redisCpuMs(fleet.redisNodes)) - before.redis,
+    redis: await redisCpu(fleet.redisNodes).then((c) => ({
+      sys: c.sys - before.redis.sys,
+      user: c.user - before.redis.user,
+    })),
     machine: machineBusyMs() - before.machine,
   };
   const stats = await commandStats(fleet.redisNodes);
@@ -385,7 +398,7 @@ async function measure(
   const completed = sumOf(well, (r) => r.completed);
   const served = completed + sumOf(floods, (r) => r.completed);
   const per = (ms: number): number => ms / Math.max(1, served);
-  const ours = delta.dispatchers + delta.engines + delta.generators + delta.redis;
+  const ours = delta.dispatchers + delta.engines + delta.generators + delta.redis.sys + delta.redis.user;
   const totalUsec = stats.reduce((a, s) => a + s.usec, 0);
   // Over each generator's first send to last answer: a closed loop's last requests end after its duration.
   const byDispatcher = well.map((r) => (r.completed * 1000) / Math.max(durationMs, r.elapsedMs));
@@ -409,11 +422,12 @@ async function measure(
     served,
     cpuMsPerRequest: {
       dispatchers: per(delta.dispatchers),
-      redis: per(delta.redis),
+      redis: per(delta.redis.sys + delta.redis.user),
       engines: per(delta.engines),
       generators: per(delta.generators),
       other: per(Math.max(0, delta.machine - ours)),
     },
+    redisSysShare: delta.redis.sys / Math.max(1e-9, delta.redis.sys + delta.redis.user),
     logBytesPerRequest: logged / Math.max(1, served),
     machineBusy: delta.machine / wallMs / cpus().length,
     topCommands: stats.slice(0, 5).map((s) => ({
@@ -633,7 +647,8 @@ function printPhaseTable(title: string, rows: readonly PhaseResult[], base: numb
     );
     say(
       `  N=${r.dispatchers}: req/s by dispatcher ${r.reqPerSByDispatcher.map((x) => x.toFixed(0)).join(' / ')}; ` +
-        `access log ${r.logBytesPerRequest.toFixed(0)} B/req; Redis top commands by time (calls/req, µs/call, share):`,
+        `access log ${r.logBytesPerRequest.toFixed(0)} B/req; Redis CPU ${f(r.cpuMsPerRequest.redis * 1000, 1)} µs/req, ` +
+        `${(r.redisSysShare * 100).toFixed(0)}% of it in the kernel; Redis top commands by time (calls/req, µs/call, share):`,
     );
     for (const c of r.topCommands)
       say(
