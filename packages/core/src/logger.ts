@@ -1,3 +1,5 @@
+import { writeSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { pino } from 'pino';
 import { REDACTED, redactSecrets, SECRET_FIELDS } from './redaction.ts';
 
@@ -83,46 +85,189 @@ export function createLogger(options: LoggerOptions = {}): Logger {
 /** Characters a turn's lines may reach before they are written without waiting for the turn's end. */
 const TURN_BUFFER_CHARS = 8192;
 
-let stderrLines: pino.DestinationStream | undefined;
+/**
+ * Bytes of log lines a process holds while stderr's reader is behind (a pipe to a container
+ * runtime whose log driver stalls); a turn's lines that would go beyond are dropped and counted.
+ */
+export const STDERR_BACKLOG_BYTES = 8 * 1024 * 1024;
+
+/** How soon lines held for a full stderr are tried again, ms. */
+const STDERR_RETRY_MS = 10;
+
+/** How long a process's exit waits for a full stderr to take the lines it still holds, ms. */
+const EXIT_FLUSH_MS = 2000;
+
+/** A write that found a non-blocking stderr full. */
+function full(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === 'EAGAIN' || code === 'EBUSY';
+}
+
+/** Newlines in `text`: the lines it ends. */
+function linesIn(text: string): number {
+  let n = 0;
+  for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) n++;
+  return n;
+}
 
 /**
- * stderr, written once per event-loop turn: the lines a turn logs (an access-log line per request
- * a busy dispatcher answers) are held and leave in one write when the turn's I/O is done
- * (`setImmediate`), or sooner once they reach {@link TURN_BUFFER_CHARS}; what is held is written at
- * exit, and lines logged from then on go out at once. A line is never held past the turn that
- * wrote it, so nothing waits on a timer, and a pipe's reader (a container runtime) is woken once
- * per turn rather than once per line. One per process, shared by every logger, so lines keep
- * their order. The writes are pino's synchronous destination (sonic-boom, which handles partial
- * writes and a full pipe).
+ * stderr, written once per event-loop turn and never waited for. The lines a turn logs (an
+ * access-log line per request a busy dispatcher answers) are held and leave in one write when the
+ * turn's I/O is done (`setImmediate`), or sooner once they reach {@link TURN_BUFFER_CHARS}, so a
+ * pipe's reader is woken once per turn rather than once per line, and no line waits past its turn.
+ *
+ * stderr is made non-blocking (a pipe is, once `process.stderr` exists), so a reader that falls
+ * behind never stops the process: what a full pipe does not take is held, in order, and tried
+ * again every {@link STDERR_RETRY_MS}; beyond {@link STDERR_BACKLOG_BYTES} held, a turn's lines are
+ * dropped whole (never part of a line), and once the reader has caught up a warning line says how
+ * many. At exit what is held is written, waiting up to {@link EXIT_FLUSH_MS} for a full pipe, and
+ * lines logged from then on go out at once. One per process, shared by every logger, so lines keep
+ * their order.
  */
-function stderrByTurn(): pino.DestinationStream {
-  if (stderrLines !== undefined) return stderrLines;
-  const out = pino.destination({ dest: 2, sync: true });
-  let held = '';
-  let scheduled = false;
-  const write = (): void => {
-    scheduled = false;
-    if (held.length === 0) return;
-    const lines = held;
-    held = '';
-    out.write(lines);
+class StderrLines implements pino.DestinationStream {
+  #turn = '';
+  #scheduled = false;
+  /** Bytes a full stderr has not taken yet, oldest first; the first may be the rest of a line. */
+  readonly #held: Buffer[] = [];
+  #heldBytes = 0;
+  #dropped = 0;
+  #retry: NodeJS.Timeout | undefined;
+  #exiting = false;
+  #exitUntil: number | undefined;
+  readonly #endTurn = (): void => this.#flushTurn();
+  readonly #tryAgain = (): void => {
+    this.#retry = undefined;
+    this.#drain();
   };
-  // From exit on there is no next turn: what is held leaves now and later lines at once.
-  let exiting = false;
-  process.once('exit', () => {
-    exiting = true;
-    write();
-  });
-  stderrLines = {
-    write(line: string): void {
-      held += line;
-      if (exiting || held.length >= TURN_BUFFER_CHARS) write();
-      else if (!scheduled) {
-        scheduled = true;
-        setImmediate(write);
+
+  constructor() {
+    // A pipe's descriptor becomes non-blocking when Node opens its stream: a write then finds a
+    // full pipe (EAGAIN) instead of waiting for the reader.
+    void process.stderr;
+    process.once('exit', () => {
+      this.#exiting = true;
+      this.#flushTurn();
+    });
+  }
+
+  write(line: string): void {
+    this.#turn += line;
+    if (this.#exiting || this.#turn.length >= TURN_BUFFER_CHARS) this.#flushTurn();
+    else if (!this.#scheduled) {
+      this.#scheduled = true;
+      setImmediate(this.#endTurn);
+    }
+  }
+
+  #flushTurn(): void {
+    this.#scheduled = false;
+    const text = this.#turn;
+    this.#turn = '';
+    if (text.length > 0) {
+      if (this.#held.length > 0) this.#hold(text);
+      else this.#writeNow(text);
+    }
+    if (this.#exiting) this.#drainAtExit();
+  }
+
+  /** Writes `text`, holding what a full stderr does not take. */
+  #writeNow(text: string): void {
+    let n: number;
+    try {
+      n = writeSync(2, text);
+    } catch (err) {
+      if (full(err)) this.#hold(text);
+      // Any other error (the reader closed the pipe): nowhere to write, nothing to hold.
+      return;
+    }
+    if (n < Buffer.byteLength(text)) this.#keep(Buffer.from(text).subarray(n));
+  }
+
+  /** Holds a turn's lines behind those already held, or drops them whole when the backlog is full. */
+  #hold(text: string): void {
+    const bytes = Buffer.byteLength(text);
+    if (this.#heldBytes + bytes > STDERR_BACKLOG_BYTES) this.#dropped += linesIn(text);
+    else this.#keep(Buffer.from(text));
+  }
+
+  /** Holds bytes that must follow what is held (the rest of a line already begun is never dropped). */
+  #keep(chunk: Buffer): void {
+    this.#held.push(chunk);
+    this.#heldBytes += chunk.length;
+    if (this.#retry === undefined && !this.#exiting)
+      this.#retry = setTimeout(this.#tryAgain, STDERR_RETRY_MS).unref();
+  }
+
+  /** Writes what is held until stderr is full again; true once nothing is held. */
+  #writeHeld(): boolean {
+    while (this.#held.length > 0) {
+      const chunk = this.#held[0] as Buffer;
+      let n: number;
+      try {
+        n = writeSync(2, chunk);
+      } catch (err) {
+        if (full(err)) return false;
+        this.#held.length = 0;
+        this.#heldBytes = 0;
+        return true;
       }
-    },
-  };
+      this.#heldBytes -= n;
+      if (n < chunk.length) {
+        this.#held[0] = chunk.subarray(n);
+        return false;
+      }
+      this.#held.shift();
+    }
+    return true;
+  }
+
+  #drain(): void {
+    if (!this.#writeHeld()) {
+      this.#retry ??= setTimeout(this.#tryAgain, STDERR_RETRY_MS).unref();
+      return;
+    }
+    this.#reportDropped();
+  }
+
+  /** Once stderr has caught up: a warning line counting the lines dropped since the last one. */
+  #reportDropped(): void {
+    if (this.#dropped === 0) return;
+    const dropped = this.#dropped;
+    this.#dropped = 0;
+    this.#writeNow(
+      `${JSON.stringify({
+        level: 40,
+        time: Date.now(),
+        pid: process.pid,
+        hostname: hostname(),
+        name: 'logger',
+        dropped,
+        msg: `logger: ${dropped} log lines dropped: stderr's reader fell behind by more than ${STDERR_BACKLOG_BYTES} bytes`,
+      })}\n`,
+    );
+  }
+
+  /** At exit: writes what is held, waiting for a full stderr up to {@link EXIT_FLUSH_MS} from the exit's start. */
+  #drainAtExit(): void {
+    if (this.#retry !== undefined) clearTimeout(this.#retry);
+    this.#retry = undefined;
+    // One wait for the whole exit, however many lines exit handlers log after it began.
+    this.#exitUntil ??= Date.now() + EXIT_FLUSH_MS;
+    const until = this.#exitUntil;
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    let caughtUp = this.#writeHeld();
+    while (!caughtUp && Date.now() < until) {
+      Atomics.wait(pause, 0, 0, 5);
+      caughtUp = this.#writeHeld();
+    }
+    if (caughtUp) this.#reportDropped();
+  }
+}
+
+let stderrLines: StderrLines | undefined;
+
+function stderrByTurn(): pino.DestinationStream {
+  stderrLines ??= new StderrLines();
   return stderrLines;
 }
 

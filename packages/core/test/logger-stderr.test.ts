@@ -1,8 +1,49 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { STDERR_BACKLOG_BYTES } from '../src/logger.ts';
 
 const LOGGER = fileURLToPath(new URL('../src/logger.ts', import.meta.url));
+
+/**
+ * Runs `body` in a fresh Node process with `createLogger` imported and nobody reading its stderr
+ * until it writes `logged` on stdout (or `giveUpMs` passes, `logged` then false): a log shipper
+ * that has fallen behind. Then reads every stderr line until the process ends.
+ */
+async function runUnread(
+  body: string,
+  options: { resumeAfterMs?: number; giveUpMs?: number } = {},
+): Promise<{ logged: boolean; lines: string[] }> {
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      '--input-type=module',
+      '-e',
+      `import { createLogger } from ${JSON.stringify(LOGGER)};\n${body}`,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  child.stderr.pause();
+  let text = '';
+  const closed = new Promise<void>((resolve) => child.on('close', () => resolve()));
+  const logged = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), options.giveUpMs ?? 20_000);
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      if (!chunk.includes('logged')) return;
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+  await new Promise((r) => setTimeout(r, options.resumeAfterMs ?? 0));
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+    text += chunk;
+  });
+  child.stderr.resume();
+  await closed;
+  return { logged, lines: text.split('\n').filter((l) => l.length > 0) };
+}
 
 /** Runs `body` in a fresh Node process with `createLogger` imported; its stderr lines as they arrive. */
 function run(body: string): {
@@ -90,5 +131,67 @@ describe('the default logger on stderr', () => {
     `);
     const got = (await lines).map((l) => (JSON.parse(l) as { n: number }).n);
     expect(got).toEqual(Array.from({ length: 400 }, (_, i) => i));
+  });
+
+  it('never stops the process while its reader is behind, and delivers every line in order once it reads', async () => {
+    // 5,000 lines of about 400 bytes: far more than a pipe holds. The process logs them over many
+    // turns and says so on stdout while nothing reads its stderr, then stays until it is read.
+    const { logged, lines } = await runUnread(`
+      const log = createLogger({ name: 'behind' });
+      let n = 0;
+      const tick = () => {
+        for (let k = 0; k < 50; k++) log.info({ n: n++ }, 'x'.repeat(300));
+        if (n < 5000) { setImmediate(tick); return; }
+        process.stdout.write('logged\\n');
+        setTimeout(() => process.exit(0), 3000);
+      };
+      tick();
+    `);
+    expect(logged).toBe(true);
+    expect(lines.map((l) => (JSON.parse(l) as { n: number }).n)).toEqual(
+      Array.from({ length: 5000 }, (_, i) => i),
+    );
+  });
+
+  it('drops whole lines beyond its backlog, keeps the rest in order and says how many it dropped', async () => {
+    // About twice the backlog, logged while nothing reads.
+    const total = 200 * Math.ceil((2 * STDERR_BACKLOG_BYTES) / 400 / 200);
+    const { logged, lines } = await runUnread(`
+      const log = createLogger({ name: 'flood' });
+      let n = 0;
+      const tick = () => {
+        for (let k = 0; k < 200; k++) log.info({ n: n++ }, 'x'.repeat(300));
+        if (n < ${total}) { setImmediate(tick); return; }
+        process.stdout.write('logged\\n');
+        setTimeout(() => process.exit(0), 3000);
+      };
+      tick();
+    `);
+    expect(logged).toBe(true);
+    const parsed = lines.map((l) => JSON.parse(l) as { n?: number; dropped?: number; level: number });
+    const numbered = parsed.flatMap((p) => (p.n === undefined ? [] : [p.n]));
+    const notices = parsed.filter((p) => p.dropped !== undefined);
+    expect(numbered[0]).toBe(0);
+    for (let i = 1; i < numbered.length; i++) expect(numbered[i]).toBeGreaterThan(numbered[i - 1] as number);
+    expect(notices).toHaveLength(1);
+    expect(notices[0]?.level).toBe(40);
+    expect(numbered.length + (notices[0]?.dropped ?? 0)).toBe(total);
+    expect(numbered.length).toBeGreaterThan(total / 4);
+  });
+
+  it('at exit, writes the lines it holds for a reader that catches up within the wait', async () => {
+    const { logged, lines } = await runUnread(
+      `
+      const log = createLogger({ name: 'exit-behind' });
+      for (let n = 0; n < 3000; n++) log.info({ n }, 'x'.repeat(300));
+      process.stdout.write('logged\\n');
+      setImmediate(() => process.exit(0));
+    `,
+      { resumeAfterMs: 300 },
+    );
+    expect(logged).toBe(true);
+    expect(lines.map((l) => (JSON.parse(l) as { n: number }).n)).toEqual(
+      Array.from({ length: 3000 }, (_, i) => i),
+    );
   });
 });

@@ -28,12 +28,15 @@
  * The dispatchers run with the production image's `NODE_OPTIONS` (infra/Dockerfile) and `fairway
  * serve`'s default log level, info: one access-log line per request, read by this process as a log
  * shipper would (`--log-level warn` measures without it, and the header says so);
+ * `--log-reader-stalled` leaves the dispatcher's stderr unread for the whole run (a log shipper
+ * that has stalled: the dispatcher holds, then drops, its access log, and keeps serving);
  * `--node-options "<flags>"` replaces them for an experiment; `--node-flags "<flags>"` adds V8 flags
  * to the dispatcher's command line (for those node refuses in NODE_OPTIONS).
  *
  * Usage: npm run bench:overhead [-- --duration 8 --rate 500 --stream-rate 500 --rounds 2
  *        --max-rates 500,1000,1500,2000 --closed-concurrency 64 --closed-duration 4 --baseline
- *        --tracing --skip-max --skip-closed --cpu-prof --diagnose --trace-gc --log-level info]
+ *        --tracing --skip-max --skip-closed --cpu-prof --diagnose --trace-gc --log-level info
+ *        --log-reader-stalled]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -72,6 +75,7 @@ const { values: args } = parseArgs({
     'node-options': { type: 'string' },
     'node-flags': { type: 'string' },
     'trace-gc': { type: 'boolean', default: false },
+    'log-reader-stalled': { type: 'boolean', default: false },
     baseline: { type: 'boolean', default: false },
     tracing: { type: 'boolean', default: false },
     'redis-url': { type: 'string', default: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' },
@@ -144,11 +148,15 @@ function productionNodeOptions(): string {
   return m?.[1] ?? '';
 }
 
-/** Spawns `node <execArgv> <argv>` and resolves with the URL of its "listening on" line. */
+/**
+ * Spawns `node <execArgv> <argv>` and resolves with the URL of its "listening on" line. With
+ * `stderrUnread`, nothing reads its stderr: a log shipper that has stalled.
+ */
 function startProcess(
   argv: readonly string[],
   execArgv: readonly string[],
   env: Readonly<Record<string, string>> = {},
+  stderrUnread = false,
 ): Promise<Proc> {
   const child = spawn(process.execPath, [...execArgv, ...argv], {
     env: { ...process.env, FAIRWAY_LOG_LEVEL: 'warn', ...env },
@@ -161,7 +169,8 @@ function startProcess(
     output.push(l);
     if (output.length > 200) output.splice(0, 100);
   };
-  createInterface({ input: child.stderr! }).on('line', keep);
+  if (stderrUnread) child.stderr?.pause();
+  else createInterface({ input: child.stderr! }).on('line', keep);
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   const diags: ((d: Diag) => void)[] = [];
   let scavenges: Scavenge[] = [];
@@ -348,6 +357,7 @@ async function main(): Promise<void> {
         ...(args['trace-gc'] ? ['--trace-gc-nvp'] : []),
       ],
       nodeOptions,
+      args['log-reader-stalled'],
     );
     procs.push(dispatcher);
     const baseline = args.baseline
@@ -466,7 +476,8 @@ async function main(): Promise<void> {
     console.log(
       `fairway overhead bench: engine-sim ${engine.url} (speed 1000), dispatcher ${dispatcher.url} ` +
         `(NODE_OPTIONS "${nodeOptions.NODE_OPTIONS}", log level ${LOG_LEVEL}` +
-        `${LOG_LEVEL === 'info' ? ": fairway serve's default, access log on" : ': not fairway serve’s default'})` +
+        `${LOG_LEVEL === 'info' ? ": fairway serve's default, access log on" : ': not fairway serve’s default'}` +
+        `${args['log-reader-stalled'] ? '; nothing reads its stderr' : ''})` +
         `${baseline ? `, baseline dispatcher ${baseline.url}` : ''} (Redis ${redisUrl}, prefix ${prefix}, VTC, ` +
         `least-kv); ${ROUNDS} rounds of ${DURATION_MS / 1000} s per phase, load generator in its own process\n`,
     );

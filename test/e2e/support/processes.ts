@@ -45,6 +45,11 @@ export interface StartProcessOptions {
   readonly readyOn?: 'stdout' | 'stderr';
   /** Keep this many output lines for failure messages. @default 200 */
   readonly keepLines?: number;
+  /**
+   * Leave the other stream unread (paused; `proc.stdout` or `proc.stderr` to read it later): a
+   * log shipper that has fallen behind. @default false
+   */
+  readonly leaveOtherUnread?: boolean;
 }
 
 /**
@@ -72,7 +77,8 @@ export function startProcess(
     output.push(l);
     if (output.length > keep) output.shift();
   };
-  createInterface({ input: otherStream }).on('line', record);
+  if (options.leaveOtherUnread === true) otherStream.pause();
+  else createInterface({ input: otherStream }).on('line', record);
   return new Promise((resolvePromise, reject) => {
     const timer = setTimeout(() => {
       proc.kill('SIGKILL');
