@@ -411,7 +411,8 @@ const ENVIRONMENT: readonly EnvVar[] = [
   {
     name: 'FAIRWAY_STALE_MS',
     readBy: 'serve, up',
-    meaning: 'a replica whose heartbeat is older than this gets no new work, ms, default 1000',
+    meaning:
+      'a replica whose heartbeat is older than this gets no new work, ms, default 1000 (unless no replica has been heard for that long: then the bus is taken for silent, see [faults](faults.md))',
   },
   {
     name: 'FAIRWAY_LOG_LEVEL',

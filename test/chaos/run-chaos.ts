@@ -1,7 +1,7 @@
 /**
  * `npm run chaos`: each fault in turn on a fresh real fleet under streaming load, one table row
  * per fault. Flags: --faults a,b (default all: engine-kill, engine-pause, dispatcher-kill,
- * nats-restart, redis-restart-aof, redis-restart-none), --rate <req/s>, --pre-s, --post-s,
+ * nats-restart, nats-freeze, redis-restart-aof, redis-restart-none), --rate <req/s>, --pre-s, --post-s,
  * --pause-s, --nats-down-s, --redis-down-s, --timeout-s (client), --fresh (a new fleet per fault
  * instead of one fleet restored between faults), --separate-agents (`fairway agent` beside each
  * engine instead of the agent inside engine-sim), --out <file> (the markdown table), --json (JSON

@@ -96,6 +96,13 @@ export interface NatsBusOptions {
   readonly name?: string;
   /** Time allowed for the first connection, ms. @default 5000 */
   readonly connectTimeoutMs?: number;
+  /**
+   * How often the client pings its server, ms; two pings unanswered and the connection counts as
+   * dead (`disconnected`, then reconnecting, to another server of a cluster if it has one). A
+   * server that is frozen or cut off by a network that drops packets keeps the connection open;
+   * only the pings find it, within about three intervals. @default 1000
+   */
+  readonly pingIntervalMs?: number;
   /** Limits of the admin-event stream, applied when this bus creates it. */
   readonly adminStream?: AdminStreamOptions;
   /**
@@ -183,6 +190,8 @@ export class NatsBus implements Bus {
       nc = await connect({
         ...connection,
         timeout: options.connectTimeoutMs ?? 5000,
+        pingInterval: options.pingIntervalMs ?? 1000,
+        maxPingOut: 2,
         maxReconnectAttempts: -1,
         reconnectTimeWait: 250,
         ...(options.name === undefined ? {} : { name: options.name }),

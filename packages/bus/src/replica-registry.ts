@@ -107,6 +107,14 @@ const FINISH_WINDOW_MS = 2_000;
  * replica keeps the state it had (`lastKnown`), nothing expires or is forgotten, and consumers may
  * refresh the load with {@link ReplicaRegistry.observe} from the engines directly; once the bus is
  * back, agents get one staleness period to be heard again and are asked to re-register.
+ *
+ * A bus can also fail without disconnecting: a NATS server that is frozen, or cut off by a network
+ * that drops packets, keeps its connections open until pings time out. When no replica of two or
+ * more has been heard for a staleness period, the silence is the bus's, not every replica's at
+ * once: freshness stands still at the last heartbeat heard, as if the bus had disconnected then
+ * (`busConnected` is false), until a heartbeat arrives. Replicas silent past `forgetAfterMs` are
+ * still forgotten (a bus that stays silent that long is not connected in any useful sense, and a
+ * fleet whose agents all died leaves).
  */
 export class ReplicaRegistry {
   readonly #bus: Bus;
@@ -124,6 +132,10 @@ export class ReplicaRegistry {
   #lastDiscoverMs = Number.NEGATIVE_INFINITY;
   /** Registry-clock ms at which the bus disconnected; undefined while it is connected. */
   #busDownSinceMs: number | undefined;
+  /** Registry-clock ms of the last heartbeat accepted from any replica. */
+  #lastHeardMs: number | undefined;
+  /** Whether the silence of every replica (see the class) has been logged. */
+  #silenceLogged = false;
   /**
    * The last unfiltered `list()`, reused until an entry changes or a replica's freshness runs out:
    * every request reads the fleet (candidates for its dispatch), and rebuilding and sorting every
@@ -164,9 +176,31 @@ export class ReplicaRegistry {
     this.#discover(true);
   }
 
-  /** Whether the bus is connected (heartbeats can arrive); false while serving on last known states. */
+  /**
+   * Whether the bus carries heartbeats: false while it is disconnected or every replica is silent,
+   * and the registry serves on the last known states.
+   */
   get busConnected(): boolean {
-    return this.#busDownSinceMs === undefined;
+    return this.#standstillMs(this.#clock.now()) === undefined;
+  }
+
+  /**
+   * The registry-clock time freshness is measured at when time stands still: when the bus
+   * disconnected, or the last heartbeat heard when every replica has been silent since for a
+   * staleness period (two or more replicas; one silent replica is just silent); undefined otherwise.
+   */
+  #standstillMs(now: number): number | undefined {
+    if (this.#busDownSinceMs !== undefined) return this.#busDownSinceMs;
+    const heard = this.#lastHeardMs;
+    if (heard === undefined || this.#entries.size < 2 || now - heard <= this.#staleAfterMs) return undefined;
+    if (!this.#silenceLogged) {
+      this.#silenceLogged = true;
+      this.#logger.warn(
+        { replicas: this.#entries.size, silentMs: now - heard },
+        'registry: no replica heard from; the bus is silent: serving on the last known replica states',
+      );
+    }
+    return heard;
   }
 
   /**
@@ -194,7 +228,8 @@ export class ReplicaRegistry {
     this.#version++;
     if (!up) {
       if (this.#busDownSinceMs !== undefined) return;
-      this.#busDownSinceMs = now;
+      // A bus found dead after a silence (pings timed out) went down when it fell silent.
+      this.#busDownSinceMs = this.#standstillMs(now) ?? now;
       this.#logger.warn(
         { replicas: this.#entries.size },
         'registry: bus disconnected; serving on the last known replica states',
@@ -206,10 +241,7 @@ export class ReplicaRegistry {
     this.#busDownSinceMs = undefined;
     // The outage does not count as silence: each replica is as fresh as it was when the bus went
     // down, measured from now, and must be heard within the usual limits from here on.
-    for (const e of this.#entries.values()) {
-      if (e.lastHeartbeatMs !== undefined) e.lastHeartbeatMs += now - since;
-      e.lastSeenMs += now - since;
-    }
+    this.#shiftFreshness(now - since, true);
     this.#logger.info({ downMs: now - since }, 'registry: bus reconnected');
     this.#discover(true);
   }
@@ -247,7 +279,7 @@ export class ReplicaRegistry {
   get(replicaId: string): ReplicaView | undefined {
     this.#sweep();
     const e = this.#entries.get(replicaId);
-    return e ? this.#view(replicaId, e) : undefined;
+    return e ? this.#view(replicaId, e, this.#standstillMs(this.#clock.now())) : undefined;
   }
 
   /**
@@ -272,16 +304,20 @@ export class ReplicaRegistry {
     if (last !== undefined && last.version === this.#version && now < last.untilMs) return last.views;
     const views: ReplicaView[] = [];
     // The views hold until the first fresh replica turns stale or a silent one is forgotten; while
-    // the bus is down time stands still for both (see #view and #sweep).
+    // time stands still (the bus down or silent) they hold until a change (see #view and #sweep).
     let untilMs = Number.POSITIVE_INFINITY;
+    const standstill = this.#standstillMs(now);
     for (const [id, e] of this.#entries) {
-      const v = this.#view(id, e);
+      const v = this.#view(id, e, standstill);
       views.push(v);
       if (this.#busDownSinceMs !== undefined) continue;
-      if (!v.stale && e.lastHeartbeatMs !== undefined)
+      if (standstill === undefined && !v.stale && e.lastHeartbeatMs !== undefined)
         untilMs = Math.min(untilMs, e.lastHeartbeatMs + this.#staleAfterMs);
       untilMs = Math.min(untilMs, e.lastSeenMs + this.#forgetAfterMs);
     }
+    // ... and until the bus would fall silent (every replica unheard for a staleness period).
+    if (standstill === undefined && this.#lastHeardMs !== undefined && this.#entries.size >= 2)
+      untilMs = Math.min(untilMs, this.#lastHeardMs + this.#staleAfterMs + 1);
     views.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     this.#listed = { views, version: this.#version, untilMs };
     return views;
@@ -340,6 +376,18 @@ export class ReplicaRegistry {
     if (e.heartbeat && h.seq <= e.heartbeat.seq) return;
     const now = this.#clock.now();
     this.#version++;
+    const silentSince = this.#busDownSinceMs === undefined ? this.#standstillMs(now) : undefined;
+    if (silentSince !== undefined) {
+      // As after a reconnect, the silence does not count: each replica is as fresh as it was when
+      // the bus fell silent, measured from now.
+      this.#shiftFreshness(now - silentSince, false);
+      this.#logger.info(
+        { silentMs: now - silentSince },
+        'registry: replicas heard again after the bus was silent',
+      );
+    }
+    this.#silenceLogged = false;
+    this.#lastHeardMs = now;
     // The agent's clock times its own counter; an engine restart resets the counter: start over.
     const from = e.finishedFrom;
     if (from === undefined || h.ts < from.ts || h.requestsFinishedTotal < from.total)
@@ -355,9 +403,22 @@ export class ReplicaRegistry {
     this.#emit({ type: 'heartbeat', replicaId: h.replicaId });
   }
 
-  #view(id: string, e: Entry): ReplicaView {
-    // While the bus is down, time stands still for freshness: the state known then still holds.
-    const now = this.#busDownSinceMs ?? this.#clock.now();
+  /**
+   * Moves every replica's last heartbeat `ms` later (time that stood still), and its last sighting
+   * too when `seen` (the bus was down: nothing was forgotten meanwhile either).
+   */
+  #shiftFreshness(ms: number, seen: boolean): void {
+    for (const e of this.#entries.values()) {
+      if (e.lastHeartbeatMs !== undefined) e.lastHeartbeatMs += ms;
+      if (seen) e.lastSeenMs += ms;
+    }
+    if (this.#lastHeardMs !== undefined) this.#lastHeardMs += ms;
+  }
+
+  /** `standstill`: as {@link ReplicaRegistry.#standstillMs} returned it now. */
+  #view(id: string, e: Entry, standstill: number | undefined): ReplicaView {
+    // While the bus is down or silent, time stands still for freshness: the state known then still holds.
+    const now = standstill ?? this.#clock.now();
     const h = e.heartbeat;
     const stale = e.lastHeartbeatMs === undefined || now - e.lastHeartbeatMs > this.#staleAfterMs;
     const acceptsWork = !stale && h?.state === 'ready';
@@ -374,7 +435,7 @@ export class ReplicaRegistry {
       lastHeartbeatMs: e.lastHeartbeatMs,
       reportedState: h?.state,
       stale,
-      lastKnown: this.#busDownSinceMs !== undefined,
+      lastKnown: standstill !== undefined,
       acceptsWork,
       capacity: {
         kvCapacityTokens: cap,

@@ -186,6 +186,59 @@ describe('ReplicaRegistry', () => {
     expect(registry.list()).toEqual([]);
   });
 
+  it('stands still while every replica is silent (the bus, not the replicas), and resumes on the next heartbeat', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('registration', registration('r2')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1)));
+    clock.advance(150);
+    await send(() => bus.publish('heartbeat', heartbeat('r2', 1)));
+    expect(registry.busConnected).toBe(true);
+    // Nothing heard from either for longer than the 1000 ms staleness period: a silent bus. Each
+    // replica is judged as of the last heartbeat heard, so both still take work.
+    clock.advance(5000);
+    expect(registry.busConnected).toBe(false);
+    expect(registry.list().map((v) => [v.id, v.acceptsWork, v.lastKnown])).toEqual([
+      ['r1', true, true],
+      ['r2', true, true],
+    ]);
+    expect(registry.get('r1')?.acceptsWork).toBe(true);
+    // A heartbeat ends the silence; the silence does not count against the replica not yet heard.
+    await send(() => bus.publish('heartbeat', heartbeat('r2', 2)));
+    expect(registry.busConnected).toBe(true);
+    expect(registry.list().map((v) => [v.id, v.acceptsWork, v.lastKnown])).toEqual([
+      ['r1', true, false],
+      ['r2', true, false],
+    ]);
+    // ... and r1, heard last 150 ms before r2 was, is stale once the usual period has passed.
+    clock.advance(851);
+    expect(registry.get('r1')?.acceptsWork).toBe(false);
+    expect(registry.get('r2')?.acceptsWork).toBe(true);
+  });
+
+  it('takes one silent replica among others that are heard for stale', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('registration', registration('r2')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1)));
+    await send(() => bus.publish('heartbeat', heartbeat('r2', 1)));
+    for (let seq = 2; seq <= 8; seq++) {
+      clock.advance(400);
+      await send(() => bus.publish('heartbeat', heartbeat('r2', seq)));
+    }
+    expect(registry.busConnected).toBe(true);
+    expect(registry.list().map((v) => [v.id, v.acceptsWork])).toEqual([
+      ['r1', false],
+      ['r2', true],
+    ]);
+  });
+
+  it('takes a lone silent replica for stale: with one replica, its silence is its own', async () => {
+    await send(() => bus.publish('registration', registration('r1')));
+    await send(() => bus.publish('heartbeat', heartbeat('r1', 1)));
+    clock.advance(1001);
+    expect(registry.busConnected).toBe(true);
+    expect(registry.get('r1')?.acceptsWork).toBe(false);
+  });
+
   it('removes a replica that reports gone', async () => {
     const changes: ReplicaChange[] = [];
     registry.onChange((c) => changes.push(c));

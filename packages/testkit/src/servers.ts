@@ -423,6 +423,13 @@ export interface RestartableServer extends TestServer {
   halt(kill?: boolean): Promise<void>;
   /** Starts it again on the same port and store; resolves once it accepts connections. */
   resume(): Promise<void>;
+  /**
+   * SIGSTOP: the server stops answering but its connections stay open (the kernel still accepts
+   * bytes), as a hung server or a network that drops packets looks to its clients.
+   */
+  freeze(): void;
+  /** SIGCONT: a frozen server goes on. */
+  thaw(): void;
 }
 
 /**
@@ -456,7 +463,14 @@ export async function startRestartableNatsServer(): Promise<RestartableServer> {
     port,
     halt,
     resume: start,
+    freeze: () => {
+      child?.kill('SIGSTOP');
+    },
+    thaw: () => {
+      child?.kill('SIGCONT');
+    },
     stop: async () => {
+      child?.kill('SIGCONT');
       await halt();
       rmSync(dir, { recursive: true, force: true });
     },

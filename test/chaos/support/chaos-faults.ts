@@ -9,6 +9,7 @@ export const FAULT_NAMES = [
   'engine-pause',
   'dispatcher-kill',
   'nats-restart',
+  'nats-freeze',
   'redis-restart-aof',
   'redis-restart-none',
 ] as const;
@@ -20,7 +21,7 @@ export type FaultName = (typeof FAULT_NAMES)[number];
 export interface FaultTiming {
   /** SIGSTOP to SIGCONT of the paused engine. @default 5000 */
   readonly pauseMs: number;
-  /** NATS stopped to started again. @default 10000 */
+  /** NATS stopped to started again, or frozen to going on. @default 10000 */
   readonly natsDownMs: number;
   /** Redis killed to started again. @default 1000 */
   readonly redisDownMs: number;
@@ -131,6 +132,22 @@ export const FAULTS: Readonly<Record<FaultName, Fault>> = {
       await fleet.nats.halt();
       await sleep(t.natsDownMs);
       await fleet.nats.resume();
+      return {};
+    },
+  },
+  'nats-freeze': {
+    name: 'nats-freeze',
+    action: (t) =>
+      `SIGSTOP NATS (connections stay open, nothing answers), SIGCONT ${t.natsDownMs / 1000} s later`,
+    fleet: {},
+    durationMs: (t) => t.natsDownMs,
+    async inject(fleet, t) {
+      fleet.nats.freeze();
+      try {
+        await sleep(t.natsDownMs);
+      } finally {
+        fleet.nats.thaw();
+      }
       return {};
     },
   },
