@@ -43,15 +43,17 @@ export const BATCH_QUEUE = 'batch';
 
 /**
  * A connection of BullMQ's own to what `redis` connects to: its blocking reads need connections
- * that retry forever. A Cluster takes per-node options under `redisOptions` (its `duplicate`
- * merges options shallowly, hence the copy), and BullMQ's cluster connections are not
- * auto-pipelined, as its connections to one Redis are not.
+ * that retry forever and wait as long as they block (no command timeout: BullMQ bounds its own
+ * waits). A Cluster takes per-node options under `redisOptions` (its `duplicate` merges options
+ * shallowly, hence the copy), and BullMQ's cluster connections are not auto-pipelined, as its
+ * connections to one Redis are not.
  */
 function bullConnection(redis: Redis | Cluster): Redis | Cluster {
-  if (!(redis instanceof Cluster)) return redis.duplicate({ maxRetriesPerRequest: null });
+  if (!(redis instanceof Cluster))
+    return redis.duplicate({ maxRetriesPerRequest: null, commandTimeout: undefined });
   return redis.duplicate([], {
     enableAutoPipelining: false,
-    redisOptions: { ...redis.options.redisOptions, maxRetriesPerRequest: null },
+    redisOptions: { ...redis.options.redisOptions, maxRetriesPerRequest: null, commandTimeout: undefined },
   });
 }
 

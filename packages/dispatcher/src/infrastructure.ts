@@ -111,6 +111,13 @@ export interface InfrastructureOptions {
   readonly logger: Logger;
   /** How long the first connection may take, ms. @default 5000 */
   readonly connectTimeoutMs?: number;
+  /**
+   * How long one Redis command may go unanswered, ms; then it fails (an admission answers
+   * `503 not_ready`, and what the store may still run later is removed, see `Recovery.forget`).
+   * A Redis that hangs or a network that drops packets keeps the connection open, so without it a
+   * request would wait as long as the hang. @default 5000
+   */
+  readonly redisCommandTimeoutMs?: number;
 }
 
 /** Where to connect: a URL, a primary found through Sentinel, or a cluster. */
@@ -147,12 +154,14 @@ function readOnlyAfterFailover(err: Error): 2 | false {
 async function connectRedis(
   target: RedisTarget,
   timeoutMs: number,
+  commandTimeoutMs: number,
   logger: Logger,
   purpose: 'requests' | 'control',
 ): Promise<Redis | Cluster> {
   const common: RedisOptions = {
     lazyConnect: true,
     connectTimeout: timeoutMs,
+    commandTimeout: commandTimeoutMs,
     maxRetriesPerRequest: 2,
     reconnectOnError: readOnlyAfterFailover,
     // Not ioredis's auto-pipelining: the store corks its connection for one loop turn instead
@@ -246,6 +255,7 @@ async function connectRedis(
  */
 export async function connectInfrastructure(o: InfrastructureOptions): Promise<Infrastructure> {
   const timeoutMs = o.connectTimeoutMs ?? 5000;
+  const commandTimeoutMs = o.redisCommandTimeoutMs ?? 5000;
   let redis: Redis | Cluster | undefined;
   let control: Redis | Cluster | undefined;
   let store: SchedulingStore;
@@ -258,13 +268,15 @@ export async function connectInfrastructure(o: InfrastructureOptions): Promise<I
           ? { url: o.redisUrl, password: o.redisPassword }
           : undefined;
   if (target !== undefined) {
-    redis = await connectRedis(target, timeoutMs, o.logger, 'requests');
+    redis = await connectRedis(target, timeoutMs, commandTimeoutMs, o.logger, 'requests');
     // Lease renewals, reclaims, snapshots and the leader lease on a connection of their own, so a
     // burst of admissions never holds a heartbeat back past its lease.
-    control = await connectRedis(target, timeoutMs, o.logger, 'control').catch((err: unknown) => {
-      redis?.disconnect();
-      throw err;
-    });
+    control = await connectRedis(target, timeoutMs, commandTimeoutMs, o.logger, 'control').catch(
+      (err: unknown) => {
+        redis?.disconnect();
+        throw err;
+      },
+    );
     // The gateway validates each request (parseRequest) and computes every other store input;
     // re-checking them with zod on each call was ~9% of what a request allocated (bench:overhead).
     const storeOptions = {

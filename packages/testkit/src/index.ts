@@ -1,6 +1,7 @@
 export { natsPassword, natsUrl, redisUrl, uniquePrefix } from './env.ts';
 export { type LogLine, RecordingLogger } from './recording-logger.ts';
 export {
+  type FreezableServer,
   freePort,
   type NatsCluster,
   type NatsClusterNode,

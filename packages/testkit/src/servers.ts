@@ -116,7 +116,9 @@ async function startOnFreePort(
  * Starts a throw-away `redis-server` with no persistence on a free port; with `password`, it
  * refuses clients that do not give it (`--requirepass`; the returned URL does not carry it).
  */
-export async function startRedisServer(options: { readonly password?: string } = {}): Promise<TestServer> {
+export async function startRedisServer(
+  options: { readonly password?: string } = {},
+): Promise<FreezableServer> {
   const auth = options.password === undefined ? [] : ['--requirepass', options.password];
   const { port, child } = await startOnFreePort((p) =>
     startProcess(
@@ -125,7 +127,31 @@ export async function startRedisServer(options: { readonly password?: string } =
       'apt-get install -y redis-server',
     ),
   );
-  return { url: `redis://127.0.0.1:${port}`, port, stop: () => stopProcess(child) };
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    freeze: () => {
+      child.kill('SIGSTOP');
+    },
+    thaw: () => {
+      child.kill('SIGCONT');
+    },
+    stop: () => {
+      child.kill('SIGCONT');
+      return stopProcess(child);
+    },
+  };
+}
+
+/** A server a test can freeze: it stops answering while its connections stay open. */
+export interface FreezableServer extends TestServer {
+  /**
+   * SIGSTOP: the server stops answering but its connections stay open (the kernel still accepts
+   * bytes), as a hung server or a network that drops packets looks to its clients.
+   */
+  freeze(): void;
+  /** SIGCONT: a frozen server goes on. */
+  thaw(): void;
 }
 
 /** A `redis-server` that can be restarted on the same port, keeping or losing its data. */
@@ -418,18 +444,11 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
 }
 
 /** A `nats-server` a test can stop and start again on the same port with the same JetStream store. */
-export interface RestartableServer extends TestServer {
+export interface RestartableServer extends FreezableServer {
   /** Stops the server (SIGTERM, or SIGKILL when `kill`); clients see the connection drop. */
   halt(kill?: boolean): Promise<void>;
   /** Starts it again on the same port and store; resolves once it accepts connections. */
   resume(): Promise<void>;
-  /**
-   * SIGSTOP: the server stops answering but its connections stay open (the kernel still accepts
-   * bytes), as a hung server or a network that drops packets looks to its clients.
-   */
-  freeze(): void;
-  /** SIGCONT: a frozen server goes on. */
-  thaw(): void;
 }
 
 /**
