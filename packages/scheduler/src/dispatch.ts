@@ -32,6 +32,7 @@ export class DispatchRounds {
   readonly #predictions: OutputPredictions;
   readonly #charging: Charging;
   readonly #affinity: PrefixAffinity;
+  readonly #releaseOrphan: (id: string) => Promise<void>;
   readonly #pumping = new Set<string>();
   readonly #again = new Set<string>();
   /** Dispatch rate per pool, for `queue_full`'s Retry-After. */
@@ -50,6 +51,8 @@ export class DispatchRounds {
     predictions: OutputPredictions;
     charging: Charging;
     affinity: PrefixAffinity;
+    /** Releases a dispatched request of this gateway's that it no longer holds (`Recovery.releaseOrphanedPick`). */
+    releaseOrphan: (id: string) => Promise<void>;
   }) {
     this.#o = deps.options;
     this.#id = deps.options.id;
@@ -60,6 +63,7 @@ export class DispatchRounds {
     this.#predictions = deps.predictions;
     this.#charging = deps.charging;
     this.#affinity = deps.affinity;
+    this.#releaseOrphan = deps.releaseOrphan;
   }
 
   /**
@@ -163,6 +167,14 @@ export class DispatchRounds {
    * gateway owns it, and to `onDispatch`.
    */
   async handOn(res: StoreDispatch, note: boolean): Promise<void> {
+    const own = this.#owned.get(res.req.id);
+    if (own === undefined && res.req.owner === this.#id) {
+      // Admitted by this gateway, which holds it no more: its admission's reply was lost (a Redis
+      // that hung past the command timeout) and its client was told it failed, yet the store ran
+      // the admission after all. Nobody waits for it: its dispatch is released, as a dead owner's is.
+      await this.#releaseOrphan(res.req.id);
+      return;
+    }
     if (
       res.req.affinity?.id === res.replica &&
       !this.#inPool(res.req.pool, res.replica) &&
@@ -170,7 +182,6 @@ export class DispatchRounds {
     )
       return;
     if (note) this.#view.add(res.replica, res.req.reserveTokens, 1);
-    const own = this.#owned.get(res.req.id);
     const req = own?.req ?? decodeRequest(res.req.payload, this.#id);
     const affinity = this.#affinity.dispatched(res.req, req, res.replica);
     const resumeFrom = own?.resumeFrom ?? 0;

@@ -119,6 +119,8 @@ export class Gateway {
       predictions,
       charging,
       affinity,
+      // Recovery is made below, with these rounds; the rounds call it only once running.
+      releaseOrphan: (id) => this.#recovery.releaseOrphanedPick(id),
     });
     const settlement = new Settlement({
       options: o,
@@ -212,6 +214,11 @@ export class Gateway {
     skip?: ReadonlySet<string>,
   ): ReplicaCandidate | undefined {
     return this.#dispatch.moveTarget(pool, reserveTokens, from, skip);
+  }
+
+  /** Whether this gateway holds request `id` (admitted here, queued or running, not yet settled). */
+  holds(id: string): boolean {
+    return this.#owned.has(id);
   }
 
   /**

@@ -47,17 +47,21 @@ function lossy(store: MemoryStore, downCalls: number): SchedulingStore {
 
 function setup(maxNumSeqs: number, downCalls: number) {
   const store = new MemoryStore();
+  const fleet = new Fleet(['r1', 1000, maxNumSeqs]);
+  const dispatched: string[] = [];
   const gw = new Gateway({
     id: 'gw',
     store: lossy(store, downCalls),
     clock: new ManualClock(0),
     ordering: vtcPolicy(),
     placement: joinShortestQueuePlacement(),
-    replicas: new Fleet(['r1', 1000, maxNumSeqs]),
-    onDispatch: () => undefined,
+    replicas: fleet,
+    onDispatch: (d) => {
+      dispatched.push(d.id);
+    },
     headroom: { tokenFraction: 0 },
   });
-  return { store, gw };
+  return { store, gw, fleet, dispatched };
 }
 
 describe('Gateway after a lost admission reply', () => {
@@ -80,5 +84,22 @@ describe('Gateway after a lost admission reply', () => {
     await gw.heartbeat();
     expect((await store.snapshot('m', 0)).queued).toEqual({});
     expect(await store.reserved('r1')).toEqual({ tokens: 0, seqs: 0 });
+  });
+
+  it('releases a request the lost call queued when a later admission dispatches it, and serves the later one', async () => {
+    // The lost admission queues `y` (no room), and the store stays unreachable for the immediate
+    // removal, so `y` is still queued under this gateway when room appears.
+    const { store, gw, fleet, dispatched } = setup(0, 2);
+    await expect(gw.submit(req('y'))).rejects.toThrow(/connection is closed/);
+    await gw.heartbeat().catch(() => undefined);
+    expect((await store.snapshot('m', 0)).queued).toEqual({ a: 1 });
+    fleet.set('r1', { maxNumSeqs: 1 });
+    // The next admission's dispatch picks `y` first (it arrived first): nobody waits for it, so it
+    // is released, and `z` is admitted and runs.
+    const z = await gw.submit({ ...req('z'), arrivalMs: 1 });
+    expect(z.ok).toBe(true);
+    expect(dispatched).toEqual(['z']);
+    expect((await store.snapshot('m', 0)).queued).toEqual({});
+    expect(await store.reserved('r1')).toEqual({ tokens: 200, seqs: 1 });
   });
 });
