@@ -1,17 +1,9 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { type RestartableServer, redisUrl, startRestartableNatsServer, uniquePrefix } from '@fairway/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ChatOutcome, sendChat } from './support/chat.ts';
-import { E2E_MODEL, E2E_POOL, singleTenantConfig } from './support/fleet-config.ts';
-import {
-  type FairwayProcess,
-  startEngineSims,
-  startServe,
-  stopFleet,
-  untilServed,
-} from './support/processes.ts';
+import { E2E_MODEL } from './support/fleet-config.ts';
+import { stopFleet } from './support/processes.ts';
+import { type SmallFleet, startSmallFleet } from './support/small-fleet.ts';
 
 const KEY = 'sk-freeze-alpha-0001';
 const FREEZE_MS = 8000;
@@ -28,38 +20,27 @@ const chat = (url: string): Promise<ChatOutcome> => sendChat(url, { key: KEY, mo
 describe('a frozen NATS server under load', () => {
   const prefix = uniquePrefix('freeze');
   let nats: RestartableServer;
-  const engines: FairwayProcess[] = [];
-  let dispatcher: FairwayProcess | undefined;
+  let fleet: SmallFleet | undefined;
 
   beforeAll(async () => {
     nats = await startRestartableNatsServer();
-    const dir = mkdtempSync(join(tmpdir(), 'fairway-freeze-'));
-    const configPath = join(dir, 'fairway.yaml');
-    writeFileSync(configPath, singleTenantConfig(KEY, 30));
-    engines.push(
-      ...(await startEngineSims(2, [
-        ...['--nats-url', nats.url, '--prefix', prefix, '--pool', E2E_POOL, '--log-level', 'warn'],
-        ...['--speed', '100', '--max-num-seqs', '64'],
-      ])),
-    );
-    dispatcher = (
-      await startServe(
-        'freeze',
-        { configPath, redisUrl: redisUrl(), natsUrl: nats.url, prefix },
-        { FAIRWAY_LOG_LEVEL: 'error' },
-      )
-    ).proc;
-    const d = dispatcher;
-    await untilServed(d, async () => (await chat(d.url)).status);
+    fleet = await startSmallFleet({
+      id: 'nats-freeze',
+      key: KEY,
+      redisUrl: redisUrl(),
+      natsUrl: nats.url,
+      prefix,
+      attempt: async (d) => (await chat(d.url)).status,
+    });
   }, 90_000);
 
   afterAll(async () => {
     nats?.thaw();
-    await stopFleet([...(dispatcher === undefined ? [] : [dispatcher]), ...engines], nats, prefix);
+    await stopFleet(fleet === undefined ? [] : [fleet.dispatcher, ...fleet.engines], nats, prefix);
   }, 60_000);
 
   it(`serves every request while the server hangs for ${FREEZE_MS / 1000} s, and after`, async () => {
-    const d = dispatcher as FairwayProcess;
+    const d = (fleet as SmallFleet).dispatcher;
     const during: ChatOutcome[] = [];
     let running = true;
     nats.freeze();

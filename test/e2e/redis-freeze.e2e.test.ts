@@ -1,18 +1,10 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { type FreezableServer, natsUrl, startRedisServer, uniquePrefix } from '@fairway/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ChatOutcome, sendChat } from './support/chat.ts';
-import { E2E_MODEL, poolEngineArgs, singleTenantConfig } from './support/fleet-config.ts';
-import {
-  type FairwayProcess,
-  startEngineSims,
-  startServe,
-  stopFleet,
-  untilServed,
-} from './support/processes.ts';
+import { E2E_MODEL } from './support/fleet-config.ts';
+import { stopFleet } from './support/processes.ts';
+import { type SmallFleet, startSmallFleet } from './support/small-fleet.ts';
 
 const KEY = 'sk-redis-freeze-0001';
 
@@ -28,34 +20,28 @@ const chat = (url: string): Promise<ChatOutcome> =>
 describe('a frozen Redis', () => {
   const prefix = uniquePrefix('redis-freeze');
   let redis: FreezableServer;
-  const engines: FairwayProcess[] = [];
-  let dispatcher: FairwayProcess | undefined;
+  let fleet: SmallFleet | undefined;
 
   beforeAll(async () => {
     redis = await startRedisServer();
-    const dir = mkdtempSync(join(tmpdir(), 'fairway-redis-freeze-'));
-    const configPath = join(dir, 'fairway.yaml');
-    writeFileSync(configPath, singleTenantConfig(KEY, 30));
-    engines.push(...(await startEngineSims(2, [...poolEngineArgs(natsUrl(), prefix), '--speed', '100'])));
-    dispatcher = (
-      await startServe(
-        'redis-freeze',
-        { configPath, redisUrl: redis.url, natsUrl: natsUrl(), prefix },
-        { FAIRWAY_LOG_LEVEL: 'error' },
-      )
-    ).proc;
-    const d = dispatcher;
-    await untilServed(d, async () => (await chat(d.url)).status);
+    fleet = await startSmallFleet({
+      id: 'redis-freeze',
+      key: KEY,
+      redisUrl: redis.url,
+      natsUrl: natsUrl(),
+      prefix,
+      attempt: async (d) => (await chat(d.url)).status,
+    });
   }, 90_000);
 
   afterAll(async () => {
     redis?.thaw();
-    await stopFleet([...(dispatcher === undefined ? [] : [dispatcher]), ...engines], undefined, prefix);
+    await stopFleet(fleet === undefined ? [] : [fleet.dispatcher, ...fleet.engines], undefined, prefix);
     await redis?.stop();
   }, 60_000);
 
   it('answers 503 not_ready while it hangs, serves again once it goes on, and leaves nothing held', async () => {
-    const d = dispatcher as FairwayProcess;
+    const d = (fleet as SmallFleet).dispatcher;
     redis.freeze();
     let during: ChatOutcome[];
     try {

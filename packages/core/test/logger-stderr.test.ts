@@ -5,16 +5,9 @@ import { STDERR_BACKLOG_BYTES } from '../src/logger.ts';
 
 const LOGGER = fileURLToPath(new URL('../src/logger.ts', import.meta.url));
 
-/**
- * Runs `body` in a fresh Node process with `createLogger` imported and nobody reading its stderr
- * until it writes `logged` on stdout (or `giveUpMs` passes, `logged` then false): a log shipper
- * that has fallen behind. Then reads every stderr line until the process ends.
- */
-async function runUnread(
-  body: string,
-  options: { resumeAfterMs?: number; giveUpMs?: number } = {},
-): Promise<{ logged: boolean; lines: string[] }> {
-  const child = spawn(
+/** A fresh Node process running `body` with `createLogger` imported, its stdout and stderr piped. */
+function spawnLogging(body: string) {
+  return spawn(
     process.execPath,
     [
       '--import',
@@ -25,6 +18,18 @@ async function runUnread(
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
+}
+
+/**
+ * Runs `body` in a fresh Node process with `createLogger` imported and nobody reading its stderr
+ * until it writes `logged` on stdout (or `giveUpMs` passes, `logged` then false): a log shipper
+ * that has fallen behind. Then reads every stderr line until the process ends.
+ */
+async function runUnread(
+  body: string,
+  options: { resumeAfterMs?: number; giveUpMs?: number } = {},
+): Promise<{ logged: boolean; lines: string[] }> {
+  const child = spawnLogging(body);
   child.stderr.pause();
   let text = '';
   const closed = new Promise<void>((resolve) => child.on('close', () => resolve()));
@@ -51,17 +56,8 @@ function run(body: string): {
   arrived: (n: number) => Promise<number>;
   stop: () => void;
 } {
-  const child = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      '--input-type=module',
-      '-e',
-      `import { createLogger } from ${JSON.stringify(LOGGER)};\n${body}`,
-    ],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  );
+  const child = spawnLogging(body);
+  child.stdout.resume();
   let text = '';
   const waiting: { n: number; resolve: (at: number) => void }[] = [];
   const started = Date.now();
