@@ -313,6 +313,12 @@ const ENVIRONMENT: readonly EnvVar[] = [
   },
   { name: 'REDIS_TLS', readBy: 'serve, up', meaning: '`1`: TLS to the sentinels, cluster nodes and primary' },
   {
+    name: 'REDIS_COMMAND_TIMEOUT_MS',
+    readBy: 'serve, up',
+    meaning:
+      'how long one Redis command may go unanswered before it fails, ms, default 5000 (a Redis that hangs: arrivals answered `503 not_ready`, see [faults](faults.md))',
+  },
+  {
     name: 'NATS_URL',
     readBy: 'serve, up, agent, admin',
     meaning:

@@ -117,7 +117,7 @@ export interface InfrastructureOptions {
    * A Redis that hangs or a network that drops packets keeps the connection open, so without it a
    * request would wait as long as the hang. @default 5000
    */
-  readonly redisCommandTimeoutMs?: number;
+  readonly redisCommandTimeoutMs?: number | undefined;
 }
 
 /** Where to connect: a URL, a primary found through Sentinel, or a cluster. */

@@ -42,6 +42,11 @@ export interface ServeSettings {
    * the pools over its primaries.
    */
   readonly redisCluster?: RedisClusterSettings | undefined;
+  /**
+   * How long one Redis command may go unanswered before it fails, ms (`REDIS_COMMAND_TIMEOUT_MS`):
+   * a Redis that hangs is answered for, not waited on. @default 5000
+   */
+  readonly redisCommandTimeoutMs?: number | undefined;
   /** NATS for the bus; the in-process bus when absent (one process only). */
   readonly natsUrl: string | undefined;
   /**
@@ -126,6 +131,8 @@ export const serveEnvSchema = z.object({
   REDIS_PASSWORD: z.string().min(1).optional(),
   /** `1`: TLS to the sentinels and the primary. */
   REDIS_TLS: z.enum(['0', '1']).optional(),
+  /** How long one Redis command may go unanswered, ms. */
+  REDIS_COMMAND_TIMEOUT_MS: int(100).optional(),
   NATS_URL: z
     .string()
     .regex(/^(nats|tls|ws|wss):\/\/\S+$/, 'must be a nats:// URL')
@@ -196,6 +203,7 @@ export function serveSettings(
   const redisCluster = overrides.redisCluster ?? clusterFromEnv(e);
   const redisPassword = overrides.redisPassword ?? e.REDIS_PASSWORD;
   const redisSentinelPassword = overrides.redisSentinelPassword ?? e.REDIS_SENTINEL_PASSWORD;
+  const redisCommandTimeoutMs = overrides.redisCommandTimeoutMs ?? e.REDIS_COMMAND_TIMEOUT_MS;
   if ([redisSentinel, redisUrl, redisCluster].filter((x) => x !== undefined).length > 1)
     throw new ConfigError(ErrorCode.CONFIG_INVALID, 'environment', [
       {
@@ -210,6 +218,7 @@ export function serveSettings(
     ...(redisSentinelPassword !== undefined ? { redisSentinelPassword } : {}),
     ...(redisSentinel !== undefined ? { redisSentinel } : {}),
     ...(redisCluster !== undefined ? { redisCluster } : {}),
+    ...(redisCommandTimeoutMs !== undefined ? { redisCommandTimeoutMs } : {}),
     natsUrl: overrides.natsUrl ?? e.NATS_URL,
     natsSecurity: natsLayers(overrides.natsSecurity, natsSecurityFromEnv(env)),
     operatorPublicKeyFiles:
@@ -239,7 +248,7 @@ export function serveSettings(
 /** Where a dispatcher's store is: the part of {@link InfrastructureOptions} that names Redis. */
 export type StoreConnection = Pick<
   InfrastructureOptions,
-  'redisUrl' | 'redisPassword' | 'redisSentinel' | 'redisCluster' | 'slotGroups'
+  'redisUrl' | 'redisPassword' | 'redisSentinel' | 'redisCluster' | 'redisCommandTimeoutMs' | 'slotGroups'
 >;
 
 /**
@@ -255,6 +264,7 @@ export function storeConnection(settings: ServeSettings, config: FairwayConfig):
     redisUrl: settings.redisUrl,
     redisPassword: settings.redisPassword,
     redisCluster: settings.redisCluster,
+    redisCommandTimeoutMs: settings.redisCommandTimeoutMs,
     // The environment's REDIS_URL / REDIS_SENTINELS / REDIS_CLUSTER win over the config file's store.redis.
     redisSentinel:
       settings.redisSentinel ??

@@ -4,7 +4,7 @@ import { type AdmissionRules, toRules } from '@fairway/scheduler';
 import { describe, expect, it } from 'vitest';
 import { resolveDispatcherOptions } from '../src/dispatcher-options.ts';
 import { schedulingFromConfig } from '../src/scheduling-config.ts';
-import { serveSettings } from '../src/serve-settings.ts';
+import { serveSettings, storeConnection } from '../src/serve-settings.ts';
 
 function issues(fn: () => unknown): string[] {
   try {
@@ -46,6 +46,17 @@ describe('serveSettings', () => {
       password: 'p4ss',
       tls: true,
     });
+  });
+
+  it('bounds every Redis command by REDIS_COMMAND_TIMEOUT_MS, and refuses one under 100 ms', () => {
+    const s = serveSettings({ REDIS_URL: 'redis://redis:6379', REDIS_COMMAND_TIMEOUT_MS: '2500' });
+    expect(s.redisCommandTimeoutMs).toBe(2500);
+    expect(storeConnection(s, parseConfig({}, 'test config')).redisCommandTimeoutMs).toBe(2500);
+    // Unset: the store's connection takes its default.
+    expect(serveSettings({ REDIS_URL: 'redis://redis:6379' }).redisCommandTimeoutMs).toBeUndefined();
+    expect(issues(() => serveSettings({ REDIS_COMMAND_TIMEOUT_MS: '10' }))[0]).toMatch(
+      /^REDIS_COMMAND_TIMEOUT_MS: /,
+    );
   });
 
   it('refuses sentinels without a primary name, or with REDIS_URL as well', () => {
