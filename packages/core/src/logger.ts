@@ -140,10 +140,23 @@ class StderrLines implements pino.DestinationStream {
     this.#drain();
   };
 
+  /**
+   * Puts a pipe on stderr back in non-blocking mode (libuv's stream handle, as Node opens it for a
+   * pipe): the mode belongs to the pipe, shared with every process that inherited it, and a child
+   * can take it back to blocking (the Go runtime of esbuild, which tsx starts to compile a module,
+   * does). Files and terminals are left as they are.
+   */
+  readonly #nonBlocking: () => void;
+
   constructor() {
     // A pipe's descriptor becomes non-blocking when Node opens its stream: a write then finds a
     // full pipe (EAGAIN) instead of waiting for the reader.
-    void process.stderr;
+    const stream = process.stderr as unknown as { _handle?: { setBlocking?: (blocking: boolean) => number } };
+    const handle = stream._handle;
+    this.#nonBlocking =
+      handle?.setBlocking !== undefined && handle.constructor.name === 'Pipe'
+        ? () => handle.setBlocking?.(false)
+        : () => undefined;
     process.once('exit', () => {
       this.#exiting = true;
       this.#flushTurn();
@@ -173,6 +186,7 @@ class StderrLines implements pino.DestinationStream {
   /** Writes `text`, holding what a full stderr does not take. */
   #writeNow(text: string): void {
     let n: number;
+    this.#nonBlocking();
     try {
       n = writeSync(2, text);
     } catch (err) {
@@ -200,6 +214,7 @@ class StderrLines implements pino.DestinationStream {
 
   /** Writes what is held until stderr is full again; true once nothing is held. */
   #writeHeld(): boolean {
+    this.#nonBlocking();
     while (this.#held.length > 0) {
       const chunk = this.#held[0] as Buffer;
       let n: number;

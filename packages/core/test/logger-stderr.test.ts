@@ -149,6 +149,29 @@ describe('the default logger on stderr', () => {
     );
   });
 
+  it('never stops the process when another process sharing stderr puts the pipe back in blocking mode', async () => {
+    // esbuild's service (what tsx starts to compile a module) shares this stderr, and its runtime
+    // makes the pipe blocking again after the logger made it non-blocking.
+    const { logged, lines } = await runUnread(`
+      const log = createLogger({ name: 'after-esbuild' });
+      log.info({ n: 0 }, 'first');
+      const { transform } = await import('esbuild');
+      await transform('let a = 1');
+      let n = 1;
+      const tick = () => {
+        for (let k = 0; k < 50; k++) log.info({ n: n++ }, 'x'.repeat(300));
+        if (n < 5001) { setImmediate(tick); return; }
+        process.stdout.write('logged\\n');
+        setTimeout(() => process.exit(0), 3000);
+      };
+      tick();
+    `);
+    expect(logged).toBe(true);
+    expect(lines.map((l) => (JSON.parse(l) as { n: number }).n)).toEqual(
+      Array.from({ length: 5001 }, (_, i) => i),
+    );
+  });
+
   it('drops whole lines beyond its backlog, keeps the rest in order and says how many it dropped', async () => {
     // About twice the backlog, logged while nothing reads.
     const total = 200 * Math.ceil((2 * STDERR_BACKLOG_BYTES) / 400 / 200);
