@@ -50,6 +50,24 @@ async function runUnread(
   return { logged, lines: text.split('\n').filter((l) => l.length > 0) };
 }
 
+/**
+ * Code for a process's body that logs lines `{ n }` of about 400 bytes, numbered from `from` up
+ * to `to` (exclusive), `perTurn` per event-loop turn, through `log`; then writes `logged` on
+ * stdout and stays 3 s for its stderr to be read.
+ */
+function logLines(from: number, to: number, perTurn: number): string {
+  return `
+    let n = ${from};
+    const tick = () => {
+      for (let k = 0; k < ${perTurn}; k++) log.info({ n: n++ }, 'x'.repeat(300));
+      if (n < ${to}) { setImmediate(tick); return; }
+      process.stdout.write('logged\\n');
+      setTimeout(() => process.exit(0), 3000);
+    };
+    tick();
+  `;
+}
+
 /** Runs `body` in a fresh Node process with `createLogger` imported; its stderr lines as they arrive. */
 function run(body: string): {
   lines: Promise<string[]>;
@@ -134,14 +152,7 @@ describe('the default logger on stderr', () => {
     // turns and says so on stdout while nothing reads its stderr, then stays until it is read.
     const { logged, lines } = await runUnread(`
       const log = createLogger({ name: 'behind' });
-      let n = 0;
-      const tick = () => {
-        for (let k = 0; k < 50; k++) log.info({ n: n++ }, 'x'.repeat(300));
-        if (n < 5000) { setImmediate(tick); return; }
-        process.stdout.write('logged\\n');
-        setTimeout(() => process.exit(0), 3000);
-      };
-      tick();
+      ${logLines(0, 5000, 50)}
     `);
     expect(logged).toBe(true);
     expect(lines.map((l) => (JSON.parse(l) as { n: number }).n)).toEqual(
@@ -157,14 +168,7 @@ describe('the default logger on stderr', () => {
       log.info({ n: 0 }, 'first');
       const { transform } = await import('esbuild');
       await transform('let a = 1');
-      let n = 1;
-      const tick = () => {
-        for (let k = 0; k < 50; k++) log.info({ n: n++ }, 'x'.repeat(300));
-        if (n < 5001) { setImmediate(tick); return; }
-        process.stdout.write('logged\\n');
-        setTimeout(() => process.exit(0), 3000);
-      };
-      tick();
+      ${logLines(1, 5001, 50)}
     `);
     expect(logged).toBe(true);
     expect(lines.map((l) => (JSON.parse(l) as { n: number }).n)).toEqual(
@@ -177,14 +181,7 @@ describe('the default logger on stderr', () => {
     const total = 200 * Math.ceil((2 * STDERR_BACKLOG_BYTES) / 400 / 200);
     const { logged, lines } = await runUnread(`
       const log = createLogger({ name: 'flood' });
-      let n = 0;
-      const tick = () => {
-        for (let k = 0; k < 200; k++) log.info({ n: n++ }, 'x'.repeat(300));
-        if (n < ${total}) { setImmediate(tick); return; }
-        process.stdout.write('logged\\n');
-        setTimeout(() => process.exit(0), 3000);
-      };
-      tick();
+      ${logLines(0, total, 200)}
     `);
     expect(logged).toBe(true);
     const parsed = lines.map((l) => JSON.parse(l) as { n?: number; dropped?: number; level: number });
