@@ -892,13 +892,13 @@ export class GatewayRuntime {
       this.gateway.started({ id: requestId, replica: replicaId });
     } catch {
       this.#o.logger.debug({ requestId }, 'dispatcher: assignment for a request not queued here');
-      // Not held at all (its admission's reply was lost and its client told it failed, though the
-      // store admitted it): nobody waits for it, so its placement is released.
-      if (ticket === undefined && !this.gateway.holds(requestId))
-        this.gateway.releaseOrphanedPick(requestId).catch((err: unknown) => {
-          // Left for the next heartbeat to retry.
-          this.#o.logger.warn({ requestId, err: errText(err) }, 'dispatcher: release failed');
-        });
+      // One this gateway does not hold at all (its admission's reply was lost and its client told
+      // it failed, though the store admitted it) has nobody waiting: its placement is released.
+      // A request it holds (running already) is left as it is.
+      this.gateway.releaseOrphanedPick(requestId).catch((err: unknown) => {
+        // Left for the next heartbeat to retry.
+        this.#o.logger.warn({ requestId, err: errText(err) }, 'dispatcher: release failed');
+      });
       return;
     }
     if (ticket) ticket.markDispatched(replicaId, this.#o.timer.now(), affinity);

@@ -216,11 +216,6 @@ export class Gateway {
     return this.#dispatch.moveTarget(pool, reserveTokens, from, skip);
   }
 
-  /** Whether this gateway holds request `id` (admitted here, queued or running, not yet settled). */
-  holds(id: string): boolean {
-    return this.#owned.has(id);
-  }
-
   /**
    * The store's answer to the admission of request `id` (quota share, alerts), while this gateway
    * owns it; read once `submit` resolved or the request was dispatched.
