@@ -24,6 +24,11 @@ export const faultConfigSchema = z
     hangRate: fraction.default(0),
     /** Output tokens sent before a hanging response goes silent. */
     hangAfterTokens: nonNegInt.default(1),
+    /**
+     * The engine loop takes no step (a stuck engine core, e.g. a hung collective): requests wait
+     * and their token counters stand still, while `/health` and `/metrics` answer as before.
+     */
+    stalled: z.boolean().default(false),
   })
   .strict();
 

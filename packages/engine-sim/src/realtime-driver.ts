@@ -46,6 +46,8 @@ export class RealtimeDriver {
   readonly #listeners = new Map<string, SeqListener>();
   readonly #startMs: number;
   #looping = false;
+  /** Set by {@link RealtimeDriver.stall}: no step is taken. */
+  #stalled = false;
   #modelBusyMs = 0;
   #steps = 0;
   #closed = false;
@@ -167,8 +169,26 @@ export class RealtimeDriver {
     this.#listeners.clear();
   }
 
+  /**
+   * Stops taking steps (`true`: a stuck engine; the step in flight ends only once it goes on) or
+   * takes them again from now (`false`).
+   */
+  stall(stalled: boolean): void {
+    if (this.#stalled === stalled) return;
+    this.#stalled = stalled;
+    if (stalled) {
+      if (this.#timeout !== undefined) clearTimeout(this.#timeout);
+      if (this.#immediate !== undefined) clearImmediate(this.#immediate);
+      this.#timeout = undefined;
+      this.#immediate = undefined;
+      this.#looping = false;
+      return;
+    }
+    this.#wake();
+  }
+
   #wake(): void {
-    if (this.#looping || this.#closed) return;
+    if (this.#looping || this.#closed || this.#stalled) return;
     this.#looping = true;
     this.#deadline = this.#clock.now();
     this.#schedule(0);

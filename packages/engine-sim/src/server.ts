@@ -164,6 +164,7 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     },
     onListenerError: (error, event) => logger.error({ err: error, event }, 'engine-sim listener failed'),
   });
+  driver.stall(options.faults.stalled);
   const adapters = new Map<string, string>();
   const inflight = new Set<Generation>();
   const flusher = options.streamFlushMs > 0 ? new StreamFlusher(options.streamFlushMs) : undefined;
@@ -510,7 +511,9 @@ export function buildEngineSimApp(deps: EngineSimDeps): EngineSimApp {
     const b = faultPatchSchema.safeParse(req.body ?? {});
     if (!b.success) return sendError(reply, 400, 'BadRequestError', describeIssues(b.error));
     const patch = Object.fromEntries(Object.entries(b.data).filter(([, v]) => v !== undefined));
-    return faults.update(patch);
+    const config = faults.update(patch);
+    driver.stall(config.stalled);
+    return config;
   });
 
   return {

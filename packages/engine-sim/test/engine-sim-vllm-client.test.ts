@@ -56,7 +56,9 @@ describe('VllmClient against engine-sim', () => {
     sim = await startEngineSim({ speed: 20, kvCapacityTokens: 60_000 });
     client = new VllmClient({ url: sim.url, modelName: MODEL });
   });
-  afterEach(() => setFaults(sim.url, { errorRate: 0, dropRate: 0, hangRate: 0, headersDelayMs: 0 }));
+  afterEach(() =>
+    setFaults(sim.url, { errorRate: 0, dropRate: 0, hangRate: 0, headersDelayMs: 0, stalled: false }),
+  );
   afterAll(async () => {
     await client.close();
     await sim.close();
@@ -155,6 +157,23 @@ describe('VllmClient against engine-sim', () => {
     expect(err).toBeInstanceOf(EngineTimeoutError);
     expect((err as EngineTimeoutError).phase).toBe('body');
     expect(s.completionTokens).toBe(2);
+  });
+
+  it('stalled, answers health and metrics but takes no step; goes on once it is not', async () => {
+    const s = await client.stream('chat', chat(40));
+    const it = s[Symbol.asyncIterator]();
+    while (s.completionTokens < 2) await it.next();
+    await setFaults(sim.url, { stalled: true });
+    const at = (await client.metrics()).generationTokensTotal;
+    await new Promise((r) => setTimeout(r, 300));
+    await client.health();
+    const still = await client.metrics();
+    expect(still.generationTokensTotal).toBe(at);
+    expect(still.running).toBe(1);
+    await setFaults(sim.url, { stalled: false });
+    await drain({ [Symbol.asyncIterator]: () => it });
+    expect(s.done).toBe(true);
+    expect(s.completionTokens).toBe(40);
   });
 
   it('aborting a stream closes the connection and the engine frees the KV blocks', async () => {
