@@ -238,7 +238,11 @@ export const engineSchema = z
  * How long fairway waits on a pool's engines before it takes a replica for hung: the request is
  * retried on another replica when nothing reached its client yet (else its stream ends with an
  * error event), and the replica is held out of placement fleet-wide until its `/health` answers
- * again. Enforced with about one second of granularity.
+ * again. Enforced with about one second of granularity. An engine that stops answering
+ * altogether (its replica's heartbeats stop and two health checks in a row go unanswered) has its
+ * requests with nothing sent moved sooner, whatever these limits; streams under way keep
+ * `streamIdleMs`. One that answers but whose counters show no progress for `streamIdleMs` with
+ * requests on it is held out and has those requests moved too.
  */
 export const engineTimeoutsSchema = z
   .object({

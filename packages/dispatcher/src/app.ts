@@ -20,6 +20,7 @@ import { ApiError } from './errors.ts';
 import { bandDepths, replicaSnapshots } from './fleet-view.ts';
 import { GatewayMetrics } from './gateway-metrics.ts';
 import { GatewayRuntime } from './gateway-runtime.ts';
+import { HungEngines } from './hung-engines.ts';
 import { InternalCompletions } from './internal-completion.ts';
 import { useStrictJsonBodies } from './json-body.ts';
 import type { LeaseBackend } from './leader-lease.ts';
@@ -193,6 +194,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
       ? deps.config.policy.control.swappable
       : [],
   );
+  const probe = new EngineProbe(engines, (id) => replicas.urlOf(id), options.probeTimeoutMs);
   const runtime = new GatewayRuntime({
     id: deps.id,
     config: deps.config,
@@ -200,7 +202,8 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     bus: deps.bus,
     registry: deps.registry,
     replicas,
-    probe: new EngineProbe(engines, (id) => replicas.urlOf(id), options.probeTimeoutMs),
+    probe,
+    hungEngines: new HungEngines({ answers: (url) => probe.answers(url), timeoutMs: options.probeTimeoutMs }),
     scheduling,
     poolFor,
     options,

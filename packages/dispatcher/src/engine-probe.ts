@@ -25,7 +25,11 @@ export class EngineProbe {
   /** Whether the replica's engine answers its health check now. */
   async health(replicaId: string): Promise<boolean> {
     const url = this.#urlOf(replicaId);
-    if (url === undefined) return false;
+    return url !== undefined && (await this.answers(url));
+  }
+
+  /** Whether the engine at `url` answers its health check now. */
+  async answers(url: string): Promise<boolean> {
     return (await this.#bounded(this.#engines.get(url).health())) !== undefined;
   }
 

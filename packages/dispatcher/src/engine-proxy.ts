@@ -15,7 +15,7 @@ import { ApiError } from './errors.ts';
 import { type DescribedRequest, type Endpoint, operationName } from './request-descriptor.ts';
 import { continuationBody, ResumedAnswer } from './resumed-answer.ts';
 import type { StopSignal } from './stop-signal.ts';
-import type { Ticket } from './ticket.ts';
+import { engineHungOf, type Ticket } from './ticket.ts';
 import { injectTraceContext, type RequestTrace } from './tracing.ts';
 import { UsageChunkFilter } from './usage-chunk-filter.ts';
 
@@ -186,7 +186,7 @@ async function proxyResponseStream(call: ProxyCall): Promise<ProxyResult> {
       outputTokens: stream.completionTokens,
       cachedTokens: stream.usage?.cachedTokens,
     };
-    if (res === undefined && (!signal.aborted || movedAway(call)) && !call.gone.aborted)
+    if (res === undefined && failedRatherThanStopped(call, signal) && !call.gone.aborted)
       return failedBeforeAnswer(call, signal, err);
     const api = events.cutShort(err, signal, used);
     if (api === 'cancelled') {
@@ -399,6 +399,15 @@ function movedAway(call: ProxyCall): boolean {
   return call.ticket.moveTo !== undefined && !call.gone.aborted;
 }
 
+/**
+ * Whether an engine call that ended before the answer opened goes to the lifecycle as a failure:
+ * it was not stopped, or was stopped to move the request, or because its engine stopped answering
+ * (`Ticket.failOver`) — not by the client leaving or an eviction.
+ */
+function failedRatherThanStopped(call: ProxyCall, signal: StopSignal): boolean {
+  return !signal.aborted || movedAway(call) || engineHungOf(signal) !== undefined;
+}
+
 /** Waits until `res` can take more bytes, is closed, or `signal` aborts (client gone, eviction). */
 function drained(res: ServerResponse, signal: StopSignal): Promise<void> {
   if (res.destroyed || signal.aborted) return Promise.resolve();
@@ -531,7 +540,7 @@ async function proxyRuns(call: ProxyCall): Promise<ProxyResult> {
           ticket.req.inputTokens,
         outputTokens: generated,
       };
-      if (res === undefined && run === 0 && (!signal.aborted || movedAway(call)))
+      if (res === undefined && run === 0 && failedRatherThanStopped(call, signal))
         return failedBeforeAnswer(call, signal, err);
       // Stopped with the client still there: evicted. Under a control plane the request resumes
       // on the engine it is dispatched to next, its answer read back and continued.

@@ -9,12 +9,14 @@ import type {
 } from '@fairway/bus';
 import {
   type Clock,
+  DEFAULT_ENGINE_TIMEOUTS,
   type FairwayConfig,
   type Logger,
   LogThrottle,
   type RequestDescriptor,
   type Usage,
 } from '@fairway/core';
+import { EngineTimeoutError } from '@fairway/engine';
 import { DEFAULT_PROFILE_BOUNDARIES, type RwtProfile, type SequenceProgress } from '@fairway/policy';
 import {
   type AffinityOutcome,
@@ -34,6 +36,7 @@ import { ControlPlane } from './control-plane.ts';
 import type { ResolvedDispatcherOptions } from './dispatcher-options.ts';
 import type { EngineProbe } from './engine-probe.ts';
 import { isEngineDown } from './error-mapping.ts';
+import type { HungEngines } from './hung-engines.ts';
 import { type LeaseBackend, MemoryLeaseBackend } from './leader-lease.ts';
 import type { RegistryReplicaSource } from './replica-source.ts';
 import type { SchedulingSetup } from './scheduling-config.ts';
@@ -52,6 +55,11 @@ export interface GatewayRuntimeOptions {
   readonly replicas: RegistryReplicaSource;
   /** Asks engines directly: recovery of suspect replicas, load while the bus is down. */
   readonly probe: EngineProbe;
+  /**
+   * Tells which engines stopped answering, so that requests on them with nothing sent fail over.
+   * @default none (such requests wait out their engine timeouts)
+   */
+  readonly hungEngines?: HungEngines | undefined;
   readonly scheduling: SchedulingSetup;
   /** The pool serving a model (config first, then the registry); the model itself when unknown. */
   readonly poolFor: (model: string) => string | undefined;
@@ -132,6 +140,9 @@ function errText(err: unknown): string {
  */
 const BUS_CATCH_UP_MS = 5_000;
 
+/** What {@link GatewayRuntime} has for its engine checks when every replica it uses is heard from. */
+const NONE_UNHEARD: ReadonlyMap<string, string> = new Map();
+
 /**
  * The live side of the gateway scheduler (DESIGN.md request path, steps 2–6): one {@link Gateway}
  * — the same code the simulator runs — driven in real time. It holds a {@link Ticket} per client
@@ -169,6 +180,12 @@ export class GatewayRuntime {
   #auditedAt = Number.NEGATIVE_INFINITY;
   /** Waiting requests the store had no record of at a look-up, with when that was first seen (monotonic ms). */
   #unknownSince = new Map<string, number>();
+  /**
+   * Per replica, its engine's progress (prompt, generation and finish counters summed) as last
+   * heard, and since when (monotonic ms) it has stood still with requests on it; `found` once
+   * it was taken for stalled.
+   */
+  readonly #progress = new Map<string, { epoch: string; total: number; sinceMs: number; found: boolean }>();
   /** Monotonic ms since which each pool with waiting requests has had no replica taking work. */
   readonly #unservedSince = new Map<string, number>();
   #flushing = false;
@@ -445,11 +462,14 @@ export class GatewayRuntime {
     const replica = ticket.replica;
     // Renewed before the store call: another dispatcher may pick it as soon as it is queued again.
     ticket.requeued();
+    ticket.puttingBack = true;
     let ok = false;
     try {
       ok = await requeue();
     } catch (err) {
       this.#o.logger.warn({ requestId: ticket.id, err: errText(err) }, `dispatcher: ${what} failed`);
+    } finally {
+      ticket.puttingBack = false;
     }
     if (!ok) {
       if (replica !== undefined) ticket.markDispatched(replica, this.#o.timer.now());
@@ -967,6 +987,10 @@ export class GatewayRuntime {
     this.#probing = true;
     const o = this.#o;
     try {
+      void o.hungEngines?.check(this.#unheardHolding(), (id, err) => {
+        if (this.#unheard(id)) this.#engineHung(id, err);
+      });
+      this.#findStalled();
       const cleared = await this.#suspects.probe();
       for (const id of cleared) o.logger.info({ replicaId: id }, 'dispatcher: replica answers again');
       if (!o.registry.busConnected) {
@@ -995,6 +1019,102 @@ export class GatewayRuntime {
   }
 
   /**
+   * The replicas this dispatcher has not heard from — heartbeats stopped (or frozen fresh while the
+   * bus is away, which counts as heard), or held out after a failure — that run its requests with
+   * nothing sent to their clients yet: replica id → engine URL.
+   */
+  #unheardHolding(): ReadonlyMap<string, string> {
+    let unheard: Map<string, string> | undefined;
+    for (const t of this.#tickets.values()) {
+      const replica = t.replica;
+      if (replica === undefined || replica === 'unknown' || t.answered || unheard?.has(replica)) continue;
+      if (!this.#unheard(replica)) continue;
+      const url = this.#o.registry.get(replica)?.registration.url;
+      if (url === undefined) continue;
+      unheard ??= new Map();
+      unheard.set(replica, url);
+    }
+    return unheard ?? NONE_UNHEARD;
+  }
+
+  /** Whether a registered replica is silent or held out. */
+  #unheard(replicaId: string): boolean {
+    const v = this.#o.registry.get(replicaId);
+    return v !== undefined && (v.stale || this.#suspects.isSuspect(replicaId));
+  }
+
+  /**
+   * A replica's engine stopped answering: it is held out fleet-wide, and each of this dispatcher's
+   * requests on it with nothing sent to its client fails over to another replica, while another of
+   * its pool takes work (else it stays, and the next finding tries again: failing it over then
+   * would only answer it with the error). A stream already answering is left to its idle limit
+   * (`engineTimeouts.streamIdleMs`), so a pause shorter than that costs it nothing.
+   */
+  #engineHung(replicaId: string, err: EngineTimeoutError): void {
+    this.replicaFailed(replicaId, err);
+    const elsewhere = new Map<string, boolean>();
+    let moved = 0;
+    let stayed = 0;
+    for (const t of this.#tickets.values()) {
+      if (t.replica !== replicaId) continue;
+      let other = elsewhere.get(t.pool);
+      if (other === undefined) {
+        other = this.#suspects.replicas(t.pool).some((r) => !r.stale && r.id !== replicaId);
+        elsewhere.set(t.pool, other);
+      }
+      if (!other) stayed++;
+      else if (t.failOver(err)) moved++;
+    }
+    this.#o.logger.warn(
+      { replicaId, engine: err.url, moved, stayed },
+      'dispatcher: engine stopped answering; its requests with nothing sent go to other replicas',
+    );
+  }
+
+  /**
+   * Finds engines that answer but make no progress — a stuck engine core (a hung collective, a
+   * wedged GPU) behind an HTTP server that still serves `/health` and `/metrics`: requests running
+   * or waiting on it (its heartbeats say so) while its prompt, generation and finish counters stand still for
+   * the pool's `engineTimeouts.streamIdleMs`, the longest silence a stream is allowed. Such an engine
+   * counts as hung (its requests with nothing sent fail over) and is held out until it makes
+   * progress again: its hold is renewed on every probe round it stands still. Counters frozen with
+   * the bus (down or silent) say nothing: they are not judged then.
+   */
+  #findStalled(): void {
+    const o = this.#o;
+    if (!o.registry.busConnected) {
+      this.#progress.clear();
+      return;
+    }
+    const now = o.timer.now();
+    const seen = new Set<string>();
+    for (const v of o.registry.list()) {
+      const h = v.heartbeat;
+      if (h === undefined || v.stale) continue;
+      seen.add(v.id);
+      const total = h.promptTokensTotal + h.generationTokensTotal + h.requestsFinishedTotal;
+      const was = this.#progress.get(v.id);
+      if (was === undefined || was.epoch !== h.epoch || was.total !== total || h.running + h.waiting === 0) {
+        this.#progress.set(v.id, { epoch: h.epoch, total, sinceMs: now, found: false });
+        continue;
+      }
+      const pool = o.replicas.poolOf(v) ?? v.registration.pool;
+      const stallMs = (o.config.pools.find((p) => p.id === pool)?.engineTimeouts ?? DEFAULT_ENGINE_TIMEOUTS)
+        .streamIdleMs;
+      if (now - was.sinceMs < stallMs) continue;
+      const err = new EngineTimeoutError(v.registration.url, 'GET /metrics', 'stalled', stallMs);
+      if (was.found) {
+        // Still no progress: the hold is renewed here (other dispatchers find it themselves).
+        this.#suspects.mark(v.id, h.epoch);
+        continue;
+      }
+      was.found = true;
+      this.#engineHung(v.id, err);
+    }
+    for (const id of this.#progress.keys()) if (!seen.has(id)) this.#progress.delete(id);
+  }
+
+  /**
    * A request this dispatcher holds may be picked by another dispatcher whose assignment message
    * never comes: the bus was down (or came back only a moment ago), or the picker was killed
    * between its pick in the store and its message. The store records where each request runs, so
@@ -1011,19 +1131,35 @@ export class GatewayRuntime {
    */
   async #catchUpPlacements(minWaitMs: number): Promise<void> {
     const waiting: string[] = [];
+    /** Each looked-up ticket's put-backs: an answer about an earlier placement is not adopted. */
+    const putBacks = new Map<string, number>();
     const before = this.#o.timer.now() - minWaitMs;
     for (const t of this.#tickets.values())
-      if (t.replica === undefined && t.submittedAt !== undefined && t.submittedAt <= before)
+      if (
+        t.replica === undefined &&
+        !t.puttingBack &&
+        t.submittedAt !== undefined &&
+        t.submittedAt <= before
+      ) {
         waiting.push(t.id);
+        putBacks.set(t.id, t.putBacks);
+      }
     if (waiting.length === 0) {
       this.#unknownSince.clear();
       return;
     }
     try {
+      // Look-ups go on the control connection, which Redis may serve before a put-back sent on
+      // the other one: a request put back since it was looked up may be answered where it was.
       const { running, unknown } = await this.gateway.options.store.locate(waiting);
       for (const [requestId, replicaId] of running) {
         const ticket = this.#tickets.get(requestId);
-        if (ticket !== undefined && ticket.replica === undefined) this.#adopt(requestId, replicaId);
+        if (
+          ticket !== undefined &&
+          ticket.replica === undefined &&
+          ticket.putBacks === putBacks.get(requestId)
+        )
+          this.#adopt(requestId, replicaId);
       }
       await this.#putBackLost(unknown);
     } catch (err) {

@@ -22,7 +22,7 @@ import type { DescribedRequest, Endpoint } from './request-descriptor.ts';
 import type { RecordedRequest, RequestRecord } from './request-record.ts';
 import { continuable } from './resumed-answer.ts';
 import type { StopSignal } from './stop-signal.ts';
-import type { Ticket } from './ticket.ts';
+import { engineHungOf, type Ticket } from './ticket.ts';
 
 /**
  * Where an admitted request is in its life at this dispatcher (DESIGN.md request path, steps 4–6):
@@ -390,8 +390,11 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
    * sends the request to another replica while attempts remain (`retried`); otherwise it settles
    * with the input it was sent, and the client is dropped (it left) or told why.
    */
-  async failedBeforeAnswer(err: unknown, signal: StopSignal): Promise<'retried' | 'cancelled' | ApiError> {
+  async failedBeforeAnswer(failed: unknown, signal: StopSignal): Promise<'retried' | 'cancelled' | ApiError> {
     const { ticket, gone } = this.#a;
+    const hung = engineHungOf(signal);
+    const err = hung ?? failed;
+    const stopped = signal.aborted && hung === undefined;
     const moveTo = ticket.moveTo;
     if (moveTo !== undefined) {
       ticket.moveTo = undefined;
@@ -401,14 +404,14 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
         return 'retried';
       }
     }
-    if (!signal.aborted && isReplicaFailure(err)) {
+    if (!stopped && isReplicaFailure(err)) {
       this.#replicaFailed(err);
       this.#failure = engineApiError(err);
       if (await this.#retry()) return 'retried';
     }
     await this.#abandon(this.#inputOnly());
     if (this.#a.gone.aborted) return 'cancelled';
-    return signal.aborted ? evictedError() : engineApiError(err);
+    return stopped ? evictedError() : engineApiError(err);
   }
 
   /**
@@ -416,11 +419,14 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
    * request settles with what it used, and the client is dropped (it left) or told why. A stream
    * its engine cut holds the replica out of placement (its streams just ended).
    */
-  cutShort(err: unknown, signal: StopSignal, used: Usage): 'cancelled' | ApiError {
+  cutShort(failed: unknown, signal: StopSignal, used: Usage): 'cancelled' | ApiError {
     void this.#abandon(used);
     if (this.#a.gone.aborted) return 'cancelled';
-    if (!signal.aborted && isReplicaFailure(err)) this.#replicaFailed(err);
-    return signal.aborted ? evictedError() : engineApiError(err);
+    const hung = engineHungOf(signal);
+    const err = hung ?? failed;
+    const stopped = signal.aborted && hung === undefined;
+    if (!stopped && isReplicaFailure(err)) this.#replicaFailed(err);
+    return stopped ? evictedError() : engineApiError(err);
   }
 
   /**

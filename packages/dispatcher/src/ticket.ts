@@ -1,7 +1,17 @@
 import type { RequestDescriptor } from '@fairway/core';
+import { EngineTimeoutError } from '@fairway/engine';
 import type { AffinityOutcome } from '@fairway/scheduler';
 import type { ReplicaCandidate } from '@fairway/store';
 import { StopSignal } from './stop-signal.ts';
+
+/**
+ * The engine failure an engine call was stopped for ({@link Ticket.failOver}: its engine stopped
+ * answering); undefined for a call that was not stopped, or was stopped for any other reason
+ * (the client left, an eviction, a move).
+ */
+export function engineHungOf(signal: StopSignal): EngineTimeoutError | undefined {
+  return signal.aborted && signal.reason instanceof EngineTimeoutError ? signal.reason : undefined;
+}
 
 /** How waiting for a dispatch ends, as the ticket reports it to the one waiter it has. */
 export type TicketWake = 'dispatched' | 'no_replica';
@@ -32,6 +42,13 @@ export class Ticket {
   moveTo: ReplicaCandidate | undefined;
   /** How many times it was moved. */
   moves = 0;
+  /**
+   * Set while it is being put back in the queue (from {@link Ticket.requeued} until the store
+   * answers): a look-up of its placement made meanwhile may predate the put-back.
+   */
+  puttingBack = false;
+  /** How many times it was put back in the queue. */
+  putBacks = 0;
   /**
    * Told when the request is dispatched or found unservable, while someone waits for that
    * (`GatewayRuntime.submit` until its admission is answered, then `waitForDispatch`): a plain callback, not an event listener, so a dispatcher
@@ -128,10 +145,24 @@ export class Ticket {
   }
 
   /**
+   * Its replica's engine stopped answering (`err`, phase `hung`) while the request has sent nothing
+   * to its client: its engine call is aborted with `err` as the reason, and its lifecycle takes
+   * that as the engine's failure (see {@link engineHungOf}). False (nothing done) once the client's
+   * response has opened, or with no call under way.
+   */
+  failOver(err: EngineTimeoutError): boolean {
+    if (this.answered || this.moveTo !== undefined || this.#call === undefined || this.#call.aborted)
+      return false;
+    this.#call.abort(err);
+    return true;
+  }
+
+  /**
    * The request is back in the queue (its engine failed before answering, or it was evicted to
    * resume elsewhere): it waits for a new dispatch.
    */
   requeued(): void {
+    this.putBacks++;
     this.replica = undefined;
     this.affinity = undefined;
     this.dispatchedAt = undefined;

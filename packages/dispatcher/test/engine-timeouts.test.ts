@@ -81,6 +81,34 @@ describe('engine timeouts', () => {
     for (const a of answers) expect(a, a.body).toMatchObject({ status: 200 });
   });
 
+  it('moves a non-streamed request off an engine that answers but makes no progress, long before answerMs', async () => {
+    // A stuck engine core: the engine serves /health and /metrics (its agent's heartbeats go on)
+    // while its loop takes no step. Its calls would wait for answerMs (60 s).
+    const s = await stack({
+      config: {
+        tenants: [{ id: 'alpha', keys: [{ key: KEY }] }],
+        pools: [
+          {
+            id: 'llama',
+            model: MODEL,
+            engineTimeouts: { firstByteMs: 1000, streamIdleMs: 1000, answerMs: 60_000 },
+          },
+        ],
+        policy: { ordering: 'vtc', placement: 'least-kv' },
+      },
+      engines: [{ faults: { stalled: true } }, {}],
+    });
+    const answers = await Promise.all(Array.from({ length: 4 }, () => send(s, false)));
+    for (const a of answers) expect(a, a.body).toMatchObject({ status: 200 });
+    const retries = (await s.dispatchers[0]!.dispatcher.metrics.engineRetries.get()).values[0]?.value ?? 0;
+    expect(retries).toBeGreaterThan(0);
+    expect(s.dispatchers[0]!.dispatcher.runtime.isSuspect(s.replicas[0]!)).toBe(true);
+    // Held out while it makes no progress: what follows goes to the other replica.
+    const after = await Promise.all(Array.from({ length: 4 }, () => send(s, false)));
+    for (const a of after) expect(a, a.body).toMatchObject({ status: 200 });
+    expect(await promptTokens(s, 0)).toBe(0);
+  });
+
   it('ends a stream that went silent mid-answer with an SSE error instead of waiting for ever', async () => {
     const s = await stack({ engines: [{ faults: { hangRate: 1, hangAfterTokens: 2 } }] });
     const a = await send(s, true);

@@ -4,7 +4,7 @@ import { FairwayError } from '@fairway/core';
 export const EngineErrorCode = {
   /** The engine could not be reached: connection refused, reset before a response, DNS failure. */
   UNREACHABLE: 'FAIRWAY_ENGINE_UNREACHABLE',
-  /** A connect, headers or body-idle timeout expired. */
+  /** A connect, headers or body-idle timeout expired, or the engine stopped answering altogether. */
   TIMEOUT: 'FAIRWAY_ENGINE_TIMEOUT',
   /** The engine answered with a non-2xx status; the error body it sent is kept. */
   HTTP_STATUS: 'FAIRWAY_ENGINE_HTTP_STATUS',
@@ -53,10 +53,17 @@ export class EngineUnreachableError extends EngineError {
   }
 }
 
-/** Which timeout expired. */
-export type EngineTimeoutPhase = 'connect' | 'headers' | 'body';
+/**
+ * Which timeout expired; `hung`: the engine answered none of the health checks made while the call
+ * waited, each bounded by `timeoutMs` (the engine stopped answering altogether); `stalled`: it
+ * answers, but its counters showed no progress for `timeoutMs` with requests running.
+ */
+export type EngineTimeoutPhase = 'connect' | 'headers' | 'body' | 'hung' | 'stalled';
 
-/** A timeout expired: `phase` says whether connecting, waiting for headers or waiting for body bytes. */
+/**
+ * A timeout expired: `phase` says whether connecting, waiting for headers, waiting for body bytes,
+ * or whether the engine stopped answering or making progress altogether.
+ */
 export class EngineTimeoutError extends EngineError {
   override readonly name = 'EngineTimeoutError';
   readonly phase: EngineTimeoutPhase;
@@ -70,7 +77,17 @@ export class EngineTimeoutError extends EngineError {
     timeoutMs: number,
     options?: { cause?: unknown },
   ) {
-    super(EngineErrorCode.TIMEOUT, url, operation, `${phase} timeout after ${timeoutMs} ms`, options);
+    super(
+      EngineErrorCode.TIMEOUT,
+      url,
+      operation,
+      phase === 'hung'
+        ? `the engine stopped answering (no health check answered within ${timeoutMs} ms)`
+        : phase === 'stalled'
+          ? `the engine made no progress for ${timeoutMs} ms with requests running`
+          : `${phase} timeout after ${timeoutMs} ms`,
+      options,
+    );
     this.phase = phase;
     this.timeoutMs = timeoutMs;
   }
