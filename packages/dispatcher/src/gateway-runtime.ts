@@ -1052,6 +1052,19 @@ export class GatewayRuntime {
    */
   #engineHung(replicaId: string, err: EngineTimeoutError): void {
     this.replicaFailed(replicaId, err);
+    const { moved, stayed } = this.#failOver(replicaId, err);
+    this.#o.logger.warn(
+      { replicaId, engine: err.url, moved, stayed },
+      'dispatcher: engine stopped answering; its requests with nothing sent go to other replicas',
+    );
+  }
+
+  /**
+   * Fails over each of this dispatcher's requests on `replicaId` with nothing sent to its client
+   * (see `#engineHung`); counts those moved and those left for want of another
+   * replica.
+   */
+  #failOver(replicaId: string, err: EngineTimeoutError): { moved: number; stayed: number } {
     const elsewhere = new Map<string, boolean>();
     let moved = 0;
     let stayed = 0;
@@ -1065,20 +1078,17 @@ export class GatewayRuntime {
       if (!other) stayed++;
       else if (t.failOver(err)) moved++;
     }
-    this.#o.logger.warn(
-      { replicaId, engine: err.url, moved, stayed },
-      'dispatcher: engine stopped answering; its requests with nothing sent go to other replicas',
-    );
+    return { moved, stayed };
   }
 
   /**
    * Finds engines that answer but make no progress — a stuck engine core (a hung collective, a
    * wedged GPU) behind an HTTP server that still serves `/health` and `/metrics`: requests running
-   * or waiting on it (its heartbeats say so) while its prompt, generation and finish counters stand still for
-   * the pool's `engineTimeouts.streamIdleMs`, the longest silence a stream is allowed. Such an engine
-   * counts as hung (its requests with nothing sent fail over) and is held out until it makes
-   * progress again: its hold is renewed on every probe round it stands still. Counters frozen with
-   * the bus (down or silent) say nothing: they are not judged then.
+   * or waiting on it (its heartbeats say so) while its prompt, generation and finish counters
+   * stand still for the pool's `engineTimeouts.streamIdleMs`, the longest silence a stream is
+   * allowed. Such an engine counts as hung (its requests with nothing sent fail over) and is held
+   * out until it makes progress again: its hold is renewed on every probe round it stands still.
+   * Counters frozen with the bus (down or silent) say nothing: they are not judged then.
    */
   #findStalled(): void {
     const o = this.#o;
@@ -1104,8 +1114,12 @@ export class GatewayRuntime {
       if (now - was.sinceMs < stallMs) continue;
       const err = new EngineTimeoutError(v.registration.url, 'GET /metrics', 'stalled', stallMs);
       if (was.found) {
-        // Still no progress: the hold is renewed here (other dispatchers find it themselves).
+        // Still no progress: the hold is renewed here (other dispatchers find it themselves), and
+        // what could not move before, for want of another replica, may move now.
         this.#suspects.mark(v.id, h.epoch);
+        const { moved } = this.#failOver(v.id, err);
+        if (moved > 0)
+          o.logger.warn({ replicaId: v.id, moved }, 'dispatcher: requests moved off a stalled engine');
         continue;
       }
       was.found = true;
