@@ -311,6 +311,10 @@ export class Admission {
     }
 
     let r: AdmitAndDispatchResult;
+    // Under first fit the store places on the first candidate with room: arrivals until the answer
+    // see that room as taken.
+    const likely = o.fit === 'first' ? candidates[0]?.id : undefined;
+    if (likely !== undefined) this.#view.expect(likely, own.reserveTokens);
     try {
       r = await o.store.admitAndDispatch({
         admit,
@@ -320,6 +324,8 @@ export class Admission {
       this.#owned.delete(req.id);
       this.#recovery.forget(req.id);
       throw err;
+    } finally {
+      if (likely !== undefined) this.#view.answered(likely, own.reserveTokens);
     }
     for (const [i, c] of candidates.entries()) this.#view.set(c.id, r.reserved[i] ?? NOTHING);
     if (!r.admit.ok) return refused(r.admit);

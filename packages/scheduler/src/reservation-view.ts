@@ -17,6 +17,12 @@ export const NOTHING: Reservation = { tokens: 0, seqs: 0 };
 export class ReservationView {
   readonly #o: ResolvedGatewayOptions;
   readonly #reservations = new Map<string, Reservation>();
+  /**
+   * What this gateway's admissions sent and not yet answered will likely reserve, by replica (see
+   * {@link ReservationView.expect}): counted in {@link ReservationView.states} until the answer,
+   * so arrivals within one round trip do not all see the same replica emptiest.
+   */
+  readonly #expected = new Map<string, Reservation>();
   /** Clock ms at which each pool's reservations were last read from the store. */
   readonly #readAt = new Map<string, number>();
 
@@ -30,8 +36,12 @@ export class ReservationView {
    */
   states(pool: string, leaving?: Owned): ReplicaState[] {
     const h = this.#o.headroom;
+    const expected = this.#expected;
     return this.#o.replicas.replicas(pool).map((info) => {
-      const r = this.#reservations.get(info.id) ?? NOTHING;
+      const known = this.#reservations.get(info.id) ?? NOTHING;
+      const more = expected.size === 0 ? undefined : expected.get(info.id);
+      const r =
+        more === undefined ? known : { tokens: known.tokens + more.tokens, seqs: known.seqs + more.seqs };
       const freed =
         leaving !== undefined && leaving.replica === info.id
           ? {
@@ -70,6 +80,24 @@ export class ReservationView {
   add(replica: string, tokens: number, seqs: number): void {
     const r = this.#reservations.get(replica) ?? NOTHING;
     this.set(replica, { tokens: r.tokens + tokens, seqs: r.seqs + seqs });
+  }
+
+  /**
+   * An admission about to be sent will likely reserve `tokens` on `replica` (the first candidate
+   * it offers the store): counted until {@link ReservationView.answered}, when the store's answer
+   * says what was reserved.
+   */
+  expect(replica: string, tokens: number): void {
+    const e = this.#expected.get(replica) ?? NOTHING;
+    this.#expected.set(replica, { tokens: e.tokens + tokens, seqs: e.seqs + 1 });
+  }
+
+  /** The admission that {@link ReservationView.expect} counted on `replica` was answered. */
+  answered(replica: string, tokens: number): void {
+    const e = this.#expected.get(replica);
+    if (e === undefined) return;
+    if (e.seqs <= 1) this.#expected.delete(replica);
+    else this.#expected.set(replica, { tokens: e.tokens - tokens, seqs: e.seqs - 1 });
   }
 
   /** A running request of this gateway left its replica (settled or re-queued). */

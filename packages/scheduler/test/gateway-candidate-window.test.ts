@@ -74,6 +74,19 @@ describe('Gateway candidate window', () => {
     expect(Math.max(...offers.map((o) => o.length))).toBe(4);
   });
 
+  it('spreads arrivals sent together, before any answer, over the replicas instead of piling them on one', async () => {
+    const { store, offers } = offersOf(new MemoryStore());
+    const { gw, dispatched } = gateway('gw-a', fleet(4, 10_000), store);
+    // Eight admissions in flight at once: none has its store answer when the next is offered.
+    await Promise.all(Array.from({ length: 8 }, () => gw.submit(req())));
+    expect(dispatched).toHaveLength(8);
+    const perReplica = new Map<string, number>();
+    for (const d of dispatched) perReplica.set(d.replica, (perReplica.get(d.replica) ?? 0) + 1);
+    expect([...perReplica.values()].sort()).toEqual([2, 2, 2, 2]);
+    // Each was offered a different replica first as the room the earlier ones would take was counted.
+    expect(offers.slice(0, 4).map((o) => o[0]).sort()).toEqual(['r1', 'r2', 'r3', 'r4']);
+  });
+
   it('dispatches an arrival whose offered replicas another dispatcher filled onto one its view had left out', async () => {
     const shared = new MemoryStore();
     // Dispatcher B sees only r1–r4 and fills them; A, which has read nothing yet, sees all 8 empty
