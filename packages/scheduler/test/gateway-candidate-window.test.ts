@@ -84,7 +84,12 @@ describe('Gateway candidate window', () => {
     for (const d of dispatched) perReplica.set(d.replica, (perReplica.get(d.replica) ?? 0) + 1);
     expect([...perReplica.values()].sort()).toEqual([2, 2, 2, 2]);
     // Each was offered a different replica first as the room the earlier ones would take was counted.
-    expect(offers.slice(0, 4).map((o) => o[0]).sort()).toEqual(['r1', 'r2', 'r3', 'r4']);
+    expect(
+      offers
+        .slice(0, 4)
+        .map((o) => o[0])
+        .sort(),
+    ).toEqual(['r1', 'r2', 'r3', 'r4']);
   });
 
   it('dispatches an arrival whose offered replicas another dispatcher filled onto one its view had left out', async () => {
