@@ -1,4 +1,5 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startNatsServer, startRedisServer, type TestServer, uniquePrefix } from '@fairway/testkit';
@@ -18,6 +19,39 @@ import { type FairwayProcess, startEngineSims, startServe, untilEachServed } fro
  * the replica that served the turn before is affinity's doing — learned by one dispatcher, told to
  * the other over NATS — and the engine's usage shows the cached tokens it saved.
  */
+/**
+ * Watches the commands a Redis server runs (`MONITOR`, on a socket of its own, read line by line:
+ * ioredis's monitor mode can misread lines that arrive with its mode switch), calling `seen` with
+ * each command's name and first argument; resolves once Redis has started monitoring.
+ */
+async function watchCommands(
+  url: string,
+  seen: (name: string, first: string | undefined) => void,
+): Promise<Socket> {
+  const { hostname, port } = new URL(url);
+  const socket = connect(Number(port), hostname);
+  socket.setEncoding('utf8');
+  let pending = '';
+  let started: () => void = () => undefined;
+  const monitoring = new Promise<void>((resolve, reject) => {
+    started = resolve;
+    socket.once('error', reject);
+  });
+  socket.on('data', (chunk: string) => {
+    pending += chunk;
+    for (let end = pending.indexOf('\r\n'); end >= 0; end = pending.indexOf('\r\n')) {
+      const line = pending.slice(0, end);
+      pending = pending.slice(end + 2);
+      if (line === '+OK') started();
+      const m = /^\+[\d.]+ \[[^\]]*\] "([^"]*)"(?: "([^"]*)")?/.exec(line);
+      if (m?.[1] !== undefined) seen(m[1], m[2]);
+    }
+  });
+  socket.write('MONITOR\r\n');
+  await monitoring;
+  return socket;
+}
+
 const KEY = 'sk-affinity-alpha-0001';
 const CONFIG = `
 tenants:
@@ -160,11 +194,9 @@ describe('prefix-cache affinity across two dispatchers', () => {
       content: `Shared rules. ${'Answer briefly and precisely. '.repeat(30)}`,
     };
     // What the store's functions write, to see the shared parts held (Redis shows a script's calls).
-    const monitor = await redis.duplicate().monitor();
     const held: string[] = [];
-    monitor.on('monitor', (_time: string, args: string[]) => {
-      if (args[0]?.toLowerCase() === 'mset' && args[1]?.startsWith(`{${prefix}}:replicaPrefix:`))
-        held.push(args[1]);
+    const monitor = await watchCommands(redisServer.url, (name, first) => {
+      if (name.toLowerCase() === 'mset' && first?.startsWith(`{${prefix}}:replicaPrefix:`)) held.push(first);
     });
     // Six conversations at once through both dispatchers, all starting with the same system prompt.
     const answers = await Promise.all(
@@ -176,7 +208,7 @@ describe('prefix-cache affinity across two dispatchers', () => {
       ),
     );
     expect(answers.every((a) => a.promptTokens > 0)).toBe(true);
-    monitor.disconnect();
+    monitor.destroy();
     expect(held.length).toBeGreaterThanOrEqual(6);
     // The store writes a replica's reservation and its held parts as each request settles.
     const left = async () => {
