@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import type { Bus, ReplicaRegistry, Unsubscribe } from '@fairway/bus';
-import { type Clock, DEFAULT_ENGINE_TIMEOUTS, type FairwayConfig, type Logger } from '@fairway/core';
+import {
+  type Clock,
+  DEFAULT_ENGINE_TIMEOUTS,
+  type EngineTimeoutsConfig,
+  type FairwayConfig,
+  type Logger,
+} from '@fairway/core';
 import type { SchedulingStore } from '@fairway/store';
 import type { Tracer } from '@opentelemetry/api';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -195,6 +201,9 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
       : [],
   );
   const probe = new EngineProbe(engines, (id) => replicas.urlOf(id), options.probeTimeoutMs);
+  const poolTimeouts = new Map(deps.config.pools.map((p) => [p.id, p.engineTimeouts]));
+  const timeoutsFor = (pool: string): EngineTimeoutsConfig =>
+    poolTimeouts.get(pool) ?? DEFAULT_ENGINE_TIMEOUTS;
   const runtime = new GatewayRuntime({
     id: deps.id,
     config: deps.config,
@@ -204,6 +213,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     replicas,
     probe,
     hungEngines: new HungEngines({ answers: (url) => probe.answers(url), timeoutMs: options.probeTimeoutMs }),
+    timeoutsFor,
     scheduling,
     poolFor,
     options,
@@ -281,7 +291,6 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   const tokenizers = loadPoolTokenizers(deps.config);
   const priorityPools = new Set(deps.config.pools.filter((p) => p.enginePriority).map((p) => p.id));
-  const poolTimeouts = new Map(deps.config.pools.map((p) => [p.id, p.engineTimeouts]));
   const poolConfigs = new Map(deps.config.pools.map((p) => [p.id, p]));
   const blockKeys = new PromptBlockKeys(
     (pool) =>
@@ -315,7 +324,7 @@ export function buildDispatcher(deps: DispatcherDeps): Dispatcher {
     blockKeysFor: (pool, kvEvents, endpoint, body) => blockKeys.of(pool, kvEvents, endpoint, body),
     enginePriorityFor: (pool) => priorityPools.has(pool),
     poolConfigFor: (pool) => poolConfigs.get(pool),
-    timeoutsFor: (pool) => poolTimeouts.get(pool) ?? DEFAULT_ENGINE_TIMEOUTS,
+    timeoutsFor,
     swapTargets,
     clock: deps.clock,
     timer: deps.timer,

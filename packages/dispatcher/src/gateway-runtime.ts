@@ -5,11 +5,12 @@ import type {
   Evict,
   ReplicaRegistry,
   ReplicaUnavailable,
+  ReplicaView,
   Unsubscribe,
 } from '@fairway/bus';
 import {
   type Clock,
-  DEFAULT_ENGINE_TIMEOUTS,
+  type EngineTimeoutsConfig,
   type FairwayConfig,
   type Logger,
   LogThrottle,
@@ -60,6 +61,8 @@ export interface GatewayRuntimeOptions {
    * @default none (such requests wait out their engine timeouts)
    */
   readonly hungEngines?: HungEngines | undefined;
+  /** A pool's engine timeouts (its `streamIdleMs` is how long a stalled engine may stand still). */
+  readonly timeoutsFor: (pool: string) => EngineTimeoutsConfig;
   readonly scheduling: SchedulingSetup;
   /** The pool serving a model (config first, then the registry); the model itself when unknown. */
   readonly poolFor: (model: string) => string | undefined;
@@ -988,7 +991,7 @@ export class GatewayRuntime {
     const o = this.#o;
     try {
       void o.hungEngines?.check(this.#unheardHolding(), (id, err) => {
-        if (this.#unheard(id)) this.#engineHung(id, err);
+        if (this.#unheard(id) !== undefined) this.#engineHung(id, err);
       });
       this.#findStalled();
       const cleared = await this.#suspects.probe();
@@ -1028,19 +1031,18 @@ export class GatewayRuntime {
     for (const t of this.#tickets.values()) {
       const replica = t.replica;
       if (replica === undefined || replica === 'unknown' || t.answered || unheard?.has(replica)) continue;
-      if (!this.#unheard(replica)) continue;
-      const url = this.#o.registry.get(replica)?.registration.url;
-      if (url === undefined) continue;
+      const v = this.#unheard(replica);
+      if (v === undefined) continue;
       unheard ??= new Map();
-      unheard.set(replica, url);
+      unheard.set(replica, v.registration.url);
     }
     return unheard ?? NONE_UNHEARD;
   }
 
-  /** Whether a registered replica is silent or held out. */
-  #unheard(replicaId: string): boolean {
+  /** The view of a registered replica that is silent or held out; undefined for any other. */
+  #unheard(replicaId: string): ReplicaView | undefined {
     const v = this.#o.registry.get(replicaId);
-    return v !== undefined && (v.stale || this.#suspects.isSuspect(replicaId));
+    return v !== undefined && (v.stale || this.#suspects.isSuspect(replicaId)) ? v : undefined;
   }
 
   /**
@@ -1108,9 +1110,7 @@ export class GatewayRuntime {
         this.#progress.set(v.id, { epoch: h.epoch, total, sinceMs: now, found: false });
         continue;
       }
-      const pool = o.replicas.poolOf(v) ?? v.registration.pool;
-      const stallMs = (o.config.pools.find((p) => p.id === pool)?.engineTimeouts ?? DEFAULT_ENGINE_TIMEOUTS)
-        .streamIdleMs;
+      const stallMs = o.timeoutsFor(o.replicas.poolOf(v) ?? v.registration.pool).streamIdleMs;
       if (now - was.sinceMs < stallMs) continue;
       const err = new EngineTimeoutError(v.registration.url, 'GET /metrics', 'stalled', stallMs);
       if (was.found) {

@@ -22,7 +22,7 @@ import type { DescribedRequest, Endpoint } from './request-descriptor.ts';
 import type { RecordedRequest, RequestRecord } from './request-record.ts';
 import { continuable } from './resumed-answer.ts';
 import type { StopSignal } from './stop-signal.ts';
-import { engineHungOf, type Ticket } from './ticket.ts';
+import { callEnding, type Ticket } from './ticket.ts';
 
 /**
  * Where an admitted request is in its life at this dispatcher (DESIGN.md request path, steps 4–6):
@@ -392,9 +392,7 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
    */
   async failedBeforeAnswer(failed: unknown, signal: StopSignal): Promise<'retried' | 'cancelled' | ApiError> {
     const { ticket, gone } = this.#a;
-    const hung = engineHungOf(signal);
-    const err = hung ?? failed;
-    const stopped = signal.aborted && hung === undefined;
+    const { err, stopped } = callEnding(failed, signal);
     const moveTo = ticket.moveTo;
     if (moveTo !== undefined) {
       ticket.moveTo = undefined;
@@ -422,9 +420,7 @@ export class RequestLifecycle implements ProxyEvents, OutputMeter {
   cutShort(failed: unknown, signal: StopSignal, used: Usage): 'cancelled' | ApiError {
     void this.#abandon(used);
     if (this.#a.gone.aborted) return 'cancelled';
-    const hung = engineHungOf(signal);
-    const err = hung ?? failed;
-    const stopped = signal.aborted && hung === undefined;
+    const { err, stopped } = callEnding(failed, signal);
     if (!stopped && isReplicaFailure(err)) this.#replicaFailed(err);
     return stopped ? evictedError() : engineApiError(err);
   }

@@ -13,6 +13,16 @@ export function engineHungOf(signal: StopSignal): EngineTimeoutError | undefined
   return signal.aborted && signal.reason instanceof EngineTimeoutError ? signal.reason : undefined;
 }
 
+/**
+ * How an engine call that ended early ended: `stopped` when its signal stopped it for a reason
+ * other than its engine's ({@link engineHungOf}), and the error that stands for the call — the
+ * engine's failure it was stopped for, else what the call failed with.
+ */
+export function callEnding(failed: unknown, signal: StopSignal): { err: unknown; stopped: boolean } {
+  const hung = engineHungOf(signal);
+  return { err: hung ?? failed, stopped: signal.aborted && hung === undefined };
+}
+
 /** How waiting for a dispatch ends, as the ticket reports it to the one waiter it has. */
 export type TicketWake = 'dispatched' | 'no_replica';
 
@@ -136,11 +146,11 @@ export class Ticket {
    * done) once the client's response has opened or while a move is under way.
    */
   move(to: ReplicaCandidate): boolean {
-    if (this.answered || this.moveTo !== undefined || this.#call === undefined || this.#call.aborted)
-      return false;
+    const call = this.#stoppableCall();
+    if (call === undefined) return false;
     this.moveTo = to;
     this.moves++;
-    this.#call.abort('moved');
+    call.abort('moved');
     return true;
   }
 
@@ -151,10 +161,18 @@ export class Ticket {
    * response has opened, or with no call under way.
    */
   failOver(err: EngineTimeoutError): boolean {
-    if (this.answered || this.moveTo !== undefined || this.#call === undefined || this.#call.aborted)
-      return false;
-    this.#call.abort(err);
+    const call = this.#stoppableCall();
+    if (call === undefined) return false;
+    call.abort(err);
     return true;
+  }
+
+  /** The engine call under way, while nothing reached the client and no move is under way. */
+  #stoppableCall(): StopSignal | undefined {
+    const call = this.#call;
+    return this.answered || this.moveTo !== undefined || call === undefined || call.aborted
+      ? undefined
+      : call;
   }
 
   /**

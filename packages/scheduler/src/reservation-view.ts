@@ -22,7 +22,7 @@ export class ReservationView {
    * {@link ReservationView.expect}): counted in {@link ReservationView.states} until the answer,
    * so arrivals within one round trip do not all see the same replica emptiest.
    */
-  readonly #expected = new Map<string, Reservation>();
+  readonly #expected = new Map<string, { tokens: number; seqs: number }>();
   /** Clock ms at which each pool's reservations were last read from the store. */
   readonly #readAt = new Map<string, number>();
 
@@ -88,8 +88,13 @@ export class ReservationView {
    * says what was reserved.
    */
   expect(replica: string, tokens: number): void {
-    const e = this.#expected.get(replica) ?? NOTHING;
-    this.#expected.set(replica, { tokens: e.tokens + tokens, seqs: e.seqs + 1 });
+    const e = this.#expected.get(replica);
+    if (e === undefined) this.#expected.set(replica, { tokens, seqs: 1 });
+    else {
+      // Counted in place: admissions in flight add nothing for the collector to copy.
+      e.tokens += tokens;
+      e.seqs++;
+    }
   }
 
   /** The admission that {@link ReservationView.expect} counted on `replica` was answered. */
@@ -97,7 +102,10 @@ export class ReservationView {
     const e = this.#expected.get(replica);
     if (e === undefined) return;
     if (e.seqs <= 1) this.#expected.delete(replica);
-    else this.#expected.set(replica, { tokens: e.tokens - tokens, seqs: e.seqs - 1 });
+    else {
+      e.tokens -= tokens;
+      e.seqs--;
+    }
   }
 
   /** A running request of this gateway left its replica (settled or re-queued). */
